@@ -1,0 +1,47 @@
+# The two set-up commands (see README): `make lab` and `make test`.
+# Both create .venv and install the course on first use; later runs reuse it and
+# install nothing new (the stamp file is only remade when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
+               --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: lab test bench install build check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $(STAMP)
+
+## install: create .venv and install the course (idempotent)
+install: $(STAMP)
+
+## lab: open JupyterLab on the course and print its URL
+lab: install
+	$(BIN)/course lab
+
+## test: unit tests, grader tests, browser test, notebook sync check, nbval on every notebook
+test: install
+	$(BIN)/course build --check
+	$(BIN)/python -m pytest -q tests lessons exercises solutions $(NBVAL_FLAGS)
+
+## build: regenerate and execute every notebook from its text source
+build: install
+	$(BIN)/course build
+
+## check: only the notebook sync check
+check: install
+	$(BIN)/course build --check
+
+## bench: run bench/ and rewrite the tables in BENCHMARKS.md
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) outputs

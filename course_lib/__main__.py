@@ -1,0 +1,5 @@
+"""``python -m course_lib`` runs the same CLI as the ``course`` console script."""
+
+from course_lib.cli import main
+
+raise SystemExit(main())

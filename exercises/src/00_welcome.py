@@ -1,0 +1,93 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 00 · Welcome and setup
+#
+# This notebook is generated from `exercises/src/00_welcome.py`; the worked solutions
+# are in `solutions/00_welcome.ipynb`. Edit the function bodies where they raise
+# `NotImplementedError`, run the *check yourself* cell under each one, and when all pass
+# grade the notebook from a terminal:
+#
+# ```
+# course grade exercises/00_welcome.ipynb
+# ```
+#
+# | exercise | points | difficulty | time |
+# |---|---|---|---|
+# | 1. `discounted_returns` | 10 | ★☆☆ | 10 min |
+
+# %%
+import numpy as np
+
+from course_lib.grading import check
+
+# %% [markdown]
+# ## Exercise 1 · Discounted returns with episode ends (★☆☆, 10 min, 10 points)
+#
+# A rollout buffer holds episodes back to back. `rewards[t]` is the reward after the
+# action at step `t`; `dones[t] = 1` means the episode ended at step `t`. Return the
+# discounted return of every step, within its own episode (lesson 00, eq. 00.1-00.2):
+#
+# $$G_t = r_t + \gamma\,(1 - d_t)\,G_{t+1}, \qquad G_T = 0 .$$
+#
+# Return a 1-D float numpy array of length `T` (`T` may be 0).
+#
+# **How it is graded:** against an independent implementation of
+# $G_t = \sum_{k=t}^{e(t)} \gamma^{k-t} r_k$ on random trajectories, hand-computed values,
+# and properties (with $\gamma = 0$ the returns are the rewards; two episodes computed
+# together equal the two computed apart).
+#
+# <details><summary>Hint 1</summary>
+# Walk the trajectory backwards, keeping a running return.
+# </details>
+# <details><summary>Hint 2</summary>
+# At a step with <code>dones[t] = 1</code> the running return restarts: multiply the
+# carried return by <code>(1 - dones[t])</code> before adding <code>rewards[t]</code>.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>G = rewards[t] + gamma * (1 - dones[t]) * G</code>, stored into
+# <code>out[t]</code>, for <code>t</code> from <code>T - 1</code> down to <code>0</code>.
+# </details>
+
+# %% tags=["exercise"]
+def discounted_returns(rewards, dones, gamma):
+    """Discounted return of every step, cut at episode ends.
+
+    Args:
+        rewards: sequence of T rewards.
+        dones: sequence of T flags, 1 where an episode ended at that step.
+        gamma: discount factor in [0, 1].
+
+    Returns:
+        np.ndarray of shape (T,), dtype float64.
+    """
+    ### BEGIN SOLUTION
+    rewards = np.asarray(rewards, dtype=np.float64)
+    dones = np.asarray(dones, dtype=np.float64)
+    out = np.zeros_like(rewards)
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        running = rewards[t] + gamma * (1.0 - dones[t]) * running
+        out[t] = running
+    return out
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+discounted_returns([1.0, 1.0, 1.0, 1.0], [0, 1, 0, 0], gamma=0.5)
+
+# %% tags=["exercise-check"]
+check("00_welcome", "discounted_returns", discounted_returns)
+
+# %% [markdown]
+# When the check passes, grade the whole notebook: `course grade exercises/00_welcome.ipynb`.

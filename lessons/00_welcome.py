@@ -1,0 +1,245 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Welcome and setup
+#
+# **Efficient RL Systems** teaches how modern reinforcement-learning training systems are
+# made fast, cheap and predictable: from the policy-gradient estimator, through
+# actor-learner systems (IMPALA, V-trace), whole training loops compiled for the
+# accelerator (PureJaxRL), to the LLM post-training machinery of pipeline RL, cluster
+# layout and checkpoint-engine weight sync, and a capstone asynchronous run.
+#
+# Every lesson runs on a 2-core laptop CPU in minutes and scales the same code to GPUs.
+#
+# **Learning goals of this lesson**
+# 1. Know the map of the course and which lesson builds on which.
+# 2. Run a lesson, at either scale, and know what the committed outputs promise.
+# 3. Check your machine with `course doctor`.
+# 4. Meet the return $G_t$ with episode ends, the quantity every later lesson estimates.
+# 5. Do one graded exercise end to end: edit, self-check, `course grade`.
+
+# %% [markdown]
+# The first cell imports the course library. If it fails, run `make lab` from the
+# course folder (it creates `.venv` and installs everything) and pick that kernel.
+
+# %%
+import course_lib
+from course_lib.scale import current_scale
+
+print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
+
+# %% [markdown]
+# ## 1. The course map
+#
+# Each lesson has learning goals, key equations, pseudocode, an *equation → function*
+# table, runnable demos backed by the tested library `course_lib`, plots, at least one
+# measured result, a glossary of the metrics it logs, and graded exercises.
+# Later lessons import `course_lib`'s reference implementations, never your exercise
+# code, so being stuck on one exercise never blocks the next lesson.
+
+# %%
+from course_lib.catalog import LESSONS
+
+for lesson in LESSONS:
+    needs = ", ".join(f"{r:02d}" for r in lesson.requires) or "-"
+    state = "available" if lesson.available() else "planned"
+    print(f"{lesson.id:<22} needs {needs:<16} {state:<9}  {lesson.title}")
+
+# %%
+import matplotlib.pyplot as plt
+
+from course_lib.plots import course_map
+
+fig = course_map()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** three tracks leave the foundations (lessons 01-02): actor-learner systems
+# (03), whole loops on the accelerator (04-06) and LLM RL systems (07-10); the capstone
+# (11) needs them all.
+
+# %% [markdown]
+# ## 2. Running a lesson, and the two scales
+#
+# | what | command |
+# |---|---|
+# | open the course in JupyterLab | `make lab` |
+# | run every test (unit, grader, notebook sync, nbval on every notebook) | `make test` |
+# | execute lessons headless with a timing table | `course run 01 02` |
+# | the same at GPU scale | `course run 01 --scale full` |
+#
+# The run contract, read in one place (`course_lib.scale`):
+#
+# - `COURSE_SCALE=cpu` (default): the sizes of the committed outputs, which CI re-checks
+#   with nbval. Every notebook finishes in at most 3 minutes on a 2-core CPU.
+# - `COURSE_SCALE=full`: the sizes that show the real effect on a GPU; each lesson
+#   documents its figures measured on real hardware.
+#
+# Lessons take every size from `pick`, so one notebook serves both scales:
+
+# %%
+from course_lib.scale import pick
+
+n_episodes = pick(cpu=200, full=5_000)
+print(f"at scale {current_scale()!r} this cell would train for {n_episodes} episodes")
+
+# %% [markdown]
+# Every random thing is seeded and printed numbers are rounded to what is stable, so a
+# re-run reproduces the committed outputs. Cells whose output honestly varies (timings,
+# process interleavings, your machine's versions) carry `# NBVAL_IGNORE_OUTPUT` and are
+# followed by an `assert` of the claim they show, so the claim is still checked.
+
+# %% [markdown]
+# ## 3. Check your machine
+#
+# `course doctor` (or `python -m course_lib doctor` in a terminal) prints one
+# PASS/WARN/FAIL line per check and a block to paste into an issue. Workshop instructors:
+# ask everyone to run it the day before.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from course_lib.doctor import doctor
+
+results = doctor()
+
+# %%
+failed = [r.name for r in results if r.status == "FAIL"]
+assert not failed, f"fix these before going on: {failed}"
+print(f"doctor ran {len(results)} checks; none failed")
+
+# %% [markdown]
+# ## 4. The return, with episode ends
+#
+# An agent acts at steps $t = 0, 1, \dots, T-1$ and receives reward $r_t$ after each
+# action. A rollout buffer holds several episodes back to back; $d_t = 1$ marks the step
+# at which an episode ended (terminated or truncated). The *discounted return* of step
+# $t$ sums the rewards that follow it **within its own episode**:
+#
+# $$G_t = \sum_{k=t}^{e(t)} \gamma^{\,k-t}\, r_k \qquad (00.1)$$
+#
+# where $e(t)$ is the last step of $t$'s episode. Computed backwards in one pass:
+#
+# $$G_t = r_t + \gamma\,(1 - d_t)\,G_{t+1}, \qquad G_T = 0 . \qquad (00.2)$$
+#
+# **Pseudocode**
+# ```
+# G = 0
+# for t = T-1 down to 0:
+#     G = r[t] + gamma * (1 - done[t]) * G
+#     returns[t] = G
+# ```
+#
+# | equation | function |
+# |---|---|
+# | (00.1), (00.2) | `course_lib.pg.discounted_returns(rewards, dones, gamma, bootstrap=0.0)` |
+#
+# The $(1-d_t)$ factor is what stops one episode's rewards leaking into the previous
+# episode's returns: forget it, and every episode boundary is silently wrong.
+
+# %%
+import numpy as np
+
+from course_lib.pg import discounted_returns
+
+rewards = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+dones = np.array([0, 0, 1, 0, 0, 0, 0, 1])
+gamma = 0.9
+returns = discounted_returns(rewards, dones, gamma)
+leaky = discounted_returns(rewards, np.zeros_like(dones), gamma)
+print("returns           ", np.round(returns, 3))
+print("ignoring episodes ", np.round(leaky, 3))
+assert returns[2] == 1.0 and leaky[2] > 1.0  # step 2 ends an episode: nothing may follow it
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3.2))
+steps = np.arange(len(rewards))
+ax.bar(steps, rewards, color="#cccccc", label="reward $r_t$")
+ax.plot(steps, returns, "o-", label=r"return $G_t$ (episodes respected)")
+ax.plot(steps, leaky, "x--", label=r"return ignoring $d_t$ (wrong)")
+for t in np.flatnonzero(dones):
+    ax.axvline(t + 0.5, color="k", lw=0.8, ls=":")
+ax.set_xlabel("step t (dotted line: episode ends after this step)")
+ax.set_ylabel("reward / return (reward units)")
+ax.set_title(f"Discounted returns with episode ends, gamma = {gamma}")
+ax.legend(fontsize=8, loc="upper right")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** returns restart at every episode boundary; ignoring $d_t$ inflates the
+# returns of the steps before each boundary.
+
+# %% [markdown]
+# ## 5. Exercises and grading
+#
+# Each lesson's exercises live in `exercises/NN_topic.ipynb`, worked solutions in
+# `solutions/NN_topic.ipynb`; both are generated from one source, so they never drift.
+# An exercise gives a function signature, its docstring, a difficulty and time estimate
+# and tiered hints; the body raises `NotImplementedError("not implemented yet")` until
+# you write it. Below each exercise a *check yourself* cell runs the same checks the
+# grader runs and prints PASS or the first thing that is wrong.
+#
+# The checks compare your function with an independent naive implementation that mirrors
+# the equation, with hand-computed values, and with properties (for example: with
+# $\gamma = 0$ the returns are the rewards), never with the solution's code.
+#
+# To grade a whole notebook, in a terminal:
+#
+# ```
+# course grade exercises/00_welcome.ipynb                 # table in the terminal
+# course grade exercises/*.ipynb --json report.json --junit report.xml
+# ```
+#
+# The grader runs your notebook in a separate kernel with a time limit per cell and per
+# check, so an infinite loop or a crash in your code gives a clear message instead of a
+# hang. It exits 0 when the score reaches the pass mark. In your fork on GitHub, the
+# workflow `.github/workflows/grade.yml` runs the same command on every push.
+#
+# Here the grader is run on lesson 00's solution notebook and on the untouched exercise
+# notebook:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import subprocess
+import sys
+
+
+def grade(path: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "course_lib", "grade", path]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    print(done.stdout)
+    return done
+
+
+solved = grade("../solutions/00_welcome.ipynb")
+untouched = grade("../exercises/00_welcome.ipynb")
+
+# %%
+assert solved.returncode == 0, "the solution notebook must reach the pass mark"
+assert untouched.returncode != 0 and "not implemented yet" in untouched.stdout
+print("solutions pass, untouched exercises fail with 'not implemented yet'")
+
+# %% [markdown]
+# Now open `exercises/00_welcome.ipynb`, implement `discounted_returns`, run its check
+# cell, then grade it.
+#
+# ## Glossary
+#
+# | term | meaning |
+# |---|---|
+# | step $t$ | one action and the reward $r_t$ that follows it |
+# | episode end $d_t$ | 1 where the episode terminated or was truncated at step $t$ |
+# | discount $\gamma$ | weight of a reward one step later, in $[0, 1]$ |
+# | return $G_t$ | discounted sum of the rewards from $t$ to the end of $t$'s episode |
+# | scale | `cpu` (default, CI-verified outputs) or `full` (GPU sizes), from `COURSE_SCALE` |
+# | pass mark | fraction of an exercise notebook's points that `course grade` needs to exit 0 |
