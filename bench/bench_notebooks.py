@@ -1,0 +1,38 @@
+"""How long each notebook takes to execute at the default `cpu` scale (budget: 180 s).
+
+The run contract promises every notebook in at most 3 minutes on a 2-core CPU; this
+measures it outside pytest, one fresh kernel per notebook, as `course build` runs them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run import Result  # noqa: E402
+
+from course_lib.catalog import available_lessons  # noqa: E402
+from course_lib.notebooks.execute import execute_notebook  # noqa: E402
+from course_lib.notebooks.source import render, targets_for  # noqa: E402
+from course_lib.paths import repo_root  # noqa: E402
+
+BUDGET_S = 180.0
+
+
+def run() -> Result:
+    root = repo_root()
+    rows = []
+    for lesson in available_lessons(root):
+        for target in targets_for(lesson.id, root):
+            nb = render(target)
+            seconds = execute_notebook(nb, target.notebook.parent, scale="cpu")
+            rel = target.notebook.relative_to(root)
+            rows.append([f"`{rel}`", f"{seconds:.1f}", "yes" if seconds <= BUDGET_S else "**no**"])
+    return Result(
+        title="Notebook execution time at the cpu scale",
+        columns=["notebook", "seconds", f"within {BUDGET_S:.0f} s"],
+        rows=rows,
+        notes=["Wall-clock seconds including kernel start; one fresh kernel per notebook."],
+    )
