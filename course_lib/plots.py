@@ -3,6 +3,7 @@ and the lesson prints a one-line takeaway under it."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,24 +44,25 @@ def course_map(ax: "Axes | None" = None) -> "Figure":
     pos = {}
     for col, numbers in columns.items():
         for row, n in enumerate(numbers):
-            pos[n] = (col * 2.6, -(row - (len(numbers) - 1) / 2) * 1.2)
+            pos[n] = (col * 2.8, -(row - (len(numbers) - 1) / 2) * 1.25)
     if ax is None:
         fig, ax = plt.subplots(figsize=(12, 4.8))
     else:
         fig = ax.figure
-    w, h = 2.1, 0.8
+    w, h = 2.2, 0.9
     for lesson in LESSONS:
         x, y = pos[lesson.number]
         for r in lesson.requires:
             rx, ry = pos[r]
-            ax.annotate("", xy=(x - w / 2, y), xytext=(rx + w / 2, ry),
-                        arrowprops=dict(arrowstyle="->", color="#777777", lw=0.8, shrinkA=2, shrinkB=2))
+            ax.annotate("", xy=(x - w / 2, y), xytext=(rx + w / 2, ry), zorder=1,
+                        arrowprops=dict(arrowstyle="->", color="#888888", lw=0.8, shrinkA=2, shrinkB=2,
+                                        connectionstyle="arc3,rad=-0.12"))
         box = FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04",
                              facecolor=PART_COLOURS[lesson.part], edgecolor="#333333",
-                             linestyle="-" if lesson.available() else "--", lw=1.0)
+                             linestyle="-" if lesson.available() else "--", lw=1.0, zorder=2)
         ax.add_patch(box)
-        title = lesson.title.split(":")[0]
-        ax.text(x, y, f"{lesson.number:02d}\n{title}", ha="center", va="center", fontsize=7.5, wrap=True)
+        title = "\n".join(textwrap.wrap(lesson.title.split(":")[0], 20))
+        ax.text(x, y, f"{lesson.number:02d}\n{title}", ha="center", va="center", fontsize=7.5, zorder=3)
     xs = [p[0] for p in pos.values()]
     ys = [p[1] for p in pos.values()]
     ax.set_xlim(min(xs) - 1.4, max(xs) + 1.4)
@@ -71,7 +73,7 @@ def course_map(ax: "Axes | None" = None) -> "Figure":
     ax.set_xlabel("prerequisite depth (lessons that must come before, along the longest chain)")
     ax.set_title("Efficient RL Systems: lessons and what each builds on (solid = available, dashed = planned)")
     ax.legend(handles=[Patch(facecolor=c, edgecolor="#333333", label=p) for p, c in PART_COLOURS.items()],
-              loc="lower left", fontsize=7, ncol=5, frameon=False, bbox_to_anchor=(0, -0.32))
+              loc="upper left", fontsize=7, ncol=5, frameon=False, bbox_to_anchor=(0, -0.16))
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()

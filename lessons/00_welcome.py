@@ -52,8 +52,7 @@ from course_lib.catalog import LESSONS
 
 for lesson in LESSONS:
     needs = ", ".join(f"{r:02d}" for r in lesson.requires) or "-"
-    state = "available" if lesson.available() else "planned"
-    print(f"{lesson.id:<22} needs {needs:<16} {state:<9}  {lesson.title}")
+    print(f"{lesson.id:<22} needs {needs:<17} {lesson.title}")
 
 # %%
 import matplotlib.pyplot as plt
@@ -64,6 +63,8 @@ fig = course_map()
 plt.show()
 
 # %% [markdown]
+# Solid boxes are lessons whose notebook is in your checkout; dashed ones are planned.
+#
 # **Takeaway:** three tracks leave the foundations (lessons 01-02): actor-learner systems
 # (03), whole loops on the accelerator (04-06) and LLM RL systems (07-10); the capstone
 # (11) needs them all.

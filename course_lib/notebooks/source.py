@@ -55,15 +55,15 @@ class Target:
 
 
 def targets_for(lesson_id: str, root: Path) -> list[Target]:
-    """The notebooks generated for one lesson (those whose source exists)."""
+    """The notebooks generated for one lesson (those whose source exists), in build order."""
     out: list[Target] = []
-    lesson_src = root / "lessons" / f"{lesson_id}.py"
-    if lesson_src.exists():
-        out.append(Target(lesson_id, "lesson", lesson_src, root / "lessons" / f"{lesson_id}.ipynb"))
     ex_src = root / "exercises" / "src" / f"{lesson_id}.py"
     if ex_src.exists():
         out.append(Target(lesson_id, "exercise", ex_src, root / "exercises" / f"{lesson_id}.ipynb"))
         out.append(Target(lesson_id, "solution", ex_src, root / "solutions" / f"{lesson_id}.ipynb"))
+    lesson_src = root / "lessons" / f"{lesson_id}.py"
+    if lesson_src.exists():  # last: a lesson may grade its own exercise notebooks
+        out.append(Target(lesson_id, "lesson", lesson_src, root / "lessons" / f"{lesson_id}.ipynb"))
     return out
 
 

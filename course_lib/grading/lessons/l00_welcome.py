@@ -1,0 +1,196 @@
+"""Lesson 00's graded exercise: ``discounted_returns`` (equation 00.1).
+
+The learner writes ``discounted_returns(rewards, dones, gamma) -> [T] float array``::
+
+    G_t = r_t + gamma * (1 - done_t) * G_{t+1},    G_T = 0
+
+The checks never call ``course_lib.pg``: they compare with
+:func:`naive_discounted_returns`, an O(T^2) double loop that mirrors the closed form
+``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k`` (``e(t)`` = last step of t's episode), with
+hand-computed values, and with properties (gamma = 0 and all-done give the rewards;
+two episodes computed together equal the two computed apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.grading.checks import (
+    Exercise,
+    assert_allclose,
+    assert_array,
+    assert_finite,
+    assert_float_dtype,
+    assert_true,
+    call,
+    check_case,
+    short_repr,
+)
+
+LESSON = "00_welcome"
+NAME = "discounted_returns"
+
+
+def episode_end(dones: Sequence[float], t: int) -> int:
+    """``e(t)``: the last step of step ``t``'s episode (the first ``k >= t`` with ``done_k = 1``).
+
+    If no later step ends an episode, the trajectory was cut off: ``e(t) = T - 1``.
+    """
+    for k in range(t, len(dones)):
+        if dones[k]:
+            return k
+    return len(dones) - 1
+
+
+def naive_discounted_returns(rewards: Sequence[float], dones: Sequence[float], gamma: float) -> NDArray[np.float64]:
+    """Ground truth: ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k``, one sum per step (O(T^2)).
+
+    Deliberately naive: it mirrors the closed form, not the backward recursion the
+    learner writes, so the two fail differently.
+
+    Args:
+        rewards: ``[T]`` rewards.
+        dones: ``[T]``, 1 where an episode ended at that step.
+        gamma: discount.
+
+    Returns:
+        ``[T]`` float64 returns.
+    """
+    r = [float(x) for x in rewards]
+    d = [float(x) for x in dones]
+    out = np.zeros(len(r), dtype=np.float64)
+    for t in range(len(r)):
+        out[t] = sum(gamma ** (k - t) * r[k] for k in range(t, episode_end(d, t) + 1))
+    return out
+
+
+def random_trajectory(seed: int, length: int, p_done: float = 0.25) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Seeded ``(rewards, dones)`` of ``length`` steps; any step (the last too) is done with ``p_done``."""
+    rng = np.random.default_rng(seed)
+    rewards = np.round(rng.normal(size=length), 3)
+    dones = (rng.random(length) < p_done).astype(np.float64)
+    return rewards, dones
+
+
+def _run(fn: Callable[..., Any], rewards: Any, dones: Any, gamma: float) -> Any:
+    """Call the learner's function on copies of the inputs."""
+    return call(fn, _copy(rewards), _copy(dones), gamma)
+
+
+def _copy(x: Any) -> Any:
+    return x.copy() if isinstance(x, np.ndarray) else list(x)
+
+
+def _what(rewards: Any, dones: Any, gamma: float) -> str:
+    return f"{NAME}({short_repr(rewards)}, {short_repr(dones)}, gamma={gamma:g})"
+
+
+def _expect(fn: Callable[..., Any], rewards: Any, dones: Any, gamma: float, expected: Any) -> None:
+    got = _run(fn, rewards, dones, gamma)
+    assert_allclose(got, expected, what=_what(rewards, dones, gamma))
+
+
+@check_case("returns a finite float numpy array of shape [T]")
+def _returns_float_array(fn: Callable[..., Any]) -> None:
+    rewards, dones = [1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.0, 0.0]
+    got = _run(fn, rewards, dones, 0.5)
+    what = _what(rewards, dones, 0.5)
+    arr = assert_array(got, what=what, shape=(4,))
+    assert_float_dtype(arr, what=what)
+    assert_finite(arr, what=what)
+
+
+@check_case("hand-computed values, one episode cut off after the last step")
+def _known_values_one_episode(fn: Callable[..., Any]) -> None:
+    # G_2 = 2, G_1 = 0 + 0.5 * 2 = 1, G_0 = 1 + 0.5 * 1 = 1.5
+    _expect(fn, [1.0, 0.0, 2.0], [0.0, 0.0, 0.0], 0.5, [1.5, 1.0, 2.0])
+
+
+@check_case("hand-computed values, an episode ends mid-trajectory (integer inputs)")
+def _known_values_episode_end(fn: Callable[..., Any]) -> None:
+    # episode 1 = steps 0-1 (done at 1), episode 2 = steps 2-3 (cut off):
+    # G_1 = 1, G_0 = 1 + 0.9 * 1 = 1.9, G_3 = 1, G_2 = 1.9
+    _expect(fn, [1, 1, 1, 1], [0, 1, 0, 0], 0.9, [1.9, 1.0, 1.9, 1.0])
+
+
+@check_case("gamma = 0 gives the rewards")
+def _gamma_zero(fn: Callable[..., Any]) -> None:
+    rewards, dones = random_trajectory(seed=0, length=6)
+    _expect(fn, rewards, dones, 0.0, rewards)
+
+
+@check_case("every step done gives the rewards")
+def _all_done(fn: Callable[..., Any]) -> None:
+    rewards, _ = random_trajectory(seed=1, length=5)
+    _expect(fn, rewards, np.ones(5), 0.9, rewards)
+
+
+@check_case("two episodes computed together equal the two computed apart")
+def _episodes_independent(fn: Callable[..., Any]) -> None:
+    r1, d1 = np.array([1.0, -2.0, 0.5]), np.array([0.0, 0.0, 1.0])
+    r2, d2 = np.array([3.0, 1.0, 2.0, -1.0]), np.array([0.0, 0.0, 0.0, 0.0])
+    apart = [_run(fn, r, d, 0.9) for r, d in ((r1, d1), (r2, d2))]
+    for part, (r, d) in zip(apart, ((r1, d1), (r2, d2)), strict=True):
+        assert_array(part, what=_what(r, d, 0.9), shape=r.shape)
+    together = _run(fn, np.concatenate([r1, r2]), np.concatenate([d1, d2]), 0.9)
+    assert_allclose(
+        together,
+        np.concatenate(apart),
+        what=f"{NAME} of both episodes together (compared with each computed apart)",
+    )
+
+
+@check_case("matches the naive sum over each episode on random trajectories")
+def _matches_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, length, gamma) in enumerate([(10, 1, 0.9), (11, 7, 0.99), (12, 40, 0.9), (13, 25, 1.0)]):
+        rewards, dones = random_trajectory(seed, length)
+        got = _run(fn, rewards, dones, gamma)
+        expected = naive_discounted_returns(rewards, dones, gamma)
+        assert_allclose(got, expected, what=f"random case {case + 1} (T={length}, gamma={gamma:g})")
+
+
+@check_case("an empty trajectory (T = 0) gives an empty float array")
+def _empty(fn: Callable[..., Any]) -> None:
+    got = _run(fn, [], [], 0.9)
+    what = f"{NAME}([], [], gamma=0.9)"
+    arr = assert_array(got, what=what, shape=(0,))
+    assert_float_dtype(arr, what=what)
+
+
+@check_case("does not modify its inputs")
+def _inputs_unchanged(fn: Callable[..., Any]) -> None:
+    rewards, dones = random_trajectory(seed=20, length=8, p_done=0.4)
+    r_in, d_in = rewards.copy(), dones.copy()
+    call(fn, r_in, d_in, 0.9)
+    assert_true(np.array_equal(r_in, rewards), f"{NAME} changed the `rewards` array it was given; work on a copy")
+    assert_true(np.array_equal(d_in, dones), f"{NAME} changed the `dones` array it was given; work on a copy")
+
+
+DISCOUNTED_RETURNS = Exercise(
+    name=NAME,
+    points=10,
+    title="discounted return of every step, cut at episode ends (equation 00.1)",
+    checks=(
+        _returns_float_array,
+        _known_values_one_episode,
+        _known_values_episode_end,
+        _gamma_zero,
+        _all_done,
+        _episodes_independent,
+        _matches_oracle,
+        _empty,
+        _inputs_unchanged,
+    ),
+    hints=(
+        "loop backwards over t, carrying the next step's return: "
+        "G_t = r_t + gamma * (1 - done_t) * G_{t+1}, with G = 0 after the last step",
+        "done_t = 1 means the episode ended AT step t: G_t is just r_t, nothing after t is added",
+        "allocate the output as np.zeros(len(rewards), dtype=np.float64) so integer rewards give float returns",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (DISCOUNTED_RETURNS,)

@@ -1,0 +1,15 @@
+"""Bug: output allocated with np.zeros_like(rewards), so integer rewards give integer returns."""
+
+import numpy as np
+
+EXPECTED = "expected a float array"
+
+
+def discounted_returns(rewards, dones, gamma):
+    r = np.asarray(rewards)
+    out = np.zeros_like(r)
+    g = 0.0
+    for t in range(len(r) - 1, -1, -1):
+        g = r[t] + gamma * (1 - dones[t]) * g
+        out[t] = g
+    return out
