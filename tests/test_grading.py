@@ -20,6 +20,7 @@ from types import ModuleType
 import nbformat
 import numpy as np
 import pytest
+from conftest import solution_function, stub_function
 
 from course_lib.catalog import LESSONS
 
@@ -63,21 +64,8 @@ def load_mutant(path: Path) -> ModuleType:
     return module
 
 
-def correct(rewards, dones, gamma):
-    """A correct learner answer (backward recursion), written here for the tests."""
-    r = np.asarray(rewards, dtype=np.float64)
-    d = np.asarray(dones, dtype=np.float64)
-    out = np.zeros(len(r))
-    g = 0.0
-    for t in range(len(r) - 1, -1, -1):
-        g = r[t] + gamma * (1.0 - d[t]) * g
-        out[t] = g
-    return out
-
-
-def stub(rewards, dones, gamma):
-    """What the exercise notebook ships."""
-    raise NotImplementedError("not implemented yet")
+correct = solution_function("00_welcome", "discounted_returns")  # the real solution, from its source
+stub = stub_function("00_welcome", "discounted_returns")  # what the exercise notebook ships
 
 
 # ---------------------------------------------------------------------------------------

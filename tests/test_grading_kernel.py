@@ -18,6 +18,7 @@ from typing import Any
 import nbformat
 import psutil
 import pytest
+from conftest import exercise_function_source
 
 from course_lib.catalog import LESSONS
 from course_lib.grading.lessons import exercises_for
@@ -32,24 +33,9 @@ FIXTURES = ROOT / "tests" / "grading_fixtures"
 # small limits keep the suite fast; each test also bounds its own wall time
 FAST = ["--cell-timeout", "4", "--total-timeout", "30", "--check-timeout", "1"]
 
-SOLUTION = '''\
-def discounted_returns(rewards, dones, gamma):
-    """Discounted return of every step, cut at episode ends."""
-    r = np.asarray(rewards, dtype=np.float64)
-    d = np.asarray(dones, dtype=np.float64)
-    out = np.zeros(len(r))
-    g = 0.0
-    for t in range(len(r) - 1, -1, -1):
-        g = r[t] + gamma * (1.0 - d[t]) * g
-        out[t] = g
-    return out
-'''
-
-STUB = '''\
-def discounted_returns(rewards, dones, gamma):
-    """Discounted return of every step, cut at episode ends."""
-    raise NotImplementedError("not implemented yet")
-'''
+# the real solution and stub cells, from the single source the notebooks are generated from
+SOLUTION = exercise_function_source("00_welcome", "discounted_returns", "solution")
+STUB = exercise_function_source("00_welcome", "discounted_returns", "exercise")
 
 CHECK_CELL = 'check("00_welcome", "discounted_returns", discounted_returns)'
 

@@ -1,0 +1,52 @@
+"""Shared test helpers: the real exercise and solution code, taken from the single
+source (`exercises/src/NN_slug.py`) exactly as the generated notebooks hold it, so the
+grader is tested on what learners see rather than on copies written into the tests."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from course_lib.notebooks.source import render, targets_for
+from course_lib.paths import repo_root
+
+
+def exercise_cells(lesson_id: str, kind: str) -> list[str]:
+    """Source of the code cells up to and including the last cell tagged ``exercise``
+    (setup imports and the exercise functions), as in the ``kind`` notebook
+    (``"exercise"`` = stubs, ``"solution"`` = solved), leaving out demo and check cells."""
+    target = next(t for t in targets_for(lesson_id, repo_root()) if t.kind == kind)
+    cells = [c for c in render(target).cells if c.cell_type == "code"]
+    last = max(i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", []))
+    keep = []
+    for cell in cells[: last + 1]:
+        tags = cell.metadata.get("tags", [])
+        if "exercise" in tags or not ({"raises-exception", "exercise-check"} & set(tags)) and "check(" not in cell.source:
+            keep.append(cell.source)
+    return keep
+
+
+def exercise_function_source(lesson_id: str, name: str, kind: str) -> str:
+    """The source of the cell that defines ``name`` in the ``kind`` notebook."""
+    for source in exercise_cells(lesson_id, kind):
+        if f"def {name}(" in source:
+            return source
+    raise KeyError(f"no cell defines {name} in the {kind} notebook of {lesson_id}")
+
+
+@functools.lru_cache(maxsize=None)
+def _namespace(lesson_id: str, kind: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": f"{kind}_{lesson_id}"}
+    for source in exercise_cells(lesson_id, kind):
+        exec(compile(source, f"<{kind} {lesson_id}>", "exec"), namespace)  # noqa: S102 - our own source
+    return namespace
+
+
+def solution_function(lesson_id: str, name: str) -> Any:
+    """The solved function ``name`` of lesson ``lesson_id``."""
+    return _namespace(lesson_id, "solution")[name]
+
+
+def stub_function(lesson_id: str, name: str) -> Any:
+    """The stub of ``name`` that the exercise notebook ships."""
+    return _namespace(lesson_id, "exercise")[name]
