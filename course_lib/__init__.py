@@ -2,7 +2,9 @@
 
 Modules are named for the concept they hold (see ``catalog`` for the lesson map):
 ``scale`` (the run contract), ``paths``, ``pg`` (returns, estimators), ``plots``,
-``doctor``, ``notebooks`` (build, execute, sync check) and ``grading``.
+``bandits`` and ``verifiable`` (the estimator on tasks with exact gradients),
+``reinforce`` (the classic CPU training loop), ``doctor``, ``lab``, ``notebooks``
+(build, execute, sync check) and ``grading``.
 """
 
 __version__ = "0.1.0"

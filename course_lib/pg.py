@@ -3,12 +3,32 @@
 Conventions (rlax-style, time-major): ``rewards[t]`` is the reward received after the
 action at step ``t``; ``dones[t]`` is 1 when the episode ended at step ``t`` (terminated
 or truncated), so nothing after ``t`` belongs to its return.
+
+Lesson 01's equations, by number:
+
+- (01.1) ``J(theta) = E_{tau ~ pi_theta}[R(tau)]``
+- (01.2) score-function / REINFORCE estimator ``g = E[sum_t grad log pi(a_t|s_t) R(tau)]``:
+  :func:`score_function_gradient`, :func:`episode_returns`
+- (01.3) reward-to-go ``G_t``: :func:`discounted_returns`
+- (01.4) softmax score ``onehot(a) - pi``: :func:`categorical_score`
+- (01.5) baseline ``G_t - b``: :func:`normalize_advantages`
+- (01.6) group-relative advantage: :func:`group_relative_advantages`
+- (01.7) surrogate loss: :func:`surrogate_loss`
+- (01.8) estimator variance: :func:`gradient_variance`
+
+torch is imported only inside :func:`surrogate_loss`, so the numpy parts stay light.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+if TYPE_CHECKING:
+    import torch
 
 
 def discounted_returns(
@@ -50,3 +70,227 @@ def discounted_returns(
         running = r[t] + gamma * (1.0 - d[t]) * running
         out[t] = running
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# Lesson 01: the score-function (REINFORCE) estimator and the advantages it is fed
+# ---------------------------------------------------------------------------------------
+
+
+def episode_returns(rewards: ArrayLike, dones: ArrayLike, gamma: float) -> NDArray[np.float64]:
+    r"""The whole episode's return ``R(tau)``, assigned to every step of that episode.
+
+    Equation (01.2) weights every ``grad log pi(a_t|s_t)`` of an episode by the same
+    number, the discounted return from the episode's first step::
+
+        R(tau)_t = G_{s(t)} = sum_{k=s(t)}^{e(t)} gamma^(k - s(t)) r_k
+
+    where ``s(t)`` / ``e(t)`` are the first / last steps of ``t``'s episode (Williams,
+    1992). Reward-to-go (01.3) replaces it by ``G_t`` = :func:`discounted_returns`.
+
+    Args:
+        rewards: ``[T]`` or ``[T, B]`` rewards.
+        dones: same shape, 1 where an episode ended at that step.
+        gamma: discount in ``[0, 1]``.
+
+    Returns:
+        ``[T]`` or ``[T, B]`` float64: ``G`` of each step's episode start.
+    """
+    g = discounted_returns(rewards, dones, gamma)
+    d = np.asarray(dones, dtype=np.float64)
+    out = np.empty_like(g)
+    for t in range(g.shape[0]):
+        if t == 0:
+            out[t] = g[t]
+        else:
+            starts = d[t - 1] > 0  # the previous step ended an episode: a new one starts at t
+            out[t] = np.where(starts, g[t], out[t - 1])
+    return out
+
+
+def softmax(logits: ArrayLike, axis: int = -1) -> NDArray[np.float64]:
+    """Numerically stable softmax ``pi_k = exp(z_k) / sum_j exp(z_j)`` along ``axis``."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - np.max(z, axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def categorical_score(logits: ArrayLike, actions: ArrayLike) -> NDArray[np.float64]:
+    r"""Score of a softmax (categorical) policy: ``grad_z log pi(a) = onehot(a) - pi``.
+
+    Equation (01.4). For logits ``z`` and ``pi = softmax(z)``,
+    ``d log pi_a / d z_k = 1[k = a] - pi_k``.
+
+    Args:
+        logits: ``[K]`` logits shared by all samples, or ``[N, K]`` one row per sample.
+        actions: ``[N]`` integer actions in ``[0, K)``.
+
+    Returns:
+        ``[N, K]`` float64 scores, one row per sample.
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    a = np.asarray(actions)
+    if a.ndim != 1:
+        raise ValueError(f"actions must be [N], got shape {a.shape}")
+    if z.ndim == 1:
+        z = np.broadcast_to(z, (a.shape[0], z.shape[0]))
+    if z.ndim != 2 or z.shape[0] != a.shape[0]:
+        raise ValueError(f"logits must be [K] or [N, K] with N = {a.shape[0]}, got shape {np.shape(logits)}")
+    if a.size and (a.min() < 0 or a.max() >= z.shape[1]):
+        raise ValueError(f"actions must lie in [0, {z.shape[1]}), got min {a.min()} max {a.max()}")
+    score = -softmax(z, axis=-1)
+    score[np.arange(a.shape[0]), a] += 1.0
+    return score
+
+
+def score_function_gradient(logits: ArrayLike, actions: ArrayLike, weights: ArrayLike) -> NDArray[np.float64]:
+    r"""The score-function (REINFORCE) estimate of ``grad_z E_{a~pi}[f(a)]``.
+
+    Equation (01.2) for one softmax distribution::
+
+        g_hat = (1/N) sum_i w_i * (onehot(a_i) - pi),    a_i ~ pi = softmax(z)
+
+    with ``w_i = f(a_i)`` (the reward) or ``f(a_i) - b`` (with a baseline, eq. 01.5).
+    Unbiased for ``grad_z E[f]`` when ``b`` does not depend on ``a_i``.
+
+    Args:
+        logits: ``[K]`` logits of the sampling distribution.
+        actions: ``[N]`` sampled actions.
+        weights: ``[N]`` weight of each sample (reward, advantage).
+
+    Returns:
+        ``[K]`` float64 gradient estimate (zeros when ``N = 0``).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    score = categorical_score(logits, actions)
+    if w.shape != (score.shape[0],):
+        raise ValueError(f"weights must be [N] = ({score.shape[0]},), got shape {w.shape}")
+    if score.shape[0] == 0:
+        return np.zeros(score.shape[1])
+    return (w[:, None] * score).mean(axis=0)
+
+
+def normalize_advantages(advantages: ArrayLike, eps: float = 1e-8) -> NDArray[np.float64]:
+    """``(A - mean(A)) / (std(A) + eps)`` over all elements (population std, ddof = 0).
+
+    The batch-mean baseline plus a rescaling that keeps the step size independent of
+    the reward scale (common practice in REINFORCE/PPO implementations).
+    """
+    a = np.asarray(advantages, dtype=np.float64)
+    if a.size == 0:
+        return a.copy()
+    return (a - a.mean()) / (a.std() + eps)
+
+
+def group_relative_advantages(
+    rewards: ArrayLike, normalize_std: bool = True, eps: float = 1e-6
+) -> NDArray[np.float64]:
+    r"""Group-relative advantages (GRPO, Shao et al. 2024, arXiv 2402.03300, eq. 01.6).
+
+    ``rewards[i, j]`` is the reward of answer ``j`` of the ``G`` answers sampled for
+    prompt ``i``. The group's mean is the baseline; optionally its std rescales::
+
+        A_ij = (r_ij - mean_j r_ij) / (std_j r_ij + eps)     (normalize_std=True)
+        A_ij =  r_ij - mean_j r_ij                           (normalize_std=False)
+
+    ``std`` is the population std (ddof = 0) of the ``G`` rewards. A group whose answers
+    all get the same reward has all-zero advantages: it carries no learning signal.
+
+    Args:
+        rewards: ``[B, G]`` rewards, one row per prompt.
+        normalize_std: divide by the group's std.
+        eps: added to the std (avoids 0/0 when all rewards of a group are equal).
+
+    Returns:
+        ``[B, G]`` float64 advantages.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.ndim != 2:
+        raise ValueError(f"rewards must be [B, G] (prompts x answers per prompt), got shape {r.shape}")
+    if r.shape[1] == 0:
+        return r.copy()
+    centred = r - r.mean(axis=1, keepdims=True)
+    if not normalize_std:
+        return centred
+    return centred / (r.std(axis=1, keepdims=True) + eps)
+
+
+def surrogate_loss(logits: "torch.Tensor", actions: "torch.Tensor", advantages: "torch.Tensor") -> "torch.Tensor":
+    r"""The loss whose gradient is minus the policy-gradient estimate (eq. 01.7).
+
+    ::
+
+        L(theta) = -(1/N) sum_i A_i * log pi_theta(a_i | s_i)
+        grad L   = -(1/N) sum_i A_i * grad log pi_theta(a_i | s_i) = -g_hat
+
+    ``A_i`` is a constant (detached): the estimator weights the score by it, it does
+    not differentiate through it. Minimising ``L`` with any optimizer ascends ``J``.
+
+    Args:
+        logits: ``[N, K]`` policy logits for the ``N`` visited states (requires grad).
+        actions: ``[N]`` integer actions taken.
+        advantages: ``[N]`` weights ``A_i`` (reward-to-go, minus a baseline, ...).
+
+    Returns:
+        scalar tensor.
+    """
+    import torch
+
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be [N, K], got shape {tuple(logits.shape)}")
+    n = logits.shape[0]
+    if tuple(actions.shape) != (n,) or tuple(advantages.shape) != (n,):
+        raise ValueError(
+            f"actions {tuple(actions.shape)} and advantages {tuple(advantages.shape)} must be [N] = ({n},)"
+        )
+    logp = torch.log_softmax(logits, dim=-1).gather(1, actions.long().unsqueeze(1)).squeeze(1)
+    return -(advantages.detach().to(logp.dtype) * logp).mean()
+
+
+@dataclass(frozen=True)
+class VarianceStats:
+    """How noisy a gradient estimator is, from ``M`` independent estimates.
+
+    Attributes:
+        n_samples: ``M``, the number of independent estimates.
+        mean_sq_norm: ``||mean g||^2``, the squared length of the average estimate.
+        total_variance: ``sum_j Var[g_j]`` (ddof = 1): the expected squared distance
+            of one estimate from the average, ``E||g - E g||^2``.
+        relative_variance: ``total_variance / ||mean g||^2``, scale free (noise-to-signal).
+        cosine_to_reference: mean over estimates of ``cos(g, reference)``; ``nan``
+            without a reference. 1 means every single estimate points the right way.
+    """
+
+    n_samples: int
+    mean_sq_norm: float
+    total_variance: float
+    relative_variance: float
+    cosine_to_reference: float
+
+
+def gradient_variance(samples: ArrayLike, reference: ArrayLike | None = None) -> VarianceStats:
+    """Variance statistics of ``M`` gradient estimates (eq. 01.8).
+
+    Args:
+        samples: ``[M, D]`` estimates (each flattened to ``D`` numbers), ``M >= 2``.
+        reference: ``[D]`` the exact gradient, if known (for the cosine).
+
+    Returns:
+        :class:`VarianceStats`.
+    """
+    g = np.asarray(samples, dtype=np.float64)
+    if g.ndim != 2 or g.shape[0] < 2:
+        raise ValueError(f"samples must be [M, D] with M >= 2, got shape {g.shape}")
+    mean = g.mean(axis=0)
+    mean_sq = float(mean @ mean)
+    total = float(g.var(axis=0, ddof=1).sum())
+    rel = total / mean_sq if mean_sq > 0 else float("inf")
+    cos = float("nan")
+    if reference is not None:
+        ref = np.asarray(reference, dtype=np.float64).reshape(-1)
+        if ref.shape != (g.shape[1],):
+            raise ValueError(f"reference must be [D] = ({g.shape[1]},), got shape {ref.shape}")
+        norms = np.linalg.norm(g, axis=1) * np.linalg.norm(ref)
+        cos = float(np.mean(np.where(norms > 0, (g @ ref) / np.where(norms > 0, norms, 1.0), 0.0)))
+    return VarianceStats(g.shape[0], mean_sq, total, rel, cos)

@@ -50,3 +50,47 @@ def solution_function(lesson_id: str, name: str) -> Any:
 def stub_function(lesson_id: str, name: str) -> Any:
     """The stub of ``name`` that the exercise notebook ships."""
     return _namespace(lesson_id, "exercise")[name]
+
+
+# ---------------------------------------------------------------------------
+# Planted bugs as edits of the real solution
+# ---------------------------------------------------------------------------
+
+from dataclasses import dataclass  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug: the real solution of ``function`` with ``old`` replaced by ``new``.
+
+    ``old`` must occur exactly once in the solution's cell, so a change to the solution
+    that makes a mutant meaningless fails loudly instead of silently testing nothing.
+    ``expected`` is a fragment the grader's message must contain.
+    """
+
+    function: str
+    name: str
+    old: str
+    new: str
+    expected: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.function}-{self.name}"
+
+
+def mutant_source(lesson_id: str, mutant: Mutant) -> str:
+    """The solution cell of ``mutant.function`` with the bug planted."""
+    source = exercise_function_source(lesson_id, mutant.function, "solution")
+    count = source.count(mutant.old)
+    if count != 1:
+        raise AssertionError(f"mutant {mutant.id}: {mutant.old!r} occurs {count} times in the solution "
+                             f"of {mutant.function} (must be exactly once); update tests/mutants/")
+    return source.replace(mutant.old, mutant.new)
+
+
+def mutant_function(lesson_id: str, mutant: Mutant) -> Any:
+    """The mutated function, defined beside the solution notebook's setup code."""
+    namespace = dict(_namespace(lesson_id, "solution"))
+    exec(compile(mutant_source(lesson_id, mutant), f"<mutant {mutant.id}>", "exec"), namespace)  # noqa: S102
+    return namespace[mutant.function]

@@ -1,0 +1,337 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 01 · Policy gradients: sample, grade, reinforce
+#
+# This notebook is generated from `exercises/src/01_policy_gradients.py`; the worked
+# solutions are in `solutions/01_policy_gradients.ipynb`. Write the function bodies where
+# they raise `NotImplementedError`, run the *check yourself* cell under each one, and when
+# all pass grade the notebook from a terminal:
+#
+# ```
+# course grade exercises/01_policy_gradients.ipynb
+# ```
+#
+# The equations are numbered as in `lessons/01_policy_gradients.ipynb`.
+#
+# | exercise | points | difficulty | time |
+# |---|---|---|---|
+# | 1. `reward_to_go` on a vectorised rollout | 10 | ★☆☆ | 10 min |
+# | 2. `surrogate_loss` | 10 | ★★☆ | 15 min |
+# | 3. `group_relative_advantages` | 10 | ★☆☆ | 10 min |
+# | 4. `reinforce_update`: a complete REINFORCE step | 15 | ★★★ | 25 min |
+
+# %%
+import numpy as np
+import torch
+
+from course_lib.grading import check
+
+# %% [markdown]
+# ## Exercise 1 · Reward-to-go on a vectorised rollout (★☆☆, 10 min, 10 points)
+#
+# A vector env steps `B` environments at once, so a rollout buffer is *time-major*:
+# `rewards[t, b]` is the reward env `b` got after its action at step `t`, and
+# `dones[t, b]` is 1 (or `True`: gymnasium returns booleans) when env `b`'s episode ended
+# at step `t`; the env then starts a new episode at step `t + 1`. Return every step's
+# reward-to-go, within its own episode and its own env (eq. 01.3):
+#
+# $$G_{t,b} = r_{t,b} + \gamma\,(1 - d_{t,b})\,G_{t+1,b}, \qquad G_{T,b} = 0 .$$
+#
+# An episode still running at the last step is cut off there (nothing is added after
+# `T - 1`). Return a float64 numpy array of shape `[T, B]` (`T` may be 0); do not modify
+# the inputs.
+#
+# **How it is graded:** against an independent implementation of
+# $G_{t,b} = \sum_{k=t}^{e(t,b)} \gamma^{k-t} r_{k,b}$ (a sum per step, per env) on random
+# rollouts, hand-computed values, and properties: each env's column equals that column
+# computed alone; $\gamma = 0$ gives the rewards; boolean and integer inputs work; empty
+# rollouts give an empty `[0, B]` array; the inputs are left unchanged.
+#
+# <details><summary>Hint 1</summary>
+# Lesson 00's backward recursion works unchanged on whole rows: keep a running return of
+# shape <code>[B]</code>, one entry per env.
+# </details>
+# <details><summary>Hint 2</summary>
+# Convert first: <code>r = np.asarray(rewards, dtype=np.float64)</code> and the same for
+# <code>dones</code> (booleans become 0.0/1.0, so <code>1 - d</code> works).
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>G = np.zeros(B)</code>; for <code>t</code> from <code>T - 1</code> down to 0:
+# <code>G = r[t] + gamma * (1 - d[t]) * G</code>; <code>out[t] = G</code>.
+# </details>
+
+# %% tags=["exercise"]
+def reward_to_go(rewards, dones, gamma):
+    """Reward-to-go of every step of a time-major rollout, cut at episode ends.
+
+    Args:
+        rewards: array-like [T, B], reward after the action at step t in env b.
+        dones: array-like [T, B] (bool or 0/1), 1 where env b's episode ended at step t.
+        gamma: discount in [0, 1].
+
+    Returns:
+        np.ndarray [T, B], dtype float64.
+    """
+    ### BEGIN SOLUTION
+    r = np.asarray(rewards, dtype=np.float64)
+    d = np.asarray(dones, dtype=np.float64)
+    out = np.zeros_like(r)
+    running = np.zeros(r.shape[1:], dtype=np.float64)
+    for t in reversed(range(r.shape[0])):
+        running = r[t] + gamma * (1.0 - d[t]) * running
+        out[t] = running
+    return out
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+# two envs, four steps: env 0's first episode ends at step 1, env 1's at step 2
+rewards = np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+dones = np.array([[False, False], [True, False], [False, True], [False, False]])
+print(reward_to_go(rewards, dones, gamma=0.5))
+
+# %% tags=["exercise-check"]
+check("01_policy_gradients", "reward_to_go", reward_to_go)
+
+# %% [markdown]
+# ## Exercise 2 · The surrogate loss (★★☆, 15 min, 10 points)
+#
+# Autograd computes the policy gradient for you if you give it a loss whose gradient is
+# minus the estimate (eq. 01.7):
+#
+# $$L(\theta) = -\frac1N \sum_{i=1}^{N} A_i \log\pi_\theta(a_i\mid s_i), \qquad \nabla_\theta L = -\hat g .$$
+#
+# `logits` is the policy network's output `[N, K]` for the `N` visited states, `actions`
+# the `[N]` integer actions taken, `advantages` the `[N]` weights $A_i$. The weights are
+# **constants**: the estimator multiplies the score by them and must not differentiate
+# through them (detach them). Return a scalar (0-dimensional) torch tensor; use a
+# numerically stable log-softmax, not `log(softmax(...))`.
+#
+# **How it is graded:** the value against a naive float64 implementation (an explicit
+# log-sum-exp per row) on random inputs and a hand-computed case; the gradient with
+# respect to the logits against the score-function formula (01.4),
+# $-\frac1N A_i(\mathbf{e}_{a_i} - \pi_i)$ for row $i$; properties: a gradient step makes
+# actions with positive advantage more likely, repeating the batch leaves the loss
+# unchanged (a mean, not a sum), no gradient reaches `advantages`, inputs are unchanged.
+#
+# <details><summary>Hint 1</summary>
+# <code>torch.log_softmax(logits, dim=-1)</code> gives <code>[N, K]</code> log-probabilities;
+# pick each row's taken action.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>logp.gather(1, actions.long().unsqueeze(1)).squeeze(1)</code> (or
+# <code>logp[torch.arange(N), actions]</code>) selects <code>log pi(a_i|s_i)</code>.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>return -(advantages.detach() * logp_taken).mean()</code>; minimising it raises the
+# log-probability of actions with positive advantage.
+# </details>
+
+# %% tags=["exercise"]
+def surrogate_loss(logits, actions, advantages):
+    """The REINFORCE surrogate loss -mean_i A_i log pi(a_i | s_i).
+
+    Args:
+        logits: torch.Tensor [N, K], requires grad.
+        actions: torch.Tensor [N], integer actions in [0, K).
+        advantages: torch.Tensor [N], weights A_i (treated as constants).
+
+    Returns:
+        torch.Tensor of shape () (a scalar).
+    """
+    ### BEGIN SOLUTION
+    logp = torch.log_softmax(logits, dim=-1)
+    logp_taken = logp.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+    return -(advantages.detach().to(logp_taken.dtype) * logp_taken).mean()
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+logits = torch.zeros(2, 2, requires_grad=True)  # pi = (1/2, 1/2) in both states
+loss = surrogate_loss(logits, torch.tensor([0, 1]), torch.tensor([1.0, 3.0]))
+loss.backward()
+print(f"loss = {loss.item():.6f}  (2 ln 2 = {2 * np.log(2):.6f})")
+print("grad wrt logits:", logits.grad.tolist())
+
+# %% tags=["exercise-check"]
+check("01_policy_gradients", "surrogate_loss", surrogate_loss)
+
+# %% [markdown]
+# ## Exercise 3 · Group-relative advantages (★☆☆, 10 min, 10 points)
+#
+# GRPO (Shao et al. 2024, arXiv 2402.03300) samples `G` answers to each of `B` prompts,
+# grades them, and uses each prompt's group as its own baseline (eq. 01.6):
+#
+# $$A_{ij} = \frac{r_{ij} - \mathrm{mean}_j\, r_{ij}}{\mathrm{std}_j\, r_{ij} + \epsilon}
+#   \quad\text{(normalize\_std=True)}, \qquad A_{ij} = r_{ij} - \mathrm{mean}_j\, r_{ij}
+#   \quad\text{(normalize\_std=False)} .$$
+#
+# `rewards` is `[B, G]`, one row per prompt. Mean and std are over each row only, and the
+# std is the **population** std (`np.std`, `ddof=0`); `eps` is added to the std, outside
+# the square root. Return a float64 `[B, G]` array; do not modify the input.
+#
+# **How it is graded:** against a naive implementation (explicit sums per row) on random
+# rewards, both settings; hand-computed values; properties: every row sums to 0; a row
+# whose rewards are all equal gives zeros (not NaN); rows do not influence each other;
+# with the std, a reward scale and shift `a * r + c` (`a > 0`) changes nothing; `eps` sits
+# where the equation puts it.
+#
+# <details><summary>Hint 1</summary>
+# <code>r.mean(axis=1, keepdims=True)</code> is each group's mean, shaped <code>[B, 1]</code>
+# so that it broadcasts against <code>[B, G]</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>r.std(axis=1, keepdims=True)</code> is the population std (ddof = 0), which is
+# what the equation means here (torch's <code>.std()</code> defaults to ddof = 1).
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>centred = r - mean</code>; return <code>centred / (std + eps)</code> or
+# <code>centred</code>, depending on <code>normalize_std</code>.
+# </details>
+
+# %% tags=["exercise"]
+def group_relative_advantages(rewards, normalize_std=True, eps=1e-6):
+    """Group-relative advantages of G answers to each of B prompts.
+
+    Args:
+        rewards: array-like [B, G], reward of answer j to prompt i.
+        normalize_std: divide by each group's (population) std.
+        eps: added to the std.
+
+    Returns:
+        np.ndarray [B, G], dtype float64.
+    """
+    ### BEGIN SOLUTION
+    r = np.asarray(rewards, dtype=np.float64)
+    centred = r - r.mean(axis=1, keepdims=True)
+    if not normalize_std:
+        return centred
+    return centred / (r.std(axis=1, keepdims=True) + eps)
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+# three prompts, four answers each, graded right (1) or wrong (0)
+graded = np.array([[1, 0, 0, 0], [1, 1, 0, 1], [1, 1, 1, 1]])
+print(np.round(group_relative_advantages(graded), 3))
+print(np.round(group_relative_advantages(graded, normalize_std=False), 3))
+
+# %% tags=["exercise-check"]
+check("01_policy_gradients", "group_relative_advantages", group_relative_advantages)
+
+# %% [markdown]
+# ## Exercise 4 · A complete REINFORCE update (★★★, 25 min, 15 points)
+#
+# Put the pieces together into one policy-gradient step on a rollout. The rollout is
+# time-major like exercise 1: `obs [T, B, obs_dim]`, `actions [T, B]`, `rewards [T, B]`,
+# `dones [T, B]` (numpy arrays; every step is a real step; episodes follow each other in
+# each column). `policy` maps a float32 tensor `[N, obs_dim]` to logits `[N, n_actions]`.
+#
+# 1. weights: the reward-to-go $G_{t,b}$ (01.3) minus its mean over the whole batch,
+#    divided by its std over the whole batch plus `1e-8` (population std, ddof = 0) (01.5):
+#    $A = (G - \bar G)/(\mathrm{std}(G) + 10^{-8})$;
+# 2. the surrogate loss (01.7) over all `T * B` steps;
+# 3. one optimizer step: clear old gradients, backpropagate, step;
+# 4. return the loss (computed before the step) as a Python `float`.
+#
+# You may call your `reward_to_go` and `surrogate_loss` from above, or, if you are stuck
+# on one of them, the library's: `from course_lib.pg import discounted_returns, surrogate_loss`.
+#
+# **How it is graded:** with plain SGD the parameters must move by exactly
+# $-\text{lr}\cdot\nabla L$, where $L$ is computed independently (naive returns per step,
+# a log-softmax per sample); the returned loss must equal $L$; stale gradients left in
+# `.grad` before the call must not leak into the step; episode ends must cut the returns;
+# the inputs must be unchanged; and a few dozen updates must teach a policy a two-context
+# task (the right action in each context) to at least 90% accuracy.
+#
+# <details><summary>Hint 1</summary>
+# Flatten time and env together: <code>obs.reshape(T * B, obs_dim)</code>,
+# <code>actions.reshape(-1)</code>, and the weights likewise; convert with
+# <code>torch.as_tensor(..., dtype=torch.float32)</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>G = reward_to_go(rewards, dones, gamma)</code>;
+# <code>A = (G - G.mean()) / (G.std() + 1e-8)</code> on the numpy array (numpy's std is
+# the population std).
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>loss = surrogate_loss(policy(obs_t), actions_t, A_t)</code>, then
+# <code>optimizer.zero_grad()</code>, <code>loss.backward()</code>,
+# <code>optimizer.step()</code>, <code>return loss.item()</code>.
+# </details>
+
+# %% tags=["exercise"]
+def reinforce_update(policy, optimizer, obs, actions, rewards, dones, gamma):
+    """One REINFORCE step with reward-to-go and a normalised batch-mean baseline.
+
+    Args:
+        policy: torch.nn.Module, float32 [N, obs_dim] -> logits [N, n_actions].
+        optimizer: a torch optimizer over policy's parameters.
+        obs: np.ndarray [T, B, obs_dim] observations.
+        actions: np.ndarray [T, B] integer actions taken.
+        rewards: np.ndarray [T, B] rewards.
+        dones: np.ndarray [T, B] (bool or 0/1), 1 where an episode ended.
+        gamma: discount in [0, 1].
+
+    Returns:
+        float: the surrogate loss before the step.
+    """
+    ### BEGIN SOLUTION
+    g = reward_to_go(rewards, dones, gamma)
+    adv = (g - g.mean()) / (g.std() + 1e-8)
+    obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+    obs_t = obs_t.reshape(-1, obs_t.shape[-1])
+    actions_t = torch.as_tensor(np.asarray(actions)).reshape(-1).long()
+    adv_t = torch.as_tensor(adv.reshape(-1), dtype=torch.float32)
+    loss = surrogate_loss(policy(obs_t), actions_t, adv_t)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Your update, in a complete training loop on CartPole: `course_lib.reinforce` collects
+# one episode from each of 16 vectorised envs per update and lays them back to back in
+# one column, the layout your function takes. About 5 seconds:
+
+# %% tags=["raises-in-stub"]
+# NBVAL_IGNORE_OUTPUT
+from course_lib.reinforce import ReinforceConfig, collect_episodes, make_env, make_policy
+
+torch.manual_seed(0)
+torch.set_num_threads(1)  # tiny network: one thread is fastest
+envs = make_env(ReinforceConfig(n_envs=16))
+policy = make_policy(obs_dim=4, n_actions=2, hidden=32)
+optimizer = torch.optim.Adam(policy.parameters(), lr=0.01)
+generator = torch.Generator().manual_seed(0)
+mean_returns = []
+for update in range(40):
+    batch = collect_episodes(envs, policy, seed=update, generator=generator)
+    reinforce_update(policy, optimizer, *batch.back_to_back(), gamma=0.99)
+    mean_returns.append(batch.returns.mean())
+print(f"mean return: first update {mean_returns[0]:.0f}, last 5 updates {np.mean(mean_returns[-5:]):.0f}")
+
+# %% tags=["raises-in-stub"]
+assert len(mean_returns) == 40, "the training loop above did not finish"
+assert np.mean(mean_returns[-5:]) > 3 * mean_returns[0], "the policy should balance much longer after training"
+print("your update learns CartPole")
+
+# %% tags=["exercise-check"]
+check("01_policy_gradients", "reinforce_update", reinforce_update)
+
+# %% [markdown]
+# When every check passes, grade the whole notebook:
+# `course grade exercises/01_policy_gradients.ipynb`.

@@ -1,0 +1,244 @@
+"""Lesson 01's graders: they pass the solutions, fail the stubs with "not implemented yet",
+catch every planted bug in tests/mutants/l01_*.py with its message, and their oracles agree
+with the library's reference implementations; end to end through `course grade` too."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from course_lib.grading import check
+from course_lib.grading import cli as grade_cli
+from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.grading.lessons import exercises_for, get_exercise
+from course_lib.grading.lessons import l01_policy_gradients as l01
+from course_lib.notebooks.source import Target, render
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = "01_policy_gradients"
+SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
+NAMES = ("reward_to_go", "surrogate_loss", "group_relative_advantages", "reinforce_update")
+MUTANTS = sorted((ROOT / "tests" / "mutants").glob("l01_*.py"))
+
+
+def exercise_namespace(kind: str) -> dict[str, Any]:
+    """Execute the import cell and the `exercise` cells of the generated notebook of `kind`."""
+    nb = render(Target(LESSON, kind, SOURCE, ROOT / f"{kind}.ipynb"))
+    ns: dict[str, Any] = {}
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "code" and ("exercise" in tags or cell.source.startswith("import")):
+            exec(compile(cell.source, f"<{kind} cell>", "exec"), ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def solution() -> dict[str, Any]:
+    return exercise_namespace("solution")
+
+
+@pytest.fixture(scope="module")
+def stub() -> dict[str, Any]:
+    return exercise_namespace("exercise")
+
+
+def load_mutant(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"mutant_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mutant_target(path: Path) -> str:
+    return next(n for n in NAMES if path.stem.startswith(f"l01_{n}_"))
+
+
+# ---------------------------------------------------------------------------------------
+# Registry and exercise source
+# ---------------------------------------------------------------------------------------
+
+
+def test_registry_lists_the_four_exercises():
+    exercises = exercises_for(LESSON)
+    assert tuple(e.name for e in exercises) == NAMES
+    assert exercises_for("1") == exercises_for("policy_gradients") == exercises
+    assert sum(e.points for e in exercises) == 45
+    for e in exercises:
+        assert len(e.hints) == 3 and e.title and len(e.checks) >= 5
+        descriptions = [c.description for c in e.checks]
+        assert len(set(descriptions)) == len(descriptions)
+    assert get_exercise(LESSON, "surrogate_loss") is l01.SURROGATE_LOSS
+
+
+def test_exercise_source_states_difficulty_time_points_grading_and_hints():
+    nb = render(Target(LESSON, "solution", SOURCE, ROOT / "x.ipynb"))
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for i, ex in enumerate(exercises_for(LESSON), 1):
+        header = re.search(rf"## Exercise {i} · .*\((★[★☆]{{2}}), (\d+) min, (\d+) points\)", markdown)
+        assert header, f"exercise {i} header"
+        assert int(header.group(3)) == ex.points
+        assert f"| {i}. `{ex.name}`" in markdown and f"| {ex.points} | {header.group(1)} | {header.group(2)} min |" in markdown
+    assert markdown.count("**How it is graded:**") == 4 and markdown.count("<summary>Hint 3</summary>") == 4
+    checks = [c.source for c in nb.cells if "exercise-check" in c.metadata.get("tags", [])]
+    assert checks == [f'check("{LESSON}", "{n}", {n})' for n in NAMES]
+    defined = [c.source.split("(")[0].removeprefix("def ") for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+    assert defined == list(NAMES)
+
+
+# ---------------------------------------------------------------------------------------
+# Solutions, stubs, planted bugs
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes_every_check(solution, name):
+    outcome = run_exercise(get_exercise(LESSON, name), solution[name])
+    assert outcome.passed, outcome.message
+    assert outcome.n_passed == len(get_exercise(LESSON, name).checks)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stub_is_not_implemented(stub, name):
+    outcome = run_exercise(get_exercise(LESSON, name), stub[name])
+    assert not outcome.passed and outcome.message == NOT_IMPLEMENTED
+    assert [r.status for r in outcome.results][1:] == ["skipped"] * (len(outcome.results) - 1)
+
+
+@pytest.mark.parametrize("path", MUTANTS, ids=lambda p: p.stem)
+def test_every_planted_bug_is_caught_with_a_meaningful_message(path):
+    mutant = load_mutant(path)
+    name = mutant_target(path)
+    outcome = run_exercise(get_exercise(LESSON, name), getattr(mutant, name))
+    assert not outcome.passed
+    assert mutant.EXPECTED in outcome.message, outcome.message
+    assert NOT_IMPLEMENTED not in outcome.message and "raised" not in outcome.message
+
+
+def test_there_are_enough_planted_bugs_per_exercise():
+    counts = {n: sum(mutant_target(p) == n for p in MUTANTS) for n in NAMES}
+    assert all(c >= 5 for c in counts.values()), counts
+
+
+def test_check_prints_deterministic_lines(solution, capsys):
+    assert bool(check(LESSON, "group_relative_advantages", solution["group_relative_advantages"])) is True
+    n = len(l01.GROUP_RELATIVE_ADVANTAGES.checks)
+    assert capsys.readouterr().out == f"group_relative_advantages: PASS ({n}/{n} checks)\n"
+    mutant = load_mutant(ROOT / "tests" / "mutants" / "l01_surrogate_loss_not_detached.py")
+    outputs = []
+    for _ in range(2):
+        assert bool(check(LESSON, "surrogate_loss", mutant.surrogate_loss)) is False
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "0x" not in outputs[0]
+    head, hint_line = outputs[0].splitlines()
+    assert head.startswith("surrogate_loss: FAIL (7/8 checks): no gradient flows into the advantages")
+    assert hint_line == f"hint: {l01.SURROGATE_LOSS.hints[0]}"
+
+
+def test_checks_leave_the_global_torch_rng_alone(solution):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_exercise(l01.REINFORCE_UPDATE, solution["reinforce_update"])
+    assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------------------------------
+# The oracles against the library's reference implementations (two independent codes)
+# ---------------------------------------------------------------------------------------
+
+
+def test_oracle_reward_to_go_agrees_with_discounted_returns():
+    from course_lib.pg import discounted_returns
+
+    for seed in range(10):
+        rewards, dones = l01.random_rollout(seed, 1 + seed % 7 * 3, 1 + seed % 4)
+        np.testing.assert_allclose(l01.naive_reward_to_go(rewards, dones, 0.9), discounted_returns(rewards, dones, 0.9))
+    assert l01.naive_reward_to_go(np.zeros((0, 2)), np.zeros((0, 2)), 0.9).shape == (0, 2)
+
+
+def test_oracle_surrogate_agrees_with_the_reference_and_autograd():
+    from course_lib.pg import surrogate_loss
+
+    logits, actions, adv = l01._sur_inputs(3, 7, 4, torch.float64)
+    loss = surrogate_loss(logits, actions, adv)
+    assert math.isclose(loss.item(), l01.naive_surrogate(logits.detach(), actions, adv), rel_tol=1e-12)
+    (grad,) = torch.autograd.grad(loss, logits)
+    np.testing.assert_allclose(grad.numpy(), l01.naive_surrogate_grad(logits.detach(), actions, adv), atol=1e-12)
+
+
+def test_oracle_group_advantages_agrees_with_the_reference():
+    from course_lib.pg import group_relative_advantages
+
+    rewards = np.random.default_rng(0).normal(size=(5, 7))
+    rewards[2] = 1.0
+    for flag in (True, False):
+        np.testing.assert_allclose(l01.naive_group_advantages(rewards, flag, 1e-6),
+                                   group_relative_advantages(rewards, flag, 1e-6), atol=1e-12)
+
+
+def test_oracle_reinforce_gradient_agrees_with_the_reference_loop():
+    from course_lib.pg import discounted_returns, normalize_advantages, surrogate_loss
+
+    data = l01._rollout(7, n_t=5, n_b=3, obs_dim=3, n_actions=3)
+    policy = l01._make_policy(3, 3, 7).double()
+    w = normalize_advantages(discounted_returns(data["rewards"], data["dones"], 0.9))
+    loss = surrogate_loss(policy(torch.tensor(data["obs"].reshape(15, 3), dtype=torch.float64)),
+                          torch.tensor(data["actions"].reshape(-1)), torch.tensor(w.reshape(-1)))
+    grads = torch.autograd.grad(loss, list(policy.parameters()))
+    oracle_w = l01.naive_normalized(l01.naive_reward_to_go(data["rewards"], data["dones"], 0.9))
+    oracle_loss, oracle_grad = l01.naive_reinforce_loss_and_grad(policy, data["obs"], data["actions"], oracle_w)
+    assert math.isclose(loss.item(), oracle_loss, rel_tol=1e-10)
+    np.testing.assert_allclose(torch.cat([g.reshape(-1) for g in grads]).numpy(), oracle_grad, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# End to end through `course grade`
+# ---------------------------------------------------------------------------------------
+
+
+def run_grade(tmp_path: Path, capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, dict[str, Any], str]:
+    report = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
+    rc = grade_cli.main([*map(str, paths), "--json", str(report)])
+    return rc, json.loads(report.read_text()), capsys.readouterr().out
+
+
+def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
+    rc, doc, out = run_grade(tmp_path, capsys, ROOT / "solutions" / f"{LESSON}.ipynb", ROOT / "exercises" / f"{LESSON}.ipynb")
+    solved, untouched = doc["notebooks"]
+    assert (solved["score"], solved["max_score"], solved["passed"]) == (45, 45, True)
+    assert all(ex["passed"] for ex in solved["exercises"]) and solved["notes"] == []
+    assert untouched["score"] == 0 and not untouched["passed"] and rc != 0
+    assert all(ex["message"] == NOT_IMPLEMENTED for ex in untouched["exercises"])
+    assert "total: 45/45 points (100%)" in out and "total: 0/45 points (0%)" in out
+
+
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+    """The solution notebook with each exercise's function cell replaced by a planted bug."""
+    chosen = {"reward_to_go": "ignores_dones", "surrogate_loss": "no_minus",
+              "group_relative_advantages": "ddof1", "reinforce_update": "returns_tensor"}
+    nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
+    expected = {}
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            name = cell.source.split("(")[0].removeprefix("def ")
+            path = ROOT / "tests" / "mutants" / f"l01_{name}_{chosen[name]}.py"
+            cell.source = path.read_text()
+            expected[name] = load_mutant(path).EXPECTED
+    target = tmp_path / f"{LESSON}.ipynb"
+    nbformat.write(nb, target)
+    rc, doc, _ = run_grade(tmp_path, capsys, target)
+    (report,) = doc["notebooks"]
+    assert rc != 0 and report["score"] == 0
+    for ex in report["exercises"]:
+        assert expected[ex["name"]] in ex["message"], (ex["name"], ex["message"])
