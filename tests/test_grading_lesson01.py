@@ -1,15 +1,14 @@
 """Lesson 01's graders: they pass the solutions, fail the stubs with "not implemented yet",
-catch every planted bug in tests/mutants/l01_*.py with its message, and their oracles agree
-with the library's reference implementations; end to end through `course grade` too."""
+catch every planted bug in tests/mutants/l01_policy_gradients.py with its message, and
+their oracles agree with the library's reference implementations; end to end through
+`course grade` too."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import nbformat
@@ -23,12 +22,13 @@ from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.grading.lessons import exercises_for, get_exercise
 from course_lib.grading.lessons import l01_policy_gradients as l01
 from course_lib.notebooks.source import Target, render
+from conftest import Mutant, mutant_function, mutant_source
+from mutants.l01_policy_gradients import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "01_policy_gradients"
 SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
 NAMES = ("reward_to_go", "surrogate_loss", "group_relative_advantages", "reinforce_update")
-MUTANTS = sorted((ROOT / "tests" / "mutants").glob("l01_*.py"))
 
 
 def exercise_namespace(kind: str) -> dict[str, Any]:
@@ -52,16 +52,8 @@ def stub() -> dict[str, Any]:
     return exercise_namespace("exercise")
 
 
-def load_mutant(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"mutant_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def mutant_target(path: Path) -> str:
-    return next(n for n in NAMES if path.stem.startswith(f"l01_{n}_"))
+def find_mutant(function: str, name: str) -> Mutant:
+    return next(m for m in MUTANTS if (m.function, m.name) == (function, name))
 
 
 # ---------------------------------------------------------------------------------------
@@ -115,29 +107,29 @@ def test_stub_is_not_implemented(stub, name):
     assert [r.status for r in outcome.results][1:] == ["skipped"] * (len(outcome.results) - 1)
 
 
-@pytest.mark.parametrize("path", MUTANTS, ids=lambda p: p.stem)
-def test_every_planted_bug_is_caught_with_a_meaningful_message(path):
-    mutant = load_mutant(path)
-    name = mutant_target(path)
-    outcome = run_exercise(get_exercise(LESSON, name), getattr(mutant, name))
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_every_planted_bug_is_caught_with_a_meaningful_message(mutant):
+    outcome = run_exercise(get_exercise(LESSON, mutant.function), mutant_function(LESSON, mutant))
     assert not outcome.passed
-    assert mutant.EXPECTED in outcome.message, outcome.message
+    assert mutant.expected in outcome.message, outcome.message
     assert NOT_IMPLEMENTED not in outcome.message and "raised" not in outcome.message
 
 
 def test_there_are_enough_planted_bugs_per_exercise():
-    counts = {n: sum(mutant_target(p) == n for p in MUTANTS) for n in NAMES}
+    counts = {n: sum(m.function == n for m in MUTANTS) for n in NAMES}
     assert all(c >= 5 for c in counts.values()), counts
+    assert {m.function for m in MUTANTS} <= set(NAMES)
+    assert len({m.id for m in MUTANTS}) == len(MUTANTS)
 
 
 def test_check_prints_deterministic_lines(solution, capsys):
     assert bool(check(LESSON, "group_relative_advantages", solution["group_relative_advantages"])) is True
     n = len(l01.GROUP_RELATIVE_ADVANTAGES.checks)
     assert capsys.readouterr().out == f"group_relative_advantages: PASS ({n}/{n} checks)\n"
-    mutant = load_mutant(ROOT / "tests" / "mutants" / "l01_surrogate_loss_not_detached.py")
+    buggy = mutant_function(LESSON, find_mutant("surrogate_loss", "not_detached"))
     outputs = []
     for _ in range(2):
-        assert bool(check(LESSON, "surrogate_loss", mutant.surrogate_loss)) is False
+        assert bool(check(LESSON, "surrogate_loss", buggy)) is False
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and "0x" not in outputs[0]
     head, hint_line = outputs[0].splitlines()
@@ -224,17 +216,21 @@ def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
 
 
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
-    """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    chosen = {"reward_to_go": "ignores_dones", "surrogate_loss": "no_minus",
+    """The solution notebook with each exercise's function cell replaced by a planted bug.
+
+    reinforce_update calls the notebook's own reward_to_go and surrogate_loss, so their
+    bugs are ones that do not reach it (float rewards, advantages without grad): each
+    exercise then fails with its own bug's message."""
+    chosen = {"reward_to_go": "integer_dtype", "surrogate_loss": "not_detached",
               "group_relative_advantages": "ddof1", "reinforce_update": "returns_tensor"}
     nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
     expected = {}
     for cell in nb.cells:
         if "exercise" in cell.metadata.get("tags", []):
             name = cell.source.split("(")[0].removeprefix("def ")
-            path = ROOT / "tests" / "mutants" / f"l01_{name}_{chosen[name]}.py"
-            cell.source = path.read_text()
-            expected[name] = load_mutant(path).EXPECTED
+            mutant = find_mutant(name, chosen[name])
+            cell.source = mutant_source(LESSON, mutant)
+            expected[name] = mutant.expected
     target = tmp_path / f"{LESSON}.ipynb"
     nbformat.write(nb, target)
     rc, doc, _ = run_grade(tmp_path, capsys, target)
