@@ -1,0 +1,751 @@
+"""Lesson 02's graded exercises: the IS estimate, truncated weights, the effective sample
+size, per-token and per-sequence ratios, and PPO's clipped surrogate loss.
+
+The learner writes:
+
+* ``is_estimate(values [N], logp_target [N], logp_behaviour [N]) -> float``  (eq. 02.2)
+* ``truncated_weights(log_ratios [...], c) -> [...]``  (02.4)
+* ``effective_sample_size(weights [N]) -> float``  (02.6)
+* ``token_and_sequence_ratios(logp_new [N, T], logp_old [N, T], mask [N, T]) -> ([N, T], [N])``  (02.3)
+* ``clipped_surrogate_loss(logp_new [N], logp_old [N], advantages [N], eps=0.2) -> scalar tensor``  (02.5)
+
+The checks never call ``course_lib.importance``: they compare with the naive oracles
+below (explicit loops over samples and tokens with ``math.exp``, mirroring the
+equations), with hand-computed values, and with properties. Inputs cross the
+truncation and clip thresholds on both sides. Where a wrong answer matches a known
+mistake (inverted ratio, self-normalised mean, max instead of min, ...), the message
+names the mistake. torch is imported inside the checks that need it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.grading.checks import (
+    Exercise,
+    assert_allclose,
+    assert_array,
+    assert_float_dtype,
+    assert_true,
+    call,
+    check_case,
+    describe_type,
+    fail,
+    fmt_number,
+)
+
+LESSON = "02_importance_sampling"
+
+# ---------------------------------------------------------------------------------------
+# Oracles: naive, formula-mirroring implementations
+# ---------------------------------------------------------------------------------------
+
+
+def _floats(x: Any) -> list[float]:
+    return [float(v) for v in np.asarray(x, dtype=np.float64).reshape(-1).tolist()]
+
+
+def naive_is_estimate(values: Any, logp_target: Any, logp_behaviour: Any) -> float:
+    """``(1/N) sum_i exp(log pi_i - log mu_i) f_i``, one sample at a time."""
+    f, lt, lb = _floats(values), _floats(logp_target), _floats(logp_behaviour)
+    return sum(math.exp(lt[i] - lb[i]) * f[i] for i in range(len(f))) / len(f)
+
+
+def naive_truncated_weights(log_ratios: Any, c: float) -> NDArray[np.float64]:
+    """``min(exp(log w), c)`` element by element (for moderate ``log w``: ``math.exp`` overflows past 709)."""
+    arr = np.asarray(log_ratios, dtype=np.float64)
+    return np.array([min(math.exp(x), c) for x in arr.reshape(-1).tolist()], dtype=np.float64).reshape(arr.shape)
+
+
+def naive_ess(weights: Any) -> float:
+    """``(sum w)^2 / sum w^2`` with explicit sums; 0 when every weight is 0."""
+    w = _floats(weights)
+    squares = sum(x * x for x in w)
+    return 0.0 if squares == 0 else sum(w) ** 2 / squares
+
+
+def naive_token_and_sequence_ratios(logp_new: Any, logp_old: Any, mask: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Token ratios ``exp(new - old)`` (1 at padding) and, per row, the product of the real ones."""
+    new = np.asarray(logp_new, dtype=np.float64).tolist()
+    old = np.asarray(logp_old, dtype=np.float64).tolist()
+    real = np.asarray(mask).astype(bool).tolist()
+    n_rows, n_t = len(new), (len(new[0]) if new else 0)
+    tokens = np.ones((n_rows, n_t), dtype=np.float64)
+    seqs = np.ones(n_rows, dtype=np.float64)
+    for i in range(n_rows):
+        log_seq = 0.0
+        for t in range(n_t):
+            if real[i][t]:
+                tokens[i, t] = math.exp(new[i][t] - old[i][t])
+                log_seq += new[i][t] - old[i][t]
+        seqs[i] = math.exp(log_seq)
+    return tokens, seqs
+
+
+def naive_clipped_terms(logp_new: Any, logp_old: Any, advantages: Any, eps: float) -> tuple[list[float], list[float]]:
+    """Per sample: the clipped objective ``min(r A, clip(r) A)`` and its derivative in ``log pi``.
+
+    The derivative is ``r A`` where the unclipped term is the smaller one, else 0.
+    """
+    lt, lb, adv = _floats(logp_new), _floats(logp_old), _floats(advantages)
+    values, slopes = [], []
+    for i in range(len(lt)):
+        r = math.exp(lt[i] - lb[i])
+        unclipped = r * adv[i]
+        clipped = min(max(r, 1.0 - eps), 1.0 + eps) * adv[i]
+        values.append(min(unclipped, clipped))
+        slopes.append(unclipped if unclipped <= clipped else 0.0)
+    return values, slopes
+
+
+def naive_clipped_loss_and_grad(logp_new: Any, logp_old: Any, advantages: Any, eps: float) -> tuple[float, NDArray[np.float64]]:
+    """``L = -(1/N) sum_i min(r_i A_i, clip(r_i) A_i)`` and ``dL / d log pi_i``."""
+    values, slopes = naive_clipped_terms(logp_new, logp_old, advantages, eps)
+    n = len(values)
+    return -sum(values) / n, np.array([-s / n for s in slopes], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _copy(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if hasattr(x, "detach"):
+        return x.detach().clone()
+    return [_copy(v) if isinstance(v, list) else v for v in x] if isinstance(x, list) else x
+
+
+def _scalar(got: Any, what: str) -> float:
+    """Require one real number (a Python or numpy scalar, or a 0-d array)."""
+    if got is None:
+        fail(f"{what} is None; did you forget to `return` it?")
+    if isinstance(got, (bool, np.bool_)):
+        fail(f"{what} is a bool; expected a float")
+    if isinstance(got, np.ndarray) and got.ndim == 0:
+        got = got[()]
+    if isinstance(got, np.ndarray):
+        fail(f"{what} is an array of shape {got.shape}; expected one number (a float): average over the samples")
+    if hasattr(got, "detach"):
+        fail(f"{what} is a torch tensor; expected a Python float")
+    if not isinstance(got, (int, float, np.integer, np.floating)):
+        fail(f"{what} is {describe_type(got)}; expected a float")
+    return float(got)
+
+
+def _assert_inputs_unchanged(fn: Callable[..., Any], name: str, *extra: Any, **inputs: Any) -> None:
+    """Call ``fn(*copies of inputs, *extra)`` and fail naming the first array or tensor it changed."""
+    given = [_copy(a) for a in inputs.values()]
+    call(fn, *given, *extra)
+    for (arg, before), now in zip(inputs.items(), given, strict=True):
+        kind = "tensor" if hasattr(before, "detach") else "array"
+        same = np.array_equal(*(x.detach().numpy() if hasattr(x, "detach") else x for x in (before, now)))
+        assert_true(same, f"{name} changed the `{arg}` {kind} it was given; work on a copy")
+
+
+def _diagnose(got: Any, candidates: dict[str, Any], what: str, expected: Any, rtol: float = 1e-6) -> None:
+    """Fail naming the known mistake whose answer ``got`` matches; else compare with ``expected``."""
+    arr = np.asarray(got, dtype=np.float64) if not hasattr(got, "detach") else None
+    for message, bug in candidates.items():
+        b = np.asarray(bug, dtype=np.float64)
+        if arr is not None and arr.shape == b.shape and np.allclose(arr, b, rtol=rtol, atol=1e-9, equal_nan=True):
+            fail(f"{what}: {message}")
+    if np.ndim(expected) == 0:
+        value = _scalar(got, what)
+        if not math.isclose(value, float(expected), rel_tol=rtol, abs_tol=1e-9):
+            fail(f"{what} = {fmt_number(value)}; expected {fmt_number(expected)}")
+    else:
+        assert_allclose(got, expected, what=what, rtol=rtol, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1: is_estimate
+# ---------------------------------------------------------------------------------------
+
+ISE = "is_estimate"
+
+
+def _ise(fn: Callable[..., Any], values: Any, lt: Any, lb: Any) -> Any:
+    return call(fn, _copy(values), _copy(lt), _copy(lb))
+
+
+def _ise_random(seed: int, n: int, spread: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    rng = np.random.default_rng(seed)
+    lb = np.log(rng.uniform(0.05, 1.0, size=n))
+    return np.round(rng.normal(size=n), 3), lb + rng.normal(scale=spread, size=n), lb
+
+
+@check_case("returns one float")
+def _ise_scalar(fn: Callable[..., Any]) -> None:
+    values, lt, lb = _ise_random(0, 5)
+    _scalar(_ise(fn, values, lt, lb), f"{ISE}(5 samples)")
+
+
+@check_case("with pi = mu it is the plain mean of the values")
+def _ise_on_policy(fn: Callable[..., Any]) -> None:
+    values, _, lb = _ise_random(1, 6)
+    got = _scalar(_ise(fn, values, lb, lb), f"{ISE}(values, logp, logp)")
+    assert_true(math.isclose(got, float(np.mean(values)), rel_tol=1e-9, abs_tol=1e-12),
+                f"{ISE}(values, logp, logp) = {fmt_number(got)}; expected the mean of the values, "
+                f"{fmt_number(np.mean(values))} (every weight is exp(0) = 1)")
+
+
+@check_case("hand-computed values: weights 2, 0.5, 1 give 4/3")
+def _ise_known(fn: Callable[..., Any]) -> None:
+    values = [1.0, 0.0, 2.0]
+    pi, mu = [0.5, 0.25, 0.25], [0.25, 0.5, 0.25]
+    got = _scalar(_ise(fn, values, np.log(pi), np.log(mu)), f"{ISE}([1, 0, 2], log [0.5, 0.25, 0.25], log [0.25, 0.5, 0.25])")
+    what = f"{ISE}(values [1, 0, 2], pi [0.5, 0.25, 0.25], mu [0.25, 0.5, 0.25])"
+    _diagnose(got, {
+        "the weights are inverted; w = pi / mu = exp(logp_target - logp_behaviour)": (0.5 * 1 + 2 * 0 + 1 * 2) / 3,
+        "divided by the sum of the weights (the self-normalised estimate); divide by N": 4 / 3.5,
+        "summed over the samples; average them (divide by N)": 4.0,
+        "the values are missing: average w_i * values[i], not w_i": 3.5 / 3,
+    }, what, 4 / 3)
+
+
+@check_case("averaged over every single sample x ~ mu it gives E_pi[f] exactly (unbiased)")
+def _ise_unbiased(fn: Callable[..., Any]) -> None:
+    pi = np.array([0.1, 0.2, 0.3, 0.4])
+    mu = np.array([0.4, 0.3, 0.2, 0.1])
+    f = np.array([3.0, -1.0, 0.5, 2.0])
+    mean = sum(mu[x] * _scalar(_ise(fn, [f[x]], [math.log(pi[x])], [math.log(mu[x])]), f"{ISE} of one sample")
+               for x in range(4))
+    exact = float(pi @ f)
+    assert_true(math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12),
+                f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) is {fmt_number(mean)}; "
+                f"expected E_pi[f] = {fmt_number(exact)}: the estimate is biased")
+
+
+@check_case("matches a naive loop over the samples on random inputs")
+def _ise_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, n, spread) in enumerate([(10, 1, 0.5), (11, 7, 1.0), (12, 50, 2.0), (13, 300, 0.3)]):
+        values, lt, lb = _ise_random(seed, n, spread)
+        got = _scalar(_ise(fn, values, lt, lb), f"random case {case + 1} (N={n})")
+        expected = naive_is_estimate(values, lt, lb)
+        assert_true(math.isclose(got, expected, rel_tol=1e-7, abs_tol=1e-12),
+                    f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}")
+
+
+@check_case("log-probabilities near -1000 (probabilities underflow to 0.0)")
+def _ise_stable(fn: Callable[..., Any]) -> None:
+    values = np.array([1.0, 1.0, 3.0])
+    lt = np.array([-1000.0, -1001.0, -999.5])
+    lb = np.array([-1001.0, -1000.0, -999.5])
+    expected = (math.e + 1 / math.e + 3.0) / 3
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _scalar(_ise(fn, values, lt, lb), f"{ISE}([1, 1, 3], [-1000, -1001, -999.5], [-1001, -1000, -999.5])")
+    if not math.isfinite(got):
+        fail(f"{ISE} with log-probabilities near -1000 returned {fmt_number(got)}: exp(-1000) is 0.0 in floating "
+             "point, so pi / mu becomes 0 / 0; compute exp(logp_target - logp_behaviour)")
+    assert_true(math.isclose(got, expected, rel_tol=1e-9),
+                f"{ISE} with log-probabilities near -1000 = {fmt_number(got)}; expected (e + 1/e + 3) / 3 = "
+                f"{fmt_number(expected)}")
+
+
+@check_case("accepts lists and does not modify its inputs")
+def _ise_inputs(fn: Callable[..., Any]) -> None:
+    got = _scalar(call(fn, [2.0, 4.0], [math.log(0.5), math.log(0.5)], [math.log(0.25), math.log(0.75)]),
+                  f"{ISE}([2, 4], [log 0.5, log 0.5], [log 0.25, log 0.75])")
+    expected = (2 * 2.0 + 4 * (2 / 3)) / 2
+    assert_true(math.isclose(got, expected, rel_tol=1e-9), f"{ISE} on lists = {fmt_number(got)}; expected {fmt_number(expected)}")
+    values, lt, lb = _ise_random(20, 6)
+    _assert_inputs_unchanged(fn, ISE, values=values, logp_target=lt, logp_behaviour=lb)
+
+
+IS_ESTIMATE = Exercise(
+    name=ISE,
+    points=10,
+    title="the importance-sampling estimate of E_pi[f] from samples of mu (eq. 02.2)",
+    checks=(_ise_scalar, _ise_known, _ise_on_policy, _ise_unbiased, _ise_oracle, _ise_stable, _ise_inputs),
+    hints=(
+        "w_i = exp(logp_target[i] - logp_behaviour[i]); return the mean of w_i * values[i] as a float",
+        "the ratio of probabilities is the exponential of the difference of log-probabilities: never exponentiate "
+        "the log-probabilities separately (exp(-1000) is 0.0)",
+        "divide by N (np.mean), not by the sum of the weights: the self-normalised estimate is biased",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: truncated_weights
+# ---------------------------------------------------------------------------------------
+
+TW = "truncated_weights"
+
+
+def _tw(fn: Callable[..., Any], log_ratios: Any, c: float) -> Any:
+    return call(fn, _copy(log_ratios), c)
+
+
+@check_case("returns a float array of the input's shape")
+def _tw_shape(fn: Callable[..., Any]) -> None:
+    lr = np.array([[-1.0, 0.0, 2.0], [0.5, -0.2, 3.0]])
+    what = f"{TW}(log_ratios of shape (2, 3), c=1.5)"
+    arr = assert_array(_tw(fn, lr, 1.5), what=what, shape=(2, 3))
+    assert_float_dtype(arr, what=what)
+
+
+@check_case("hand-computed values below, at and above c")
+def _tw_known(fn: Callable[..., Any]) -> None:
+    w = np.array([0.25, 1.0, 2.0, 4.0])
+    got = _tw(fn, np.log(w), 2.0)
+    assert_array(got, what=f"{TW}(log [0.25, 1, 2, 4], c=2)", shape=(4,))
+    _diagnose(got, {
+        "weights below c changed: truncation only caps weights above c (min, not max or a two-sided clip)":
+            [2.0, 2.0, 2.0, 4.0],
+        "weights below 1/c were lifted to 1/c: truncation is one-sided, min(w, c); small weights stay as they are":
+            [0.5, 1.0, 2.0, 2.0],
+        "weights above c were not capped: compare log w with log c (not with c), or w with c":
+            [0.25, 1.0, 2.0, 4.0],
+        "the weights were capped at 1, not at c": [0.25, 1.0, 1.0, 1.0],
+        "these are log-weights: exponentiate, min(exp(log w), c)": np.minimum(np.log(w), math.log(2.0)),
+    }, f"{TW}(log [0.25, 1, 2, 4], c=2)", [0.25, 1.0, 2.0, 2.0])
+
+
+@check_case("c = 1 caps on both sides of 1 correctly (IMPALA's rho_bar)")
+def _tw_c1(fn: Callable[..., Any]) -> None:
+    lr = np.array([-0.5, 0.0, 0.5, 3.0])
+    assert_allclose(_tw(fn, lr, 1.0), [math.exp(-0.5), 1.0, 1.0, 1.0], what=f"{TW}([-0.5, 0, 0.5, 3], c=1)")
+
+
+@check_case("c = inf gives the full weights exp(log w)")
+def _tw_inf(fn: Callable[..., Any]) -> None:
+    lr = np.array([-2.0, 0.0, 1.5, 4.0])
+    assert_allclose(_tw(fn, lr, np.inf), np.exp(lr), what=f"{TW}([-2, 0, 1.5, 4], c=inf)")
+
+
+@check_case("matches min(exp(log w), c) element by element on random log-ratios")
+def _tw_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    for case, (shape, c) in enumerate([((1,), 1.0), ((20,), 1.2), ((4, 7), 0.5), ((50,), 3.0)]):
+        lr = rng.normal(scale=1.5, size=shape)
+        assert_allclose(_tw(fn, lr, c), naive_truncated_weights(lr, c),
+                        what=f"random case {case + 1} (shape {shape}, c={fmt_number(c)})")
+
+
+@check_case("huge log-ratios (800) give c without overflow")
+def _tw_overflow(fn: Callable[..., Any]) -> None:
+    lr = np.array([800.0, -800.0, 0.0, 1000.0])
+    what = f"{TW}([800, -800, 0, 1000], c=3)"
+    with np.errstate(over="warn"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _tw(fn, lr, 3.0)
+    if any("overflow" in str(w.message) for w in caught):
+        fail(f"{what} overflowed (numpy warned 'overflow encountered in exp'): take the minimum before "
+             "exponentiating, exp(min(log w, log c))")
+    assert_allclose(got, [3.0, 0.0, 1.0, 3.0], what=what)
+
+
+@check_case("does not modify its input")
+def _tw_inputs(fn: Callable[..., Any]) -> None:
+    _assert_inputs_unchanged(fn, TW, 1.0, log_ratios=np.array([-1.0, 0.3, 2.0, 5.0]))
+
+
+TRUNCATED_WEIGHTS = Exercise(
+    name=TW,
+    points=10,
+    title="importance weights truncated at c, min(w, c), without overflow (eq. 02.4)",
+    checks=(_tw_shape, _tw_known, _tw_c1, _tw_inf, _tw_oracle, _tw_overflow, _tw_inputs),
+    hints=(
+        "min(exp(a), c) = exp(min(a, log c)): take the minimum in log space, then exponentiate",
+        "only weights above c change; weights below c (even tiny ones) stay as they are",
+        "return np.exp(np.minimum(np.asarray(log_ratios, dtype=np.float64), np.log(c))); np.log(np.inf) is inf",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: effective_sample_size
+# ---------------------------------------------------------------------------------------
+
+ESS = "effective_sample_size"
+
+
+def _ess(fn: Callable[..., Any], weights: Any, what: str) -> float:
+    return _scalar(call(fn, _copy(weights)), what)
+
+
+def _ess_expect(fn: Callable[..., Any], weights: Any, expected: float, what: str, bugs: dict[str, Any] | None = None) -> None:
+    got = _ess(fn, weights, what)
+    _diagnose(got, bugs or {}, what, expected)
+
+
+@check_case("returns one float")
+def _ess_scalar(fn: Callable[..., Any]) -> None:
+    _ess(fn, np.array([1.0, 2.0, 0.5]), f"{ESS}([1, 2, 0.5])")
+
+
+@check_case("hand-computed value: weights 1, 2, 3 give 36 / 14")
+def _ess_known(fn: Callable[..., Any]) -> None:
+    _ess_expect(fn, np.array([1.0, 2.0, 3.0]), 36 / 14, f"{ESS}([1, 2, 3])", {
+        "that is sum w^2 / (sum w)^2, the inverse of the ESS": 14 / 36,
+        "the sum of the weights must be squared: (sum w)^2 / sum w^2": 6 / 14,
+        "that is ESS / N; return the ESS itself, (sum w)^2 / sum w^2": 36 / 14 / 3,
+        "the denominator is the sum of the squared weights, not their mean": 36 / (14 / 3),
+    })
+
+
+@check_case("equal weights give N")
+def _ess_equal(fn: Callable[..., Any]) -> None:
+    for n, value in ((1, 1.0), (5, 1.0), (17, 0.3), (1000, 2.5)):
+        _ess_expect(fn, np.full(n, value), float(n), f"{ESS} of {n} equal weights {fmt_number(value)}")
+
+
+@check_case("one non-zero weight gives 1")
+def _ess_one(fn: Callable[..., Any]) -> None:
+    _ess_expect(fn, np.array([0.0, 0.0, 4.0, 0.0]), 1.0, f"{ESS}([0, 0, 4, 0])")
+
+
+@check_case("scaling every weight by the same factor changes nothing")
+def _ess_scale(fn: Callable[..., Any]) -> None:
+    w = np.random.default_rng(1).exponential(size=12)
+    base = _ess(fn, w, f"{ESS}(w)")
+    for factor in (1e-3, 7.0, 1e3):
+        scaled = _ess(fn, factor * w, f"{ESS}({fmt_number(factor)} * w)")
+        assert_true(math.isclose(scaled, base, rel_tol=1e-9),
+                    f"{ESS}({fmt_number(factor)} * w) = {fmt_number(scaled)} but {ESS}(w) = {fmt_number(base)}")
+
+
+@check_case("lies in [1, N] and matches explicit sums on random weights")
+def _ess_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(2)
+    for case, n in enumerate((2, 10, 100, 1000)):
+        w = np.exp(rng.normal(scale=1.0 + case, size=n))
+        got = _ess(fn, w, f"random case {case + 1} (N={n})")
+        assert_true(1.0 - 1e-9 <= got <= n + 1e-9, f"random case {case + 1}: ESS {fmt_number(got)} is outside [1, N={n}]")
+        expected = naive_ess(w)
+        assert_true(math.isclose(got, expected, rel_tol=1e-9),
+                    f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}")
+
+
+@check_case("all-zero weights give 0.0, not NaN")
+def _ess_zero(fn: Callable[..., Any]) -> None:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _ess(fn, np.zeros(4), f"{ESS}([0, 0, 0, 0])")
+    assert_true(got == 0.0, f"{ESS}([0, 0, 0, 0]) = {fmt_number(got)}; expected 0.0 (check for a zero sum of "
+                            "squares before dividing)")
+
+
+@check_case("accepts lists and does not modify its input")
+def _ess_inputs(fn: Callable[..., Any]) -> None:
+    _ess_expect(fn, [1, 1, 2], 16 / 6, f"{ESS}([1, 1, 2]) (a list of ints)")
+    _assert_inputs_unchanged(fn, ESS, weights=np.array([0.5, 2.0, 1.0]))
+
+
+EFFECTIVE_SAMPLE_SIZE = Exercise(
+    name=ESS,
+    points=10,
+    title="the effective sample size (sum w)^2 / sum w^2 (eq. 02.6)",
+    checks=(_ess_scalar, _ess_known, _ess_equal, _ess_one, _ess_scale, _ess_oracle, _ess_zero, _ess_inputs),
+    hints=(
+        "two sums over the weights: s1 = sum w, s2 = sum w^2; the ESS is s1 ** 2 / s2",
+        "equal weights must give N and a single non-zero weight 1: check your formula on [1, 1] and [0, 1]",
+        "return 0.0 when s2 == 0 before dividing, and float(...) the result",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 4: token_and_sequence_ratios
+# ---------------------------------------------------------------------------------------
+
+TSR = "token_and_sequence_ratios"
+
+
+def _tsr(fn: Callable[..., Any], new: Any, old: Any, mask: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+    got = call(fn, _copy(new), _copy(old), _copy(mask))
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(f"{what} is {describe_type(got)}; expected a tuple (token_ratios [N, T], sequence_ratios [N])")
+    n_rows, n_t = np.shape(new)
+    tokens = assert_array(got[0], what=f"the token ratios of {what}", shape=(n_rows, n_t))
+    seqs = assert_array(got[1], what=f"the sequence ratios of {what}", shape=(n_rows,))
+    return tokens, seqs
+
+
+def _padded_batch(seed: int, n_rows: int, n_t: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    """Random token log-probabilities, each row padded after a random length, garbage at padding."""
+    rng = np.random.default_rng(seed)
+    old = np.log(rng.uniform(0.05, 1.0, size=(n_rows, n_t)))
+    new = old + rng.normal(scale=0.3, size=(n_rows, n_t))
+    lengths = rng.integers(1, n_t + 1, size=n_rows)
+    mask = np.arange(n_t)[None, :] < lengths[:, None]
+    new[~mask], old[~mask] = 30.0, -30.0  # padding: exp(60) per padded token if it leaked
+    return new, old, mask
+
+
+@check_case("returns (token ratios [N, T], sequence ratios [N]) as float arrays")
+def _tsr_shapes(fn: Callable[..., Any]) -> None:
+    new, old, mask = _padded_batch(0, 3, 5)
+    what = f"{TSR}(logp_new [3, 5], logp_old [3, 5], mask [3, 5])"
+    tokens, seqs = _tsr(fn, new, old, mask, what)
+    assert_float_dtype(tokens, what=f"the token ratios of {what}")
+    assert_float_dtype(seqs, what=f"the sequence ratios of {what}")
+
+
+@check_case("hand-computed values, no padding")
+def _tsr_known(fn: Callable[..., Any]) -> None:
+    new = np.log([[0.5, 0.5], [0.2, 0.4]])
+    old = np.log([[0.25, 0.5], [0.4, 0.4]])
+    mask = np.ones((2, 2), dtype=bool)
+    what = f"{TSR}(log [[0.5, 0.5], [0.2, 0.4]], log [[0.25, 0.5], [0.4, 0.4]], all real)"
+    tokens, seqs = _tsr(fn, new, old, mask, what)
+    _diagnose(tokens, {"the token ratios are inverted: w = pi / mu = exp(logp_new - logp_old)": [[0.5, 1.0], [2.0, 1.0]]},
+              f"the token ratios of {what}", [[2.0, 1.0], [0.5, 1.0]])
+    _diagnose(seqs, {
+        "that is the geometric mean of the token ratios; the sequence ratio is their product": [math.sqrt(2), math.sqrt(0.5)],
+        "that is the arithmetic mean of the token ratios; the sequence ratio is their product": [1.5, 0.75],
+        "that is the sum of the token ratios; the sequence ratio is their product": [3.0, 1.5],
+    }, f"the sequence ratios of {what}", [2.0, 0.5])
+
+
+@check_case("padding changes nothing: token ratio 1 there, and left out of the product")
+def _tsr_padding(fn: Callable[..., Any]) -> None:
+    new = np.log([[0.5, 0.3, 0.9, 1.0], [0.2, 1.0, 1.0, 1.0]])
+    old = np.log([[0.25, 0.3, 0.45, 1.0], [0.1, 1.0, 1.0, 1.0]])
+    mask = np.array([[True, True, True, False], [True, False, False, False]])
+    new[~mask], old[~mask] = 30.0, -30.0
+    what = f"{TSR}(a batch with padding)"
+    tokens, seqs = _tsr(fn, new, old, mask, what)
+    if np.any(tokens[~mask] > 1e10):
+        fail(f"the token ratios of {what} include the padding (got {fmt_number(tokens[~mask].max())} at a padded "
+             "position); set the log-ratio to 0 where mask is False")
+    if np.allclose(tokens[~mask], 0.0):
+        fail(f"the token ratios of {what} are 0 at padding; expected 1.0 (exp(0): padding has no weight to correct)")
+    assert_allclose(tokens, [[2.0, 1.0, 2.0, 1.0], [2.0, 1.0, 1.0, 1.0]], what=f"the token ratios of {what}")
+    if np.any(seqs > 1e10):
+        fail(f"the sequence ratios of {what} include the padding (got {fmt_number(seqs.max())}); "
+             "multiply only the real tokens' ratios")
+    assert_allclose(seqs, [4.0, 2.0], what=f"the sequence ratios of {what}")
+
+
+@check_case("each sequence ratio is the product of its real token ratios")
+def _tsr_product(fn: Callable[..., Any]) -> None:
+    new, old, mask = _padded_batch(1, 6, 9)
+    tokens, seqs = _tsr(fn, new, old, mask, f"{TSR}(a random padded batch [6, 9])")
+    products = np.array([np.prod(tokens[i][mask[i]]) for i in range(6)])
+    assert_allclose(seqs, products, what="the sequence ratios (compared with the product of each row's real token ratios)",
+                    rtol=1e-9)
+
+
+@check_case("matches a naive double loop on random padded batches")
+def _tsr_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, n_rows, n_t) in enumerate([(10, 1, 1), (11, 4, 8), (12, 16, 30), (13, 3, 64)]):
+        new, old, mask = _padded_batch(seed, n_rows, n_t)
+        what = f"random case {case + 1} (N={n_rows}, T={n_t})"
+        tokens, seqs = _tsr(fn, new, old, mask, what)
+        exp_tokens, exp_seqs = naive_token_and_sequence_ratios(new, old, mask)
+        assert_allclose(tokens, exp_tokens, what=f"the token ratios of {what}")
+        assert_allclose(seqs, exp_seqs, what=f"the sequence ratios of {what}", rtol=1e-9)
+
+
+@check_case("log-probabilities near -800 (probabilities underflow to 0.0)")
+def _tsr_long(fn: Callable[..., Any]) -> None:
+    n_t = 400
+    old = np.full((2, n_t), -800.0)
+    new = old + np.array([[-0.01], [0.005]])
+    mask = np.ones((2, n_t), dtype=bool)
+    what = f"{TSR}(2 sequences of {n_t} tokens with log-probabilities near -800)"
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokens, seqs = _tsr(fn, new, old, mask, what)
+    if not (np.all(np.isfinite(tokens)) and np.all(np.isfinite(seqs))):
+        fail(f"{what} contains NaN or inf: exp(-800) is 0.0 in floating point, so a ratio of probabilities is 0 / 0; "
+             "subtract the log-probabilities first")
+    assert_allclose(seqs, [math.exp(-0.01 * n_t), math.exp(0.005 * n_t)], what=f"the sequence ratios of {what}", rtol=1e-9)
+
+
+@check_case("accepts lists and a 0/1 mask, and does not modify its inputs")
+def _tsr_inputs(fn: Callable[..., Any]) -> None:
+    new = [[math.log(0.5), math.log(0.8)], [math.log(0.3), 0.0]]
+    old = [[math.log(0.25), math.log(0.4)], [math.log(0.6), 0.0]]
+    _, seqs = _tsr(fn, new, old, [[1, 1], [1, 0]], f"{TSR} on lists with a 0/1 integer mask")
+    assert_allclose(seqs, [4.0, 0.5], what=f"the sequence ratios of {TSR} on lists with a 0/1 integer mask")
+    n_new, n_old, n_mask = _padded_batch(20, 3, 4)
+    _assert_inputs_unchanged(fn, TSR, logp_new=n_new, logp_old=n_old, mask=n_mask)
+
+
+TOKEN_AND_SEQUENCE_RATIOS = Exercise(
+    name=TSR,
+    points=10,
+    title="per-token ratios and their product over each sequence, with padding (eq. 02.3)",
+    checks=(_tsr_shapes, _tsr_known, _tsr_padding, _tsr_product, _tsr_oracle, _tsr_long, _tsr_inputs),
+    hints=(
+        "log_ratio = np.where(mask, logp_new - logp_old, 0.0): 0 at padding, so its exp is 1 and it adds nothing to a sum",
+        "the sequence's log-ratio is the sum of its tokens' log-ratios, log_ratio.sum(axis=1); exponentiate at the end",
+        "return np.exp(log_ratio), np.exp(log_ratio.sum(axis=1)) with mask = np.asarray(mask, dtype=bool)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 5: clipped_surrogate_loss
+# ---------------------------------------------------------------------------------------
+
+CSL = "clipped_surrogate_loss"
+
+
+def _csl_tensors(logp_old: Sequence[float], ratios: Sequence[float], adv: Sequence[float], dtype: Any = None,
+                 old_grad: bool = False) -> tuple[Any, Any, Any]:
+    import torch
+
+    dtype = dtype or torch.float64
+    old = torch.tensor(list(logp_old), dtype=dtype, requires_grad=old_grad)
+    new = (old.detach() + torch.log(torch.tensor(list(ratios), dtype=dtype))).requires_grad_()
+    return new, old, torch.tensor(list(adv), dtype=dtype, requires_grad=old_grad)
+
+
+def _csl_random(seed: int, n: int) -> tuple[list[float], list[float], list[float]]:
+    """Ratios log-normal around 1 (both clip thresholds crossed), advantages of both signs."""
+    rng = np.random.default_rng(seed)
+    old = np.log(rng.uniform(0.05, 0.95, size=n)).tolist()
+    ratios = np.exp(rng.normal(scale=0.4, size=n)).tolist()
+    adv = np.round(rng.normal(size=n), 3).tolist()
+    return old, ratios, adv
+
+
+def _csl_value(fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float, what: str) -> Any:
+    import torch
+
+    out = call(fn, new, old, adv, eps)
+    if out is None:
+        fail(f"{what} is None; did you forget to `return` the loss?")
+    if not isinstance(out, torch.Tensor):
+        fail(f"{what} is {describe_type(out)}; expected a torch tensor (autograd needs it: don't call .item())")
+    if out.dim() != 0:
+        fail(f"{what} has shape {tuple(out.shape)}; expected a scalar (shape ()): average over the samples")
+    return out
+
+
+def _csl_grad(fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float, what: str) -> tuple[float, NDArray[np.float64]]:
+    import torch
+
+    loss = _csl_value(fn, new, old, adv, eps, what)
+    if not loss.requires_grad:
+        fail(f"{what} does not depend on logp_new through autograd; build the loss from logp_new with torch operations")
+    (grad,) = torch.autograd.grad(loss, new, allow_unused=True)
+    if grad is None:
+        fail(f"no gradient reaches logp_new in {what}")
+    return float(loss.detach()), grad.detach().double().numpy()
+
+
+@check_case("returns a scalar torch tensor")
+def _csl_scalar(fn: Callable[..., Any]) -> None:
+    new, old, adv = _csl_tensors(*_csl_random(0, 4))
+    _csl_value(fn, new, old, adv, 0.2, f"{CSL}(4 samples)")
+
+
+@check_case("with ratios 1 the loss is -mean(A) and its gradient -A / N (REINFORCE)")
+def _csl_ratio_one(fn: Callable[..., Any]) -> None:
+    adv = [1.0, -2.0, 0.5, 3.0]
+    new, old, a = _csl_tensors([-1.0, -0.5, -2.0, -0.1], [1.0] * 4, adv)
+    loss, grad = _csl_grad(fn, new, old, a, 0.2, f"{CSL}(ratios 1, A = {adv})")
+    expected = -sum(adv) / 4
+    if math.isclose(loss, -expected, rel_tol=1e-9):
+        fail(f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}: "
+             "minimise minus the surrogate")
+    assert_true(math.isclose(loss, expected, rel_tol=1e-6),
+                f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}")
+    if np.allclose(grad, [a_i / 4 for a_i in adv], rtol=1e-5):
+        fail(f"the gradient of {CSL}(ratios 1) with respect to logp_new points the wrong way: the ratio is "
+             "r = exp(logp_new - logp_old), which grows with logp_new")
+    assert_allclose(grad, [-a_i / 4 for a_i in adv], what=f"the gradient of {CSL}(ratios 1) with respect to logp_new",
+                    rtol=1e-5)
+
+
+@check_case("hand-computed value and gradient across both clip thresholds, A of both signs")
+def _csl_known(fn: Callable[..., Any]) -> None:
+    ratios, adv = [1.5, 0.5, 1.5, 0.5, 1.1], [1.0, 1.0, -1.0, -1.0, 2.0]
+    new, old, a = _csl_tensors([math.log(0.3)] * 5, ratios, adv)
+    what = f"{CSL}(ratios {ratios}, A {adv}, eps=0.2)"
+    loss, grad = _csl_grad(fn, new, old, a, 0.2, what)
+    # terms: min(1.5, 1.2) = 1.2 (clipped), 0.5, min(-1.5, -1.2) = -1.5, min(-0.5, -0.8) = -0.8 (clipped), 2.2
+    _diagnose(loss, {
+        "the loss has the wrong sign: minimise minus the surrogate": 0.32,
+        "that is torch.max of the two terms; PPO takes the minimum (the pessimistic bound)": -(1.5 + 0.8 - 1.2 - 0.5 + 2.2) / 5,
+        "that is the clipped term alone; take the minimum of the unclipped and the clipped terms": -(1.2 + 0.8 - 1.2 - 0.8 + 2.2) / 5,
+        "summed over the samples; average them": -1.6,
+    }, what, -1.6 / 5, rtol=1e-5)
+    expected_grad = [0.0, -0.5 / 5, 1.5 / 5, 0.0, -2.2 / 5]
+    assert_allclose(grad, expected_grad, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
+
+
+@check_case("value matches a naive float64 loop on random ratios and advantages")
+def _csl_oracle(fn: Callable[..., Any]) -> None:
+    import torch
+
+    for case, (seed, n, eps, dtype) in enumerate([(10, 1, 0.2, torch.float64), (11, 9, 0.2, torch.float32),
+                                                   (12, 64, 0.1, torch.float64), (13, 200, 0.3, torch.float32)]):
+        old, ratios, adv = _csl_random(seed, n)
+        new_t, old_t, adv_t = _csl_tensors(old, ratios, adv, dtype=dtype)
+        what = f"random case {case + 1} (N={n}, eps={eps:g}, {str(dtype).removeprefix('torch.')})"
+        loss = float(_csl_value(fn, new_t, old_t, adv_t, eps, what).detach())
+        expected, _ = naive_clipped_loss_and_grad(new_t.detach(), old_t, adv_t, eps)
+        assert_true(math.isclose(loss, expected, rel_tol=1e-4, abs_tol=1e-6),
+                    f"{what}: loss {fmt_number(loss)}, expected {fmt_number(expected)}")
+
+
+@check_case("gradient: -(1/N) r A where the unclipped term is smaller, 0 where the clip is active")
+def _csl_gradient(fn: Callable[..., Any]) -> None:
+    for case, (seed, n, eps) in enumerate([(20, 12, 0.2), (21, 50, 0.1)]):
+        old, ratios, adv = _csl_random(seed, n)
+        new_t, old_t, adv_t = _csl_tensors(old, ratios, adv)
+        what = f"random case {case + 1} (N={n}, eps={eps:g})"
+        _, grad = _csl_grad(fn, new_t, old_t, adv_t, eps, what)
+        _, expected = naive_clipped_loss_and_grad(new_t.detach(), old_t, adv_t, eps)
+        assert_allclose(grad, expected, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
+
+
+@check_case("no gradient reaches logp_old or the advantages")
+def _csl_detached(fn: Callable[..., Any]) -> None:
+    new, old, adv = _csl_tensors(*_csl_random(30, 6), old_grad=True)
+    loss = _csl_value(fn, new, old, adv, 0.2, f"{CSL}(6 samples, logp_old and advantages requiring grad)")
+    loss.backward()
+    for name, t in (("logp_old", old), ("advantages", adv)):
+        if t.grad is not None and bool((t.grad != 0).any()):
+            fail(f"a gradient flowed into `{name}`: it is a constant of the loss; use {name}.detach()")
+
+
+@check_case("eps sets the clip range")
+def _csl_eps(fn: Callable[..., Any]) -> None:
+    ratios, adv = [1.15, 0.85], [1.0, -1.0]
+    for eps, expected in ((0.1, -(1.1 - 0.9) / 2), (0.2, -(1.15 - 0.85) / 2)):
+        new, old, a = _csl_tensors([-1.0, -1.0], ratios, adv)
+        loss = float(_csl_value(fn, new, old, a, eps, f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g})").detach())
+        assert_true(math.isclose(loss, expected, rel_tol=1e-5),
+                    f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g}) = {fmt_number(loss)}; expected {fmt_number(expected)}: "
+                    "clip the ratio to [1 - eps, 1 + eps]")
+
+
+@check_case("does not modify its inputs")
+def _csl_inputs(fn: Callable[..., Any]) -> None:
+    new, old, adv = _csl_tensors(*_csl_random(40, 5))
+    _assert_inputs_unchanged(fn, CSL, 0.2, logp_new=new.detach().requires_grad_(), logp_old=old, advantages=adv)
+
+
+CLIPPED_SURROGATE_LOSS = Exercise(
+    name=CSL,
+    points=15,
+    title="minus PPO's clipped surrogate, averaged (eq. 02.5)",
+    checks=(_csl_scalar, _csl_ratio_one, _csl_known, _csl_eps, _csl_oracle, _csl_gradient, _csl_detached, _csl_inputs),
+    hints=(
+        "ratio = torch.exp(logp_new - logp_old.detach()); the two terms are ratio * A and "
+        "torch.clamp(ratio, 1 - eps, 1 + eps) * A, with A detached",
+        "take the elementwise torch.min of the two terms (the pessimistic bound), not the max",
+        "return -torch.min(unclipped, clipped).mean(): minus (optimisers minimise), a mean, and a tensor (no .item())",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (
+    IS_ESTIMATE,
+    TRUNCATED_WEIGHTS,
+    EFFECTIVE_SAMPLE_SIZE,
+    TOKEN_AND_SEQUENCE_RATIOS,
+    CLIPPED_SURROGATE_LOSS,
+)

@@ -1,0 +1,698 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Importance sampling: no free lunch
+#
+# A synchronous RL loop wastes hardware: the learner waits while the actors generate, and
+# the actors wait while the learner trains. Asynchronous systems (IMPALA, pipeline RL,
+# AReaL) keep both busy, and pay for it in **staleness**: the learner trains on samples
+# that an *older* policy $\mu$ generated, while it differentiates its *current* policy
+# $\pi$. The importance weight $w = \pi/\mu$ makes those samples count as if $\pi$ had
+# drawn them, so the gradient estimate stays unbiased, but the weight's variance grows
+# with the divergence between the two policies: staleness buys throughput at the price of
+# variance. There is no free lunch. Truncating the weights, clipping the objective and
+# bounding the staleness are the engineering answers; this lesson measures each.
+#
+# **Learning goals**
+# 1. Write the off-policy gradient with the importance weight, and compute weights in
+#    log space so that nothing over- or underflows.
+# 2. Measure that importance sampling (IS) is unbiased and that its variance is the
+#    $\chi^2$ divergence of the policies, which grows at least like $e^{\mathrm{KL}(\pi\|\mu)}$.
+# 3. See why a sequence's weight (the product of its token ratios) is hopeless for long
+#    answers, and why per-token ratios are what LLM trainers use.
+# 4. Trade bias for variance with truncated IS, read PPO's clip as the same trade, and
+#    use the effective sample size (ESS) as the dashboard number.
+# 5. Train CartPole on batches generated $k$ updates ago with no correction, full IS,
+#    truncated IS and PPO clipping, and say which wins at which staleness.
+#
+# Builds on lesson 01 (the score-function estimator, advantages, the surrogate loss).
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+import course_lib
+from course_lib.scale import current_scale, pick
+
+print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
+
+# %% [markdown]
+# ## Key equations
+#
+# **On-policy gradient** (lesson 01, eq. 01.2/01.5), with advantages $A$:
+#
+# $$g = \mathbb{E}_{a\sim\pi_\theta}\big[A(a)\,\nabla_\theta\log\pi_\theta(a)\big]. \qquad (02.1)$$
+#
+# **Off-policy gradient with the full importance weight.** The samples come from $\mu$
+# (the policy of a few updates ago). Since $\mathbb{E}_{x\sim\pi}[f] = \sum_x \mu(x)\frac{\pi(x)}{\mu(x)}f(x)$:
+#
+# $$g = \mathbb{E}_{a\sim\mu}\big[w(a)\,A(a)\,\nabla_\theta\log\pi_\theta(a)\big],\qquad
+#   w(a) = \frac{\pi_\theta(a)}{\mu(a)} = \exp\big(\log\pi_\theta(a) - \log\mu(a)\big);
+#   \qquad \widehat{\mathbb{E}_\pi f} = \frac1N\sum_{i=1}^N w_i f(x_i),\ x_i\sim\mu. \qquad (02.2)$$
+#
+# Unbiased whenever $\mu > 0$ where $\pi f \neq 0$. Trainers store the sampler's
+# log-probabilities $\log\mu$ with every sample and form $w$ from the difference of logs.
+#
+# **Sequences.** An answer $y$ of $T$ tokens has $\pi(y) = \prod_t \pi(y_t\mid y_{<t})$, so its
+# weight is the product of the per-token ratios:
+#
+# $$w_t = \frac{\pi(y_t\mid y_{<t})}{\mu(y_t\mid y_{<t})},\qquad
+#   w_{\text{seq}} = \prod_{t=1}^{T} w_t = \exp\Big(\sum_{t=1}^T \log w_t\Big). \qquad (02.3)$$
+#
+# **Truncated IS** caps each weight at $c$ (IMPALA: $\bar\rho = 1$, Espeholt et al. 2018;
+# PipelineRL's default loss: per-token, $c = 1+\epsilon$, weight not differentiated):
+#
+# $$\bar w = \min(w, c),\qquad L_{\text{TIS}}(\theta) = -\frac1N\sum_i \mathrm{sg}\big[\min(w_i, c)\big]\,A_i\log\pi_\theta(a_i). \qquad (02.4)$$
+#
+# **PPO's clipped surrogate** (Schulman et al. 2017, arXiv 1707.06347), with $r_i = w_i$
+# as a function of $\theta$:
+#
+# $$L^{\text{CLIP}}(\theta) = \frac1N\sum_i \min\big(r_i A_i,\ \mathrm{clip}(r_i, 1-\epsilon, 1+\epsilon)\,A_i\big). \qquad (02.5)$$
+#
+# **Effective sample size** (Kong 1992; Owen, *Monte Carlo theory, methods and examples*,
+# ch. 9): $N$ weighted samples are worth about
+#
+# $$\mathrm{ESS} = \frac{\big(\sum_i w_i\big)^2}{\sum_i w_i^2},\qquad
+#   \frac{\mathbb{E}[\mathrm{ESS}]}{N} \approx \frac{1}{\mathbb{E}_\mu[w^2]} \quad(\text{large } N). \qquad (02.6)$$
+#
+# **The variance is a divergence.** $\mathbb{E}_\mu[w] = 1$ and $\mathbb{E}_\mu[w^2] = \sum_x \pi(x)^2/\mu(x)$, so
+#
+# $$\mathrm{Var}_\mu[w] = \chi^2(\pi\,\|\,\mu) = e^{D_2(\pi\|\mu)} - 1 \;\ge\; e^{\mathrm{KL}(\pi\|\mu)} - 1,
+#   \qquad \frac{\mathrm{ESS}}{N} \lesssim e^{-\mathrm{KL}(\pi\|\mu)}, \qquad (02.7)$$
+#
+# because the Rényi divergence $D_\alpha$ grows with its order and $D_1 = \mathrm{KL}$. The
+# weight's variance, and the IS estimate's with it, grows **at least exponentially** in the
+# KL divergence between the policies.
+#
+# **Every correction is a weight on the score.** With $w_i$ per sample (step or token):
+#
+# $$g = \frac1N\sum_i \psi_i\,\nabla_\theta\log\pi_\theta(a_i\mid s_i),\quad
+#   \psi_i = \begin{cases} A_i & \text{no correction}\\ w_i A_i & \text{full IS}\\
+#   \min(w_i, c)\,A_i & \text{truncated IS}\\ w_i A_i\,\mathbb{1}[\text{not clipped}] & \text{PPO clip}\end{cases} \qquad (02.8)$$
+#
+# where PPO's clip is active when $w_i > 1+\epsilon$ with $A_i > 0$, or $w_i < 1-\epsilon$ with $A_i < 0$.
+#
+# **Pseudocode** (an asynchronous learner; $k$ = how many updates old the batch is)
+# ```
+# actors (in parallel):  act with a copy of the policy, version v;
+#                        store (s, a, r, log mu(a|s), v) for every step
+# learner, update t:     take a batch; lag k = t - v   (drop it if k > max_lag: bounded staleness)
+#                        w_i   = exp(log pi_theta(a_i|s_i) - log mu_i)          # (02.2), log space
+#                        psi_i = A_i | w_i A_i | min(w_i, c) A_i | clip rule     # (02.8)
+#                        theta <- theta + lr * mean_i psi_i grad log pi_theta(a_i|s_i)
+#                        log ESS/N of w, KL(pi || mu), share truncated/clipped   # (02.6)
+# ```
+#
+# | equation | function in `course_lib` |
+# |---|---|
+# | (02.2) weights, IS estimate | `importance.log_ratios`, `.importance_weights`, `.is_estimate` |
+# | (02.3) per-token ratios, sequence product | `importance.masked_log_ratios`, `.token_and_sequence_ratios` |
+# | (02.4) truncated weights, truncated-IS loss | `importance.truncated_weights`, `.truncated_is_loss(level="token"/"sequence")` |
+# | (02.5) clipped surrogate | `importance.clipped_surrogate`, `.clipped_surrogate_loss(level="token"/"sequence")` |
+# | (02.6) effective sample size | `importance.effective_sample_size`, `.ess_from_log_weights` |
+# | (02.7) KL, $\chi^2$, exact IS bias and variance | `importance.categorical_kl`, `.chi_square`, `.exact_is_moments` |
+# | (02.8) the corrections as score weights | `importance.correction_coefficients` |
+# | the staleness experiment | `staleness.run_staleness_grid(StalenessConfig(...))` |
+
+# %% [markdown]
+# ## 1. Unbiased, but at what variance?
+#
+# A controlled family of policies. Lesson 01's bandit: $K = 8$ arms, arm $k$ pays 1 with
+# probability $p_k$. The target $\pi = \mathrm{softmax}(3p)$ prefers the good arms. The
+# behaviour $\mu_\delta = \mathrm{softmax}(3p - \delta s)$, with $s$ the standardised $p$,
+# is an *older* policy that had learned less: $\delta = 0$ is on-policy, and growing
+# $\delta$ moves $\mu$ away from the arms $\pi$ likes. For each $\delta$ we estimate $\pi$'s
+# expected reward $J = \sum_k \pi_k p_k$ from $N = 100$ of $\mu$'s pulls (eq. 02.2), repeat
+# 2,000 times, and compare the measured mean and variance with the exact ones:
+# $\mathrm{Var}[w r] = \sum_k \pi_k^2 p_k/\mu_k - J^2$ per sample.
+
+# %%
+from course_lib.bandits import CategoricalBandit
+from course_lib.importance import (categorical_kl, chi_square, effective_sample_size, exact_is_moments,
+                                   importance_weights, is_estimate)
+from course_lib.pg import softmax
+
+bandit = CategoricalBandit(success_probs=(0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1))
+z_target = 3.0 * bandit.mu
+pi = softmax(z_target)
+direction = (bandit.mu - bandit.mu.mean()) / bandit.mu.std()
+J = bandit.expected_reward(z_target)
+
+
+def behaviour_logits(delta: float) -> np.ndarray:
+    """Logits of mu_delta: the target's, pushed away from the arms it likes."""
+    return z_target - delta * direction
+
+
+arms, rewards = bandit.pull(behaviour_logits(1.0), 5, np.random.default_rng(0))
+mu_1 = softmax(behaviour_logits(1.0))
+print(f"pi = {np.round(pi, 3)}, J = E_pi[r] = {J:.4f}")
+print(f"one estimate from 5 pulls of mu_1: arms {arms}, rewards {rewards}, "
+      f"weights {np.round(importance_weights(np.log(pi[arms]), np.log(mu_1[arms])), 2)}, "
+      f"IS estimate {is_estimate(rewards, np.log(pi[arms]), np.log(mu_1[arms])):.3f}")
+
+# %%
+deltas = np.linspace(0.0, 3.0, 13)
+n_samples, n_repeats = 100, pick(cpu=2_000, full=20_000)
+rng = np.random.default_rng(1)
+rows = []
+for delta in deltas:
+    mu = softmax(behaviour_logits(delta))
+    arms, rewards = bandit.pull(behaviour_logits(delta), n_samples * n_repeats, rng)
+    w = importance_weights(np.log(pi[arms]), np.log(mu[arms])).reshape(n_repeats, n_samples)
+    estimates = (w * rewards.reshape(n_repeats, n_samples)).mean(axis=1)
+    mean, second = exact_is_moments(pi, mu, bandit.mu, bandit.mu)  # rewards are 0/1: E[r^2|a] = p_a
+    rows.append({
+        "delta": delta, "kl": categorical_kl(pi, mu), "chi2": round(chi_square(pi, mu), 12) + 0.0,  # 0, not 2e-16
+        "var_exact": second - float(mean) ** 2, "var_measured": n_samples * estimates.var(ddof=1),
+        "z": (estimates.mean() - J) / (estimates.std(ddof=1) / np.sqrt(n_repeats)),
+        "ess": float(np.mean(effective_sample_size(w))) / n_samples,
+    })
+print(f"on-policy variance of one reward: J (1 - J) = {J * (1 - J):.3g}")
+print(f"{'delta':>5} {'KL(pi||mu)':>10} {'chi2=Var w':>10} {'e^KL - 1':>9} {'Var[w r] exact':>14} {'measured':>9} "
+      f"{'bias / SE':>9} {'ESS/N':>6} {'1/(1+chi2)':>10}")
+for r in rows:
+    print(f"{r['delta']:>5.2f} {r['kl']:>10.3f} {r['chi2']:>10.3g} {np.expm1(r['kl']):>9.3g} {r['var_exact']:>14.3g} "
+          f"{r['var_measured']:>9.3g} {r['z']:>9.1f} {r['ess']:>6.3f} {1 / (1 + r['chi2']):>10.3f}")
+
+# %%
+kl, chi2, var_exact, var_measured, ess_measured, z = (np.array([r[key] for r in rows])
+                                                      for key in ("kl", "chi2", "var_exact", "var_measured", "ess", "z"))
+assert np.all(np.abs(z) < 4), "IS must be unbiased: every mean within 4 standard errors of J"
+assert np.all(chi2 >= np.expm1(kl) - 1e-12), "Var[w] = chi2 >= e^KL - 1 (eq. 02.7)"
+moderate = kl <= 2.0
+assert np.allclose(var_measured[moderate], var_exact[moderate], rtol=0.25), "measured variance matches the exact one"
+blow_up = var_exact[-1] / (J * (1 - J))
+assert blow_up > 100
+assert ess_measured[-1] > 5 / (1 + chi2[-1]), "at large divergence the batch ESS overstates the true one"
+print(f"unbiased at every divergence (|bias| < 4 SE); at KL = {kl[-1]:.1f} nats the variance per sample is "
+      f"{blow_up:.0f}x the on-policy one")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+ax1.semilogy(kl, var_exact, "-", color="C0", label=r"Var$[w r]$ per sample, exact")
+ax1.semilogy(kl, var_measured, "o", color="C0", label=r"Var$[w r]$, measured (N Var of the mean)")
+ax1.semilogy(kl[1:], chi2[1:], "-", color="C1", label=r"Var$[w] = \chi^2(\pi\|\mu)$")
+ax1.semilogy(kl[1:], np.expm1(kl[1:]), ":", color="C1", label=r"lower bound $e^{KL} - 1$ (02.7)")
+ax1.axhline(J * (1 - J), color="k", ls="--", lw=1, label="on-policy Var[r]")
+ax1.set_xlabel(r"KL($\pi\,\|\,\mu$) (nats)")
+ax1.set_ylabel("variance per sample (reward$^2$)")
+ax1.set_title("IS estimate of J: variance vs divergence")
+ax1.legend(fontsize=7)
+ax2.plot(kl, ess_measured, "o", label="ESS / N measured (N = 100)")
+ax2.plot(kl, 1 / (1 + chi2), "-", label=r"$1 / (1 + \chi^2)$ (large-N limit)")
+ax2.plot(kl, np.exp(-kl), ":", label=r"bound $e^{-KL}$")
+ax2.set_yscale("log")
+ax2.set_xlabel(r"KL($\pi\,\|\,\mu$) (nats)")
+ax2.set_ylabel("effective sample size / N (fraction)")
+ax2.set_title("Effective sample size vs divergence")
+ax2.legend(fontsize=7)
+fig.suptitle(f"Controlled family: 8-armed bandit, {n_repeats} repeats of N = {n_samples} pulls of $\\mu_\\delta$, "
+             f"$\\delta$ = 0..3", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** importance sampling stays unbiased at every divergence, but its variance
+# per sample grows from 0.22 (on-policy) to about 170 at 3.6 nats of KL, exponentially in
+# the KL, as eq. 02.7 says: at 3.6 nats, 100 stale samples estimate $J$ less precisely
+# than a single fresh one would.
+#
+# The right panel shows a trap. Past about 2 nats the measured ESS stops falling and
+# sits far above its true value: a batch of 100 usually does not contain the rare arm whose
+# huge weight dominates the variance, so the weights it *did* draw look tame. The ESS can
+# only see the weights it drew; a healthy ESS at large KL is not reassurance.
+
+# %% [markdown]
+# ## 2. Sequences: per-token ratios vs their product
+#
+# For a language model an action is a whole answer, and its weight is the product of its
+# token ratios (02.3). A toy "language model": at each position $t$ the target is a
+# categorical over $V = 32$ tokens with random logits, and the stale sampler's logits differ
+# by a little noise, about 0.015 nats of KL per token (a few optimizer steps of drift).
+# We sample $N = 64$ answers from $\mu$, 100 batches, and look at prefixes of growing
+# length $T$. The per-token weights of the same batches are the comparison.
+
+# %%
+from course_lib.importance import ess_from_log_weights
+
+vocab, t_max = 32, 1024
+n_answers, n_batches = 64, pick(cpu=100, full=400)
+token_rng = np.random.default_rng(2)
+token_logits = token_rng.normal(scale=2.0, size=(t_max, vocab))
+pi_tok = softmax(token_logits)
+mu_tok = softmax(token_logits + 0.2 * token_rng.normal(size=(t_max, vocab)))
+kl_tok, chi2_tok = categorical_kl(pi_tok, mu_tok), chi_square(pi_tok, mu_tok)
+log_ratio_table = np.log(pi_tok) - np.log(mu_tok)  # [t, token]
+
+cdf = np.cumsum(mu_tok, axis=1)
+u = token_rng.random((t_max, n_batches * n_answers))
+log_w_tok = np.empty((t_max, n_batches * n_answers))
+for t in range(t_max):  # sample every answer's token t from mu, record its log-ratio
+    tokens = np.minimum(np.searchsorted(cdf[t], u[t], side="right"), vocab - 1)
+    log_w_tok[t] = log_ratio_table[t, tokens]
+log_w_seq = np.cumsum(log_w_tok, axis=0)  # [T, answers]: log-weight of each prefix of length T
+
+lengths = [1, 4, 16, 64, 256, 1024]
+seq_rows = []
+for T in lengths:
+    lw = log_w_seq[T - 1].reshape(n_batches, n_answers)
+    tok = np.exp(log_w_tok[:T].reshape(T, n_batches, n_answers)).transpose(1, 0, 2).reshape(n_batches, -1)
+    shifted = np.exp(lw - lw.max(axis=1, keepdims=True))
+    seq_rows.append({
+        "T": T, "kl": kl_tok[:T].sum(), "std": lw.std(),
+        "ess_seq": float(np.mean(ess_from_log_weights(lw))) / n_answers,
+        "limit": float(np.exp(-np.sum(np.log1p(chi2_tok[:T])))),
+        "ess_tok": float(np.mean(effective_sample_size(tok))) / (T * n_answers),
+        "top": float(np.mean(shifted.max(axis=1) / shifted.sum(axis=1))),
+    })
+print(f"per token: KL = {kl_tok.mean():.4f} nats, chi2 = {chi2_tok.mean():.4f} (mean over positions)")
+print(f"{'T':>5} {'KL(seq)':>8} {'std log w_seq':>13} {'ESS/N seq':>9} {'1/E[w_seq^2]':>12} {'ESS/N tokens':>12} "
+      f"{'top answer share':>16}")
+for r in seq_rows:
+    print(f"{r['T']:>5} {r['kl']:>8.2f} {r['std']:>13.2f} {r['ess_seq']:>9.3f} {r['limit']:>12.2g} {r['ess_tok']:>12.3f} "
+          f"{r['top']:>16.2f}")
+
+# %%
+ess_seq, ess_tok, spread, top_share = (np.array([r[key] for r in seq_rows]) for key in ("ess_seq", "ess_tok", "std", "top"))
+assert ess_seq[-1] < 0.1 and top_share[-1] > 0.5, "1024-token weights: one answer carries most of the weight"
+assert np.all(ess_tok > 0.95), "per-token weights keep their ESS at every length"
+assert 3.2 < spread[-1] / spread[lengths.index(64)] < 4.8, "std of log w_seq grows like sqrt(T): x4 from 64 to 1024"
+print(f"T = 1024: sequence-level ESS/N = {ess_seq[-1]:.3f} (the largest weight holds {top_share[-1]:.0%} of the "
+      f"batch); per-token ESS/N = {ess_tok[-1]:.3f}")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+ax1.semilogx(lengths, ess_seq, "o-", label="sequence weights, measured (batches of 64)")
+ax1.semilogx(lengths, [r["limit"] for r in seq_rows], ":", label=r"sequence, large-N limit $1/\prod_t(1+\chi^2_t)$")
+ax1.semilogx(lengths, ess_tok, "s-", label="per-token weights, measured")
+ax1.set_yscale("log")
+ax1.set_ylim(1e-3, 1.5)
+ax1.set_xlabel("answer length T (tokens)")
+ax1.set_ylabel("effective sample size / N (fraction)")
+ax1.set_title("ESS of sequence vs per-token weights")
+ax1.legend(fontsize=7)
+log10_w = log_w_seq[np.array(lengths) - 1] / np.log(10)
+q = np.percentile(log10_w, [5, 50, 95], axis=1)
+ax2.fill_between(lengths, q[0], q[2], alpha=0.3, label="5%..95% of answers")
+ax2.semilogx(lengths, q[1], "o-", label="median")
+ax2.axhline(0, color="k", lw=0.8)
+ax2.set_xlabel("answer length T (tokens)")
+ax2.set_ylabel(r"$\log_{10} w_{seq}$ (orders of magnitude)")
+ax2.set_title("Spread of the sequence weight")
+ax2.legend(fontsize=7)
+fig.suptitle(f"Toy LM, V = {vocab}, {kl_tok.mean():.3f} nats of KL per token, "
+             f"{n_batches} batches of {n_answers} answers", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** at a per-token KL of 0.015 nats, a 64-token answer's weight already spans
+# two orders of magnitude, and at 1024 tokens the sequence weights of a batch of 64 leave
+# an ESS of about 2 answers, one answer holding most of the weight; the per-token ratios
+# keep 97% at every length. The log-weight is a sum of $T$ terms, so its spread grows like
+# $\sqrt T$ and the weight's spread exponentially. This is why LLM trainers (PPO for
+# RLHF, GRPO, PipelineRL) use per-token ratios: biased, since they ignore how earlier tokens
+# changed the context, but usable. GSPO (Zheng et al. 2025, arXiv 2507.18071) uses a
+# length-normalised sequence ratio, $w_{seq}^{1/T}$, for the same reason.
+
+# %% [markdown]
+# ## 3. Truncated IS: buying variance with bias
+#
+# Back to the bandit, at $\delta = 2$ (KL = 1.8 nats), and now the quantity RL needs: the
+# policy gradient $\nabla_z J = \pi\odot(p - J)$ (lesson 01). Its IS estimate from $N$ of
+# $\mu$'s pulls, with truncated weights (02.4),
+#
+# $$\hat g_c = \frac1N\sum_i \min(w_i, c)\,(r_i - J)\,(\mathbf e_{a_i} - \pi),$$
+#
+# has an exact mean and variance (`exact_is_moments`). Truncation *shrinks* the gradient
+# and tilts it (bias), and cuts its noise (variance). An optimizer rescales steps anyway,
+# so what matters is the **direction**: we report $\cos(\mathbb E\hat g_c, \nabla J)$ (the
+# direction bias), the relative variance $\mathrm{tr\,Cov}(\hat g_c)/\lVert\mathbb E\hat g_c\rVert^2$
+# per sample (lesson 01, eq. 01.8), and, measured, the mean cosine between one batch's
+# estimate and the true gradient, which combines both, for three batch sizes.
+
+# %%
+from course_lib.importance import truncated_weights
+
+delta_trunc = 2.0
+mu = softmax(behaviour_logits(delta_trunc))
+exact_grad = bandit.exact_gradient(z_target)
+score = np.eye(bandit.n_arms) - pi  # row a: grad_z log pi(a) = e_a - pi
+second_adv = bandit.mu * (1 - J) ** 2 + (1 - bandit.mu) * J**2  # E[(r - J)^2 | a]
+levels = [0.25, 0.5, 1.0, 1.2, 2.0, 3.0, 5.0, 10.0, 30.0, np.inf]
+batch_sizes = [8, 64, 512]
+n_trunc = pick(cpu=1_000, full=5_000)
+trunc_rng = np.random.default_rng(3)
+samples = {}
+for n in batch_sizes:
+    arms, rewards = bandit.pull(behaviour_logits(delta_trunc), n * n_trunc, trunc_rng)
+    samples[n] = arms.reshape(n_trunc, n), rewards.reshape(n_trunc, n)
+trunc_rows = []
+for c in levels:
+    mean, second = exact_is_moments(pi, mu, (bandit.mu - J)[:, None] * score, second_adv * (score**2).sum(axis=1), c=c)
+    row = {"c": c, "cos_bias": mean @ exact_grad / np.linalg.norm(mean) / np.linalg.norm(exact_grad),
+           "scale": np.linalg.norm(mean) / np.linalg.norm(exact_grad), "relvar": (second - mean @ mean) / (mean @ mean)}
+    for n, (arms, rewards) in samples.items():
+        weights = truncated_weights(np.log(pi[arms]) - np.log(mu[arms]), c) * (rewards - J)
+        g = np.einsum("mn,mnk->mk", weights, score[arms]) / n
+        norms = np.linalg.norm(g, axis=1) * np.linalg.norm(exact_grad)
+        row[n] = float(np.mean(np.where(norms > 0, g @ exact_grad / np.where(norms > 0, norms, 1.0), 0.0)))
+    trunc_rows.append(row)
+print(f"delta = {delta_trunc}: KL(pi||mu) = {categorical_kl(pi, mu):.2f} nats, weights per arm "
+      f"{np.round(pi / mu, 2)}")
+print(f"{'c':>5} {'cos(E g, grad J)':>16} {'|E g| / |grad J|':>16} {'relative var':>12} "
+      + " ".join(f"{'E cos, N=' + str(n):>12}" for n in batch_sizes))
+for r in trunc_rows:
+    print(f"{r['c']:>5g} {r['cos_bias']:>16.3f} {r['scale']:>16.3f} {r['relvar']:>12.1f} "
+          + " ".join(f"{r[n]:>12.3f}" for n in batch_sizes))
+
+# %%
+relvar = np.array([r["relvar"] for r in trunc_rows])
+best_c = {n: levels[int(np.argmax([r[n] for r in trunc_rows]))] for n in batch_sizes}
+full_is, at_one = trunc_rows[-1], trunc_rows[levels.index(1.0)]
+assert relvar[-1] > 5 * at_one["relvar"], "c = 1 cuts the relative variance more than 5x"
+assert full_is["cos_bias"] > 0.999 > 0.95 > at_one["cos_bias"], "full IS points right on average; c = 1 is tilted"
+assert best_c[8] <= best_c[64] <= best_c[512] and best_c[512] >= 1.0, "bigger batches prefer less truncation"
+assert at_one[64] > full_is[64] + 0.1, "at N = 64, c = 1 gives better directions than full IS"
+print(f"best c by mean cosine: {best_c}; at N = 64, c = 1 reaches {at_one[64]:.2f} against {full_is[64]:.2f} for full IS")
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+finite = np.array([c if np.isfinite(c) else 100.0 for c in levels])  # plot c = inf at 100
+axes[0].semilogx(finite, [r["cos_bias"] for r in trunc_rows], "o-")
+axes[0].set_ylabel(r"cos(E$\hat g_c$, $\nabla J$) (1 = unbiased direction)")
+axes[0].set_title("Bias: direction of the mean estimate")
+axes[1].loglog(finite, relvar, "o-", color="C1")
+axes[1].set_ylabel("relative variance per sample (unitless)")
+axes[1].set_title("Variance")
+for n in batch_sizes:
+    axes[2].semilogx(finite, [r[n] for r in trunc_rows], "o-", label=f"N = {n}")
+axes[2].set_ylabel(r"mean cos($\hat g_c$, $\nabla J$) of one batch")
+axes[2].set_title("Bias and variance together")
+axes[2].legend(fontsize=8)
+for ax in axes:
+    ax.axvline(1.0, color="k", ls=":", lw=0.8)
+    ax.set_xlabel("truncation level c (100 = no truncation)")
+fig.suptitle(f"Truncated IS of the policy gradient, bandit at KL = {categorical_kl(pi, mu):.1f} nats "
+             f"({n_trunc} batches per point; dotted: c = 1)", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** truncating at $c = 1$ tilts the mean gradient by about 25 degrees
+# (cosine 0.90) but divides its relative variance by 8, and for batches of 8 or 64 the
+# truncated estimate points closer to the true gradient than full IS does. The best $c$
+# grows with the batch: variance falls like $1/N$, bias does not, so big batches can
+# afford the full weights and small ones cannot. IMPALA truncates at 1 and adds a
+# correction term that V-trace (lesson 03) builds from a value function.
+#
+# **PPO's clip is the same trade, decided per sample.** Where a sample's ratio has already
+# left $[1-\epsilon, 1+\epsilon]$ *in the direction its advantage pushes*, the clipped
+# objective (02.5) is flat and the sample contributes no gradient:
+
+# %%
+from course_lib.importance import clipped_surrogate
+
+ratio_grid = np.linspace(0.0, 2.0, 201)
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=False)
+for ax, adv in zip(axes, (1.0, -1.0)):
+    ax.plot(ratio_grid, ratio_grid * adv, ":", color="gray", label=r"unclipped $rA$ (IS)")
+    ax.plot(ratio_grid, clipped_surrogate(ratio_grid, np.full_like(ratio_grid, adv), eps=0.2), lw=2,
+            label=r"$\min(rA, \mathrm{clip}(r)A)$")
+    ax.axvline(1.0, color="k", lw=0.6)
+    ax.set_xlabel(r"ratio $r = \pi_\theta(a|s) / \mu(a|s)$ (unitless)")
+    ax.set_ylabel("per-sample objective (advantage units)")
+    ax.set_title(f"PPO clipped objective, A = {adv:+.0f}, eps = 0.2")
+    ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** for $A > 0$ the objective stops rewarding ratios above $1.2$; for $A < 0$
+# it stops rewarding ratios below $0.8$; in the other direction it is the unclipped IS
+# objective, so mistakes are still corrected (as in Fig. 1 of the PPO paper). The clip
+# bounds how far the policy may move **away from $\mu$**; the next section shows what that
+# means when $\mu$ is many updates old.
+
+# %% [markdown]
+# ## 4. Staleness: training on batches from $k$ updates ago
+#
+# Now a real training loop. CartPole (gymnasium's vectorised `CartPoleVectorEnv`, episodes
+# capped at 200 steps), a linear softmax policy over $[s, 1]$, REINFORCE with lesson 01's
+# reward-to-go and normalised baseline, and Adam with a large step (each update moves the
+# policy by about 0.005 nats of KL). The twist: the batch used at update $t$ was sampled by
+# the policy of update $t-k$, as if it had waited in a queue for $k$ updates. For each lag
+# $k$ we train with the four corrections of (02.8), with per-step ratios and $c = 1$,
+# $\epsilon = 0.2$.
+#
+# The policy is linear (lesson 01 used a small MLP; a linear policy balances CartPole too)
+# so that its score has a closed form. Then every (lag, correction, seed) runs at once in
+# one numpy-vectorised CartPole environment: 25 cells x 16 seeds x 8 episodes = 3,200 carts
+# stepping together. This is lesson 04's idea (vectorise the whole experiment) in plain
+# numpy.
+
+# %%
+from course_lib.staleness import LABELS, StalenessConfig, describe, run_staleness_grid
+
+config = StalenessConfig(n_seeds=pick(cpu=16, full=64), n_updates=pick(cpu=60, full=150))
+print(describe(config))
+print(f"{len(config.runs)} cells x {config.n_seeds} seeds = {len(config.runs) * config.n_seeds} runs, "
+      f"{len(config.runs) * config.n_seeds * config.n_envs} CartPoles stepping together")
+
+# %% [markdown]
+# Training the whole grid (the bar counts updates; every run takes one step per update):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from tqdm.auto import tqdm
+
+with tqdm(total=config.n_updates, desc="updates (all runs at once)", unit="update") as bar:
+    grid = run_staleness_grid(config, progress=lambda _: bar.update())
+on_policy = grid.table()[0, "none"][0]
+print(f"{grid.env_steps:,} env steps in {grid.seconds:.1f} s ({grid.env_steps / grid.seconds:,.0f} steps/s)")
+print("mean return per update over the whole run (learning speed), mean +- s.e. over seeds; "
+      f"on-policy: {on_policy:.1f}")
+print(f"{'lag k':>5} " + " ".join(f"{LABELS[m]:>17}" for m in config.corrections) + f" {'best':>14}")
+table = grid.table()
+for k in config.lags[1:]:
+    cells = " ".join(f"{table[k, m][0]:>9.1f} +- {table[k, m][1]:>4.1f}" for m in config.corrections)
+    print(f"{k:>5} {cells} {LABELS[grid.best(k)]:>14}")
+print("\nmean return over the last 20 updates / mean ESS/N of the per-step weights / mean KL(pi || mu) per state:")
+last = grid.table(last=20)
+for k in config.lags[1:]:
+    cells = []
+    for m in config.corrections:
+        i = grid.index(k, m)
+        cells.append(f"{last[k, m][0]:>5.0f} /{grid.ess[:, i].mean():>5.2f} /{grid.kl[:, i].mean():>5.3f}")
+    print(f"{k:>5} " + " ".join(f"{c:>17}" for c in cells))
+
+# %% [markdown]
+# The claims the rest of this section makes, checked on the run above (the table's
+# numbers vary a little between CPUs; these inequalities must hold on any):
+
+# %%
+speed = {cell: value for cell, (value, _) in grid.table().items()}
+stale = [k for k in config.lags if k > 0]
+second = {k: sorted((speed[k, m] for m in config.corrections), reverse=True)[1] for k in stale}
+for k in stale:
+    assert grid.best(k) != "is", f"full IS should never be the best correction (k = {k})"
+    if k >= 4:
+        assert max(speed[k, m] for m in config.corrections) < 0.75 * on_policy, f"k = {k} costs at least 25%"
+for k in (1, 2):
+    assert grid.best(k) == "clip" and speed[k, "clip"] > 1.1 * second[k], f"PPO clip wins clearly at k = {k}"
+    assert speed[k, "clip"] > 0.75 * on_policy, f"PPO clip keeps 3/4 of on-policy's speed at k = {k}"
+for k in (4, 8, 16):
+    assert grid.best(k) == "truncated" and speed[k, "truncated"] > 1.1 * second[k], f"truncated IS wins at k = {k}"
+for k in (8, 16, 32):
+    assert min(config.corrections, key=lambda m: speed[k, m]) == "clip", f"PPO clip is the worst at k = {k}"
+    i_clip, i_trunc = grid.index(k, "clip"), grid.index(k, "truncated")
+    assert grid.kl[:, i_clip].mean() < grid.kl[:, i_trunc].mean() / 3, "the clip keeps pi close to the stale mu"
+assert max(speed[32, m] for m in config.corrections) < 0.4 * on_policy, "at k = 32 nothing learns well"
+max_lag = max(k for k in stale if max(speed[k, m] for m in config.corrections) >= 0.5 * on_policy)
+assert max_lag == 8
+print("checked: PPO clip wins at k = 1, 2 (keeping 3/4 of on-policy speed); truncated IS wins at k = 4, 8, 16;")
+print("         full IS never wins;")
+print("         PPO clip is the worst from k = 8 on, where it keeps pi within a small KL of the stale mu;")
+print(f"         k >= 4 costs every correction at least 25% of on-policy learning speed, k = 32 over 60%;")
+print(f"         the largest lag at which the best correction keeps half of on-policy's speed: max_lag = {max_lag}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+updates = np.arange(1, config.n_updates + 1)
+i_on = grid.index(0, "none")
+for ax, k in zip(axes, (2, 8)):
+    ax.plot(updates, grid.returns[:, i_on].mean(axis=1), "k--", lw=1.5, label="on-policy (k = 0)")
+    for m in config.corrections:
+        i = grid.index(k, m)
+        mean_curve = grid.returns[:, i].mean(axis=1)
+        se = grid.returns[:, i].std(axis=1, ddof=1) / np.sqrt(config.n_seeds)
+        (line,) = ax.plot(updates, mean_curve, label=LABELS[m])
+        ax.fill_between(updates, mean_curve - se, mean_curve + se, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xlabel(f"update ({config.n_envs} episodes each)")
+    ax.set_title(f"batches from k = {k} updates ago")
+    ax.legend(fontsize=8, loc="upper left")
+axes[0].set_ylabel("episode return (steps balanced, cap 200)")
+fig.suptitle(f"CartPole learning curves with stale batches, mean of {config.n_seeds} seeds (band: +- 1 s.e.)",
+             fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** two updates of lag already slow every method, and PPO clip recovers most
+# of the on-policy curve; eight updates of lag stall PPO clip near its starting return,
+# while truncated IS still learns, later.
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+for m in config.corrections:
+    ax1.plot(stale, [speed[k, m] for k in stale], "o-", label=LABELS[m])
+    ax2.plot(stale, [grid.kl[:, grid.index(k, m)].mean() for k in stale], "o-", label=LABELS[m])
+ax1.axhline(on_policy, color="k", ls="--", lw=1, label="on-policy (k = 0)")
+ax1.axvline(max_lag, color="gray", ls=":", lw=1)
+ax1.set_ylabel("mean return over 60 updates (steps)")
+ax1.set_title("Learning speed vs staleness (dotted: max_lag)")
+ax2.set_ylabel(r"mean KL($\pi_t\,\|\,\mu$) per state (nats)")
+ax2.set_yscale("log")
+ax2.set_title("How far the trained policy is from the sampler")
+for ax in (ax1, ax2):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(stale, [str(k) for k in stale])
+    ax.set_xlabel("lag k (updates between sampling and training)")
+    ax.legend(fontsize=8)
+fig.suptitle(f"Staleness grid: {len(config.runs)} cells x {config.n_seeds} seeds on CartPole", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway: which wins where.** In this run (asserted above):
+#
+# | lag $k$ | winner | why (our reading of the logs) |
+# |---|---|---|
+# | 1-2 | **PPO clip**, at least 3/4 of on-policy's speed | the clip stops samples from pushing further where $\pi$ already moved: it damps the overshoot that delayed gradients cause with a large step |
+# | 4-16 | **truncated IS** ($c = 1$) | it keeps learning from every sample, and capping $w$ at 1 stops the weights from amplifying the push on actions $\pi$ already favours |
+# | 8-32 | PPO clip is the *worst* | its trust region is anchored at the stale $\mu$: $\pi$ can only move $\approx\epsilon$ per $k$ updates, and its KL to $\mu$ stays several times below the others' |
+# | all | full IS never wins; no correction never wins | per-step weights fix which action was taken, not that the states and returns came from $\mu$ |
+#
+# Every method loses: from $k = 4$ on at least a quarter of on-policy's learning speed, at
+# $k = 32$ over 60%. That is the price side of "staleness buys throughput". The
+# engineering answers in practice: keep the lag small and bounded (PipelineRL's `max_lag`,
+# AReaL's `max_head_offpolicyness`; here `max_lag = 8` keeps at least half the speed),
+# truncate the weights, and if you clip, clip against a recent policy rather than a stale
+# one (AReaL, arXiv 2505.24298, decouples the two). The numbers are for this problem and
+# step size; the ordering is what to take away, and the next lessons re-measure it:
+# lesson 03 adds V-trace, lesson 07 per-token lag in an LLM pipeline.
+
+# %% [markdown]
+# ## 5. Interactive: move the behaviour policy and watch the variance
+#
+# Drag $\delta$: the left panel shows $\pi$ and $\mu_\delta$ over the 8 arms of section 1,
+# the right one 2,000 IS estimates of $J$ from $N = 100$ pulls of $\mu_\delta$, against
+# 2,000 on-policy estimates. (Needs a running kernel; the static figure below shows three
+# settings.)
+
+# %%
+def draw_divergence(axes, delta: float, n: int = 100, repeats: int = 2_000, seed: int = 0) -> None:
+    """Left: pi vs mu_delta; right: histograms of IS and on-policy estimates of J."""
+    mu_d = softmax(behaviour_logits(delta))
+    draw_rng = np.random.default_rng(seed)
+    arms_d, rewards_d = bandit.pull(behaviour_logits(delta), n * repeats, draw_rng)
+    w_d = (pi[arms_d] / mu_d[arms_d]).reshape(repeats, n)
+    is_est = (w_d * rewards_d.reshape(repeats, n)).mean(axis=1)
+    _, on_rewards = bandit.pull(z_target, n * repeats, draw_rng)
+    on_est = on_rewards.reshape(repeats, n).mean(axis=1)
+    x = np.arange(bandit.n_arms)
+    axes[0].bar(x - 0.2, pi, 0.4, label=r"target $\pi$")
+    axes[0].bar(x + 0.2, mu_d, 0.4, label=r"behaviour $\mu_\delta$")
+    axes[0].set_xlabel("arm (success probability falls left to right)")
+    axes[0].set_ylabel("probability")
+    axes[0].set_title(f"delta = {delta:.2f}, KL = {categorical_kl(pi, mu_d):.2f} nats")
+    axes[0].legend(fontsize=7)
+    bins = np.linspace(0, 2 * J, 41)
+    axes[1].hist(on_est, bins=bins, alpha=0.6, label=f"on-policy, var {on_est.var():.4f}")
+    axes[1].hist(np.clip(is_est, 0, 2 * J), bins=bins, alpha=0.6, label=f"IS, var {is_est.var():.4f}")
+    axes[1].axvline(J, color="k", lw=1)
+    axes[1].set_xlabel(f"estimate of J from {n} pulls (true J = {J:.3f}, clipped to [0, 2J] for display)")
+    axes[1].set_ylabel("count")
+    ess = float(np.mean(effective_sample_size(w_d))) / n
+    axes[1].set_title(f"chi2 = {chi_square(pi, mu_d):.2f}, batch ESS/N = {ess:.2f}")
+    axes[1].legend(fontsize=7)
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import ipywidgets as widgets
+
+
+def show(delta: float) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    draw_divergence(axes, delta)
+    fig.tight_layout()
+    plt.show()
+
+
+widgets.interactive(show, delta=widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.25, description="delta"))
+
+# %%
+fig, axes = plt.subplots(3, 2, figsize=(11, 9.5))
+for row, delta in zip(axes, (0.5, 1.5, 2.5)):
+    draw_divergence(row, delta)
+fig.suptitle("Divergence slider, three settings: IS estimates of J spread out as mu moves away from pi", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** the IS estimates stay centred on $J$ on average (unbiased) while they
+# spread out; at $\delta = 2.5$ most of them sit far *below* $J$ and a few huge ones (the bar
+# at the right edge collects all above $2J$) pull the mean back up: heavy-tailed weights.
+
+# %% [markdown]
+# ## Glossary of the metrics in this lesson
+#
+# | metric | meaning |
+# |---|---|
+# | importance weight / ratio $w$ | $\pi(a\mid s)/\mu(a\mid s)$ for one step or token, computed as $\exp(\log\pi - \log\mu)$; 1 on-policy |
+# | lag $k$, staleness | how many learner updates separate the policy that sampled a batch from the one trained on it |
+# | KL($\pi\,\|\,\mu$) | $\sum_a \pi(a)\log(\pi(a)/\mu(a))$ in nats, averaged over the batch's states; how far the learner has moved from the sampler |
+# | $\chi^2(\pi\,\|\,\mu)$ | $\mathbb E_\mu[w^2] - 1$: the variance of the weight (02.7) |
+# | ESS, ESS/N | $(\sum w)^2/\sum w^2$ and its fraction of the batch; PipelineRL logs ESS/N of its token ratios. Blind to weights the batch did not draw |
+# | share truncated / clipped | fraction of samples whose weight truncation changed ($w > c$) or whose gradient the clip removed |
+# | relative variance | $\mathrm{tr\,Cov}(\hat g)/\lVert\mathbb E\hat g\rVert^2$ per sample (lesson 01, eq. 01.8) |
+# | mean cosine | average of $\cos(\hat g, \nabla J)$ over batches: how well one batch's gradient points (bias and variance together) |
+# | learning speed | mean episode return over all updates of a run (area under the learning curve / its length) |
+# | max_lag | the largest lag a system lets a batch reach before it drops or waits for it (bounded staleness) |
+#
+# ## Summary
+#
+# - IS makes stale samples unbiased: $w = \exp(\log\pi - \log\mu)$, always from log-probabilities.
+# - Its price is variance: $\mathrm{Var}[w] = \chi^2 \ge e^{\mathrm{KL}} - 1$; a sequence's
+#   weight multiplies $T$ token ratios and becomes useless for long answers.
+# - Truncation and clipping trade that variance for bias; which trade wins depends on how
+#   stale the data is (here: clip at lag 1-2, truncation at 4-16, nothing at 32).
+# - Bound the staleness: every correction loses speed as the lag grows.
+#
+# **References.** H. Kahn and A. Marshall, *Methods of reducing sample size in Monte Carlo
+# computations*, 1953 (importance sampling). A. Kong, *A note on importance sampling using
+# standardized weights*, 1992 (ESS). A. B. Owen, *Monte Carlo theory, methods and
+# examples*, 2013, ch. 9 (IS variance, ESS, its blind spot). D. Precup, R. Sutton,
+# S. Singh, *Eligibility traces for off-policy policy evaluation*, ICML 2000 (per-decision
+# IS). J. Schulman et al., *Proximal Policy Optimization Algorithms*, arXiv 1707.06347,
+# 2017. L. Espeholt et al., *IMPALA*, arXiv 1802.01561, 2018 (truncated IS, V-trace).
+# A. Piché et al., *PipelineRL*, arXiv 2509.19128, 2025 (truncated per-token IS loss, ESS
+# logging, `max_lag`). W. Fu et al., *AReaL*, arXiv 2505.24298, 2025 (staleness bound,
+# decoupled PPO). C. Zheng et al., *Group Sequence Policy Optimization*, arXiv 2507.18071,
+# 2025.
+#
+# **Exercises:** `exercises/02_importance_sampling.ipynb`: the IS estimate, truncated
+# weights, the ESS, per-token and per-sequence ratios, and PPO's clipped surrogate loss.
+# Grade with `course grade exercises/02_importance_sampling.ipynb`.

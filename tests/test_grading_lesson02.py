@@ -1,0 +1,202 @@
+"""Lesson 02's graders: they pass the real solutions, fail the stubs with "not implemented
+yet", catch every planted bug of tests/mutants/l02_importance_sampling.py with its message,
+and their oracles agree with course_lib.importance; end to end through `course grade` too."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+from conftest import Mutant, mutant_function, mutant_source, solution_function, stub_function
+from mutants.l02_importance_sampling import MUTANTS
+
+from course_lib.grading import check
+from course_lib.grading import cli as grade_cli
+from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.grading.lessons import exercises_for, get_exercise
+from course_lib.grading.lessons import l02_importance_sampling as l02
+from course_lib.notebooks.source import Target, render
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = "02_importance_sampling"
+SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
+NAMES = ("is_estimate", "truncated_weights", "effective_sample_size", "token_and_sequence_ratios",
+         "clipped_surrogate_loss")
+
+
+def find_mutant(function: str, name: str) -> Mutant:
+    return next(m for m in MUTANTS if (m.function, m.name) == (function, name))
+
+
+# ---------------------------------------------------------------------------------------
+# Registry and exercise source
+# ---------------------------------------------------------------------------------------
+
+
+def test_registry_lists_the_five_exercises():
+    exercises = exercises_for(LESSON)
+    assert tuple(e.name for e in exercises) == NAMES
+    assert exercises_for("2") == exercises_for("importance_sampling") == exercises
+    assert sum(e.points for e in exercises) == 55
+    for e in exercises:
+        assert len(e.hints) == 3 and e.title and len(e.checks) >= 6
+        descriptions = [c.description for c in e.checks]
+        assert len(set(descriptions)) == len(descriptions)
+    assert get_exercise(LESSON, "effective_sample_size") is l02.EFFECTIVE_SAMPLE_SIZE
+
+
+def test_exercise_source_states_difficulty_time_points_grading_and_hints():
+    nb = render(Target(LESSON, "solution", SOURCE, ROOT / "x.ipynb"))
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for i, ex in enumerate(exercises_for(LESSON), 1):
+        header = re.search(rf"## Exercise {i} · .*\((★[★☆]{{2}}), (\d+) min, (\d+) points\)", markdown)
+        assert header, f"exercise {i} header"
+        assert int(header.group(3)) == ex.points
+        assert f"| {i}. `{ex.name}`" in markdown
+        assert f"| {ex.points} | {header.group(1)} | {header.group(2)} min |" in markdown
+    assert markdown.count("**How it is graded:**") == 5 and markdown.count("<summary>Hint 3</summary>") == 5
+    checks = [c.source for c in nb.cells if "exercise-check" in c.metadata.get("tags", [])]
+    assert checks == [f'check("{LESSON}", "{n}", {n})' for n in NAMES]
+    defined = [c.source.split("(")[0].removeprefix("def ") for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+    assert defined == list(NAMES)
+
+
+# ---------------------------------------------------------------------------------------
+# Solutions, stubs, planted bugs
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes_every_check(name):
+    outcome = run_exercise(get_exercise(LESSON, name), solution_function(LESSON, name))
+    assert outcome.passed, outcome.message
+    assert outcome.n_passed == len(get_exercise(LESSON, name).checks)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stub_is_not_implemented(name):
+    outcome = run_exercise(get_exercise(LESSON, name), stub_function(LESSON, name))
+    assert not outcome.passed and outcome.message == NOT_IMPLEMENTED
+    assert [r.status for r in outcome.results][1:] == ["skipped"] * (len(outcome.results) - 1)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_every_planted_bug_is_caught_with_a_meaningful_message(mutant):
+    outcome = run_exercise(get_exercise(LESSON, mutant.function), mutant_function(LESSON, mutant))
+    assert not outcome.passed
+    assert mutant.expected in outcome.message, outcome.message
+    assert NOT_IMPLEMENTED not in outcome.message and "raised" not in outcome.message
+
+
+def test_there_are_enough_planted_bugs_per_exercise():
+    counts = {n: sum(m.function == n for m in MUTANTS) for n in NAMES}
+    assert all(c >= 5 for c in counts.values()), counts
+    assert {m.function for m in MUTANTS} <= set(NAMES)
+    assert len({m.id for m in MUTANTS}) == len(MUTANTS)
+
+
+def test_check_prints_deterministic_lines(capsys):
+    assert bool(check(LESSON, "truncated_weights", solution_function(LESSON, "truncated_weights"))) is True
+    n = len(l02.TRUNCATED_WEIGHTS.checks)
+    assert capsys.readouterr().out == f"truncated_weights: PASS ({n}/{n} checks)\n"
+    wrong = mutant_function(LESSON, find_mutant("truncated_weights", "exp_then_min"))
+    outputs = []
+    for _ in range(2):
+        assert bool(check(LESSON, "truncated_weights", wrong)) is False
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "0x" not in outputs[0]
+    head, hint_line = outputs[0].splitlines()
+    assert head.startswith(f"truncated_weights: FAIL ({n - 1}/{n} checks): huge log-ratios (800) give c without overflow")
+    assert hint_line == f"hint: {l02.TRUNCATED_WEIGHTS.hints[0]}"
+
+
+def test_checks_leave_the_global_random_states_alone():
+    torch.manual_seed(123)
+    np.random.seed(123)
+    expected = torch.rand(3), np.random.rand(3)
+    torch.manual_seed(123)
+    np.random.seed(123)
+    for name in NAMES:
+        run_exercise(get_exercise(LESSON, name), solution_function(LESSON, name))
+    assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(np.random.rand(3), expected[1])
+
+
+# ---------------------------------------------------------------------------------------
+# The oracles against course_lib.importance (two independent codes vouch for each other)
+# ---------------------------------------------------------------------------------------
+
+
+def test_oracles_agree_with_the_library():
+    from course_lib import importance
+
+    rng = np.random.default_rng(0)
+    values, lt, lb = rng.normal(size=20), rng.normal(size=20), rng.normal(size=20)
+    assert l02.naive_is_estimate(values, lt, lb) == pytest.approx(importance.is_estimate(values, lt, lb), rel=1e-12)
+    lr = rng.normal(scale=2.0, size=(4, 6))
+    for c in (0.5, 1.0, 3.0, math.inf):
+        np.testing.assert_allclose(l02.naive_truncated_weights(lr, c), importance.truncated_weights(lr, c))
+    w = rng.exponential(size=30)
+    assert l02.naive_ess(w) == pytest.approx(importance.effective_sample_size(w), rel=1e-12)
+    assert l02.naive_ess(np.zeros(3)) == importance.effective_sample_size(np.zeros(3)) == 0.0
+    new, old, mask = l02._padded_batch(3, 5, 9)
+    for ours, theirs in zip(l02.naive_token_and_sequence_ratios(new, old, mask),
+                            importance.token_and_sequence_ratios(new, old, mask), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def test_clipped_oracle_agrees_with_the_library_loss_and_autograd():
+    from course_lib.importance import clipped_surrogate_loss
+
+    old, ratios, adv = l02._csl_random(5, 40)
+    new_t, old_t, adv_t = l02._csl_tensors(old, ratios, adv)
+    loss = clipped_surrogate_loss(new_t, old_t, adv_t, eps=0.2)
+    (grad,) = torch.autograd.grad(loss, new_t)
+    oracle_loss, oracle_grad = l02.naive_clipped_loss_and_grad(new_t.detach(), old_t, adv_t, 0.2)
+    assert loss.item() == pytest.approx(oracle_loss, rel=1e-12)
+    np.testing.assert_allclose(grad.numpy(), oracle_grad, atol=1e-14)
+    assert min(ratios) < 0.8 and max(ratios) > 1.2, "the random case crosses both clip thresholds"
+
+
+# ---------------------------------------------------------------------------------------
+# End to end through `course grade`
+# ---------------------------------------------------------------------------------------
+
+
+def run_grade(tmp_path: Path, capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, dict[str, Any], str]:
+    report = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
+    rc = grade_cli.main([*map(str, paths), "--json", str(report)])
+    return rc, json.loads(report.read_text()), capsys.readouterr().out
+
+
+def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
+    rc, doc, out = run_grade(tmp_path, capsys, ROOT / "solutions" / f"{LESSON}.ipynb",
+                             ROOT / "exercises" / f"{LESSON}.ipynb")
+    solved, untouched = doc["notebooks"]
+    assert (solved["score"], solved["max_score"], solved["passed"]) == (55, 55, True)
+    assert all(ex["passed"] for ex in solved["exercises"]) and solved["notes"] == []
+    assert untouched["score"] == 0 and not untouched["passed"] and rc != 0
+    assert all(ex["message"] == NOT_IMPLEMENTED for ex in untouched["exercises"])
+    assert "total: 55/55 points (100%)" in out and "total: 0/55 points (0%)" in out
+
+
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+    """The solution notebook with each exercise's function cell replaced by a planted bug."""
+    chosen = {name: next(m for m in MUTANTS if m.function == name) for name in NAMES}
+    nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            cell.source = mutant_source(LESSON, chosen[cell.source.split("(")[0].removeprefix("def ")])
+    target = tmp_path / f"{LESSON}.ipynb"
+    nbformat.write(nb, target)
+    rc, doc, _ = run_grade(tmp_path, capsys, target)
+    (report,) = doc["notebooks"]
+    assert rc != 0 and report["score"] == 0
+    for ex in report["exercises"]:
+        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
