@@ -4,26 +4,29 @@ grader is tested on what learners see rather than on copies written into the tes
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 from typing import Any
 
 from course_lib.notebooks.source import render, targets_for
 from course_lib.paths import repo_root
 
 
+def _render(lesson_id: str, kind: str):
+    return render(next(t for t in targets_for(lesson_id, repo_root()) if t.kind == kind))
+
+
 def exercise_cells(lesson_id: str, kind: str) -> list[str]:
     """Source of the code cells up to and including the last cell tagged ``exercise``
-    (setup imports and the exercise functions), as in the ``kind`` notebook
-    (``"exercise"`` = stubs, ``"solution"`` = solved), leaving out demo and check cells."""
-    target = next(t for t in targets_for(lesson_id, repo_root()) if t.kind == kind)
-    cells = [c for c in render(target).cells if c.cell_type == "code"]
+    (setup code and the exercise functions), as in the ``kind`` notebook
+    (``"exercise"`` = stubs, ``"solution"`` = solved). Check cells and demo cells (those
+    that raise in the stub notebook) are left out."""
+    demos = {c.source for c in _render(lesson_id, "exercise").cells if "raises-exception" in c.metadata.get("tags", [])}
+    cells = [c for c in _render(lesson_id, kind).cells if c.cell_type == "code"]
     last = max(i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", []))
-    keep = []
-    for cell in cells[: last + 1]:
-        tags = cell.metadata.get("tags", [])
-        if "exercise" in tags or not ({"raises-exception", "exercise-check"} & set(tags)) and "check(" not in cell.source:
-            keep.append(cell.source)
-    return keep
+    return [c.source for c in cells[: last + 1]
+            if "exercise-check" not in c.metadata.get("tags", []) and c.source not in demos]
 
 
 def exercise_function_source(lesson_id: str, name: str, kind: str) -> str:
@@ -37,8 +40,9 @@ def exercise_function_source(lesson_id: str, name: str, kind: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _namespace(lesson_id: str, kind: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": f"{kind}_{lesson_id}"}
-    for source in exercise_cells(lesson_id, kind):
-        exec(compile(source, f"<{kind} {lesson_id}>", "exec"), namespace)  # noqa: S102 - our own source
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for source in exercise_cells(lesson_id, kind):
+            exec(compile(source, f"<{kind} {lesson_id}>", "exec"), namespace)  # noqa: S102 - our own source
     return namespace
 
 
