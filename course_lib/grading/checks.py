@@ -279,6 +279,29 @@ def assert_true(condition: bool, message: str) -> None:
         raise CheckFailure(message)
 
 
+def copy_input(x: Any) -> Any:
+    """A deep enough copy of an input handed to learner code (array, tensor, nested list)."""
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if hasattr(x, "detach"):
+        return x.detach().clone()
+    return [copy_input(v) if isinstance(v, list) else v for v in x] if isinstance(x, list) else x
+
+
+def assert_inputs_unchanged(fn: Callable[..., Any], name: str, *extra: Any, **inputs: Any) -> None:
+    """Call ``fn(*copies of inputs, *extra)`` and fail naming the first input it changed.
+
+    ``inputs`` are passed positionally in the order given; a learner who computes in
+    place in the caller's array gets "``name`` changed the `rewards` array it was given".
+    """
+    given = [copy_input(a) for a in inputs.values()]
+    call(fn, *given, *extra)
+    for (arg, before), now in zip(inputs.items(), given, strict=True):
+        kind = "tensor" if hasattr(before, "detach") else "array"
+        same = np.array_equal(*(x.detach().numpy() if hasattr(x, "detach") else np.asarray(x) for x in (before, now)))
+        assert_true(same, f"{name} changed the `{arg}` {kind} it was given; work on a copy")
+
+
 def assert_array(actual: Any, *, what: str = "the result", shape: tuple[int, ...] | None = None) -> np.ndarray:
     """Require a numpy array (optionally of ``shape``) and return it.
 

@@ -20,12 +20,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.grading.checks import (
+    assert_inputs_unchanged,
     Exercise,
     assert_allclose,
     assert_array,
     assert_finite,
     assert_float_dtype,
-    assert_true,
     call,
     check_case,
     short_repr,
@@ -164,10 +164,7 @@ def _empty(fn: Callable[..., Any]) -> None:
 @check_case("does not modify its inputs")
 def _inputs_unchanged(fn: Callable[..., Any]) -> None:
     rewards, dones = random_trajectory(seed=20, length=8, p_done=0.4)
-    r_in, d_in = rewards.copy(), dones.copy()
-    call(fn, r_in, d_in, 0.9)
-    assert_true(np.array_equal(r_in, rewards), f"{NAME} changed the `rewards` array it was given; work on a copy")
-    assert_true(np.array_equal(d_in, dones), f"{NAME} changed the `dones` array it was given; work on a copy")
+    assert_inputs_unchanged(fn, NAME, 0.9, rewards=rewards, dones=dones)
 
 
 DISCOUNTED_RETURNS = Exercise(

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.grading.checks import (
+    assert_inputs_unchanged,
     Exercise,
     assert_allclose,
     assert_array,
@@ -268,11 +269,7 @@ def _rtg_empty(fn: Callable[..., Any]) -> None:
 @check_case("does not modify its inputs")
 def _rtg_inputs(fn: Callable[..., Any]) -> None:
     rewards, dones = random_rollout(20, 6, 3, p_done=0.4)
-    r_in, d_in = rewards.copy(), dones.astype(np.float64)
-    d_copy = d_in.copy()
-    call(fn, r_in, d_in, 0.9)
-    assert_true(np.array_equal(r_in, rewards), f"{RTG} changed the `rewards` array it was given; work on a copy")
-    assert_true(np.array_equal(d_in, d_copy), f"{RTG} changed the `dones` array it was given; work on a copy")
+    assert_inputs_unchanged(fn, RTG, 0.9, rewards=rewards, dones=dones.astype(np.float64))
 
 
 REWARD_TO_GO = Exercise(
@@ -395,7 +392,6 @@ def _sur_grad(fn: Callable[..., Any]) -> None:
 
 @check_case("a mean over samples: repeating the batch leaves the loss unchanged")
 def _sur_mean(fn: Callable[..., Any]) -> None:
-    import torch
 
     logits, actions, adv = _sur_inputs(7, 5, 3)
     once = float(_sur_value(fn, logits, actions, adv, f"{SUR}(...)").detach())
@@ -408,7 +404,6 @@ def _sur_mean(fn: Callable[..., Any]) -> None:
 
 @check_case("no gradient flows into the advantages (they are constants)")
 def _sur_detach(fn: Callable[..., Any]) -> None:
-    import torch
 
     logits, actions, adv = _sur_inputs(8, 4, 3)
     adv = adv.clone().requires_grad_(True)

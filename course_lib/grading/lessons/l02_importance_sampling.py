@@ -28,6 +28,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.grading.checks import (
+    assert_inputs_unchanged,
+    copy_input,
     Exercise,
     assert_allclose,
     assert_array,
@@ -116,14 +118,6 @@ def naive_clipped_loss_and_grad(logp_new: Any, logp_old: Any, advantages: Any, e
 # ---------------------------------------------------------------------------------------
 
 
-def _copy(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    if hasattr(x, "detach"):
-        return x.detach().clone()
-    return [_copy(v) if isinstance(v, list) else v for v in x] if isinstance(x, list) else x
-
-
 def _scalar(got: Any, what: str) -> float:
     """Require one real number (a Python or numpy scalar, or a 0-d array)."""
     if got is None:
@@ -139,16 +133,6 @@ def _scalar(got: Any, what: str) -> float:
     if not isinstance(got, (int, float, np.integer, np.floating)):
         fail(f"{what} is {describe_type(got)}; expected a float")
     return float(got)
-
-
-def _assert_inputs_unchanged(fn: Callable[..., Any], name: str, *extra: Any, **inputs: Any) -> None:
-    """Call ``fn(*copies of inputs, *extra)`` and fail naming the first array or tensor it changed."""
-    given = [_copy(a) for a in inputs.values()]
-    call(fn, *given, *extra)
-    for (arg, before), now in zip(inputs.items(), given, strict=True):
-        kind = "tensor" if hasattr(before, "detach") else "array"
-        same = np.array_equal(*(x.detach().numpy() if hasattr(x, "detach") else x for x in (before, now)))
-        assert_true(same, f"{name} changed the `{arg}` {kind} it was given; work on a copy")
 
 
 def _diagnose(got: Any, candidates: dict[str, Any], what: str, expected: Any, rtol: float = 1e-6) -> None:
@@ -174,7 +158,7 @@ ISE = "is_estimate"
 
 
 def _ise(fn: Callable[..., Any], values: Any, lt: Any, lb: Any) -> Any:
-    return call(fn, _copy(values), _copy(lt), _copy(lb))
+    return call(fn, copy_input(values), copy_input(lt), copy_input(lb))
 
 
 def _ise_random(seed: int, n: int, spread: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -259,7 +243,7 @@ def _ise_inputs(fn: Callable[..., Any]) -> None:
     expected = (2 * 2.0 + 4 * (2 / 3)) / 2
     assert_true(math.isclose(got, expected, rel_tol=1e-9), f"{ISE} on lists = {fmt_number(got)}; expected {fmt_number(expected)}")
     values, lt, lb = _ise_random(20, 6)
-    _assert_inputs_unchanged(fn, ISE, values=values, logp_target=lt, logp_behaviour=lb)
+    assert_inputs_unchanged(fn, ISE, values=values, logp_target=lt, logp_behaviour=lb)
 
 
 IS_ESTIMATE = Exercise(
@@ -283,7 +267,7 @@ TW = "truncated_weights"
 
 
 def _tw(fn: Callable[..., Any], log_ratios: Any, c: float) -> Any:
-    return call(fn, _copy(log_ratios), c)
+    return call(fn, copy_input(log_ratios), c)
 
 
 @check_case("returns a float array of the input's shape")
@@ -347,7 +331,7 @@ def _tw_overflow(fn: Callable[..., Any]) -> None:
 
 @check_case("does not modify its input")
 def _tw_inputs(fn: Callable[..., Any]) -> None:
-    _assert_inputs_unchanged(fn, TW, 1.0, log_ratios=np.array([-1.0, 0.3, 2.0, 5.0]))
+    assert_inputs_unchanged(fn, TW, 1.0, log_ratios=np.array([-1.0, 0.3, 2.0, 5.0]))
 
 
 TRUNCATED_WEIGHTS = Exercise(
@@ -370,7 +354,7 @@ ESS = "effective_sample_size"
 
 
 def _ess(fn: Callable[..., Any], weights: Any, what: str) -> float:
-    return _scalar(call(fn, _copy(weights)), what)
+    return _scalar(call(fn, copy_input(weights)), what)
 
 
 def _ess_expect(fn: Callable[..., Any], weights: Any, expected: float, what: str, bugs: dict[str, Any] | None = None) -> None:
@@ -438,7 +422,7 @@ def _ess_zero(fn: Callable[..., Any]) -> None:
 @check_case("accepts lists and does not modify its input")
 def _ess_inputs(fn: Callable[..., Any]) -> None:
     _ess_expect(fn, [1, 1, 2], 16 / 6, f"{ESS}([1, 1, 2]) (a list of ints)")
-    _assert_inputs_unchanged(fn, ESS, weights=np.array([0.5, 2.0, 1.0]))
+    assert_inputs_unchanged(fn, ESS, weights=np.array([0.5, 2.0, 1.0]))
 
 
 EFFECTIVE_SAMPLE_SIZE = Exercise(
@@ -461,7 +445,7 @@ TSR = "token_and_sequence_ratios"
 
 
 def _tsr(fn: Callable[..., Any], new: Any, old: Any, mask: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
-    got = call(fn, _copy(new), _copy(old), _copy(mask))
+    got = call(fn, copy_input(new), copy_input(old), copy_input(mask))
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         fail(f"{what} is {describe_type(got)}; expected a tuple (token_ratios [N, T], sequence_ratios [N])")
     n_rows, n_t = np.shape(new)
@@ -569,7 +553,7 @@ def _tsr_inputs(fn: Callable[..., Any]) -> None:
     _, seqs = _tsr(fn, new, old, [[1, 1], [1, 0]], f"{TSR} on lists with a 0/1 integer mask")
     assert_allclose(seqs, [4.0, 0.5], what=f"the sequence ratios of {TSR} on lists with a 0/1 integer mask")
     n_new, n_old, n_mask = _padded_batch(20, 3, 4)
-    _assert_inputs_unchanged(fn, TSR, logp_new=n_new, logp_old=n_old, mask=n_mask)
+    assert_inputs_unchanged(fn, TSR, logp_new=n_new, logp_old=n_old, mask=n_mask)
 
 
 TOKEN_AND_SEQUENCE_RATIOS = Exercise(
@@ -726,7 +710,7 @@ def _csl_eps(fn: Callable[..., Any]) -> None:
 @check_case("does not modify its inputs")
 def _csl_inputs(fn: Callable[..., Any]) -> None:
     new, old, adv = _csl_tensors(*_csl_random(40, 5))
-    _assert_inputs_unchanged(fn, CSL, 0.2, logp_new=new.detach().requires_grad_(), logp_old=old, advantages=adv)
+    assert_inputs_unchanged(fn, CSL, 0.2, logp_new=new.detach().requires_grad_(), logp_old=old, advantages=adv)
 
 
 CLIPPED_SURROGATE_LOSS = Exercise(
