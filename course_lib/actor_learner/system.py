@@ -1,0 +1,486 @@
+"""Start, run, supervise and stop an actor-learner system of real processes (lesson 03).
+
+::
+
+    with ActorLearnerSystem(SystemConfig(layout="impala", n_actors=2)) as system:
+        report = system.train(n_updates=100)
+    # every child process has exited here, whatever happened inside the block
+
+Layouts:
+
+* ``"impala"``: ``n_actors`` actor processes (:mod:`.actor`), each with its own policy
+  copy, fill shared-memory slots (:mod:`.buffers`) with whole unrolls;
+* ``"seed"``: ``n_actors`` env-only actors and one central inference process
+  (:mod:`.seed`) that batches their observations and assembles the unrolls.
+
+The learner runs in this (the calling) process: it waits for full slots, learns from a
+batch with V-trace (:mod:`.learner`), publishes the new weights with a version number,
+and hands the slots back. The learner never blocks for long: every wait gives up after
+``poll_s`` to check that the children are alive.
+
+**Channels.** TorchBeast's MonoBeast passes slot indices through two shared queues (free
+and full). Here every actor (or the inference server) has its own pipe to the learner
+for the same two messages: a process killed while it holds a shared queue's internal
+lock would wedge every other process using that queue; a killed process only breaks
+its own pipe.
+
+**Faults.** A child that dies (crash, ``kill -9``) is detected within ``poll_s``,
+reported in :attr:`ActorLearnerSystem.events`, its slots are reclaimed and it is
+restarted, up to ``max_restarts`` times; after that, or if the inference server dies,
+the system shuts down cleanly and raises :class:`SystemFault`. :meth:`stop` (also run
+by the context manager, at interpreter exit, and on any exception) sets the stop event,
+joins with a timeout, then terminates and kills what is left.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+import numpy as np
+import psutil
+import torch
+import torch.multiprocessing as mp
+
+from course_lib.actor_learner.actor import ACTOR_PHASES, actor_main, exit_reason
+from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
+from course_lib.actor_learner.envs import make_envs
+from course_lib.actor_learner.learner import Learner, LossConfig, rollout_lag
+from course_lib.actor_learner.model import ActorCritic
+from course_lib.actor_learner.seed import (
+    SEED_ACTOR_PHASES,
+    SERVER_PHASES,
+    allocate_channels,
+    inference_main,
+    seed_actor_main,
+)
+
+Layout = Literal["impala", "seed"]
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Everything a run of the actor-learner system depends on."""
+
+    layout: Layout = field(default="impala", metadata={"help": "'impala' (policy in every actor) or 'seed' (central inference)"})
+    env_id: str = field(default="CartPole-v1", metadata={"help": "gymnasium id (discrete actions, flat observations)"})
+    n_actors: int = field(default=2, metadata={"help": "actor processes"})
+    envs_per_actor: int = field(default=8, metadata={"help": "environments each actor steps (B of a slot)"})
+    unroll: int = field(default=16, metadata={"help": "steps per unroll (T)"})
+    batch_size: int = field(default=2, metadata={"help": "slots (unrolls) per learner batch"})
+    slots_per_actor: int = field(default=2, metadata={"help": "shared-memory slots per actor"})
+    hidden: int = field(default=64, metadata={"help": "width of the policy and value MLPs"})
+    lr: float = field(default=2e-3, metadata={"help": "Adam learning rate"})
+    loss: LossConfig = field(default=LossConfig(), metadata={"help": "gamma, costs and V-trace thresholds"})
+    correct: bool = field(default=True, metadata={"help": "V-trace (True) or no off-policy correction (False)"})
+    seed: int = field(default=0, metadata={"help": "seeds the model and every child process"})
+    batch_wait_s: float = field(default=0.0005, metadata={"help": "SEED: how long the server waits for more actors before a batch"})
+    poll_s: float = field(default=0.1, metadata={"help": "longest single wait of any process before it checks on the others"})
+    stall_timeout_s: float = field(default=60.0, metadata={"help": "no batch for this long: shut down and raise"})
+    join_timeout_s: float = field(default=3.0, metadata={"help": "stop: how long to wait for children before terminate/kill"})
+    max_restarts: int = field(default=3, metadata={"help": "actor restarts before giving up"})
+    crash_after: int | None = field(default=None, metadata={"help": "fault injection: every actor's first process raises after this many unrolls"})
+    start_method: str = field(default="forkserver", metadata={"help": "'forkserver' (fast starts) or 'spawn'; fork is unsafe with torch threads"})
+
+    @property
+    def n_slots(self) -> int:
+        return self.n_actors * self.slots_per_actor
+
+
+def describe(config: SystemConfig) -> str:
+    """One line per field: ``name = value  # help``."""
+    return "\n".join(f"{f.name:<16} = {getattr(config, f.name)!r:<12} # {f.metadata['help']}" for f in fields(config)
+                     if f.name != "loss") + f"\nloss             = {config.loss}"
+
+
+class SystemFault(RuntimeError):
+    """The system could not go on (an actor kept dying, the server died, no data came)."""
+
+
+@dataclass
+class SystemReport:
+    """What :meth:`ActorLearnerSystem.train` measured.
+
+    Attributes:
+        layout: ``"impala"`` or ``"seed"``.
+        updates: learner updates done.
+        frames: env frames the learner consumed after the first batch arrived.
+        seconds: wall-clock seconds from the first batch to the last update.
+        lags: ``[n_rollouts]`` policy lag of every consumed unroll (its oldest step).
+        returns: returns of the episodes that finished, in arrival order.
+        return_updates: the update each of ``returns`` arrived at.
+        metrics: one dict of learner metrics per update.
+        timings: ``{process: {phase: seconds}}`` over the same window as ``seconds``.
+        events: the supervisor's log (crashes, restarts, shutdown).
+    """
+
+    layout: str
+    updates: int
+    frames: int
+    seconds: float
+    lags: np.ndarray
+    returns: list[float]
+    return_updates: list[int]
+    metrics: list[dict[str, float]]
+    timings: dict[str, dict[str, float]]
+    events: list[str]
+
+    @property
+    def frames_per_second(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else float("nan")
+
+
+@dataclass
+class _Child:
+    """One child process and how the learner talks to it."""
+
+    name: str
+    process: Any
+    conn: Connection | None  # the learner's end (IMPALA actors, the SEED server); None for SEED actors
+    row: int  # its row in the shared timing table
+    outstanding: set[int] = field(default_factory=set)  # slots sent to it, not yet back
+
+
+MAX_PHASES = 4
+
+
+class ActorLearnerSystem:
+    """An IMPALA- or SEED-style system of real processes; see the module docstring."""
+
+    def __init__(self, config: SystemConfig = SystemConfig()) -> None:
+        self.config = config
+        self.events: list[str] = []
+        self.restarts = 0
+        self._started = False
+        self._stopped = False
+        self.actors: list[_Child] = []
+        self.server: _Child | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> "ActorLearnerSystem":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Allocate shared memory and start every child process."""
+        if self._started:
+            raise RuntimeError("this system was already started; make a new one")
+        self._started = True
+        cfg = self.config
+        self._ctx = mp.get_context(cfg.start_method)
+        if cfg.start_method == "forkserver":  # import torch & co once in the server; children fork from it
+            self._ctx.set_forkserver_preload([__name__])
+        probe = make_envs(cfg.env_id, 1)
+        self.obs_dim = int(np.prod(probe.single_observation_space.shape))
+        self.n_actions = int(probe.single_action_space.n)
+        probe.close()
+        torch.manual_seed(cfg.seed)
+        self.learner = Learner(ActorCritic(self.obs_dim, self.n_actions, cfg.hidden), cfg.lr, cfg.loss, cfg.correct)
+        self.buffers = RolloutBuffers.allocate(cfg.unroll, cfg.envs_per_actor, self.obs_dim, cfg.n_slots)
+        self.weights = SharedWeights(self.learner.model)
+        self._stop = self._ctx.Event()
+        self._timing = torch.zeros(cfg.n_actors + 1, MAX_PHASES, dtype=torch.float64).share_memory_()
+        atexit.register(self.stop)
+        try:
+            if cfg.layout == "impala":
+                for i in range(cfg.n_actors):
+                    self.actors.append(self._start_impala_actor(i, cfg.crash_after))
+                for i, actor in enumerate(self.actors):
+                    for index in range(i * cfg.slots_per_actor, (i + 1) * cfg.slots_per_actor):
+                        self._send_free(actor, index)
+            elif cfg.layout == "seed":
+                self._channels = allocate_channels(cfg.n_actors, cfg.envs_per_actor, self.obs_dim)
+                pipes = [self._ctx.Pipe() for _ in range(cfg.n_actors)]
+                learner_end, server_end = self._ctx.Pipe()
+                process = self._ctx.Process(
+                    target=inference_main, name="inference",
+                    args=(cfg, self.n_actions, self.buffers, self.weights, self._channels, [p[0] for p in pipes],
+                          server_end, self._stop, self._timing[cfg.n_actors], cfg.seed + 10_000),
+                    daemon=True)
+                process.start()
+                server_end.close()
+                self.server = _Child("inference server", process, learner_end, cfg.n_actors)
+                for i, (server_side, actor_side) in enumerate(pipes):
+                    server_side.close()
+                    self.actors.append(self._start_seed_actor(i, actor_side, cfg.crash_after))
+                for index in range(cfg.n_slots):
+                    self._send_free(self.server, index)
+            else:
+                raise ValueError(f"layout must be 'impala' or 'seed', got {cfg.layout!r}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _child_seed(self, i: int) -> int:
+        return self.config.seed * 1000 + i + 100 * self.restarts
+
+    def _start_impala_actor(self, i: int, crash_after: int | None) -> _Child:
+        learner_end, actor_end = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=actor_main, name=f"actor-{i}",
+            args=(i, self.config, self.buffers, self.weights, actor_end, self._stop, self._timing[i],
+                  self._child_seed(i), crash_after),
+            daemon=True)
+        process.start()
+        actor_end.close()
+        return _Child(f"actor {i}", process, learner_end, i)
+
+    def _start_seed_actor(self, i: int, actor_end: Connection, crash_after: int | None) -> _Child:
+        process = self._ctx.Process(
+            target=seed_actor_main, name=f"seed-actor-{i}",
+            args=(i, self.config, self._channels, actor_end, self._stop, self._timing[i], self._child_seed(i),
+                  crash_after),
+            daemon=True)
+        process.start()
+        actor_end.close()
+        return _Child(f"actor {i}", process, None, i)
+
+    def _send_free(self, child: _Child, index: int) -> None:
+        child.outstanding.add(index)
+        try:
+            child.conn.send(("free", index))  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            pass  # it died: the supervisor will restart it and resend its slots
+
+    @property
+    def children(self) -> list[_Child]:
+        return self.actors + ([self.server] if self.server is not None else [])
+
+    def pids(self) -> list[int]:
+        """Process ids of the children started (and not yet replaced)."""
+        return [c.process.pid for c in self.children]
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every child: stop event, join with a timeout, then terminate, then kill.
+
+        Idempotent; also registered with ``atexit`` while the system runs.
+        """
+        if self._stopped or not self._started:
+            return
+        self._stopped = True
+        atexit.unregister(self.stop)
+        self._stop.set()
+        deadline = time.monotonic() + (self.config.join_timeout_s if timeout is None else timeout)
+        for child in self.children:
+            child.process.join(max(0.0, deadline - time.monotonic()))
+        for how in ("terminate", "kill"):
+            left = [c for c in self.children if c.process.is_alive()]
+            for child in left:
+                getattr(child.process, how)()
+                self.events.append(f"stop: {child.name} did not exit in time; sent {how}")
+            for child in left:
+                child.process.join(2.0)
+        for child in self.children:
+            if child.conn is not None:
+                child.conn.close()
+            try:
+                child.process.close()
+            except ValueError:
+                self.events.append(f"stop: {child.name} (pid {child.process.pid}) could not be reaped")
+        self.events.append(f"stop: all {len(self.children)} child processes exited")
+
+    # -- faults --------------------------------------------------------------------------
+
+    def kill_actor(self, i: int) -> int:
+        """Send ``SIGKILL`` to actor ``i`` (fault injection); returns its pid."""
+        pid = self.actors[i].process.pid
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def _supervise(self) -> None:
+        """Restart dead actors (or give up); a dead inference server is fatal."""
+        if self.server is not None and not self.server.process.is_alive():
+            self.events.append(f"{self.server.name}: {exit_reason(self.server.process.exitcode)}")
+            self.stop()
+            raise SystemFault("the inference server died; the system was shut down cleanly")
+        for i, actor in enumerate(self.actors):
+            if actor.process.is_alive():
+                continue
+            actor.process.join()
+            message = f"{actor.name} (pid {actor.process.pid}) died: {exit_reason(actor.process.exitcode)}"
+            if self.restarts >= self.config.max_restarts:
+                self.events.append(message + f"; {self.restarts} restarts used up: shutting down")
+                self.stop()
+                raise SystemFault(f"{message}; gave up after {self.restarts} restarts (clean shutdown)")
+            self.restarts += 1
+            if self.config.layout == "impala":
+                if actor.conn is not None:
+                    actor.conn.close()
+                new = self._start_impala_actor(i, None)
+                for index in sorted(actor.outstanding):  # its half-written slots: hand them to the new actor
+                    self._send_free(new, index)
+            else:
+                server_end, actor_end = self._ctx.Pipe()
+                try:
+                    self.server.conn.send(("attach", i, server_end))  # type: ignore[union-attr]
+                except (BrokenPipeError, OSError):
+                    self.events.append(message + "; the inference server is gone too: shutting down")
+                    self.stop()
+                    raise SystemFault("the inference server died; the system was shut down cleanly") from None
+                finally:
+                    server_end.close()
+                new = self._start_seed_actor(i, actor_end, None)
+            self.actors[i] = new
+            actor.process.close()
+            self.events.append(message + f"; restarted as pid {new.process.pid}")
+
+    # -- the learner ---------------------------------------------------------------------
+
+    def timings(self) -> dict[str, dict[str, float]]:
+        """``{process: {phase: seconds}}`` of every child (from shared memory) and the learner,
+        accumulated since the start."""
+        out: dict[str, dict[str, float]] = {}
+        actor_phases = ACTOR_PHASES if self.config.layout == "impala" else SEED_ACTOR_PHASES
+        table = self._timing.numpy()
+        for i in range(self.config.n_actors):
+            out[f"actor {i}"] = {p: float(table[i, j]) for j, p in enumerate(actor_phases)}
+        if self.config.layout == "seed":
+            out["inference server"] = {p: float(table[self.config.n_actors, j]) for j, p in enumerate(SERVER_PHASES)}
+        out["learner"] = self.learner.timings.as_dict()
+        return out
+
+    def _sources(self) -> list[_Child]:
+        return [c for c in self.children if c.conn is not None]
+
+    def _receive(self, pending: list[tuple[_Child, int, list[float]]]) -> None:
+        """Wait up to ``poll_s`` for full slots; supervise the children."""
+        sources = {c.conn: c for c in self._sources()}
+        for conn in wait(list(sources), timeout=self.config.poll_s):
+            child = sources[conn]  # type: ignore[index]
+            try:
+                while conn.poll():  # type: ignore[union-attr]
+                    kind, index, finished = conn.recv()  # type: ignore[union-attr]
+                    if kind == "full":
+                        child.outstanding.discard(index)
+                        pending.append((child, index, finished))
+            except (EOFError, OSError):
+                pass  # it died; _supervise notices
+        self._supervise()
+
+    def train(
+        self,
+        n_updates: int | None = None,
+        seconds: float | None = None,
+        progress: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> SystemReport:
+        """Learn until ``n_updates`` updates or ``seconds`` of wall-clock time (after the
+        first batch), whichever comes first.
+
+        Raises:
+            SystemFault: a child kept dying, or no data arrived for ``stall_timeout_s``.
+        """
+        if not self._started or self._stopped:
+            raise RuntimeError("start() the system first (or use it as a context manager)")
+        if n_updates is None and seconds is None:
+            raise ValueError("give n_updates, seconds or both")
+        cfg = self.config
+        pending: list[tuple[_Child, int, list[float]]] = []
+        lags: list[int] = []
+        returns: list[float] = []
+        return_updates: list[int] = []
+        metrics: list[dict[str, float]] = []
+        frames = 0
+        first_batch: float | None = None
+        at_first_batch: dict[str, dict[str, float]] = {}
+        last_data = time.monotonic()
+        timings = self.learner.timings
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a tiny net: more threads only spin against the actors for the 2 cores
+        try:
+            while True:
+                if n_updates is not None and len(metrics) >= n_updates:
+                    break
+                if seconds is not None and first_batch is not None and time.perf_counter() - first_batch >= seconds:
+                    break
+                with timings.phase("wait for batch"):
+                    while len(pending) < cfg.batch_size:
+                        before = len(pending)
+                        self._receive(pending)
+                        if len(pending) > before:
+                            last_data = time.monotonic()
+                        elif time.monotonic() - last_data > cfg.stall_timeout_s:
+                            self.events.append(f"learner: no data for {cfg.stall_timeout_s:g} s: shutting down")
+                            raise SystemFault(f"no rollout arrived for {cfg.stall_timeout_s:g} s (clean shutdown)")
+                if first_batch is None:  # measure from here: start-up is not throughput
+                    first_batch = time.perf_counter()
+                    at_first_batch = self.timings()
+                taken, pending = pending[: cfg.batch_size], pending[cfg.batch_size :]
+                indices = [index for _, index, _ in taken]
+                batch = self.buffers.batch(indices)  # copies: the slots can be refilled at once
+                for child, index, finished in taken:
+                    owner = child if child.conn is not None and child in self.children else None
+                    if owner is None:  # its actor was restarted meanwhile: give the slot to the new one
+                        owner = next(c for c in self.children if c.row == child.row)
+                    self._send_free(owner, index)
+                    returns += finished
+                    return_updates += [len(metrics)] * len(finished)
+                per_column = rollout_lag(self.learner.version, batch["versions"])
+                lags += per_column[:: cfg.envs_per_actor].tolist()  # one lag per unroll
+                m = self.learner.update(batch)
+                with timings.phase("publish weights"):
+                    self.weights.publish(self.learner.model, self.learner.version)
+                m["lag_max"] = float(per_column.max())
+                metrics.append(m)
+                if len(metrics) > 1:
+                    frames += batch["actions"].numel()
+                if progress is not None:
+                    progress(len(metrics), m)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            torch.set_num_threads(previous_threads)
+        elapsed = time.perf_counter() - first_batch if first_batch is not None else 0.0
+        window = {process: {phase: seconds - at_first_batch.get(process, {}).get(phase, 0.0)
+                            for phase, seconds in phases.items()} for process, phases in self.timings().items()}
+        return SystemReport(layout=cfg.layout, updates=len(metrics), frames=frames, seconds=elapsed,
+                            lags=np.array(lags, dtype=np.int64), returns=returns, return_updates=return_updates,
+                            metrics=metrics, timings=window, events=list(self.events))
+
+
+def live_children() -> list[psutil.Process]:
+    """This process's live descendants, leaving out multiprocessing's own helpers.
+
+    The resource tracker and the forkserver are started once per interpreter and exit
+    with it; they are this process's direct children. Processes *forked from* the
+    forkserver (our actors, with the same command line) are its children, so they are
+    listed. After :meth:`ActorLearnerSystem.stop` the list must be empty: no orphans.
+    """
+    me = os.getpid()
+    out = []
+    for p in psutil.Process(me).children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            helper = p.ppid() == me and any(h in " ".join(p.cmdline()) for h in ("resource_tracker", "forkserver"))
+        except psutil.Error:
+            continue
+        if not helper:
+            out.append(p)
+    return out
+
+
+def stop_multiprocessing_helpers() -> None:
+    """Stop this interpreter's forkserver and resource tracker (they restart on demand).
+
+    They are started once per interpreter by the first child process and otherwise live
+    until it exits; a test suite that asserts "this process has no children" calls this
+    after the last system has stopped. Uses the private ``_stop`` methods CPython's own
+    tests use; a no-op where they are missing.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            stop()

@@ -1,0 +1,129 @@
+"""Lesson 03's graders, beyond what tests/test_exercises.py checks for every lesson (solution
+passes, stub fails, planted bugs caught): the lesson's registry, the paper's classic slips
+among the planted bugs, the library's own reference implementations pass the graders, and
+`course grade` end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import torch
+from conftest import mutant_source, solution_function
+
+from course_lib.grading import cli as grade_cli
+from course_lib.grading.checks import run_exercise
+from course_lib.grading.lessons import exercises_for, get_exercise
+from course_lib.grading.lessons import l03_impala_vtrace as l03
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = "03_impala_vtrace"
+SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
+NAMES = ("vtrace_targets", "pg_advantages", "rollout_lag", "actor_unroll")
+
+
+def load_mutants() -> list[Any]:
+    spec = importlib.util.spec_from_file_location("l03_mutants", ROOT / "tests" / "mutants" / f"l{LESSON}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MUTANTS
+
+
+MUTANTS = load_mutants()
+
+
+def test_registry_lists_the_four_exercises():
+    exercises = exercises_for(LESSON)
+    assert tuple(e.name for e in exercises) == NAMES
+    assert exercises_for("3") == exercises_for("impala_vtrace") == exercises
+    assert sum(e.points for e in exercises) == 50
+    for e in exercises:
+        assert len(e.hints) == 3 and e.title and len(e.checks) >= 6
+        descriptions = [c.description for c in e.checks]
+        assert len(set(descriptions)) == len(descriptions)
+    assert get_exercise(LESSON, "rollout_lag") is l03.ROLLOUT_LAG
+
+
+def test_the_papers_off_by_one_and_the_swap_are_among_the_planted_bugs():
+    ids = {m.id for m in MUTANTS}
+    assert {"vtrace_targets-inclusive_product", "vtrace_targets-rho_and_c_swapped"} <= ids
+
+
+def test_checks_leave_the_global_torch_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_exercise(l03.ACTOR_UNROLL, solution_function(LESSON, "actor_unroll"))
+    assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------------------------------
+# The library's reference implementations pass the same checks (two independent codes agree)
+# ---------------------------------------------------------------------------------------
+
+
+def test_course_lib_vtrace_passes_the_graders():
+    from course_lib.vtrace import vtrace
+
+    def targets(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, c_bar=1.0):
+        return vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, None).vs
+
+    outcome = run_exercise(l03.VTRACE_TARGETS, targets)
+    assert outcome.passed, outcome.message
+    # the library computes the advantages from its own targets: compare them with the oracle's formula
+    data = l03.random_trajectory(3, 7, 3)
+    out = vtrace(*(data[k] for k in l03.VT_ARGS), 1.5, 0.8, 1.2)
+    np.testing.assert_allclose(out.pg_advantages, l03.naive_pg_advantages(
+        data["log_rhos"], data["discounts"], data["rewards"], data["values"], out.vs, data["bootstrap_value"], 1.2))
+
+
+def test_course_lib_rollout_lag_and_unroll_pass_the_graders():
+    from course_lib.actor_learner.actor import unroll
+    from course_lib.actor_learner.learner import rollout_lag
+
+    assert run_exercise(l03.ROLLOUT_LAG, rollout_lag).passed
+
+    def actor_unroll(envs, policy, obs, slot, version, generator):
+        return unroll(envs, policy, obs, slot, version, generator)
+
+    outcome = run_exercise(l03.ACTOR_UNROLL, actor_unroll)
+    assert outcome.passed, outcome.message
+
+
+def test_naive_nstep_return_agrees_with_discounted_returns():
+    from course_lib.pg import discounted_returns
+
+    rng = np.random.default_rng(0)
+    rewards, dones, boot = rng.normal(size=(9, 3)), rng.random((9, 3)) < 0.3, rng.normal(size=3)
+    np.testing.assert_allclose(l03.naive_nstep_return(0.9 * (1 - dones), rewards, boot),
+                               discounted_returns(rewards, dones, 0.9, boot))
+
+
+# ---------------------------------------------------------------------------------------
+# End to end through `course grade`
+# ---------------------------------------------------------------------------------------
+
+
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+    """The solution notebook with each exercise's function cell replaced by a planted bug."""
+    chosen = {m.function: m for m in MUTANTS if m.name in
+              ("inclusive_product", "uses_v_s", "newest_version", "greedy")}
+    nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            name = cell.source.split("(")[0].removeprefix("def ")
+            cell.source = mutant_source(LESSON, chosen[name])
+    target = tmp_path / f"{LESSON}.ipynb"
+    nbformat.write(nb, target)
+    report_path = tmp_path / "report.json"
+    rc = grade_cli.main([str(target), "--json", str(report_path)])
+    capsys.readouterr()
+    (report,) = json.loads(report_path.read_text())["notebooks"]
+    assert rc != 0 and report["score"] == 0
+    for ex in report["exercises"]:
+        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
