@@ -98,3 +98,32 @@ def mutant_function(lesson_id: str, mutant: Mutant) -> Any:
     namespace = dict(_namespace(lesson_id, "solution"))
     exec(compile(mutant_source(lesson_id, mutant), f"<mutant {mutant.id}>", "exec"), namespace)  # noqa: S102
     return namespace[mutant.function]
+
+
+# ---------------------------------------------------------------------------------------
+# No orphan processes: fixtures for the suites that start real processes (03, 07, 09)
+# ---------------------------------------------------------------------------------------
+
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+from course_lib.procs import live_children, stop_multiprocessing_helpers, wait_gone  # noqa: E402
+
+
+@pytest.fixture
+def no_orphans():
+    """Fail the test if it leaves any child process behind."""
+    before = {p.pid for p in live_children()}
+    yield
+    left = [p for p in live_children() if p.pid not in before]
+    assert wait_gone([p.pid for p in left]), f"orphans left: {[(p.pid, p.name()) for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def no_helpers_left_behind():
+    """After the module, not even multiprocessing's forkserver and resource tracker remain
+    (later tests assert that the test process has no children at all). Opt in with
+    ``pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")``."""
+    yield
+    stop_multiprocessing_helpers()
+    assert wait_gone([p.pid for p in psutil.Process().children(recursive=True)])

@@ -14,7 +14,6 @@ import time
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import pytest
 import torch
 
@@ -23,53 +22,16 @@ from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
 from course_lib.actor_learner.envs import SameStepCartPoleVectorEnv, make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, rollout_lag
 from course_lib.actor_learner.model import ActorCritic, flat_parameters, load_flat_parameters
-from course_lib.actor_learner.system import (
-    ActorLearnerSystem,
-    SystemConfig,
-    SystemFault,
-    live_children,
-    stop_multiprocessing_helpers,
-)
+from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault
 from course_lib.actor_learner.timers import Timings, timing_table
+from course_lib.procs import live_children, wait_gone as gone
 
 # small and quick: every system test finishes in seconds
 FAST = SystemConfig(n_actors=2, envs_per_actor=4, unroll=8, batch_size=2, poll_s=0.05, stall_timeout_s=20.0,
                     join_timeout_s=2.0)
 
 
-def gone(pids: list[int], within: float = 5.0) -> bool:
-    """True once none of ``pids`` is a live (non-zombie) process."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_helpers_left_behind():
-    """After this module, not even multiprocessing's forkserver and resource tracker remain
-    (later tests assert that the test process has no children at all)."""
-    yield
-    stop_multiprocessing_helpers()
-    assert gone([p.pid for p in psutil.Process().children(recursive=True)])
-
-
-@pytest.fixture
-def no_orphans():
-    """Fail the test if it leaves any child process behind."""
-    before = {p.pid for p in live_children()}
-    yield
-    left = [p for p in live_children() if p.pid not in before]
-    assert gone([p.pid for p in left]), f"orphans left: {[(p.pid, p.name()) for p in left]}"
+pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")
 
 
 # ---------------------------------------------------------------------------------------

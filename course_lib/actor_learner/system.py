@@ -44,7 +44,6 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
 import numpy as np
-import psutil
 import torch
 import torch.multiprocessing as mp
 
@@ -53,6 +52,7 @@ from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
 from course_lib.actor_learner.envs import make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
+from course_lib.procs import live_children, stop_multiprocessing_helpers, stop_processes  # noqa: F401 (re-exported)
 from course_lib.actor_learner.seed import (
     SEED_ACTOR_PHASES,
     SERVER_PHASES,
@@ -270,16 +270,8 @@ class ActorLearnerSystem:
         self._stopped = True
         atexit.unregister(self.stop)
         self._stop.set()
-        deadline = time.monotonic() + (self.config.join_timeout_s if timeout is None else timeout)
-        for child in self.children:
-            child.process.join(max(0.0, deadline - time.monotonic()))
-        for how in ("terminate", "kill"):
-            left = [c for c in self.children if c.process.is_alive()]
-            for child in left:
-                getattr(child.process, how)()
-                self.events.append(f"stop: {child.name} did not exit in time; sent {how}")
-            for child in left:
-                child.process.join(2.0)
+        self.events += stop_processes([(c.name, c.process) for c in self.children],
+                                      self.config.join_timeout_s if timeout is None else timeout)
         for child in self.children:
             if child.conn is not None:
                 child.conn.close()
@@ -446,41 +438,3 @@ class ActorLearnerSystem:
         return SystemReport(layout=cfg.layout, updates=len(metrics), frames=frames, seconds=elapsed,
                             lags=np.array(lags, dtype=np.int64), returns=returns, return_updates=return_updates,
                             metrics=metrics, timings=window, events=list(self.events))
-
-
-def live_children() -> list[psutil.Process]:
-    """This process's live descendants, leaving out multiprocessing's own helpers.
-
-    The resource tracker and the forkserver are started once per interpreter and exit
-    with it; they are this process's direct children. Processes *forked from* the
-    forkserver (our actors, with the same command line) are its children, so they are
-    listed. After :meth:`ActorLearnerSystem.stop` the list must be empty: no orphans.
-    """
-    me = os.getpid()
-    out = []
-    for p in psutil.Process(me).children(recursive=True):
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            helper = p.ppid() == me and any(h in " ".join(p.cmdline()) for h in ("resource_tracker", "forkserver"))
-        except psutil.Error:
-            continue
-        if not helper:
-            out.append(p)
-    return out
-
-
-def stop_multiprocessing_helpers() -> None:
-    """Stop this interpreter's forkserver and resource tracker (they restart on demand).
-
-    They are started once per interpreter by the first child process and otherwise live
-    until it exits; a test suite that asserts "this process has no children" calls this
-    after the last system has stopped. Uses the private ``_stop`` methods CPython's own
-    tests use; a no-op where they are missing.
-    """
-    from multiprocessing import forkserver, resource_tracker
-
-    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
-        stop = getattr(helper, "_stop", None)
-        if stop is not None:
-            stop()

@@ -1,0 +1,95 @@
+"""Child processes of this interpreter: what is still alive, and multiprocessing's helpers.
+
+Used by every lesson that starts real processes (03's actor-learner system, 07's
+generators, 09's torch.distributed ranks) and by their tests, to check that nothing is
+left behind. Imports only psutil, so asking costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psutil
+
+
+def live_children() -> list[psutil.Process]:
+    """This process's live descendants, leaving out multiprocessing's own helpers.
+
+    The resource tracker and the forkserver are started once per interpreter and exit
+    with it; they are this process's direct children. Processes *forked from* the
+    forkserver (actors, ranks: the same command line) are its children, so they are
+    listed. After a system has stopped the list must be empty: no orphans.
+    """
+    me = os.getpid()
+    out = []
+    for p in psutil.Process(me).children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            helper = p.ppid() == me and any(h in " ".join(p.cmdline()) for h in ("resource_tracker", "forkserver"))
+        except psutil.Error:
+            continue
+        if not helper:
+            out.append(p)
+    return out
+
+
+def stop_multiprocessing_helpers() -> None:
+    """Stop this interpreter's forkserver and resource tracker (they restart on demand).
+
+    They are started once per interpreter by the first child process and otherwise live
+    until it exits; a test suite that asserts "this process has no children" calls this
+    after the last system has stopped. Uses the private ``_stop`` methods CPython's own
+    tests use; a no-op where they are missing.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
+        stop = getattr(helper, "_stop", None)
+        if stop is not None:
+            stop()
+
+
+def wait_gone(pids: list[int], within: float = 5.0) -> bool:
+    """True once none of ``pids`` is a live (non-zombie) process; False after ``within`` seconds."""
+    import time
+
+    deadline = time.monotonic() + within
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop_processes(processes: list[tuple[str, Any]], timeout: float, kill_wait: float = 2.0) -> list[str]:
+    """Join ``(name, multiprocessing.Process)`` pairs within ``timeout`` seconds in total,
+    then ``terminate``, then ``kill`` whatever is still alive, waiting ``kill_wait`` after each.
+
+    The caller has already asked them to stop (an event, a message). Returns one event line
+    per escalation (``"stop: NAME did not exit in time; sent terminate"``); never blocks
+    longer than ``timeout + 2 * kill_wait``.
+    """
+    import time
+
+    events = []
+    deadline = time.monotonic() + timeout
+    for _, process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for how in ("terminate", "kill"):
+        left = [(name, p) for name, p in processes if p.is_alive()]
+        for name, process in left:
+            getattr(process, how)()
+            events.append(f"stop: {name} did not exit in time; sent {how}")
+        for _, process in left:
+            process.join(kill_wait)
+    return events
