@@ -1,0 +1,361 @@
+r"""End-to-end jitted PPO on the JAX CartPole (lesson 04), in the PureJaxRL style.
+
+Lu et al. (2022), "Discovered Policy Optimisation" / PureJaxRL: when the environment is
+a pure JAX function, acting, advantage estimation and every gradient step of a whole
+training run are *one* program. :func:`make_train` returns ``train(key)``; ``jax.jit``
+compiles it once, and ``jax.vmap`` runs it for many seeds (or learning rates) at once::
+
+    train = make_train(PPOConfig())
+    result = jax.jit(train)(jax.random.key(0))                          # one seed
+    results = jax.jit(jax.vmap(train))(jax.random.split(key, 16))       # 16 seeds, one program
+
+One call of ``train`` is (PPO: Schulman et al. 2017, arXiv 1707.06347; GAE: Schulman
+et al. 2016, arXiv 1506.02438; equation numbers as in the lesson)::
+
+    for update in 1..num_updates:                                   lax.scan  (_update_step)
+        rollout: num_steps steps of num_envs envs                    lax.scan  (_env_step, vmapped env)
+        GAE:     A_t = delta_t + gamma lambda (1 - d_t) A_{t+1}      reverse lax.scan  (gae, 04.3)
+        for epoch in 1..update_epochs:                               lax.scan
+            shuffle, split into num_minibatches                      lax.scan
+            theta <- Adam(clip_grad(grad L(theta)))                   (ppo_loss, 04.4-04.6; optax)
+
+Nothing leaves the device until ``train`` returns: no host round trip per step, no
+Python between steps. The classic loop with the same hyperparameters is
+:mod:`course_lib.ppo_torch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+from jax import Array
+
+from course_lib.envs import cartpole
+
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Every PPO hyperparameter (PureJaxRL's CartPole defaults). :func:`describe` lists the help."""
+
+    num_envs: int = field(default=4, metadata={"help": "parallel environments stepped together"})
+    num_steps: int = field(default=128, metadata={"help": "steps per env per rollout (the update's time horizon T)"})
+    total_timesteps: int = field(default=500_000, metadata={"help": "environment steps of the whole run, all envs together"})
+    update_epochs: int = field(default=4, metadata={"help": "passes over each rollout"})
+    num_minibatches: int = field(default=4, metadata={"help": "minibatches per pass (each num_envs * num_steps / num_minibatches)"})
+    gamma: float = field(default=0.99, metadata={"help": "discount"})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (04.3)"})
+    clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip (04.4) and value clip (04.5)"})
+    ent_coef: float = field(default=0.01, metadata={"help": "weight of the entropy bonus (04.6)"})
+    vf_coef: float = field(default=0.5, metadata={"help": "weight of the value loss (04.6)"})
+    max_grad_norm: float = field(default=0.5, metadata={"help": "clip the gradient's global L2 norm to this"})
+    lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate (eps = 1e-5)"})
+    anneal_lr: bool = field(default=True, metadata={"help": "decay the learning rate linearly to 0 over the run"})
+    hidden: int = field(default=64, metadata={"help": "width of the two tanh hidden layers of actor and critic"})
+    unroll: int = field(default=1, metadata={"help": "lax.scan unroll of the rollout (speed only; same numbers)"})
+
+    @property
+    def num_updates(self) -> int:
+        """Rollout-and-learn iterations: ``total_timesteps // (num_envs * num_steps)``."""
+        return self.total_timesteps // (self.num_envs * self.num_steps)
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def steps_per_run(self) -> int:
+        """Environment steps one ``train`` call really takes (``num_updates * batch_size``)."""
+        return self.num_updates * self.batch_size
+
+
+def describe(config: Any) -> str:
+    """One line per field: ``name = value  # help`` (works for any config dataclass with help metadata)."""
+    return "\n".join(
+        f"{f.name:<16} = {getattr(config, f.name)!r:<10} # {f.metadata.get('help', '')}" for f in fields(config)
+    )
+
+
+class Transition(NamedTuple):
+    """One rollout step of every env; ``[T, B]`` (``obs`` ``[T, B, 4]``) once scanned.
+
+    ``done`` is ``terminated | truncated`` (PureJaxRL's convention: a time limit also
+    cuts the return); ``episode_return`` is the return of the episode that ended at this
+    step, 0 where none ended.
+    """
+
+    obs: Array
+    action: Array
+    log_prob: Array
+    value: Array
+    reward: Array
+    done: Array
+    episode_return: Array
+
+
+class TrainResult(NamedTuple):
+    """What ``train`` returns: the final parameters and one value per update for each metric.
+
+    ``metrics`` keys follow CleanRL's namespaces: ``charts/episode_return`` (mean return of
+    the episodes that ended in the update, NaN if none), ``charts/episodes``,
+    ``losses/{total,policy,value,entropy,approx_kl,clip_frac}`` (means over the update's
+    epochs and minibatches).
+    """
+
+    params: Params
+    metrics: dict[str, Array]
+
+
+# ---------------------------------------------------------------------------------------
+# The actor-critic: two MLPs, PureJaxRL's / CleanRL's initialisation
+# ---------------------------------------------------------------------------------------
+
+
+def _dense_init(key: Array, n_in: int, n_out: int, scale: float) -> dict[str, Array]:
+    return {"w": jax.nn.initializers.orthogonal(scale)(key, (n_in, n_out), jnp.float32),
+            "b": jnp.zeros((n_out,), jnp.float32)}
+
+
+def init_params(key: Array, obs_dim: int = cartpole.OBS_DIM, n_actions: int = cartpole.N_ACTIONS,
+                hidden: int = 64) -> Params:
+    """Actor and critic MLPs ``obs -> 64 -> 64 -> out`` with tanh; orthogonal weights
+    (gain sqrt 2 in the hidden layers, 0.01 for the logits, 1 for the value), zero biases."""
+    k = jax.random.split(key, 6)
+    s = float(np.sqrt(2.0))
+    return {
+        "actor": [_dense_init(k[0], obs_dim, hidden, s), _dense_init(k[1], hidden, hidden, s),
+                  _dense_init(k[2], hidden, n_actions, 0.01)],
+        "critic": [_dense_init(k[3], obs_dim, hidden, s), _dense_init(k[4], hidden, hidden, s),
+                   _dense_init(k[5], hidden, 1, 1.0)],
+    }
+
+
+def _mlp(layers: list[dict[str, Array]], x: Array) -> Array:
+    for layer in layers[:-1]:
+        x = jnp.tanh(x @ layer["w"] + layer["b"])
+    return x @ layers[-1]["w"] + layers[-1]["b"]
+
+
+def policy_value(params: Params, obs: Array) -> tuple[Array, Array]:
+    """``obs [..., 4] -> (logits [..., 2], value [...])``."""
+    return _mlp(params["actor"], obs), _mlp(params["critic"], obs)[..., 0]
+
+
+# ---------------------------------------------------------------------------------------
+# The pieces: GAE by a reverse scan and the PPO loss
+# ---------------------------------------------------------------------------------------
+
+
+def gae(rewards: Array, values: Array, dones: Array, last_value: Array, gamma: float,
+        gae_lambda: float) -> tuple[Array, Array]:
+    r"""Generalised advantage estimates by a reverse ``lax.scan`` (eqs. 04.2-04.3).
+
+    With ``d_t`` = 1 where the episode ended at step ``t`` and ``V_T`` = ``last_value``::
+
+        delta_t = r_t + gamma (1 - d_t) V_{t+1} - V_t                        (04.2)
+        A_t     = delta_t + gamma lambda (1 - d_t) A_{t+1},   A_T = 0          (04.3)
+
+    Args:
+        rewards, values, dones: ``[T, ...]`` time-major (``[T, B]`` for a batch of envs).
+        last_value: ``[...]`` value of the state after the last step.
+
+    Returns:
+        ``(advantages [T, ...], targets [T, ...])`` with targets ``A_t + V_t``, the
+        critic's regression targets.
+    """
+    not_done = 1.0 - dones.astype(values.dtype)
+
+    def backwards(carry: tuple[Array, Array], x: tuple[Array, Array, Array]) -> tuple[tuple[Array, Array], Array]:
+        next_adv, next_value = carry
+        r, v, nd = x
+        delta = r + gamma * nd * next_value - v
+        adv = delta + gamma * gae_lambda * nd * next_adv
+        return (adv, v), adv
+
+    init = (jnp.zeros_like(last_value), last_value)
+    _, advantages = jax.lax.scan(backwards, init, (rewards, values, not_done), reverse=True)
+    return advantages, advantages + values
+
+
+def ppo_loss(params: Params, batch: Transition, advantages: Array, targets: Array, clip_eps: float,
+             vf_coef: float, ent_coef: float) -> tuple[Array, dict[str, Array]]:
+    r"""PPO's loss on one minibatch (eqs. 04.4-04.6), and its parts.
+
+    ``rho = exp(log pi(a|s) - log pi_old(a|s))``; advantages normalised over the minibatch::
+
+        L_clip  = -mean min(rho A, clip(rho, 1 - eps, 1 + eps) A)                      (04.4)
+        L_value = 0.5 mean max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)   (04.5)
+        L       = L_clip + vf_coef L_value - ent_coef mean H[pi(.|s)]                  (04.6)
+    """
+    logits, value = policy_value(params, batch.obs)
+    logp_all = jax.nn.log_softmax(logits)
+    log_prob = jnp.take_along_axis(logp_all, batch.action[..., None], axis=-1)[..., 0]
+    entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
+
+    value_clipped = batch.value + jnp.clip(value - batch.value, -clip_eps, clip_eps)
+    value_loss = 0.5 * jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2).mean()
+
+    log_ratio = log_prob - batch.log_prob
+    ratio = jnp.exp(log_ratio)
+    adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv).mean()
+
+    total = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    parts = {
+        "losses/total": total,
+        "losses/policy": policy_loss,
+        "losses/value": value_loss,
+        "losses/entropy": entropy,
+        "losses/approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+        "losses/clip_frac": (jnp.abs(ratio - 1.0) > clip_eps).mean(),
+    }
+    return total, parts
+
+
+# ---------------------------------------------------------------------------------------
+# make_train(config) -> train(key)
+# ---------------------------------------------------------------------------------------
+
+
+def make_optimizer(config: PPOConfig, lr: Array | float) -> optax.GradientTransformation:
+    """Global-norm gradient clipping, then Adam (eps 1e-5) with a linearly annealed rate.
+
+    ``lr`` may be a traced array, so a learning-rate sweep is one vmapped program.
+    """
+    steps_per_update = config.update_epochs * config.num_minibatches
+
+    def schedule(count: Array) -> Array:
+        frac = 1.0 - (count // steps_per_update) / config.num_updates
+        return lr * frac
+
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                       optax.adam(learning_rate=schedule if config.anneal_lr else lr, eps=1e-5))
+
+
+class EnvCarry(NamedTuple):
+    """What the rollout scan carries from one env step to the next (``[B]`` leading axes)."""
+
+    env_state: cartpole.EnvState
+    obs: Array
+    episode_return: Array
+
+
+class RunnerState(NamedTuple):
+    """What the outer scan carries from one update to the next."""
+
+    params: Array
+    opt_state: Any
+    env: EnvCarry
+    key: Array
+
+
+def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS):
+    """The whole PPO run as one pure function ``train(key, lr=None) -> TrainResult``.
+
+    ``lr`` (default ``config.lr``) is an argument so that ``jax.vmap`` can sweep it::
+
+        jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0))(keys, lrs)  # [n_lrs, n_seeds]
+
+    Inside, the parameters live in one flat vector (``ravel_pytree``): the optimizer then
+    updates one array with a few fused kernels instead of a dozen small tensors, which
+    matters on a CPU where every kernel launch costs about a microsecond.
+    """
+    if config.batch_size % config.num_minibatches:
+        raise ValueError(f"num_envs * num_steps = {config.batch_size} is not divisible by "
+                         f"num_minibatches = {config.num_minibatches}")
+    if config.num_updates < 1:
+        raise ValueError(f"total_timesteps = {config.total_timesteps} is less than one rollout "
+                         f"({config.batch_size} steps)")
+    n_envs, n_steps = config.num_envs, config.num_steps
+    v_reset = jax.vmap(cartpole.reset, in_axes=(0, None))
+    v_step_env = jax.vmap(cartpole.step_env, in_axes=(None, 0, 0, None))
+
+    def train(key: Array, lr: Array | float | None = None) -> TrainResult:
+        lr = config.lr if lr is None else lr
+        key, k_init, k_reset = jax.random.split(key, 3)
+        flat_params, unravel = ravel_pytree(init_params(k_init, hidden=config.hidden))
+        optimizer = make_optimizer(config, lr)
+        obs, env_state = v_reset(jax.random.split(k_reset, n_envs), env_params)
+
+        def rollout(params: Params, env: EnvCarry, key: Array) -> tuple[EnvCarry, Transition]:
+            """``num_steps`` steps of every env with the policy ``params`` (one lax.scan)."""
+            # The rollout's randomness in two calls before the loop: on a CPU a random call
+            # inside the loop body costs a small loop of its own (the threefry rounds).
+            k_act, k_env = jax.random.split(key)
+            gumbel = jax.random.gumbel(k_act, (n_steps, n_envs, cartpole.N_ACTIONS))
+            fresh = jax.vmap(v_reset, in_axes=(0, None))(jax.random.split(k_env, (n_steps, n_envs)), env_params)
+
+            def env_step(env: EnvCarry, noise: tuple[Array, tuple[Array, cartpole.EnvState]]):
+                gumbel_t, fresh_t = noise
+                logits, value = policy_value(params, env.obs)
+                action = jnp.argmax(logits + gumbel_t, axis=-1)  # Gumbel-max: a sample of softmax(logits)
+                log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+                obs, state, reward, terminated, truncated = v_step_env(None, env.env_state, action, env_params)
+                done = terminated | truncated
+                obs, state = cartpole.auto_reset(done, (obs, state), fresh_t)
+                ep_return = env.episode_return + reward
+                transition = Transition(env.obs, action, log_prob, value, reward, done, jnp.where(done, ep_return, 0.0))
+                return EnvCarry(state, obs, jnp.where(done, 0.0, ep_return)), transition
+
+            return jax.lax.scan(env_step, env, (gumbel, fresh), unroll=config.unroll)
+
+        def loss_fn(flat: Array, batch: Transition, adv: Array, targets: Array):
+            return ppo_loss(unravel(flat), batch, adv, targets, config.clip_eps, config.vf_coef, config.ent_coef)
+
+        def update_minibatch(carry: tuple[Array, Any], minibatch: tuple[Transition, Array, Array]):
+            flat, opt_state = carry
+            grads, parts = jax.grad(loss_fn, has_aux=True)(flat, *minibatch)
+            updates, opt_state = optimizer.update(grads, opt_state, flat)
+            return (optax.apply_updates(flat, updates), opt_state), parts
+
+        def update_step(runner: RunnerState, _: None) -> tuple[RunnerState, dict[str, Array]]:
+            key, k_rollout = jax.random.split(runner.key)
+            params = unravel(runner.params)
+            env, traj = rollout(params, runner.env, k_rollout)
+            _, last_value = policy_value(params, env.obs)
+            advantages, targets = gae(traj.reward, traj.value, traj.done, last_value, config.gamma,
+                                      config.gae_lambda)
+            data = jax.tree.map(lambda x: x.reshape((config.batch_size,) + x.shape[2:]), (traj, advantages, targets))
+
+            def update_epoch(carry: tuple[Array, Any], k_perm: Array):
+                perm = jax.random.permutation(k_perm, config.batch_size)
+                minibatches = jax.tree.map(
+                    lambda x: jnp.take(x, perm, axis=0).reshape(
+                        (config.num_minibatches, config.minibatch_size) + x.shape[1:]), data)
+                return jax.lax.scan(update_minibatch, carry, minibatches)
+
+            key, k_epochs = jax.random.split(key)
+            (flat, opt_state), parts = jax.lax.scan(update_epoch, (runner.params, runner.opt_state),
+                                                    jax.random.split(k_epochs, config.update_epochs))
+            n_done = traj.done.sum()
+            metrics = {k: v.mean() for k, v in parts.items()}
+            metrics["charts/episodes"] = n_done
+            metrics["charts/episode_return"] = jnp.where(n_done > 0, traj.episode_return.sum() / n_done, jnp.nan)
+            return RunnerState(flat, opt_state, env, key), metrics
+
+        env = EnvCarry(env_state, obs, jnp.zeros(n_envs))
+        runner = RunnerState(flat_params, optimizer.init(flat_params), env, key)
+        runner, metrics = jax.lax.scan(update_step, runner, None, config.num_updates)
+        return TrainResult(unravel(runner.params), metrics)
+
+    return train
+
+
+def final_return(metrics: dict[str, Array] | dict[str, np.ndarray], last_updates: int = 10) -> np.ndarray:
+    """Mean return of the episodes that ended in the last ``last_updates`` updates
+    (``[...]`` over any leading seed / hyperparameter axes)."""
+    ret = np.asarray(metrics["charts/episode_return"])[..., -last_updates:]
+    n = np.asarray(metrics["charts/episodes"])[..., -last_updates:]
+    total = np.where(n > 0, np.nan_to_num(ret) * n, 0.0).sum(-1)
+    return total / np.maximum(n.sum(-1), 1)

@@ -1,0 +1,322 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 04 · PureJaxRL: the whole loop on the accelerator
+#
+# This notebook is generated from `exercises/src/04_purejaxrl.py`; the worked solutions
+# are in `solutions/04_purejaxrl.ipynb`. Write the function bodies where they raise
+# `NotImplementedError`, run the *check yourself* cell under each one, and when all pass
+# grade the notebook from a terminal:
+#
+# ```
+# course grade exercises/04_purejaxrl.ipynb
+# ```
+#
+# The equations are numbered as in `lessons/04_purejaxrl.ipynb`. Write every function
+# with `jax.numpy` and `jax.lax` only (no Python `if` on array values, no numpy): the
+# checks call your functions under `jax.jit` and `jax.vmap`.
+#
+# | exercise | points | difficulty | time |
+# |---|---|---|---|
+# | 1. `cartpole_step`: the pure env step | 15 | ★★☆ | 20 min |
+# | 2. `gae_scan`: GAE by a reverse `lax.scan` | 15 | ★★☆ | 20 min |
+# | 3. `ppo_clip_loss`: PPO's clipped surrogate | 10 | ★☆☆ | 10 min |
+# | 4. `train_grid`: vmap a training function over seeds and learning rates | 10 | ★☆☆ | 15 min |
+
+# %%
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from course_lib.envs.cartpole import EnvParams
+from course_lib.grading import check
+
+# %% [markdown]
+# ## Exercise 1 · The pure env step (★★☆, 20 min, 15 points)
+#
+# Write CartPole's transition as a pure function of arrays. With $F = +10$ for action 1
+# and $-10$ for action 0, $m$ = `params.masspole`, $M$ = `params.masscart + params.masspole`,
+# $l$ = `params.length` (half the pole), $g$ = `params.gravity`, $\tau$ = `params.tau`
+# (Florian 2007; gymnasium's `CartPole-v1`):
+#
+# $$\text{temp} = \frac{F + m l \dot\theta^2 \sin\theta}{M},\quad
+#   \ddot\theta = \frac{g\sin\theta - \cos\theta\,\text{temp}}{l\,(4/3 - m\cos^2\theta / M)},\quad
+#   \ddot x = \text{temp} - \frac{m l \ddot\theta \cos\theta}{M} \qquad (04.1)$$
+#
+# then one **explicit Euler** step: every new position uses the *old* velocity,
+# $x' = x + \tau\dot x$, $\dot x' = \dot x + \tau \ddot x$, $\theta' = \theta + \tau\dot\theta$,
+# $\dot\theta' = \dot\theta + \tau\ddot\theta$. The episode terminates when
+# $|x'| > $ `params.x_threshold` (2.4 m) or $|\theta'| > $ `params.theta_threshold_radians`
+# (12 degrees, already in radians).
+#
+# `state` is a float32 array `[x, x_dot, theta, theta_dot]`; `action` is 0 or 1 (a Python
+# int or an integer array). Return `(next_state [4], terminated)` with `terminated` a
+# boolean scalar array.
+#
+# **How it is graded:** against gymnasium's own `CartPole-v1` (the env the course's JAX
+# version must match), stepped from the same states, under `jax.jit` and `jax.vmap` over a
+# batch of states and actions, including states on both sides of both thresholds. Common
+# slips (semi-implicit Euler, the force's sign, a threshold in degrees, a Python `if` on
+# a traced value) are named in the message.
+#
+# <details><summary>Hint 1</summary>
+# Unpack with <code>x, x_dot, theta, theta_dot = state</code> (this works under jit);
+# pick the force with <code>jnp.where(action == 1, params.force_mag, -params.force_mag)</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# Compute <code>temp</code>, then <code>theta_acc</code>, then <code>x_acc</code>, exactly in the order
+# of (04.1); build the new state with <code>jnp.stack([...])</code>.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>terminated = (jnp.abs(new_x) &gt; params.x_threshold) | (jnp.abs(new_theta) &gt; params.theta_threshold_radians)</code>;
+# <code>|</code> and <code>jnp.abs</code>, never <code>or</code> / <code>abs</code> with an <code>if</code>.
+# </details>
+
+# %% tags=["exercise"]
+def cartpole_step(state, action, params=EnvParams()):
+    """One CartPole transition (eq. 04.1, explicit Euler), as a pure function.
+
+    Args:
+        state: float32 [4] array [x, x_dot, theta, theta_dot].
+        action: 0 (push left) or 1 (push right).
+        params: an EnvParams with gravity, masscart, masspole, length, force_mag, tau,
+            theta_threshold_radians, x_threshold.
+
+    Returns:
+        (next_state [4] float32, terminated: bool scalar array).
+    """
+    ### BEGIN SOLUTION
+    x, x_dot, theta, theta_dot = state
+    total_mass = params.masscart + params.masspole
+    polemass_length = params.masspole * params.length
+    force = jnp.where(action == 1, params.force_mag, -params.force_mag)
+    costheta, sintheta = jnp.cos(theta), jnp.sin(theta)
+    temp = (force + polemass_length * theta_dot**2 * sintheta) / total_mass
+    theta_acc = (params.gravity * sintheta - costheta * temp) / (
+        params.length * (4.0 / 3.0 - params.masspole * costheta**2 / total_mass))
+    x_acc = temp - polemass_length * theta_acc * costheta / total_mass
+    new_x = x + params.tau * x_dot
+    new_x_dot = x_dot + params.tau * x_acc
+    new_theta = theta + params.tau * theta_dot
+    new_theta_dot = theta_dot + params.tau * theta_acc
+    terminated = (jnp.abs(new_x) > params.x_threshold) | (jnp.abs(new_theta) > params.theta_threshold_radians)
+    return jnp.stack([new_x, new_x_dot, new_theta, new_theta_dot]), terminated
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+state = jnp.array([0.0, 0.0, 0.05, 0.0], jnp.float32)
+next_state, terminated = jax.jit(cartpole_step)(state, 1)
+print("next state:", np.round(np.asarray(next_state), 4), " terminated:", bool(terminated))
+batch = jax.vmap(cartpole_step)(jnp.tile(state, (3, 1)), jnp.array([0, 1, 0]))
+print("a batch of 3:", batch[0].shape)
+
+# %% tags=["exercise-check"]
+check("04_purejaxrl", "cartpole_step", cartpole_step)
+
+# %% [markdown]
+# ## Exercise 2 · GAE by a reverse `lax.scan` (★★☆, 20 min, 15 points)
+#
+# Generalised advantage estimation (Schulman et al. 2016) from a rollout of `T` steps of
+# `B` envs. With $d_t = 1$ where the episode ended at step $t$ and $V(s_T)$ = `last_value`:
+#
+# $$\delta_t = r_t + \gamma (1 - d_t) V(s_{t+1}) - V(s_t) \qquad (04.2)$$
+# $$A_t = \delta_t + \gamma\lambda (1 - d_t) A_{t+1}, \qquad A_T = 0 \qquad (04.3)$$
+#
+# The recursion runs backwards in time. Write it with `jax.lax.scan(..., reverse=True)`
+# (a Python loop over `t` would be unrolled into `T` copies by `jit`). Inputs: `rewards`,
+# `values` float32 `[T, B]`, `dones` bool `[T, B]`, `last_value` `[B]`. Return the
+# advantages `[T, B]`.
+#
+# **How it is graded:** against a Python-loop oracle that sums
+# $\sum_k (\gamma\lambda)^k \delta_{t+k}$ term by term up to the episode's end, on random
+# rollouts with episode ends, under `jax.jit`; a hand-computed example; $\lambda = 0$ gives
+# $\delta_t$; a forward scan, a missing $(1 - d_t)$, or $\gamma$ without $\lambda$ in the
+# trace are named in the message.
+#
+# <details><summary>Hint 1</summary>
+# The carry is <code>(A_{t+1}, V(s_{t+1}))</code>, starting from <code>(zeros, last_value)</code>;
+# each step receives <code>(r_t, V(s_t), d_t)</code> and returns the new carry and <code>A_t</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>not_done = 1.0 - dones.astype(values.dtype)</code>;
+# <code>jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (rewards, values, not_done), reverse=True)</code>.
+# </details>
+# <details><summary>Hint 3</summary>
+# Inside: <code>delta = r + gamma * nd * next_value - v</code>;
+# <code>adv = delta + gamma * lam * nd * next_adv</code>; <code>return (adv, v), adv</code>.
+# </details>
+
+# %% tags=["exercise"]
+def gae_scan(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
+    """GAE advantages (eqs. 04.2-04.3) by a reverse lax.scan.
+
+    Args:
+        rewards, values: float32 [T, B].
+        dones: bool [T, B], True where the episode ended at step t.
+        last_value: [B], V(s_T).
+        gamma, lam: discount and GAE lambda.
+
+    Returns:
+        advantages [T, B].
+    """
+    ### BEGIN SOLUTION
+    not_done = 1.0 - dones.astype(values.dtype)
+
+    def step(carry, x):
+        next_adv, next_value = carry
+        r, v, nd = x
+        delta = r + gamma * nd * next_value - v
+        adv = delta + gamma * lam * nd * next_adv
+        return (adv, v), adv
+
+    init = (jnp.zeros_like(last_value), last_value)
+    _, advantages = jax.lax.scan(step, init, (rewards, values, not_done), reverse=True)
+    return advantages
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+r = jnp.ones((3, 1))
+v = jnp.zeros((3, 1))
+d = jnp.array([[False], [True], [False]])
+print("A =", np.round(np.asarray(gae_scan(r, v, d, jnp.array([5.0]), gamma=0.5, lam=1.0)).ravel(), 4),
+      " (by hand: 1.5, 1, 3.5)")
+
+# %% tags=["exercise-check"]
+check("04_purejaxrl", "gae_scan", gae_scan)
+
+# %% [markdown]
+# ## Exercise 3 · PPO's clipped surrogate (★☆☆, 10 min, 10 points)
+#
+# With the probability ratio $\rho_t = \exp(\log\pi_\theta(a_t|s_t) - \log\pi_{\text{old}}(a_t|s_t))$
+# (Schulman et al. 2017):
+#
+# $$L^{\text{clip}} = -\frac{1}{N}\sum_t \min\big(\rho_t A_t,\ \text{clip}(\rho_t, 1-\epsilon, 1+\epsilon)\, A_t\big) \qquad (04.4)$$
+#
+# Inputs are `[N]` arrays (`advantages` already normalised; do not normalise again) and
+# the scalar `clip_eps`. Return the scalar loss (to *minimise*).
+#
+# **How it is graded:** against an element-by-element oracle on ratios that cross both
+# clip edges with advantages of both signs; its gradient (`jax.grad`) is zero for samples
+# clipped in the direction of their advantage; hand-computed values. A `max` for the
+# `min`, a missing minus sign, clipping the advantage instead of the ratio, or a ratio
+# without `exp` are named.
+#
+# <details><summary>Hint 1</summary>
+# <code>ratio = jnp.exp(log_prob - old_log_prob)</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages</code> is the clipped term.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>return -jnp.minimum(unclipped, clipped).mean()</code>.
+# </details>
+
+# %% tags=["exercise"]
+def ppo_clip_loss(log_prob, old_log_prob, advantages, clip_eps=0.2):
+    """PPO's clipped policy loss (eq. 04.4), a scalar to minimise.
+
+    Args:
+        log_prob: [N] log pi_theta(a_t|s_t).
+        old_log_prob: [N] log pi_old(a_t|s_t), from the rollout.
+        advantages: [N] advantages (already normalised).
+        clip_eps: the clip range epsilon.
+
+    Returns:
+        scalar array.
+    """
+    ### BEGIN SOLUTION
+    ratio = jnp.exp(log_prob - old_log_prob)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return -jnp.minimum(unclipped, clipped).mean()
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+lp = jnp.log(jnp.array([1.5, 0.5, 1.0]))
+print("loss =", round(float(ppo_clip_loss(lp, jnp.zeros(3), jnp.array([1.0, 1.0, -2.0]))), 4),
+      " (by hand: -(1.2 + 0.5 - 2) / 3 = 0.1)")
+
+# %% tags=["exercise-check"]
+check("04_purejaxrl", "ppo_clip_loss", ppo_clip_loss)
+
+# %% [markdown]
+# ## Exercise 4 · Vmap a training function over seeds and learning rates (★☆☆, 15 min, 10 points)
+#
+# `train(key, lr)` is a whole training run as a pure function (like
+# `course_lib.ppo_jax.make_train(config)`): it returns a pytree (for example a dict of
+# per-update metrics). Run it for `n_seeds` seeds and every learning rate in `lrs` as **one**
+# vmapped program, and return the pytree with two leading axes `[len(lrs), n_seeds]`.
+# Use the seeds `jax.random.split(key, n_seeds)`, the *same* seeds for every learning
+# rate (so that the learning rates are compared on common random numbers).
+#
+# **How it is graded:** against a Python loop over learning rates and seeds, on a small
+# pure training function; the function must be traced once (a Python loop over seeds or
+# learning rates traces it many times, which is what vmap avoids); seeds must differ
+# across the seed axis and match across the learning-rate axis.
+#
+# <details><summary>Hint 1</summary>
+# <code>keys = jax.random.split(key, n_seeds)</code>;
+# <code>jax.vmap(train, in_axes=(0, None))</code> maps over seeds with one learning rate.
+# </details>
+# <details><summary>Hint 2</summary>
+# Wrap that in a second vmap over the learning rates: <code>in_axes=(None, 0)</code>.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>return jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0))(keys, jnp.asarray(lrs))</code>.
+# </details>
+
+# %% tags=["exercise"]
+def train_grid(train, key, n_seeds, lrs):
+    """Run train(key, lr) for every (lr, seed) as one vmapped program.
+
+    Args:
+        train: a pure function (key, lr) -> pytree.
+        key: a jax.random key; the seeds are jax.random.split(key, n_seeds).
+        n_seeds: number of seeds.
+        lrs: a sequence or 1-D array of learning rates.
+
+    Returns:
+        train's pytree with leading axes [len(lrs), n_seeds].
+    """
+    ### BEGIN SOLUTION
+    keys = jax.random.split(key, n_seeds)
+    over_seeds = jax.vmap(train, in_axes=(0, None))
+    return jax.vmap(over_seeds, in_axes=(None, 0))(keys, jnp.asarray(lrs))
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+def toy_train(key, lr):
+    """Gradient descent on (w - target)^2 for 50 steps from a random start; returns the loss curve."""
+    w = jax.random.normal(key)
+
+    def step(w, _):
+        loss = (w - 3.0) ** 2
+        return w - lr * 2.0 * (w - 3.0), loss
+
+    _, losses = jax.lax.scan(step, w, None, length=50)
+    return {"loss": losses}
+
+
+out = jax.jit(lambda k: train_grid(toy_train, k, 4, jnp.array([0.01, 0.1, 0.5])))(jax.random.key(0))
+print("loss curves:", out["loss"].shape, " final loss per lr:", np.round(np.asarray(out["loss"][:, :, -1].mean(1)), 4))
+
+# %% tags=["exercise-check"]
+check("04_purejaxrl", "train_grid", train_grid)
+
+# %% [markdown]
+# When every check passes, grade the whole notebook:
+# `course grade exercises/04_purejaxrl.ipynb`.

@@ -1,0 +1,482 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · PureJaxRL: the whole loop on the accelerator
+#
+# The classic RL loop of lessons 01-03 alternates two worlds: the environment steps in
+# Python/numpy on the CPU, the policy runs in a deep-learning framework, and every step
+# copies observations in and actions out. On an accelerator that copy, and the Python
+# between steps, dominate: the device waits for the host thousands of times per update.
+# **When the environment itself is a pure JAX function, the whole training loop (acting,
+# advantage estimation, every gradient step) compiles into one XLA program.** Nothing
+# leaves the device until training ends, and because the program is a pure function of a
+# random key and hyperparameters, `jax.vmap` runs it for many seeds, or many learning
+# rates, *in the same program*, nearly for free (Lu et al. 2022, PureJaxRL; gymnax,
+# Lange 2022).
+#
+# **Learning goals**
+# 1. Write an environment in the functional style (`reset`, `step_env`, `step` with
+#    auto-reset, immutable state) and check it against gymnasium step for step.
+# 2. Use `jax.jit`, `jax.vmap` and `jax.lax.scan` for what they are for: compile once,
+#    batch without loops, loop without Python.
+# 3. Read PPO as equations (GAE 04.2-04.3, clipped loss 04.4-04.6) and find each in
+#    `course_lib.ppo_jax`, an end-to-end jitted `make_train(config) -> train(key)`.
+# 4. Measure, in one run, the speedup over the classic torch + gymnasium loop, with
+#    compile time and run time apart.
+# 5. Vmap a whole training run over seeds and over learning rates, and read the
+#    learning curves and the sweep.
+#
+# Builds on lesson 01 (policy gradients, advantages) and lesson 03 (where the time of a
+# classic loop goes).
+
+# %%
+import time
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+
+import course_lib
+from course_lib.envs import cartpole
+from course_lib.ppo_jax import PPOConfig, describe, final_return, make_train
+from course_lib.ppo_torch import train_torch
+from course_lib.scale import current_scale, pick
+
+print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | JAX backend: {jax.default_backend()}")
+
+# %% [markdown]
+# ## 1 · The functional environment API
+#
+# gymnasium's `CartPole-v1` is an object that mutates itself: `env.step(a)` changes
+# `env.state`. A JAX environment is a set of **pure functions** of an immutable state
+# (`course_lib.envs.cartpole`, in gymnax's layout):
+#
+# ```
+# obs, state = reset(key, params)                                     # a new episode
+# obs, state, reward, terminated, truncated = step_env(key, state, action, params)
+# obs, state, reward, terminated, truncated, info = step(key, state, action, params)   # + auto-reset
+# ```
+#
+# `EnvState` (cart position and velocity, pole angle and angular velocity, the step
+# count) and `EnvParams` (gravity, masses, thresholds, the 500-step limit) are frozen
+# dataclasses registered as pytrees, so they flow through `jit`, `vmap` and `scan`. One
+# step is an explicit Euler step of the cart-pole equations (Florian 2007), exactly as
+# gymnasium computes it:
+#
+# $$\text{temp} = \frac{F + m l \dot\theta^2 \sin\theta}{M},\quad
+#   \ddot\theta = \frac{g\sin\theta - \cos\theta\,\text{temp}}{l\,(4/3 - m\cos^2\theta / M)},\quad
+#   \ddot x = \text{temp} - \frac{m l \ddot\theta \cos\theta}{M}, \qquad
+#   s' = s + \tau\,\dot s \qquad (04.1)$$
+#
+# **Terminated** ($|x| > 2.4$ or $|\theta| > 12°$: the pole fell, no future reward) and
+# **truncated** (500 steps: a time limit, the state still has a value) come back apart.
+# `step` resets in the same call when either happens, by computing both branches and
+# selecting with `jnp.where` (no Python `if` on a traced value), and keeps the last
+# observation in `info["final_obs"]`.
+#
+# **Parity with gymnasium.** Step gymnasium's env and ours from the same state with the
+# same random actions (the test suite does this for 3000 steps in float32 and for whole
+# episodes in float64, where the states agree to 1e-12):
+
+# %%
+params = cartpole.DEFAULT_PARAMS
+step_env = jax.jit(cartpole.step_env)
+env = gym.make("CartPole-v1")
+obs, _ = env.reset(seed=0)
+rng = np.random.default_rng(0)
+max_err, agree, n = 0.0, 0, 300
+for _ in range(n):
+    state = cartpole.state_from_array(jnp.asarray(env.unwrapped.state, jnp.float32), env._elapsed_steps)
+    action = int(rng.integers(2))
+    obs, reward, terminated, truncated, _ = env.step(action)
+    j_obs, _, j_reward, j_term, j_trunc = step_env(None, state, action, params)
+    max_err = max(max_err, float(np.abs(np.asarray(j_obs) - obs).max()))
+    agree += (float(j_reward), bool(j_term), bool(j_trunc)) == (reward, terminated, truncated)
+    if terminated or truncated:
+        obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
+assert max_err < 1e-5 and agree == n
+print(f"{n} steps: observations agree to < 1e-5, rewards / terminated / truncated agree on {agree}/{n}")
+
+# %% [markdown]
+# ## 2 · jit, vmap and scan in three small examples
+#
+# * `jax.jit(f)` traces `f` once with abstract arrays and compiles the trace with XLA;
+#   later calls with the same shapes run the compiled program.
+# * `jax.vmap(f)` turns a function of one example into a function of a batch, by
+#   rewriting the trace (no Python loop, no copies of `f`).
+# * `jax.lax.scan(body, carry, xs)` is a loop *inside* the program: `body(carry, x) ->
+#   (carry, y)` runs once per `x` and the `y`s are stacked. Python loops under `jit`
+#   would be unrolled into one copy per iteration; `scan` compiles the body once.
+#
+# Here they are on the env: 3 envs stepped by one vmapped call, then a 200-step rollout
+# of 3 envs with a fixed "push towards the pole" policy as a scan of the vmapped step.
+
+# %%
+keys = jax.random.split(jax.random.key(0), 3)
+obs3, states3 = jax.vmap(cartpole.reset, in_axes=(0, None))(keys, params)
+v_step = jax.vmap(cartpole.step, in_axes=(0, 0, 0, None))
+obs3_next, states3, rewards3, *_ = v_step(keys, states3, jnp.array([0, 1, 1]), params)
+print("one vmapped step of 3 envs: obs", obs3_next.shape, "rewards", rewards3)
+
+
+@jax.jit
+def fixed_policy_rollout(key):
+    """200 steps of 3 envs: push the cart under the pole (action 1 if the pole leans right)."""
+    obs, state = jax.vmap(cartpole.reset, in_axes=(0, None))(jax.random.split(key, 3), params)
+
+    def body(carry, step_key):
+        obs, state = carry
+        action = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(jnp.int32)
+        obs, state, reward, terminated, truncated, _ = v_step(jax.random.split(step_key, 3), state, action, params)
+        return (obs, state), (reward, terminated | truncated)
+
+    _, (rewards, dones) = jax.lax.scan(body, (obs, state), jax.random.split(key, 200))
+    return rewards, dones
+
+
+rewards, dones = fixed_policy_rollout(jax.random.key(1))
+print(f"scan of 200 steps x 3 envs: rewards {rewards.shape}, episodes ended: {int(dones.sum())}")
+
+# %% [markdown]
+# **Takeaway:** the same `cartpole.step` serves one env, a batch (`vmap`) and a rollout
+# (`scan`); the rollout is one compiled program with no Python between steps.
+#
+# ## 3 · Vectorised env throughput: a random policy, JAX vs gymnasium
+#
+# Random-policy env steps per second: `N` envs stepped `T` times by a jitted, vmapped,
+# scanned `step` (random actions drawn inside the program), against gymnasium's own
+# numpy-vectorised CartPole (`gym.make_vec(..., vectorization_mode="vector_entry_point")`,
+# the fastest classic vector env: one numpy call steps every env) and a `SyncVectorEnv`
+# (one Python env object per env), measured here one after the other.
+
+# %%
+N_ENVS, N_STEPS = pick(cpu=(256, 400), full=(65_536, 1000))
+
+
+def jax_random_steps(n_envs, n_steps):
+    @jax.jit
+    def run(key):
+        k_reset, k_loop = jax.random.split(key)
+        _, state = jax.vmap(cartpole.reset, in_axes=(0, None))(jax.random.split(k_reset, n_envs), params)
+
+        def body(state, k):
+            k_act, k_step = jax.random.split(k)
+            action = jax.random.bernoulli(k_act, 0.5, (n_envs,)).astype(jnp.int32)
+            _, state, _, terminated, truncated, _ = v_step(jax.random.split(k_step, n_envs), state, action, params)
+            return state, (terminated | truncated).sum()  # depends on the physics, so XLA cannot skip it
+
+        return jax.lax.scan(body, state, jax.random.split(k_loop, n_steps))[1].sum()
+
+    return run
+
+
+def gym_random_steps(n_envs, n_steps, mode):
+    envs = gym.make_vec("CartPole-v1", num_envs=n_envs, vectorization_mode=mode)
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    t0 = time.perf_counter()
+    for _ in range(n_steps):
+        envs.step(envs.action_space.sample())
+    seconds = time.perf_counter() - t0
+    envs.close()
+    return n_envs * n_steps / seconds
+
+
+run_random = jax_random_steps(N_ENVS, N_STEPS)
+t0 = time.perf_counter()
+jax.block_until_ready(run_random(jax.random.key(0)))  # the first call compiles
+compile_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+jax.block_until_ready(run_random(jax.random.key(1)))
+jax_sps = N_ENVS * N_STEPS / (time.perf_counter() - t0)
+numpy_sps = gym_random_steps(N_ENVS, N_STEPS // 4, "vector_entry_point")
+sync_sps = gym_random_steps(16, 200, "sync")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{'env':<48}{'steps/s':>14}")
+print(f"{f'JAX jit + vmap + scan, {N_ENVS} envs':<48}{jax_sps:>14,.0f}   (first call incl. compile: {compile_s:.1f} s)")
+print(f"{f'gymnasium numpy vector env, {N_ENVS} envs':<48}{numpy_sps:>14,.0f}")
+print(f"{'gymnasium SyncVectorEnv, 16 envs':<48}{sync_sps:>14,.0f}")
+print(f"JAX / numpy vector env: {jax_sps / numpy_sps:.1f}x;  JAX / SyncVectorEnv: {jax_sps / sync_sps:.0f}x")
+
+# %%
+assert jax_sps > numpy_sps and jax_sps > 10 * sync_sps
+print("The jitted, vmapped JAX env steps faster than gymnasium's numpy vector env, "
+      "and more than an order of magnitude faster than a SyncVectorEnv.")
+
+# %% [markdown]
+# **Takeaway:** even against gymnasium's best classic vector env (already one numpy call
+# per step for all envs) the compiled env is faster, because the loop over steps and the
+# random actions are inside the program too; against one Python object per env it is
+# orders of magnitude faster. The real prize is in the next section:
+# the *policy* joins the env in the same program, so nothing crosses between host and
+# device at all.
+#
+# ## 4 · PPO as one program
+#
+# **Key equations.** A rollout of $T$ steps of $B$ envs gives $(s_t, a_t, r_t, d_t,
+# \log\pi_{\text{old}}(a_t|s_t), V_{\text{old}}(s_t))$, with $d_t = 1$ where an episode
+# ended at step $t$. Generalised advantage estimation (Schulman et al. 2016):
+#
+# $$\delta_t = r_t + \gamma (1 - d_t) V(s_{t+1}) - V(s_t) \qquad (04.2)$$
+# $$A_t = \delta_t + \gamma\lambda (1 - d_t) A_{t+1}, \qquad A_T = 0, \qquad R_t = A_t + V(s_t) \qquad (04.3)$$
+#
+# PPO's loss on a minibatch (Schulman et al. 2017), with $\rho_t = \pi_\theta(a_t|s_t) /
+# \pi_{\text{old}}(a_t|s_t)$ and advantages normalised over the minibatch:
+#
+# $$L^{\text{clip}} = -\mathbb{E}_t\big[\min\big(\rho_t A_t,\ \text{clip}(\rho_t, 1-\epsilon, 1+\epsilon) A_t\big)\big] \qquad (04.4)$$
+# $$L^{V} = \tfrac12\mathbb{E}_t\big[\max\big((V_\theta - R_t)^2,\ (V_{\text{old}} + \text{clip}(V_\theta - V_{\text{old}}, -\epsilon, \epsilon) - R_t)^2\big)\big] \qquad (04.5)$$
+# $$L = L^{\text{clip}} + c_V L^V - c_H\, \mathbb{E}_t\big[H[\pi_\theta(\cdot|s_t)]\big] \qquad (04.6)$$
+#
+# **Pseudocode of `train(key)`**, every loop a `lax.scan`:
+#
+# ```
+# init params, Adam state, B envs (vmapped reset)
+# scan over updates (num_updates = total_timesteps / (B T)):
+#     scan over T steps:   logits, V = net(obs); a ~ softmax(logits); env step (vmapped, auto-reset)
+#     GAE:                 reverse scan over T (04.2-04.3)
+#     scan over epochs:    permute the B T samples
+#         scan over minibatches:   grad of L (04.4-04.6), clip the global norm, Adam step (optax)
+# return final params, one metric per update
+# ```
+#
+# | equation | function in `course_lib` |
+# |---|---|
+# | 04.1 CartPole step, auto-reset | `envs.cartpole.step_env`, `envs.cartpole.step`, `envs.cartpole.auto_reset` |
+# | 04.2-04.3 GAE by a reverse scan | `ppo_jax.gae` (numpy loop twin: `ppo_torch.gae_numpy`) |
+# | 04.4-04.6 PPO loss | `ppo_jax.ppo_loss` (torch twin: `ppo_torch.ppo_loss_torch`) |
+# | optimiser (clip + Adam, annealed lr) | `ppo_jax.make_optimizer` (optax) |
+# | the whole run | `ppo_jax.make_train(config) -> train(key, lr=None)` |
+# | the classic loop, same hyperparameters | `ppo_torch.train_torch(config)` |
+#
+# The hyperparameters (PureJaxRL's CartPole defaults; the classic loop reads the same
+# `PPOConfig`):
+
+# %%
+N_SEEDS = pick(cpu=4, full=256)
+LRS = pick(cpu=(1e-4, 2.5e-4, 1e-3), full=(3e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2))
+config = PPOConfig(total_timesteps=pick(cpu=100_000, full=500_000))
+print(describe(config))
+print(f"-> {config.num_updates} updates of {config.batch_size} env steps, "
+      f"{config.update_epochs * config.num_minibatches} gradient steps each")
+
+# %% [markdown]
+# ## 5 · Compile once, run a grid of seeds x learning rates
+#
+# `make_train(config)` returns `train(key, lr)`. Two `vmap`s make it a grid: the inner one
+# over seeds, the outer one over learning rates. The result is **one** program: it is
+# traced and compiled once (`lower(...).compile()`, timed apart), then runs every
+# (learning rate, seed) pair at once. Every update of every run reports its metrics, so
+# the whole grid's learning curves come back as `[n_lrs, n_seeds, n_updates]` arrays.
+
+# %%
+train = make_train(config)
+grid = jax.jit(jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0)))
+seed_keys = jax.random.split(jax.random.key(0), N_SEEDS)
+lrs = jnp.asarray(LRS)
+t0 = time.perf_counter()
+grid_compiled = grid.lower(seed_keys, lrs).compile()
+grid_compile_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+grid_result = jax.block_until_ready(grid_compiled(seed_keys, lrs))
+grid_run_s = time.perf_counter() - t0
+grid_steps = len(LRS) * N_SEEDS * config.steps_per_run
+returns = np.asarray(grid_result.metrics["charts/episode_return"])  # [n_lrs, n_seeds, n_updates]
+finals = final_return(grid_result.metrics)  # [n_lrs, n_seeds]
+print("metrics shape [lrs, seeds, updates]:", returns.shape)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"compile: {grid_compile_s:.1f} s   run: {grid_run_s:.1f} s for {len(LRS)} x {N_SEEDS} runs of "
+      f"{config.steps_per_run:,} steps = {grid_steps:,} env steps ({grid_steps / grid_run_s:,.0f} steps/s)")
+for lr, row in zip(LRS, finals, strict=True):
+    print(f"lr {lr:<8g} final return per seed: {np.round(row).astype(int).tolist()}")
+
+# %%
+default = LRS.index(config.lr)
+assert grid_compile_s > 0 and grid_run_s > 0
+assert (finals[default] > 150).all(), finals[default]
+print(f"At the default learning rate every one of the {N_SEEDS} seeds ends far above a random policy (~22).")
+
+# %%
+steps_axis = (np.arange(config.num_updates) + 1) * config.batch_size / 1e3
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+for s in range(N_SEEDS):
+    ax1.plot(steps_axis, returns[default, s], lw=1, label=f"seed {s}")
+ax1.set(xlabel="env steps (thousands)", ylabel="mean episodic return (per update)",
+        title=f"PPO on the JAX CartPole: {N_SEEDS} vmapped seeds, lr {config.lr:g}")
+ax1.legend(fontsize=8)
+for i, lr in enumerate(LRS):
+    ax2.scatter(np.full(N_SEEDS, lr), finals[i], alpha=0.6, label=f"lr {lr:g}")
+ax2.plot(LRS, np.median(finals, axis=1), "k-", lw=1, label="median over seeds")
+ax2.set(xscale="log", xlabel="Adam learning rate (log scale)", ylabel="final return (last 10 updates)",
+        title=f"learning-rate sweep: {len(LRS)} lrs x {N_SEEDS} seeds, one program")
+ax2.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Takeaway:** one compiled program trained every seed at every learning rate; the
+# curves show the seed-to-seed spread that a single run hides, and the sweep picks the
+# learning rate on the median over seeds, not on one lucky run.
+#
+# ## 6 · The speedup over the classic loop, measured side by side
+#
+# The classic loop (`course_lib.ppo_torch.train_torch`) runs the same PPO with the same
+# hyperparameters, network and initialisation, and is written to be *fair*: gymnasium's
+# numpy-vectorised CartPole, acting under `torch.no_grad()`, one torch thread (fastest for
+# a 64-wide MLP on this machine), preallocated buffers and `torch.from_numpy` (no copies).
+# Steady-state steps/s: a few updates after 2 warm-up updates. The JAX side: one seed
+# compiled ahead of time, then timed without compilation.
+
+# %%
+TORCH_UPDATES = pick(cpu=24, full=100)
+torch_result = train_torch(config, seed=0, n_updates=TORCH_UPDATES)
+torch_sps = torch_result.steady_steps_per_second()
+single = jax.jit(train)
+t0 = time.perf_counter()
+single_compiled = single.lower(jax.random.key(0)).compile()
+single_compile_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+single_result = jax.block_until_ready(single_compiled(jax.random.key(0)))
+single_run_s = time.perf_counter() - t0
+jax_sps_1 = config.steps_per_run / single_run_s
+jax_sps_grid = grid_steps / grid_run_s
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{'loop':<52}{'env steps/s':>12}{'x classic':>11}{'compile s':>11}")
+print(f"{'classic: torch + gymnasium vector env':<52}{torch_sps:>12,.0f}{1:>11.1f}{'-':>11}")
+print(f"{'JAX end-to-end jit, 1 seed':<52}{jax_sps_1:>12,.0f}{jax_sps_1 / torch_sps:>11.1f}{single_compile_s:>11.1f}")
+print(f"{f'JAX jit + vmap, {len(LRS)} lrs x {N_SEEDS} seeds':<52}{jax_sps_grid:>12,.0f}"
+      f"{jax_sps_grid / torch_sps:>11.1f}{grid_compile_s:>11.1f}")
+print(f"classic loop: {torch_result.rollout_seconds[2:].sum() / torch_result.update_seconds[2:].sum():.0%} of its "
+      "time in the rollout (Python + env + per-step forward), the rest in minibatch updates")
+
+# %%
+assert jax_sps_1 > 8 * torch_sps and jax_sps_grid > 8 * torch_sps
+print("Measured in this run: the end-to-end jitted PPO is more than 8x faster than the classic loop, for one seed and "
+      "for the grid (the benchmark, bench/bench_purejaxrl.py, measures 500k steps: see BENCHMARKS.md).")
+
+# %% [markdown]
+# **Takeaway:** the same algorithm, the same arithmetic, many times the throughput. The
+# classic loop pays Python and framework overhead on every env step (a forward pass of a
+# 4-row batch costs more in dispatch than in arithmetic) and on every minibatch; the
+# compiled program pays it once. The benchmark (`python bench/run.py purejaxrl`) measures
+# the full 500k-step run: see BENCHMARKS.md for the ratios at 1 and 16 seeds.
+#
+# ## 7 · Profiling: where the time goes
+#
+# Three places to look, from coarse to fine:
+#
+# 1. **Compile vs run.** `jax.jit(f).lower(args).compile()` does the tracing and the XLA
+#    compilation; the returned executable only runs. A program is compiled per input
+#    *shape*, so a notebook compiles once and reuses (here: one grid, one single seed).
+#    Compile time does not grow with `total_timesteps` (the loop is a `scan`), but it does
+#    with the program's size.
+# 2. **Work per step.** Count the arithmetic: one forward pass of the actor and the
+#    critic (4 -> 64 -> 64 -> 2 and 4 -> 64 -> 64 -> 1) is about 8,900 multiply-adds per
+#    sample. Each env step is acted on once, then learned from `update_epochs` times
+#    (forward + backward, about 3 forward passes). Divided by the run time this gives the
+#    arithmetic rate the program achieves, and the classic loop's per-update split shows
+#    where *its* time goes.
+# 3. **A trace.** `jax.profiler.trace("/tmp/trace")` around a call records every XLA
+#    operation for TensorBoard / Perfetto; on a GPU it shows whether kernels are back to
+#    back or waiting on the host (here everything is one program, so they never wait).
+
+# %%
+h = config.hidden
+macs = (4 * h + h * h + h * 2) + (4 * h + h * h + h * 1)  # actor + critic, per sample
+flops_per_step = 2 * macs * (1 + 3 * config.update_epochs)
+print(f"about {macs:,} multiply-adds per forward pass; {flops_per_step / 1e3:.0f} kFLOP of network arithmetic "
+      "per env step (act once, then learn from it update_epochs times)")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"single seed: compile {single_compile_s:.1f} s, run {single_run_s:.2f} s "
+      f"-> {flops_per_step * jax_sps_1 / 1e9:.1f} GFLOP/s of network arithmetic; "
+      f"classic loop: {flops_per_step * torch_sps / 1e9:.2f} GFLOP/s")
+print(f"classic loop per update: {1e3 * np.median(torch_result.update_seconds[2:]):.1f} ms "
+      f"(rollout {1e3 * np.median(torch_result.rollout_seconds[2:]):.1f} ms); "
+      f"JAX: {1e3 * single_run_s / config.num_updates:.2f} ms per update")
+
+# %%
+assert single_compile_s > 0 and flops_per_step * torch_sps < flops_per_step * jax_sps_1
+print("Compile time and run time are measured apart; per env step both loops do the same arithmetic, "
+      "the compiled one just wastes far less time around it.")
+
+# %% [markdown]
+# **Takeaway:** at this scale a run is short and compilation is a large part of the
+# wall-clock time: compile once, reuse the executable (vmap instead of recompiling per
+# seed). Both loops do the same arithmetic per env step; the classic loop reaches a small
+# fraction of the compiled program's rate because most of its time is dispatch overhead
+# around tiny matrix products.
+#
+# ## Glossary of logged metrics
+#
+# `train` returns one value per update for each metric (CleanRL's namespaces):
+#
+# | metric | meaning |
+# |---|---|
+# | `charts/episode_return` | mean return of the episodes that ended in the update (NaN if none) |
+# | `charts/episodes` | how many episodes ended in the update |
+# | `losses/total` | $L$ (04.6), mean over the update's epochs and minibatches |
+# | `losses/policy` | $L^{\text{clip}}$ (04.4) |
+# | `losses/value` | $L^V$ (04.5) |
+# | `losses/entropy` | mean policy entropy (nats) |
+# | `losses/approx_kl` | $\mathbb{E}[(\rho - 1) - \log\rho]$, an estimate of KL(old ‖ new) |
+# | `losses/clip_frac` | fraction of samples with $|\rho - 1| > \epsilon$ |
+# | steps/s (here) | env steps of all runs together / wall-clock run time, compile excluded |
+#
+# ## Summary
+#
+# * A JAX environment is pure functions of an immutable state; it matches gymnasium step
+#   for step (parity test) and `jit`/`vmap`/`scan` apply to it directly.
+# * With env and policy in one program, a whole PPO run is `train(key)`: rollout by
+#   `scan`, GAE by a reverse `scan`, epochs and minibatches by `scan`, optax for Adam.
+# * Measured here, side by side: many times the classic loop's throughput; seeds and
+#   learning rates ride along in the same program through `vmap`.
+# * Compile once and reuse; report compile time apart from run time.
+#
+# ## Full scale
+#
+# `COURSE_SCALE=full` runs the throughput section with 65,536 envs x 1000 steps, the grid
+# with 8 learning rates x 256 seeds at 500k steps each (1B env steps in one program), and
+# 100 classic updates. That is a GPU job: on an accelerator the vmapped axes become wide
+# matrix multiplies and the speedup over the classic loop grows by orders of magnitude
+# (PureJaxRL reports speedups of several orders of magnitude when many agents train in
+# parallel on one GPU). **No GPU was lent for this lesson**, so
+# the full-scale figures are not measured here; the 2-core CPU figures are in
+# BENCHMARKS.md (`python bench/run.py purejaxrl`).
+#
+# ## References
+#
+# * C. Lu, J. Kuba, A. Letcher, L. Metz, C. Schroeder de Witt, J. Foerster (2022).
+#   *Discovered Policy Optimisation.* NeurIPS. PureJaxRL: github.com/luchris429/purejaxrl.
+# * R. T. Lange (2022). *gymnax: A JAX-based Reinforcement Learning Environment Library.*
+# * J. Schulman, F. Wolski, P. Dhariwal, A. Radford, O. Klimov (2017). *Proximal Policy
+#   Optimization Algorithms.* arXiv:1707.06347.
+# * J. Schulman, P. Moritz, S. Levine, M. Jordan, P. Abbeel (2016). *High-Dimensional
+#   Continuous Control Using Generalized Advantage Estimation.* ICLR. arXiv:1506.02438.
+# * S. Huang et al. (2022). *The 37 Implementation Details of Proximal Policy
+#   Optimization.* ICLR Blog Track (CleanRL's `ppo.py`).
+# * R. V. Florian (2007). *Correct equations for the dynamics of the cart-pole system.*
+#
+# ## Exercises
+#
+# `exercises/04_purejaxrl.ipynb`: the pure env step (04.1), GAE by a reverse `lax.scan`
+# (04.2-04.3), PPO's clipped loss (04.4), and vmapping a training function over seeds and
+# learning rates. Grade with `course grade exercises/04_purejaxrl.ipynb`.
