@@ -1,0 +1,147 @@
+"""A batched KV-cache sampler with slots and in-flight weight updates (lesson 07).
+
+The sampler holds ``n_slots`` sequences side by side, each at its own position, and
+decodes one token for every slot per :meth:`SlotSampler.step` (one batched forward
+pass, like an inference engine's decoding step: its cost hardly depends on how many
+slots are busy). A slot first *prefills* its prompt, one token per step, then samples
+until the end-of-sequence token or ``max_len``. A finished slot can be refilled at once
+(:meth:`start`): that is continuous batching.
+
+Between two steps, :meth:`load_weights` may replace the model's weights:
+
+* ``recompute=False`` (Pipeline RL's in-flight update): the KV cache is kept, so the
+  keys and values of earlier tokens still come from the old weights;
+* ``recompute=True``: the cache is rebuilt with one full forward pass of the new weights
+  over every slot's tokens (what a fresh start would have computed, at a price).
+
+For every sampled token the sampler records the behaviour log-probability
+``log mu(y_t | y_<t)`` under the weights (and cache) that sampled it, and the version of
+those weights (eq. 07.1 needs both).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from course_lib.actor_learner.model import load_flat_parameters
+from course_lib.lm.model import TinyLM
+
+
+class SlotSampler:
+    """``n_slots`` decoding slots over one :class:`TinyLM` and its KV cache.
+
+    Per slot (``M = max_len``): ``tokens [S, M]``, ``logp [S, M]`` and ``versions [S, M]``
+    (-1 where no token was sampled: the prompt, unused positions), ``pos [S]`` the
+    position of the token fed at the next step, ``prompt_len [S]``, ``active [S]``.
+    """
+
+    def __init__(self, model: TinyLM, n_slots: int, eos: int, generator: torch.Generator | None = None,
+                 version: int = 0) -> None:
+        if n_slots < 1:
+            raise ValueError(f"n_slots must be >= 1, got {n_slots}")
+        self.model = model
+        self.n_slots = n_slots
+        self.eos = eos
+        self.generator = generator
+        self.version = version
+        m = model.cfg.max_len
+        self.tokens = torch.zeros(n_slots, m, dtype=torch.long)
+        self.logp = torch.zeros(n_slots, m)
+        self.versions = torch.full((n_slots, m), -1, dtype=torch.long)
+        self.pos = torch.zeros(n_slots, dtype=torch.long)
+        self.prompt_len = torch.ones(n_slots, dtype=torch.long)
+        self.active = torch.zeros(n_slots, dtype=torch.bool)
+        self.cache = model.new_cache(n_slots)
+        self.swaps = 0
+
+    def free_slots(self) -> list[int]:
+        return [int(i) for i in torch.nonzero(~self.active).flatten()]
+
+    @property
+    def n_active(self) -> int:
+        return int(self.active.sum())
+
+    def start(self, slot: int, prompt: list[int]) -> None:
+        """Put a new sequence with ``prompt`` (at least one token) into the free ``slot``."""
+        if self.active[slot]:
+            raise ValueError(f"slot {slot} is still decoding; start a sequence only in a free slot")
+        if not 1 <= len(prompt) < self.model.cfg.max_len:
+            raise ValueError(f"the prompt must have 1..{self.model.cfg.max_len - 1} tokens, got {len(prompt)}")
+        self.tokens[slot] = 0
+        self.tokens[slot, : len(prompt)] = torch.as_tensor(prompt)
+        self.logp[slot] = 0.0
+        self.versions[slot] = -1
+        self.pos[slot] = 0
+        self.prompt_len[slot] = len(prompt)
+        self.active[slot] = True
+
+    @torch.no_grad()
+    def step(self) -> list[int]:
+        """One decoding step for every slot; returns the slots whose sequence just finished.
+
+        A slot still in its prompt only writes the cache; a slot at its last prompt token or
+        later samples the next token, recording its log-prob and ``self.version``.
+        """
+        rows = torch.arange(self.n_slots)
+        logits = self.model.step(self.tokens[rows, self.pos], self.pos, self.cache)
+        logp_all = F.log_softmax(logits, dim=-1)
+        sample = torch.multinomial(logp_all.exp(), 1, generator=self.generator).squeeze(1)
+        nxt = self.pos + 1
+        sampling = self.active & (nxt >= self.prompt_len)
+        r = rows[sampling]
+        self.tokens[r, nxt[r]] = sample[r]
+        self.logp[r, nxt[r]] = logp_all[r, sample[r]]
+        self.versions[r, nxt[r]] = self.version
+        self.pos[self.active] += 1
+        done = sampling & ((sample == self.eos) | (nxt >= self.model.cfg.max_len - 1))
+        self.active &= ~done
+        return [int(i) for i in torch.nonzero(done).flatten()]
+
+    def result(self, slot: int) -> dict[str, torch.Tensor]:
+        """The finished sequence of ``slot``: ``tokens`` (prompt + answer), and for the answer
+        positions ``logp`` and ``versions`` (prompt positions: 0 and -1)."""
+        end = int(self.pos[slot]) + 1
+        return {"tokens": self.tokens[slot, :end].clone(), "logp": self.logp[slot, :end].clone(),
+                "versions": self.versions[slot, :end].clone(), "prompt_len": torch.tensor(int(self.prompt_len[slot]))}
+
+    @torch.no_grad()
+    def load_weights(self, flat: torch.Tensor, version: int, recompute: bool = False) -> None:
+        """Replace the weights between two steps (an in-flight update); tokens sampled from now
+        on are stamped with ``version``. ``recompute=True`` also rebuilds the KV cache."""
+        load_flat_parameters(self.model, flat)
+        self.weights_changed(version, recompute)
+
+    def weights_changed(self, version: int, recompute: bool = False) -> None:
+        """Record that the model's weights were replaced (by :meth:`load_weights` or a
+        ``SharedWeights.pull``): stamp later tokens with ``version``; optionally rebuild the cache."""
+        self.version = version
+        self.swaps += 1
+        if recompute:
+            self.recompute_cache()
+
+    @torch.no_grad()
+    def recompute_cache(self) -> None:
+        """Keys and values of every position from one full forward pass of the current weights."""
+        _, (keys, values) = self.model(self.tokens, return_kv=True)
+        self.cache[0].copy_(keys)
+        self.cache[1].copy_(values)
+
+
+def sample_problems(model: TinyLM, prompts: list[list[int]], n_slots: int, eos: int,
+                    generator: torch.Generator | None = None) -> list[dict[str, torch.Tensor]]:
+    """Decode every prompt with continuous batching (a freed slot takes the next prompt at
+    once); returns :meth:`SlotSampler.result` per prompt, in order."""
+    sampler = SlotSampler(model, n_slots, eos, generator)
+    todo = list(range(len(prompts)))[::-1]
+    owner: dict[int, int] = {}
+    out: dict[int, dict[str, torch.Tensor]] = {}
+    while todo or sampler.n_active:
+        for slot in sampler.free_slots():
+            if not todo:
+                break
+            owner[slot] = todo.pop()
+            sampler.start(slot, prompts[owner[slot]])
+        for slot in sampler.step():
+            out[owner.pop(slot)] = sampler.result(slot)
+    return [out[i] for i in range(len(prompts))]

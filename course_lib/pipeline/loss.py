@@ -1,0 +1,58 @@
+"""Lesson 07's loss and per-token bookkeeping for sequences that mix policy versions.
+
+A sequence sampled while the weights changed in flight holds tokens from several
+policies: token ``t`` of sequence ``i`` was sampled by version ``v_it`` with log-prob
+``log mu_it``. The trainer, at version ``u``, weighs every token by its own truncated
+ratio (eq. 07.1-07.2), with the group-relative advantage of its sequence (eq. 07.3)::
+
+    w_it = min(c, exp(log pi_u(y_it) - log mu_it))                        (07.1)
+    L    = -(1 / #tokens) sum_{i,t real} sg[w_it] * A_i * log pi_u(y_it)   (07.2)
+    A_i  = (r_i - mean_group r) / (std_group r + eps)                      (07.3)
+    lag_it = u - v_it,   ESS / N = (sum w)^2 / (N sum w^2)                 (07.4)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike, NDArray
+
+from course_lib.importance import ess_from_log_weights, truncated_is_loss
+from course_lib.pg import group_relative_advantages
+
+
+def group_token_advantages(rewards: ArrayLike, mask: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Eq. 07.3 broadcast to tokens: ``rewards [n_groups, G]``, ``mask [n_groups * G, T]``
+    (sequences group after group) -> ``[n_groups * G, T]`` float32, 0 outside the mask."""
+    adv = group_relative_advantages(rewards, eps=eps).reshape(-1)
+    if adv.shape[0] != mask.shape[0]:
+        raise ValueError(f"rewards hold {adv.shape[0]} sequences, mask {mask.shape[0]}: mask must be [n_groups * G, T]")
+    return torch.as_tensor(adv, dtype=torch.float32)[:, None] * mask.float()
+
+
+def token_lags(trainer_version: int, versions: ArrayLike, mask: ArrayLike) -> NDArray[np.int64]:
+    """Eq. 07.4: ``trainer_version - versions`` on real tokens, 0 elsewhere, ``[N, T]`` int64.
+
+    Raises:
+        ValueError: a real token's version is newer than the trainer's (a bookkeeping bug).
+    """
+    v = np.asarray(versions, dtype=np.int64)
+    m = np.asarray(mask, dtype=bool)
+    if v.shape != m.shape:
+        raise ValueError(f"versions {v.shape} and mask {m.shape} must have the same shape")
+    if (v[m] > trainer_version).any():
+        raise ValueError(f"a token has version {int(v[m].max())}, newer than the trainer's {trainer_version}")
+    return np.where(m, trainer_version - v, 0).astype(np.int64)
+
+
+def pipeline_loss(logp_new: torch.Tensor, logp_behaviour: torch.Tensor, advantages: torch.Tensor,
+                  mask: torch.Tensor, c: float) -> torch.Tensor:
+    """Eq. 07.1-07.2: per-token truncated importance weights, mean over real tokens
+    (``course_lib.importance.truncated_is_loss`` at token level). All ``[N, T]``."""
+    return truncated_is_loss(logp_new, logp_behaviour, advantages, c=c, mask=mask, level="token")
+
+
+def token_ess_fraction(log_ratios: ArrayLike, mask: ArrayLike) -> float:
+    """ESS / N of the real tokens' untruncated weights (eq. 07.4); 1 when on-policy."""
+    lr = np.asarray(log_ratios, dtype=np.float64)[np.asarray(mask, dtype=bool)]
+    return float(ess_from_log_weights(lr)) / max(lr.size, 1)

@@ -1,0 +1,497 @@
+"""Three RL regimes for an LLM-like policy, with a generator and a trainer process (lesson 07).
+
+::
+
+    with PipelineSystem(PipelineConfig(regime="pipeline"), init_flat) as system:
+        report = system.train()
+    # the generator process has exited here, whatever happened inside the block
+
+One **generator** process decodes with a :class:`~course_lib.lm.sampler.SlotSampler`
+(``n_slots`` slots, one torch thread, core 0); the **trainer** runs in the calling process (one
+torch thread, core 1), so on two cores both can work at the same time. Weights travel as one
+flat shared tensor with a version under a seqlock (lesson 03's
+:class:`~course_lib.actor_learner.buffers.SharedWeights`); finished groups of answers
+travel through a pipe.
+
+Regimes (``PipelineConfig.regime``):
+
+* ``"sync"``: generate a whole batch (every slot, wait for the longest answer), train on
+  it, publish, repeat. Lag 0; the generator idles while the trainer trains and vice versa.
+* ``"one_step"``: the generator starts batch ``j + 1`` while the trainer trains on batch
+  ``j``, with the weights of one update ago. Lag <= 1.
+* ``"pipeline"``: the generator never stops: it pulls new weights between two decoding
+  steps (keeping the KV cache, or recomputing it), and refills a finished slot at once
+  (continuous batching). Lag <= ``max_lag``.
+
+**Lag bound by backpressure.** Groups are numbered in the order they start; update ``u``
+consumes groups ``u B .. (u + 1) B - 1`` (``B = groups_per_batch``). The generator may
+start group ``k`` only when ``k < consumed + (bound + 1) B``, reading ``consumed`` (which
+the trainer raises after publishing) *before* it pulls the weights. Then group ``k``
+starts with a version ``>= consumed / B`` and is consumed by update ``<= consumed / B +
+bound``: no token is ever more than ``bound`` updates old (``bound`` = 0, 1 or
+``max_lag``). The trainer checks it on every batch.
+
+**Faults.** Every wait has a timeout (``poll_s``) after which the trainer checks the
+generator; a dead generator is reported in ``events`` and the run ends cleanly with
+:class:`PipelineFault`. The generator exits if its parent dies. :meth:`PipelineSystem.stop`
+sets the stop event, joins with a timeout, then terminates and kills.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from course_lib.actor_learner.actor import INJECTED_CRASH_EXIT, child_setup, exit_reason
+from course_lib.actor_learner.buffers import SharedWeights
+from course_lib.actor_learner.model import load_flat_parameters
+from course_lib.lm.model import LMConfig, TinyLM, sequence_logprobs
+from course_lib.lm.sampler import SlotSampler
+from course_lib.lm.task import EOS, PAD, CountdownTask, Problem, TaskConfig
+from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
+from course_lib.procs import stop_processes
+
+Regime = Literal["sync", "one_step", "pipeline"]
+REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")
+TASK = TaskConfig()
+LM = LMConfig(vocab=TASK.vocab, max_len=TASK.max_len)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything one run of a regime depends on."""
+
+    regime: Regime = field(default="pipeline", metadata={"help": "'sync', 'one_step' or 'pipeline'"})
+    n_slots: int = field(default=32, metadata={"help": "decoding slots of the generator (= G x groups_per_batch for sync/one_step)"})
+    group_size: int = field(default=8, metadata={"help": "G answers sampled per prompt (one GRPO group)"})
+    groups_per_batch: int = field(default=4, metadata={"help": "B groups per update"})
+    max_lag: int = field(default=2, metadata={"help": "pipeline: most updates a token may lag (sync: 0, one_step: 1)"})
+    n_updates: int = field(default=100, metadata={"help": "trainer updates in a run"})
+    lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
+    clip_c: float = field(default=2.0, metadata={"help": "truncation level c of the per-token weights (07.1)"})
+    train_chunk: int = field(default=8, metadata={"help": "trainer: sequences per forward pass, sorted by length"})
+    pin_cores: bool = field(default=True, metadata={"help": "generator on core 0, trainer on core 1 (its own hardware, as GPUs would be)"})
+    recompute_cache: bool = field(default=False, metadata={"help": "pipeline: rebuild the KV cache after an in-flight update"})
+    seed: int = field(default=0, metadata={"help": "seeds the prompts, the sampler and the trainer"})
+    poll_s: float = field(default=0.05, metadata={"help": "longest single wait before checking on the other process"})
+    stall_timeout_s: float = field(default=60.0, metadata={"help": "no data for this long: shut down and raise"})
+    join_timeout_s: float = field(default=3.0, metadata={"help": "stop: wait this long before terminate/kill"})
+    crash_after_groups: int | None = field(default=None, metadata={"help": "fault injection: the generator exits after sending this many groups"})
+    start_method: str = field(default="forkserver", metadata={"help": "'forkserver' or 'spawn' (fork is unsafe with torch threads)"})
+    lm: LMConfig = field(default=LM, metadata={"help": "model sizes"})
+    task: TaskConfig = field(default=TASK, metadata={"help": "the countdown task"})
+
+    def __post_init__(self) -> None:
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {REGIMES}, got {self.regime!r}")
+        if self.regime != "pipeline" and self.n_slots != self.batch_sequences:
+            raise ValueError(f"regime {self.regime!r} generates whole batches: n_slots must equal group_size x "
+                             f"groups_per_batch = {self.batch_sequences}, got {self.n_slots}")
+        if self.regime == "pipeline" and self.max_lag < 1:
+            raise ValueError(f"pipeline needs max_lag >= 1 (a token sampled during an update is 1 behind), got {self.max_lag}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
+
+    @property
+    def batch_sequences(self) -> int:
+        return self.group_size * self.groups_per_batch
+
+    @property
+    def lag_bound(self) -> int:
+        """The most updates any consumed token may lag: 0, 1 or ``max_lag``."""
+        return {"sync": 0, "one_step": 1, "pipeline": self.max_lag}[self.regime]
+
+    @property
+    def capacity_groups(self) -> int:
+        """Groups that may be started and not yet consumed (the backpressure window)."""
+        return (self.lag_bound + 1) * self.groups_per_batch
+
+
+def _pin(cfg: "PipelineConfig", core: int) -> set[int] | None:
+    """Give this process core ``core`` alone (if ``cfg.pin_cores`` and there are two cores);
+    returns the previous affinity, to restore."""
+    if not cfg.pin_cores or not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {sorted(previous)[core]})
+    return previous
+
+
+class PipelineFault(RuntimeError):
+    """The run could not go on (the generator died or stalled); everything was shut down."""
+
+
+# ---------------------------------------------------------------------------------------
+# The generator process
+# ---------------------------------------------------------------------------------------
+
+CONSUMED = 0  # index in the shared counters: groups consumed by the trainer (raised after publishing)
+
+
+@dataclass
+class _Group:
+    problem: Problem
+    start_version: int
+    answers: list[dict[str, list[Any]]] = field(default_factory=list)
+
+
+class _Timeline:
+    """Decoding steps merged into busy intervals ``(start, end)``, plus slot-steps."""
+
+    def __init__(self) -> None:
+        self.intervals: list[list[float]] = []
+        self.busy_slot_steps = 0
+        self.steps = 0
+        self.swaps: list[tuple[float, int]] = []
+
+    def add(self, t0: float, t1: float, n_active: int) -> None:
+        if self.intervals and t0 - self.intervals[-1][1] < 2e-4:
+            self.intervals[-1][1] = t1
+        else:
+            self.intervals.append([t0, t1])
+        self.busy_slot_steps += n_active
+        self.steps += 1
+
+    def flush(self) -> dict[str, Any]:
+        out = {"intervals": self.intervals[:-1], "busy_slot_steps": self.busy_slot_steps, "steps": self.steps,
+               "swaps": self.swaps}
+        self.intervals = self.intervals[-1:]  # the last one may still grow
+        self.busy_slot_steps, self.steps, self.swaps = 0, 0, []
+        return out
+
+
+def generator_main(cfg: PipelineConfig, weights: SharedWeights, counters: torch.Tensor, conn: Connection,
+                   stop: Any, go: Any, seed: int) -> None:
+    """The generator process: decode, verify, send finished groups (see the module docstring)."""
+    child_setup(seed)
+    _pin(cfg, 0)
+    task = CountdownTask(cfg.task)
+    rng = np.random.default_rng(seed)
+    model = TinyLM(cfg.lm)
+    sampler = SlotSampler(model, cfg.n_slots, EOS, torch.Generator().manual_seed(seed))
+    sampler.version = weights.pull(model, -1)
+    conn.send(("ready", os.getpid()))
+    while not go.wait(cfg.poll_s):
+        if stop.is_set():
+            return
+    groups: dict[int, _Group] = {}
+    owner: dict[int, int] = {}
+    next_group, sent = 0, 0
+    issuing, left = -1, 0  # the group whose answers are being started, and how many are left to start
+    timeline = _Timeline()
+    G, B = cfg.group_size, cfg.groups_per_batch
+
+    def pull() -> None:
+        new = weights.pull(model, sampler.version)
+        if new != sampler.version:
+            in_flight = sampler.n_active > 0
+            sampler.weights_changed(new, recompute=cfg.recompute_cache and in_flight)
+            if in_flight:  # between two decoding steps of live sequences
+                timeline.swaps.append((time.perf_counter(), new))
+
+    def new_group() -> int:
+        nonlocal next_group
+        groups[next_group] = _Group(task.sample(rng, 1)[0], sampler.version)
+        next_group += 1
+        return next_group - 1
+
+    def start(slot: int, k: int) -> None:
+        sampler.start(slot, groups[k].problem.prompt)
+        owner[slot] = k
+
+    while not stop.is_set():
+        consumed = int(counters[CONSUMED])  # read before pulling: see "lag bound" above
+        if cfg.regime == "pipeline":
+            pull()
+            for slot in sampler.free_slots():
+                if left == 0:
+                    if next_group >= consumed + cfg.capacity_groups:
+                        break  # backpressure
+                    issuing, left = new_group(), G
+                start(slot, issuing)
+                left -= 1
+        elif sampler.n_active == 0 and next_group + B <= consumed + cfg.capacity_groups:
+            pull()
+            slots = iter(range(cfg.n_slots))
+            for _ in range(B):
+                k = new_group()
+                for _ in range(G):
+                    start(next(slots), k)
+        n_active = sampler.n_active
+        if n_active == 0:
+            time.sleep(0.0005)  # backpressure: nothing may start yet
+            continue
+        t0 = time.perf_counter()
+        finished = sampler.step()
+        timeline.add(t0, time.perf_counter(), n_active)
+        for slot in finished:
+            k = owner.pop(slot)
+            res = sampler.result(slot)
+            p = int(res["prompt_len"])
+            answer = res["tokens"][p:].tolist()
+            groups[k].answers.append({"answer": answer, "logp": res["logp"][p:].tolist(),
+                                      "versions": res["versions"][p:].tolist(),
+                                      "reward": task.reward(groups[k].problem, answer)})
+            if len(groups[k].answers) == G:
+                g = groups.pop(k)
+                conn.send(("group", k, {"prompt": g.problem.prompt, "start_version": g.start_version,
+                                           "answers": g.answers}, timeline.flush()))
+                sent += 1
+                if cfg.crash_after_groups is not None and sent >= cfg.crash_after_groups:
+                    os._exit(INJECTED_CRASH_EXIT)
+
+
+# ---------------------------------------------------------------------------------------
+# The trainer (this process) and the report
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class RegimeReport:
+    """What one run measured (times in seconds from the start signal).
+
+    ``metrics``: one dict per update (``reward``, ``lag_max``, ``lag_mean``, ``ess``,
+    ``clipped``, ``tokens``, ``time``, ``loss``); ``token_lags``: the lag of every consumed
+    token; ``generator`` / ``trainer``: busy intervals ``[(start, end)]``; ``swaps``:
+    ``(time, version)`` of every in-flight weight update the generator applied; ``final_state``:
+    the trainer's weights at the end.
+    """
+
+    regime: str
+    lag_bound: int
+    seconds: float
+    tokens: int
+    samples: int
+    metrics: list[dict[str, float]]
+    token_lags: np.ndarray
+    generator: list[tuple[float, float]]
+    trainer: list[tuple[float, float]]
+    swaps: list[tuple[float, int]]
+    slot_occupancy: float
+    events: list[str]
+    final_state: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds
+
+    def busy_fraction(self, who: str) -> float:
+        """Fraction of the run's wall time ``who`` (``generator`` or ``trainer``) was computing."""
+        spans = getattr(self, who)
+        return sum(min(b, self.seconds) - a for a, b in spans if a < self.seconds) / self.seconds
+
+    @property
+    def generation_utilisation(self) -> float:
+        """Busy fraction of the generator x the fraction of its slots doing useful work."""
+        return self.busy_fraction("generator") * self.slot_occupancy
+
+    def series(self, key: str) -> np.ndarray:
+        return np.array([m[key] for m in self.metrics])
+
+
+class PipelineSystem:
+    """A generator process and this process's trainer for one regime; see the module docstring."""
+
+    def __init__(self, config: PipelineConfig, init_flat: torch.Tensor) -> None:
+        self.config = config
+        self.events: list[str] = []
+        self.model = TinyLM(config.lm)
+        load_flat_parameters(self.model, init_flat)
+        self.process: Any = None
+        self._started = self._stopped = False
+
+    def __enter__(self) -> "PipelineSystem":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Share the weights, start the generator and wait until it is ready."""
+        if self._started:
+            raise RuntimeError("this system was already started; make a new one")
+        self._started = True
+        cfg = self.config
+        ctx = mp.get_context(cfg.start_method)
+        if cfg.start_method == "forkserver":
+            ctx.set_forkserver_preload([__name__])
+        self.weights = SharedWeights(self.model)
+        self.counters = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._stop, self._go = ctx.Event(), ctx.Event()
+        self.conn, child_end = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=generator_main, name="generator", daemon=True,
+                                   args=(cfg, self.weights, self.counters, child_end, self._stop, self._go,
+                                         cfg.seed * 1000 + 1))
+        atexit.register(self.stop)
+        try:
+            self.process.start()
+            child_end.close()
+            message = self._recv(cfg.stall_timeout_s, "the generator to start")
+            assert message[0] == "ready"
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def kill_generator(self) -> int:
+        """Send ``SIGKILL`` to the generator (fault injection); returns its pid."""
+        os.kill(self.pid, signal.SIGKILL)
+        return self.pid
+
+    def stop(self) -> None:
+        """Stop event, join with a timeout, then terminate, then kill. Idempotent."""
+        if self._stopped or not self._started:
+            return
+        self._stopped = True
+        atexit.unregister(self.stop)
+        self._stop.set()
+        if self.process is not None and self.process.pid is not None:
+            self.events += stop_processes([("the generator", self.process)], self.config.join_timeout_s)
+            self.process.close()
+        self.conn.close()
+        self.events.append("stop: the generator process exited")
+
+    def _recv(self, timeout: float, what: str) -> tuple[Any, ...]:
+        """The next message, waiting at most ``timeout`` s in ``poll_s`` slices, checking the generator."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.conn.poll(self.config.poll_s):
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    pass
+            if not self.process.is_alive():
+                self.process.join()
+                message = f"generator (pid {self.process.pid}) died: {exit_reason(self.process.exitcode)}"
+                self.events.append(message + "; shutting down")
+                self.stop()
+                raise PipelineFault(message + " (clean shutdown)")
+        self.events.append(f"trainer: waited {timeout:g} s for {what}: shutting down")
+        self.stop()
+        raise PipelineFault(f"waited {timeout:g} s for {what} (clean shutdown)")
+
+    def _batch(self, groups: list[dict[str, Any]]) -> dict[str, Any]:
+        """Right-padded ``[N, T]`` tensors: prompt + answer tokens, behaviour log-probs,
+        versions, the answer mask; ``rewards [n_groups, G]``."""
+        rows = [(ans, g) for g in groups for ans in g["answers"]]
+        n_t = max(len(g["prompt"]) + len(a["answer"]) for a, g in rows)
+        tokens = torch.full((len(rows), n_t), PAD, dtype=torch.long)
+        logp = torch.zeros(len(rows), n_t)
+        versions = torch.zeros(len(rows), n_t, dtype=torch.long)
+        mask = torch.zeros(len(rows), n_t, dtype=torch.bool)
+        for i, (a, g) in enumerate(rows):
+            p, n = len(g["prompt"]), len(a["answer"])
+            tokens[i, :p] = torch.as_tensor(g["prompt"])
+            tokens[i, p : p + n] = torch.as_tensor(a["answer"])
+            logp[i, p : p + n] = torch.as_tensor(a["logp"])
+            versions[i, p : p + n] = torch.as_tensor(a["versions"])
+            mask[i, p : p + n] = True
+        rewards = np.array([[a["reward"] for a in g["answers"]] for g in groups])
+        return {"tokens": tokens, "logp": logp, "versions": versions, "mask": mask, "rewards": rewards}
+
+    def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> RegimeReport:
+        """Run ``n_updates`` updates; returns the :class:`RegimeReport`.
+
+        Raises:
+            PipelineFault: the generator died, or no group came for ``stall_timeout_s``.
+        """
+        cfg = self.config
+        B = cfg.groups_per_batch
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        previous_cores = _pin(cfg, 1)
+        torch.manual_seed(cfg.seed)
+        opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        done: dict[int, dict[str, Any]] = {}
+        generator_spans: list[tuple[float, float]] = []
+        trainer_spans: list[tuple[float, float]] = []
+        swaps: list[tuple[float, int]] = []
+        busy_slot_steps = steps = 0
+        metrics: list[dict[str, float]] = []
+        lags: list[np.ndarray] = []
+        tokens = 0
+        self._go.set()
+        t0 = time.perf_counter()
+        try:
+            for u in range(cfg.n_updates):
+                wanted = range(u * B, (u + 1) * B)
+                while any(k not in done for k in wanted):
+                    kind, k, payload, tl = self._recv(cfg.stall_timeout_s, f"group {min(set(wanted) - set(done))}")
+                    done[k] = payload
+                    generator_spans += [(a - t0, b - t0) for a, b in tl["intervals"]]
+                    swaps += [(t - t0, v) for t, v in tl["swaps"]]
+                    busy_slot_steps += tl["busy_slot_steps"]
+                    steps += tl["steps"]
+                start = time.perf_counter()
+                groups = [done.pop(k) for k in wanted]
+                m = self._update(u, groups, opt, lags)
+                tokens += int(m["tokens"])
+                end = time.perf_counter()
+                trainer_spans.append((start - t0, end - t0))
+                m["time"] = end - t0
+                metrics.append(m)
+                if progress is not None:
+                    progress(u + 1, m)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            torch.set_num_threads(previous_threads)
+            if previous_cores is not None:
+                os.sched_setaffinity(0, previous_cores)
+        seconds = time.perf_counter() - t0
+        return RegimeReport(regime=cfg.regime, lag_bound=cfg.lag_bound, seconds=seconds, tokens=tokens,
+                            samples=cfg.n_updates * cfg.batch_sequences, metrics=metrics,
+                            token_lags=np.concatenate(lags), generator=generator_spans, trainer=trainer_spans,
+                            swaps=swaps, slot_occupancy=busy_slot_steps / max(steps * cfg.n_slots, 1),
+                            events=list(self.events),
+                            final_state={k: v.detach().clone() for k, v in self.model.state_dict().items()})
+
+    def _update(self, u: int, groups: list[dict[str, Any]], opt: torch.optim.Optimizer,
+                lags: list[np.ndarray]) -> dict[str, float]:
+        """One trainer step at version ``u`` on ``groups`` (07.1-07.4); publishes version ``u + 1``."""
+        cfg = self.config
+        batch = self._batch(groups)
+        mask = batch["mask"]
+        lag = token_lags(u, batch["versions"].numpy(), mask.numpy())
+        if lag.max() > cfg.lag_bound:
+            self.events.append(f"update {u}: a token lags {int(lag.max())} > bound {cfg.lag_bound}")
+        lags.append(lag[mask.numpy()])
+        adv = group_token_advantages(batch["rewards"], mask)
+        # (07.2) over chunks of similar length, each padded only to its own longest: the same
+        # loss (chunk means weighted by their token counts), without computing the long tail's padding
+        ends = mask.shape[1] - mask.flip(1).float().argmax(1)
+        n_real = mask.sum()
+        loss = torch.zeros(())
+        ratios = []
+        for rows in torch.argsort(ends, stable=True).split(cfg.train_chunk):
+            n_t = int(ends[rows].max())
+            m = mask[rows, :n_t]
+            logp_new = sequence_logprobs(self.model, batch["tokens"][rows, :n_t])
+            loss = loss + pipeline_loss(logp_new, batch["logp"][rows, :n_t], adv[rows, :n_t], m, cfg.clip_c) * m.sum() / n_real
+            ratios.append((logp_new.detach() - batch["logp"][rows, :n_t])[m])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        self.weights.publish(self.model, u + 1)
+        self.counters[CONSUMED] = (u + 1) * cfg.groups_per_batch  # after publishing: see "lag bound"
+        log_ratio = torch.cat(ratios).numpy()
+        real = mask.numpy()
+        return {"reward": float(batch["rewards"].mean()), "lag_max": float(lag[real].max()),
+                "lag_mean": float(lag[real].mean()), "ess": token_ess_fraction(log_ratio, np.ones_like(log_ratio, bool)),
+                "clipped": float((log_ratio > np.log(cfg.clip_c)).mean()), "tokens": float(real.sum()),
+                "loss": loss.item()}

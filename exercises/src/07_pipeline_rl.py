@@ -1,0 +1,273 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercises 07 · Pipeline RL: in-flight weight updates
+#
+# This notebook is generated from `exercises/src/07_pipeline_rl.py`; the worked
+# solutions are in `solutions/07_pipeline_rl.ipynb`. Write the function bodies where they
+# raise `NotImplementedError`, run the *check yourself* cell under each one, and when all
+# pass grade the notebook from a terminal:
+#
+# ```
+# course grade exercises/07_pipeline_rl.ipynb
+# ```
+#
+# The equations are numbered as in `lessons/07_pipeline_rl.ipynb`. A batch holds `N`
+# answers padded to `T` positions; `mask[i, t]` is True at the real answer tokens.
+#
+# | exercise | points | difficulty | time |
+# |---|---|---|---|
+# | 1. `token_is_loss` | 15 | ★★☆ | 15 min |
+# | 2. `token_lags` | 10 | ★☆☆ | 10 min |
+# | 3. `group_token_advantages` | 10 | ★☆☆ | 10 min |
+# | 4. `inflight_decode` | 15 | ★★☆ | 20 min |
+
+# %%
+import numpy as np
+import torch
+
+from course_lib.actor_learner.model import load_flat_parameters
+from course_lib.grading import check
+
+# %% [markdown]
+# ## Exercise 1 · The per-token truncated-IS loss with mixed versions (★★☆, 15 min, 15 points)
+#
+# Each answer token was sampled by some policy version with behaviour log-probability
+# $\log\mu_{it}$ (`logp_behaviour`); the trainer's current policy gives $\log\pi_{it}$
+# (`logp_new`, which requires grad). With one truncated weight per token
+#
+# $$w_{it} = \min\big(c,\ \exp(\log\pi_{it} - \log\mu_{it})\big) \qquad (07.1)$$
+#
+# the loss is the mean over the real tokens, the weight being a constant (no gradient
+# flows through it):
+#
+# $$L = -\frac{1}{N_{tok}}\sum_{i,t:\ \text{mask}_{it}} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_{it}. \qquad (07.2)$$
+#
+# Inputs: `logp_new`, `logp_behaviour` `[N, T]` float tensors, `advantages` `[N]` (one
+# per answer), `mask` `[N, T]` bool, `c` a float. Return a scalar tensor.
+#
+# **How it is graded:** against a term-by-term loop over the real tokens, on batches whose
+# ratios cross `c` and whose padding holds garbage; the gradient with respect to
+# `logp_new` is compared with the oracle's (the weight must be a constant); properties:
+# on-policy tokens weigh 1, padding changes nothing. A missing truncation, a gradient
+# through the weight, a ratio per sequence instead of per token, $\mu/\pi$ instead of
+# $\pi/\mu$, or a mean over all positions are named in the message.
+#
+# <details><summary>Hint 1</summary>
+# Compute the log-ratio from <code>logp_new.detach()</code>, so that the weight is a constant.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>w = torch.clamp(torch.exp(log_ratio), max=c)</code>; broadcast the advantages with
+# <code>advantages[:, None]</code>; multiply by the mask as floats and divide by its sum.
+# </details>
+
+# %% tags=["exercise"]
+def token_is_loss(logp_new, logp_behaviour, advantages, mask, c):
+    """Per-token truncated importance-weighted REINFORCE loss (eq. 07.1-07.2).
+
+    Args:
+        logp_new: [N, T] log pi of the sampled tokens under the current policy (requires grad).
+        logp_behaviour: [N, T] log mu, as the sampler recorded it.
+        advantages: [N] one advantage per answer.
+        mask: [N, T] bool, the real answer tokens.
+        c: truncation level of the weights.
+
+    Returns:
+        a scalar torch tensor.
+    """
+    ### BEGIN SOLUTION
+    log_ratio = logp_new.detach() - logp_behaviour
+    w = torch.clamp(torch.exp(log_ratio), max=c)
+    m = mask.to(logp_new.dtype)
+    return -(w * advantages[:, None] * logp_new * m).sum() / m.sum()
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+# one answer of two tokens: ratios 2 (truncated to 1.5) and 0.5, advantage 1
+example = dict(logp_new=torch.log(torch.tensor([[0.4, 0.1]])), logp_behaviour=torch.log(torch.tensor([[0.2, 0.2]])),
+               advantages=torch.tensor([1.0]), mask=torch.tensor([[True, True]]), c=1.5)
+print(f"L = {token_is_loss(**example).item():.4f}  (by hand: -(1.5 log 0.4 + 0.5 log 0.1) / 2 = 1.2629)")
+
+# %% tags=["exercise-check"]
+check("07_pipeline_rl", "token_is_loss", token_is_loss)
+
+# %% [markdown]
+# ## Exercise 2 · Lag accounting per token (★☆☆, 10 min, 10 points)
+#
+# With in-flight weight updates, the tokens of one answer can come from different
+# versions. The trainer at version `trainer_version` counts, for every real token,
+#
+# $$\text{lag}_{it} = u - v_{it} \qquad (07.4)$$
+#
+# Inputs: `versions` `[N, T]` integers (array, tensor or list; padding may hold anything,
+# e.g. -1), `mask` `[N, T]` bool. Return an int64 numpy array `[N, T]`, with 0 at the
+# padding. A real token with a version newer than the trainer's is a bookkeeping bug:
+# raise `ValueError`.
+#
+# **How it is graded:** hand-computed lags for sequences that change version midway,
+# padding holding -1, the integer dtype, inputs unchanged, tensors accepted, and the
+# `ValueError`. Counting at the padding, the wrong sign, or one lag per sequence are named.
+#
+# <details><summary>Hint 1</summary>
+# <code>np.where(mask, trainer_version - versions, 0)</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# Check <code>(versions[mask] > trainer_version).any()</code> before computing; convert with
+# <code>np.asarray(..., dtype=np.int64)</code>.
+# </details>
+
+# %% tags=["exercise"]
+def token_lags(trainer_version, versions, mask):
+    """Per-token lag (eq. 07.4): trainer_version - version on real tokens, 0 elsewhere.
+
+    Returns:
+        np.ndarray [N, T], dtype int64.
+    """
+    ### BEGIN SOLUTION
+    v = np.asarray(versions, dtype=np.int64)
+    m = np.asarray(mask, dtype=bool)
+    if (v[m] > trainer_version).any():
+        raise ValueError(f"a token's version is newer than the trainer's {trainer_version}")
+    return np.where(m, trainer_version - v, 0).astype(np.int64)
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+print(token_lags(7, np.array([[-1, 5, 6, 7]]), np.array([[False, True, True, True]])), " (by hand: [[0 2 1 0]])")
+
+# %% tags=["exercise-check"]
+check("07_pipeline_rl", "token_lags", token_lags)
+
+# %% [markdown]
+# ## Exercise 3 · Group advantages on tokens (★☆☆, 10 min, 10 points)
+#
+# A batch holds `n_groups` prompts with `G` answers each, stored group after group (rows
+# `g * G .. g * G + G - 1` of the token tensors are the answers of prompt `g`). Every
+# token of answer `i` gets its group-relative advantage
+#
+# $$A_i = \frac{r_i - \operatorname{mean}_j r_j}{\operatorname{std}_j r_j + \epsilon} \qquad (07.3)$$
+#
+# (population std, over the `G` answers of its group); padding gets 0. Inputs: `rewards`
+# `[n_groups, G]` numpy, `mask` `[n_groups * G, T]` bool. Return a float numpy array
+# `[n_groups * G, T]`.
+#
+# **How it is graded:** against a loop over groups and answers; hand-computed values; a
+# group with equal rewards gives zeros. A batch-wide mean, the sample std (`ddof=1`), a
+# missing std, advantages at the padding, or rows in the wrong order are named.
+#
+# <details><summary>Hint 1</summary>
+# <code>rewards.mean(axis=1, keepdims=True)</code> and <code>rewards.std(axis=1, keepdims=True)</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>adv.reshape(-1)</code> lists the answers group after group; then
+# <code>adv.reshape(-1)[:, None] * mask</code>.
+# </details>
+
+# %% tags=["exercise"]
+def group_token_advantages(rewards, mask, eps=1e-6):
+    """Group-relative advantages (eq. 07.3) on every real token; 0 at the padding.
+
+    Returns:
+        np.ndarray [n_groups * G, T], float64.
+    """
+    ### BEGIN SOLUTION
+    r = np.asarray(rewards, dtype=np.float64)
+    adv = (r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + eps)
+    return adv.reshape(-1)[:, None] * np.asarray(mask, dtype=np.float64)
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+print(group_token_advantages(np.array([[1.0, 0.0]]), np.array([[True, True], [True, False]])).round(3),
+      " (by hand: [[1 1] [-1 0]])")
+
+# %% tags=["exercise-check"]
+check("07_pipeline_rl", "group_token_advantages", group_token_advantages)
+
+# %% [markdown]
+# ## Exercise 4 · The in-flight weight swap in a decoding loop (★★☆, 20 min, 15 points)
+#
+# A generator in Pipeline RL never stops decoding. Before **every** decoding step it asks
+# whether newer weights were published; if so it loads them into the model *in place*
+# and carries on with the **same KV cache**. Every token it samples is recorded with its
+# log-probability and the version of the weights that sampled it.
+#
+# Inputs: `model`, a `course_lib.lm.TinyLM`; `cache`, its KV cache (from
+# `model.new_cache(B)`), filled for the positions before `pos`; `tokens` `[B]` the last
+# token of each sequence (not yet fed) at positions `pos` `[B]`; `n_steps`; `poll()`,
+# which returns `None` or `(new_version, flat_weights)`; `version`, the version the model
+# holds now; `generator`, a `torch.Generator` for sampling. One decoding step is
+# `logits = model.step(tokens, pos, cache)` (it writes the cache at `pos`); sample the next
+# token with `torch.multinomial(probs, 1, generator=generator)`; feed it at `pos + 1`.
+# Load weights with `load_flat_parameters(model, flat)` (imported above); only a version
+# **newer** than the one held is loaded. Return `(new_tokens, logp, versions)`, each
+# `[B, n_steps]` (long, float, long).
+#
+# **How it is graded:** without updates, the log-probs must equal a full forward pass over
+# the finished sequences and the tokens must follow `generator`; with an update, tokens
+# before it equal those of a run without it, the cache written before it is left as it
+# was, later tokens carry the new version, and an older version is ignored; nothing
+# requires grad. Clearing the cache, stamping the old version, sampling greedily or
+# from the global random state are named in the message.
+#
+# <details><summary>Hint 1</summary>
+# Wrap the loop in <code>with torch.no_grad():</code>. At the top of each step:
+# <code>update = poll()</code>; if <code>update is not None and update[0] > version</code>,
+# load <code>update[1]</code> and set <code>version = update[0]</code>.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>logp = torch.log_softmax(model.step(tokens, pos, cache), dim=-1)</code>;
+# <code>tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)</code>;
+# record <code>logp.gather(1, tokens[:, None]).squeeze(1)</code>; then <code>pos = pos + 1</code>.
+# </details>
+
+# %% tags=["exercise"]
+def inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator):
+    """Decode n_steps tokens per sequence, swapping in newer weights between steps (keep the cache).
+
+    Returns:
+        (new_tokens [B, n_steps] long, logp [B, n_steps] float, versions [B, n_steps] long)
+    """
+    ### BEGIN SOLUTION
+    tokens, pos = tokens.clone(), pos.clone()
+    new_tokens, logps, versions = [], [], []
+    with torch.no_grad():
+        for _ in range(n_steps):
+            update = poll()
+            if update is not None and update[0] > version:
+                version, flat = update
+                load_flat_parameters(model, flat)
+            logp = torch.log_softmax(model.step(tokens, pos, cache), dim=-1)
+            tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+            new_tokens.append(tokens)
+            logps.append(logp.gather(1, tokens[:, None]).squeeze(1))
+            versions.append(torch.full_like(tokens, version))
+            pos = pos + 1
+    return torch.stack(new_tokens, 1), torch.stack(logps, 1), torch.stack(versions, 1)
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+from course_lib.actor_learner.model import flat_parameters
+from course_lib.lm import LMConfig, TinyLM
+
+torch.manual_seed(0)
+lm, newer = TinyLM(LMConfig(vocab=12, d_model=16, n_layers=1, n_heads=2, max_len=16)), TinyLM(LMConfig(vocab=12, d_model=16, n_layers=1, n_heads=2, max_len=16))
+updates = iter([None, None, (1, flat_parameters(newer))] + [None] * 10)
+out = inflight_decode(lm, lm.new_cache(2), torch.tensor([1, 2]), torch.tensor([0, 0]), 6, lambda: next(updates), 0,
+                      torch.Generator().manual_seed(0))
+print("versions of the 6 new tokens:", out[2].tolist(), " (expected: [[0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])")
+
+# %% tags=["exercise-check"]
+check("07_pipeline_rl", "inflight_decode", inflight_decode)

@@ -1,0 +1,196 @@
+"""Lesson 07's pipeline: the loss and per-token bookkeeping, the three regimes with real
+processes, the lag bound under backpressure, and faults (nothing hangs, no orphans)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.actor_learner.model import flat_parameters
+from course_lib.procs import live_children, wait_gone as gone
+from course_lib.lm import TinyLM
+from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
+from course_lib.pipeline.system import LM, PipelineConfig, PipelineFault, PipelineSystem
+
+FAST = PipelineConfig(n_slots=8, group_size=2, groups_per_batch=4, n_updates=6, poll_s=0.05, stall_timeout_s=20.0,
+                      join_timeout_s=1.0)
+
+
+def init_flat() -> torch.Tensor:
+    torch.manual_seed(0)
+    return flat_parameters(TinyLM(LM))
+
+
+pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")
+
+
+# -- the loss and the bookkeeping, in one process ------------------------------------------
+
+
+def test_group_token_advantages_broadcast_each_groups_normalised_reward():
+    rewards = np.array([[1.0, 0.0], [1.0, 1.0]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 0], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    adv = group_token_advantages(rewards, mask)
+    assert torch.allclose(adv[0], torch.tensor([0.0, 1.0, 1.0]), atol=1e-5)
+    assert torch.allclose(adv[1], torch.tensor([0.0, -1.0, 0.0]), atol=1e-5)
+    assert torch.equal(adv[2:], torch.zeros(2, 3))  # a group with equal rewards carries no signal
+    with pytest.raises(ValueError, match="n_groups"):
+        group_token_advantages(rewards, mask[:3])
+
+
+def test_token_lags_count_each_token_and_refuse_future_versions():
+    versions = np.array([[-1, 3, 4, 5], [-1, 5, 5, 0]])
+    mask = np.array([[0, 1, 1, 1], [0, 1, 1, 0]], dtype=bool)
+    assert token_lags(5, versions, mask).tolist() == [[0, 2, 1, 0], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="newer"):
+        token_lags(4, versions, mask)
+
+
+def test_pipeline_loss_is_the_per_token_truncated_is_formula():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, requires_grad=True)
+    logp_new = torch.log_softmax(logits, -1)
+    logp_mu = logp_new.detach() + torch.randn(3, 5)
+    adv = torch.randn(3, 1).expand(3, 5).clone()
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]], dtype=torch.bool)
+    loss = pipeline_loss(logp_new, logp_mu, adv, mask, c=1.5)
+    terms = [min(1.5, torch.exp(logp_new[i, t] - logp_mu[i, t]).item()) * adv[i, t] * logp_new[i, t]
+             for i in range(3) for t in range(5) if mask[i, t]]
+    assert torch.allclose(loss, -sum(terms) / len(terms), atol=1e-6)
+    loss.backward()  # the weights are constants: the gradient is that of sum w A log pi
+    w = torch.clamp(torch.exp(logp_new.detach() - logp_mu), max=1.5) * adv * mask
+    logits2 = logits.detach().clone().requires_grad_(True)
+    (-(w * torch.log_softmax(logits2, -1)).sum() / mask.sum()).backward()
+    assert torch.allclose(logits.grad, logits2.grad, atol=1e-6)
+    assert token_ess_fraction(np.zeros((2, 3)), np.ones((2, 3), dtype=bool)) == pytest.approx(1.0)
+
+
+def test_bad_configurations_are_named():
+    with pytest.raises(ValueError, match="n_slots must equal"):
+        PipelineConfig(regime="sync", n_slots=8)
+    with pytest.raises(ValueError, match="max_lag >= 1"):
+        PipelineConfig(max_lag=0)
+    with pytest.raises(ValueError, match="regime must be"):
+        PipelineConfig(regime="async")  # type: ignore[arg-type]
+
+
+# -- the regimes, with real processes -------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
+def test_each_regime_trains_within_its_lag_bound_and_leaves_no_process(regime, no_orphans):
+    cfg = replace(FAST, regime=regime, n_slots=8 if regime != "pipeline" else 6)
+    with PipelineSystem(cfg, init_flat()) as system:
+        pid = system.pid
+        report = system.train()
+    assert len(report.metrics) == cfg.n_updates and report.tokens > 0
+    assert report.token_lags.max() <= cfg.lag_bound
+    if regime == "sync":
+        assert report.token_lags.max() == 0 and report.series("ess").min() > 0.999
+    assert report.busy_fraction("generator") > 0 and report.busy_fraction("trainer") > 0
+    assert gone([pid]) and not live_children()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("max_lag", [1, 3])
+def test_backpressure_holds_the_max_lag_with_a_slow_trainer(max_lag, no_orphans, monkeypatch):
+    """A trainer much slower than the generator: lag piles up to the bound, never past it."""
+    cfg = replace(FAST, max_lag=max_lag, n_updates=8)
+    original = PipelineSystem._update
+
+    def slow_update(self, *args, **kwargs):
+        time.sleep(0.05)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PipelineSystem, "_update", slow_update)
+    with PipelineSystem(cfg, init_flat()) as system:
+        report = system.train()
+    assert 1 <= report.token_lags.max() <= max_lag  # the generator ran ahead, and no further than the bound
+    assert not any("bound" in e for e in report.events)
+    assert report.swaps  # weights were swapped in flight
+
+
+@pytest.mark.timeout(120)
+def test_in_flight_updates_give_sequences_mixed_versions(no_orphans):
+    cfg = replace(FAST, n_slots=8, group_size=2, groups_per_batch=2, max_lag=3, n_updates=20)
+    with PipelineSystem(cfg, init_flat()) as system:
+        report = system.train()
+    assert len(report.swaps) >= 5 and report.series("lag_max").max() <= 3
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_generator_is_reported_and_nothing_hangs(no_orphans):
+    cfg = replace(FAST, n_updates=10_000)
+    with PipelineSystem(cfg, init_flat()) as system:
+        pid = system.pid
+        kill = lambda u, m: os.kill(pid, signal.SIGKILL) if u == 2 else None  # noqa: E731
+        start = time.monotonic()
+        with pytest.raises(PipelineFault, match="killed by SIGKILL"):
+            system.train(progress=kill)
+        assert time.monotonic() - start < 30
+    assert any("died: killed by SIGKILL" in e for e in system.events)
+    assert gone([pid]) and not live_children()
+
+
+@pytest.mark.timeout(120)
+def test_a_crashing_generator_ends_the_run_cleanly(no_orphans):
+    with PipelineSystem(replace(FAST, crash_after_groups=3, n_updates=100), init_flat()) as system:
+        pid = system.pid
+        with pytest.raises(PipelineFault, match="injected crash"):
+            system.train()
+    assert gone([pid]) and not live_children()
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_generator_times_out_instead_of_hanging(no_orphans):
+    cfg = replace(FAST, stall_timeout_s=1.0, join_timeout_s=0.5, n_updates=10_000)
+    with PipelineSystem(cfg, init_flat()) as system:
+        pid = system.pid
+        freeze = lambda u, m: os.kill(pid, signal.SIGSTOP) if u == 1 else None  # noqa: E731
+        with pytest.raises(PipelineFault, match="waited 1 s"):
+            system.train(progress=freeze)
+    assert any("sent terminate" in e or "sent kill" in e for e in system.events)
+    assert gone([pid]) and not live_children()
+
+
+@pytest.mark.timeout(120)
+def test_an_exception_in_the_with_block_leaves_no_process(no_orphans):
+    with pytest.raises(KeyboardInterrupt):
+        with PipelineSystem(FAST, init_flat()) as system:
+            pid = system.pid
+            raise KeyboardInterrupt
+    assert gone([pid]) and not live_children()
+
+
+@pytest.mark.timeout(120)
+def test_the_generator_exits_when_the_parent_dies_without_cleaning_up(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import torch
+        from course_lib.actor_learner.model import flat_parameters
+        from course_lib.lm import TinyLM
+        from course_lib.pipeline.system import LM, PipelineConfig, PipelineSystem
+        if __name__ == "__main__":
+            system = PipelineSystem(PipelineConfig(n_slots=8, group_size=2, groups_per_batch=4, n_updates=2),
+                                    flat_parameters(TinyLM(LM)))
+            system.start()
+            system.train()
+            print(system.pid, flush=True)
+            os._exit(0)  # no stop(), no atexit: as if the kernel were killed
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 1, done.stderr
+    assert gone(pids, within=10.0)
