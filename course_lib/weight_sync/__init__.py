@@ -1,0 +1,18 @@
+"""Lesson 09: moving fresh weights from a trainer to inference engines (checkpoint-engine style).
+
+Modules, one concept each:
+
+* :mod:`.specs`: a transformer-like set of named tensors (hundreds of small ones beside big matrices).
+* :mod:`.buckets`: the bucket plan (names, shapes, dtypes, byte offsets), packing and unpacking (09.2).
+* :mod:`.integrity`: versions, per-bucket headers and checksums, the errors a receiver raises.
+* :mod:`.reshard`: the tensor-parallel shard each receiver keeps (09.5).
+* :mod:`.store`: a receiver's weights, double-buffered so that an update is all-or-nothing.
+* :mod:`.methods`: the weight-sync methods behind one interface (naive, per-tensor, bucketed,
+  pipelined; resharding, bf16 and delta updates as options).
+* :mod:`.launch`: real processes with torch.distributed (gloo on CPU, NCCL when a GPU is there).
+* :mod:`.scale_model`: the analytic model of update time (09.1-09.4) and its calculator.
+"""
+
+from __future__ import annotations
+
+__all__ = ["buckets", "integrity", "launch", "methods", "reshard", "scale_model", "specs", "store"]

@@ -1,0 +1,314 @@
+"""Real processes for weight sync: one sender (rank 0) and receivers, joined by torch.distributed.
+
+:func:`run_trials` starts ``world_size`` processes (``forkserver``; each runs one torch
+thread and exits by itself if its parent dies), finds a free port on 127.0.0.1, initialises
+a gloo process group with a timeout (NCCL with ``backend="nccl"`` when every rank has a
+GPU), runs a list of :class:`Trial` s in every rank, and returns what each rank measured.
+Every wait has a deadline; whatever happens, every child is stopped (killed if it must be)
+and the process group is destroyed in every rank that can still do it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import shutil
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from course_lib.weight_sync.methods import Receiver, Sender, SyncConfig
+from course_lib.weight_sync.specs import TensorSpec, make_weights, total_bytes
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measurement: ``updates`` timed updates (after ``warmup`` untimed ones) of a model.
+
+    ``fault`` injects a sender-side failure ("corrupt:B", "reorder", "stale", "kill:B") into
+    the first timed update; ``receiver_specs`` gives receivers another model (shape
+    mismatch); ``drift`` makes every version different (``specs.make_weights``) and has the
+    receivers report their error against the exact weights.
+    """
+
+    config: SyncConfig
+    specs: tuple[TensorSpec, ...]
+    updates: int = 3
+    warmup: int = 1
+    fault: str | None = None
+    receiver_specs: tuple[TensorSpec, ...] | None = None
+    drift: bool = False
+    seed: int = 0
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured, merged over ranks."""
+
+    trial: Trial
+    seconds: list[float] = field(default_factory=list)  # per timed update: slowest rank
+    phases: dict[int, list[dict[str, float]]] = field(default_factory=dict)  # rank -> per-update stage seconds
+    errors: dict[int, str] = field(default_factory=dict)  # rank -> "ErrorType: message"
+    max_abs_error: list[float] = field(default_factory=list)  # per update, worst receiver (drift or check)
+    max_rel_error: list[float] = field(default_factory=list)
+    kept_version: dict[int, int] = field(default_factory=dict)  # receiver rank -> active version at the end
+    kept_bytes: dict[int, int] = field(default_factory=dict)  # receiver rank -> bytes of its weights
+    final_abs_error: float | None = None  # worst receiver: its active weights against the exact kept version
+
+    @property
+    def nbytes(self) -> int:
+        return total_bytes(list(self.trial.specs))
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def gb_per_s(self) -> float:
+        """Effective bandwidth: model bytes over the median update time (GB = 1e9 bytes)."""
+        return self.nbytes / self.median_s / 1e9
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit at once if the launching process (``parent``) or our own parent (the forkserver) goes away."""
+    ppid = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:
+                pass
+            if os.getppid() != ppid:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="watch-parent").start()
+
+
+def _errors(weights: dict[str, torch.Tensor], receiver: Receiver) -> tuple[float, float]:
+    """(max abs, max relative) error of a receiver's active weights against ``weights`` (its shards)."""
+    worst_abs, worst_ref = 0.0, 0.0
+    for name, got in receiver.store.active.items():
+        want = weights[name][receiver.index[name]]
+        worst_abs = max(worst_abs, float((got - want).abs().max()))
+        worst_ref = max(worst_ref, float(want.abs().max()))
+    return worst_abs, worst_abs / max(worst_ref, 1e-30)
+
+
+_CACHE: dict[tuple[int, int, int], dict[str, torch.Tensor]] = {}
+
+
+def _weights(specs: tuple[TensorSpec, ...], seed: int, version: int) -> dict[str, torch.Tensor]:
+    """``make_weights``, keeping the last result: trials on one model reuse its tensors (read-only)."""
+    key = (hash(specs), seed, version)
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = _on_device(make_weights(list(specs), seed, version))
+    return _CACHE[key]
+
+
+def _on_device(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights on this rank's GPU under NCCL (as a trainer's would be), else as they are."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return {n: w.cuda() for n, w in weights.items()}
+    return weights
+
+
+def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    config = replace(trial.config, workdir=workdir) if trial.config.method == "naive" else trial.config
+    out: dict[str, Any] = {"seconds": [], "phases": [], "abs": [], "rel": [], "error": None}
+    specs = list(trial.specs)
+    try:
+        if rank == 0:
+            endpoint: Sender | Receiver = Sender(config, specs)
+        else:
+            endpoint = Receiver(config, list(trial.receiver_specs or trial.specs))
+    except Exception as exc:  # the handshake failed: every rank knows
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    weights = _weights(trial.specs, trial.seed, 0) if rank == 0 and not trial.drift else {}
+    for k in range(trial.warmup + trial.updates):
+        version = k + 1
+        if trial.drift:
+            weights = _on_device(make_weights(specs, trial.seed, version))
+        if isinstance(endpoint, Sender) and config.in_place and (k == 0 or trial.drift):
+            for name, w in weights.items():  # the trainer writes its weights into bucket-layout storage
+                endpoint.weights[name].copy_(w)
+            weights = endpoint.weights
+        timed = k >= trial.warmup
+        if isinstance(endpoint, Sender):
+            endpoint.fault = trial.fault if k == trial.warmup else None
+        dist.barrier()
+        start = time.perf_counter()
+        try:
+            if isinstance(endpoint, Sender):
+                phases = endpoint.send(weights, version)
+            else:
+                phases = endpoint.receive(version)
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
+            break
+        elapsed = time.perf_counter() - start
+        if timed:
+            out["seconds"].append(elapsed)
+            out["phases"].append({"stage": phases.stage, "transfer": phases.transfer, "reload": phases.reload,
+                                  "total": phases.total})
+            if isinstance(endpoint, Receiver) and trial.drift:
+                a, r = _errors(weights, endpoint)
+                out["abs"].append(a)
+                out["rel"].append(r)
+    if isinstance(endpoint, Receiver):
+        out["kept_version"] = endpoint.store.version
+        out["kept_bytes"] = endpoint.store.nbytes()
+        if config.method not in ("flat", "prestaged") and endpoint.store.version > 0:  # what inference reads now, against the truth
+            reference = _weights(trial.specs, trial.seed, endpoint.store.version if trial.drift else 0)
+            out["final_abs"] = _errors(reference, endpoint)[0]
+    return out
+
+
+def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float, trials: list[Trial],
+               workdir: str, results: Any, parent: int) -> None:
+    """One rank: join the group, run every trial, report, leave the group."""
+    import torch.distributed as dist
+
+    _watch_parent(parent)
+    torch.set_num_threads(1)
+    if backend == "nccl":  # one GPU per rank
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=dt.timedelta(seconds=timeout_s))
+        for i, trial in enumerate(trials):
+            report = _run_trial(trial, rank, workdir)
+            results.put((rank, i, report, None))  # one message per trial: a rank killed later keeps its reports
+            if report["error"] and "SenderLost" in report["error"]:
+                break  # the group is broken: nothing more can be sent
+        results.put((rank, -1, None, None))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        results.put((rank, -1, None, f"{type(exc).__name__}: {exc}"))
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001, S110 - a broken group may fail to close; the process exits anyway
+            pass
+
+
+class RanksFailed(RuntimeError):
+    """A rank died or the run passed its deadline; every child was stopped."""
+
+
+def run_trials(trials: list[Trial], world_size: int = 2, *, backend: str = "gloo", timeout_s: float = 60.0,
+               deadline_s: float = 600.0) -> list[TrialResult]:
+    """Run ``trials`` in ``world_size`` real processes (rank 0 sends); merge what the ranks report.
+
+    Args:
+        trials: the measurements, run in order in one process group.
+        world_size: 1 sender + ``world_size - 1`` receivers (>= 2).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPUs; tensors must then live on the GPU).
+        timeout_s: torch.distributed's timeout for every collective (a dead peer is reported after at most this).
+        deadline_s: the whole run's limit; after it every child is killed.
+
+    Raises:
+        RanksFailed: a rank died without reporting or the deadline passed (children are stopped first).
+    """
+    if world_size < 2:
+        raise ValueError(f"world_size must be >= 2 (one sender, at least one receiver), got {world_size}")
+    from course_lib.paths import cache_dir
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    results = ctx.Queue()
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="weight-sync-", dir=cache_dir())
+    port = free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, timeout_s, trials, workdir, results,
+                                                  os.getpid()), daemon=True, name=f"weight-sync-rank{r}")
+             for r in range(world_size)]
+    received: dict[int, dict[int, dict[str, Any]]] = {r: {} for r in range(world_size)}
+    done: set[int] = set()
+    failures: list[str] = []
+    exited: dict[int, float] = {}
+    try:
+        for p in procs:
+            p.start()
+        end = time.monotonic() + deadline_s
+        while len(done) < world_size:
+            try:
+                rank, index, report, error = results.get(timeout=0.5)
+                if index >= 0:
+                    received[rank][index] = report
+                else:
+                    done.add(rank)
+                    if error:
+                        failures.append(f"rank {rank}: {error}")
+            except queue_mod.Empty:
+                for r, p in enumerate(procs):  # a report can still be in the pipe when its rank has exited
+                    if p.exitcode is not None and r not in done:
+                        exited.setdefault(r, time.monotonic())
+                        if time.monotonic() - exited[r] > 3.0:
+                            done.add(r)  # died without saying goodbye (e.g. an injected kill)
+                if time.monotonic() > end:
+                    raise RanksFailed(f"the ranks did not finish within {deadline_s:.0f} s; all were stopped")
+    finally:
+        started = [p for p in procs if p.pid is not None]
+        for p in started:
+            p.join(timeout=5.0)
+        for p in started:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5.0)
+        results.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if failures:
+        raise RanksFailed("; ".join(failures))
+    reports = {r: [got[i] for i in range(len(got)) if i in got] for r, got in received.items()}
+    return [_merge(t, i, reports) for i, t in enumerate(trials)]
+
+
+def _merge(trial: Trial, i: int, reports: dict[int, list[dict[str, Any]]]) -> TrialResult:
+    res = TrialResult(trial)
+    per_rank = {r: rep[i] for r, rep in reports.items() if len(rep) > i}
+    if per_rank:
+        n = min(len(o["seconds"]) for o in per_rank.values())
+        res.seconds = [max(o["seconds"][k] for o in per_rank.values()) for k in range(n)]
+    for r, o in per_rank.items():
+        res.phases[r] = o["phases"]
+        if o["error"]:
+            res.errors[r] = o["error"]
+        if r > 0:
+            res.kept_version[r] = o.get("kept_version", 0)
+            res.kept_bytes[r] = o.get("kept_bytes", 0)
+    for r in reports:
+        if len(reports[r]) <= i:
+            res.errors.setdefault(r, "no report: the process died")
+    receivers = [o for r, o in per_rank.items() if r > 0]
+    if receivers and receivers[0]["abs"]:
+        res.max_abs_error = [max(o["abs"][k] for o in receivers) for k in range(len(receivers[0]["abs"]))]
+        res.max_rel_error = [max(o["rel"][k] for o in receivers) for k in range(len(receivers[0]["rel"]))]
+    finals = [o["final_abs"] for o in receivers if "final_abs" in o]
+    res.final_abs_error = max(finals) if finals else None
+    return res

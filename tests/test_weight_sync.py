@@ -1,0 +1,299 @@
+"""Lesson 09's weight sync: bucket plans, checksums, shards, the store, the scale model, and
+real 2- and 3-process transfers over gloo, including injected faults (corrupt bucket,
+out-of-order bucket, stale version, sender killed mid-transfer, shape mismatch)."""
+
+from __future__ import annotations
+
+import math
+
+import psutil
+import pytest
+import torch
+
+from course_lib.weight_sync import scale_model as sm
+from course_lib.weight_sync.buckets import ALIGN, pack, plan_buckets, unpack
+from course_lib.weight_sync.integrity import (
+    HEADER_BYTES,
+    BucketHeader,
+    CorruptBucketError,
+    OutOfOrderBucketError,
+    checksum,
+    verify_bucket,
+)
+from course_lib.procs import live_children
+from course_lib.weight_sync.launch import Trial, run_trials
+from course_lib.weight_sync.methods import SyncConfig
+from course_lib.weight_sync.reshard import shard_range, shard_shape
+from course_lib.weight_sync.specs import TensorSpec, make_weights, model_of_size, transformer_specs
+from course_lib.weight_sync.store import WeightStore
+
+SMALL = tuple(transformer_specs(hidden=32, n_layers=3, vocab=64))
+
+
+def no_children() -> bool:
+    return not live_children()
+
+
+# ------------------------------------------------------------------ plans, packing, checksums
+
+
+def test_plan_places_every_tensor_aligned_without_overlap():
+    specs = list(SMALL) + [TensorSpec("big", (300, 300))]
+    plan = plan_buckets(specs, bucket_bytes=20_000)
+    assert [m.name for m in plan.metas] == [s.name for s in specs]
+    for b in range(plan.n_buckets):
+        metas = plan.in_bucket(b)
+        assert metas, "no empty bucket"
+        ends = [(m.offset, m.offset + m.nbytes) for m in metas]
+        assert all(o % ALIGN == 0 for o, _ in ends)
+        assert all(e1 <= o2 for (_, e1), (o2, _) in zip(ends, ends[1:]))
+        assert ends[-1][1] <= plan.bucket_nbytes[b] and plan.bucket_nbytes[b] % ALIGN == 0
+        if len(metas) > 1:
+            assert plan.bucket_nbytes[b] <= 20_000 + ALIGN
+    big = next(m for m in plan.metas if m.name == "big")
+    assert plan.in_bucket(big.bucket) == [big]  # larger than a bucket: alone
+
+
+def test_pack_unpack_roundtrip_is_exact_and_bf16_halves_the_bytes():
+    weights = make_weights(list(SMALL), seed=1)
+    plan = plan_buckets(list(SMALL), bucket_bytes=8_192)
+    for b in range(plan.n_buckets):
+        flat = torch.zeros(plan.bucket_nbytes[b], dtype=torch.uint8)
+        metas = plan.in_bucket(b)
+        out = unpack(pack(weights, metas, flat), metas)
+        for m in metas:
+            assert torch.equal(out[m.name], weights[m.name])
+    half = plan_buckets(list(SMALL), bucket_bytes=2**30, wire_dtype=torch.bfloat16)
+    assert abs(half.total_nbytes / plan_buckets(list(SMALL), 2**30).total_nbytes - 0.5) < 0.05
+
+
+def test_pack_rejects_a_wrong_shape_and_a_missing_tensor():
+    plan = plan_buckets(list(SMALL), bucket_bytes=2**30)
+    weights = make_weights(list(SMALL), seed=0)
+    flat = torch.zeros(plan.total_nbytes, dtype=torch.uint8)
+    bad = dict(weights, **{SMALL[0].name: torch.zeros(3)})
+    with pytest.raises(ValueError, match="shape"):
+        pack(bad, plan.in_bucket(0), flat)
+    del weights[SMALL[1].name]
+    with pytest.raises(KeyError, match=SMALL[1].name.replace(".", r"\.")):
+        pack(weights, plan.in_bucket(0), flat)
+
+
+@pytest.mark.parametrize("kind", ["sum64", "crc32"])
+def test_checksum_catches_a_flipped_bit_and_verify_names_the_fault(kind):
+    payload = torch.randint(0, 256, (4096,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    slot = torch.zeros(4096 + HEADER_BYTES, dtype=torch.uint8)
+    slot[:4096] = payload
+    BucketHeader(version=5, index=2, n_buckets=4, nbytes=4096, checksum=checksum(payload, kind)).write(slot)
+    header = BucketHeader.read(slot)
+    verify_bucket(slot[:-HEADER_BYTES], header, version=5, index=2, kind=kind)
+    with pytest.raises(OutOfOrderBucketError, match="expected version 6"):
+        verify_bucket(slot[:-HEADER_BYTES], header, version=6, index=2, kind=kind)
+    with pytest.raises(OutOfOrderBucketError, match="out of order"):
+        verify_bucket(slot[:-HEADER_BYTES], header, version=5, index=1, kind=kind)
+    slot[100] ^= 1
+    with pytest.raises(CorruptBucketError, match="corrupt"):
+        verify_bucket(slot[:-HEADER_BYTES], header, version=5, index=2, kind=kind)
+    with pytest.raises(CorruptBucketError, match="magic"):
+        BucketHeader.read(torch.zeros(HEADER_BYTES, dtype=torch.uint8))
+
+
+def test_crc32_sees_swapped_words_that_sum64_misses():
+    words = torch.arange(1, 9, dtype=torch.int64)
+    swapped = words.clone()
+    swapped[[0, 1]] = swapped[[1, 0]]
+    a, b = words.view(torch.uint8), swapped.view(torch.uint8)
+    assert checksum(a, "sum64") == checksum(b, "sum64")
+    assert checksum(a, "crc32") != checksum(b, "crc32")
+
+
+@pytest.mark.parametrize(("size", "tp"), [(10, 3), (12, 4), (5, 8), (1, 1), (1000, 7)])
+def test_shards_partition_the_rows_and_differ_by_at_most_one(size, tp):
+    ranges = [shard_range(size, r, tp) for r in range(tp)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == size
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    lengths = [stop - start for start, stop in ranges]
+    assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
+    with pytest.raises(ValueError, match="tp_rank"):
+        shard_range(size, tp, tp)
+    assert shard_shape((size, 6), 0, 0, tp) == (lengths[0], 6)
+    assert shard_shape((6, size), None, 0, tp) == (6, size)
+
+
+def test_store_commit_is_a_swap_and_refuses_old_versions():
+    store = WeightStore({"w": (2, 2)})
+    store.staging["w"].fill_(1.0)
+    before = store.active["w"]
+    store.commit(1)
+    assert store.version == 1 and float(store.active["w"].sum()) == 4.0 and store.staging["w"] is before
+    with pytest.raises(ValueError, match="not newer"):
+        store.commit(1)
+
+
+def test_config_rejects_bad_input_with_the_argument_named():
+    with pytest.raises(ValueError, match="method"):
+        SyncConfig("fastest")
+    with pytest.raises(ValueError, match="bucket_mb"):
+        SyncConfig("bucketed", bucket_mb=0)
+    with pytest.raises(ValueError, match="reshard"):
+        SyncConfig("per_tensor", reshard=True)
+    with pytest.raises(ValueError, match="workdir"):
+        SyncConfig("naive")
+
+
+def test_model_of_size_is_transformer_like():
+    specs = model_of_size(64)
+    total = sum(s.nbytes for s in specs) / 2**20
+    assert 55 < total < 70 and len(specs) >= 300
+    assert sum(s.nbytes < 64 * 1024 for s in specs) > len(specs) / 2
+
+
+# ------------------------------------------------------------------ the scale model
+
+
+def test_scale_model_orders_the_methods_and_fit_recovers_the_link():
+    hw = sm.Hardware(bandwidth=2e9, latency=1e-4, stage_bw=8e9, reload_bw=8e9, write_bw=1e9, read_bw=1e9)
+    nbytes = 256 * 2**20
+    t = {m: sm.update_time(m, nbytes, hw, n_tensors=400, bucket_bytes=16 * 2**20)
+         for m in ("flat", "per_tensor", "bucketed", "pipelined", "naive")}
+    assert t["flat"] < t["pipelined"] < t["bucketed"] < t["naive"] and t["flat"] < t["per_tensor"]
+    assert math.isclose(t["per_tensor"] - t["flat"], 399 * 1e-4)
+    sizes, n_tensors = [1e6, 1e7, 1e8], [300, 300, 400]
+    flat = [1e-4 + b / 2e9 for b in sizes]
+    per_tensor = [n * 1e-4 + b / 2e9 for n, b in zip(n_tensors, sizes)]
+    per_tensor[1] *= 5  # one disturbed measurement: the medians ignore it
+    alpha, beta = sm.calibrate_link(sizes, flat, per_tensor, n_tensors)
+    assert math.isclose(alpha, 1e-4, rel_tol=1e-6) and math.isclose(beta, 2e9, rel_tol=1e-6)
+    resharded = sm.update_time("bucketed", nbytes, hw, bucket_bytes=2**24, tp=4)
+    assert resharded < t["bucketed"]
+
+
+def test_scale_model_puts_kimi_k2_in_seconds_and_naive_in_minutes():
+    for _, published, piped, naive in sm.kimi_k2_table():
+        assert published / 3 < piped < published * 3
+        assert naive > 60
+
+
+# ------------------------------------------------------------------ real processes
+
+
+@pytest.mark.timeout(180)
+def test_every_method_delivers_the_exact_weights():
+    methods = [SyncConfig("naive", workdir="unused"), SyncConfig("per_tensor"), SyncConfig("flat"),
+               SyncConfig("bucketed", bucket_mb=0.02), SyncConfig("pipelined", bucket_mb=0.02),
+               SyncConfig("pipelined", bucket_mb=0.02, checksum="crc32")]
+    results = run_trials([Trial(c, SMALL, updates=2, drift=True) for c in methods], timeout_s=30, deadline_s=150)
+    for r in results:
+        assert not r.errors, (r.trial.config.label, r.errors)
+        assert len(r.seconds) == 2 and r.kept_version == {1: 3}
+        if r.trial.config.method != "flat":  # flat moves a pre-packed buffer only: the roofline
+            assert r.final_abs_error == 0.0, r.trial.config.label
+    assert no_children()
+
+
+@pytest.mark.timeout(180)
+def test_reshard_bf16_and_delta_between_three_processes():
+    trials = [Trial(SyncConfig("pipelined", bucket_mb=0.02, reshard=True), SMALL, updates=2, drift=True),
+              Trial(SyncConfig("bucketed", bucket_mb=0.05, wire_dtype="bf16"), SMALL, updates=3, drift=True),
+              Trial(SyncConfig("bucketed", bucket_mb=0.05, wire_dtype="bf16", delta=True), SMALL, updates=3,
+                    drift=True)]
+    shard, bf16, delta = run_trials(trials, world_size=3, timeout_s=30, deadline_s=150)
+    assert not shard.errors and shard.final_abs_error == 0.0
+    full = sum(s.nbytes for s in SMALL)
+    assert all(full / 2 <= b < 0.75 * full for b in shard.kept_bytes.values())  # its shard of the matrices
+    assert not bf16.errors and not delta.errors
+    assert 1e-5 < bf16.max_rel_error[-1] < 1e-2  # bf16 keeps 8 bits of mantissa
+    assert delta.max_abs_error[-1] < bf16.max_abs_error[-1] / 10  # small deltas round far less
+    assert no_children()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("fault", "error"), [("corrupt:2", "CorruptBucketError"),
+                                              ("reorder", "OutOfOrderBucketError"),
+                                              ("stale", "OutOfOrderBucketError")])
+def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
+    trial = Trial(SyncConfig("pipelined", bucket_mb=0.02), SMALL, updates=2, warmup=1, fault=fault, drift=True)
+    (r,) = run_trials([trial], timeout_s=20, deadline_s=120)
+    assert r.errors[1].startswith(error), r.errors
+    assert "rejected" in r.errors[0]  # the sender learns it too
+    assert r.kept_version == {1: 1} and r.final_abs_error == 0.0  # exactly version 1, nothing half-updated
+    assert no_children()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["bucketed", "pipelined"])
+def test_a_sender_killed_mid_transfer_leaves_the_receiver_on_its_old_weights(method):
+    trial = Trial(SyncConfig(method, bucket_mb=0.02), SMALL, updates=2, warmup=1, fault="kill:1", drift=True)
+    (r,) = run_trials([trial], timeout_s=10, deadline_s=120)
+    assert "died" in r.errors[0]
+    assert r.errors[1].startswith("SenderLostError") and "kept version 1" in r.errors[1]
+    assert r.kept_version == {1: 1} and r.final_abs_error == 0.0
+    assert no_children()
+
+
+@pytest.mark.timeout(180)
+def test_a_shape_mismatch_is_found_before_any_byte_is_sent():
+    other = tuple(transformer_specs(hidden=48, n_layers=3, vocab=64))
+    (r,) = run_trials([Trial(SyncConfig("bucketed"), SMALL, receiver_specs=other)], timeout_s=20, deadline_s=120)
+    assert r.errors[1].startswith("ShapeMismatchError") and "shape" in r.errors[1]
+    assert r.errors[0].startswith("ShapeMismatchError")
+    assert r.seconds == [] and r.kept_version == {1: 0}
+    assert no_children()
+
+
+@pytest.mark.timeout(180)
+def test_in_place_receive_is_exact_and_still_all_or_nothing():
+    good = Trial(SyncConfig("bucketed", bucket_mb=0.02, in_place=True), SMALL, updates=2, drift=True)
+    piped = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, drift=True)
+    bad = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, fault="reorder",
+                drift=True)
+    ok, ok_piped, rejected = run_trials([good, piped, bad], timeout_s=20, deadline_s=120)
+    for r in (ok, ok_piped):
+        assert not r.errors and r.final_abs_error == 0.0 and r.kept_version == {1: 3}
+    assert rejected.errors[1].startswith("OutOfOrderBucketError")
+    assert rejected.kept_version == {1: 1} and rejected.final_abs_error == 0.0
+    with pytest.raises(ValueError, match="in_place"):
+        SyncConfig("bucketed", in_place=True, reshard=True)
+    assert no_children()
+
+
+PARENT_SCRIPT = """
+from course_lib.weight_sync.launch import Trial, run_trials
+from course_lib.weight_sync.methods import SyncConfig
+from course_lib.weight_sync.specs import transformer_specs
+if __name__ == "__main__":
+    specs = tuple(transformer_specs(hidden=32, n_layers=3, vocab=64))
+    run_trials([Trial(SyncConfig("bucketed", bucket_mb=0.02), specs, updates=10**6)], timeout_s=30, deadline_s=300)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ranks_exit_when_the_launching_process_is_killed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)])
+    try:
+        ranks: list[psutil.Process] = []
+        deadline = time.monotonic() + 60
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                kids = psutil.Process(parent.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                break
+            ranks = [p for p in kids if p.ppid() != parent.pid]  # forked from the forkserver, not its helpers
+        assert len(ranks) >= 2, "the ranks did not start"
+        helpers = [p for p in kids if p.ppid() == parent.pid]  # the forkserver and resource tracker
+        parent.kill()  # SIGKILL: no cleanup code runs in the parent
+        parent.wait(timeout=10)
+        _, alive = psutil.wait_procs(ranks, timeout=15)
+        assert not alive, f"ranks outlived their parent: {[p.pid for p in alive]}"
+        _, alive = psutil.wait_procs(helpers, timeout=45)
+        assert not alive, f"multiprocessing helpers outlived their parent: {[p.pid for p in alive]}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
