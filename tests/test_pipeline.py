@@ -114,7 +114,6 @@ def test_backpressure_holds_the_max_lag_with_a_slow_trainer(max_lag, no_orphans,
         report = system.train()
     assert 1 <= report.token_lags.max() <= max_lag  # the generator ran ahead, and no further than the bound
     assert not any("bound" in e for e in report.events)
-    assert report.swaps  # weights were swapped in flight
 
 
 @pytest.mark.timeout(120)

@@ -427,17 +427,17 @@ def _accept(fn: Callable[..., Any], slot: Any, version: int, index: int, why: st
 
 
 def _expect(fn: Callable[..., Any], slot: Any, version: int, index: int, error: str, why: str) -> None:
-    from course_lib.weight_sync import integrity
+    from course_lib.weight_sync.integrity import CorruptBucketError, OutOfOrderBucketError
 
-    wanted = getattr(integrity, error)
+    errors = {"CorruptBucketError": CorruptBucketError, "OutOfOrderBucketError": OutOfOrderBucketError}
     other = "OutOfOrderBucketError" if error == "CorruptBucketError" else "CorruptBucketError"
     try:
         fn(slot.clone(), version, index)
-    except wanted:
+    except errors[error]:
         return
     except NotImplementedError:
         raise
-    except getattr(integrity, other):
+    except errors[other]:
         fail(f"{why}: raised {other}, expected {error}")
     except Exception as exc:  # noqa: BLE001 - the learner's code
         fail(f"{why}: raised {type(exc).__name__}: {exc}; expected {error}")
