@@ -1,4 +1,4 @@
-"""Child processes of this interpreter: what is still alive, and multiprocessing's helpers.
+"""Child processes: what is still alive, how to stop them, and how a child follows its parent.
 
 Used by every lesson that starts real processes (03's actor-learner system, 07's
 generators, 09's torch.distributed ranks) and by their tests, to check that nothing is
@@ -93,3 +93,31 @@ def stop_processes(processes: list[tuple[str, Any]], timeout: float, kill_wait: 
         for _, process in left:
             process.join(kill_wait)
     return events
+
+
+def watch_parent(launcher_pid: int | None = None, poll_s: float = 0.5) -> None:
+    """In a child process: exit at once (code 3) if its parent dies, or the process that
+    launched it (``launcher_pid``, e.g. the notebook kernel behind a forkserver) goes away.
+
+    A daemon thread polls every ``poll_s`` seconds, so no orphan survives its parent,
+    whatever killed the parent (``kill -9`` included).
+    """
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if launcher_pid is not None:
+                try:
+                    os.kill(launcher_pid, 0)
+                except ProcessLookupError:
+                    os._exit(3)
+                except PermissionError:
+                    pass
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="watch-parent").start()

@@ -13,8 +13,6 @@ An actor process loops::
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -25,6 +23,7 @@ from torch import nn
 
 from course_lib.actor_learner.model import sample_actions
 from course_lib.actor_learner.timers import Timings
+from course_lib.procs import watch_parent
 
 ACTOR_PHASES = ("wait for free slot", "weight sync", "inference", "env step")
 
@@ -112,19 +111,6 @@ class EpisodeTracker:
             finished.extend(float(x) for x in self.running[d])
             self.running[d] = 0.0
         return finished
-
-
-def watch_parent(poll_s: float = 0.5) -> None:
-    """Exit this process at once if its parent dies (no orphans, whatever kills the parent)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(poll_s)
-            if os.getppid() != parent:
-                os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="watch-parent").start()
 
 
 def child_setup(seed: int) -> None:

@@ -18,13 +18,13 @@ import shutil
 import socket
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from course_lib.procs import watch_parent
 from course_lib.weight_sync.methods import Receiver, Sender, SyncConfig
 from course_lib.weight_sync.specs import TensorSpec, make_weights, total_bytes
 
@@ -82,25 +82,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _watch_parent(parent: int) -> None:
-    """Exit at once if the launching process (``parent``) or our own parent (the forkserver) goes away."""
-    ppid = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            try:
-                os.kill(parent, 0)
-            except ProcessLookupError:
-                os._exit(3)
-            except PermissionError:
-                pass
-            if os.getppid() != ppid:
-                os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="watch-parent").start()
 
 
 def _errors(weights: dict[str, torch.Tensor], receiver: Receiver) -> tuple[float, float]:
@@ -193,7 +174,7 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
     """One rank: join the group, run every trial, report, leave the group."""
     import torch.distributed as dist
 
-    _watch_parent(parent)
+    watch_parent(launcher_pid=parent)
     torch.set_num_threads(1)
     if backend == "nccl":  # one GPU per rank
         torch.cuda.set_device(rank % torch.cuda.device_count())
