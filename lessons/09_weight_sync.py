@@ -190,7 +190,10 @@ except CorruptBucketError as exc:
 # - **pipelined**: the same with two buffers per side, send and receive asynchronous (09.3);
 # - **zero-copy**: pipelined, but both sides keep their weights as views of bucket-layout
 #   storage (`in_place=True`, as a trainer with one contiguous parameter buffer does), so
-#   there is nothing to pack or unpack: what remains of the stages is the checksums.
+#   there is nothing to pack or unpack: what remains of the stages is the checksums. Every
+#   bucket has storage of its own, so all buckets are in flight at once (no buffer to
+#   wait for): the sender checksums bucket b + 1 while b is on the wire, the receiver
+#   verifies b while later buckets arrive.
 #
 # Each cell is the median of 3 timed updates (after one warm-up), from a barrier until
 # the receiver has committed.

@@ -221,9 +221,10 @@ def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("method", ["bucketed", "pipelined"])
-def test_a_sender_killed_mid_transfer_leaves_the_receiver_on_its_old_weights(method):
-    trial = Trial(SyncConfig(method, bucket_mb=0.02), SMALL, updates=2, warmup=1, fault="kill:1", drift=True)
+@pytest.mark.parametrize("method,in_place", [("bucketed", False), ("pipelined", False), ("pipelined", True)])
+def test_a_sender_killed_mid_transfer_leaves_the_receiver_on_its_old_weights(method, in_place):
+    trial = Trial(SyncConfig(method, bucket_mb=0.02, in_place=in_place), SMALL, updates=2, warmup=1, fault="kill:1",
+                  drift=True)
     (r,) = run_trials([trial], timeout_s=10, deadline_s=120)
     assert "died" in r.errors[0]
     assert r.errors[1].startswith("SenderLostError") and "kept version 1" in r.errors[1]

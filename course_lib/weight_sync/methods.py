@@ -15,7 +15,10 @@ Options of the bucketed methods: ``reshard`` (each receiver keeps its tensor-par
 shard, 09.5), ``wire_dtype="bf16"`` (half the bytes), ``delta`` (send ``W_new - W_old``,
 with the sender tracking what receivers hold so rounding errors do not pile up) and
 ``in_place`` (zero-copy: both sides keep their weights as views of bucket-layout storage,
-so there is nothing to pack or unpack; only checksums and verification remain).
+so there is nothing to pack or unpack; only checksums and verification remain). With
+``in_place`` every bucket has storage of its own, so ``pipelined`` keeps *every* bucket in
+flight instead of two: the sender checksums bucket b + 1 while b is on the wire, the
+receiver posts all receives at once and verifies bucket b while later ones arrive).
 
 Devices: under gloo every tensor is on the CPU; under NCCL (``launch.run_trials(...,
 backend="nccl")``) buffers, weights, control messages and sum64 checksums live on each
@@ -294,6 +297,24 @@ class Sender(_Endpoint):
         elif method in ("flat", "prestaged"):
             ph.transfer = self._broadcast_prepacked()
             status = 0
+        elif method == "pipelined" and self.config.in_place:
+            # Zero-copy: every bucket has its own storage, so nothing is reused and every
+            # send can stay in flight; bucket b + 1 is checksummed while b is on the wire.
+            works = []
+            for b in range(self.plan.n_buckets):
+                slot = self._slot(self.plan, b)
+                t = time.perf_counter()
+                self._fill(weights, version, b, slot)
+                ph.stage += time.perf_counter() - t
+                works.append(_broadcast(slot, async_op=True))
+                if self.fault == f"kill:{b}":
+                    works[-1].wait()
+                    self._maybe_die(b)
+            t = time.perf_counter()
+            for work in works:
+                work.wait()
+            status = _all_reduce_status(0)
+            ph.transfer += time.perf_counter() - t
         else:  # bucketed; pipelined packs bucket b while bucket b - 1 is on the wire (09.3)
             pipelined = method == "pipelined"
             work = None
@@ -443,6 +464,19 @@ class Receiver(_Endpoint):
                 if error is None:  # after a bad bucket: keep receiving, so the sender is not left waiting
                     try:
                         self._accept(slot, version, b)
+                    except WeightSyncError as exc:
+                        error = exc
+                ph.reload += time.perf_counter() - t
+        elif self.config.in_place:  # zero-copy: every bucket lands in its own storage, all posted at once
+            works = [_broadcast(self._slot(self.plan, b), async_op=True) for b in range(n)]
+            for b, work in enumerate(works):
+                t = time.perf_counter()
+                work.wait()
+                ph.transfer += time.perf_counter() - t
+                t = time.perf_counter()
+                if error is None:  # verify bucket b while the later ones are still arriving
+                    try:
+                        self._accept(self._slot(self.plan, b), version, b)
                     except WeightSyncError as exc:
                         error = exc
                 ph.reload += time.perf_counter() - t
