@@ -17,6 +17,12 @@ import os as _os
 #: every XLA worker thread waits for work and ``block_until_ready`` waits forever (seen
 #: with 16 vmapped PPO seeds; a gdb backtrace shows all pool threads idle). The default
 #: scheduler order runs the same program reliably and as fast.
+#:
+#: Not solved by this flag (measured 2026-11-21, jaxlib 0.10.2, 2 cores): the same 16-seed
+#: program split over two host devices (``--xla_force_host_platform_device_count=2``, then
+#: ``jit(shard_map(vmap(train)))``, no collectives) ran 2.2x faster when it finished but hung
+#: in 1 of 3 runs even with ``--xla_cpu_multi_thread_eigen=false``; one executable per device
+#: from one process hung in 3 of 4. Code that needs two CPU devices must run under a timeout.
 XLA_CPU_FLAGS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
