@@ -7,8 +7,9 @@ left behind. Imports only psutil, so asking costs nothing.
 
 from __future__ import annotations
 
+import atexit
 import os
-from typing import Any
+from typing import Any, Self
 
 import psutil
 
@@ -121,3 +122,54 @@ def watch_parent(launcher_pid: int | None = None, poll_s: float = 0.5) -> None:
                 os._exit(3)
 
     threading.Thread(target=watch, daemon=True, name="watch-parent").start()
+
+
+class ChildProcessSystem:
+    """The lifecycle of a system that owns child processes (lessons 03 and 07).
+
+    A context manager: ``with System(...) as s:`` starts it and always stops it. It starts
+    once (a stopped system is not restarted: make a new one) and :meth:`_stopping` makes
+    ``stop`` idempotent and unregisters it from ``atexit``. Subclasses implement ``start``
+    (beginning with :meth:`_begin`) and ``stop`` (beginning with ``if not
+    self._stopping(): return``).
+    """
+
+    _started = False
+    _stopped = False
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _begin(self, start_method: str, preload_module: str) -> Any:
+        """Mark the system started; return the multiprocessing context to start children with.
+
+        With ``forkserver`` the server imports ``preload_module`` (torch & co) once, and
+        every child forks from it instead of importing them again.
+        """
+        if self._started:
+            raise RuntimeError("this system was already started; make a new one")
+        self._started = True
+        import multiprocessing as mp
+
+        ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            ctx.set_forkserver_preload([preload_module])
+        return ctx
+
+    def _stopping(self) -> bool:
+        """True the first time a started system is stopped; False when there is nothing to do."""
+        if self._stopped or not self._started:
+            return False
+        self._stopped = True
+        atexit.unregister(self.stop)
+        return True

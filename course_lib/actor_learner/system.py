@@ -45,14 +45,18 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.multiprocessing as mp
 
 from course_lib.actor_learner.actor import ACTOR_PHASES, actor_main, exit_reason
 from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
 from course_lib.actor_learner.envs import make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
-from course_lib.procs import live_children, stop_multiprocessing_helpers, stop_processes  # noqa: F401 (re-exported)
+from course_lib.procs import (  # noqa: F401 (live_children, stop_multiprocessing_helpers: re-exported)
+    ChildProcessSystem,
+    live_children,
+    stop_multiprocessing_helpers,
+    stop_processes,
+)
 from course_lib.actor_learner.seed import (
     SEED_ACTOR_PHASES,
     SERVER_PHASES,
@@ -150,36 +154,22 @@ class _Child:
 MAX_PHASES = 4
 
 
-class ActorLearnerSystem:
+class ActorLearnerSystem(ChildProcessSystem):
     """An IMPALA- or SEED-style system of real processes; see the module docstring."""
 
     def __init__(self, config: SystemConfig = SystemConfig()) -> None:
         self.config = config
         self.events: list[str] = []
         self.restarts = 0
-        self._started = False
-        self._stopped = False
         self.actors: list[_Child] = []
         self.server: _Child | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def __enter__(self) -> "ActorLearnerSystem":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def start(self) -> None:
         """Allocate shared memory and start every child process."""
-        if self._started:
-            raise RuntimeError("this system was already started; make a new one")
-        self._started = True
         cfg = self.config
-        self._ctx = mp.get_context(cfg.start_method)
-        if cfg.start_method == "forkserver":  # import torch & co once in the server; children fork from it
-            self._ctx.set_forkserver_preload([__name__])
+        self._ctx = self._begin(cfg.start_method, __name__)
         probe = make_envs(cfg.env_id, 1)
         self.obs_dim = int(np.prod(probe.single_observation_space.shape))
         self.n_actions = int(probe.single_action_space.n)
@@ -265,10 +255,8 @@ class ActorLearnerSystem:
 
         Idempotent; also registered with ``atexit`` while the system runs.
         """
-        if self._stopped or not self._started:
+        if not self._stopping():
             return
-        self._stopped = True
-        atexit.unregister(self.stop)
         self._stop.set()
         self.events += stop_processes([(c.name, c.process) for c in self.children],
                                       self.config.join_timeout_s if timeout is None else timeout)

@@ -50,7 +50,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.multiprocessing as mp
 
 from course_lib.actor_learner.actor import INJECTED_CRASH_EXIT, child_setup, exit_reason
 from course_lib.actor_learner.buffers import SharedWeights
@@ -59,7 +58,7 @@ from course_lib.lm.model import LMConfig, TinyLM, sequence_logprobs
 from course_lib.lm.sampler import SlotSampler
 from course_lib.lm.task import EOS, PAD, CountdownTask, Problem, TaskConfig
 from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
-from course_lib.procs import stop_processes
+from course_lib.procs import ChildProcessSystem, stop_processes
 
 Regime = Literal["sync", "one_step", "pipeline"]
 REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")
@@ -299,7 +298,7 @@ class RegimeReport:
         return np.array([m[key] for m in self.metrics])
 
 
-class PipelineSystem:
+class PipelineSystem(ChildProcessSystem):
     """A generator process and this process's trainer for one regime; see the module docstring."""
 
     def __init__(self, config: PipelineConfig, init_flat: torch.Tensor) -> None:
@@ -308,24 +307,11 @@ class PipelineSystem:
         self.model = TinyLM(config.lm)
         load_flat_parameters(self.model, init_flat)
         self.process: Any = None
-        self._started = self._stopped = False
-
-    def __enter__(self) -> "PipelineSystem":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Share the weights, start the generator and wait until it is ready."""
-        if self._started:
-            raise RuntimeError("this system was already started; make a new one")
-        self._started = True
         cfg = self.config
-        ctx = mp.get_context(cfg.start_method)
-        if cfg.start_method == "forkserver":
-            ctx.set_forkserver_preload([__name__])
+        ctx = self._begin(cfg.start_method, __name__)
         self.weights = SharedWeights(self.model)
         self.counters = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._stop, self._go = ctx.Event(), ctx.Event()
@@ -354,10 +340,8 @@ class PipelineSystem:
 
     def stop(self) -> None:
         """Stop event, join with a timeout, then terminate, then kill. Idempotent."""
-        if self._stopped or not self._started:
+        if not self._stopping():
             return
-        self._stopped = True
-        atexit.unregister(self.stop)
         self._stop.set()
         if self.process is not None and self.process.pid is not None:
             self.events += stop_processes([("the generator", self.process)], self.config.join_timeout_s)
