@@ -104,11 +104,10 @@ def run() -> Result:
               f"`{ZERO_COPY}` the sender spent {t[ZERO_COPY + ': sender stage'] * 1e3:.0f} ms checksumming and the "
               f"receiver {t[ZERO_COPY + ': receiver reload'] * 1e3:.0f} ms verifying (median per update): two more "
               "passes over every byte. The pipelined zero-copy update keeps every bucket in flight (each has its own "
-              "storage), so these overlap the transfer, but not fully: gloo's loopback transfer is itself CPU work (every byte "
-              "is copied through the kernel on both sides), and the passes compete with it for the same two cores "
-              "and the same memory bandwidth. "
-              "On a GPU the same sum64 is one reduction at HBM speed (estimate, not measured here: 256 MiB at several "
-              "TB/s is well under a millisecond).",
+              "storage), so these overlap the transfer, but not fully: gloo's loopback transfer is itself CPU "
+              "work (every byte is copied through the kernel on both sides), and the passes compete with it for "
+              "the same two cores and the same memory bandwidth. On a GPU the same sum64 is one reduction at HBM "
+              "speed (estimate, not measured here: 256 MiB at several TB/s is well under a millisecond).",
               "On 2 shared CPU cores every stage competes for the same cores (gloo's loopback transfer is itself "
               "CPU-bound memcpy), so pipelining cannot hide packing and unpacking here; on GPUs staging (copy "
               "engines), transfer (NICs/NVLink) and reload run on different hardware, which is what the pipelined "
