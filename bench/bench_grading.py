@@ -13,10 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import Result  # noqa: E402
+from run import Result
 
-from course_lib.catalog import available_lessons  # noqa: E402
-from course_lib.paths import repo_root  # noqa: E402
+from course_lib.catalog import available_lessons
+from course_lib.paths import repo_root
 
 
 def run() -> Result:
@@ -28,8 +28,9 @@ def run() -> Result:
             if not path.exists():
                 continue
             start = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "course_lib", "grade", str(path)],
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [sys.executable, "-m", "course_lib", "grade", str(path)], capture_output=True, text=True, timeout=600
+            )
             seconds = time.perf_counter() - start
             rows.append([f"`{folder}/{path.name}`", f"{seconds:.1f}", str(done.returncode)])
     return Result(

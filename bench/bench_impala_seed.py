@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import Result  # noqa: E402
+from run import Result
 
-from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig  # noqa: E402
+from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig
 
 SECONDS = 5.0
 REPEATS = 3
@@ -45,19 +45,35 @@ def run() -> Result:
                 fps[layout].append(f)
                 lag[layout].append(m)
         impala, seed = statistics.median(fps["impala"]), statistics.median(fps["seed"])
-        rows.append([str(hidden), f"{impala:,.0f}", f"{seed:,.0f}", f"{seed / impala:.2f}",
-                     f"{statistics.median(lag['impala']):.1f}", f"{statistics.median(lag['seed']):.1f}"])
+        rows.append(
+            [
+                str(hidden),
+                f"{impala:,.0f}",
+                f"{seed:,.0f}",
+                f"{seed / impala:.2f}",
+                f"{statistics.median(lag['impala']):.1f}",
+                f"{statistics.median(lag['seed']):.1f}",
+            ]
+        )
     return Result(
         title="Lesson 03: IMPALA vs SEED RL layout, env frames/s on CartPole (same run)",
-        columns=["policy MLP width", "IMPALA frames/s", "SEED frames/s", "SEED / IMPALA", "IMPALA mean lag",
-                 "SEED mean lag"],
+        columns=[
+            "policy MLP width",
+            "IMPALA frames/s",
+            "SEED frames/s",
+            "SEED / IMPALA",
+            "IMPALA mean lag",
+            "SEED mean lag",
+        ],
         rows=rows,
-        notes=[f"2 actors x 8 envs, T = 16, batch 2 unrolls, V-trace learner; median of {REPEATS} runs of "
-               f"{SECONDS:g} s each per cell, layouts interleaved; frames counted by the learner after its first batch.",
-               "No accelerator here: SEED's central inference runs on the same 2 CPU cores as everything else. It "
-               "trades a per-step round trip (latency) for one batched forward pass instead of one per actor (less "
-               "compute): on a quiet machine the latency dominates and IMPALA wins; when other jobs crowd the cores, "
-               "SEED measured 1.2-1.3x IMPALA in the lesson notebook. The lesson's table explains when SEED wins at "
-               "scale (large models, an accelerator beside the learner).",
-               "Same measurement in the notebook: lessons/03_impala_vtrace.ipynb, section 5."],
+        notes=[
+            f"2 actors x 8 envs, T = 16, batch 2 unrolls, V-trace learner; median of {REPEATS} runs of "
+            f"{SECONDS:g} s each per cell, layouts interleaved; frames counted by the learner after its first batch.",
+            "No accelerator here: SEED's central inference runs on the same 2 CPU cores as everything else. It "
+            "trades a per-step round trip (latency) for one batched forward pass instead of one per actor (less "
+            "compute): on a quiet machine the latency dominates and IMPALA wins; when other jobs crowd the cores, "
+            "SEED measured 1.2-1.3x IMPALA in the lesson notebook. The lesson's table explains when SEED wins at "
+            "scale (large models, an accelerator beside the learner).",
+            "Same measurement in the notebook: lessons/03_impala_vtrace.ipynb, section 5.",
+        ],
     )

@@ -11,12 +11,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import Result  # noqa: E402
+from run import Result
 
-from course_lib.catalog import available_lessons  # noqa: E402
-from course_lib.notebooks.execute import execute_notebook  # noqa: E402
-from course_lib.notebooks.source import render, targets_for  # noqa: E402
-from course_lib.paths import repo_root  # noqa: E402
+from course_lib.catalog import available_lessons
+from course_lib.notebooks.execute import execute_notebook
+from course_lib.notebooks.source import render, targets_for
+from course_lib.paths import repo_root
 
 BUDGET_S = 180.0
 

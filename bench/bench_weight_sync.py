@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import Result  # noqa: E402
+from run import Result
 
-from course_lib.weight_sync.launch import Trial, run_trials  # noqa: E402
-from course_lib.weight_sync.methods import SyncConfig  # noqa: E402
-from course_lib.weight_sync.specs import model_of_size, total_bytes  # noqa: E402
+from course_lib.weight_sync.launch import Trial, run_trials
+from course_lib.weight_sync.methods import SyncConfig
+from course_lib.weight_sync.specs import model_of_size, total_bytes
 
 MODEL_MB = 256
 BUCKET_MB = 16
@@ -72,50 +72,57 @@ def run() -> Result:
     load_after = os.getloadavg()[0]
     labels = list(CONFIGS)
     flat, prestaged, per_tensor, naive = (t[labels[i]] for i in (0, 1, 6, 7))
-    rows = [[label, f"{t[label] * 1e3:.0f}", f"{nbytes / t[label] / 1e9:.2f}", f"{flat / t[label]:.2f}"]
-            for label in labels]
-    notes = [f"Model: {len(specs)} tensors, {nbytes / 2**20:.0f} MiB float32 (`model_of_size({MODEL_MB})`: 32 layers, "
-             "2/3 of the tensors under 64 KiB); 2 ranks; median of "
-             f"{ROUNDS} rounds x {UPDATES} updates, methods interleaved. Load average (1 min) of this shared "
-             f"2-core machine: {load_before:.1f} before, {load_after:.1f} after the run; the copies of the bucketed "
-             "methods suffer most from the load, so the ratios below move with it.",
-             f"Targets: >= {TARGETS['roofline']:g} of the roofline bandwidth, >= {TARGETS['per_tensor']:g}x faster than "
-             f"per-tensor, >= {TARGETS['naive']:g}x faster than naive save/load (from storage).",
-             f"prestaged buckets (transfer only): **{flat / prestaged:.2f}** of the roofline "
-             f"({'met' if flat / prestaged >= TARGETS['roofline'] else 'NOT met'})."]
+    rows = [
+        [label, f"{t[label] * 1e3:.0f}", f"{nbytes / t[label] / 1e9:.2f}", f"{flat / t[label]:.2f}"] for label in labels
+    ]
+    notes = [
+        f"Model: {len(specs)} tensors, {nbytes / 2**20:.0f} MiB float32 (`model_of_size({MODEL_MB})`: 32 layers, "
+        "2/3 of the tensors under 64 KiB); 2 ranks; median of "
+        f"{ROUNDS} rounds x {UPDATES} updates, methods interleaved. Load average (1 min) of this shared "
+        f"2-core machine: {load_before:.1f} before, {load_after:.1f} after the run; the copies of the bucketed "
+        "methods suffer most from the load, so the ratios below move with it.",
+        f"Targets: >= {TARGETS['roofline']:g} of the roofline bandwidth, >= {TARGETS['per_tensor']:g}x faster than "
+        f"per-tensor, >= {TARGETS['naive']:g}x faster than naive save/load (from storage).",
+        f"prestaged buckets (transfer only): **{flat / prestaged:.2f}** of the roofline "
+        f"({'met' if flat / prestaged >= TARGETS['roofline'] else 'NOT met'}).",
+    ]
 
     def verdict(value: float, target: float, unit: str = "") -> str:
         return f"**{value:.2f}{unit}** ({'met' if value >= target else 'NOT met'})"
 
     for label in labels[2:6]:
-        notes.append(f"{label}: roofline fraction {verdict(flat / t[label], TARGETS['roofline'])}, faster than "
-                     f"per-tensor {verdict(per_tensor / t[label], TARGETS['per_tensor'], 'x')}, than naive "
-                     f"{verdict(naive / t[label], TARGETS['naive'], 'x')}.")
+        notes.append(
+            f"{label}: roofline fraction {verdict(flat / t[label], TARGETS['roofline'])}, faster than "
+            f"per-tensor {verdict(per_tensor / t[label], TARGETS['per_tensor'], 'x')}, than naive "
+            f"{verdict(naive / t[label], TARGETS['naive'], 'x')}."
+        )
     best = min(t[label] for label in labels[2:6])
-    notes += [f"Best end-to-end bucketed variant vs per-tensor: {per_tensor / best:.2f}x; vs naive from storage: "
-              f"{naive / best:.2f}x.",
-              "`prestaged` is the bucketed broadcast's transfer alone (buckets packed once beforehand, as a trainer "
-              "that keeps its weights in flat bucket buffers would); `bucketed` adds packing, a sum64 checksum per "
-              "bucket on both sides, verification and unpacking into the receiver's model. `zero-copy` "
-              "(`SyncConfig(in_place=True)`): both sides keep their weights as views of bucket-layout storage (a "
-              "trainer with a contiguous parameter buffer), so buckets go out of and land in the weights directly; "
-              "only the checksums and verification remain, and updates are still all-or-nothing (staging copy).",
-              f"What keeps the zero-copy variants from the roofline is the integrity check itself: in "
-              f"`{ZERO_COPY}` the sender spent {t[ZERO_COPY + ': sender stage'] * 1e3:.0f} ms checksumming and the "
-              f"receiver {t[ZERO_COPY + ': receiver reload'] * 1e3:.0f} ms verifying (median per update): two more "
-              "passes over every byte. The pipelined zero-copy update keeps every bucket in flight (each has its own "
-              "storage), so these overlap the transfer, but not fully: gloo's loopback transfer is itself CPU "
-              "work (every byte is copied through the kernel on both sides), and the passes compete with it for "
-              "the same two cores and the same memory bandwidth. On a GPU the same sum64 is one reduction at HBM "
-              "speed (estimate, not measured here: 256 MiB at several TB/s is well under a millisecond).",
-              "On 2 shared CPU cores every stage competes for the same cores (gloo's loopback transfer is itself "
-              "CPU-bound memcpy), so pipelining cannot hide packing and unpacking here; on GPUs staging (copy "
-              "engines), transfer (NICs/NVLink) and reload run on different hardware, which is what the pipelined "
-              "variant exploits (lesson 09, scale model).",
-              "Naive (storage): safetensors save_file + fsync, the file dropped from the page cache (posix_fadvise), "
-              "load_file, copy into the model, one full read; as a receiver on another machine would see it. "
-              "Naive (page cache): the same without fsync/eviction, the best case for one machine.",
-              "Same measurements at 16-256 MiB: lessons/09_weight_sync.ipynb."]
+    notes += [
+        f"Best end-to-end bucketed variant vs per-tensor: {per_tensor / best:.2f}x; vs naive from storage: "
+        f"{naive / best:.2f}x.",
+        "`prestaged` is the bucketed broadcast's transfer alone (buckets packed once beforehand, as a trainer "
+        "that keeps its weights in flat bucket buffers would); `bucketed` adds packing, a sum64 checksum per "
+        "bucket on both sides, verification and unpacking into the receiver's model. `zero-copy` "
+        "(`SyncConfig(in_place=True)`): both sides keep their weights as views of bucket-layout storage (a "
+        "trainer with a contiguous parameter buffer), so buckets go out of and land in the weights directly; "
+        "only the checksums and verification remain, and updates are still all-or-nothing (staging copy).",
+        f"What keeps the zero-copy variants from the roofline is the integrity check itself: in "
+        f"`{ZERO_COPY}` the sender spent {t[ZERO_COPY + ': sender stage'] * 1e3:.0f} ms checksumming and the "
+        f"receiver {t[ZERO_COPY + ': receiver reload'] * 1e3:.0f} ms verifying (median per update): two more "
+        "passes over every byte. The pipelined zero-copy update keeps every bucket in flight (each has its own "
+        "storage), so these overlap the transfer, but not fully: gloo's loopback transfer is itself CPU "
+        "work (every byte is copied through the kernel on both sides), and the passes compete with it for "
+        "the same two cores and the same memory bandwidth. On a GPU the same sum64 is one reduction at HBM "
+        "speed (estimate, not measured here: 256 MiB at several TB/s is well under a millisecond).",
+        "On 2 shared CPU cores every stage competes for the same cores (gloo's loopback transfer is itself "
+        "CPU-bound memcpy), so pipelining cannot hide packing and unpacking here; on GPUs staging (copy "
+        "engines), transfer (NICs/NVLink) and reload run on different hardware, which is what the pipelined "
+        "variant exploits (lesson 09, scale model).",
+        "Naive (storage): safetensors save_file + fsync, the file dropped from the page cache (posix_fadvise), "
+        "load_file, copy into the model, one full read; as a receiver on another machine would see it. "
+        "Naive (page cache): the same without fsync/eviction, the best case for one machine.",
+        "Same measurements at 16-256 MiB: lessons/09_weight_sync.ipynb.",
+    ]
     return Result(
         title=f"Lesson 09: weight update of a {nbytes / 2**20:.0f} MiB model, rank 0 -> rank 1 (gloo, same run)",
         columns=["method", "ms per update (median)", "effective GB/s", "fraction of roofline bandwidth"],

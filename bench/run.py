@@ -49,11 +49,16 @@ def machine() -> str:
 
 
 def render(name: str, result: Result) -> str:
-    lines = [f"<!-- bench:{name} -->", f"### {result.title}", "",
-             f"Command: `python bench/run.py {name}` (or `make bench`). "
-             f"Measured {dt.date.today().isoformat()} on: {machine()}.", "",
-             "| " + " | ".join(result.columns) + " |",
-             "|" + "|".join("---" for _ in result.columns) + "|"]
+    lines = [
+        f"<!-- bench:{name} -->",
+        f"### {result.title}",
+        "",
+        f"Command: `python bench/run.py {name}` (or `make bench`). "
+        f"Measured {dt.date.today().isoformat()} on: {machine()}.",
+        "",
+        "| " + " | ".join(result.columns) + " |",
+        "|" + "|".join("---" for _ in result.columns) + "|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in result.rows]
     if result.notes:
         lines += [""] + [f"- {n}" for n in result.notes]

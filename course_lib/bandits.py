@@ -56,7 +56,9 @@ class CategoricalBandit:
         pi = softmax(logits)
         return pi * (self.mu - pi @ self.mu)
 
-    def pull(self, logits: ArrayLike, n: int, rng: np.random.Generator) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    def pull(
+        self, logits: ArrayLike, n: int, rng: np.random.Generator
+    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """Sample ``n`` arms from ``softmax(logits)`` and their 0/1 rewards.
 
         Returns:
@@ -67,7 +69,9 @@ class CategoricalBandit:
         rewards = (rng.random(n) < self.mu[arms]).astype(np.float64)
         return arms, rewards
 
-    def estimate(self, logits: ArrayLike, n: int, rng: np.random.Generator, baseline: float = 0.0) -> NDArray[np.float64]:
+    def estimate(
+        self, logits: ArrayLike, n: int, rng: np.random.Generator, baseline: float = 0.0
+    ) -> NDArray[np.float64]:
         """One score-function estimate of ``grad_z J`` from ``n`` pulls (eq. 01.2, 01.5)."""
         arms, rewards = self.pull(logits, n, rng)
         return score_function_gradient(logits, arms, rewards - baseline)
@@ -118,7 +122,9 @@ class CategoricalBandit:
         return out
 
 
-def finite_difference_gradient(f: Callable[[NDArray[np.float64]], float], x: ArrayLike, h: float = 1e-5) -> NDArray[np.float64]:
+def finite_difference_gradient(
+    f: Callable[[NDArray[np.float64]], float], x: ArrayLike, h: float = 1e-5
+) -> NDArray[np.float64]:
     """Central differences ``(f(x + h e_k) - f(x - h e_k)) / 2h`` for every coordinate ``k``.
 
     An independent check of an analytic gradient (error ``O(h^2)``).

@@ -15,7 +15,10 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("course_lib.doctor", "check this machine can run the course; paste the block into an issue"),
     "lab": ("course_lib.lab", "open JupyterLab on the course (what `make lab` runs)"),
-    "build": ("course_lib.notebooks.build", "regenerate and execute notebooks from their text sources; --check verifies sync"),
+    "build": (
+        "course_lib.notebooks.build",
+        "regenerate and execute notebooks from their text sources; --check verifies sync",
+    ),
     "run": ("course_lib.notebooks.run", "execute lessons headless and print a timing table"),
     "grade": ("course_lib.grading.cli", "grade exercise notebooks in a separate kernel and report the score"),
 }

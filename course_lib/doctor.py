@@ -135,7 +135,7 @@ def _pins() -> dict[str, str]:
             for op in ("==", ">=", "<=", "~=", "!=", ">", "<"):
                 if op in text:
                     name, _, _ = text.partition(op)
-                    pins[_normalise(name.split("[")[0])] = text[len(name):].strip()
+                    pins[_normalise(name.split("[")[0])] = text[len(name) :].strip()
                     break
     return pins
 
@@ -205,7 +205,7 @@ def check_package(dist: str, module_name: str) -> Outcome:
     return "PASS", f"{version}{extra}"
 
 
-def _torch_cuda(torch) -> str:  # noqa: ANN001 - the torch module
+def _torch_cuda(torch) -> str:
     if not torch.cuda.is_available():
         return "CUDA: not available"
     count = torch.cuda.device_count()
@@ -240,7 +240,10 @@ def check_gpu() -> Outcome:
             names.append(f"jax: {len(jax_gpus)} x {getattr(jax_gpus[0], 'device_kind', 'gpu')}")
         return "PASS", "; ".join(names)
     if _selected_scale() == "full":
-        return "WARN", "CPU only, but COURSE_SCALE=full picks sizes meant for a GPU; expect very long runs (unset it for the cpu scale)"
+        return (
+            "WARN",
+            "CPU only, but COURSE_SCALE=full picks sizes meant for a GPU; expect very long runs (unset it for the cpu scale)",
+        )
     return "PASS", "CPU only (the cpu scale, the default, needs no GPU)"
 
 
@@ -480,7 +483,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_lib.doctor``: the doctor without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="course doctor", description="check this machine can run the course; paste the block into an issue")
+    parser = argparse.ArgumentParser(
+        prog="course doctor", description="check this machine can run the course; paste the block into an issue"
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

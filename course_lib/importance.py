@@ -278,7 +278,9 @@ def exact_is_moments(
     fm = np.asarray(f_mean, dtype=np.float64)
     fs = np.asarray(f_second, dtype=np.float64)
     if p.ndim != 1 or fm.shape[:1] != p.shape or fs.shape != p.shape:
-        raise ValueError(f"pi, mu, f_second must be [K] and f_mean [K] or [K, D]; got {p.shape}, {fm.shape}, {fs.shape}")
+        raise ValueError(
+            f"pi, mu, f_second must be [K] and f_mean [K] or [K, D]; got {p.shape}, {fm.shape}, {fs.shape}"
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         w = np.where(p > 0, p / q, 0.0)
     wc = np.minimum(w, c)
@@ -353,12 +355,12 @@ def correction_coefficients(
 
 
 def _loss_terms(
-    logp_new: "torch.Tensor",
-    logp_old: "torch.Tensor",
-    advantages: "torch.Tensor",
-    mask: "torch.Tensor | None",
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor | None,
     level: Level,
-) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(log_ratio, logp, advantage)`` per loss term: one per real token, or one per sequence.
 
     ``[N]`` inputs are N independent samples (both levels agree). ``[N, T]`` inputs are
@@ -393,13 +395,13 @@ def _loss_terms(
 
 
 def truncated_is_loss(
-    logp_new: "torch.Tensor",
-    logp_behaviour: "torch.Tensor",
-    advantages: "torch.Tensor",
+    logp_new: torch.Tensor,
+    logp_behaviour: torch.Tensor,
+    advantages: torch.Tensor,
     c: float = 1.0,
-    mask: "torch.Tensor | None" = None,
+    mask: torch.Tensor | None = None,
     level: Level = "token",
-) -> "torch.Tensor":
+) -> torch.Tensor:
     r"""REINFORCE with a truncated importance weight (eq. 02.4), PipelineRL's default loss.
 
     ::
@@ -428,13 +430,13 @@ def truncated_is_loss(
 
 
 def clipped_surrogate_loss(
-    logp_new: "torch.Tensor",
-    logp_old: "torch.Tensor",
-    advantages: "torch.Tensor",
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
     eps: float = 0.2,
-    mask: "torch.Tensor | None" = None,
+    mask: torch.Tensor | None = None,
     level: Level = "token",
-) -> "torch.Tensor":
+) -> torch.Tensor:
     r"""Minus PPO's clipped surrogate (eq. 02.5), averaged: a loss to minimise.
 
     ::

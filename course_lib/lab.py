@@ -21,8 +21,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 DEFAULT_PORT = 8888
 DEFAULT_IP = "127.0.0.1"
@@ -173,16 +173,13 @@ def wait_until_ready(
     import urllib.request
 
     start = time.monotonic()
-    request = urllib.request.Request(
-        f"{url_base.rstrip('/')}/api/status", headers={"Authorization": f"token {token}"}
-    )
+    request = urllib.request.Request(f"{url_base.rstrip('/')}/api/status", headers={"Authorization": f"token {token}"})
     last_error = "no answer"
     while True:
         if process is not None and process.poll() is not None:
             raise LabStartError(
                 f"JupyterLab exited with code {process.returncode} before it answered at "
-                f"{url_base} (is the port taken? is jupyterlab installed in {sys.executable}?)"
-                + _log_tail(log_path)
+                f"{url_base} (is the port taken? is jupyterlab installed in {sys.executable}?)" + _log_tail(log_path)
             )
         try:
             with urllib.request.urlopen(request, timeout=2) as response:
@@ -321,15 +318,16 @@ def serve_lab(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--port", type=int, default=None,
+        "--port",
+        type=int,
+        default=None,
         help=f"port to listen on (default: {DEFAULT_PORT}, or a free one if it is taken)",
     )
-    parser.add_argument(
-        "--no-browser", action="store_true", help="print the URL but do not open a browser"
-    )
+    parser.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
     parser.add_argument("--token", default=None, help="login token (default: a random one)")
     parser.add_argument(
-        "--ip", default=DEFAULT_IP,
+        "--ip",
+        default=DEFAULT_IP,
         help=f"interface to listen on (default: {DEFAULT_IP}, this machine only)",
     )
 
@@ -373,9 +371,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"course lab: port {DEFAULT_PORT} is in use; taking a free one", file=sys.stderr)
     print(f"course lab: starting JupyterLab ({sys.executable} -m jupyterlab) ...", flush=True)
     try:
-        with serve_lab(
-            port=args.port, token=args.token, ip=args.ip, root_dir=root
-        ) as (url_base, token, process):
+        with serve_lab(port=args.port, token=args.token, ip=args.ip, root_dir=root) as (url_base, token, process):
             notebook_exists = (root / DEFAULT_NOTEBOOK).exists()
             url = lab_url(url_base, token, DEFAULT_NOTEBOOK if notebook_exists else None)
             print(_banner(url, root, notebook_exists), flush=True)
@@ -403,9 +399,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _open_browser(url: str) -> None:
     """Open ``url`` in the desktop browser; on a headless Linux box just say so."""
-    if sys.platform.startswith("linux") and not (
-        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-    ):
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         print("course lab: no display found; open the URL above yourself", file=sys.stderr)
         return
     import webbrowser

@@ -37,8 +37,8 @@ from numpy.typing import NDArray
 from torch.func import functional_call, stack_module_state, vmap
 
 from course_lib.actor_learner.envs import make_envs
-from course_lib.actor_learner.model import ActorCritic
 from course_lib.actor_learner.learner import LossConfig, loss_terms
+from course_lib.actor_learner.model import ActorCritic
 
 Method = Literal["no correction", "v-trace"]
 METHODS: tuple[Method, ...] = ("no correction", "v-trace")
@@ -120,7 +120,7 @@ class LagResult:
 
     def final(self, fraction: float = 0.25) -> NDArray[np.float64]:
         """``[n_arms, n_seeds]`` mean return over the last ``fraction`` of the updates."""
-        n = max(1, int(round(self.returns.shape[-1] * fraction)))
+        n = max(1, round(self.returns.shape[-1] * fraction))
         return np.nanmean(self.returns[..., -n:], axis=-1)
 
     def table(self) -> list[tuple[str, float, float, float]]:
@@ -182,12 +182,16 @@ def run_lag_ablation(
         policy_keys = [k for k in params if k.startswith("policy.")]
         optimizer = torch.optim.Adam(params.values(), lr=config.lr)
         ring_size = int(lags.max()) + 1
-        ring = {k: v.detach().unsqueeze(0).repeat(ring_size, *[1] * v.ndim) for k, v in params.items()
-                if k.startswith("policy.")}
+        ring = {
+            k: v.detach().unsqueeze(0).repeat(ring_size, *[1] * v.ndim)
+            for k, v in params.items()
+            if k.startswith("policy.")
+        }
         agent_index = torch.arange(n_agents)
         generator = torch.Generator().manual_seed(config.env_seed)
-        loss_cfg = LossConfig(config.gamma, config.baseline_cost, config.entropy_cost, config.rho_bar, config.c_bar,
-                              config.pg_rho_bar)
+        loss_cfg = LossConfig(
+            config.gamma, config.baseline_cost, config.entropy_cost, config.rho_bar, config.c_bar, config.pg_rho_bar
+        )
 
         obs_np, _ = envs.reset(seed=config.env_seed)
         episode_return = np.zeros(n_agents * n_b)
@@ -237,8 +241,11 @@ def run_lag_ablation(
                 correct=corrected.repeat_interleave(n_b),
             )
             per_agent = lambda x: x.view(n_t, n_agents, n_b).mean(dim=(0, 2))  # noqa: E731
-            losses = (per_agent(terms.pg) + config.baseline_cost * per_agent(terms.baseline)
-                      - config.entropy_cost * per_agent(terms.entropy))
+            losses = (
+                per_agent(terms.pg)
+                + config.baseline_cost * per_agent(terms.baseline)
+                - config.entropy_cost * per_agent(terms.entropy)
+            )
             entropies[:, update] = per_agent(terms.entropy).detach().numpy()
             optimizer.zero_grad()
             losses.sum().backward()
@@ -253,8 +260,14 @@ def run_lag_ablation(
         envs.close()
         torch.set_num_threads(previous_threads)
     shape = (len(arms), len(seeds), config.n_updates)
-    return LagResult(arms=arms, seeds=seeds, returns=curves.reshape(shape), entropy=entropies.reshape(shape),
-                     frames=n_t * n_b, seconds=seconds)
+    return LagResult(
+        arms=arms,
+        seeds=seeds,
+        returns=curves.reshape(shape),
+        entropy=entropies.reshape(shape),
+        frames=n_t * n_b,
+        seconds=seconds,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -301,8 +314,16 @@ def two_action_chain_targets(
     for name, (scale, bar) in thresholds.items():
         value = 0.0
         for _ in range(n_iterations):
-            targets = vtrace(scale * log_rhos, np.full(rewards.shape, gamma), rewards, np.full(rewards.shape, value),
-                             np.full(n_trajectories, value), bar, bar, bar).vs[0]
+            targets = vtrace(
+                scale * log_rhos,
+                np.full(rewards.shape, gamma),
+                rewards,
+                np.full(rewards.shape, value),
+                np.full(n_trajectories, value),
+                bar,
+                bar,
+                bar,
+            ).vs[0]
             value = float(targets.mean())
         out[name] = targets
     p_rho = min(p_behaviour, p_target) / (min(p_behaviour, p_target) + min(1 - p_behaviour, 1 - p_target))

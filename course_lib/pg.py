@@ -183,9 +183,7 @@ def normalize_advantages(advantages: ArrayLike, eps: float = 1e-8) -> NDArray[np
     return (a - a.mean()) / (a.std() + eps)
 
 
-def group_relative_advantages(
-    rewards: ArrayLike, normalize_std: bool = True, eps: float = 1e-6
-) -> NDArray[np.float64]:
+def group_relative_advantages(rewards: ArrayLike, normalize_std: bool = True, eps: float = 1e-6) -> NDArray[np.float64]:
     r"""Group-relative advantages (GRPO, Shao et al. 2024, arXiv 2402.03300, eq. 01.6).
 
     ``rewards[i, j]`` is the reward of answer ``j`` of the ``G`` answers sampled for
@@ -216,7 +214,7 @@ def group_relative_advantages(
     return centred / (r.std(axis=1, keepdims=True) + eps)
 
 
-def surrogate_loss(logits: "torch.Tensor", actions: "torch.Tensor", advantages: "torch.Tensor") -> "torch.Tensor":
+def surrogate_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
     r"""The loss whose gradient is minus the policy-gradient estimate (eq. 01.7).
 
     ::

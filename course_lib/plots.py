@@ -29,7 +29,7 @@ def lesson_depths() -> dict[int, int]:
     return depth
 
 
-def course_map(ax: "Axes | None" = None) -> "Figure":
+def course_map(ax: Axes | None = None) -> Figure:
     """Draw the lessons as boxes in columns of prerequisite depth, with arrows from
     each prerequisite. Lessons whose notebook exists are drawn solid, planned ones dashed."""
     import matplotlib.pyplot as plt
@@ -54,12 +54,26 @@ def course_map(ax: "Axes | None" = None) -> "Figure":
         x, y = pos[lesson.number]
         for r in lesson.requires:
             rx, ry = pos[r]
-            ax.annotate("", xy=(x - w / 2, y), xytext=(rx + w / 2, ry), zorder=1,
-                        arrowprops=dict(arrowstyle="->", color="#888888", lw=0.8, shrinkA=2, shrinkB=2,
-                                        connectionstyle="arc3,rad=-0.12"))
-        box = FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04",
-                             facecolor=PART_COLOURS[lesson.part], edgecolor="#333333",
-                             linestyle="-" if lesson.available() else "--", lw=1.0, zorder=2)
+            ax.annotate(
+                "",
+                xy=(x - w / 2, y),
+                xytext=(rx + w / 2, ry),
+                zorder=1,
+                arrowprops=dict(
+                    arrowstyle="->", color="#888888", lw=0.8, shrinkA=2, shrinkB=2, connectionstyle="arc3,rad=-0.12"
+                ),
+            )
+        box = FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0.04",
+            facecolor=PART_COLOURS[lesson.part],
+            edgecolor="#333333",
+            linestyle="-" if lesson.available() else "--",
+            lw=1.0,
+            zorder=2,
+        )
         ax.add_patch(box)
         title = "\n".join(textwrap.wrap(lesson.title.split(":")[0], 20))
         ax.text(x, y, f"{lesson.number:02d}\n{title}", ha="center", va="center", fontsize=7.5, zorder=3)
@@ -72,8 +86,14 @@ def course_map(ax: "Axes | None" = None) -> "Figure":
     ax.set_yticks([])
     ax.set_xlabel("prerequisite depth (lessons that must come before, along the longest chain)")
     ax.set_title("Efficient RL Systems: lessons and what each builds on (solid = available, dashed = planned)")
-    ax.legend(handles=[Patch(facecolor=c, edgecolor="#333333", label=p) for p, c in PART_COLOURS.items()],
-              loc="upper left", fontsize=7, ncol=5, frameon=False, bbox_to_anchor=(0, -0.16))
+    ax.legend(
+        handles=[Patch(facecolor=c, edgecolor="#333333", label=p) for p, c in PART_COLOURS.items()],
+        loc="upper left",
+        fontsize=7,
+        ncol=5,
+        frameon=False,
+        bbox_to_anchor=(0, -0.16),
+    )
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()

@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.flatten_util import ravel_pytree
 from jax import Array
+from jax.flatten_util import ravel_pytree
 
 from course_lib.envs import cartpole
 
@@ -47,9 +47,13 @@ class PPOConfig:
 
     num_envs: int = field(default=4, metadata={"help": "parallel environments stepped together"})
     num_steps: int = field(default=128, metadata={"help": "steps per env per rollout (the update's time horizon T)"})
-    total_timesteps: int = field(default=500_000, metadata={"help": "environment steps of the whole run, all envs together"})
+    total_timesteps: int = field(
+        default=500_000, metadata={"help": "environment steps of the whole run, all envs together"}
+    )
     update_epochs: int = field(default=4, metadata={"help": "passes over each rollout"})
-    num_minibatches: int = field(default=4, metadata={"help": "minibatches per pass (each num_envs * num_steps / num_minibatches)"})
+    num_minibatches: int = field(
+        default=4, metadata={"help": "minibatches per pass (each num_envs * num_steps / num_minibatches)"}
+    )
     gamma: float = field(default=0.99, metadata={"help": "discount"})
     gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (04.3)"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip (04.4) and value clip (04.5)"})
@@ -123,21 +127,30 @@ class TrainResult(NamedTuple):
 
 
 def _dense_init(key: Array, n_in: int, n_out: int, scale: float) -> dict[str, Array]:
-    return {"w": jax.nn.initializers.orthogonal(scale)(key, (n_in, n_out), jnp.float32),
-            "b": jnp.zeros((n_out,), jnp.float32)}
+    return {
+        "w": jax.nn.initializers.orthogonal(scale)(key, (n_in, n_out), jnp.float32),
+        "b": jnp.zeros((n_out,), jnp.float32),
+    }
 
 
-def init_params(key: Array, obs_dim: int = cartpole.OBS_DIM, n_actions: int = cartpole.N_ACTIONS,
-                hidden: int = 64) -> Params:
+def init_params(
+    key: Array, obs_dim: int = cartpole.OBS_DIM, n_actions: int = cartpole.N_ACTIONS, hidden: int = 64
+) -> Params:
     """Actor and critic MLPs ``obs -> 64 -> 64 -> out`` with tanh; orthogonal weights
     (gain sqrt 2 in the hidden layers, 0.01 for the logits, 1 for the value), zero biases."""
     k = jax.random.split(key, 6)
     s = float(np.sqrt(2.0))
     return {
-        "actor": [_dense_init(k[0], obs_dim, hidden, s), _dense_init(k[1], hidden, hidden, s),
-                  _dense_init(k[2], hidden, n_actions, 0.01)],
-        "critic": [_dense_init(k[3], obs_dim, hidden, s), _dense_init(k[4], hidden, hidden, s),
-                   _dense_init(k[5], hidden, 1, 1.0)],
+        "actor": [
+            _dense_init(k[0], obs_dim, hidden, s),
+            _dense_init(k[1], hidden, hidden, s),
+            _dense_init(k[2], hidden, n_actions, 0.01),
+        ],
+        "critic": [
+            _dense_init(k[3], obs_dim, hidden, s),
+            _dense_init(k[4], hidden, hidden, s),
+            _dense_init(k[5], hidden, 1, 1.0),
+        ],
     }
 
 
@@ -157,8 +170,9 @@ def policy_value(params: Params, obs: Array) -> tuple[Array, Array]:
 # ---------------------------------------------------------------------------------------
 
 
-def gae(rewards: Array, values: Array, dones: Array, last_value: Array, gamma: float,
-        gae_lambda: float) -> tuple[Array, Array]:
+def gae(
+    rewards: Array, values: Array, dones: Array, last_value: Array, gamma: float, gae_lambda: float
+) -> tuple[Array, Array]:
     r"""Generalised advantage estimates by a reverse ``lax.scan`` (eqs. 04.2-04.3).
 
     With ``d_t`` = 1 where the episode ended at step ``t`` and ``V_T`` = ``last_value``::
@@ -188,8 +202,15 @@ def gae(rewards: Array, values: Array, dones: Array, last_value: Array, gamma: f
     return advantages, advantages + values
 
 
-def ppo_loss(params: Params, batch: Transition, advantages: Array, targets: Array, clip_eps: float,
-             vf_coef: float, ent_coef: float) -> tuple[Array, dict[str, Array]]:
+def ppo_loss(
+    params: Params,
+    batch: Transition,
+    advantages: Array,
+    targets: Array,
+    clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
+) -> tuple[Array, dict[str, Array]]:
     r"""PPO's loss on one minibatch (eqs. 04.4-04.6), and its parts.
 
     ``rho = exp(log pi(a|s) - log pi_old(a|s))``; advantages normalised over the minibatch::
@@ -239,8 +260,10 @@ def make_optimizer(config: PPOConfig, lr: Array | float) -> optax.GradientTransf
         frac = 1.0 - (count // steps_per_update) / config.num_updates
         return lr * frac
 
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                       optax.adam(learning_rate=schedule if config.anneal_lr else lr, eps=1e-5))
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(learning_rate=schedule if config.anneal_lr else lr, eps=1e-5),
+    )
 
 
 class EnvCarry(NamedTuple):
@@ -272,11 +295,13 @@ def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFA
     matters on a CPU where every kernel launch costs about a microsecond.
     """
     if config.batch_size % config.num_minibatches:
-        raise ValueError(f"num_envs * num_steps = {config.batch_size} is not divisible by "
-                         f"num_minibatches = {config.num_minibatches}")
+        raise ValueError(
+            f"num_envs * num_steps = {config.batch_size} is not divisible by num_minibatches = {config.num_minibatches}"
+        )
     if config.num_updates < 1:
-        raise ValueError(f"total_timesteps = {config.total_timesteps} is less than one rollout "
-                         f"({config.batch_size} steps)")
+        raise ValueError(
+            f"total_timesteps = {config.total_timesteps} is less than one rollout ({config.batch_size} steps)"
+        )
     n_envs, n_steps = config.num_envs, config.num_steps
     v_reset = jax.vmap(cartpole.reset, in_axes=(0, None))
     v_step_env = jax.vmap(cartpole.step_env, in_axes=(None, 0, 0, None))
@@ -324,20 +349,23 @@ def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFA
             params = unravel(runner.params)
             env, traj = rollout(params, runner.env, k_rollout)
             _, last_value = policy_value(params, env.obs)
-            advantages, targets = gae(traj.reward, traj.value, traj.done, last_value, config.gamma,
-                                      config.gae_lambda)
+            advantages, targets = gae(traj.reward, traj.value, traj.done, last_value, config.gamma, config.gae_lambda)
             data = jax.tree.map(lambda x: x.reshape((config.batch_size,) + x.shape[2:]), (traj, advantages, targets))
 
             def update_epoch(carry: tuple[Array, Any], k_perm: Array):
                 perm = jax.random.permutation(k_perm, config.batch_size)
                 minibatches = jax.tree.map(
                     lambda x: jnp.take(x, perm, axis=0).reshape(
-                        (config.num_minibatches, config.minibatch_size) + x.shape[1:]), data)
+                        (config.num_minibatches, config.minibatch_size) + x.shape[1:]
+                    ),
+                    data,
+                )
                 return jax.lax.scan(update_minibatch, carry, minibatches)
 
             key, k_epochs = jax.random.split(key)
-            (flat, opt_state), parts = jax.lax.scan(update_epoch, (runner.params, runner.opt_state),
-                                                    jax.random.split(k_epochs, config.update_epochs))
+            (flat, opt_state), parts = jax.lax.scan(
+                update_epoch, (runner.params, runner.opt_state), jax.random.split(k_epochs, config.update_epochs)
+            )
             n_done = traj.done.sum()
             metrics = {k: v.mean() for k, v in parts.items()}
             metrics["charts/episodes"] = n_done

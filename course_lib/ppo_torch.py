@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-def _layer(n_in: int, n_out: int, gain: float) -> "nn.Linear":
+def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
     from torch import nn
 
     layer = nn.Linear(n_in, n_out)
@@ -55,21 +55,29 @@ def _layer(n_in: int, n_out: int, gain: float) -> "nn.Linear":
     return layer
 
 
-def make_actor_critic(obs_dim: int, n_actions: int, hidden: int) -> tuple["nn.Module", "nn.Module"]:
+def make_actor_critic(obs_dim: int, n_actions: int, hidden: int) -> tuple[nn.Module, nn.Module]:
     """The same two MLPs as :func:`course_lib.ppo_jax.init_params`: tanh, orthogonal
     weights (gain sqrt 2; 0.01 for the logits, 1 for the value), zero biases."""
     from torch import nn
 
     s = float(np.sqrt(2.0))
-    actor = nn.Sequential(_layer(obs_dim, hidden, s), nn.Tanh(), _layer(hidden, hidden, s), nn.Tanh(),
-                          _layer(hidden, n_actions, 0.01))
-    critic = nn.Sequential(_layer(obs_dim, hidden, s), nn.Tanh(), _layer(hidden, hidden, s), nn.Tanh(),
-                           _layer(hidden, 1, 1.0))
+    actor = nn.Sequential(
+        _layer(obs_dim, hidden, s), nn.Tanh(), _layer(hidden, hidden, s), nn.Tanh(), _layer(hidden, n_actions, 0.01)
+    )
+    critic = nn.Sequential(
+        _layer(obs_dim, hidden, s), nn.Tanh(), _layer(hidden, hidden, s), nn.Tanh(), _layer(hidden, 1, 1.0)
+    )
     return actor, critic
 
 
-def gae_numpy(rewards: NDArray[Any], values: NDArray[Any], dones: NDArray[Any], last_value: NDArray[Any],
-              gamma: float, gae_lambda: float) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+def gae_numpy(
+    rewards: NDArray[Any],
+    values: NDArray[Any],
+    dones: NDArray[Any],
+    last_value: NDArray[Any],
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
     """GAE (04.2-04.3) by a Python loop over time on ``[T, B]`` numpy arrays: ``(advantages, targets)``."""
     n_t = rewards.shape[0]
     adv = np.zeros_like(values, dtype=np.float32)
@@ -84,10 +92,18 @@ def gae_numpy(rewards: NDArray[Any], values: NDArray[Any], dones: NDArray[Any], 
     return adv, adv + values
 
 
-def ppo_loss_torch(actor: "nn.Module", critic: "nn.Module", obs: "torch.Tensor", actions: "torch.Tensor",
-                   old_log_prob: "torch.Tensor", old_value: "torch.Tensor", advantages: "torch.Tensor",
-                   targets: "torch.Tensor", valid: "torch.Tensor | None", config: PPOConfig
-                   ) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:
+def ppo_loss_torch(
+    actor: nn.Module,
+    critic: nn.Module,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    old_value: torch.Tensor,
+    advantages: torch.Tensor,
+    targets: torch.Tensor,
+    valid: torch.Tensor | None,
+    config: PPOConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Eqs. 04.4-04.6 on one minibatch; means over ``valid`` samples only (all when None)."""
     import torch
 
@@ -96,14 +112,17 @@ def ppo_loss_torch(actor: "nn.Module", critic: "nn.Module", obs: "torch.Tensor",
     logp_all = torch.log_softmax(logits, dim=-1)
     log_prob = logp_all.gather(1, actions.unsqueeze(1)).squeeze(1)
     if valid is None:
-        def mean(x: "torch.Tensor") -> "torch.Tensor":
+
+        def mean(x: torch.Tensor) -> torch.Tensor:
             return x.mean()
+
         adv = (advantages - advantages.mean()) / (advantages.std(unbiased=False) + 1e-8)
     else:
         w = valid / valid.sum().clamp(min=1.0)
 
-        def mean(x: "torch.Tensor") -> "torch.Tensor":
+        def mean(x: torch.Tensor) -> torch.Tensor:
             return (x * w).sum()
+
         m = mean(advantages)
         adv = (advantages - m) / (torch.sqrt(mean((advantages - m) ** 2)) + 1e-8)
     entropy = mean(-(logp_all.exp() * logp_all).sum(-1))
@@ -152,7 +171,7 @@ class TorchPPOResult:
         return float(np.where(n > 0, np.nan_to_num(ret) * n, 0.0).sum() / max(int(n.sum()), 1))
 
 
-def make_envs(config: PPOConfig, vectorization: str = "vector_entry_point") -> "gym.vector.VectorEnv":
+def make_envs(config: PPOConfig, vectorization: str = "vector_entry_point") -> gym.vector.VectorEnv:
     """``config.num_envs`` CartPole-v1 envs behind gymnasium's vector interface."""
     import gymnasium as gym
 
@@ -237,8 +256,7 @@ def train_torch(
                 last_value = critic(next_obs).squeeze(-1).numpy()
             t_rollout = time.perf_counter()
 
-            adv, targets = gae_numpy(rew_buf, val_buf.numpy(), done_buf, last_value, config.gamma,
-                                     config.gae_lambda)
+            adv, targets = gae_numpy(rew_buf, val_buf.numpy(), done_buf, last_value, config.gamma, config.gae_lambda)
             b_obs = obs_buf.reshape(-1, obs_dim)
             b_act = act_buf.reshape(-1)
             b_logp = logp_buf.reshape(-1)
@@ -249,10 +267,19 @@ def train_torch(
             for _ in range(config.update_epochs):
                 perm = torch.randperm(config.batch_size)
                 for start in range(0, config.batch_size, config.minibatch_size):
-                    idx = perm[start:start + config.minibatch_size]
-                    loss, _ = ppo_loss_torch(actor, critic, b_obs[idx], b_act[idx], b_logp[idx], b_val[idx],
-                                             b_adv[idx], b_tgt[idx], None if b_valid is None else b_valid[idx],
-                                             config)
+                    idx = perm[start : start + config.minibatch_size]
+                    loss, _ = ppo_loss_torch(
+                        actor,
+                        critic,
+                        b_obs[idx],
+                        b_act[idx],
+                        b_logp[idx],
+                        b_val[idx],
+                        b_adv[idx],
+                        b_tgt[idx],
+                        None if b_valid is None else b_valid[idx],
+                        config,
+                    )
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm, foreach=True)

@@ -45,19 +45,30 @@ class ReinforceConfig:
     """Everything a REINFORCE run depends on. ``help(ReinforceConfig)`` or :func:`describe` lists the help."""
 
     env_id: str = field(default="CartPole-v1", metadata={"help": "gymnasium id of an env with a discrete action space"})
-    n_envs: int = field(default=16, metadata={"help": "episodes per update: one complete episode from each vectorised env"})
+    n_envs: int = field(
+        default=16, metadata={"help": "episodes per update: one complete episode from each vectorised env"}
+    )
     n_updates: int = field(default=50, metadata={"help": "policy-gradient updates (one batch of n_envs episodes each)"})
     hidden: int = field(default=32, metadata={"help": "width of the two tanh hidden layers of the policy MLP"})
     lr: float = field(default=0.01, metadata={"help": "Adam learning rate"})
     lr_anneal: bool = field(default=False, metadata={"help": "decay the learning rate linearly to 0 over the run"})
     gamma: float = field(default=0.99, metadata={"help": "discount of the returns (01.3)"})
-    reward_to_go: bool = field(default=True, metadata={"help": "weight step t by G_t (True) or by the whole episode's return (False)"})
-    baseline: Baseline = field(default="mean", metadata={"help": "'mean': subtract the batch mean of the weights (01.5); 'none'"})
-    normalize: bool = field(default=True, metadata={"help": "divide the weights by their batch std (a step-size choice)"})
+    reward_to_go: bool = field(
+        default=True, metadata={"help": "weight step t by G_t (True) or by the whole episode's return (False)"}
+    )
+    baseline: Baseline = field(
+        default="mean", metadata={"help": "'mean': subtract the batch mean of the weights (01.5); 'none'"}
+    )
+    normalize: bool = field(
+        default=True, metadata={"help": "divide the weights by their batch std (a step-size choice)"}
+    )
     seed: int = field(default=0, metadata={"help": "seeds torch (weights, action sampling) and the env resets"})
-    torch_threads: int = field(default=1, metadata={"help": "torch intra-op threads while training (1 is fastest for tiny nets)"})
+    torch_threads: int = field(
+        default=1, metadata={"help": "torch intra-op threads while training (1 is fastest for tiny nets)"}
+    )
     vectorization: Literal["vector_entry_point", "sync"] = field(
-        default="vector_entry_point", metadata={"help": "gym.make_vec mode: the env's numpy-vectorised version or a SyncVectorEnv"}
+        default="vector_entry_point",
+        metadata={"help": "gym.make_vec mode: the env's numpy-vectorised version or a SyncVectorEnv"},
     )
 
 
@@ -68,14 +79,14 @@ def describe(config: ReinforceConfig) -> str:
     )
 
 
-def make_env(config: ReinforceConfig) -> "gym.vector.VectorEnv":
+def make_env(config: ReinforceConfig) -> gym.vector.VectorEnv:
     """``config.n_envs`` copies of ``config.env_id`` behind one vector-env interface."""
     import gymnasium as gym
 
     return gym.make_vec(config.env_id, num_envs=config.n_envs, vectorization_mode=config.vectorization)
 
 
-def make_policy(obs_dim: int, n_actions: int, hidden: int) -> "nn.Module":
+def make_policy(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
     """``obs [N, obs_dim] -> logits [N, n_actions]``: an MLP with two tanh hidden layers."""
     from torch import nn
 
@@ -127,10 +138,10 @@ class EpisodeBatch:
 
 
 def collect_episodes(
-    envs: "gym.vector.VectorEnv",
-    policy: "nn.Module",
+    envs: gym.vector.VectorEnv,
+    policy: nn.Module,
     seed: int,
-    generator: "torch.Generator",
+    generator: torch.Generator,
     max_steps: int = 100_000,
 ) -> EpisodeBatch:
     """Run every env of ``envs`` from a reset until it finishes one episode.
@@ -152,8 +163,9 @@ def collect_episodes(
     with torch.no_grad():
         while alive.any():
             if len(obs_l) >= max_steps:
-                raise RuntimeError(f"{int(alive.sum())} episode(s) still running after {max_steps} steps; "
-                                   "wrap the env in a time limit")
+                raise RuntimeError(
+                    f"{int(alive.sum())} episode(s) still running after {max_steps} steps; wrap the env in a time limit"
+                )
             probs = torch.softmax(policy(torch.from_numpy(obs)), dim=-1)
             actions = torch.multinomial(probs, 1, generator=generator).squeeze(1).numpy()
             next_obs, reward, terminated, truncated, _ = envs.step(actions)
@@ -194,7 +206,7 @@ def step_weights(
     return np.where(batch.mask, psi, 0.0)
 
 
-def batch_loss(policy: "nn.Module", batch: EpisodeBatch, weights: NDArray[np.float64]) -> "torch.Tensor":
+def batch_loss(policy: nn.Module, batch: EpisodeBatch, weights: NDArray[np.float64]) -> torch.Tensor:
     """The surrogate loss (01.7) over the real steps of ``batch``."""
     import torch
 
@@ -203,7 +215,7 @@ def batch_loss(policy: "nn.Module", batch: EpisodeBatch, weights: NDArray[np.flo
     return surrogate_loss(logits, torch.from_numpy(batch.actions[m]), torch.from_numpy(weights[m]).float())
 
 
-def policy_gradient(policy: "nn.Module", batch: EpisodeBatch, weights: NDArray[np.float64]) -> NDArray[np.float64]:
+def policy_gradient(policy: nn.Module, batch: EpisodeBatch, weights: NDArray[np.float64]) -> NDArray[np.float64]:
     """The policy-gradient estimate ``g_hat = -grad L`` as one flat float64 vector (no step taken)."""
     import torch
 
@@ -254,8 +266,13 @@ class ReinforceResult:
         return self.env_steps / self.seconds if self.seconds > 0 else float("nan")
 
     def summary(self) -> dict[str, Any]:
-        return {**asdict(self.config), "final_mean_return": self.final_mean_return(), "env_steps": self.env_steps,
-                "seconds": self.seconds, "sps": self.steps_per_second}
+        return {
+            **asdict(self.config),
+            "final_mean_return": self.final_mean_return(),
+            "env_steps": self.env_steps,
+            "seconds": self.seconds,
+            "sps": self.steps_per_second,
+        }
 
 
 def train_reinforce(
@@ -338,7 +355,7 @@ VARIANTS: dict[str, tuple[bool, Baseline]] = {
 
 
 def gradient_samples(
-    policy: "nn.Module",
+    policy: nn.Module,
     config: ReinforceConfig,
     n_batches: int,
     gamma: float = 1.0,

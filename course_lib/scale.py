@@ -28,8 +28,7 @@ def current_scale() -> Scale:
     value = os.environ.get(ENV_VAR, "cpu").strip().lower() or "cpu"
     if value not in SCALES:
         raise ValueError(
-            f"{ENV_VAR}={value!r} is not a scale; use one of {', '.join(SCALES)} "
-            f"(e.g. `export {ENV_VAR}=cpu`)"
+            f"{ENV_VAR}={value!r} is not a scale; use one of {', '.join(SCALES)} (e.g. `export {ENV_VAR}=cpu`)"
         )
     return value  # type: ignore[return-value]
 

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.importance import CORRECTIONS, Correction, categorical_kl, correction_coefficients, effective_sample_size
+from course_lib.importance import (
+    CORRECTIONS,
+    Correction,
+    categorical_kl,
+    correction_coefficients,
+    effective_sample_size,
+)
 from course_lib.pg import discounted_returns
 
 if TYPE_CHECKING:
@@ -52,16 +58,28 @@ N_ACTIONS = 2
 class StalenessConfig:
     """The grid and every setting a run depends on; :func:`describe` prints the help."""
 
-    lags: tuple[int, ...] = field(default=(0, 1, 2, 4, 8, 16, 32), metadata={"help": "k: each batch is sampled by the policy of k updates ago (0 = on-policy)"})
-    corrections: tuple[Correction, ...] = field(default=CORRECTIONS, metadata={"help": "corrections run at every lag k > 0 (at k = 0 all coincide: one run)"})
-    n_seeds: int = field(default=16, metadata={"help": "independent runs per (lag, correction); seed i starts from the same weights in every cell"})
+    lags: tuple[int, ...] = field(
+        default=(0, 1, 2, 4, 8, 16, 32),
+        metadata={"help": "k: each batch is sampled by the policy of k updates ago (0 = on-policy)"},
+    )
+    corrections: tuple[Correction, ...] = field(
+        default=CORRECTIONS, metadata={"help": "corrections run at every lag k > 0 (at k = 0 all coincide: one run)"}
+    )
+    n_seeds: int = field(
+        default=16,
+        metadata={"help": "independent runs per (lag, correction); seed i starts from the same weights in every cell"},
+    )
     n_envs: int = field(default=8, metadata={"help": "episodes per update and run"})
     n_updates: int = field(default=60, metadata={"help": "policy updates per run"})
-    lr: float = field(default=0.2, metadata={"help": "Adam learning rate (large: each update moves the policy noticeably)"})
+    lr: float = field(
+        default=0.2, metadata={"help": "Adam learning rate (large: each update moves the policy noticeably)"}
+    )
     c: float = field(default=1.0, metadata={"help": "truncation level of truncated IS (IMPALA's rho_bar = 1)"})
     eps: float = field(default=0.2, metadata={"help": "clip range of PPO clip"})
     gamma: float = field(default=0.99, metadata={"help": "discount of the reward-to-go (01.3)"})
-    max_episode_steps: int = field(default=200, metadata={"help": "CartPole time limit (200 as in CartPole-v0; keeps the grid fast)"})
+    max_episode_steps: int = field(
+        default=200, metadata={"help": "CartPole time limit (200 as in CartPole-v0; keeps the grid fast)"}
+    )
     init_scale: float = field(default=0.1, metadata={"help": "std of the initial linear weights"})
     seed: int = field(default=0, metadata={"help": "seeds the initial weights, the action sampling and the env resets"})
 
@@ -201,7 +219,7 @@ class StaleBatch:
 
 
 def collect(
-    envs: "gym.vector.VectorEnv", behaviour: NDArray[np.float64], n_envs: int, seed: int, rng: np.random.Generator
+    envs: gym.vector.VectorEnv, behaviour: NDArray[np.float64], n_envs: int, seed: int, rng: np.random.Generator
 ) -> StaleBatch:
     """Reset all envs and run each until its episode ends, acting with ``behaviour [G, 5, 2]``."""
     n_runs = behaviour.shape[0]
@@ -221,8 +239,14 @@ def collect(
         dones.append(np.logical_or(ended, ~alive))
         masks.append(alive.reshape(n_runs, n_envs).copy())
         alive &= ~ended
-    return StaleBatch(np.stack(xs), np.stack(acts), np.stack(rews), np.stack(dones).astype(np.float64),
-                      np.stack(masks), np.stack(logps))
+    return StaleBatch(
+        np.stack(xs),
+        np.stack(acts),
+        np.stack(rews),
+        np.stack(dones).astype(np.float64),
+        np.stack(masks),
+        np.stack(logps),
+    )
 
 
 def normalized_advantages(batch: StaleBatch, gamma: float) -> NDArray[np.float64]:
@@ -276,8 +300,10 @@ class StalenessResult:
         """``{(lag, correction): (mean over seeds, standard error over seeds)}`` of :meth:`mean_return`."""
         scores = self.mean_return(last)
         n = scores.shape[1]
-        return {cell: (float(scores[i].mean()), float(scores[i].std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0)
-                for i, cell in enumerate(self.runs)}
+        return {
+            cell: (float(scores[i].mean()), float(scores[i].std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0)
+            for i, cell in enumerate(self.runs)
+        }
 
     def best(self, lag: int, last: int | None = None) -> Correction:
         """The correction with the highest mean :meth:`mean_return` at ``lag > 0``."""
@@ -285,9 +311,7 @@ class StalenessResult:
         return max(self.config.corrections, key=lambda m: table[lag, m][0])
 
 
-def run_staleness_grid(
-    config: StalenessConfig, progress: Callable[[int], None] | None = None
-) -> StalenessResult:
+def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] | None = None) -> StalenessResult:
     """Train every ``(lag, correction, seed)`` of the grid together; see the module docstring.
 
     Seeded: the initial weights (seed ``i`` starts from the same weights in every cell), the
@@ -312,8 +336,12 @@ def run_staleness_grid(
     shape = (config.n_updates, n_cells, n_seeds)
     returns, ess, kl, modified = (np.zeros(shape) for _ in range(4))
     env_steps = 0
-    envs = gym.make_vec("CartPole-v1", num_envs=n_runs * n_envs, vectorization_mode="vector_entry_point",
-                        max_episode_steps=config.max_episode_steps)
+    envs = gym.make_vec(
+        "CartPole-v1",
+        num_envs=n_runs * n_envs,
+        vectorization_mode="vector_entry_point",
+        max_episode_steps=config.max_episode_steps,
+    )
     start = time.perf_counter()
     try:
         for update in range(config.n_updates):
@@ -334,10 +362,12 @@ def run_staleness_grid(
                 elif name == "clip":
                     changed[:, cols] = (psi[:, cols] == 0) & (adv[:, cols] != 0)
             params = adam.ascend(params, policy_gradient(params, batch.x, batch.actions, psi, batch.mask))
-            history = (history + [params.copy()])[-(max_lag + 1):]
+            history = (history + [params.copy()])[-(max_lag + 1) :]
             n = batch.mask.sum(axis=(0, 2))
             returns[update] = batch.rewards.sum(axis=0).reshape(n_runs, n_envs).mean(axis=1).reshape(n_cells, n_seeds)
-            ess[update] = (effective_sample_size(np.moveaxis(w, 1, 0).reshape(n_runs, -1)) / n).reshape(n_cells, n_seeds)
+            ess[update] = (effective_sample_size(np.moveaxis(w, 1, 0).reshape(n_runs, -1)) / n).reshape(
+                n_cells, n_seeds
+            )
             p_now = np.exp(logp_now)
             p_beh = np.exp(log_policy(behaviour, batch.x))
             step_kl = np.where(batch.mask, categorical_kl(p_now, p_beh), 0.0)

@@ -138,7 +138,9 @@ def make_arithmetic_task(n_prompts: int, n_candidates: int, seed: int, max_opera
     return ArithmeticTask(tuple(prompts), tuple(candidates), correct)
 
 
-def sample_answers(logits: ArrayLike, prompt_ids: ArrayLike, group_size: int, rng: np.random.Generator) -> NDArray[np.int64]:
+def sample_answers(
+    logits: ArrayLike, prompt_ids: ArrayLike, group_size: int, rng: np.random.Generator
+) -> NDArray[np.int64]:
     """``[B, G]``: ``G`` answers sampled from ``softmax(logits[p])`` for each prompt ``p``."""
     pi = softmax(np.asarray(logits, dtype=np.float64)[np.asarray(prompt_ids)])
     cdf = np.cumsum(pi, axis=1)

@@ -140,4 +140,3 @@ def discounts_from_dones(dones: ArrayLike, gamma: float) -> NDArray[np.float64]:
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
     return gamma * (1.0 - np.asarray(dones, dtype=np.float64))
-

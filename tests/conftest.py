@@ -25,8 +25,11 @@ def exercise_cells(lesson_id: str, kind: str) -> list[str]:
     demos = {c.source for c in _render(lesson_id, "exercise").cells if "raises-exception" in c.metadata.get("tags", [])}
     cells = [c for c in _render(lesson_id, kind).cells if c.cell_type == "code"]
     last = max(i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", []))
-    return [c.source for c in cells[: last + 1]
-            if "exercise-check" not in c.metadata.get("tags", []) and c.source not in demos]
+    return [
+        c.source
+        for c in cells[: last + 1]
+        if "exercise-check" not in c.metadata.get("tags", []) and c.source not in demos
+    ]
 
 
 def exercise_function_source(lesson_id: str, name: str, kind: str) -> str:
@@ -37,12 +40,12 @@ def exercise_function_source(lesson_id: str, name: str, kind: str) -> str:
     raise KeyError(f"no cell defines {name} in the {kind} notebook of {lesson_id}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _namespace(lesson_id: str, kind: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": f"{kind}_{lesson_id}"}
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         for source in exercise_cells(lesson_id, kind):
-            exec(compile(source, f"<{kind} {lesson_id}>", "exec"), namespace)  # noqa: S102 - our own source
+            exec(compile(source, f"<{kind} {lesson_id}>", "exec"), namespace)
     return namespace
 
 
@@ -88,15 +91,17 @@ def mutant_source(lesson_id: str, mutant: Mutant) -> str:
     source = exercise_function_source(lesson_id, mutant.function, "solution")
     count = source.count(mutant.old)
     if count != 1:
-        raise AssertionError(f"mutant {mutant.id}: {mutant.old!r} occurs {count} times in the solution "
-                             f"of {mutant.function} (must be exactly once); update tests/mutants/")
+        raise AssertionError(
+            f"mutant {mutant.id}: {mutant.old!r} occurs {count} times in the solution "
+            f"of {mutant.function} (must be exactly once); update tests/mutants/"
+        )
     return source.replace(mutant.old, mutant.new)
 
 
 def mutant_function(lesson_id: str, mutant: Mutant) -> Any:
     """The mutated function, defined beside the solution notebook's setup code."""
     namespace = dict(_namespace(lesson_id, "solution"))
-    exec(compile(mutant_source(lesson_id, mutant), f"<mutant {mutant.id}>", "exec"), namespace)  # noqa: S102
+    exec(compile(mutant_source(lesson_id, mutant), f"<mutant {mutant.id}>", "exec"), namespace)
     return namespace[mutant.function]
 
 

@@ -24,11 +24,13 @@ from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, ro
 from course_lib.actor_learner.model import ActorCritic, flat_parameters, load_flat_parameters
 from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault
 from course_lib.actor_learner.timers import Timings, timing_table
-from course_lib.procs import live_children, wait_gone as gone
+from course_lib.procs import live_children
+from course_lib.procs import wait_gone as gone
 
 # small and quick: every system test finishes in seconds
-FAST = SystemConfig(n_actors=2, envs_per_actor=4, unroll=8, batch_size=2, poll_s=0.05, stall_timeout_s=20.0,
-                    join_timeout_s=2.0)
+FAST = SystemConfig(
+    n_actors=2, envs_per_actor=4, unroll=8, batch_size=2, poll_s=0.05, stall_timeout_s=20.0, join_timeout_s=2.0
+)
 
 
 pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")
@@ -150,8 +152,9 @@ def test_loss_terms_on_policy_data_need_no_correction():
     torch.testing.assert_close(vt.baseline, nc.baseline)
     stale = logp - 0.3 * torch.randn(n_t, n)  # a behaviour policy that differs
     vt_stale = loss_terms(logits, values, actions, stale, rewards, dones, cfg, correct=True)
-    mixed = loss_terms(logits, values, actions, stale, rewards, dones, cfg,
-                       correct=torch.tensor([True, False, True, False, True]))
+    mixed = loss_terms(
+        logits, values, actions, stale, rewards, dones, cfg, correct=torch.tensor([True, False, True, False, True])
+    )
     assert not torch.allclose(vt_stale.pg, nc.pg)
     torch.testing.assert_close(mixed.pg[:, 0], vt_stale.pg[:, 0])
     torch.testing.assert_close(mixed.pg[:, 1], nc.pg[:, 1])
@@ -228,8 +231,9 @@ def test_a_killed_actor_is_detected_and_restarted(layout, no_orphans):
         assert replacement != killed and system.restarts == 1
         pids = system.pids()
     assert report.updates == 40
-    assert any(f"actor 1 (pid {killed}) died: killed by SIGKILL; restarted as pid {replacement}" == e
-               for e in report.events), report.events
+    assert any(
+        f"actor 1 (pid {killed}) died: killed by SIGKILL; restarted as pid {replacement}" == e for e in report.events
+    ), report.events
     assert gone(pids + [killed]) and not live_children()
 
 
@@ -288,18 +292,18 @@ def test_a_dead_inference_server_ends_in_a_clean_shutdown(no_orphans):
 
 @pytest.mark.timeout(120)
 def test_an_exception_in_the_with_block_leaves_no_process(no_orphans):
-    with pytest.raises(KeyError):
-        with ActorLearnerSystem(FAST) as system:
-            pids = system.pids()
-            system.train(n_updates=1)
-            raise KeyError("the notebook cell failed")
+    with pytest.raises(KeyError), ActorLearnerSystem(FAST) as system:
+        pids = system.pids()
+        system.train(n_updates=1)
+        raise KeyError("the notebook cell failed")
     assert gone(pids) and not live_children()
 
 
 @pytest.mark.timeout(120)
 def test_children_exit_when_the_parent_dies_without_cleaning_up(tmp_path):
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, sys
         from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig
         if __name__ == "__main__":
@@ -308,7 +312,8 @@ def test_children_exit_when_the_parent_dies_without_cleaning_up(tmp_path):
             system.train(n_updates=2)
             print(" ".join(map(str, system.pids())), flush=True)
             os._exit(0)  # no stop(), no atexit: as if the kernel were killed
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2, done.stderr

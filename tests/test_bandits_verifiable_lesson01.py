@@ -31,7 +31,9 @@ Z = np.array([0.5, -0.3, 0.0, 0.2, -0.6])
 
 
 def test_bandit_exact_gradient_matches_finite_differences():
-    np.testing.assert_allclose(BANDIT.exact_gradient(Z), finite_difference_gradient(BANDIT.expected_reward, Z), atol=1e-9)
+    np.testing.assert_allclose(
+        BANDIT.exact_gradient(Z), finite_difference_gradient(BANDIT.expected_reward, Z), atol=1e-9
+    )
     assert math.isclose(BANDIT.expected_reward(np.zeros(5)), 0.58)  # uniform policy: mean of mu
     assert BANDIT.n_arms == 5 and BANDIT.mu.shape == (5,)
 
@@ -86,8 +88,16 @@ def test_estimates_are_unbiased_and_the_baseline_reduces_error():
 
 @pytest.mark.parametrize(
     "prompt, answer, ok",
-    [("8 * 7 =", "56", True), ("8 * 7 =", "57", False), ("29 - 36 =", "-7", True), ("2 + 2 =", " 4 ", True),
-     ("2 + 2 =", "four", False), ("2 + 2 =", "4.0", False), ("2 + 2 =", "", False), ("-3 * -3 =", "9", True)],
+    [
+        ("8 * 7 =", "56", True),
+        ("8 * 7 =", "57", False),
+        ("29 - 36 =", "-7", True),
+        ("2 + 2 =", " 4 ", True),
+        ("2 + 2 =", "four", False),
+        ("2 + 2 =", "4.0", False),
+        ("2 + 2 =", "", False),
+        ("-3 * -3 =", "9", True),
+    ],
 )
 def test_verify(prompt, answer, ok):
     assert verify(prompt, answer) is ok
@@ -122,8 +132,9 @@ def test_task_accuracy_rewards_and_exact_gradient():
     assert math.isclose(task.accuracy(z), float(np.mean((softmax(z) * task.correct).sum(axis=1))))
     assert math.isclose(task.accuracy(50 * task.correct), 1.0)
     f = lambda flat: task.accuracy(flat.reshape(6, 4))  # noqa: E731
-    np.testing.assert_allclose(task.exact_gradient(z), finite_difference_gradient(f, z.reshape(-1)).reshape(6, 4),
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        task.exact_gradient(z), finite_difference_gradient(f, z.reshape(-1)).reshape(6, 4), atol=1e-9
+    )
     r = task.rewards(np.array([0, 1]), np.array([[0, 1, 2], [3, 3, 0]]))
     np.testing.assert_array_equal(r, [task.correct[0, [0, 1, 2]], task.correct[1, [3, 3, 0]]])
 

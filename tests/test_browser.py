@@ -101,9 +101,7 @@ def _isolated_lab(tmp: Path) -> tuple[list[str], dict[str, str]]:
     return extra_args, env
 
 
-def run_first_code_cell(
-    chromium: str, root: Path, notebook: str, tmp: Path, expected: str
-) -> dict:
+def run_first_code_cell(chromium: str, root: Path, notebook: str, tmp: Path, expected: str) -> dict:
     """Open ``notebook`` (relative to ``root``) in JupyterLab in headless Chromium, run
     its first code cell and check it renders ``expected`` with no stderr or error.
 
@@ -186,9 +184,7 @@ def _drive(page, expect, url: str, expected: str, timings: dict, t0: float) -> N
     # the kernel named by the notebook is up and idle
     indicator = panel.locator(".jp-Notebook-ExecutionIndicator")
     expect(indicator).to_have_attribute("data-status", "idle", timeout=KERNEL_IDLE_MS)
-    expect(page.locator(".jp-StatusBar-TextItem", has_text="| Idle")).to_be_visible(
-        timeout=KERNEL_IDLE_MS
-    )
+    expect(page.locator(".jp-StatusBar-TextItem", has_text="| Idle")).to_be_visible(timeout=KERNEL_IDLE_MS)
     timings["kernel_idle"] = time.monotonic() - t0
 
     # clear the committed outputs so what we check is what this run printed
@@ -210,8 +206,7 @@ def _drive(page, expect, url: str, expected: str, timings: dict, t0: float) -> N
     timings["cell_done"] = time.monotonic() - t0
 
     stderr = cell.locator(
-        f'.jp-RenderedText[data-mime-type="{STDERR_MIME}"], '
-        f'.jp-OutputArea-output[data-mime-type="{STDERR_MIME}"]'
+        f'.jp-RenderedText[data-mime-type="{STDERR_MIME}"], .jp-OutputArea-output[data-mime-type="{STDERR_MIME}"]'
     )
     texts = output.all_inner_texts()
     assert stderr.count() == 0, f"the cell wrote to stderr or raised: {texts}"

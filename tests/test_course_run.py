@@ -9,8 +9,9 @@ import nbformat
 
 def test_run_lesson_00_writes_executed_copy_and_table(tmp_path):
     env = {**os.environ, "COURSE_OUTPUT_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "course_lib", "run", "00"], capture_output=True,
-                          text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "course_lib", "run", "00"], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("00_welcome"))
     assert row.split()[-1] == "ok" and float(row.split()[1]) > 0
@@ -23,6 +24,7 @@ def test_run_lesson_00_writes_executed_copy_and_table(tmp_path):
 def test_run_rejects_unknown_lesson_and_scale():
     done = subprocess.run([sys.executable, "-m", "course_lib", "run", "77"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no lesson named '77'" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "course_lib", "run", "00", "--scale", "gpu"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "course_lib", "run", "00", "--scale", "gpu"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "invalid choice: 'gpu'" in done.stderr

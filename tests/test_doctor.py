@@ -101,7 +101,11 @@ def test_real_doctor_passes_on_this_machine(tmp_path):
     json_path = tmp_path / "doctor.json"
     proc = subprocess.run(
         [sys.executable, "-m", "course_lib.doctor", "--json", str(json_path)],
-        cwd=REPO, env=_subprocess_env(tmp_path), capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=_subprocess_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     _assert_clean_report(proc, json_path)
     # torch's line carries CUDA availability; the python line names this interpreter
@@ -114,7 +118,11 @@ def test_course_cli_dispatches_doctor(tmp_path):
     json_path = tmp_path / "doctor.json"
     proc = subprocess.run(
         [sys.executable, "-m", "course_lib", "doctor", "--json", str(json_path)],
-        cwd=REPO, env=_subprocess_env(tmp_path), capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=_subprocess_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     missing = re.search(r"No module named '(course_lib\.[\w.]+)'", proc.stderr)
     if proc.returncode != 0 and missing and not missing.group(1).startswith("course_lib.doctor"):
@@ -242,14 +250,16 @@ def test_kernel_pointing_elsewhere_warns(monkeypatch, tmp_path):
     other.parent.mkdir()
     other.symlink_to(os.path.realpath(sys.executable))  # same binary, another environment
     monkeypatch.setattr(
-        kernelspec.KernelSpecManager, "get_kernel_spec",
+        kernelspec.KernelSpecManager,
+        "get_kernel_spec",
         lambda self, name: _FakeSpec([str(other), "-m", "ipykernel_launcher"]),
     )
     status, detail = doctor.check_kernel()
     assert status == "WARN" and str(other) in detail and "ipykernel install" in detail
 
     monkeypatch.setattr(
-        kernelspec.KernelSpecManager, "get_kernel_spec",
+        kernelspec.KernelSpecManager,
+        "get_kernel_spec",
         lambda self, name: _FakeSpec([sys.executable, "-m", "ipykernel_launcher"]),
     )
     assert doctor.check_kernel()[0] == "PASS"

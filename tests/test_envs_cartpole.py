@@ -20,7 +20,9 @@ STEP = jax.jit(cartpole.step)
 
 def _near_threshold(state: np.ndarray, params: cartpole.EnvParams, tol: float = 1e-5) -> bool:
     """True when float32 vs float64 rounding could flip a termination test."""
-    return bool(abs(abs(state[0]) - params.x_threshold) < tol or abs(abs(state[2]) - params.theta_threshold_radians) < tol)
+    return bool(
+        abs(abs(state[0]) - params.x_threshold) < tol or abs(abs(state[2]) - params.theta_threshold_radians) < tol
+    )
 
 
 def test_one_step_from_the_same_state_matches_gymnasium_over_many_random_steps():
@@ -33,13 +35,15 @@ def test_one_step_from_the_same_state_matches_gymnasium_over_many_random_steps()
     n_terminated = n_compared = 0
     for _ in range(3000):
         state = np.array(env.unwrapped.state, dtype=np.float64)
-        elapsed = env._elapsed_steps  # the TimeLimit wrapper's counter  # noqa: SLF001
+        elapsed = env._elapsed_steps  # the TimeLimit wrapper's counter
         action = int(rng.integers(2))
-        np.testing.assert_allclose(np.asarray(cartpole.get_obs(cartpole.state_from_array(state, elapsed))), obs,
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(cartpole.get_obs(cartpole.state_from_array(state, elapsed))), obs, rtol=1e-6, atol=1e-6
+        )
         obs, reward, terminated, truncated, _ = env.step(action)
         j_obs, _, j_reward, j_term, j_trunc = STEP_ENV(
-            jax.random.key(0), cartpole.state_from_array(jnp.asarray(state, jnp.float32), elapsed), action, params)
+            jax.random.key(0), cartpole.state_from_array(jnp.asarray(state, jnp.float32), elapsed), action, params
+        )
         np.testing.assert_allclose(np.asarray(j_obs), obs, rtol=1e-5, atol=1e-5)
         assert float(j_reward) == reward == 1.0
         if not _near_threshold(np.asarray(env.unwrapped.state), params):
@@ -68,8 +72,12 @@ def test_trajectories_match_gymnasium_in_float64():
                 obs, reward, terminated, truncated, _ = env.step(action)
                 j_obs, state, j_reward, j_term, j_trunc = cartpole.step_env(None, state, action, params)
                 assert state.x.dtype == jnp.float64
-                np.testing.assert_allclose(np.stack([state.x, state.x_dot, state.theta, state.theta_dot]),
-                                           env.unwrapped.state, rtol=1e-9, atol=1e-12)
+                np.testing.assert_allclose(
+                    np.stack([state.x, state.x_dot, state.theta, state.theta_dot]),
+                    env.unwrapped.state,
+                    rtol=1e-9,
+                    atol=1e-12,
+                )
                 np.testing.assert_array_equal(np.asarray(j_obs), obs)
                 assert (float(j_reward), bool(j_term), bool(j_trunc)) == (reward, terminated, truncated)
                 if terminated or truncated:
@@ -84,7 +92,7 @@ def test_truncation_at_500_steps_is_apart_from_termination():
     env = gym.make("CartPole-v1")
     env.reset(seed=3)
     env.unwrapped.state = np.zeros(4)
-    env._elapsed_steps = 499  # noqa: SLF001
+    env._elapsed_steps = 499
     _, _, terminated, truncated, _ = env.step(0)
     _, _, _, j_term, j_trunc = STEP_ENV(None, cartpole.state_from_array(jnp.zeros(4), 499), 0, params)
     assert (terminated, truncated) == (False, True) == (bool(j_term), bool(j_trunc))
@@ -93,8 +101,9 @@ def test_truncation_at_500_steps_is_apart_from_termination():
 
 
 def test_reset_draws_every_variable_in_the_gymnasium_range():
-    obs, state = jax.vmap(cartpole.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), 1000),
-                                                              cartpole.DEFAULT_PARAMS)
+    obs, state = jax.vmap(cartpole.reset, in_axes=(0, None))(
+        jax.random.split(jax.random.key(0), 1000), cartpole.DEFAULT_PARAMS
+    )
     assert obs.shape == (1000, 4) and obs.dtype == jnp.float32
     assert float(jnp.abs(obs).max()) <= 0.05 and float(jnp.abs(obs).min()) < 1e-3
     assert float(obs.std(0).min()) > 0.025  # uniform on [-0.05, 0.05] has std 0.029
@@ -108,7 +117,7 @@ def test_step_resets_when_the_episode_ends_and_keeps_the_final_observation():
     expected_final, _, _, _, _ = STEP_ENV(None, falling, 1, params)
     assert bool(terminated) and not bool(truncated) and float(reward) == 1.0
     np.testing.assert_array_equal(np.asarray(info["final_obs"]), np.asarray(expected_final))
-    fresh_obs, fresh_state = cartpole.reset(jax.random.key(5), params)
+    fresh_obs, _fresh_state = cartpole.reset(jax.random.key(5), params)
     np.testing.assert_array_equal(np.asarray(obs), np.asarray(fresh_obs))
     assert int(state.time) == 0 and float(jnp.abs(obs).max()) <= 0.05
 
@@ -134,10 +143,26 @@ def test_env_params_are_a_pytree_so_physics_can_be_vmapped():
     """Two gravities in one vmapped call: only the pole's angular acceleration changes."""
     state = cartpole.state_from_array(jnp.array([0.0, 0.0, 0.1, 0.0]))
     params = cartpole.EnvParams(gravity=jnp.array([9.8, 1.62]))
-    obs, _, _, _, _ = jax.vmap(cartpole.step_env, in_axes=(None, None, None, cartpole.EnvParams(
-        gravity=0, masscart=None, masspole=None, length=None, force_mag=None, tau=None,
-        theta_threshold_radians=None, x_threshold=None)))(None, state, 0, params)
+    obs, _, _, _, _ = jax.vmap(
+        cartpole.step_env,
+        in_axes=(
+            None,
+            None,
+            None,
+            cartpole.EnvParams(
+                gravity=0,
+                masscart=None,
+                masspole=None,
+                length=None,
+                force_mag=None,
+                tau=None,
+                theta_threshold_radians=None,
+                x_threshold=None,
+            ),
+        ),
+    )(None, state, 0, params)
     assert obs.shape == (2, 4)
     assert float(obs[0, 3]) > float(obs[1, 3])  # stronger gravity tips the pole faster
-    np.testing.assert_allclose(np.asarray(obs[0]), np.asarray(STEP_ENV(None, state, 0, cartpole.DEFAULT_PARAMS)[0]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(obs[0]), np.asarray(STEP_ENV(None, state, 0, cartpole.DEFAULT_PARAMS)[0]), rtol=1e-6
+    )

@@ -45,7 +45,9 @@ def _solution_notebook(lesson_id: str):
 @pytest.mark.parametrize("lesson_id", LESSONS)
 def test_registry_matches_the_functions_the_source_defines(lesson_id):
     nb = _solution_notebook(lesson_id)
-    defined = [re.match(r"def (\w+)\(", c.source).group(1) for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+    defined = [
+        re.match(r"def (\w+)\(", c.source).group(1) for c in nb.cells if "exercise" in c.metadata.get("tags", [])
+    ]
     exercises = exercises_for(lesson_id)
     assert [e.name for e in exercises] == defined
     assert exercises_for(str(get_lesson(lesson_id).number)) == exercises
@@ -65,7 +67,9 @@ def test_source_states_difficulty_time_points_grading_and_hints(lesson_id):
         assert header, f"{lesson_id}: exercise {i} needs a header '## Exercise {i} · title (★☆☆, N min, P points)'"
         assert int(header.group(3)) == ex.points, f"{lesson_id}: exercise {i} points differ from the registry"
         row = rf"\| {i}\. `{ex.name}`[^|]*\| {ex.points} \| {header.group(1)} \| {header.group(2)} min \|"
-        assert re.search(row, markdown), f"{lesson_id}: the overview table needs a row for exercise {i} matching the header"
+        assert re.search(row, markdown), (
+            f"{lesson_id}: the overview table needs a row for exercise {i} matching the header"
+        )
     assert markdown.count("**How it is graded:**") == len(exercises)
     assert markdown.count("<summary>Hint 2</summary>") == len(exercises)
     checks = [c.source for c in nb.cells if "exercise-check" in c.metadata.get("tags", [])]

@@ -20,8 +20,13 @@ GRADED = [lesson.id for lesson in available_lessons(ROOT) if lesson.exercise_sou
 def grade(path: Path, tmp_path: Path) -> tuple[int, dict, str]:
     report = tmp_path / "report.json"
     junit = tmp_path / "report.xml"
-    done = subprocess.run([str(COURSE), "grade", str(path), "--json", str(report), "--junit", str(junit)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [str(COURSE), "grade", str(path), "--json", str(report), "--junit", str(junit)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert junit.exists() and junit.read_text().startswith("<?xml")
     return done.returncode, json.loads(report.read_text()), done.stdout
 

@@ -23,7 +23,6 @@ import pytest
 from conftest import solution_function, stub_function
 
 from course_lib.catalog import LESSONS
-
 from course_lib.grading import check, hint, selfcheck
 from course_lib.grading.checks import (
     NOT_IMPLEMENTED,
@@ -103,14 +102,22 @@ def test_oracle_agrees_with_the_reference_implementation():
 # exercise swaps, whose full forward pass is the naive oracle of a KV-cache decode; the
 # CartPole constants, whose oracle is gymnasium itself; the error classes and header tag an
 # exercise must use). Never a module that implements a graded function.
-CHECK_FIXTURES = ("course_lib.lm.model", "course_lib.actor_learner.model", "course_lib.envs.cartpole.EnvParams",
-                  "course_lib.weight_sync.integrity.MAGIC", "course_lib.weight_sync.integrity.CorruptBucketError",
-                  "course_lib.weight_sync.integrity.OutOfOrderBucketError")
+CHECK_FIXTURES = (
+    "course_lib.lm.model",
+    "course_lib.actor_learner.model",
+    "course_lib.envs.cartpole.EnvParams",
+    "course_lib.weight_sync.integrity.MAGIC",
+    "course_lib.weight_sync.integrity.CorruptBucketError",
+    "course_lib.weight_sync.integrity.OutOfOrderBucketError",
+)
 
 
 def _allowed(name: str) -> bool:
-    return not name.startswith("course_lib.") or name.startswith("course_lib.grading") or any(
-        name == f or name.startswith(f + ".") for f in CHECK_FIXTURES)
+    return (
+        not name.startswith("course_lib.")
+        or name.startswith("course_lib.grading")
+        or any(name == f or name.startswith(f + ".") for f in CHECK_FIXTURES)
+    )
 
 
 def test_checks_modules_never_import_the_reference():
@@ -120,8 +127,7 @@ def test_checks_modules_never_import_the_reference():
             if isinstance(node, ast.Import):
                 references |= {a.name for a in node.names if not _allowed(a.name)}
             elif isinstance(node, ast.ImportFrom) and node.module:
-                references |= {f"{node.module}.{a.name}" for a in node.names
-                               if not _allowed(f"{node.module}.{a.name}")}
+                references |= {f"{node.module}.{a.name}" for a in node.names if not _allowed(f"{node.module}.{a.name}")}
         assert not references, (path, references)
 
 
@@ -143,21 +149,28 @@ def test_assert_allclose_messages():
     assert "is a list of length 3; expected a numpy array of shape (3,) (return np.asarray" in failure(
         assert_allclose, [1.0, 2.0, 3.0], np.zeros(3), what="x"
     )
-    assert "x is None; did you forget to `return` it?" == failure(assert_allclose, None, np.zeros(3), what="x")
-    assert "x has shape (3, 1); expected shape (3,)" == failure(assert_allclose, np.zeros((3, 1)), np.zeros(3), what="x")
+    assert failure(assert_allclose, None, np.zeros(3), what="x") == "x is None; did you forget to `return` it?"
+    assert (
+        failure(assert_allclose, np.zeros((3, 1)), np.zeros(3), what="x") == "x has shape (3, 1); expected shape (3,)"
+    )
     assert "x has dtype int64; expected a float array" in failure(
         assert_allclose, np.zeros(3, dtype=np.int64), np.zeros(3), what="x"
     )
-    assert "x contains nan at index 1; expected 2.0" == failure(
-        assert_allclose, np.array([1.0, np.nan, 3.0]), np.array([1.0, 2.0, 3.0]), what="x"
+    assert (
+        failure(assert_allclose, np.array([1.0, np.nan, 3.0]), np.array([1.0, 2.0, 3.0]), what="x")
+        == "x contains nan at index 1; expected 2.0"
     )
     assert "x contains inf at index 2" in failure(assert_allclose, np.array([1.0, 2.0, np.inf]), np.ones(3), what="x")
-    assert "x is wrong at index 2: got 3.5, expected 3.0 (2 of 4 values differ)" == failure(
-        assert_allclose, np.array([1.0, 2.0, 3.5, 0.0]), np.array([1.0, 2.0, 3.0, 4.0]), what="x"
+    assert (
+        failure(assert_allclose, np.array([1.0, 2.0, 3.5, 0.0]), np.array([1.0, 2.0, 3.0, 4.0]), what="x")
+        == "x is wrong at index 2: got 3.5, expected 3.0 (2 of 4 values differ)"
     )
-    assert "x is wrong at index [1, 0]" in failure(assert_allclose, np.array([[1.0], [5.0]]), np.array([[1.0], [2.0]]), what="x")
-    assert "x has dtype object; expected numbers" == failure(
-        assert_allclose, np.array(["a", None], dtype=object), np.zeros(2), what="x"
+    assert "x is wrong at index [1, 0]" in failure(
+        assert_allclose, np.array([[1.0], [5.0]]), np.array([[1.0], [2.0]]), what="x"
+    )
+    assert (
+        failure(assert_allclose, np.array(["a", None], dtype=object), np.zeros(2), what="x")
+        == "x has dtype object; expected numbers"
     )
     assert_allclose(np.array([1.0, 2.0 + 1e-9]), [1.0, 2.0])  # within tolerance: no failure
     assert_allclose(np.array([1, 2]), np.array([1, 2]))  # integer expected: integer allowed
@@ -184,7 +197,10 @@ def test_run_check_classifies_outcomes():
 
     wrong = check_case("wrong")(lambda fn: assert_allclose(call(fn, [1.0], [0], 0.5), [2.0], what="f"))
     result = run_check(wrong, correct)
-    assert (result.status, result.message) == ("fail", "f is wrong at index 0: got 1.0, expected 2.0 (1 of 1 values differ)")
+    assert (result.status, result.message) == (
+        "fail",
+        "f is wrong at index 0: got 1.0, expected 2.0 (1 of 1 values differ)",
+    )
 
     def raises(rewards, dones, gamma):
         raise ValueError("bad gamma")
@@ -207,7 +223,7 @@ def test_time_limit_stops_an_infinite_loop_and_restores_the_handler():
 
     def spin(*args):
         while True:
-            try:
+            try:  # noqa: SIM105
                 pass
             except Exception:  # a learner's catch-all must not swallow the timeout
                 pass
@@ -220,9 +236,8 @@ def test_time_limit_stops_an_infinite_loop_and_restores_the_handler():
     assert result.message == "did not finish within 0.3 s (an infinite loop?)"
     assert signal.getsignal(signal.SIGALRM) is previous
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    with pytest.raises(CheckTimeout):
-        with time_limit(0.05):
-            time.sleep(1)
+    with pytest.raises(CheckTimeout), time_limit(0.05):
+        time.sleep(1)
 
 
 def test_run_exercise_skips_after_a_timeout_and_reports_progress():
@@ -451,7 +466,9 @@ def test_clean_evalue():
 
 
 def sample_reports() -> list[NotebookReport]:
-    good = NotebookReport("a.ipynb", "00_welcome", exercises=[ExerciseResult("f", 10, 10, True, checks=[{"status": "pass"}])])
+    good = NotebookReport(
+        "a.ipynb", "00_welcome", exercises=[ExerciseResult("f", 10, 10, True, checks=[{"status": "pass"}])]
+    )
     bad = NotebookReport(
         "b.ipynb",
         "00_welcome",

@@ -21,9 +21,8 @@ import pytest
 from conftest import exercise_function_source
 
 from course_lib.catalog import LESSONS
-from course_lib.grading.lessons import exercises_for
-
 from course_lib.grading import cli
+from course_lib.grading.lessons import exercises_for
 from course_lib.grading.runner import GradeOptions, grade_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,13 +89,23 @@ class Graded:
         return self.doc["notebooks"][i]["exercises"][0]
 
 
-def grade(tmp_path: Path, capsys: pytest.CaptureFixture[str], *paths: Path | str, args: list[str] = FAST, bound: float = 30.0) -> Graded:
+def grade(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], *paths: Path | str, args: list[str] = FAST, bound: float = 30.0
+) -> Graded:
     """Run ``course grade`` on ``paths`` and check the invariants of every run."""
     reports = tmp_path / f"reports-{time.monotonic_ns()}"
     t0 = time.monotonic()
     rc = cli.main(
-        [*map(str, paths), "--json", str(reports / "g.json"), "--junit", str(reports / "g.xml"),
-         "--markdown", str(reports / "g.md"), *args]
+        [
+            *map(str, paths),
+            "--json",
+            str(reports / "g.json"),
+            "--junit",
+            str(reports / "g.xml"),
+            "--markdown",
+            str(reports / "g.md"),
+            *args,
+        ]
     )
     seconds = time.monotonic() - t0
     out = capsys.readouterr().out
@@ -182,7 +191,9 @@ def test_exception_in_learner_code(tmp_path, capsys):
 def test_infinite_loop_in_function_hits_the_check_limit(tmp_path, capsys):
     source = "def discounted_returns(rewards, dones, gamma):\n    while True:\n        pass\n"
     path = make_notebook(tmp_path / "00_welcome.ipynb", source)
-    g = grade(tmp_path, capsys, path, args=["--cell-timeout", "2", "--total-timeout", "20", "--check-timeout", "1"], bound=20)
+    g = grade(
+        tmp_path, capsys, path, args=["--cell-timeout", "2", "--total-timeout", "20", "--check-timeout", "1"], bound=20
+    )
     ex = g.exercise()
     assert ex["message"].endswith("did not finish within 1 s (an infinite loop?)")
     assert [c["status"] for c in ex["checks"]][:2] == ["timeout", "skipped"]
@@ -228,7 +239,9 @@ def test_top_level_loop_ignoring_interrupts_is_left_out_of_a_fresh_kernel(tmp_pa
 def test_total_timeout_stops_the_notebook(tmp_path, capsys):
     slow = tuple("time.sleep(1.5)" for _ in range(6))
     path = make_notebook(tmp_path / "00_welcome.ipynb", SOLUTION, before=("import time",), after=slow)
-    g = grade(tmp_path, capsys, path, args=["--cell-timeout", "3", "--total-timeout", "6", "--check-timeout", "1"], bound=20)
+    g = grade(
+        tmp_path, capsys, path, args=["--cell-timeout", "3", "--total-timeout", "6", "--check-timeout", "1"], bound=20
+    )
     nb = g.notebook()
     assert any("were not run: the notebook ran past the 6 s total time limit" in n for n in nb["notes"])
     assert nb["score"] == 10  # the function was defined before the deadline and is still graded
@@ -368,7 +381,8 @@ def test_learner_subprocesses_do_not_outlive_grading(tmp_path, capsys):
     assert g.rc == 0
     time.sleep(0.2)
     leftovers = [
-        p for p in psutil.process_iter(["pid", "cmdline"])
+        p
+        for p in psutil.process_iter(["pid", "cmdline"])
         if p.pid not in before and "time.sleep(600)" in " ".join(p.info["cmdline"] or [])
     ]
     assert leftovers == []
@@ -383,7 +397,9 @@ def test_learner_subprocesses_do_not_outlive_grading(tmp_path, capsys):
 def fake_lesson(monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
     monkeypatch.setenv("PYTHONPATH", str(FIXTURES))  # the kernel inherits it
-    return GradeOptions(lesson="00_welcome", cell_timeout=4, total_timeout=30, check_timeout=1, checks_module="grading_fake_lesson")
+    return GradeOptions(
+        lesson="00_welcome", cell_timeout=4, total_timeout=30, check_timeout=1, checks_module="grading_fake_lesson"
+    )
 
 
 def two_exercise_notebook(path: Path, square: str, double: str) -> Path:
@@ -394,7 +410,9 @@ def two_exercise_notebook(path: Path, square: str, double: str) -> Path:
 
 
 def test_several_exercises_partial_score(tmp_path, fake_lesson):
-    path = two_exercise_notebook(tmp_path / "n.ipynb", "def square(x):\n    return x * x", "def double(x):\n    return x + 1")
+    path = two_exercise_notebook(
+        tmp_path / "n.ipynb", "def square(x):\n    return x * x", "def double(x):\n    return x + 1"
+    )
     report = grade_notebook(path, fake_lesson)
     assert [(e.name, e.score, e.passed) for e in report.exercises] == [("square", 5, True), ("double", 0, False)]
     assert report.exercises[1].message == "double(4) is 8: double(4) returned 5; expected 8"
@@ -418,7 +436,9 @@ def test_kernel_death_in_one_exercise_does_not_sink_the_others(tmp_path, fake_le
 def test_a_kernel_that_cannot_start_is_reported(tmp_path):
     path = make_notebook(tmp_path / "00_welcome.ipynb", SOLUTION)
     report = grade_notebook(path, GradeOptions(kernel_name="no-such-kernel", total_timeout=10))
-    assert report.error is not None and report.error.startswith("could not run the notebook in the no-such-kernel kernel: ")
+    assert report.error is not None and report.error.startswith(
+        "could not run the notebook in the no-such-kernel kernel: "
+    )
     assert report.exercises[0].message.startswith("not graded: could not run the notebook")
     assert not report.passed
     assert psutil.Process().children(recursive=True) == []

@@ -14,14 +14,14 @@ import nbformat
 import numpy as np
 import pytest
 import torch
+from conftest import Mutant, mutant_function, mutant_source
+from mutants.l01_policy_gradients import MUTANTS
 
 from course_lib.grading import check
 from course_lib.grading import cli as grade_cli
 from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.grading.lessons import l01_policy_gradients as l01
 from course_lib.notebooks.source import Target, render
-from conftest import Mutant, mutant_function, mutant_source
-from mutants.l01_policy_gradients import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "01_policy_gradients"
@@ -117,8 +117,9 @@ def test_oracle_group_advantages_agrees_with_the_reference():
     rewards = np.random.default_rng(0).normal(size=(5, 7))
     rewards[2] = 1.0
     for flag in (True, False):
-        np.testing.assert_allclose(l01.naive_group_advantages(rewards, flag, 1e-6),
-                                   group_relative_advantages(rewards, flag, 1e-6), atol=1e-12)
+        np.testing.assert_allclose(
+            l01.naive_group_advantages(rewards, flag, 1e-6), group_relative_advantages(rewards, flag, 1e-6), atol=1e-12
+        )
 
 
 def test_oracle_reinforce_gradient_agrees_with_the_reference_loop():
@@ -127,8 +128,11 @@ def test_oracle_reinforce_gradient_agrees_with_the_reference_loop():
     data = l01._rollout(7, n_t=5, n_b=3, obs_dim=3, n_actions=3)
     policy = l01._make_policy(3, 3, 7).double()
     w = normalize_advantages(discounted_returns(data["rewards"], data["dones"], 0.9))
-    loss = surrogate_loss(policy(torch.tensor(data["obs"].reshape(15, 3), dtype=torch.float64)),
-                          torch.tensor(data["actions"].reshape(-1)), torch.tensor(w.reshape(-1)))
+    loss = surrogate_loss(
+        policy(torch.tensor(data["obs"].reshape(15, 3), dtype=torch.float64)),
+        torch.tensor(data["actions"].reshape(-1)),
+        torch.tensor(w.reshape(-1)),
+    )
     grads = torch.autograd.grad(loss, list(policy.parameters()))
     oracle_w = l01.naive_normalized(l01.naive_reward_to_go(data["rewards"], data["dones"], 0.9))
     oracle_loss, oracle_grad = l01.naive_reinforce_loss_and_grad(policy, data["obs"], data["actions"], oracle_w)
@@ -148,7 +152,9 @@ def run_grade(tmp_path: Path, capsys: pytest.CaptureFixture[str], *paths: Path) 
 
 
 def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
-    rc, doc, out = run_grade(tmp_path, capsys, ROOT / "solutions" / f"{LESSON}.ipynb", ROOT / "exercises" / f"{LESSON}.ipynb")
+    rc, doc, out = run_grade(
+        tmp_path, capsys, ROOT / "solutions" / f"{LESSON}.ipynb", ROOT / "exercises" / f"{LESSON}.ipynb"
+    )
     solved, untouched = doc["notebooks"]
     assert (solved["score"], solved["max_score"], solved["passed"]) == (45, 45, True)
     assert all(ex["passed"] for ex in solved["exercises"]) and solved["notes"] == []
@@ -163,8 +169,12 @@ def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
     reinforce_update calls the notebook's own reward_to_go and surrogate_loss, so their
     bugs are ones that do not reach it (float rewards, advantages without grad): each
     exercise then fails with its own bug's message."""
-    chosen = {"reward_to_go": "integer_dtype", "surrogate_loss": "not_detached",
-              "group_relative_advantages": "ddof1", "reinforce_update": "returns_tensor"}
+    chosen = {
+        "reward_to_go": "integer_dtype",
+        "surrogate_loss": "not_detached",
+        "group_relative_advantages": "ddof1",
+        "reinforce_update": "returns_tensor",
+    }
     nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
     expected = {}
     for cell in nb.cells:

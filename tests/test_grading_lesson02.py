@@ -25,8 +25,13 @@ from course_lib.grading.lessons import l02_importance_sampling as l02
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "02_importance_sampling"
 SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
-NAMES = ("is_estimate", "truncated_weights", "effective_sample_size", "token_and_sequence_ratios",
-         "clipped_surrogate_loss")
+NAMES = (
+    "is_estimate",
+    "truncated_weights",
+    "effective_sample_size",
+    "token_and_sequence_ratios",
+    "clipped_surrogate_loss",
+)
 
 
 def find_mutant(function: str, name: str) -> Mutant:
@@ -54,7 +59,9 @@ def test_check_prints_deterministic_lines(capsys):
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and "0x" not in outputs[0]
     head, hint_line = outputs[0].splitlines()
-    assert head.startswith(f"truncated_weights: FAIL ({n - 1}/{n} checks): huge log-ratios (800) give c without overflow")
+    assert head.startswith(
+        f"truncated_weights: FAIL ({n - 1}/{n} checks): huge log-ratios (800) give c without overflow"
+    )
     assert hint_line == f"hint: {l02.TRUNCATED_WEIGHTS.hints[0]}"
 
 
@@ -87,8 +94,11 @@ def test_oracles_agree_with_the_library():
     assert l02.naive_ess(w) == pytest.approx(importance.effective_sample_size(w), rel=1e-12)
     assert l02.naive_ess(np.zeros(3)) == importance.effective_sample_size(np.zeros(3)) == 0.0
     new, old, mask = l02._padded_batch(3, 5, 9)
-    for ours, theirs in zip(l02.naive_token_and_sequence_ratios(new, old, mask),
-                            importance.token_and_sequence_ratios(new, old, mask), strict=True):
+    for ours, theirs in zip(
+        l02.naive_token_and_sequence_ratios(new, old, mask),
+        importance.token_and_sequence_ratios(new, old, mask),
+        strict=True,
+    ):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
@@ -117,8 +127,9 @@ def run_grade(tmp_path: Path, capsys: pytest.CaptureFixture[str], *paths: Path) 
 
 
 def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
-    rc, doc, out = run_grade(tmp_path, capsys, ROOT / "solutions" / f"{LESSON}.ipynb",
-                             ROOT / "exercises" / f"{LESSON}.ipynb")
+    rc, doc, out = run_grade(
+        tmp_path, capsys, ROOT / "solutions" / f"{LESSON}.ipynb", ROOT / "exercises" / f"{LESSON}.ipynb"
+    )
     solved, untouched = doc["notebooks"]
     assert (solved["score"], solved["max_score"], solved["passed"]) == (55, 55, True)
     assert all(ex["passed"] for ex in solved["exercises"]) and solved["notes"] == []

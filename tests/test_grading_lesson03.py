@@ -78,8 +78,12 @@ def test_course_lib_vtrace_passes_the_graders():
     # the library computes the advantages from its own targets: compare them with the oracle's formula
     data = l03.random_trajectory(3, 7, 3)
     out = vtrace(*(data[k] for k in l03.VT_ARGS), 1.5, 0.8, 1.2)
-    np.testing.assert_allclose(out.pg_advantages, l03.naive_pg_advantages(
-        data["log_rhos"], data["discounts"], data["rewards"], data["values"], out.vs, data["bootstrap_value"], 1.2))
+    np.testing.assert_allclose(
+        out.pg_advantages,
+        l03.naive_pg_advantages(
+            data["log_rhos"], data["discounts"], data["rewards"], data["values"], out.vs, data["bootstrap_value"], 1.2
+        ),
+    )
 
 
 def test_course_lib_rollout_lag_and_unroll_pass_the_graders():
@@ -100,8 +104,9 @@ def test_naive_nstep_return_agrees_with_discounted_returns():
 
     rng = np.random.default_rng(0)
     rewards, dones, boot = rng.normal(size=(9, 3)), rng.random((9, 3)) < 0.3, rng.normal(size=3)
-    np.testing.assert_allclose(l03.naive_nstep_return(0.9 * (1 - dones), rewards, boot),
-                               discounted_returns(rewards, dones, 0.9, boot))
+    np.testing.assert_allclose(
+        l03.naive_nstep_return(0.9 * (1 - dones), rewards, boot), discounted_returns(rewards, dones, 0.9, boot)
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -111,8 +116,7 @@ def test_naive_nstep_return_agrees_with_discounted_returns():
 
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    chosen = {m.function: m for m in MUTANTS if m.name in
-              ("inclusive_product", "uses_v_s", "newest_version", "greedy")}
+    chosen = {m.function: m for m in MUTANTS if m.name in ("inclusive_product", "uses_v_s", "newest_version", "greedy")}
     nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
     for cell in nb.cells:
         if "exercise" in cell.metadata.get("tags", []):

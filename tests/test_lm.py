@@ -132,7 +132,7 @@ def test_verifier_is_exact_and_lengths_have_a_long_tail():
 
 def test_teacher_forcing_masks_the_answer_and_warm_start_lowers_the_loss():
     problems = [Problem(5, 2), Problem(3, 1)]
-    tokens, mask = teacher_forcing_batch(problems, CFG.max_len)
+    _tokens, mask = teacher_forcing_batch(problems, CFG.max_len)
     assert mask.sum().item() == sum(len(p.answer) for p in problems)
     assert not mask[:, :PROMPT_LEN].any()
     losses = warm_start(model(7), TASK, steps=30, batch=32)

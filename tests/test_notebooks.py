@@ -12,12 +12,12 @@ from course_lib.notebooks.execute import execute_notebook, write_notebook
 from course_lib.notebooks.source import STUB_LINE, SourceError, Target, render, targets_for
 from course_lib.paths import repo_root
 
-LESSON = '''# %% [markdown]
+LESSON = """# %% [markdown]
 # # Tiny lesson
 
 # %%
 print(1 + 1)
-'''
+"""
 
 EXERCISE = '''# %%
 def double(x):
@@ -129,5 +129,7 @@ def test_cli_entry_points():
 
 
 def test_build_unknown_lesson_is_a_clear_error():
-    done = subprocess.run([sys.executable, "-m", "course_lib", "build", "42"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "course_lib", "build", "42"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "no lesson named '42'" in done.stderr

@@ -41,8 +41,9 @@ def test_matches_naive_oracle(seed):
     dones = (rng.random(T) < 0.2).astype(float)
     gamma = float(rng.uniform(0, 1))
     boot = float(rng.normal())
-    np.testing.assert_allclose(discounted_returns(rewards, dones, gamma, boot),
-                               naive_returns(rewards, dones, gamma, boot), rtol=1e-12)
+    np.testing.assert_allclose(
+        discounted_returns(rewards, dones, gamma, boot), naive_returns(rewards, dones, gamma, boot), rtol=1e-12
+    )
 
 
 def test_batched_equals_columns():
@@ -69,7 +70,11 @@ def test_gamma_zero_gives_rewards_and_empty_is_empty():
 
 @pytest.mark.parametrize(
     "args, match",
-    [(([1.0, 2.0], [0], 0.9), "same shape"), (([1.0], [0], 1.5), "gamma"), ((np.zeros((2, 2, 2)), np.zeros((2, 2, 2)), 0.9), r"\[T\]")],
+    [
+        (([1.0, 2.0], [0], 0.9), "same shape"),
+        (([1.0], [0], 1.5), "gamma"),
+        ((np.zeros((2, 2, 2)), np.zeros((2, 2, 2)), 0.9), r"\[T\]"),
+    ],
 )
 def test_bad_input_named(args, match):
     with pytest.raises(ValueError, match=match):

@@ -219,7 +219,9 @@ def test_gradient_variance_scale_free_relative_variance_and_errors():
     rng = np.random.default_rng(0)
     g = rng.normal(loc=1.0, size=(50, 4))
     a, b = gradient_variance(g), gradient_variance(10 * g)
-    assert math.isclose(a.relative_variance, b.relative_variance) and math.isclose(100 * a.total_variance, b.total_variance)
+    assert math.isclose(a.relative_variance, b.relative_variance) and math.isclose(
+        100 * a.total_variance, b.total_variance
+    )
     assert gradient_variance(np.zeros((3, 2))).relative_variance == float("inf")
     with pytest.raises(ValueError, match="M >= 2"):
         gradient_variance(np.zeros((1, 3)))

@@ -13,13 +13,15 @@ import pytest
 import torch
 
 from course_lib.actor_learner.model import flat_parameters
-from course_lib.procs import live_children, wait_gone as gone
 from course_lib.lm import TinyLM
 from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
 from course_lib.pipeline.system import LM, PipelineConfig, PipelineFault, PipelineSystem
+from course_lib.procs import live_children
+from course_lib.procs import wait_gone as gone
 
-FAST = PipelineConfig(n_slots=8, group_size=2, groups_per_batch=4, n_updates=6, poll_s=0.05, stall_timeout_s=20.0,
-                      join_timeout_s=1.0)
+FAST = PipelineConfig(
+    n_slots=8, group_size=2, groups_per_batch=4, n_updates=6, poll_s=0.05, stall_timeout_s=20.0, join_timeout_s=1.0
+)
 
 
 def init_flat() -> torch.Tensor:
@@ -60,8 +62,12 @@ def test_pipeline_loss_is_the_per_token_truncated_is_formula():
     adv = torch.randn(3, 1).expand(3, 5).clone()
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]], dtype=torch.bool)
     loss = pipeline_loss(logp_new, logp_mu, adv, mask, c=1.5)
-    terms = [min(1.5, torch.exp(logp_new[i, t] - logp_mu[i, t]).item()) * adv[i, t] * logp_new[i, t]
-             for i in range(3) for t in range(5) if mask[i, t]]
+    terms = [
+        min(1.5, torch.exp(logp_new[i, t] - logp_mu[i, t]).item()) * adv[i, t] * logp_new[i, t]
+        for i in range(3)
+        for t in range(5)
+        if mask[i, t]
+    ]
     assert torch.allclose(loss, -sum(terms) / len(terms), atol=1e-6)
     loss.backward()  # the weights are constants: the gradient is that of sum w A log pi
     w = torch.clamp(torch.exp(logp_new.detach() - logp_mu), max=1.5) * adv * mask
@@ -161,10 +167,9 @@ def test_a_frozen_generator_times_out_instead_of_hanging(no_orphans):
 
 @pytest.mark.timeout(120)
 def test_an_exception_in_the_with_block_leaves_no_process(no_orphans):
-    with pytest.raises(KeyboardInterrupt):
-        with PipelineSystem(FAST, init_flat()) as system:
-            pid = system.pid
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), PipelineSystem(FAST, init_flat()) as system:
+        pid = system.pid
+        raise KeyboardInterrupt
     assert gone([pid]) and not live_children()
 
 
@@ -175,7 +180,8 @@ def test_the_generator_exits_when_the_parent_dies_without_cleaning_up(tmp_path):
     import textwrap
 
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os
         import torch
         from course_lib.actor_learner.model import flat_parameters
@@ -188,7 +194,8 @@ def test_the_generator_exits_when_the_parent_dies_without_cleaning_up(tmp_path):
             system.train()
             print(system.pid, flush=True)
             os._exit(0)  # no stop(), no atexit: as if the kernel were killed
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 1, done.stderr

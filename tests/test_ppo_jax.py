@@ -37,8 +37,9 @@ def test_gae_matches_the_sum_of_discounted_deltas():
     rewards, values = rng.normal(size=(2, 20, 3))
     dones = rng.random((20, 3)) < 0.2
     last = rng.normal(size=3)
-    adv, targets = jax.jit(gae, static_argnums=(4, 5))(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(dones),
-                                                       jnp.asarray(last), 0.99, 0.95)
+    adv, targets = jax.jit(gae, static_argnums=(4, 5))(
+        jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(dones), jnp.asarray(last), 0.99, 0.95
+    )
     expected = naive_gae(rewards, values, dones.astype(float), last, 0.99, 0.95)
     np.testing.assert_allclose(np.asarray(adv), expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(targets), expected + values, rtol=1e-4, atol=1e-5)
@@ -119,10 +120,17 @@ def test_vmap_over_seeds_equals_separate_runs(small_train):
     together = jax.jit(jax.vmap(make_train(SMALL)))(keys)
     for i in range(3):
         alone = small_train(keys[i])
-        np.testing.assert_allclose(np.asarray(together.metrics["charts/episode_return"][i]),
-                                   np.asarray(alone.metrics["charts/episode_return"]), rtol=1e-4)
-        np.testing.assert_allclose(np.asarray(together.metrics["losses/total"][i]),
-                                   np.asarray(alone.metrics["losses/total"]), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(together.metrics["charts/episode_return"][i]),
+            np.asarray(alone.metrics["charts/episode_return"]),
+            rtol=1e-4,
+        )
+        np.testing.assert_allclose(
+            np.asarray(together.metrics["losses/total"][i]),
+            np.asarray(alone.metrics["losses/total"]),
+            rtol=1e-3,
+            atol=1e-4,
+        )
 
 
 def test_learning_rate_is_a_vmappable_argument():

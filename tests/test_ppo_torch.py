@@ -50,21 +50,47 @@ def test_the_torch_loss_equals_the_jax_loss_on_the_same_weights_and_batch():
     adv = rng.normal(size=n).astype(np.float32)
     targets = rng.normal(size=n).astype(np.float32)
     config = PPOConfig()
-    batch = Transition(jnp.asarray(obs), jnp.asarray(action), jnp.asarray(old_logp), jnp.asarray(old_value),
-                       jnp.zeros(n), jnp.zeros(n, bool), jnp.zeros(n))
-    j_total, j_parts = ppo_loss(params, batch, jnp.asarray(adv), jnp.asarray(targets), config.clip_eps, config.vf_coef,
-                                config.ent_coef)
+    batch = Transition(
+        jnp.asarray(obs),
+        jnp.asarray(action),
+        jnp.asarray(old_logp),
+        jnp.asarray(old_value),
+        jnp.zeros(n),
+        jnp.zeros(n, bool),
+        jnp.zeros(n),
+    )
+    j_total, j_parts = ppo_loss(
+        params, batch, jnp.asarray(adv), jnp.asarray(targets), config.clip_eps, config.vf_coef, config.ent_coef
+    )
     actor, critic = _torch_from_jax(params)
-    t_total, t_parts = ppo_loss_torch(actor, critic, torch.from_numpy(obs), torch.from_numpy(action),
-                                      torch.from_numpy(old_logp), torch.from_numpy(old_value), torch.from_numpy(adv),
-                                      torch.from_numpy(targets), None, config)
+    t_total, t_parts = ppo_loss_torch(
+        actor,
+        critic,
+        torch.from_numpy(obs),
+        torch.from_numpy(action),
+        torch.from_numpy(old_logp),
+        torch.from_numpy(old_value),
+        torch.from_numpy(adv),
+        torch.from_numpy(targets),
+        None,
+        config,
+    )
     np.testing.assert_allclose(float(t_total.detach()), float(j_total), rtol=1e-4)
     for k in ("losses/policy", "losses/value", "losses/entropy"):
         np.testing.assert_allclose(float(t_parts[k].detach()), float(j_parts[k]), rtol=1e-4, err_msg=k)
     # all-valid mask == no mask
-    m_total, _ = ppo_loss_torch(actor, critic, torch.from_numpy(obs), torch.from_numpy(action),
-                                torch.from_numpy(old_logp), torch.from_numpy(old_value), torch.from_numpy(adv),
-                                torch.from_numpy(targets), torch.ones(n), config)
+    m_total, _ = ppo_loss_torch(
+        actor,
+        critic,
+        torch.from_numpy(obs),
+        torch.from_numpy(action),
+        torch.from_numpy(old_logp),
+        torch.from_numpy(old_value),
+        torch.from_numpy(adv),
+        torch.from_numpy(targets),
+        torch.ones(n),
+        config,
+    )
     np.testing.assert_allclose(float(m_total.detach()), float(t_total.detach()), rtol=1e-5)
 
 
@@ -73,9 +99,14 @@ def test_a_masked_sample_does_not_change_the_loss():
     actor, critic = make_actor_critic(4, 2, 8)
     config = PPOConfig()
     n = 16
-    args = [torch.from_numpy(rng.normal(size=(n, 4)).astype(np.float32)), torch.from_numpy(rng.integers(2, size=n)),
-            torch.full((n,), -0.7), torch.zeros(n), torch.from_numpy(rng.normal(size=n).astype(np.float32)),
-            torch.zeros(n)]
+    args = [
+        torch.from_numpy(rng.normal(size=(n, 4)).astype(np.float32)),
+        torch.from_numpy(rng.integers(2, size=n)),
+        torch.full((n,), -0.7),
+        torch.zeros(n),
+        torch.from_numpy(rng.normal(size=n).astype(np.float32)),
+        torch.zeros(n),
+    ]
     valid = torch.ones(n)
     valid[3] = 0.0
     base, _ = ppo_loss_torch(actor, critic, *args, valid, config)

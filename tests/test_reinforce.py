@@ -76,7 +76,7 @@ def test_collect_episodes_one_complete_episode_per_env():
         real = np.flatnonzero(batch.mask[:, b])
         np.testing.assert_array_equal(real, np.arange(lengths[b]))  # real steps first, then padding
         assert batch.dones[lengths[b] - 1, b] == 1 and not batch.dones[: lengths[b] - 1, b].any()
-        assert batch.dones[lengths[b]:, b].all() and (batch.rewards[lengths[b]:, b] == 0).all()
+        assert batch.dones[lengths[b] :, b].all() and (batch.rewards[lengths[b] :, b] == 0).all()
     assert batch.mask[:, np.argmax(lengths)].all()  # the longest episode fills T
 
 
@@ -159,9 +159,11 @@ def test_train_reinforce_learns_cartpole():
 
 
 def test_lr_anneal_and_other_variants_run():
-    for cfg in (ReinforceConfig(n_envs=2, n_updates=2, lr_anneal=True),
-                ReinforceConfig(n_envs=2, n_updates=2, reward_to_go=False, baseline="none", normalize=False),
-                ReinforceConfig(n_envs=2, n_updates=2, vectorization="sync")):
+    for cfg in (
+        ReinforceConfig(n_envs=2, n_updates=2, lr_anneal=True),
+        ReinforceConfig(n_envs=2, n_updates=2, reward_to_go=False, baseline="none", normalize=False),
+        ReinforceConfig(n_envs=2, n_updates=2, vectorization="sync"),
+    ):
         assert np.all(np.isfinite(train_reinforce(cfg).loss))
 
 

@@ -67,8 +67,9 @@ def test_normalized_advantages_per_run():
     rewards = np.ones((3, 4))  # [T, G * E] with G = 2 runs of E = 2 envs
     dones = np.array([[0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 1, 0]], dtype=float)
     mask = np.ones((3, 2, 2), dtype=bool)
-    batch = StaleBatch(np.zeros((3, 2, 2, 5)), np.zeros((3, 2, 2), dtype=np.int64), rewards, dones, mask,
-                       np.zeros((3, 2, 2)))
+    batch = StaleBatch(
+        np.zeros((3, 2, 2, 5)), np.zeros((3, 2, 2), dtype=np.int64), rewards, dones, mask, np.zeros((3, 2, 2))
+    )
     adv = normalized_advantages(batch, gamma=1.0)
     for g in range(2):
         np.testing.assert_allclose(adv[:, g].mean(), 0.0, atol=1e-12)

@@ -21,13 +21,19 @@ from course_lib.vtrace import discounts_from_dones, truncated_ratios, vtrace
 ARGS = ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")
 
 # (T, B, rho_bar, c_bar, pg_rho_bar): equal thresholds, rho_bar > c_bar, no truncation at all
-CASES = [(6, 3, 1.0, 1.0, 1.0), (9, 2, 1.5, 0.8, 1.2), (4, 5, 2.0, 0.5, 0.7), (12, 1, None, None, None),
-         (1, 4, 1.0, 1.0, 1.0)]
+CASES = [
+    (6, 3, 1.0, 1.0, 1.0),
+    (9, 2, 1.5, 0.8, 1.2),
+    (4, 5, 2.0, 0.5, 0.7),
+    (12, 1, None, None, None),
+    (1, 4, 1.0, 1.0, 1.0),
+]
 
 
 def run(data: dict, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0):
-    return vtrace(*(data[k] for k in ARGS), clip_rho_threshold=rho_bar, clip_c_threshold=c_bar,
-                  clip_pg_rho_threshold=pg_rho_bar)
+    return vtrace(
+        *(data[k] for k in ARGS), clip_rho_threshold=rho_bar, clip_c_threshold=c_bar, clip_pg_rho_threshold=pg_rho_bar
+    )
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -36,12 +42,23 @@ def test_matches_the_naive_formula_on_inputs_crossing_both_thresholds(case):
     data = random_trajectory(case, n_t, n_b)
     ratios = np.exp(data["log_rhos"])
     if rho_bar is not None and n_t * n_b > 4:  # the inputs really do cross both thresholds
-        assert (ratios > rho_bar).any() and (ratios < c_bar).any() and ((ratios > c_bar) & (ratios < rho_bar)).any() | (rho_bar == c_bar)
+        assert (
+            (ratios > rho_bar).any()
+            and (ratios < c_bar).any()
+            and ((ratios > c_bar) & (ratios < rho_bar)).any() | (rho_bar == c_bar)
+        )
     out = run(data, rho_bar, c_bar, pg_rho_bar)
     expected_vs = naive_vtrace(*(data[k] for k in ARGS), rho_bar, c_bar)
     np.testing.assert_allclose(out.vs, expected_vs, rtol=1e-12, atol=1e-12)
-    expected_pg = naive_pg_advantages(data["log_rhos"], data["discounts"], data["rewards"], data["values"], expected_vs,
-                                      data["bootstrap_value"], pg_rho_bar)
+    expected_pg = naive_pg_advantages(
+        data["log_rhos"],
+        data["discounts"],
+        data["rewards"],
+        data["values"],
+        expected_vs,
+        data["bootstrap_value"],
+        pg_rho_bar,
+    )
     np.testing.assert_allclose(out.pg_advantages, expected_pg, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(out.rhos, ratios)
     np.testing.assert_allclose(out.clipped_rhos, truncated_ratios(data["log_rhos"], rho_bar))

@@ -4,12 +4,14 @@ out-of-order bucket, stale version, sender killed mid-transfer, shape mismatch).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import psutil
 import pytest
 import torch
 
+from course_lib.procs import live_children
 from course_lib.weight_sync import scale_model as sm
 from course_lib.weight_sync.buckets import ALIGN, pack, plan_buckets, unpack
 from course_lib.weight_sync.integrity import (
@@ -20,7 +22,6 @@ from course_lib.weight_sync.integrity import (
     checksum,
     verify_bucket,
 )
-from course_lib.procs import live_children
 from course_lib.weight_sync.launch import Trial, run_trials
 from course_lib.weight_sync.methods import SyncConfig
 from course_lib.weight_sync.reshard import shard_range, shard_shape
@@ -46,7 +47,7 @@ def test_plan_places_every_tensor_aligned_without_overlap():
         assert metas, "no empty bucket"
         ends = [(m.offset, m.offset + m.nbytes) for m in metas]
         assert all(o % ALIGN == 0 for o, _ in ends)
-        assert all(e1 <= o2 for (_, e1), (o2, _) in zip(ends, ends[1:]))
+        assert all(e1 <= o2 for (_, e1), (o2, _) in itertools.pairwise(ends))
         assert ends[-1][1] <= plan.bucket_nbytes[b] and plan.bucket_nbytes[b] % ALIGN == 0
         if len(metas) > 1:
             assert plan.bucket_nbytes[b] <= 20_000 + ALIGN
@@ -111,7 +112,7 @@ def test_crc32_sees_swapped_words_that_sum64_misses():
 def test_shards_partition_the_rows_and_differ_by_at_most_one(size, tp):
     ranges = [shard_range(size, r, tp) for r in range(tp)]
     assert ranges[0][0] == 0 and ranges[-1][1] == size
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
     lengths = [stop - start for start, stop in ranges]
     assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
     with pytest.raises(ValueError, match="tp_rank"):
@@ -154,8 +155,10 @@ def test_model_of_size_is_transformer_like():
 def test_scale_model_orders_the_methods_and_fit_recovers_the_link():
     hw = sm.Hardware(bandwidth=2e9, latency=1e-4, stage_bw=8e9, reload_bw=8e9, write_bw=1e9, read_bw=1e9)
     nbytes = 256 * 2**20
-    t = {m: sm.update_time(m, nbytes, hw, n_tensors=400, bucket_bytes=16 * 2**20)
-         for m in ("flat", "per_tensor", "bucketed", "pipelined", "naive")}
+    t = {
+        m: sm.update_time(m, nbytes, hw, n_tensors=400, bucket_bytes=16 * 2**20)
+        for m in ("flat", "per_tensor", "bucketed", "pipelined", "naive")
+    }
     assert t["flat"] < t["pipelined"] < t["bucketed"] < t["naive"] and t["flat"] < t["per_tensor"]
     assert math.isclose(t["per_tensor"] - t["flat"], 399 * 1e-4)
     sizes, n_tensors = [1e6, 1e7, 1e8], [300, 300, 400]
@@ -179,9 +182,14 @@ def test_scale_model_puts_kimi_k2_in_seconds_and_naive_in_minutes():
 
 @pytest.mark.timeout(180)
 def test_every_method_delivers_the_exact_weights():
-    methods = [SyncConfig("naive", workdir="unused"), SyncConfig("per_tensor"), SyncConfig("flat"),
-               SyncConfig("bucketed", bucket_mb=0.02), SyncConfig("pipelined", bucket_mb=0.02),
-               SyncConfig("pipelined", bucket_mb=0.02, checksum="crc32")]
+    methods = [
+        SyncConfig("naive", workdir="unused"),
+        SyncConfig("per_tensor"),
+        SyncConfig("flat"),
+        SyncConfig("bucketed", bucket_mb=0.02),
+        SyncConfig("pipelined", bucket_mb=0.02),
+        SyncConfig("pipelined", bucket_mb=0.02, checksum="crc32"),
+    ]
     results = run_trials([Trial(c, SMALL, updates=2, drift=True) for c in methods], timeout_s=30, deadline_s=150)
     for r in results:
         assert not r.errors, (r.trial.config.label, r.errors)
@@ -193,10 +201,11 @@ def test_every_method_delivers_the_exact_weights():
 
 @pytest.mark.timeout(180)
 def test_reshard_bf16_and_delta_between_three_processes():
-    trials = [Trial(SyncConfig("pipelined", bucket_mb=0.02, reshard=True), SMALL, updates=2, drift=True),
-              Trial(SyncConfig("bucketed", bucket_mb=0.05, wire_dtype="bf16"), SMALL, updates=3, drift=True),
-              Trial(SyncConfig("bucketed", bucket_mb=0.05, wire_dtype="bf16", delta=True), SMALL, updates=3,
-                    drift=True)]
+    trials = [
+        Trial(SyncConfig("pipelined", bucket_mb=0.02, reshard=True), SMALL, updates=2, drift=True),
+        Trial(SyncConfig("bucketed", bucket_mb=0.05, wire_dtype="bf16"), SMALL, updates=3, drift=True),
+        Trial(SyncConfig("bucketed", bucket_mb=0.05, wire_dtype="bf16", delta=True), SMALL, updates=3, drift=True),
+    ]
     shard, bf16, delta = run_trials(trials, world_size=3, timeout_s=30, deadline_s=150)
     assert not shard.errors and shard.final_abs_error == 0.0
     full = sum(s.nbytes for s in SMALL)
@@ -208,9 +217,10 @@ def test_reshard_bf16_and_delta_between_three_processes():
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("fault", "error"), [("corrupt:2", "CorruptBucketError"),
-                                              ("reorder", "OutOfOrderBucketError"),
-                                              ("stale", "OutOfOrderBucketError")])
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [("corrupt:2", "CorruptBucketError"), ("reorder", "OutOfOrderBucketError"), ("stale", "OutOfOrderBucketError")],
+)
 def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
     trial = Trial(SyncConfig("pipelined", bucket_mb=0.02), SMALL, updates=2, warmup=1, fault=fault, drift=True)
     (r,) = run_trials([trial], timeout_s=20, deadline_s=120)
@@ -223,8 +233,9 @@ def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("method,in_place", [("bucketed", False), ("pipelined", False), ("pipelined", True)])
 def test_a_sender_killed_mid_transfer_leaves_the_receiver_on_its_old_weights(method, in_place):
-    trial = Trial(SyncConfig(method, bucket_mb=0.02, in_place=in_place), SMALL, updates=2, warmup=1, fault="kill:1",
-                  drift=True)
+    trial = Trial(
+        SyncConfig(method, bucket_mb=0.02, in_place=in_place), SMALL, updates=2, warmup=1, fault="kill:1", drift=True
+    )
     (r,) = run_trials([trial], timeout_s=10, deadline_s=120)
     assert "died" in r.errors[0]
     assert r.errors[1].startswith("SenderLostError") and "kept version 1" in r.errors[1]
@@ -246,8 +257,7 @@ def test_a_shape_mismatch_is_found_before_any_byte_is_sent():
 def test_in_place_receive_is_exact_and_still_all_or_nothing():
     good = Trial(SyncConfig("bucketed", bucket_mb=0.02, in_place=True), SMALL, updates=2, drift=True)
     piped = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, drift=True)
-    bad = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, fault="reorder",
-                drift=True)
+    bad = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, fault="reorder", drift=True)
     ok, ok_piped, rejected = run_trials([good, piped, bad], timeout_s=20, deadline_s=120)
     for r in (ok, ok_piped):
         assert not r.errors and r.final_abs_error == 0.0 and r.kept_version == {1: 3}

@@ -51,11 +51,13 @@ class RolloutBuffers:
     tensors: dict[str, torch.Tensor]
 
     @classmethod
-    def allocate(cls, unroll: int, n_envs: int, obs_dim: int, n_slots: int) -> "RolloutBuffers":
+    def allocate(cls, unroll: int, n_envs: int, obs_dim: int, n_slots: int) -> RolloutBuffers:
         """Zero-filled slots in shared memory (``tensor.share_memory_()``)."""
         sizes = {"T1": unroll + 1, "T": unroll, "B": n_envs, "O": obs_dim}
-        tensors = {name: torch.zeros((n_slots, *(sizes[d] for d in dims)), dtype=dtype).share_memory_()
-                   for name, (dtype, dims) in FIELDS.items()}
+        tensors = {
+            name: torch.zeros((n_slots, *(sizes[d] for d in dims)), dtype=dtype).share_memory_()
+            for name, (dtype, dims) in FIELDS.items()
+        }
         return cls(unroll, n_envs, obs_dim, n_slots, tensors)
 
     def slot(self, index: int) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ faster than ``SyncVectorEnv`` for hundreds of envs), any other id through a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +32,7 @@ class SameStepCartPoleVectorEnv(CartPoleVectorEnv):
     ``AutoresetMode.SAME_STEP``.
     """
 
-    metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata: ClassVar[dict[str, Any]] = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
 
     def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
@@ -51,5 +51,6 @@ def make_envs(env_id: str, n_envs: int) -> gym.vector.VectorEnv:
     """``n_envs`` copies of ``env_id`` behind one vector env with same-step autoreset."""
     if env_id == "CartPole-v1":
         return SameStepCartPoleVectorEnv(num_envs=n_envs)
-    return gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+    return gym.make_vec(
+        env_id, num_envs=n_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+    )

@@ -82,8 +82,10 @@ def loss_terms(
     """
     n_t = actions.shape[0]
     if logits.shape[:2] != (n_t + 1, actions.shape[1]) or values.shape != logits.shape[:2]:
-        raise ValueError(f"logits {tuple(logits.shape)} and values {tuple(values.shape)} must be [T + 1, N(, K)] "
-                         f"with [T, N] = {tuple(actions.shape)}")
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and values {tuple(values.shape)} must be [T + 1, N(, K)] "
+            f"with [T, N] = {tuple(actions.shape)}"
+        )
     logp_all = torch.log_softmax(logits[:n_t], dim=-1)
     target_logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     log_rhos = (target_logp.detach() - behaviour_logp).double().numpy()
@@ -149,8 +151,9 @@ class Learner:
         max_grad_norm: clip the gradient's global norm (IMPALA used 40).
     """
 
-    def __init__(self, model: nn.Module, lr: float, cfg: LossConfig, correct: bool = True,
-                 max_grad_norm: float = 40.0) -> None:
+    def __init__(
+        self, model: nn.Module, lr: float, cfg: LossConfig, correct: bool = True, max_grad_norm: float = 40.0
+    ) -> None:
         self.model = model
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         self.cfg = cfg
@@ -164,8 +167,16 @@ class Learner:
         gives); returns scalar metrics. The version goes up by one."""
         with self.timings.phase("learn"):
             logits, values = self.model(batch["obs"])
-            terms = loss_terms(logits, values, batch["actions"], batch["behaviour_logp"], batch["rewards"].numpy(),
-                               batch["dones"].numpy(), self.cfg, self.correct)
+            terms = loss_terms(
+                logits,
+                values,
+                batch["actions"],
+                batch["behaviour_logp"],
+                batch["rewards"].numpy(),
+                batch["dones"].numpy(),
+                self.cfg,
+                self.correct,
+            )
             loss = terms.total(self.cfg)
             self.optimizer.zero_grad()
             loss.backward()

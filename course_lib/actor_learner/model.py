@@ -8,8 +8,9 @@ from torch import nn
 
 def mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
     """Two tanh hidden layers of width ``hidden``."""
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, out_dim))
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, out_dim)
+    )
 
 
 class ActorCritic(nn.Module):

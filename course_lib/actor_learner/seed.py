@@ -18,7 +18,6 @@ learner exactly as IMPALA actors do; the learner cannot tell the layouts apart.
 from __future__ import annotations
 
 import collections
-import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -183,8 +182,9 @@ def inference_main(
                     slot = buffers.slot(traj.index)
                     slot["rewards"][traj.t - 1] = channels["reward"][i]
                     slot["dones"][traj.t - 1] = channels["done"][i]
-                    traj.finished += traj.tracker.update(channels["reward"][i].numpy()[None],
-                                                         channels["done"][i].numpy()[None])
+                    traj.finished += traj.tracker.update(
+                        channels["reward"][i].numpy()[None], channels["done"][i].numpy()[None]
+                    )
                     if traj.t == n_t:  # the unroll is complete: x_T, then hand it over
                         slot["obs"][n_t] = channels["obs"][i]
                         learner_conn.send(("full", traj.index, traj.finished))
@@ -239,8 +239,10 @@ def wire_bytes_per_frame(layout: str, obs_bytes: int, n_params: int, unroll: int
     """
     per_step = 8 + 4 + 4 + 1 + 8  # action int64, log mu float32, reward float32, done bool, version int64
     if layout == "impala":
-        return {"actor -> learner": obs_bytes + per_step + obs_bytes / unroll,
-                "learner -> actor": 4.0 * n_params / (unroll * n_envs)}
+        return {
+            "actor -> learner": obs_bytes + per_step + obs_bytes / unroll,
+            "learner -> actor": 4.0 * n_params / (unroll * n_envs),
+        }
     if layout == "seed":
         return {"actor -> learner": obs_bytes + 4 + 1, "learner -> actor": 8.0}
     raise ValueError(f"layout must be 'impala' or 'seed', got {layout!r}")

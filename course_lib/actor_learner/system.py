@@ -35,6 +35,7 @@ joins with a timeout, then terminates and kills what is left.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import time
@@ -51,18 +52,18 @@ from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
 from course_lib.actor_learner.envs import make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
-from course_lib.procs import (  # noqa: F401 (live_children, stop_multiprocessing_helpers: re-exported)
-    ChildProcessSystem,
-    live_children,
-    stop_multiprocessing_helpers,
-    stop_processes,
-)
 from course_lib.actor_learner.seed import (
     SEED_ACTOR_PHASES,
     SERVER_PHASES,
     allocate_channels,
     inference_main,
     seed_actor_main,
+)
+from course_lib.procs import (  # noqa: F401 (live_children, stop_multiprocessing_helpers: re-exported)
+    ChildProcessSystem,
+    live_children,
+    stop_multiprocessing_helpers,
+    stop_processes,
 )
 
 Layout = Literal["impala", "seed"]
@@ -72,7 +73,9 @@ Layout = Literal["impala", "seed"]
 class SystemConfig:
     """Everything a run of the actor-learner system depends on."""
 
-    layout: Layout = field(default="impala", metadata={"help": "'impala' (policy in every actor) or 'seed' (central inference)"})
+    layout: Layout = field(
+        default="impala", metadata={"help": "'impala' (policy in every actor) or 'seed' (central inference)"}
+    )
     env_id: str = field(default="CartPole-v1", metadata={"help": "gymnasium id (discrete actions, flat observations)"})
     n_actors: int = field(default=2, metadata={"help": "actor processes"})
     envs_per_actor: int = field(default=8, metadata={"help": "environments each actor steps (B of a slot)"})
@@ -84,13 +87,24 @@ class SystemConfig:
     loss: LossConfig = field(default=LossConfig(), metadata={"help": "gamma, costs and V-trace thresholds"})
     correct: bool = field(default=True, metadata={"help": "V-trace (True) or no off-policy correction (False)"})
     seed: int = field(default=0, metadata={"help": "seeds the model and every child process"})
-    batch_wait_s: float = field(default=0.0005, metadata={"help": "SEED: how long the server waits for more actors before a batch"})
-    poll_s: float = field(default=0.1, metadata={"help": "longest single wait of any process before it checks on the others"})
+    batch_wait_s: float = field(
+        default=0.0005, metadata={"help": "SEED: how long the server waits for more actors before a batch"}
+    )
+    poll_s: float = field(
+        default=0.1, metadata={"help": "longest single wait of any process before it checks on the others"}
+    )
     stall_timeout_s: float = field(default=60.0, metadata={"help": "no batch for this long: shut down and raise"})
-    join_timeout_s: float = field(default=3.0, metadata={"help": "stop: how long to wait for children before terminate/kill"})
+    join_timeout_s: float = field(
+        default=3.0, metadata={"help": "stop: how long to wait for children before terminate/kill"}
+    )
     max_restarts: int = field(default=3, metadata={"help": "actor restarts before giving up"})
-    crash_after: int | None = field(default=None, metadata={"help": "fault injection: every actor's first process raises after this many unrolls"})
-    start_method: str = field(default="forkserver", metadata={"help": "'forkserver' (fast starts) or 'spawn'; fork is unsafe with torch threads"})
+    crash_after: int | None = field(
+        default=None, metadata={"help": "fault injection: every actor's first process raises after this many unrolls"}
+    )
+    start_method: str = field(
+        default="forkserver",
+        metadata={"help": "'forkserver' (fast starts) or 'spawn'; fork is unsafe with torch threads"},
+    )
 
     @property
     def n_slots(self) -> int:
@@ -99,8 +113,14 @@ class SystemConfig:
 
 def describe(config: SystemConfig) -> str:
     """One line per field: ``name = value  # help``."""
-    return "\n".join(f"{f.name:<16} = {getattr(config, f.name)!r:<12} # {f.metadata['help']}" for f in fields(config)
-                     if f.name != "loss") + f"\nloss             = {config.loss}"
+    return (
+        "\n".join(
+            f"{f.name:<16} = {getattr(config, f.name)!r:<12} # {f.metadata['help']}"
+            for f in fields(config)
+            if f.name != "loss"
+        )
+        + f"\nloss             = {config.loss}"
+    )
 
 
 class SystemFault(RuntimeError):
@@ -193,10 +213,22 @@ class ActorLearnerSystem(ChildProcessSystem):
                 pipes = [self._ctx.Pipe() for _ in range(cfg.n_actors)]
                 learner_end, server_end = self._ctx.Pipe()
                 process = self._ctx.Process(
-                    target=inference_main, name="inference",
-                    args=(cfg, self.n_actions, self.buffers, self.weights, self._channels, [p[0] for p in pipes],
-                          server_end, self._stop, self._timing[cfg.n_actors], cfg.seed + 10_000),
-                    daemon=True)
+                    target=inference_main,
+                    name="inference",
+                    args=(
+                        cfg,
+                        self.n_actions,
+                        self.buffers,
+                        self.weights,
+                        self._channels,
+                        [p[0] for p in pipes],
+                        server_end,
+                        self._stop,
+                        self._timing[cfg.n_actors],
+                        cfg.seed + 10_000,
+                    ),
+                    daemon=True,
+                )
                 process.start()
                 server_end.close()
                 self.server = _Child("inference server", process, learner_end, cfg.n_actors)
@@ -217,30 +249,50 @@ class ActorLearnerSystem(ChildProcessSystem):
     def _start_impala_actor(self, i: int, crash_after: int | None) -> _Child:
         learner_end, actor_end = self._ctx.Pipe()
         process = self._ctx.Process(
-            target=actor_main, name=f"actor-{i}",
-            args=(i, self.config, self.buffers, self.weights, actor_end, self._stop, self._timing[i],
-                  self._child_seed(i), crash_after),
-            daemon=True)
+            target=actor_main,
+            name=f"actor-{i}",
+            args=(
+                i,
+                self.config,
+                self.buffers,
+                self.weights,
+                actor_end,
+                self._stop,
+                self._timing[i],
+                self._child_seed(i),
+                crash_after,
+            ),
+            daemon=True,
+        )
         process.start()
         actor_end.close()
         return _Child(f"actor {i}", process, learner_end, i)
 
     def _start_seed_actor(self, i: int, actor_end: Connection, crash_after: int | None) -> _Child:
         process = self._ctx.Process(
-            target=seed_actor_main, name=f"seed-actor-{i}",
-            args=(i, self.config, self._channels, actor_end, self._stop, self._timing[i], self._child_seed(i),
-                  crash_after),
-            daemon=True)
+            target=seed_actor_main,
+            name=f"seed-actor-{i}",
+            args=(
+                i,
+                self.config,
+                self._channels,
+                actor_end,
+                self._stop,
+                self._timing[i],
+                self._child_seed(i),
+                crash_after,
+            ),
+            daemon=True,
+        )
         process.start()
         actor_end.close()
         return _Child(f"actor {i}", process, None, i)
 
     def _send_free(self, child: _Child, index: int) -> None:
         child.outstanding.add(index)
-        try:
+        # if it died, the supervisor restarts it and resends its slots
+        with contextlib.suppress(BrokenPipeError, OSError):
             child.conn.send(("free", index))  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError):
-            pass  # it died: the supervisor will restart it and resend its slots
 
     @property
     def children(self) -> list[_Child]:
@@ -258,8 +310,9 @@ class ActorLearnerSystem(ChildProcessSystem):
         if not self._stopping():
             return
         self._stop.set()
-        self.events += stop_processes([(c.name, c.process) for c in self.children],
-                                      self.config.join_timeout_s if timeout is None else timeout)
+        self.events += stop_processes(
+            [(c.name, c.process) for c in self.children], self.config.join_timeout_s if timeout is None else timeout
+        )
         for child in self.children:
             if child.conn is not None:
                 child.conn.close()
@@ -421,8 +474,21 @@ class ActorLearnerSystem(ChildProcessSystem):
         finally:
             torch.set_num_threads(previous_threads)
         elapsed = time.perf_counter() - first_batch if first_batch is not None else 0.0
-        window = {process: {phase: seconds - at_first_batch.get(process, {}).get(phase, 0.0)
-                            for phase, seconds in phases.items()} for process, phases in self.timings().items()}
-        return SystemReport(layout=cfg.layout, updates=len(metrics), frames=frames, seconds=elapsed,
-                            lags=np.array(lags, dtype=np.int64), returns=returns, return_updates=return_updates,
-                            metrics=metrics, timings=window, events=list(self.events))
+        window = {
+            process: {
+                phase: seconds - at_first_batch.get(process, {}).get(phase, 0.0) for phase, seconds in phases.items()
+            }
+            for process, phases in self.timings().items()
+        }
+        return SystemReport(
+            layout=cfg.layout,
+            updates=len(metrics),
+            frames=frames,
+            seconds=elapsed,
+            lags=np.array(lags, dtype=np.int64),
+            returns=returns,
+            return_updates=return_updates,
+            metrics=metrics,
+            timings=window,
+            events=list(self.events),
+        )

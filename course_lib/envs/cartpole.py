@@ -44,7 +44,12 @@ import jax.numpy as jnp
 from jax import Array
 
 #: Observation layout: ``[x, x_dot, theta, theta_dot]``.
-OBS_NAMES: tuple[str, ...] = ("cart position (m)", "cart velocity (m/s)", "pole angle (rad)", "pole angular velocity (rad/s)")
+OBS_NAMES: tuple[str, ...] = (
+    "cart position (m)",
+    "cart velocity (m/s)",
+    "pole angle (rad)",
+    "pole angular velocity (rad/s)",
+)
 OBS_DIM = 4
 N_ACTIONS = 2
 
@@ -202,11 +207,27 @@ def state_from_array(values: Array, time: Array | int = 0) -> EnvState:
     """An :class:`EnvState` from ``[..., 4]`` values ``[x, x_dot, theta, theta_dot]`` (e.g.
     gymnasium's ``env.unwrapped.state``) and a step count."""
     v = jnp.asarray(values)
-    return EnvState(x=v[..., 0], x_dot=v[..., 1], theta=v[..., 2], theta_dot=v[..., 3],
-                    time=jnp.broadcast_to(jnp.asarray(time, jnp.int32), v.shape[:-1]))
+    return EnvState(
+        x=v[..., 0],
+        x_dot=v[..., 1],
+        theta=v[..., 2],
+        theta_dot=v[..., 3],
+        time=jnp.broadcast_to(jnp.asarray(time, jnp.int32), v.shape[:-1]),
+    )
 
 
 __all__ = [
-    "DEFAULT_PARAMS", "N_ACTIONS", "OBS_DIM", "OBS_NAMES", "EnvParams", "EnvState", "auto_reset", "get_obs", "is_terminal",
-    "reset", "state_from_array", "step", "step_env",
+    "DEFAULT_PARAMS",
+    "N_ACTIONS",
+    "OBS_DIM",
+    "OBS_NAMES",
+    "EnvParams",
+    "EnvState",
+    "auto_reset",
+    "get_obs",
+    "is_terminal",
+    "reset",
+    "state_from_array",
+    "step",
+    "step_env",
 ]

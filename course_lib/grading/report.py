@@ -140,7 +140,9 @@ def render_table(report: NotebookReport, *, message_width: int = 70, hint_width:
         lines.append(fmt_row(header))
         lines.append(fmt_row(tuple("-" * w for w in widths)))
         lines += [fmt_row(r) for r in rows]
-        long = [e for e in report.exercises if not e.passed and (len(e.message) > message_width or len(e.hint) > hint_width)]
+        long = [
+            e for e in report.exercises if not e.passed and (len(e.message) > message_width or len(e.hint) > hint_width)
+        ]
         for e in long:
             lines.append(f"  {e.name}: {e.message}")
             if e.hint:
@@ -203,7 +205,9 @@ def to_junit(reports: Sequence[NotebookReport]) -> str:
         suite.set("skipped", "0")
         suite.set("time", f"{report.seconds:.3f}")
         for name, failure, details in cases:
-            case = ET.SubElement(suite, "testcase", name=_xml_text(name), classname=_xml_text(f"grade.{report.lesson or 'unknown'}"))
+            case = ET.SubElement(
+                suite, "testcase", name=_xml_text(name), classname=_xml_text(f"grade.{report.lesson or 'unknown'}")
+            )
             case.set("time", "0")
             if failure is not None:
                 node = ET.SubElement(case, "failure", message=_xml_text(failure), type="GradeFailure")

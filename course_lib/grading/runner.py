@@ -130,15 +130,17 @@ def load_notebook(path: Path) -> NotebookNode:
             "the file is corrupt or truncated; restore it from git or re-save it in Jupyter"
         ) from None
     if not isinstance(data, dict) or "cells" not in data or "nbformat" not in data:
-        raise NotebookProblem(f"{path} is JSON but not a Jupyter notebook (it has no \"cells\" and \"nbformat\")")
+        raise NotebookProblem(f'{path} is JSON but not a Jupyter notebook (it has no "cells" and "nbformat")')
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             nb = nbformat.reads(text, as_version=4)
             nbformat.validate(nb)
-        except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds
+        except Exception as exc:
             first = str(getattr(exc, "message", None) or exc).strip().splitlines()
-            raise NotebookProblem(f"{path} is not a valid notebook: {first[0] if first else type(exc).__name__}") from None
+            raise NotebookProblem(
+                f"{path} is not a valid notebook: {first[0] if first else type(exc).__name__}"
+            ) from None
     return nb
 
 
@@ -263,7 +265,9 @@ def defining_cell(nb: NotebookNode, name: str, issues: dict[int, CellIssue]) -> 
 
     Among several, the last one that had a problem, else the last one.
     """
-    pattern = re.compile(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*(?::[^=]*)?=[^=]", re.M)
+    pattern = re.compile(
+        rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*(?::[^=]*)?=[^=]", re.M
+    )
     found = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and pattern.search(c.source)]
     if not found:
         return None
@@ -400,7 +404,7 @@ class KernelSession:
             self.client.execute_cell(cell, index)
         except DeadKernelError:
             return CellRun("died")
-        except Exception as exc:  # noqa: BLE001 - zmq or protocol trouble: treat the kernel as gone
+        except Exception as exc:
             if not self.alive():
                 return CellRun("died")
             return CellRun("error", type(exc).__name__, str(exc))
@@ -430,7 +434,7 @@ class KernelSession:
         self.client.last_reply = None
         try:
             self.client.execute_cell(self.nb.cells[index], index)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return False
         reply = (self.client.last_reply or {}).get("content", {})
         return reply.get("status") == "ok"
@@ -446,7 +450,7 @@ class KernelSession:
         try:
             if self.client.km is not None:
                 self.client._cleanup_kernel()
-        except Exception:  # noqa: BLE001 - fall through to the hard kill
+        except Exception:
             pass
         finally:
             self._kill_group()
@@ -618,7 +622,7 @@ def _grade_into(report: NotebookReport, path: Path, options: GradeOptions, start
     report.lesson = lesson_id
     try:
         exercises = exercises_for(lesson_id, options.checks_module)
-    except Exception as exc:  # noqa: BLE001 - a broken checks module must still give a report
+    except Exception as exc:
         report.error = f"the checks of lesson {lesson_id} could not be loaded: {type(exc).__name__}: {exc}"
         return
     report.exercises = [ExerciseResult(e.name, float(e.points), hint=e.hint) for e in exercises]
@@ -699,7 +703,7 @@ def _execute_and_check(
                             "the notebook was re-run in a fresh kernel for the other exercises"
                         )
                         break
-    except Exception as exc:  # noqa: BLE001 - kernel failed to start, zmq trouble, ...
+    except Exception as exc:
         report.error = f"could not run the notebook in the {options.kernel_name} kernel: {type(exc).__name__}: {exc}"
         give_up(report.error)
     finally:

@@ -36,8 +36,9 @@ class SlotSampler:
     position of the token fed at the next step, ``prompt_len [S]``, ``active [S]``.
     """
 
-    def __init__(self, model: TinyLM, n_slots: int, eos: int, generator: torch.Generator | None = None,
-                 version: int = 0) -> None:
+    def __init__(
+        self, model: TinyLM, n_slots: int, eos: int, generator: torch.Generator | None = None, version: int = 0
+    ) -> None:
         if n_slots < 1:
             raise ValueError(f"n_slots must be >= 1, got {n_slots}")
         self.model = model
@@ -102,8 +103,12 @@ class SlotSampler:
         """The finished sequence of ``slot``: ``tokens`` (prompt + answer), and for the answer
         positions ``logp`` and ``versions`` (prompt positions: 0 and -1)."""
         end = int(self.pos[slot]) + 1
-        return {"tokens": self.tokens[slot, :end].clone(), "logp": self.logp[slot, :end].clone(),
-                "versions": self.versions[slot, :end].clone(), "prompt_len": torch.tensor(int(self.prompt_len[slot]))}
+        return {
+            "tokens": self.tokens[slot, :end].clone(),
+            "logp": self.logp[slot, :end].clone(),
+            "versions": self.versions[slot, :end].clone(),
+            "prompt_len": torch.tensor(int(self.prompt_len[slot])),
+        }
 
     @torch.no_grad()
     def load_weights(self, flat: torch.Tensor, version: int, recompute: bool = False) -> None:
@@ -128,8 +133,9 @@ class SlotSampler:
         self.cache[1].copy_(values)
 
 
-def sample_problems(model: TinyLM, prompts: list[list[int]], n_slots: int, eos: int,
-                    generator: torch.Generator | None = None) -> list[dict[str, torch.Tensor]]:
+def sample_problems(
+    model: TinyLM, prompts: list[list[int]], n_slots: int, eos: int, generator: torch.Generator | None = None
+) -> list[dict[str, torch.Tensor]]:
     """Decode every prompt with continuous batching (a freed slot takes the next prompt at
     once); returns :meth:`SlotSampler.result` per prompt, in order."""
     sampler = SlotSampler(model, n_slots, eos, generator)

@@ -119,8 +119,9 @@ def teacher_forcing_batch(problems: list[Problem], max_len: int) -> tuple[torch.
     return tokens, mask
 
 
-def warm_start(model: torch.nn.Module, task: CountdownTask, steps: int, batch: int = 64, lr: float = 3e-3,
-               seed: int = 0) -> list[float]:
+def warm_start(
+    model: torch.nn.Module, task: CountdownTask, steps: int, batch: int = 64, lr: float = 3e-3, seed: int = 0
+) -> list[float]:
     """Supervised warm start: ``steps`` Adam steps of next-token cross-entropy on the answers.
 
     Kept short on purpose, so that RL starts clearly above 0 and clearly below 1.

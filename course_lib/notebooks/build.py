@@ -34,7 +34,7 @@ def _lesson_ids(names: list[str], root: Path) -> list[str]:
     return ids
 
 
-def check_target(target: "Target") -> list[str]:  # noqa: F821 - imported lazily
+def check_target(target: Target) -> list[str]:  # noqa: F821 - imported lazily
     """Problems that make ``target``'s committed notebook differ from a fresh build."""
     import nbformat
 
@@ -56,8 +56,10 @@ def check_target(target: "Target") -> list[str]:  # noqa: F821 - imported lazily
         detail = f"{len(have)} cells vs {len(want)} in the source" if len(want) != len(have) else f"cell {n} differs"
         problems.append(f"{rel}: out of sync with {target.source.name} ({detail}); {fix}")
     if committed.metadata.get("course") != expected.metadata["course"]:
-        problems.append(f"{rel}: metadata 'course' is {committed.metadata.get('course')}, "
-                        f"expected {expected.metadata['course']}; {fix}")
+        problems.append(
+            f"{rel}: metadata 'course' is {committed.metadata.get('course')}, "
+            f"expected {expected.metadata['course']}; {fix}"
+        )
     unexecuted = [i for i, c in enumerate(committed.cells) if c.cell_type == "code" and c.execution_count is None]
     if unexecuted:
         problems.append(f"{rel}: {len(unexecuted)} code cell(s) not executed (first: cell {unexecuted[0]}); {fix}")
@@ -78,8 +80,10 @@ def check(root: Path) -> list[str]:
     for folder in ("lessons", "exercises", "solutions"):
         for nb in sorted((root / folder).glob("*.ipynb")):
             if nb.resolve() not in produced:
-                problems.append(f"{folder}/{nb.name}: no text source generates it "
-                                f"(expected lessons/{nb.stem}.py or exercises/src/{nb.stem}.py)")
+                problems.append(
+                    f"{folder}/{nb.name}: no text source generates it "
+                    f"(expected lessons/{nb.stem}.py or exercises/src/{nb.stem}.py)"
+                )
     return problems
 
 

@@ -45,8 +45,9 @@ def token_lags(trainer_version: int, versions: ArrayLike, mask: ArrayLike) -> ND
     return np.where(m, trainer_version - v, 0).astype(np.int64)
 
 
-def pipeline_loss(logp_new: torch.Tensor, logp_behaviour: torch.Tensor, advantages: torch.Tensor,
-                  mask: torch.Tensor, c: float) -> torch.Tensor:
+def pipeline_loss(
+    logp_new: torch.Tensor, logp_behaviour: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, c: float
+) -> torch.Tensor:
     """Eq. 07.1-07.2: per-token truncated importance weights, mean over real tokens
     (``course_lib.importance.truncated_is_loss`` at token level). All ``[N, T]``."""
     return truncated_is_loss(logp_new, logp_behaviour, advantages, c=c, mask=mask, level="token")

@@ -71,7 +71,9 @@ class PipelineConfig:
     """Everything one run of a regime depends on."""
 
     regime: Regime = field(default="pipeline", metadata={"help": "'sync', 'one_step' or 'pipeline'"})
-    n_slots: int = field(default=32, metadata={"help": "decoding slots of the generator (= G x groups_per_batch for sync/one_step)"})
+    n_slots: int = field(
+        default=32, metadata={"help": "decoding slots of the generator (= G x groups_per_batch for sync/one_step)"}
+    )
     group_size: int = field(default=8, metadata={"help": "G answers sampled per prompt (one GRPO group)"})
     groups_per_batch: int = field(default=4, metadata={"help": "B groups per update"})
     max_lag: int = field(default=2, metadata={"help": "pipeline: most updates a token may lag (sync: 0, one_step: 1)"})
@@ -79,14 +81,22 @@ class PipelineConfig:
     lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
     clip_c: float = field(default=2.0, metadata={"help": "truncation level c of the per-token weights (07.1)"})
     train_chunk: int = field(default=8, metadata={"help": "trainer: sequences per forward pass, sorted by length"})
-    pin_cores: bool = field(default=True, metadata={"help": "generator on core 0, trainer on core 1 (its own hardware, as GPUs would be)"})
-    recompute_cache: bool = field(default=False, metadata={"help": "pipeline: rebuild the KV cache after an in-flight update"})
+    pin_cores: bool = field(
+        default=True, metadata={"help": "generator on core 0, trainer on core 1 (its own hardware, as GPUs would be)"}
+    )
+    recompute_cache: bool = field(
+        default=False, metadata={"help": "pipeline: rebuild the KV cache after an in-flight update"}
+    )
     seed: int = field(default=0, metadata={"help": "seeds the prompts, the sampler and the trainer"})
     poll_s: float = field(default=0.05, metadata={"help": "longest single wait before checking on the other process"})
     stall_timeout_s: float = field(default=60.0, metadata={"help": "no data for this long: shut down and raise"})
     join_timeout_s: float = field(default=3.0, metadata={"help": "stop: wait this long before terminate/kill"})
-    crash_after_groups: int | None = field(default=None, metadata={"help": "fault injection: the generator exits after sending this many groups"})
-    start_method: str = field(default="forkserver", metadata={"help": "'forkserver' or 'spawn' (fork is unsafe with torch threads)"})
+    crash_after_groups: int | None = field(
+        default=None, metadata={"help": "fault injection: the generator exits after sending this many groups"}
+    )
+    start_method: str = field(
+        default="forkserver", metadata={"help": "'forkserver' or 'spawn' (fork is unsafe with torch threads)"}
+    )
     lm: LMConfig = field(default=LM, metadata={"help": "model sizes"})
     task: TaskConfig = field(default=TASK, metadata={"help": "the countdown task"})
 
@@ -94,10 +104,14 @@ class PipelineConfig:
         if self.regime not in REGIMES:
             raise ValueError(f"regime must be one of {REGIMES}, got {self.regime!r}")
         if self.regime != "pipeline" and self.n_slots != self.batch_sequences:
-            raise ValueError(f"regime {self.regime!r} generates whole batches: n_slots must equal group_size x "
-                             f"groups_per_batch = {self.batch_sequences}, got {self.n_slots}")
+            raise ValueError(
+                f"regime {self.regime!r} generates whole batches: n_slots must equal group_size x "
+                f"groups_per_batch = {self.batch_sequences}, got {self.n_slots}"
+            )
         if self.regime == "pipeline" and self.max_lag < 1:
-            raise ValueError(f"pipeline needs max_lag >= 1 (a token sampled during an update is 1 behind), got {self.max_lag}")
+            raise ValueError(
+                f"pipeline needs max_lag >= 1 (a token sampled during an update is 1 behind), got {self.max_lag}"
+            )
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
 
@@ -116,7 +130,7 @@ class PipelineConfig:
         return (self.lag_bound + 1) * self.groups_per_batch
 
 
-def _pin(cfg: "PipelineConfig", core: int) -> set[int] | None:
+def _pin(cfg: PipelineConfig, core: int) -> set[int] | None:
     """Give this process core ``core`` alone (if ``cfg.pin_cores`` and there are two cores);
     returns the previous affinity, to restore."""
     if not cfg.pin_cores or not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
@@ -162,15 +176,20 @@ class _Timeline:
         self.steps += 1
 
     def flush(self) -> dict[str, Any]:
-        out = {"intervals": self.intervals[:-1], "busy_slot_steps": self.busy_slot_steps, "steps": self.steps,
-               "swaps": self.swaps}
+        out = {
+            "intervals": self.intervals[:-1],
+            "busy_slot_steps": self.busy_slot_steps,
+            "steps": self.steps,
+            "swaps": self.swaps,
+        }
         self.intervals = self.intervals[-1:]  # the last one may still grow
         self.busy_slot_steps, self.steps, self.swaps = 0, 0, []
         return out
 
 
-def generator_main(cfg: PipelineConfig, weights: SharedWeights, counters: torch.Tensor, conn: Connection,
-                   stop: Any, go: Any, seed: int) -> None:
+def generator_main(
+    cfg: PipelineConfig, weights: SharedWeights, counters: torch.Tensor, conn: Connection, stop: Any, go: Any, seed: int
+) -> None:
     """The generator process: decode, verify, send finished groups (see the module docstring)."""
     child_setup(seed)
     _pin(cfg, 0)
@@ -238,13 +257,24 @@ def generator_main(cfg: PipelineConfig, weights: SharedWeights, counters: torch.
             res = sampler.result(slot)
             p = int(res["prompt_len"])
             answer = res["tokens"][p:].tolist()
-            groups[k].answers.append({"answer": answer, "logp": res["logp"][p:].tolist(),
-                                      "versions": res["versions"][p:].tolist(),
-                                      "reward": task.reward(groups[k].problem, answer)})
+            groups[k].answers.append(
+                {
+                    "answer": answer,
+                    "logp": res["logp"][p:].tolist(),
+                    "versions": res["versions"][p:].tolist(),
+                    "reward": task.reward(groups[k].problem, answer),
+                }
+            )
             if len(groups[k].answers) == G:
                 g = groups.pop(k)
-                conn.send(("group", k, {"prompt": g.problem.prompt, "start_version": g.start_version,
-                                           "answers": g.answers}, timeline.flush()))
+                conn.send(
+                    (
+                        "group",
+                        k,
+                        {"prompt": g.problem.prompt, "start_version": g.start_version, "answers": g.answers},
+                        timeline.flush(),
+                    )
+                )
                 sent += 1
                 if cfg.crash_after_groups is not None and sent >= cfg.crash_after_groups:
                     os._exit(INJECTED_CRASH_EXIT)
@@ -316,9 +346,12 @@ class PipelineSystem(ChildProcessSystem):
         self.counters = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._stop, self._go = ctx.Event(), ctx.Event()
         self.conn, child_end = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=generator_main, name="generator", daemon=True,
-                                   args=(cfg, self.weights, self.counters, child_end, self._stop, self._go,
-                                         cfg.seed * 1000 + 1))
+        self.process = ctx.Process(
+            target=generator_main,
+            name="generator",
+            daemon=True,
+            args=(cfg, self.weights, self.counters, child_end, self._stop, self._go, cfg.seed * 1000 + 1),
+        )
         atexit.register(self.stop)
         try:
             self.process.start()
@@ -414,7 +447,7 @@ class PipelineSystem(ChildProcessSystem):
             for u in range(cfg.n_updates):
                 wanted = range(u * B, (u + 1) * B)
                 while any(k not in done for k in wanted):
-                    kind, k, payload, tl = self._recv(cfg.stall_timeout_s, f"group {min(set(wanted) - set(done))}")
+                    _kind, k, payload, tl = self._recv(cfg.stall_timeout_s, f"group {min(set(wanted) - set(done))}")
                     done[k] = payload
                     generator_spans += [(a - t0, b - t0) for a, b in tl["intervals"]]
                     swaps += [(t - t0, v) for t, v in tl["swaps"]]
@@ -438,15 +471,25 @@ class PipelineSystem(ChildProcessSystem):
             if previous_cores is not None:
                 os.sched_setaffinity(0, previous_cores)
         seconds = time.perf_counter() - t0
-        return RegimeReport(regime=cfg.regime, lag_bound=cfg.lag_bound, seconds=seconds, tokens=tokens,
-                            samples=cfg.n_updates * cfg.batch_sequences, metrics=metrics,
-                            token_lags=np.concatenate(lags), generator=generator_spans, trainer=trainer_spans,
-                            swaps=swaps, slot_occupancy=busy_slot_steps / max(steps * cfg.n_slots, 1),
-                            events=list(self.events),
-                            final_state={k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        return RegimeReport(
+            regime=cfg.regime,
+            lag_bound=cfg.lag_bound,
+            seconds=seconds,
+            tokens=tokens,
+            samples=cfg.n_updates * cfg.batch_sequences,
+            metrics=metrics,
+            token_lags=np.concatenate(lags),
+            generator=generator_spans,
+            trainer=trainer_spans,
+            swaps=swaps,
+            slot_occupancy=busy_slot_steps / max(steps * cfg.n_slots, 1),
+            events=list(self.events),
+            final_state={k: v.detach().clone() for k, v in self.model.state_dict().items()},
+        )
 
-    def _update(self, u: int, groups: list[dict[str, Any]], opt: torch.optim.Optimizer,
-                lags: list[np.ndarray]) -> dict[str, float]:
+    def _update(
+        self, u: int, groups: list[dict[str, Any]], opt: torch.optim.Optimizer, lags: list[np.ndarray]
+    ) -> dict[str, float]:
         """One trainer step at version ``u`` on ``groups`` (07.1-07.4); publishes version ``u + 1``."""
         cfg = self.config
         batch = self._batch(groups)
@@ -466,7 +509,10 @@ class PipelineSystem(ChildProcessSystem):
             n_t = int(ends[rows].max())
             m = mask[rows, :n_t]
             logp_new = sequence_logprobs(self.model, batch["tokens"][rows, :n_t])
-            loss = loss + pipeline_loss(logp_new, batch["logp"][rows, :n_t], adv[rows, :n_t], m, cfg.clip_c) * m.sum() / n_real
+            loss = (
+                loss
+                + pipeline_loss(logp_new, batch["logp"][rows, :n_t], adv[rows, :n_t], m, cfg.clip_c) * m.sum() / n_real
+            )
             ratios.append((logp_new.detach() - batch["logp"][rows, :n_t])[m])
         opt.zero_grad()
         loss.backward()
@@ -475,7 +521,12 @@ class PipelineSystem(ChildProcessSystem):
         self.counters[CONSUMED] = (u + 1) * cfg.groups_per_batch  # after publishing: see "lag bound"
         log_ratio = torch.cat(ratios).numpy()
         real = mask.numpy()
-        return {"reward": float(batch["rewards"].mean()), "lag_max": float(lag[real].max()),
-                "lag_mean": float(lag[real].mean()), "ess": token_ess_fraction(log_ratio, np.ones_like(log_ratio, bool)),
-                "clipped": float((log_ratio > np.log(cfg.clip_c)).mean()), "tokens": float(real.sum()),
-                "loss": loss.item()}
+        return {
+            "reward": float(batch["rewards"].mean()),
+            "lag_max": float(lag[real].max()),
+            "lag_mean": float(lag[real].mean()),
+            "ess": token_ess_fraction(log_ratio, np.ones_like(log_ratio, bool)),
+            "clipped": float((log_ratio > np.log(cfg.clip_c)).mean()),
+            "tokens": float(real.sum()),
+            "loss": loss.item(),
+        }

@@ -27,9 +27,12 @@ def gantt(ax: Axes, report: RegimeReport, window: tuple[float, float]) -> None:
     ax.set_yticks([0, 1], ["trainer", "generator"])
     ax.set_xlim(lo, hi)
     ax.set_xlabel("wall-clock time since the start (s)")
-    ax.set_title(f"{LABELS[report.regime]}: generator busy {100 * report.busy_fraction('generator'):.0f}% "
-                 f"(slots {100 * report.slot_occupancy:.0f}% useful), trainer busy "
-                 f"{100 * report.busy_fraction('trainer'):.0f}%", fontsize=9)
+    ax.set_title(
+        f"{LABELS[report.regime]}: generator busy {100 * report.busy_fraction('generator'):.0f}% "
+        f"(slots {100 * report.slot_occupancy:.0f}% useful), trainer busy "
+        f"{100 * report.busy_fraction('trainer'):.0f}%",
+        fontsize=9,
+    )
 
 
 def smoothed(x: np.ndarray, window: int) -> np.ndarray:
@@ -63,8 +66,13 @@ def lag_histogram(ax: Axes, reports: Sequence[RegimeReport]) -> None:
     width = 0.8 / len(reports)
     for i, r in enumerate(reports):
         counts, _ = np.histogram(r.token_lags, bins=bins)
-        ax.bar(np.arange(top + 1) + (i - (len(reports) - 1) / 2) * width, counts / counts.sum(), width,
-               color=COLOURS[r.regime], label=f"{LABELS[r.regime]} (bound {r.lag_bound})")
+        ax.bar(
+            np.arange(top + 1) + (i - (len(reports) - 1) / 2) * width,
+            counts / counts.sum(),
+            width,
+            color=COLOURS[r.regime],
+            label=f"{LABELS[r.regime]} (bound {r.lag_bound})",
+        )
     ax.set_xticks(np.arange(top + 1))
     ax.set_xlabel("lag of a token (trainer version - version that sampled it, updates)")
     ax.set_ylabel("fraction of consumed tokens")
@@ -75,8 +83,18 @@ def lag_histogram(ax: Axes, reports: Sequence[RegimeReport]) -> None:
 def throughput_table(reports: Sequence[RegimeReport]) -> list[dict[str, float | str]]:
     """One row per report: tokens/s, its ratio to the first report's, utilisations, lags, ESS."""
     base = reports[0].tokens_per_second
-    return [{"regime": LABELS[r.regime], "tokens/s": r.tokens_per_second, "x first": r.tokens_per_second / base,
-             "gen busy": r.busy_fraction("generator"), "slots useful": r.slot_occupancy,
-             "gen util": r.generation_utilisation, "train util": r.busy_fraction("trainer"),
-             "lag max": float(r.token_lags.max()), "lag mean": float(r.token_lags.mean()),
-             "ESS/N": float(r.series("ess").mean())} for r in reports]
+    return [
+        {
+            "regime": LABELS[r.regime],
+            "tokens/s": r.tokens_per_second,
+            "x first": r.tokens_per_second / base,
+            "gen busy": r.busy_fraction("generator"),
+            "slots useful": r.slot_occupancy,
+            "gen util": r.generation_utilisation,
+            "train util": r.busy_fraction("trainer"),
+            "lag max": float(r.token_lags.max()),
+            "lag mean": float(r.token_lags.mean()),
+            "ESS/N": float(r.series("ess").mean()),
+        }
+        for r in reports
+    ]

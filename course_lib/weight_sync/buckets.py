@@ -97,7 +97,7 @@ def plan_buckets(specs: list[TensorSpec], bucket_bytes: int, wire_dtype: torch.d
 
 def view(flat: torch.Tensor, meta: TensorMeta) -> torch.Tensor:
     """The tensor ``meta`` describes, as a view of the flat ``uint8`` buffer ``flat`` (no copy)."""
-    return flat[meta.offset: meta.offset + meta.nbytes].view(meta.dtype).view(meta.shape)
+    return flat[meta.offset : meta.offset + meta.nbytes].view(meta.dtype).view(meta.shape)
 
 
 def pack(tensors: dict[str, torch.Tensor], metas: list[TensorMeta], flat: torch.Tensor) -> torch.Tensor:

@@ -87,8 +87,9 @@ class BucketHeader:
         return BucketHeader(*words[1:6])
 
 
-def verify_bucket(payload: torch.Tensor, header: BucketHeader, *, version: int, index: int,
-                  kind: str = "sum64") -> None:
+def verify_bucket(
+    payload: torch.Tensor, header: BucketHeader, *, version: int, index: int, kind: str = "sum64"
+) -> None:
     """Check a received bucket against what the receiver expects (version, then order, then bytes).
 
     Raises:
@@ -96,15 +97,22 @@ def verify_bucket(payload: torch.Tensor, header: BucketHeader, *, version: int, 
         CorruptBucketError: wrong size or checksum.
     """
     if header.version != version:
-        raise OutOfOrderBucketError(f"bucket {header.index} belongs to version {header.version}, expected version "
-                                    f"{version}: a stale or future update; rejected")
+        raise OutOfOrderBucketError(
+            f"bucket {header.index} belongs to version {header.version}, expected version "
+            f"{version}: a stale or future update; rejected"
+        )
     if header.index != index:
-        raise OutOfOrderBucketError(f"expected bucket {index} of version {version}, got bucket {header.index}: "
-                                    "buckets arrived out of order; rejected")
+        raise OutOfOrderBucketError(
+            f"expected bucket {index} of version {version}, got bucket {header.index}: "
+            "buckets arrived out of order; rejected"
+        )
     if header.nbytes != payload.numel():
-        raise CorruptBucketError(f"bucket {index} of version {version} says {header.nbytes} bytes, "
-                                 f"the plan says {payload.numel()}; rejected")
+        raise CorruptBucketError(
+            f"bucket {index} of version {version} says {header.nbytes} bytes, the plan says {payload.numel()}; rejected"
+        )
     got = checksum(payload, kind)
     if got != header.checksum:
-        raise CorruptBucketError(f"bucket {index} of version {version} is corrupt: {kind} checksum "
-                                 f"{got % 2**64:#018x} != {header.checksum % 2**64:#018x} sent; rejected")
+        raise CorruptBucketError(
+            f"bucket {index} of version {version} is corrupt: {kind} checksum "
+            f"{got % 2**64:#018x} != {header.checksum % 2**64:#018x} sent; rejected"
+        )

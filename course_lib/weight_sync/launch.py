@@ -144,18 +144,16 @@ def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
         dist.barrier()
         start = time.perf_counter()
         try:
-            if isinstance(endpoint, Sender):
-                phases = endpoint.send(weights, version)
-            else:
-                phases = endpoint.receive(version)
+            phases = endpoint.send(weights, version) if isinstance(endpoint, Sender) else endpoint.receive(version)
         except Exception as exc:
             out["error"] = f"{type(exc).__name__}: {exc}"
             break
         elapsed = time.perf_counter() - start
         if timed:
             out["seconds"].append(elapsed)
-            out["phases"].append({"stage": phases.stage, "transfer": phases.transfer, "reload": phases.reload,
-                                  "total": phases.total})
+            out["phases"].append(
+                {"stage": phases.stage, "transfer": phases.transfer, "reload": phases.reload, "total": phases.total}
+            )
             if isinstance(endpoint, Receiver) and trial.drift:
                 a, r = _errors(weights, endpoint)
                 out["abs"].append(a)
@@ -163,14 +161,25 @@ def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
     if isinstance(endpoint, Receiver):
         out["kept_version"] = endpoint.store.version
         out["kept_bytes"] = endpoint.store.nbytes()
-        if config.method not in ("flat", "prestaged") and endpoint.store.version > 0:  # what inference reads now, against the truth
+        if (
+            config.method not in ("flat", "prestaged") and endpoint.store.version > 0
+        ):  # what inference reads now, against the truth
             reference = _weights(trial.specs, trial.seed, endpoint.store.version if trial.drift else 0)
             out["final_abs"] = _errors(reference, endpoint)[0]
     return out
 
 
-def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float, trials: list[Trial],
-               workdir: str, results: Any, parent: int) -> None:
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    timeout_s: float,
+    trials: list[Trial],
+    workdir: str,
+    results: Any,
+    parent: int,
+) -> None:
     """One rank: join the group, run every trial, report, leave the group."""
     import torch.distributed as dist
 
@@ -180,21 +189,20 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         torch.cuda.set_device(rank % torch.cuda.device_count())
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     try:
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=dt.timedelta(seconds=timeout_s))
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=dt.timedelta(seconds=timeout_s))
         for i, trial in enumerate(trials):
             report = _run_trial(trial, rank, workdir)
             results.put((rank, i, report, None))  # one message per trial: a rank killed later keeps its reports
             if report["error"] and "SenderLost" in report["error"]:
                 break  # the group is broken: nothing more can be sent
         results.put((rank, -1, None, None))
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
+    except Exception as exc:
         results.put((rank, -1, None, f"{type(exc).__name__}: {exc}"))
     finally:
         try:
             if dist.is_initialized():
                 dist.destroy_process_group()
-        except Exception:  # noqa: BLE001, S110 - a broken group may fail to close; the process exits anyway
+        except Exception:
             pass
 
 
@@ -202,8 +210,14 @@ class RanksFailed(RuntimeError):
     """A rank died or the run passed its deadline; every child was stopped."""
 
 
-def run_trials(trials: list[Trial], world_size: int = 2, *, backend: str = "gloo", timeout_s: float = 60.0,
-               deadline_s: float = 600.0) -> list[TrialResult]:
+def run_trials(
+    trials: list[Trial],
+    world_size: int = 2,
+    *,
+    backend: str = "gloo",
+    timeout_s: float = 60.0,
+    deadline_s: float = 600.0,
+) -> list[TrialResult]:
     """Run ``trials`` in ``world_size`` real processes (rank 0 sends); merge what the ranks report.
 
     Args:
@@ -226,9 +240,15 @@ def run_trials(trials: list[Trial], world_size: int = 2, *, backend: str = "gloo
     cache_dir().mkdir(parents=True, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="weight-sync-", dir=cache_dir())
     port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world_size, port, backend, timeout_s, trials, workdir, results,
-                                                  os.getpid()), daemon=True, name=f"weight-sync-rank{r}")
-             for r in range(world_size)]
+    procs = [
+        ctx.Process(
+            target=_rank_main,
+            args=(r, world_size, port, backend, timeout_s, trials, workdir, results, os.getpid()),
+            daemon=True,
+            name=f"weight-sync-rank{r}",
+        )
+        for r in range(world_size)
+    ]
     received: dict[int, dict[int, dict[str, Any]]] = {r: {} for r in range(world_size)}
     done: set[int] = set()
     failures: list[str] = []
@@ -253,7 +273,7 @@ def run_trials(trials: list[Trial], world_size: int = 2, *, backend: str = "gloo
                         if time.monotonic() - exited[r] > 3.0:
                             done.add(r)  # died without saying goodbye (e.g. an injected kill)
                 if time.monotonic() > end:
-                    raise RanksFailed(f"the ranks did not finish within {deadline_s:.0f} s; all were stopped")
+                    raise RanksFailed(f"the ranks did not finish within {deadline_s:.0f} s; all were stopped") from None
     finally:
         started = [p for p in procs if p.pid is not None]
         for p in started:

@@ -70,18 +70,28 @@ class SyncConfig:
 
     method: str = field(default="pipelined", metadata={"help": f"one of {METHODS}"})
     bucket_mb: float = field(default=32.0, metadata={"help": "bucket size in MiB (bucketed, pipelined)"})
-    wire_dtype: str = field(default="fp32", metadata={"help": "'fp32' or 'bf16': dtype of floating tensors on the wire"})
+    wire_dtype: str = field(
+        default="fp32", metadata={"help": "'fp32' or 'bf16': dtype of floating tensors on the wire"}
+    )
     delta: bool = field(default=False, metadata={"help": "send W_new - W_old instead of W_new"})
     reshard: bool = field(default=False, metadata={"help": "each receiver keeps only its tensor-parallel shard"})
     checksum: str = field(default="sum64", metadata={"help": "'sum64' (fast) or 'crc32' (catches swapped words)"})
-    in_place: bool = field(default=False, metadata={
-        "help": "zero-copy: the sender's and the receivers' weights are views of bucket-layout storage (as a "
-                "trainer with a contiguous parameter buffer keeps them); buckets are sent from and received into "
-                "that storage, with no packing or unpacking copy; fp32 without reshard or delta only"})
+    in_place: bool = field(
+        default=False,
+        metadata={
+            "help": "zero-copy: the sender's and the receivers' weights are views of bucket-layout storage (as a "
+            "trainer with a contiguous parameter buffer keeps them); buckets are sent from and received into "
+            "that storage, with no packing or unpacking copy; fp32 without reshard or delta only"
+        },
+    )
     workdir: str = field(default="", metadata={"help": "directory for the naive method's checkpoint file"})
-    evict_cache: bool = field(default=True, metadata={
-        "help": "naive: fsync the file and drop it from the page cache, so receivers read it from storage as they "
-                "would on another machine (False: read from this machine's memory, the best case)"})
+    evict_cache: bool = field(
+        default=True,
+        metadata={
+            "help": "naive: fsync the file and drop it from the page cache, so receivers read it from storage as they "
+            "would on another machine (False: read from this machine's memory, the best case)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -94,8 +104,10 @@ class SyncConfig:
         if (self.reshard or self.delta or self.wire_dtype != "fp32") and not bucketed:
             raise ValueError(f"reshard, delta and bf16 are options of the bucketed methods, not of {self.method!r}")
         if self.in_place and (not bucketed or self.reshard or self.delta or self.wire_dtype != "fp32"):
-            raise ValueError("in_place needs the bucketed or pipelined method, fp32, no reshard and no delta "
-                             "(the wire layout must be the receiver's layout)")
+            raise ValueError(
+                "in_place needs the bucketed or pipelined method, fp32, no reshard and no delta "
+                "(the wire layout must be the receiver's layout)"
+            )
         if self.method == "naive" and not self.workdir:
             raise ValueError("the naive method needs workdir= (a directory for the checkpoint file)")
 
@@ -121,7 +133,7 @@ class Phases:
     total: float = 0.0
 
 
-def _broadcast(tensor: torch.Tensor, async_op: bool = False):  # noqa: ANN202 - a Work handle or None
+def _broadcast(tensor: torch.Tensor, async_op: bool = False):
     return dist.broadcast(tensor, src=0, async_op=async_op)
 
 
@@ -149,12 +161,16 @@ def _check_plan(plan: BucketPlan, specs: list[TensorSpec]) -> None:
     theirs = {m.name for m in plan.metas}
     missing, extra = sorted(theirs - set(mine)), sorted(set(mine) - theirs)
     if missing or extra:
-        raise ShapeMismatchError(f"the sender's plan and this receiver's model hold different tensors "
-                                 f"(only the sender's: {missing[:3]}, only the receiver's: {extra[:3]})")
+        raise ShapeMismatchError(
+            f"the sender's plan and this receiver's model hold different tensors "
+            f"(only the sender's: {missing[:3]}, only the receiver's: {extra[:3]})"
+        )
     for m in plan.metas:
         if tuple(mine[m.name].shape) != m.shape:
-            raise ShapeMismatchError(f"tensor {m.name!r}: the sender sends shape {m.shape}, this receiver's model "
-                                     f"has {tuple(mine[m.name].shape)}; rebuild the receiver with the trainer's config")
+            raise ShapeMismatchError(
+                f"tensor {m.name!r}: the sender sends shape {m.shape}, this receiver's model "
+                f"has {tuple(mine[m.name].shape)}; rebuild the receiver with the trainer's config"
+            )
 
 
 class _Endpoint:
@@ -183,8 +199,9 @@ class _Endpoint:
         if _all_reduce_status(3 if error else 0):
             if error:
                 raise error
-            raise ShapeMismatchError("a receiver's model does not match the sender's plan (see its error); "
-                                     "no update was sent")
+            raise ShapeMismatchError(
+                "a receiver's model does not match the sender's plan (see its error); no update was sent"
+            )
         return received
 
     def _alloc_buffers(self, plan: BucketPlan) -> None:
@@ -204,7 +221,7 @@ class _Endpoint:
         t = time.perf_counter()
         start_byte = 0
         for size in self.plan.bucket_nbytes:
-            _broadcast(self.flat[start_byte:start_byte + size])
+            _broadcast(self.flat[start_byte : start_byte + size])
             start_byte += size
         return time.perf_counter() - t
 
@@ -246,8 +263,13 @@ class Sender(_Endpoint):
         index = b
         if self.fault == "reorder" and b in (1, 2):
             index = 3 - b
-        header = BucketHeader(version - (self.fault == "stale"), index, self.plan.n_buckets, payload.numel(),
-                              checksum(payload, self.config.checksum))
+        header = BucketHeader(
+            version - (self.fault == "stale"),
+            index,
+            self.plan.n_buckets,
+            payload.numel(),
+            checksum(payload, self.config.checksum),
+        )
         header.write(slot)
         if self.fault == f"corrupt:{b}":
             payload[payload.numel() // 2] ^= 0x10  # one flipped bit, after the checksum was taken
@@ -263,8 +285,10 @@ class Sender(_Endpoint):
             WeightSyncError: if a receiver rejected the update (it kept its previous weights).
         """
         if self.config.in_place and (weights is not self.weights or (self.fault or "").startswith("corrupt")):
-            raise ValueError("with in_place=True, write the weights into sender.weights (bucket-layout storage) "
-                             "and pass that dict; corrupt-bucket injection needs a staging buffer (in_place=False)")
+            raise ValueError(
+                "with in_place=True, write the weights into sender.weights (bucket-layout storage) "
+                "and pass that dict; corrupt-bucket injection needs a staging buffer (in_place=False)"
+            )
         ph = Phases()
         start = time.perf_counter()
         method = self.config.method
@@ -339,8 +363,10 @@ class Sender(_Endpoint):
             ph.transfer += time.perf_counter() - t
         ph.total = time.perf_counter() - start
         if status:
-            raise WeightSyncError(f"a receiver rejected version {version} ({STATUS.get(status, status)}); "
-                                  "every receiver kept its previous weights")
+            raise WeightSyncError(
+                f"a receiver rejected version {version} ({STATUS.get(status, status)}); "
+                "every receiver kept its previous weights"
+            )
         return ph
 
 
@@ -359,8 +385,10 @@ class Receiver(_Endpoint):
             self.store = WeightStore.in_bucket_layout(self.plan, HEADER_BYTES, str(self.device))
             self.buffers = []
         else:
-            self.store = WeightStore({m.name: shard_shape(m.shape, m.tp_dim, self.tp_rank, self.tp_size)
-                                      for m in self.plan.metas}, device=str(self.device))
+            self.store = WeightStore(
+                {m.name: shard_shape(m.shape, m.tp_dim, self.tp_rank, self.tp_size) for m in self.plan.metas},
+                device=str(self.device),
+            )
         self.index = {m.name: shard_index(m.shape, m.tp_dim, self.tp_rank, self.tp_size) for m in self.plan.metas}
 
     def _slot(self, plan: BucketPlan, b: int) -> torch.Tensor:
@@ -400,9 +428,11 @@ class Receiver(_Endpoint):
             raise
         except RuntimeError as exc:  # gloo: connection closed by the dead peer, or the timeout
             n = self.plan.n_buckets if self.bucketed else len(self.plan.metas)
-            raise SenderLostError(f"version {version} stopped part-way ({'bucket' if self.bucketed else 'message'} "
-                                  f"stream of {n}; {type(exc).__name__}: {str(exc).splitlines()[0][:160]}); "
-                                  f"kept version {self.store.version}") from None
+            raise SenderLostError(
+                f"version {version} stopped part-way ({'bucket' if self.bucketed else 'message'} "
+                f"stream of {n}; {type(exc).__name__}: {str(exc).splitlines()[0][:160]}); "
+                f"kept version {self.store.version}"
+            ) from None
         if error is not None:
             raise error
         t = time.perf_counter()
@@ -424,8 +454,9 @@ class Receiver(_Endpoint):
             t = time.perf_counter()
             error: WeightSyncError | None = None
             try:
-                loaded = load_file(str(Path(self.config.workdir) / f"weights-v{int(note.item())}.safetensors"),
-                                   device=str(self.device))
+                loaded = load_file(
+                    str(Path(self.config.workdir) / f"weights-v{int(note.item())}.safetensors"), device=str(self.device)
+                )
                 for name, dst in staging.items():
                     if name not in loaded or tuple(loaded[name].shape) != tuple(dst.shape):
                         raise ShapeMismatchError(f"checkpoint tensor {name!r} is missing or has another shape")
@@ -500,6 +531,7 @@ class Receiver(_Endpoint):
         status = _all_reduce_status(code)
         ph.transfer += time.perf_counter() - t
         if error is None and status:
-            error = WeightSyncError(f"another receiver rejected version {version} ({STATUS.get(status, status)}); "
-                                    "kept the previous weights")
+            error = WeightSyncError(
+                f"another receiver rejected version {version} ({STATUS.get(status, status)}); kept the previous weights"
+            )
         return error

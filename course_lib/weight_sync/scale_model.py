@@ -35,8 +35,7 @@ class Hardware:
     read_bw: float  # naive: aggregate read bandwidth of that storage
 
 
-def transfer_time(nbytes: float, n_messages: int, hw: Hardware, n_receivers: int = 1,
-                  overlapped: bool = True) -> float:
+def transfer_time(nbytes: float, n_messages: int, hw: Hardware, n_receivers: int = 1, overlapped: bool = True) -> float:
     """(09.1) and (09.4): ``(n + ceil(log2 N)) alpha + B / beta`` for back-to-back messages.
 
     ``overlapped=False`` is a loop of blocking calls (one broadcast per tensor): each message
@@ -48,8 +47,16 @@ def transfer_time(nbytes: float, n_messages: int, hw: Hardware, n_receivers: int
     return (n_messages + hops) * hw.latency + nbytes / hw.bandwidth
 
 
-def update_time(method: str, nbytes: float, hw: Hardware, *, n_tensors: int = 1, bucket_bytes: float = 2**30,
-                n_receivers: int = 1, tp: int = 1) -> float:
+def update_time(
+    method: str,
+    nbytes: float,
+    hw: Hardware,
+    *,
+    n_tensors: int = 1,
+    bucket_bytes: float = 2**30,
+    n_receivers: int = 1,
+    tp: int = 1,
+) -> float:
     """Predicted seconds of one update by ``method`` (``naive``, ``per_tensor``, ``flat``, ``bucketed``, ``pipelined``)."""
     if nbytes <= 0 or bucket_bytes <= 0 or tp < 1 or n_receivers < 1:
         raise ValueError("nbytes and bucket_bytes must be positive, tp and n_receivers at least 1")
@@ -70,8 +77,9 @@ def update_time(method: str, nbytes: float, hw: Hardware, *, n_tensors: int = 1,
     raise ValueError(f"unknown method {method!r}")
 
 
-def calibrate_link(nbytes: list[float], flat_s: list[float], per_tensor_s: list[float],
-                   n_tensors: list[int]) -> tuple[float, float]:
+def calibrate_link(
+    nbytes: list[float], flat_s: list[float], per_tensor_s: list[float], n_tensors: list[int]
+) -> tuple[float, float]:
     """Robust ``(alpha, beta)`` of (09.1) from flat and per-tensor updates of the same models.
 
     ``alpha`` is the median over models of ``(T_per_tensor - T_flat) / (n - 1)`` (the extra
@@ -89,8 +97,7 @@ def calibrate_link(nbytes: list[float], flat_s: list[float], per_tensor_s: list[
 # host-to-device copies of ~25 GB/s per GPU, done by the GPUs that own the buckets, four at
 # a time (100 GB/s); on-GPU reload copies ~1 TB/s; a shared file system that writes 10 GB/s
 # and serves 50 GB/s to all its readers together.
-CLUSTER_ASSUMED = Hardware(bandwidth=50e9, latency=50e-6, stage_bw=100e9, reload_bw=1000e9, write_bw=10e9,
-                           read_bw=50e9)
+CLUSTER_ASSUMED = Hardware(bandwidth=50e9, latency=50e-6, stage_bw=100e9, reload_bw=1000e9, write_bw=10e9, read_bw=50e9)
 
 # Published (MoonshotAI/checkpoint-engine README, see /work/shared/REFERENCES.md): seconds to update.
 PUBLISHED = {
@@ -129,9 +136,15 @@ def calculator(hw: Hardware = CLUSTER_ASSUMED) -> Any:
         nbytes = params.value * bytes_per.value
         lines = []
         for method in ("naive", "per_tensor", "bucketed", "pipelined"):
-            t = update_time(method, nbytes, h, n_tensors=max(1, int(params.value / 15e6)),
-                            bucket_bytes=bucket.value * 2**30, n_receivers=gpus.value if method != "naive"
-                            else max(1, gpus.value // tp.value), tp=tp.value)
+            t = update_time(
+                method,
+                nbytes,
+                h,
+                n_tensors=max(1, int(params.value / 15e6)),
+                bucket_bytes=bucket.value * 2**30,
+                n_receivers=gpus.value if method != "naive" else max(1, gpus.value // tp.value),
+                tp=tp.value,
+            )
             lines.append(f"{method:<11} {t:>10.1f} s")
         out.value = "<pre>" + "\n".join(lines) + "</pre>"
 

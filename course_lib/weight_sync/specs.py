@@ -54,12 +54,18 @@ def transformer_specs(hidden: int, n_layers: int, vocab: int = 512, mlp_ratio: i
     for i in range(n_layers):
         p = f"layers.{i}."
         specs += [
-            TensorSpec(p + "attn_norm.weight", (h,)), TensorSpec(p + "attn_norm.bias", (h,)),
-            TensorSpec(p + "attn.qkv.weight", (3 * h, h), tp_dim=0), TensorSpec(p + "attn.qkv.bias", (3 * h,), tp_dim=0),
-            TensorSpec(p + "attn.out.weight", (h, h), tp_dim=1), TensorSpec(p + "attn.out.bias", (h,)),
-            TensorSpec(p + "mlp_norm.weight", (h,)), TensorSpec(p + "mlp_norm.bias", (h,)),
-            TensorSpec(p + "mlp.up.weight", (f, h), tp_dim=0), TensorSpec(p + "mlp.up.bias", (f,), tp_dim=0),
-            TensorSpec(p + "mlp.down.weight", (h, f), tp_dim=1), TensorSpec(p + "mlp.down.bias", (h,)),
+            TensorSpec(p + "attn_norm.weight", (h,)),
+            TensorSpec(p + "attn_norm.bias", (h,)),
+            TensorSpec(p + "attn.qkv.weight", (3 * h, h), tp_dim=0),
+            TensorSpec(p + "attn.qkv.bias", (3 * h,), tp_dim=0),
+            TensorSpec(p + "attn.out.weight", (h, h), tp_dim=1),
+            TensorSpec(p + "attn.out.bias", (h,)),
+            TensorSpec(p + "mlp_norm.weight", (h,)),
+            TensorSpec(p + "mlp_norm.bias", (h,)),
+            TensorSpec(p + "mlp.up.weight", (f, h), tp_dim=0),
+            TensorSpec(p + "mlp.up.bias", (f,), tp_dim=0),
+            TensorSpec(p + "mlp.down.weight", (h, f), tp_dim=1),
+            TensorSpec(p + "mlp.down.bias", (h,)),
         ]
     specs += [TensorSpec("final_norm.weight", (h,)), TensorSpec("final_norm.bias", (h,))]
     return specs
@@ -74,8 +80,9 @@ def model_of_size(megabytes: float, n_layers: int = 32, vocab: int = 512) -> lis
     if megabytes <= 0:
         raise ValueError(f"megabytes must be positive, got {megabytes}")
     target = megabytes * MiB / 4  # float32 elements
-    best = min(range(16, 8192 + 1, 16),
-               key=lambda h: abs(sum(s.numel for s in transformer_specs(h, n_layers, vocab)) - target))
+    best = min(
+        range(16, 8192 + 1, 16), key=lambda h: abs(sum(s.numel for s in transformer_specs(h, n_layers, vocab)) - target)
+    )
     return transformer_specs(best, n_layers, vocab)
 
 
@@ -101,5 +108,7 @@ def describe(specs: list[TensorSpec]) -> str:
     """One line: tensor count, total size, and how skewed the sizes are."""
     sizes = sorted(s.nbytes for s in specs)
     small = sum(x < 64 * 1024 for x in sizes)
-    return (f"{len(specs)} tensors, {total_bytes(specs) / MiB:.0f} MiB; {small} under 64 KiB; "
-            f"largest {sizes[-1] / MiB:.1f} MiB, median {sizes[len(sizes) // 2] / 1024:.0f} KiB")
+    return (
+        f"{len(specs)} tensors, {total_bytes(specs) / MiB:.0f} MiB; {small} under 64 KiB; "
+        f"largest {sizes[-1] / MiB:.1f} MiB, median {sizes[len(sizes) // 2] / 1024:.0f} KiB"
+    )

@@ -15,8 +15,9 @@ from course_lib.weight_sync.buckets import BucketPlan, view
 class WeightStore:
     """``active`` (what inference reads, at ``version``) and ``staging`` (where an update lands)."""
 
-    def __init__(self, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype = torch.float32,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype = torch.float32, device: str = "cpu"
+    ) -> None:
         self.active = {n: torch.zeros(s, dtype=dtype, device=device) for n, s in shapes.items()}
         self.staging = {n: torch.zeros(s, dtype=dtype, device=device) for n, s in shapes.items()}
         self.active_flats: list[torch.Tensor] = []

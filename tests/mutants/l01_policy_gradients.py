@@ -15,47 +15,62 @@ from conftest import Mutant
 
 REWARD_TO_GO = [
     # cuts the return with the NEXT step's done flag
-    Mutant("reward_to_go", "done_one_step_late",
-           old="(1.0 - d[t])",
-           new="(1.0 - (d[t + 1] if t + 1 < r.shape[0] else 0.0))",
-           expected="is wrong at index [0, 0]: got 1.0, expected 1.5"),
+    Mutant(
+        "reward_to_go",
+        "done_one_step_late",
+        old="(1.0 - d[t])",
+        new="(1.0 - (d[t + 1] if t + 1 < r.shape[0] else 0.0))",
+        expected="is wrong at index [0, 0]: got 1.0, expected 1.5",
+    ),
     # ignores `dones`, so returns leak across episode ends
-    Mutant("reward_to_go", "ignores_dones",
-           old="gamma * (1.0 - d[t]) * running",
-           new="gamma * running",
-           expected="got 1.875, expected 1.5"),
+    Mutant(
+        "reward_to_go",
+        "ignores_dones",
+        old="gamma * (1.0 - d[t]) * running",
+        new="gamma * running",
+        expected="got 1.875, expected 1.5",
+    ),
     # keeps the input's dtype, so the output is allocated like it and integer rewards truncate
-    Mutant("reward_to_go", "integer_dtype",
-           old="r = np.asarray(rewards, dtype=np.float64)",
-           new="r = np.asarray(rewards)",
-           expected="has dtype int64; expected a float array"),
+    Mutant(
+        "reward_to_go",
+        "integer_dtype",
+        old="r = np.asarray(rewards, dtype=np.float64)",
+        new="r = np.asarray(rewards)",
+        expected="has dtype int64; expected a float array",
+    ),
     # accumulates into the caller's `rewards` array (np.asarray does not copy a float64 array)
-    Mutant("reward_to_go", "mutates_input",
-           old="""\
+    Mutant(
+        "reward_to_go",
+        "mutates_input",
+        old="""\
     out = np.zeros_like(r)
     running = np.zeros(r.shape[1:], dtype=np.float64)
     for t in reversed(range(r.shape[0])):
         running = r[t] + gamma * (1.0 - d[t]) * running
         out[t] = running
     return out""",
-           new="""\
+        new="""\
     for t in reversed(range(r.shape[0] - 1)):
         r[t] = r[t] + gamma * (1.0 - d[t]) * r[t + 1]
     return r.copy()""",
-           expected="changed the `rewards` array it was given"),
+        expected="changed the `rewards` array it was given",
+    ),
     # treats the rollout as [B, T] (time on axis 1)
-    Mutant("reward_to_go", "time_on_axis_1",
-           old="""\
+    Mutant(
+        "reward_to_go",
+        "time_on_axis_1",
+        old="""\
     running = np.zeros(r.shape[1:], dtype=np.float64)
     for t in reversed(range(r.shape[0])):
         running = r[t] + gamma * (1.0 - d[t]) * running
         out[t] = running""",
-           new="""\
+        new="""\
     running = np.zeros(r.shape[0], dtype=np.float64)
     for t in reversed(range(r.shape[1])):
         running = r[:, t] + gamma * (1.0 - d[:, t]) * running
         out[:, t] = running""",
-           expected="is wrong at index"),
+        expected="is wrong at index",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -64,29 +79,35 @@ REWARD_TO_GO = [
 
 SURROGATE_LOSS = [
     # returns a Python float, which autograd cannot differentiate
-    Mutant("surrogate_loss", "item",
-           old=".mean()", new=".mean().item()",
-           expected="expected a torch tensor"),
+    Mutant("surrogate_loss", "item", old=".mean()", new=".mean().item()", expected="expected a torch tensor"),
     # forgets the minus sign, so minimising it descends J
-    Mutant("surrogate_loss", "no_minus",
-           old="return -(", new="return (",
-           expected="check the minus sign"),
+    Mutant("surrogate_loss", "no_minus", old="return -(", new="return (", expected="check the minus sign"),
     # lets the gradient flow into the advantages
-    Mutant("surrogate_loss", "not_detached",
-           old="advantages.detach()", new="advantages",
-           expected="backpropagated into `advantages`"),
+    Mutant(
+        "surrogate_loss",
+        "not_detached",
+        old="advantages.detach()",
+        new="advantages",
+        expected="backpropagated into `advantages`",
+    ),
     # weights the probability, not the log-probability
-    Mutant("surrogate_loss", "probs",
-           old="torch.log_softmax(logits, dim=-1)", new="torch.softmax(logits, dim=-1)",
-           expected="expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = 1.38629"),
+    Mutant(
+        "surrogate_loss",
+        "probs",
+        old="torch.log_softmax(logits, dim=-1)",
+        new="torch.softmax(logits, dim=-1)",
+        expected="expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = 1.38629",
+    ),
     # normalises over the batch axis (dim 0) instead of the actions
-    Mutant("surrogate_loss", "softmax_over_batch",
-           old="dim=-1", new="dim=0",
-           expected="random case 1 (N=1, K=2"),
+    Mutant("surrogate_loss", "softmax_over_batch", old="dim=-1", new="dim=0", expected="random case 1 (N=1, K=2"),
     # sums over the samples instead of averaging
-    Mutant("surrogate_loss", "sum",
-           old=".mean()", new=".sum()",
-           expected="= 2.77259; expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = 1.38629"),
+    Mutant(
+        "surrogate_loss",
+        "sum",
+        old=".mean()",
+        new=".sum()",
+        expected="= 2.77259; expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = 1.38629",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -95,37 +116,55 @@ SURROGATE_LOSS = [
 
 GROUP_RELATIVE_ADVANTAGES = [
     # one mean and std over the whole batch, not per group
-    Mutant("group_relative_advantages", "batch_mean",
-           old="""\
+    Mutant(
+        "group_relative_advantages",
+        "batch_mean",
+        old="""\
     centred = r - r.mean(axis=1, keepdims=True)
     if not normalize_std:
         return centred
     return centred / (r.std(axis=1, keepdims=True) + eps)""",
-           new="""\
+        new="""\
     centred = r - r.mean()
     if not normalize_std:
         return centred
     return centred / (r.std() + eps)""",
-           expected="got 0.25, expected 0.5"),
+        expected="got 0.25, expected 0.5",
+    ),
     # sample std (ddof = 1) instead of the population std
-    Mutant("group_relative_advantages", "ddof1",
-           old="r.std(axis=1, keepdims=True)", new="r.std(axis=1, ddof=1, keepdims=True)",
-           expected="got -0.707107, expected -1"),
+    Mutant(
+        "group_relative_advantages",
+        "ddof1",
+        old="r.std(axis=1, keepdims=True)",
+        new="r.std(axis=1, ddof=1, keepdims=True)",
+        expected="got -0.707107, expected -1",
+    ),
     # eps inside the square root, sqrt(var + eps)
-    Mutant("group_relative_advantages", "eps_in_sqrt",
-           old="(r.std(axis=1, keepdims=True) + eps)", new="np.sqrt(r.var(axis=1, keepdims=True) + eps)",
-           expected="got -0.57735, expected -0.5"),
+    Mutant(
+        "group_relative_advantages",
+        "eps_in_sqrt",
+        old="(r.std(axis=1, keepdims=True) + eps)",
+        new="np.sqrt(r.var(axis=1, keepdims=True) + eps)",
+        expected="got -0.57735, expected -0.5",
+    ),
     # always divides by the std, ignoring normalize_std
-    Mutant("group_relative_advantages", "ignores_flag",
-           old="    if not normalize_std:\n        return centred\n", new="",
-           expected="got 0.999998, expected 0.5"),
+    Mutant(
+        "group_relative_advantages",
+        "ignores_flag",
+        old="    if not normalize_std:\n        return centred\n",
+        new="",
+        expected="got 0.999998, expected 0.5",
+    ),
     # no eps, so a group of equal rewards gives 0/0 = NaN
-    Mutant("group_relative_advantages", "nan_for_ties",
-           old="    return centred / (r.std(axis=1, keepdims=True) + eps)",
-           new="""\
+    Mutant(
+        "group_relative_advantages",
+        "nan_for_ties",
+        old="    return centred / (r.std(axis=1, keepdims=True) + eps)",
+        new="""\
     with np.errstate(invalid="ignore", divide="ignore"):
         return centred / r.std(axis=1, keepdims=True)""",
-           expected="contains nan at index [0, 0]"),
+        expected="contains nan at index [0, 0]",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -134,47 +173,75 @@ GROUP_RELATIVE_ADVANTAGES = [
 
 REINFORCE_UPDATE = [
     # maximises the surrogate loss, moving against the policy gradient
-    Mutant("reinforce_update", "ascends_loss",
-           old="loss.backward()", new="(-loss).backward()",
-           expected="moved opposite to a policy-gradient step"),
+    Mutant(
+        "reinforce_update",
+        "ascends_loss",
+        old="loss.backward()",
+        new="(-loss).backward()",
+        expected="moved opposite to a policy-gradient step",
+    ),
     # sums rewards to the end of the rollout, across episode ends
-    Mutant("reinforce_update", "ignores_dones",
-           old="reward_to_go(rewards, dones, gamma)",
-           new="reward_to_go(rewards, np.zeros_like(np.asarray(dones, dtype=np.float64)), gamma)",
-           expected="the returns run across episode ends"),
+    Mutant(
+        "reinforce_update",
+        "ignores_dones",
+        old="reward_to_go(rewards, dones, gamma)",
+        new="reward_to_go(rewards, np.zeros_like(np.asarray(dones, dtype=np.float64)), gamma)",
+        expected="the returns run across episode ends",
+    ),
     # returns the loss recomputed after the step
-    Mutant("reinforce_update", "loss_after_step",
-           old="    return loss.item()",
-           new="""\
+    Mutant(
+        "reinforce_update",
+        "loss_after_step",
+        old="    return loss.item()",
+        new="""\
     with torch.no_grad():
         return surrogate_loss(policy(obs_t), actions_t, adv_t).item()""",
-           expected="expected the surrogate loss before the step"),
+        expected="expected the surrogate loss before the step",
+    ),
     # never clears old gradients, so stale .grad values leak into the step
-    Mutant("reinforce_update", "no_zero_grad",
-           old="    optimizer.zero_grad()\n", new="",
-           expected="call optimizer.zero_grad() before loss.backward()"),
+    Mutant(
+        "reinforce_update",
+        "no_zero_grad",
+        old="    optimizer.zero_grad()\n",
+        new="",
+        expected="call optimizer.zero_grad() before loss.backward()",
+    ),
     # subtracts nothing and divides by nothing: the weights are the raw reward-to-go
-    Mutant("reinforce_update", "not_normalized",
-           old="adv = (g - g.mean()) / (g.std() + 1e-8)", new="adv = g",
-           expected="the weights are not normalised"),
+    Mutant(
+        "reinforce_update",
+        "not_normalized",
+        old="adv = (g - g.mean()) / (g.std() + 1e-8)",
+        new="adv = g",
+        expected="the weights are not normalised",
+    ),
     # returns the loss tensor instead of a float
-    Mutant("reinforce_update", "returns_tensor",
-           old="return loss.item()", new="return loss",
-           expected="return a Python float (loss.item())"),
+    Mutant(
+        "reinforce_update",
+        "returns_tensor",
+        old="return loss.item()",
+        new="return loss",
+        expected="return a Python float (loss.item())",
+    ),
     # normalises with torch's .std(), whose default is the sample std (ddof = 1)
-    Mutant("reinforce_update", "torch_std",
-           old="""\
+    Mutant(
+        "reinforce_update",
+        "torch_std",
+        old="""\
     g = reward_to_go(rewards, dones, gamma)
     adv = (g - g.mean()) / (g.std() + 1e-8)""",
-           new="""\
+        new="""\
     g = torch.as_tensor(reward_to_go(rewards, dones, gamma))
     adv = ((g - g.mean()) / (g.std() + 1e-8)).numpy()""",
-           expected="the std is the sample std (ddof = 1"),
+        expected="the std is the sample std (ddof = 1",
+    ),
     # weights every step by its column's total reward instead of its reward-to-go
-    Mutant("reinforce_update", "whole_column_return",
-           old="g = reward_to_go(rewards, dones, gamma)",
-           new="g = np.broadcast_to(np.asarray(rewards, dtype=np.float64).sum(axis=0), np.shape(rewards))",
-           expected="expected -lr * dL/dtheta"),
+    Mutant(
+        "reinforce_update",
+        "whole_column_return",
+        old="g = reward_to_go(rewards, dones, gamma)",
+        new="g = np.broadcast_to(np.asarray(rewards, dtype=np.float64).sum(axis=0), np.shape(rewards))",
+        expected="expected -lr * dL/dtheta",
+    ),
 ]
 
 MUTANTS: list[Mutant] = REWARD_TO_GO + SURROGATE_LOSS + GROUP_RELATIVE_ADVANTAGES + REINFORCE_UPDATE

@@ -15,38 +15,56 @@ from conftest import Mutant
 
 IS_ESTIMATE = [
     # w = mu / pi: the ratio upside down
-    Mutant("is_estimate", "inverted_weights",
-           old="np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)",
-           new="np.asarray(logp_behaviour, dtype=np.float64) - np.asarray(logp_target, dtype=np.float64)",
-           expected="the weights are inverted"),
+    Mutant(
+        "is_estimate",
+        "inverted_weights",
+        old="np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)",
+        new="np.asarray(logp_behaviour, dtype=np.float64) - np.asarray(logp_target, dtype=np.float64)",
+        expected="the weights are inverted",
+    ),
     # divides by the sum of the weights (self-normalised IS, biased)
-    Mutant("is_estimate", "self_normalised",
-           old="np.mean(np.exp(log_w) * f)",
-           new="np.sum(np.exp(log_w) * f) / np.sum(np.exp(log_w))",
-           expected="the self-normalised estimate"),
+    Mutant(
+        "is_estimate",
+        "self_normalised",
+        old="np.mean(np.exp(log_w) * f)",
+        new="np.sum(np.exp(log_w) * f) / np.sum(np.exp(log_w))",
+        expected="the self-normalised estimate",
+    ),
     # sums instead of averaging
-    Mutant("is_estimate", "sum_not_mean",
-           old="np.mean(np.exp(log_w) * f)",
-           new="np.sum(np.exp(log_w) * f)",
-           expected="summed over the samples"),
+    Mutant(
+        "is_estimate",
+        "sum_not_mean",
+        old="np.mean(np.exp(log_w) * f)",
+        new="np.sum(np.exp(log_w) * f)",
+        expected="summed over the samples",
+    ),
     # averages the weights and forgets the values
-    Mutant("is_estimate", "weights_only",
-           old="np.mean(np.exp(log_w) * f)",
-           new="np.mean(np.exp(log_w))",
-           expected="the values are missing"),
+    Mutant(
+        "is_estimate",
+        "weights_only",
+        old="np.mean(np.exp(log_w) * f)",
+        new="np.mean(np.exp(log_w))",
+        expected="the values are missing",
+    ),
     # exponentiates each log-probability: exp(-1000) = 0, so 0 / 0
-    Mutant("is_estimate", "ratio_of_probabilities",
-           old="log_w = np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)\n"
-               "    return float(np.mean(np.exp(log_w) * f))",
-           new="w = np.exp(np.asarray(logp_target, dtype=np.float64))"
-               " / np.exp(np.asarray(logp_behaviour, dtype=np.float64))\n"
-               "    return float(np.mean(w * f))",
-           expected="returned nan: exp(-1000) is 0.0"),
+    Mutant(
+        "is_estimate",
+        "ratio_of_probabilities",
+        old="log_w = np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)\n"
+        "    return float(np.mean(np.exp(log_w) * f))",
+        new="w = np.exp(np.asarray(logp_target, dtype=np.float64))"
+        " / np.exp(np.asarray(logp_behaviour, dtype=np.float64))\n"
+        "    return float(np.mean(w * f))",
+        expected="returned nan: exp(-1000) is 0.0",
+    ),
     # returns the per-sample terms, not their mean
-    Mutant("is_estimate", "returns_array",
-           old="return float(np.mean(np.exp(log_w) * f))",
-           new="return np.exp(log_w) * f",
-           expected="is an array of shape (5,); expected one number"),
+    Mutant(
+        "is_estimate",
+        "returns_array",
+        old="return float(np.mean(np.exp(log_w) * f))",
+        new="return np.exp(log_w) * f",
+        expected="is an array of shape (5,); expected one number",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -55,35 +73,53 @@ IS_ESTIMATE = [
 
 TRUNCATED_WEIGHTS = [
     # max instead of min: raises every weight to at least c
-    Mutant("truncated_weights", "max_not_min",
-           old="np.minimum(log_w, np.log(c))",
-           new="np.maximum(log_w, np.log(c))",
-           expected="truncation only caps weights above c"),
+    Mutant(
+        "truncated_weights",
+        "max_not_min",
+        old="np.minimum(log_w, np.log(c))",
+        new="np.maximum(log_w, np.log(c))",
+        expected="truncation only caps weights above c",
+    ),
     # clips on both sides, to [1/c, c]
-    Mutant("truncated_weights", "two_sided_clip",
-           old="np.minimum(log_w, np.log(c))",
-           new="np.clip(log_w, -np.log(c), np.log(c))",
-           expected="truncation is one-sided"),
+    Mutant(
+        "truncated_weights",
+        "two_sided_clip",
+        old="np.minimum(log_w, np.log(c))",
+        new="np.clip(log_w, -np.log(c), np.log(c))",
+        expected="truncation is one-sided",
+    ),
     # compares log w with c instead of log c
-    Mutant("truncated_weights", "compares_with_c",
-           old="np.minimum(log_w, np.log(c))",
-           new="np.minimum(log_w, c)",
-           expected="compare log w with log c"),
+    Mutant(
+        "truncated_weights",
+        "compares_with_c",
+        old="np.minimum(log_w, np.log(c))",
+        new="np.minimum(log_w, c)",
+        expected="compare log w with log c",
+    ),
     # truncates at 1 whatever c is
-    Mutant("truncated_weights", "caps_at_one",
-           old="np.minimum(log_w, np.log(c))",
-           new="np.minimum(log_w, 0.0)",
-           expected="capped at 1, not at c"),
+    Mutant(
+        "truncated_weights",
+        "caps_at_one",
+        old="np.minimum(log_w, np.log(c))",
+        new="np.minimum(log_w, 0.0)",
+        expected="capped at 1, not at c",
+    ),
     # forgets to exponentiate: returns truncated log-weights
-    Mutant("truncated_weights", "no_exp",
-           old="np.exp(np.minimum(log_w, np.log(c)))",
-           new="np.minimum(log_w, np.log(c))",
-           expected="these are log-weights"),
+    Mutant(
+        "truncated_weights",
+        "no_exp",
+        old="np.exp(np.minimum(log_w, np.log(c)))",
+        new="np.minimum(log_w, np.log(c))",
+        expected="these are log-weights",
+    ),
     # exponentiates first: exp(800) overflows
-    Mutant("truncated_weights", "exp_then_min",
-           old="np.exp(np.minimum(log_w, np.log(c)))",
-           new="np.minimum(np.exp(log_w), c)",
-           expected="overflow encountered in exp"),
+    Mutant(
+        "truncated_weights",
+        "exp_then_min",
+        old="np.exp(np.minimum(log_w, np.log(c)))",
+        new="np.minimum(np.exp(log_w), c)",
+        expected="overflow encountered in exp",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -92,30 +128,45 @@ TRUNCATED_WEIGHTS = [
 
 EFFECTIVE_SAMPLE_SIZE = [
     # sum w^2 / (sum w)^2, upside down
-    Mutant("effective_sample_size", "inverse",
-           old="float(total * total / squares)",
-           new="float(squares / (total * total))",
-           expected="the inverse of the ESS"),
+    Mutant(
+        "effective_sample_size",
+        "inverse",
+        old="float(total * total / squares)",
+        new="float(squares / (total * total))",
+        expected="the inverse of the ESS",
+    ),
     # forgets to square the sum
-    Mutant("effective_sample_size", "sum_not_squared",
-           old="float(total * total / squares)",
-           new="float(total / squares)",
-           expected="the sum of the weights must be squared"),
+    Mutant(
+        "effective_sample_size",
+        "sum_not_squared",
+        old="float(total * total / squares)",
+        new="float(total / squares)",
+        expected="the sum of the weights must be squared",
+    ),
     # returns ESS / N
-    Mutant("effective_sample_size", "divided_by_n",
-           old="float(total * total / squares)",
-           new="float(total * total / squares / len(w))",
-           expected="that is ESS / N"),
+    Mutant(
+        "effective_sample_size",
+        "divided_by_n",
+        old="float(total * total / squares)",
+        new="float(total * total / squares / len(w))",
+        expected="that is ESS / N",
+    ),
     # mean of the squares in the denominator
-    Mutant("effective_sample_size", "mean_of_squares",
-           old="squares = np.sum(w * w)",
-           new="squares = np.mean(w * w)",
-           expected="not their mean"),
+    Mutant(
+        "effective_sample_size",
+        "mean_of_squares",
+        old="squares = np.sum(w * w)",
+        new="squares = np.mean(w * w)",
+        expected="not their mean",
+    ),
     # no guard for all-zero weights: 0 / 0 = nan
-    Mutant("effective_sample_size", "nan_for_zeros",
-           old="    if squares == 0:\n        return 0.0\n",
-           new="",
-           expected="all-zero weights give 0.0, not NaN"),
+    Mutant(
+        "effective_sample_size",
+        "nan_for_zeros",
+        old="    if squares == 0:\n        return 0.0\n",
+        new="",
+        expected="all-zero weights give 0.0, not NaN",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -124,35 +175,53 @@ EFFECTIVE_SAMPLE_SIZE = [
 
 TOKEN_AND_SEQUENCE_RATIOS = [
     # the geometric mean of the token ratios (length-normalised), not their product
-    Mutant("token_and_sequence_ratios", "geometric_mean",
-           old="np.exp(log_ratio.sum(axis=1))",
-           new="np.exp(log_ratio.sum(axis=1) / real.sum(axis=1))",
-           expected="geometric mean"),
+    Mutant(
+        "token_and_sequence_ratios",
+        "geometric_mean",
+        old="np.exp(log_ratio.sum(axis=1))",
+        new="np.exp(log_ratio.sum(axis=1) / real.sum(axis=1))",
+        expected="geometric mean",
+    ),
     # ignores the mask: padding leaks into both results
-    Mutant("token_and_sequence_ratios", "ignores_mask",
-           old="np.where(real, new - old, 0.0)",
-           new="new - old",
-           expected="include the padding"),
+    Mutant(
+        "token_and_sequence_ratios",
+        "ignores_mask",
+        old="np.where(real, new - old, 0.0)",
+        new="new - old",
+        expected="include the padding",
+    ),
     # mu / pi per token
-    Mutant("token_and_sequence_ratios", "inverted_ratio",
-           old="np.where(real, new - old, 0.0)",
-           new="np.where(real, old - new, 0.0)",
-           expected="the token ratios are inverted"),
+    Mutant(
+        "token_and_sequence_ratios",
+        "inverted_ratio",
+        old="np.where(real, new - old, 0.0)",
+        new="np.where(real, old - new, 0.0)",
+        expected="the token ratios are inverted",
+    ),
     # token ratio 0 at padding instead of 1
-    Mutant("token_and_sequence_ratios", "zero_at_padding",
-           old="return np.exp(log_ratio), ",
-           new="return np.where(real, np.exp(log_ratio), 0.0), ",
-           expected="are 0 at padding; expected 1.0"),
+    Mutant(
+        "token_and_sequence_ratios",
+        "zero_at_padding",
+        old="return np.exp(log_ratio), ",
+        new="return np.where(real, np.exp(log_ratio), 0.0), ",
+        expected="are 0 at padding; expected 1.0",
+    ),
     # ratio of probabilities: exp(-800) = 0, so 0 / 0
-    Mutant("token_and_sequence_ratios", "ratio_of_probabilities",
-           old="np.where(real, new - old, 0.0)",
-           new="np.where(real, np.log(np.exp(new) / np.exp(old)), 0.0)",
-           expected="contains NaN or inf"),
+    Mutant(
+        "token_and_sequence_ratios",
+        "ratio_of_probabilities",
+        old="np.where(real, new - old, 0.0)",
+        new="np.where(real, np.log(np.exp(new) / np.exp(old)), 0.0)",
+        expected="contains NaN or inf",
+    ),
     # sums over the batch axis instead of time
-    Mutant("token_and_sequence_ratios", "sum_over_time_axis",
-           old="log_ratio.sum(axis=1)",
-           new="log_ratio.sum(axis=0)",
-           expected="has shape (5,); expected shape (3,)"),
+    Mutant(
+        "token_and_sequence_ratios",
+        "sum_over_time_axis",
+        old="log_ratio.sum(axis=1)",
+        new="log_ratio.sum(axis=0)",
+        expected="has shape (5,); expected shape (3,)",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -161,55 +230,81 @@ TOKEN_AND_SEQUENCE_RATIOS = [
 
 CLIPPED_SURROGATE_LOSS = [
     # max of the two terms instead of the min
-    Mutant("clipped_surrogate_loss", "max_not_min",
-           old="torch.min(unclipped, clipped)",
-           new="torch.max(unclipped, clipped)",
-           expected="PPO takes the minimum"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "max_not_min",
+        old="torch.min(unclipped, clipped)",
+        new="torch.max(unclipped, clipped)",
+        expected="PPO takes the minimum",
+    ),
     # keeps only the clipped term
-    Mutant("clipped_surrogate_loss", "clipped_term_only",
-           old="torch.min(unclipped, clipped)",
-           new="clipped",
-           expected="the clipped term alone"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "clipped_term_only",
+        old="torch.min(unclipped, clipped)",
+        new="clipped",
+        expected="the clipped term alone",
+    ),
     # returns the surrogate, not minus it
-    Mutant("clipped_surrogate_loss", "no_minus",
-           old="return -torch.min(",
-           new="return torch.min(",
-           expected="minimise minus the surrogate"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "no_minus",
+        old="return -torch.min(",
+        new="return torch.min(",
+        expected="minimise minus the surrogate",
+    ),
     # gradient flows into logp_old
-    Mutant("clipped_surrogate_loss", "old_not_detached",
-           old="logp_new - logp_old.detach()",
-           new="logp_new - logp_old",
-           expected="a gradient flowed into `logp_old`"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "old_not_detached",
+        old="logp_new - logp_old.detach()",
+        new="logp_new - logp_old",
+        expected="a gradient flowed into `logp_old`",
+    ),
     # gradient flows into the advantages
-    Mutant("clipped_surrogate_loss", "advantages_not_detached",
-           old="adv = advantages.detach()",
-           new="adv = advantages",
-           expected="a gradient flowed into `advantages`"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "advantages_not_detached",
+        old="adv = advantages.detach()",
+        new="adv = advantages",
+        expected="a gradient flowed into `advantages`",
+    ),
     # sums instead of averaging
-    Mutant("clipped_surrogate_loss", "sum_not_mean",
-           old=".mean()",
-           new=".sum()",
-           expected="expected -mean(A) = -0.625"),
+    Mutant(
+        "clipped_surrogate_loss", "sum_not_mean", old=".mean()", new=".sum()", expected="expected -mean(A) = -0.625"
+    ),
     # ratio mu / pi
-    Mutant("clipped_surrogate_loss", "inverted_ratio",
-           old="torch.exp(logp_new - logp_old.detach())",
-           new="torch.exp(logp_old.detach() - logp_new)",
-           expected="points the wrong way"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "inverted_ratio",
+        old="torch.exp(logp_new - logp_old.detach())",
+        new="torch.exp(logp_old.detach() - logp_new)",
+        expected="points the wrong way",
+    ),
     # clips the advantage instead of the ratio
-    Mutant("clipped_surrogate_loss", "clips_advantage",
-           old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv",
-           new="ratio * torch.clamp(adv, 1.0 - eps, 1.0 + eps)",
-           expected="expected -mean(A) = -0.625"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "clips_advantage",
+        old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv",
+        new="ratio * torch.clamp(adv, 1.0 - eps, 1.0 + eps)",
+        expected="expected -mean(A) = -0.625",
+    ),
     # returns a float (.item()), not a tensor
-    Mutant("clipped_surrogate_loss", "returns_float",
-           old="torch.min(unclipped, clipped).mean()",
-           new="torch.min(unclipped, clipped).mean().item()",
-           expected="expected a torch tensor"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "returns_float",
+        old="torch.min(unclipped, clipped).mean()",
+        new="torch.min(unclipped, clipped).mean().item()",
+        expected="expected a torch tensor",
+    ),
     # hard-codes eps = 0.2
-    Mutant("clipped_surrogate_loss", "ignores_eps",
-           old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps)",
-           new="torch.clamp(ratio, 0.8, 1.2)",
-           expected="clip the ratio to [1 - eps, 1 + eps]"),
+    Mutant(
+        "clipped_surrogate_loss",
+        "ignores_eps",
+        old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps)",
+        new="torch.clamp(ratio, 0.8, 1.2)",
+        expected="clip the ratio to [1 - eps, 1 + eps]",
+    ),
 ]
 
 MUTANTS: list[Mutant] = (

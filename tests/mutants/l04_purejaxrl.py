@@ -7,59 +7,151 @@ CS, GS, PL, TG = "cartpole_step", "gae_scan", "ppo_clip_loss", "train_grid"
 TERM = "terminated = (jnp.abs(new_x) > params.x_threshold) | (jnp.abs(new_theta) > params.theta_threshold_radians)"
 ADV = "adv = delta + gamma * lam * nd * next_adv"
 SCAN = "jax.lax.scan(step, init, (rewards, values, not_done), reverse=True)"
-EULER = ("new_x = x + params.tau * x_dot\n    new_x_dot = x_dot + params.tau * x_acc\n"
-         "    new_theta = theta + params.tau * theta_dot\n    new_theta_dot = theta_dot + params.tau * theta_acc")
+EULER = (
+    "new_x = x + params.tau * x_dot\n    new_x_dot = x_dot + params.tau * x_acc\n"
+    "    new_theta = theta + params.tau * theta_dot\n    new_theta_dot = theta_dot + params.tau * theta_acc"
+)
 GRID = "jax.vmap(over_seeds, in_axes=(None, 0))(keys, jnp.asarray(lrs))"
 
 MUTANTS: list[Mutant] = [
     # cartpole_step
-    Mutant(CS, "semi_implicit_euler", EULER, EULER.replace("x + params.tau * x_dot", "x + params.tau * new_x_dot")
-           .replace("theta + params.tau * theta_dot", "theta + params.tau * new_theta_dot")
-           .replace("new_x = x + params.tau * new_x_dot\n    new_x_dot = x_dot + params.tau * x_acc",
-                    "new_x_dot = x_dot + params.tau * x_acc\n    new_x = x + params.tau * new_x_dot")
-           .replace("new_theta = theta + params.tau * new_theta_dot\n    new_theta_dot = theta_dot + params.tau * theta_acc",
-                    "new_theta_dot = theta_dot + params.tau * theta_acc\n    new_theta = theta + params.tau * new_theta_dot"),
-           "explicit Euler updates x with the old x_dot"),
-    Mutant(CS, "force_sign", "jnp.where(action == 1, params.force_mag, -params.force_mag)",
-           "jnp.where(action == 1, -params.force_mag, params.force_mag)", "the force has the wrong sign"),
-    Mutant(CS, "degrees_threshold", TERM,
-           "terminated = (jnp.abs(new_x) > params.x_threshold) | (jnp.abs(new_theta) > 12.0)",
-           "theta_threshold_radians is already in radians"),
-    Mutant(CS, "python_if", TERM,
-           "terminated = jnp.asarray(abs(float(new_x)) > params.x_threshold or abs(float(new_theta)) > "
-           "params.theta_threshold_radians)", "fails under jax.jit"),
-    Mutant(CS, "old_state_terminates", TERM,
-           "terminated = (jnp.abs(x) > params.x_threshold) | (jnp.abs(theta) > params.theta_threshold_radians)",
-           "gymnasium says"),
-    Mutant(CS, "pole_mass_for_total", "total_mass = params.masscart + params.masspole", "total_mass = params.masscart",
-           "is wrong at index"),
-    Mutant(CS, "no_sin_in_theta_acc", "(params.gravity * sintheta - costheta * temp)",
-           "(params.gravity * theta - costheta * temp)", "is wrong at index"),
+    Mutant(
+        CS,
+        "semi_implicit_euler",
+        EULER,
+        EULER.replace("x + params.tau * x_dot", "x + params.tau * new_x_dot")
+        .replace("theta + params.tau * theta_dot", "theta + params.tau * new_theta_dot")
+        .replace(
+            "new_x = x + params.tau * new_x_dot\n    new_x_dot = x_dot + params.tau * x_acc",
+            "new_x_dot = x_dot + params.tau * x_acc\n    new_x = x + params.tau * new_x_dot",
+        )
+        .replace(
+            "new_theta = theta + params.tau * new_theta_dot\n    new_theta_dot = theta_dot + params.tau * theta_acc",
+            "new_theta_dot = theta_dot + params.tau * theta_acc\n    new_theta = theta + params.tau * new_theta_dot",
+        ),
+        "explicit Euler updates x with the old x_dot",
+    ),
+    Mutant(
+        CS,
+        "force_sign",
+        "jnp.where(action == 1, params.force_mag, -params.force_mag)",
+        "jnp.where(action == 1, -params.force_mag, params.force_mag)",
+        "the force has the wrong sign",
+    ),
+    Mutant(
+        CS,
+        "degrees_threshold",
+        TERM,
+        "terminated = (jnp.abs(new_x) > params.x_threshold) | (jnp.abs(new_theta) > 12.0)",
+        "theta_threshold_radians is already in radians",
+    ),
+    Mutant(
+        CS,
+        "python_if",
+        TERM,
+        "terminated = jnp.asarray(abs(float(new_x)) > params.x_threshold or abs(float(new_theta)) > "
+        "params.theta_threshold_radians)",
+        "fails under jax.jit",
+    ),
+    Mutant(
+        CS,
+        "old_state_terminates",
+        TERM,
+        "terminated = (jnp.abs(x) > params.x_threshold) | (jnp.abs(theta) > params.theta_threshold_radians)",
+        "gymnasium says",
+    ),
+    Mutant(
+        CS,
+        "pole_mass_for_total",
+        "total_mass = params.masscart + params.masspole",
+        "total_mass = params.masscart",
+        "is wrong at index",
+    ),
+    Mutant(
+        CS,
+        "no_sin_in_theta_acc",
+        "(params.gravity * sintheta - costheta * temp)",
+        "(params.gravity * theta - costheta * temp)",
+        "is wrong at index",
+    ),
     # gae_scan
-    Mutant(GS, "forward_scan", SCAN, "jax.lax.scan(step, init, (rewards, values, not_done))", "the recursion runs forwards"),
-    Mutant(GS, "trace_crosses_episode_ends", ADV, "adv = delta + gamma * lam * next_adv", "the trace crosses episode ends"),
+    Mutant(
+        GS, "forward_scan", SCAN, "jax.lax.scan(step, init, (rewards, values, not_done))", "the recursion runs forwards"
+    ),
+    Mutant(
+        GS, "trace_crosses_episode_ends", ADV, "adv = delta + gamma * lam * next_adv", "the trace crosses episode ends"
+    ),
     Mutant(GS, "no_lambda", ADV, "adv = delta + gamma * nd * next_adv", "the trace decays by gamma only"),
-    Mutant(GS, "no_bootstrap", "init = (jnp.zeros_like(last_value), last_value)",
-           "init = (jnp.zeros_like(last_value), jnp.zeros_like(last_value))", "is wrong at index"),
-    Mutant(GS, "delta_ignores_done", "delta = r + gamma * nd * next_value - v", "delta = r + gamma * next_value - v",
-           "is wrong at index"),
+    Mutant(
+        GS,
+        "no_bootstrap",
+        "init = (jnp.zeros_like(last_value), last_value)",
+        "init = (jnp.zeros_like(last_value), jnp.zeros_like(last_value))",
+        "is wrong at index",
+    ),
+    Mutant(
+        GS,
+        "delta_ignores_done",
+        "delta = r + gamma * nd * next_value - v",
+        "delta = r + gamma * next_value - v",
+        "is wrong at index",
+    ),
     # ppo_clip_loss
-    Mutant(PL, "max_not_min", "return -jnp.minimum(unclipped, clipped).mean()", "return -jnp.maximum(unclipped, clipped).mean()",
-           "PPO takes the min"),
-    Mutant(PL, "no_minus", "return -jnp.minimum(unclipped, clipped).mean()", "return jnp.minimum(unclipped, clipped).mean()",
-           "the NEGATIVE mean"),
-    Mutant(PL, "clips_advantage", "clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages",
-           "clipped = ratio * jnp.clip(advantages, 1.0 - clip_eps, 1.0 + clip_eps)", "clips the advantage"),
-    Mutant(PL, "log_ratio", "ratio = jnp.exp(log_prob - old_log_prob)", "ratio = log_prob - old_log_prob",
-           "rho_t = exp(log_prob - old_log_prob)"),
-    Mutant(PL, "sum_not_mean", "return -jnp.minimum(unclipped, clipped).mean()", "return -jnp.minimum(unclipped, clipped).sum()",
-           "is wrong at index"),
+    Mutant(
+        PL,
+        "max_not_min",
+        "return -jnp.minimum(unclipped, clipped).mean()",
+        "return -jnp.maximum(unclipped, clipped).mean()",
+        "PPO takes the min",
+    ),
+    Mutant(
+        PL,
+        "no_minus",
+        "return -jnp.minimum(unclipped, clipped).mean()",
+        "return jnp.minimum(unclipped, clipped).mean()",
+        "the NEGATIVE mean",
+    ),
+    Mutant(
+        PL,
+        "clips_advantage",
+        "clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages",
+        "clipped = ratio * jnp.clip(advantages, 1.0 - clip_eps, 1.0 + clip_eps)",
+        "clips the advantage",
+    ),
+    Mutant(
+        PL,
+        "log_ratio",
+        "ratio = jnp.exp(log_prob - old_log_prob)",
+        "ratio = log_prob - old_log_prob",
+        "rho_t = exp(log_prob - old_log_prob)",
+    ),
+    Mutant(
+        PL,
+        "sum_not_mean",
+        "return -jnp.minimum(unclipped, clipped).mean()",
+        "return -jnp.minimum(unclipped, clipped).sum()",
+        "is wrong at index",
+    ),
     # train_grid
-    Mutant(TG, "axes_swapped", GRID, "jax.vmap(jax.vmap(train, in_axes=(None, 0)), in_axes=(0, None))(keys, jnp.asarray(lrs))",
-           "put the learning rates first"),
-    Mutant(TG, "one_key", "keys = jax.random.split(key, n_seeds)", "keys = jnp.stack([key] * n_seeds)",
-           "every seed gave the same run"),
-    Mutant(TG, "python_loop", "return " + GRID,
-           "return jax.tree.map(lambda *xs: jnp.stack(xs), *[over_seeds(keys, lr) for lr in jnp.asarray(lrs)])",
-           "traced 2 times"),
+    Mutant(
+        TG,
+        "axes_swapped",
+        GRID,
+        "jax.vmap(jax.vmap(train, in_axes=(None, 0)), in_axes=(0, None))(keys, jnp.asarray(lrs))",
+        "put the learning rates first",
+    ),
+    Mutant(
+        TG,
+        "one_key",
+        "keys = jax.random.split(key, n_seeds)",
+        "keys = jnp.stack([key] * n_seeds)",
+        "every seed gave the same run",
+    ),
+    Mutant(
+        TG,
+        "python_loop",
+        "return " + GRID,
+        "return jax.tree.map(lambda *xs: jnp.stack(xs), *[over_seeds(keys, lr) for lr in jnp.asarray(lrs)])",
+        "traced 2 times",
+    ),
 ]

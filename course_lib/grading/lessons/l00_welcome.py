@@ -20,12 +20,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.grading.checks import (
-    assert_inputs_unchanged,
     Exercise,
     assert_allclose,
     assert_array,
     assert_finite,
     assert_float_dtype,
+    assert_inputs_unchanged,
     call,
     check_case,
     short_repr,

@@ -27,11 +27,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.grading.checks import (
-    assert_inputs_unchanged,
     Exercise,
     assert_allclose,
     assert_array,
     assert_float_dtype,
+    assert_inputs_unchanged,
     assert_true,
     call,
     check_case,
@@ -122,7 +122,7 @@ def naive_normalized(values: NDArray[np.float64], ddof: int = 0) -> NDArray[np.f
 
 
 def naive_reinforce_loss_and_grad(
-    policy: "torch.nn.Module",
+    policy: torch.nn.Module,
     obs: NDArray[Any],
     actions: NDArray[Any],
     weights: NDArray[np.float64],
@@ -152,7 +152,9 @@ def naive_reinforce_loss_and_grad(
 # ---------------------------------------------------------------------------------------
 
 
-def random_rollout(seed: int, n_t: int, n_b: int, p_done: float = 0.25) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+def random_rollout(
+    seed: int, n_t: int, n_b: int, p_done: float = 0.25
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     """Seeded ``(rewards [T, B], dones [T, B] bool)``; any step may end an episode."""
     rng = np.random.default_rng(seed)
     return np.round(rng.normal(size=(n_t, n_b)), 3), rng.random((n_t, n_b)) < p_done
@@ -230,8 +232,11 @@ def _rtg_int(fn: Callable[..., Any]) -> None:
     rewards = np.array([[1, 2], [3, 4], [5, 6]])
     dones = np.array([[0, 0], [0, 1], [0, 0]])
     # env 0: 1 + .5*3 + .25*5 = 3.75, 3 + .5*5 = 5.5, 5;  env 1: 2 + .5*4 = 4, 4, 6
-    assert_allclose(_rtg(fn, rewards, dones, 0.5), [[3.75, 4.0], [5.5, 4.0], [5.0, 6.0]],
-                    what=_rtg_what((3, 2), 0.5, " with integer inputs"))
+    assert_allclose(
+        _rtg(fn, rewards, dones, 0.5),
+        [[3.75, 4.0], [5.5, 4.0], [5.0, 6.0]],
+        what=_rtg_what((3, 2), 0.5, " with integer inputs"),
+    )
 
 
 @check_case("each env's column equals that column computed alone")
@@ -240,8 +245,11 @@ def _rtg_columns(fn: Callable[..., Any]) -> None:
     together = assert_array(_rtg(fn, rewards, dones, 0.9), what=_rtg_what(rewards.shape, 0.9), shape=(7, 3))
     for b in range(3):
         alone = _rtg(fn, rewards[:, b : b + 1], dones[:, b : b + 1], 0.9)
-        assert_allclose(alone, together[:, b : b + 1],
-                        what=f"{RTG} of env {b}'s column alone (shape (7, 1)), compared with column {b} of the batch")
+        assert_allclose(
+            alone,
+            together[:, b : b + 1],
+            what=f"{RTG} of env {b}'s column alone (shape (7, 1)), compared with column {b} of the batch",
+        )
 
 
 @check_case("gamma = 0 gives the rewards")
@@ -255,8 +263,11 @@ def _rtg_oracle(fn: Callable[..., Any]) -> None:
     cases = [(10, 1, 1, 0.9), (11, 9, 4, 0.99), (12, 30, 3, 0.9), (13, 12, 6, 1.0), (14, 3, 8, 0.5)]
     for case, (seed, n_t, n_b, gamma) in enumerate(cases):
         rewards, dones = random_rollout(seed, n_t, n_b)
-        assert_allclose(_rtg(fn, rewards, dones, gamma), naive_reward_to_go(rewards, dones, gamma),
-                        what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g})")
+        assert_allclose(
+            _rtg(fn, rewards, dones, gamma),
+            naive_reward_to_go(rewards, dones, gamma),
+            what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g})",
+        )
 
 
 @check_case("an empty rollout (T = 0) gives an empty [0, B] float array")
@@ -276,8 +287,17 @@ REWARD_TO_GO = Exercise(
     name=RTG,
     points=10,
     title="reward-to-go of a time-major [T, B] rollout, cut at episode ends (eq. 01.3)",
-    checks=(_rtg_shape, _rtg_known, _rtg_bool, _rtg_int, _rtg_columns, _rtg_gamma0, _rtg_oracle, _rtg_empty,
-            _rtg_inputs),
+    checks=(
+        _rtg_shape,
+        _rtg_known,
+        _rtg_bool,
+        _rtg_int,
+        _rtg_columns,
+        _rtg_gamma0,
+        _rtg_oracle,
+        _rtg_empty,
+        _rtg_inputs,
+    ),
     hints=(
         "lesson 00's backward recursion works on whole rows: G = r[t] + gamma * (1 - d[t]) * G, "
         "with G a [B] array starting at zeros, for t from T - 1 down to 0",
@@ -294,7 +314,7 @@ REWARD_TO_GO = Exercise(
 SUR = "surrogate_loss"
 
 
-def _sur_inputs(seed: int, n: int, k: int, dtype: Any = None) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+def _sur_inputs(seed: int, n: int, k: int, dtype: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     import torch
 
     rng = np.random.default_rng(seed)
@@ -305,7 +325,7 @@ def _sur_inputs(seed: int, n: int, k: int, dtype: Any = None) -> tuple["torch.Te
     return logits, actions, advantages
 
 
-def _sur_value(fn: Callable[..., Any], logits: Any, actions: Any, advantages: Any, what: str) -> "torch.Tensor":
+def _sur_value(fn: Callable[..., Any], logits: Any, actions: Any, advantages: Any, what: str) -> torch.Tensor:
     """Call the learner's loss and require a scalar tensor."""
     import torch
 
@@ -331,12 +351,16 @@ def _sur_known(fn: Callable[..., Any]) -> None:
     import torch
 
     logits = torch.zeros(2, 2, requires_grad=True)
-    loss = _sur_value(fn, logits, torch.tensor([0, 1]), torch.tensor([1.0, 3.0]), f"{SUR}(zeros [2, 2], [0, 1], [1, 3])")
+    loss = _sur_value(
+        fn, logits, torch.tensor([0, 1]), torch.tensor([1.0, 3.0]), f"{SUR}(zeros [2, 2], [0, 1], [1, 3])"
+    )
     got = float(loss.detach())
     expected = 2 * math.log(2)  # -(1 * ln .5 + 3 * ln .5) / 2
     if abs(got - expected) > 1e-5:
-        fail(f"{SUR}(zeros [2, 2], actions [0, 1], advantages [1, 3]) = {fmt_number(got)}; "
-             f"expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = {fmt_number(expected)}")
+        fail(
+            f"{SUR}(zeros [2, 2], actions [0, 1], advantages [1, 3]) = {fmt_number(got)}; "
+            f"expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = {fmt_number(expected)}"
+        )
 
 
 @check_case("a gradient step on the loss makes positive-advantage actions more likely")
@@ -352,28 +376,35 @@ def _sur_sign(fn: Callable[..., Any]) -> None:
         after = torch.softmax(logits - 0.1 * grad, -1)[torch.arange(6), actions]
     for i in range(6):
         if float(adv[i]) > 0 and not after[i] > before[i]:
-            fail(f"after a gradient-descent step on your loss, the action taken in sample {i} (advantage "
-                 f"{fmt_number(float(adv[i]))}) became less likely; minimising L must raise log pi for A > 0 "
-                 "(check the minus sign)")
+            fail(
+                f"after a gradient-descent step on your loss, the action taken in sample {i} (advantage "
+                f"{fmt_number(float(adv[i]))}) became less likely; minimising L must raise log pi for A > 0 "
+                "(check the minus sign)"
+            )
         if float(adv[i]) < 0 and not after[i] < before[i]:
-            fail(f"after a gradient-descent step on your loss, the action taken in sample {i} (advantage "
-                 f"{fmt_number(float(adv[i]))}) became more likely; check the sign of the loss")
+            fail(
+                f"after a gradient-descent step on your loss, the action taken in sample {i} (advantage "
+                f"{fmt_number(float(adv[i]))}) became more likely; check the sign of the loss"
+            )
 
 
 @check_case("value matches a naive float64 log-softmax implementation on random inputs")
 def _sur_oracle(fn: Callable[..., Any]) -> None:
     import torch
 
-    for case, (seed, n, k, dtype) in enumerate([(2, 1, 2, torch.float32), (3, 7, 3, torch.float32),
-                                                (4, 16, 5, torch.float64), (5, 9, 2, torch.float64)]):
+    for case, (seed, n, k, dtype) in enumerate(
+        [(2, 1, 2, torch.float32), (3, 7, 3, torch.float32), (4, 16, 5, torch.float64), (5, 9, 2, torch.float64)]
+    ):
         logits, actions, adv = _sur_inputs(seed, n, k, dtype)
         loss = _sur_value(fn, logits, actions, adv, f"{SUR} on random case {case + 1}")
         got = float(loss.detach())
         expected = naive_surrogate(logits.detach(), actions, adv)
         tol = 1e-5 if dtype == torch.float32 else 1e-9
         if not math.isclose(got, expected, rel_tol=tol, abs_tol=tol):
-            fail(f"random case {case + 1} (N={n}, K={k}, {str(dtype).replace('torch.', '')}): loss "
-                 f"{fmt_number(got)}, expected -mean(A * log_softmax(logits)[action]) = {fmt_number(expected)}")
+            fail(
+                f"random case {case + 1} (N={n}, K={k}, {str(dtype).replace('torch.', '')}): loss "
+                f"{fmt_number(got)}, expected -mean(A * log_softmax(logits)[action]) = {fmt_number(expected)}"
+            )
 
 
 @check_case("gradient w.r.t. the logits is -(1/N) A_i (onehot(a_i) - pi_i)")
@@ -383,11 +414,18 @@ def _sur_grad(fn: Callable[..., Any]) -> None:
     logits, actions, adv = _sur_inputs(6, 8, 3, torch.float64)
     loss = _sur_value(fn, logits, actions, adv, f"{SUR}(...)")
     if not loss.requires_grad:
-        fail(f"{SUR}'s result does not depend on `logits` through autograd (requires_grad is False); "
-             "compute it with torch operations on `logits`, without .detach() or numpy")
+        fail(
+            f"{SUR}'s result does not depend on `logits` through autograd (requires_grad is False); "
+            "compute it with torch operations on `logits`, without .detach() or numpy"
+        )
     (grad,) = torch.autograd.grad(loss, logits)
-    assert_allclose(grad.numpy(), naive_surrogate_grad(logits.detach(), actions, adv),
-                    what="the gradient of your loss w.r.t. logits", rtol=1e-6, atol=1e-10)
+    assert_allclose(
+        grad.numpy(),
+        naive_surrogate_grad(logits.detach(), actions, adv),
+        what="the gradient of your loss w.r.t. logits",
+        rtol=1e-6,
+        atol=1e-10,
+    )
 
 
 @check_case("a mean over samples: repeating the batch leaves the loss unchanged")
@@ -398,8 +436,10 @@ def _sur_mean(fn: Callable[..., Any]) -> None:
     logits2 = logits.detach().repeat(2, 1).requires_grad_(True)
     twice = float(_sur_value(fn, logits2, actions.repeat(2), adv.repeat(2), f"{SUR}(...)").detach())
     if not math.isclose(once, twice, rel_tol=1e-5, abs_tol=1e-6):
-        fail(f"the loss of a batch is {fmt_number(once)} but of the same batch twice {fmt_number(twice)}; "
-             "average over the N samples (.mean()), don't sum")
+        fail(
+            f"the loss of a batch is {fmt_number(once)} but of the same batch twice {fmt_number(twice)}; "
+            "average over the N samples (.mean()), don't sum"
+        )
 
 
 @check_case("no gradient flows into the advantages (they are constants)")
@@ -410,8 +450,10 @@ def _sur_detach(fn: Callable[..., Any]) -> None:
     loss = _sur_value(fn, logits, actions, adv, f"{SUR}(...)")
     loss.backward()
     if adv.grad is not None and bool((adv.grad != 0).any()):
-        fail("the loss backpropagated into `advantages`; they weight the score and must be constants: "
-             "use advantages.detach()")
+        fail(
+            "the loss backpropagated into `advantages`; they weight the score and must be constants: "
+            "use advantages.detach()"
+        )
 
 
 @check_case("does not modify its inputs")
@@ -427,8 +469,7 @@ SURROGATE_LOSS = Exercise(
     name=SUR,
     points=10,
     title="the surrogate loss whose gradient is minus the policy gradient (eq. 01.7)",
-    checks=(_sur_scalar, _sur_sign, _sur_known, _sur_oracle, _sur_grad, _sur_mean, _sur_detach,
-            _sur_inputs_unchanged),
+    checks=(_sur_scalar, _sur_sign, _sur_known, _sur_oracle, _sur_grad, _sur_mean, _sur_detach, _sur_inputs_unchanged),
     hints=(
         "take torch.log_softmax(logits, dim=-1), pick each row's taken action, weight it by the "
         "detached advantage, average, and negate",
@@ -463,23 +504,31 @@ def _gra_shape(fn: Callable[..., Any]) -> None:
 
 @check_case("hand-computed values, without the std")
 def _gra_known_mean(fn: Callable[..., Any]) -> None:
-    assert_allclose(_gra(fn, np.array([[1.0, 0.0, 0.0, 1.0], [2.0, 0.0, 1.0, 1.0]]), normalize_std=False),
-                    [[0.5, -0.5, -0.5, 0.5], [1.0, -1.0, 0.0, 0.0]],
-                    what=_gra_what((2, 4), normalize_std=False))
+    assert_allclose(
+        _gra(fn, np.array([[1.0, 0.0, 0.0, 1.0], [2.0, 0.0, 1.0, 1.0]]), normalize_std=False),
+        [[0.5, -0.5, -0.5, 0.5], [1.0, -1.0, 0.0, 0.0]],
+        what=_gra_what((2, 4), normalize_std=False),
+    )
 
 
 @check_case("the std is the population std (ddof = 0)")
 def _gra_ddof(fn: Callable[..., Any]) -> None:
     # group [0, 1]: mean 0.5, population std 0.5 -> [-1, 1] (ddof = 1 would give std 0.707)
-    assert_allclose(_gra(fn, np.array([[0.0, 1.0]]), normalize_std=True, eps=0.0), [[-1.0, 1.0]],
-                    what=_gra_what((1, 2), normalize_std=True, eps=0.0))
+    assert_allclose(
+        _gra(fn, np.array([[0.0, 1.0]]), normalize_std=True, eps=0.0),
+        [[-1.0, 1.0]],
+        what=_gra_what((1, 2), normalize_std=True, eps=0.0),
+    )
 
 
 @check_case("eps is added to the std, outside the square root")
 def _gra_eps(fn: Callable[..., Any]) -> None:
     # (r - 0.5) / (0.5 + 0.5) = [-0.5, 0.5]
-    assert_allclose(_gra(fn, np.array([[0.0, 1.0]]), normalize_std=True, eps=0.5), [[-0.5, 0.5]],
-                    what=_gra_what((1, 2), normalize_std=True, eps=0.5))
+    assert_allclose(
+        _gra(fn, np.array([[0.0, 1.0]]), normalize_std=True, eps=0.5),
+        [[-0.5, 0.5]],
+        what=_gra_what((1, 2), normalize_std=True, eps=0.5),
+    )
 
 
 @check_case("a group whose rewards are all equal gives zeros, not NaN")
@@ -493,14 +542,21 @@ def _gra_constant(fn: Callable[..., Any]) -> None:
 def _gra_rows(fn: Callable[..., Any]) -> None:
     rewards = np.array([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [5.0, 3.0, 4.0, 4.0]])
     for flag in (False, True):
-        together = assert_array(_gra(fn, rewards, normalize_std=flag), what=_gra_what(rewards.shape, normalize_std=flag),
-                                shape=rewards.shape)
+        together = assert_array(
+            _gra(fn, rewards, normalize_std=flag),
+            what=_gra_what(rewards.shape, normalize_std=flag),
+            shape=rewards.shape,
+        )
         for i in range(rewards.shape[0]):
             alone = _gra(fn, rewards[i : i + 1], normalize_std=flag)
-            assert_allclose(alone, together[i : i + 1],
-                            what=f"group {i} computed alone (normalize_std={flag}), compared with row {i} of the batch")
-        assert_allclose(together, naive_group_advantages(rewards, flag, 1e-6),
-                        what=_gra_what(rewards.shape, normalize_std=flag))
+            assert_allclose(
+                alone,
+                together[i : i + 1],
+                what=f"group {i} computed alone (normalize_std={flag}), compared with row {i} of the batch",
+            )
+        assert_allclose(
+            together, naive_group_advantages(rewards, flag, 1e-6), what=_gra_what(rewards.shape, normalize_std=flag)
+        )
 
 
 @check_case("matches explicit per-group sums on random rewards, with and without the std")
@@ -509,23 +565,32 @@ def _gra_oracle(fn: Callable[..., Any]) -> None:
     for case, (n_b, n_g) in enumerate([(1, 2), (4, 8), (16, 3), (5, 16)]):
         rewards = np.round(rng.normal(size=(n_b, n_g)), 3) if case % 2 else (rng.random((n_b, n_g)) < 0.4).astype(float)
         for flag in (True, False):
-            assert_allclose(_gra(fn, rewards, normalize_std=flag), naive_group_advantages(rewards, flag, 1e-6),
-                            what=f"random case {case + 1} (B={n_b}, G={n_g}, normalize_std={flag})")
+            assert_allclose(
+                _gra(fn, rewards, normalize_std=flag),
+                naive_group_advantages(rewards, flag, 1e-6),
+                what=f"random case {case + 1} (B={n_b}, G={n_g}, normalize_std={flag})",
+            )
 
 
 @check_case("with the std, scaling and shifting the rewards (a * r + c, a > 0) changes nothing")
 def _gra_invariance(fn: Callable[..., Any]) -> None:
     rewards = np.round(np.random.default_rng(1).normal(size=(3, 6)), 3)
     base = assert_array(_gra(fn, rewards, eps=0.0), what=_gra_what(rewards.shape, eps=0.0), shape=rewards.shape)
-    assert_allclose(_gra(fn, 3.0 * rewards + 7.0, eps=0.0), base,
-                    what=f"{GRA}(3 * rewards + 7, eps=0.0) compared with {GRA}(rewards, eps=0.0)", rtol=1e-6, atol=1e-9)
+    assert_allclose(
+        _gra(fn, 3.0 * rewards + 7.0, eps=0.0),
+        base,
+        what=f"{GRA}(3 * rewards + 7, eps=0.0) compared with {GRA}(rewards, eps=0.0)",
+        rtol=1e-6,
+        atol=1e-9,
+    )
 
 
 @check_case("accepts lists and does not modify its input")
 def _gra_inputs(fn: Callable[..., Any]) -> None:
     as_list = [[1, 0, 1], [0, 0, 1]]
-    assert_allclose(call(fn, [row[:] for row in as_list]), naive_group_advantages(as_list, True, 1e-6),
-                    what=f"{GRA}({as_list})")
+    assert_allclose(
+        call(fn, [row[:] for row in as_list]), naive_group_advantages(as_list, True, 1e-6), what=f"{GRA}({as_list})"
+    )
     rewards = np.array([[1.0, 0.0, 2.0], [3.0, 3.0, 1.0]])
     given = rewards.copy()
     call(fn, given)
@@ -536,8 +601,17 @@ GROUP_RELATIVE_ADVANTAGES = Exercise(
     name=GRA,
     points=10,
     title="group-relative advantages of G answers per prompt (GRPO, eq. 01.6)",
-    checks=(_gra_shape, _gra_known_mean, _gra_ddof, _gra_constant, _gra_eps, _gra_rows, _gra_oracle,
-            _gra_invariance, _gra_inputs),
+    checks=(
+        _gra_shape,
+        _gra_known_mean,
+        _gra_ddof,
+        _gra_constant,
+        _gra_eps,
+        _gra_rows,
+        _gra_oracle,
+        _gra_invariance,
+        _gra_inputs,
+    ),
     hints=(
         "each row is one prompt's group: subtract r.mean(axis=1, keepdims=True), then (optionally) "
         "divide by r.std(axis=1, keepdims=True) + eps",
@@ -553,14 +627,14 @@ GROUP_RELATIVE_ADVANTAGES = Exercise(
 UPD = "reinforce_update"
 
 
-def _make_policy(obs_dim: int, n_actions: int, seed: int) -> "torch.nn.Module":
+def _make_policy(obs_dim: int, n_actions: int, seed: int) -> torch.nn.Module:
     from torch import nn
 
     with _torch_seed(seed):
         return nn.Sequential(nn.Linear(obs_dim, 6), nn.Tanh(), nn.Linear(6, n_actions))
 
 
-def _flat_params(policy: "torch.nn.Module") -> NDArray[np.float64]:
+def _flat_params(policy: torch.nn.Module) -> NDArray[np.float64]:
     import torch
 
     with torch.no_grad():
@@ -580,9 +654,16 @@ def _rollout(seed: int, n_t: int, n_b: int, obs_dim: int, n_actions: int) -> dic
     }
 
 
-def _expected_change(policy: "torch.nn.Module", data: dict[str, Any], gamma: float, lr: float, *,
-                     ignore_dones: bool = False, normalize: bool = True,
-                     ddof: int = 0) -> tuple[float, NDArray[np.float64]]:
+def _expected_change(
+    policy: torch.nn.Module,
+    data: dict[str, Any],
+    gamma: float,
+    lr: float,
+    *,
+    ignore_dones: bool = False,
+    normalize: bool = True,
+    ddof: int = 0,
+) -> tuple[float, NDArray[np.float64]]:
     """The oracle's loss and SGD parameter change ``-lr * grad L`` (or those of a named bug)."""
     dones = np.zeros_like(data["dones"]) if ignore_dones else data["dones"]
     g = naive_reward_to_go(data["rewards"], dones, gamma)
@@ -598,9 +679,19 @@ _KNOWN_BUGS = {
 }
 
 
-def _run_update(fn: Callable[..., Any], policy: "torch.nn.Module", optimizer: Any, data: dict[str, Any], gamma: float) -> Any:
-    return call(fn, policy, optimizer, _copy(data["obs"]), _copy(data["actions"]), _copy(data["rewards"]),
-                _copy(data["dones"]), gamma)
+def _run_update(
+    fn: Callable[..., Any], policy: torch.nn.Module, optimizer: Any, data: dict[str, Any], gamma: float
+) -> Any:
+    return call(
+        fn,
+        policy,
+        optimizer,
+        _copy(data["obs"]),
+        _copy(data["actions"]),
+        _copy(data["rewards"]),
+        _copy(data["dones"]),
+        gamma,
+    )
 
 
 def _check_step(fn: Callable[..., Any], seed: int, stale_grads: bool) -> None:
@@ -621,8 +712,10 @@ def _check_step(fn: Callable[..., Any], seed: int, stale_grads: bool) -> None:
     if np.allclose(change, expected, rtol=1e-3, atol=1e-6):
         return
     if stale_grads and np.allclose(change, expected - lr * 5.0, rtol=1e-3, atol=1e-6):
-        fail("gradients left in .grad before the call leaked into the step: call optimizer.zero_grad() "
-             "before loss.backward()")
+        fail(
+            "gradients left in .grad before the call leaked into the step: call optimizer.zero_grad() "
+            "before loss.backward()"
+        )
     if np.allclose(change, 2 * expected, rtol=1e-3, atol=1e-6):
         fail("the parameters moved twice as far as one SGD step: call optimizer.step() once per update")
     if np.allclose(change, -expected, rtol=1e-3, atol=1e-6):
@@ -633,8 +726,10 @@ def _check_step(fn: Callable[..., Any], seed: int, stale_grads: bool) -> None:
         if np.allclose(change, _expected_change(reference, data, gamma, lr, **bug)[1], rtol=1e-3, atol=1e-6):
             fail(message)
     bad = int(np.argmax(np.abs(change - expected)))
-    fail(f"after one SGD step (lr={lr:g}) parameter {bad} changed by {fmt_number(change[bad])}; "
-         f"expected -lr * dL/dtheta = {fmt_number(expected[bad])}")
+    fail(
+        f"after one SGD step (lr={lr:g}) parameter {bad} changed by {fmt_number(change[bad])}; "
+        f"expected -lr * dL/dtheta = {fmt_number(expected[bad])}"
+    )
 
 
 @check_case("one SGD step moves the parameters by -lr * grad L")
@@ -655,8 +750,10 @@ def _upd_loss(fn: Callable[..., Any]) -> None:
     if not isinstance(got, (float, np.floating)):
         fail(f"{UPD} returned {type(got).__name__}; expected the loss as a Python float")
     if not math.isclose(float(got), expected_loss, rel_tol=1e-4, abs_tol=1e-6):
-        fail(f"{UPD} returned {fmt_number(got)}; expected the surrogate loss before the step, "
-             f"{fmt_number(expected_loss)}")
+        fail(
+            f"{UPD} returned {fmt_number(got)}; expected the surrogate loss before the step, "
+            f"{fmt_number(expected_loss)}"
+        )
 
 
 @check_case("stale gradients in .grad do not leak into the step")
@@ -676,8 +773,16 @@ def _upd_inputs(fn: Callable[..., Any]) -> None:
     data = _rollout(4, n_t=4, n_b=2, obs_dim=3, n_actions=2)
     policy = _make_policy(3, 2, 4)
     given = {k: v.copy() for k, v in data.items()}
-    call(fn, policy, torch.optim.SGD(policy.parameters(), lr=0.1), given["obs"], given["actions"], given["rewards"],
-         given["dones"], 0.9)
+    call(
+        fn,
+        policy,
+        torch.optim.SGD(policy.parameters(), lr=0.1),
+        given["obs"],
+        given["actions"],
+        given["rewards"],
+        given["dones"],
+        0.9,
+    )
     for name in ("obs", "actions", "rewards", "dones"):
         assert_true(np.array_equal(given[name], data[name]), f"{UPD} changed the `{name}` array it was given")
 
@@ -709,8 +814,11 @@ def _upd_learns(fn: Callable[..., Any]) -> None:
         call(fn, policy, optimizer, obs[None], acts_np[None], rewards[None], np.ones((1, n_b), dtype=bool), 0.99)
     end = accuracy()
     assert_true(np.isfinite(end), f"the policy's probabilities became {fmt_number(end)} after training")
-    assert_true(end >= 0.9, f"after 40 updates the right action has probability {end:.2f} (from {start:.2f}); "
-                            "expected >= 0.90: your update does not reinforce what worked")
+    assert_true(
+        end >= 0.9,
+        f"after 40 updates the right action has probability {end:.2f} (from {start:.2f}); "
+        "expected >= 0.90: your update does not reinforce what worked",
+    )
 
 
 REINFORCE_UPDATE = Exercise(

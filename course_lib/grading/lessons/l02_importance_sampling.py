@@ -28,15 +28,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.grading.checks import (
-    assert_inputs_unchanged,
-    copy_input,
     Exercise,
     assert_allclose,
     assert_array,
     assert_float_dtype,
+    assert_inputs_unchanged,
     assert_true,
     call,
     check_case,
+    copy_input,
     describe_type,
     fail,
     fmt_number,
@@ -72,7 +72,9 @@ def naive_ess(weights: Any) -> float:
     return 0.0 if squares == 0 else sum(w) ** 2 / squares
 
 
-def naive_token_and_sequence_ratios(logp_new: Any, logp_old: Any, mask: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def naive_token_and_sequence_ratios(
+    logp_new: Any, logp_old: Any, mask: Any
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Token ratios ``exp(new - old)`` (1 at padding) and, per row, the product of the real ones."""
     new = np.asarray(logp_new, dtype=np.float64).tolist()
     old = np.asarray(logp_old, dtype=np.float64).tolist()
@@ -106,7 +108,9 @@ def naive_clipped_terms(logp_new: Any, logp_old: Any, advantages: Any, eps: floa
     return values, slopes
 
 
-def naive_clipped_loss_and_grad(logp_new: Any, logp_old: Any, advantages: Any, eps: float) -> tuple[float, NDArray[np.float64]]:
+def naive_clipped_loss_and_grad(
+    logp_new: Any, logp_old: Any, advantages: Any, eps: float
+) -> tuple[float, NDArray[np.float64]]:
     """``L = -(1/N) sum_i min(r_i A_i, clip(r_i) A_i)`` and ``dL / d log pi_i``."""
     values, slopes = naive_clipped_terms(logp_new, logp_old, advantages, eps)
     n = len(values)
@@ -161,7 +165,9 @@ def _ise(fn: Callable[..., Any], values: Any, lt: Any, lb: Any) -> Any:
     return call(fn, copy_input(values), copy_input(lt), copy_input(lb))
 
 
-def _ise_random(seed: int, n: int, spread: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+def _ise_random(
+    seed: int, n: int, spread: float = 1.0
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     rng = np.random.default_rng(seed)
     lb = np.log(rng.uniform(0.05, 1.0, size=n))
     return np.round(rng.normal(size=n), 3), lb + rng.normal(scale=spread, size=n), lb
@@ -177,23 +183,32 @@ def _ise_scalar(fn: Callable[..., Any]) -> None:
 def _ise_on_policy(fn: Callable[..., Any]) -> None:
     values, _, lb = _ise_random(1, 6)
     got = _scalar(_ise(fn, values, lb, lb), f"{ISE}(values, logp, logp)")
-    assert_true(math.isclose(got, float(np.mean(values)), rel_tol=1e-9, abs_tol=1e-12),
-                f"{ISE}(values, logp, logp) = {fmt_number(got)}; expected the mean of the values, "
-                f"{fmt_number(np.mean(values))} (every weight is exp(0) = 1)")
+    assert_true(
+        math.isclose(got, float(np.mean(values)), rel_tol=1e-9, abs_tol=1e-12),
+        f"{ISE}(values, logp, logp) = {fmt_number(got)}; expected the mean of the values, "
+        f"{fmt_number(np.mean(values))} (every weight is exp(0) = 1)",
+    )
 
 
 @check_case("hand-computed values: weights 2, 0.5, 1 give 4/3")
 def _ise_known(fn: Callable[..., Any]) -> None:
     values = [1.0, 0.0, 2.0]
     pi, mu = [0.5, 0.25, 0.25], [0.25, 0.5, 0.25]
-    got = _scalar(_ise(fn, values, np.log(pi), np.log(mu)), f"{ISE}([1, 0, 2], log [0.5, 0.25, 0.25], log [0.25, 0.5, 0.25])")
+    got = _scalar(
+        _ise(fn, values, np.log(pi), np.log(mu)), f"{ISE}([1, 0, 2], log [0.5, 0.25, 0.25], log [0.25, 0.5, 0.25])"
+    )
     what = f"{ISE}(values [1, 0, 2], pi [0.5, 0.25, 0.25], mu [0.25, 0.5, 0.25])"
-    _diagnose(got, {
-        "the weights are inverted; w = pi / mu = exp(logp_target - logp_behaviour)": (0.5 * 1 + 2 * 0 + 1 * 2) / 3,
-        "divided by the sum of the weights (the self-normalised estimate); divide by N": 4 / 3.5,
-        "summed over the samples; average them (divide by N)": 4.0,
-        "the values are missing: average w_i * values[i], not w_i": 3.5 / 3,
-    }, what, 4 / 3)
+    _diagnose(
+        got,
+        {
+            "the weights are inverted; w = pi / mu = exp(logp_target - logp_behaviour)": (0.5 * 1 + 2 * 0 + 1 * 2) / 3,
+            "divided by the sum of the weights (the self-normalised estimate); divide by N": 4 / 3.5,
+            "summed over the samples; average them (divide by N)": 4.0,
+            "the values are missing: average w_i * values[i], not w_i": 3.5 / 3,
+        },
+        what,
+        4 / 3,
+    )
 
 
 @check_case("averaged over every single sample x ~ mu it gives E_pi[f] exactly (unbiased)")
@@ -201,12 +216,16 @@ def _ise_unbiased(fn: Callable[..., Any]) -> None:
     pi = np.array([0.1, 0.2, 0.3, 0.4])
     mu = np.array([0.4, 0.3, 0.2, 0.1])
     f = np.array([3.0, -1.0, 0.5, 2.0])
-    mean = sum(mu[x] * _scalar(_ise(fn, [f[x]], [math.log(pi[x])], [math.log(mu[x])]), f"{ISE} of one sample")
-               for x in range(4))
+    mean = sum(
+        mu[x] * _scalar(_ise(fn, [f[x]], [math.log(pi[x])], [math.log(mu[x])]), f"{ISE} of one sample")
+        for x in range(4)
+    )
     exact = float(pi @ f)
-    assert_true(math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12),
-                f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) is {fmt_number(mean)}; "
-                f"expected E_pi[f] = {fmt_number(exact)}: the estimate is biased")
+    assert_true(
+        math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12),
+        f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) is {fmt_number(mean)}; "
+        f"expected E_pi[f] = {fmt_number(exact)}: the estimate is biased",
+    )
 
 
 @check_case("matches a naive loop over the samples on random inputs")
@@ -215,8 +234,10 @@ def _ise_oracle(fn: Callable[..., Any]) -> None:
         values, lt, lb = _ise_random(seed, n, spread)
         got = _scalar(_ise(fn, values, lt, lb), f"random case {case + 1} (N={n})")
         expected = naive_is_estimate(values, lt, lb)
-        assert_true(math.isclose(got, expected, rel_tol=1e-7, abs_tol=1e-12),
-                    f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}")
+        assert_true(
+            math.isclose(got, expected, rel_tol=1e-7, abs_tol=1e-12),
+            f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}",
+        )
 
 
 @check_case("log-probabilities near -1000 (probabilities underflow to 0.0)")
@@ -229,19 +250,28 @@ def _ise_stable(fn: Callable[..., Any]) -> None:
         warnings.simplefilter("ignore")
         got = _scalar(_ise(fn, values, lt, lb), f"{ISE}([1, 1, 3], [-1000, -1001, -999.5], [-1001, -1000, -999.5])")
     if not math.isfinite(got):
-        fail(f"{ISE} with log-probabilities near -1000 returned {fmt_number(got)}: exp(-1000) is 0.0 in floating "
-             "point, so pi / mu becomes 0 / 0; compute exp(logp_target - logp_behaviour)")
-    assert_true(math.isclose(got, expected, rel_tol=1e-9),
-                f"{ISE} with log-probabilities near -1000 = {fmt_number(got)}; expected (e + 1/e + 3) / 3 = "
-                f"{fmt_number(expected)}")
+        fail(
+            f"{ISE} with log-probabilities near -1000 returned {fmt_number(got)}: exp(-1000) is 0.0 in floating "
+            "point, so pi / mu becomes 0 / 0; compute exp(logp_target - logp_behaviour)"
+        )
+    assert_true(
+        math.isclose(got, expected, rel_tol=1e-9),
+        f"{ISE} with log-probabilities near -1000 = {fmt_number(got)}; expected (e + 1/e + 3) / 3 = "
+        f"{fmt_number(expected)}",
+    )
 
 
 @check_case("accepts lists and does not modify its inputs")
 def _ise_inputs(fn: Callable[..., Any]) -> None:
-    got = _scalar(call(fn, [2.0, 4.0], [math.log(0.5), math.log(0.5)], [math.log(0.25), math.log(0.75)]),
-                  f"{ISE}([2, 4], [log 0.5, log 0.5], [log 0.25, log 0.75])")
+    got = _scalar(
+        call(fn, [2.0, 4.0], [math.log(0.5), math.log(0.5)], [math.log(0.25), math.log(0.75)]),
+        f"{ISE}([2, 4], [log 0.5, log 0.5], [log 0.25, log 0.75])",
+    )
     expected = (2 * 2.0 + 4 * (2 / 3)) / 2
-    assert_true(math.isclose(got, expected, rel_tol=1e-9), f"{ISE} on lists = {fmt_number(got)}; expected {fmt_number(expected)}")
+    assert_true(
+        math.isclose(got, expected, rel_tol=1e-9),
+        f"{ISE} on lists = {fmt_number(got)}; expected {fmt_number(expected)}",
+    )
     values, lt, lb = _ise_random(20, 6)
     assert_inputs_unchanged(fn, ISE, values=values, logp_target=lt, logp_behaviour=lb)
 
@@ -283,16 +313,33 @@ def _tw_known(fn: Callable[..., Any]) -> None:
     w = np.array([0.25, 1.0, 2.0, 4.0])
     got = _tw(fn, np.log(w), 2.0)
     assert_array(got, what=f"{TW}(log [0.25, 1, 2, 4], c=2)", shape=(4,))
-    _diagnose(got, {
-        "weights below c changed: truncation only caps weights above c (min, not max or a two-sided clip)":
-            [2.0, 2.0, 2.0, 4.0],
-        "weights below 1/c were lifted to 1/c: truncation is one-sided, min(w, c); small weights stay as they are":
-            [0.5, 1.0, 2.0, 2.0],
-        "weights above c were not capped: compare log w with log c (not with c), or w with c":
-            [0.25, 1.0, 2.0, 4.0],
-        "the weights were capped at 1, not at c": [0.25, 1.0, 1.0, 1.0],
-        "these are log-weights: exponentiate, min(exp(log w), c)": np.minimum(np.log(w), math.log(2.0)),
-    }, f"{TW}(log [0.25, 1, 2, 4], c=2)", [0.25, 1.0, 2.0, 2.0])
+    _diagnose(
+        got,
+        {
+            "weights below c changed: truncation only caps weights above c (min, not max or a two-sided clip)": [
+                2.0,
+                2.0,
+                2.0,
+                4.0,
+            ],
+            "weights below 1/c were lifted to 1/c: truncation is one-sided, min(w, c); small weights stay as they are": [
+                0.5,
+                1.0,
+                2.0,
+                2.0,
+            ],
+            "weights above c were not capped: compare log w with log c (not with c), or w with c": [
+                0.25,
+                1.0,
+                2.0,
+                4.0,
+            ],
+            "the weights were capped at 1, not at c": [0.25, 1.0, 1.0, 1.0],
+            "these are log-weights: exponentiate, min(exp(log w), c)": np.minimum(np.log(w), math.log(2.0)),
+        },
+        f"{TW}(log [0.25, 1, 2, 4], c=2)",
+        [0.25, 1.0, 2.0, 2.0],
+    )
 
 
 @check_case("c = 1 caps on both sides of 1 correctly (IMPALA's rho_bar)")
@@ -312,8 +359,11 @@ def _tw_oracle(fn: Callable[..., Any]) -> None:
     rng = np.random.default_rng(0)
     for case, (shape, c) in enumerate([((1,), 1.0), ((20,), 1.2), ((4, 7), 0.5), ((50,), 3.0)]):
         lr = rng.normal(scale=1.5, size=shape)
-        assert_allclose(_tw(fn, lr, c), naive_truncated_weights(lr, c),
-                        what=f"random case {case + 1} (shape {shape}, c={fmt_number(c)})")
+        assert_allclose(
+            _tw(fn, lr, c),
+            naive_truncated_weights(lr, c),
+            what=f"random case {case + 1} (shape {shape}, c={fmt_number(c)})",
+        )
 
 
 @check_case("huge log-ratios (800) give c without overflow")
@@ -324,8 +374,10 @@ def _tw_overflow(fn: Callable[..., Any]) -> None:
         warnings.simplefilter("always")
         got = _tw(fn, lr, 3.0)
     if any("overflow" in str(w.message) for w in caught):
-        fail(f"{what} overflowed (numpy warned 'overflow encountered in exp'): take the minimum before "
-             "exponentiating, exp(min(log w, log c))")
+        fail(
+            f"{what} overflowed (numpy warned 'overflow encountered in exp'): take the minimum before "
+            "exponentiating, exp(min(log w, log c))"
+        )
     assert_allclose(got, [3.0, 0.0, 1.0, 3.0], what=what)
 
 
@@ -357,7 +409,9 @@ def _ess(fn: Callable[..., Any], weights: Any, what: str) -> float:
     return _scalar(call(fn, copy_input(weights)), what)
 
 
-def _ess_expect(fn: Callable[..., Any], weights: Any, expected: float, what: str, bugs: dict[str, Any] | None = None) -> None:
+def _ess_expect(
+    fn: Callable[..., Any], weights: Any, expected: float, what: str, bugs: dict[str, Any] | None = None
+) -> None:
     got = _ess(fn, weights, what)
     _diagnose(got, bugs or {}, what, expected)
 
@@ -369,12 +423,18 @@ def _ess_scalar(fn: Callable[..., Any]) -> None:
 
 @check_case("hand-computed value: weights 1, 2, 3 give 36 / 14")
 def _ess_known(fn: Callable[..., Any]) -> None:
-    _ess_expect(fn, np.array([1.0, 2.0, 3.0]), 36 / 14, f"{ESS}([1, 2, 3])", {
-        "that is sum w^2 / (sum w)^2, the inverse of the ESS": 14 / 36,
-        "the sum of the weights must be squared: (sum w)^2 / sum w^2": 6 / 14,
-        "that is ESS / N; return the ESS itself, (sum w)^2 / sum w^2": 36 / 14 / 3,
-        "the denominator is the sum of the squared weights, not their mean": 36 / (14 / 3),
-    })
+    _ess_expect(
+        fn,
+        np.array([1.0, 2.0, 3.0]),
+        36 / 14,
+        f"{ESS}([1, 2, 3])",
+        {
+            "that is sum w^2 / (sum w)^2, the inverse of the ESS": 14 / 36,
+            "the sum of the weights must be squared: (sum w)^2 / sum w^2": 6 / 14,
+            "that is ESS / N; return the ESS itself, (sum w)^2 / sum w^2": 36 / 14 / 3,
+            "the denominator is the sum of the squared weights, not their mean": 36 / (14 / 3),
+        },
+    )
 
 
 @check_case("equal weights give N")
@@ -394,8 +454,10 @@ def _ess_scale(fn: Callable[..., Any]) -> None:
     base = _ess(fn, w, f"{ESS}(w)")
     for factor in (1e-3, 7.0, 1e3):
         scaled = _ess(fn, factor * w, f"{ESS}({fmt_number(factor)} * w)")
-        assert_true(math.isclose(scaled, base, rel_tol=1e-9),
-                    f"{ESS}({fmt_number(factor)} * w) = {fmt_number(scaled)} but {ESS}(w) = {fmt_number(base)}")
+        assert_true(
+            math.isclose(scaled, base, rel_tol=1e-9),
+            f"{ESS}({fmt_number(factor)} * w) = {fmt_number(scaled)} but {ESS}(w) = {fmt_number(base)}",
+        )
 
 
 @check_case("lies in [1, N] and matches explicit sums on random weights")
@@ -404,10 +466,14 @@ def _ess_oracle(fn: Callable[..., Any]) -> None:
     for case, n in enumerate((2, 10, 100, 1000)):
         w = np.exp(rng.normal(scale=1.0 + case, size=n))
         got = _ess(fn, w, f"random case {case + 1} (N={n})")
-        assert_true(1.0 - 1e-9 <= got <= n + 1e-9, f"random case {case + 1}: ESS {fmt_number(got)} is outside [1, N={n}]")
+        assert_true(
+            1.0 - 1e-9 <= got <= n + 1e-9, f"random case {case + 1}: ESS {fmt_number(got)} is outside [1, N={n}]"
+        )
         expected = naive_ess(w)
-        assert_true(math.isclose(got, expected, rel_tol=1e-9),
-                    f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}")
+        assert_true(
+            math.isclose(got, expected, rel_tol=1e-9),
+            f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}",
+        )
 
 
 @check_case("all-zero weights give 0.0, not NaN")
@@ -415,8 +481,10 @@ def _ess_zero(fn: Callable[..., Any]) -> None:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = _ess(fn, np.zeros(4), f"{ESS}([0, 0, 0, 0])")
-    assert_true(got == 0.0, f"{ESS}([0, 0, 0, 0]) = {fmt_number(got)}; expected 0.0 (check for a zero sum of "
-                            "squares before dividing)")
+    assert_true(
+        got == 0.0,
+        f"{ESS}([0, 0, 0, 0]) = {fmt_number(got)}; expected 0.0 (check for a zero sum of squares before dividing)",
+    )
 
 
 @check_case("accepts lists and does not modify its input")
@@ -454,7 +522,9 @@ def _tsr(fn: Callable[..., Any], new: Any, old: Any, mask: Any, what: str) -> tu
     return tokens, seqs
 
 
-def _padded_batch(seed: int, n_rows: int, n_t: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+def _padded_batch(
+    seed: int, n_rows: int, n_t: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
     """Random token log-probabilities, each row padded after a random length, garbage at padding."""
     rng = np.random.default_rng(seed)
     old = np.log(rng.uniform(0.05, 1.0, size=(n_rows, n_t)))
@@ -481,13 +551,25 @@ def _tsr_known(fn: Callable[..., Any]) -> None:
     mask = np.ones((2, 2), dtype=bool)
     what = f"{TSR}(log [[0.5, 0.5], [0.2, 0.4]], log [[0.25, 0.5], [0.4, 0.4]], all real)"
     tokens, seqs = _tsr(fn, new, old, mask, what)
-    _diagnose(tokens, {"the token ratios are inverted: w = pi / mu = exp(logp_new - logp_old)": [[0.5, 1.0], [2.0, 1.0]]},
-              f"the token ratios of {what}", [[2.0, 1.0], [0.5, 1.0]])
-    _diagnose(seqs, {
-        "that is the geometric mean of the token ratios; the sequence ratio is their product": [math.sqrt(2), math.sqrt(0.5)],
-        "that is the arithmetic mean of the token ratios; the sequence ratio is their product": [1.5, 0.75],
-        "that is the sum of the token ratios; the sequence ratio is their product": [3.0, 1.5],
-    }, f"the sequence ratios of {what}", [2.0, 0.5])
+    _diagnose(
+        tokens,
+        {"the token ratios are inverted: w = pi / mu = exp(logp_new - logp_old)": [[0.5, 1.0], [2.0, 1.0]]},
+        f"the token ratios of {what}",
+        [[2.0, 1.0], [0.5, 1.0]],
+    )
+    _diagnose(
+        seqs,
+        {
+            "that is the geometric mean of the token ratios; the sequence ratio is their product": [
+                math.sqrt(2),
+                math.sqrt(0.5),
+            ],
+            "that is the arithmetic mean of the token ratios; the sequence ratio is their product": [1.5, 0.75],
+            "that is the sum of the token ratios; the sequence ratio is their product": [3.0, 1.5],
+        },
+        f"the sequence ratios of {what}",
+        [2.0, 0.5],
+    )
 
 
 @check_case("padding changes nothing: token ratio 1 there, and left out of the product")
@@ -499,14 +581,18 @@ def _tsr_padding(fn: Callable[..., Any]) -> None:
     what = f"{TSR}(a batch with padding)"
     tokens, seqs = _tsr(fn, new, old, mask, what)
     if np.any(tokens[~mask] > 1e10):
-        fail(f"the token ratios of {what} include the padding (got {fmt_number(tokens[~mask].max())} at a padded "
-             "position); set the log-ratio to 0 where mask is False")
+        fail(
+            f"the token ratios of {what} include the padding (got {fmt_number(tokens[~mask].max())} at a padded "
+            "position); set the log-ratio to 0 where mask is False"
+        )
     if np.allclose(tokens[~mask], 0.0):
         fail(f"the token ratios of {what} are 0 at padding; expected 1.0 (exp(0): padding has no weight to correct)")
     assert_allclose(tokens, [[2.0, 1.0, 2.0, 1.0], [2.0, 1.0, 1.0, 1.0]], what=f"the token ratios of {what}")
     if np.any(seqs > 1e10):
-        fail(f"the sequence ratios of {what} include the padding (got {fmt_number(seqs.max())}); "
-             "multiply only the real tokens' ratios")
+        fail(
+            f"the sequence ratios of {what} include the padding (got {fmt_number(seqs.max())}); "
+            "multiply only the real tokens' ratios"
+        )
     assert_allclose(seqs, [4.0, 2.0], what=f"the sequence ratios of {what}")
 
 
@@ -515,8 +601,12 @@ def _tsr_product(fn: Callable[..., Any]) -> None:
     new, old, mask = _padded_batch(1, 6, 9)
     tokens, seqs = _tsr(fn, new, old, mask, f"{TSR}(a random padded batch [6, 9])")
     products = np.array([np.prod(tokens[i][mask[i]]) for i in range(6)])
-    assert_allclose(seqs, products, what="the sequence ratios (compared with the product of each row's real token ratios)",
-                    rtol=1e-9)
+    assert_allclose(
+        seqs,
+        products,
+        what="the sequence ratios (compared with the product of each row's real token ratios)",
+        rtol=1e-9,
+    )
 
 
 @check_case("matches a naive double loop on random padded batches")
@@ -541,9 +631,13 @@ def _tsr_long(fn: Callable[..., Any]) -> None:
         warnings.simplefilter("ignore")
         tokens, seqs = _tsr(fn, new, old, mask, what)
     if not (np.all(np.isfinite(tokens)) and np.all(np.isfinite(seqs))):
-        fail(f"{what} contains NaN or inf: exp(-800) is 0.0 in floating point, so a ratio of probabilities is 0 / 0; "
-             "subtract the log-probabilities first")
-    assert_allclose(seqs, [math.exp(-0.01 * n_t), math.exp(0.005 * n_t)], what=f"the sequence ratios of {what}", rtol=1e-9)
+        fail(
+            f"{what} contains NaN or inf: exp(-800) is 0.0 in floating point, so a ratio of probabilities is 0 / 0; "
+            "subtract the log-probabilities first"
+        )
+    assert_allclose(
+        seqs, [math.exp(-0.01 * n_t), math.exp(0.005 * n_t)], what=f"the sequence ratios of {what}", rtol=1e-9
+    )
 
 
 @check_case("accepts lists and a 0/1 mask, and does not modify its inputs")
@@ -575,8 +669,9 @@ TOKEN_AND_SEQUENCE_RATIOS = Exercise(
 CSL = "clipped_surrogate_loss"
 
 
-def _csl_tensors(logp_old: Sequence[float], ratios: Sequence[float], adv: Sequence[float], dtype: Any = None,
-                 old_grad: bool = False) -> tuple[Any, Any, Any]:
+def _csl_tensors(
+    logp_old: Sequence[float], ratios: Sequence[float], adv: Sequence[float], dtype: Any = None, old_grad: bool = False
+) -> tuple[Any, Any, Any]:
     import torch
 
     dtype = dtype or torch.float64
@@ -607,7 +702,9 @@ def _csl_value(fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float,
     return out
 
 
-def _csl_grad(fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float, what: str) -> tuple[float, NDArray[np.float64]]:
+def _csl_grad(
+    fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float, what: str
+) -> tuple[float, NDArray[np.float64]]:
     import torch
 
     loss = _csl_value(fn, new, old, adv, eps, what)
@@ -632,15 +729,22 @@ def _csl_ratio_one(fn: Callable[..., Any]) -> None:
     loss, grad = _csl_grad(fn, new, old, a, 0.2, f"{CSL}(ratios 1, A = {adv})")
     expected = -sum(adv) / 4
     if math.isclose(loss, -expected, rel_tol=1e-9):
-        fail(f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}: "
-             "minimise minus the surrogate")
-    assert_true(math.isclose(loss, expected, rel_tol=1e-6),
-                f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}")
+        fail(
+            f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}: "
+            "minimise minus the surrogate"
+        )
+    assert_true(
+        math.isclose(loss, expected, rel_tol=1e-6),
+        f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}",
+    )
     if np.allclose(grad, [a_i / 4 for a_i in adv], rtol=1e-5):
-        fail(f"the gradient of {CSL}(ratios 1) with respect to logp_new points the wrong way: the ratio is "
-             "r = exp(logp_new - logp_old), which grows with logp_new")
-    assert_allclose(grad, [-a_i / 4 for a_i in adv], what=f"the gradient of {CSL}(ratios 1) with respect to logp_new",
-                    rtol=1e-5)
+        fail(
+            f"the gradient of {CSL}(ratios 1) with respect to logp_new points the wrong way: the ratio is "
+            "r = exp(logp_new - logp_old), which grows with logp_new"
+        )
+    assert_allclose(
+        grad, [-a_i / 4 for a_i in adv], what=f"the gradient of {CSL}(ratios 1) with respect to logp_new", rtol=1e-5
+    )
 
 
 @check_case("hand-computed value and gradient across both clip thresholds, A of both signs")
@@ -650,12 +754,24 @@ def _csl_known(fn: Callable[..., Any]) -> None:
     what = f"{CSL}(ratios {ratios}, A {adv}, eps=0.2)"
     loss, grad = _csl_grad(fn, new, old, a, 0.2, what)
     # terms: min(1.5, 1.2) = 1.2 (clipped), 0.5, min(-1.5, -1.2) = -1.5, min(-0.5, -0.8) = -0.8 (clipped), 2.2
-    _diagnose(loss, {
-        "the loss has the wrong sign: minimise minus the surrogate": 0.32,
-        "that is torch.max of the two terms; PPO takes the minimum (the pessimistic bound)": -(1.5 + 0.8 - 1.2 - 0.5 + 2.2) / 5,
-        "that is the clipped term alone; take the minimum of the unclipped and the clipped terms": -(1.2 + 0.8 - 1.2 - 0.8 + 2.2) / 5,
-        "summed over the samples; average them": -1.6,
-    }, what, -1.6 / 5, rtol=1e-5)
+    _diagnose(
+        loss,
+        {
+            "the loss has the wrong sign: minimise minus the surrogate": 0.32,
+            "that is torch.max of the two terms; PPO takes the minimum (the pessimistic bound)": -(
+                1.5 + 0.8 - 1.2 - 0.5 + 2.2
+            )
+            / 5,
+            "that is the clipped term alone; take the minimum of the unclipped and the clipped terms": -(
+                1.2 + 0.8 - 1.2 - 0.8 + 2.2
+            )
+            / 5,
+            "summed over the samples; average them": -1.6,
+        },
+        what,
+        -1.6 / 5,
+        rtol=1e-5,
+    )
     expected_grad = [0.0, -0.5 / 5, 1.5 / 5, 0.0, -2.2 / 5]
     assert_allclose(grad, expected_grad, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
 
@@ -664,15 +780,23 @@ def _csl_known(fn: Callable[..., Any]) -> None:
 def _csl_oracle(fn: Callable[..., Any]) -> None:
     import torch
 
-    for case, (seed, n, eps, dtype) in enumerate([(10, 1, 0.2, torch.float64), (11, 9, 0.2, torch.float32),
-                                                   (12, 64, 0.1, torch.float64), (13, 200, 0.3, torch.float32)]):
+    for case, (seed, n, eps, dtype) in enumerate(
+        [
+            (10, 1, 0.2, torch.float64),
+            (11, 9, 0.2, torch.float32),
+            (12, 64, 0.1, torch.float64),
+            (13, 200, 0.3, torch.float32),
+        ]
+    ):
         old, ratios, adv = _csl_random(seed, n)
         new_t, old_t, adv_t = _csl_tensors(old, ratios, adv, dtype=dtype)
         what = f"random case {case + 1} (N={n}, eps={eps:g}, {str(dtype).removeprefix('torch.')})"
         loss = float(_csl_value(fn, new_t, old_t, adv_t, eps, what).detach())
         expected, _ = naive_clipped_loss_and_grad(new_t.detach(), old_t, adv_t, eps)
-        assert_true(math.isclose(loss, expected, rel_tol=1e-4, abs_tol=1e-6),
-                    f"{what}: loss {fmt_number(loss)}, expected {fmt_number(expected)}")
+        assert_true(
+            math.isclose(loss, expected, rel_tol=1e-4, abs_tol=1e-6),
+            f"{what}: loss {fmt_number(loss)}, expected {fmt_number(expected)}",
+        )
 
 
 @check_case("gradient: -(1/N) r A where the unclipped term is smaller, 0 where the clip is active")
@@ -702,9 +826,11 @@ def _csl_eps(fn: Callable[..., Any]) -> None:
     for eps, expected in ((0.1, -(1.1 - 0.9) / 2), (0.2, -(1.15 - 0.85) / 2)):
         new, old, a = _csl_tensors([-1.0, -1.0], ratios, adv)
         loss = float(_csl_value(fn, new, old, a, eps, f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g})").detach())
-        assert_true(math.isclose(loss, expected, rel_tol=1e-5),
-                    f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g}) = {fmt_number(loss)}; expected {fmt_number(expected)}: "
-                    "clip the ratio to [1 - eps, 1 + eps]")
+        assert_true(
+            math.isclose(loss, expected, rel_tol=1e-5),
+            f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g}) = {fmt_number(loss)}; expected {fmt_number(expected)}: "
+            "clip the ratio to [1 - eps, 1 + eps]",
+        )
 
 
 @check_case("does not modify its inputs")

@@ -104,8 +104,11 @@ def naive_pg_advantages(
             ratio = math.exp(float(lr[s, b]))
             weight = ratio if pg_rho_bar is None else min(pg_rho_bar, ratio)
             v_next = float(np.asarray(vs)[s + 1, b]) if s + 1 < n_t else float(np.asarray(bootstrap_value)[b])
-            out[s, b] = weight * (float(np.asarray(rewards)[s, b]) + float(np.asarray(discounts)[s, b]) * v_next
-                                  - float(np.asarray(values)[s, b]))
+            out[s, b] = weight * (
+                float(np.asarray(rewards)[s, b])
+                + float(np.asarray(discounts)[s, b]) * v_next
+                - float(np.asarray(values)[s, b])
+            )
     return out
 
 
@@ -125,8 +128,9 @@ def naive_nstep_return(discounts: Any, rewards: Any, bootstrap_value: Any) -> ND
     return out
 
 
-def random_trajectory(seed: int, n_t: int, n_b: int, gamma: float = 0.9, p_done: float = 0.2,
-                      spread: float = 0.8) -> dict[str, NDArray[np.float64]]:
+def random_trajectory(
+    seed: int, n_t: int, n_b: int, gamma: float = 0.9, p_done: float = 0.2, spread: float = 0.8
+) -> dict[str, NDArray[np.float64]]:
     """Seeded V-trace inputs; ``log_rhos ~ N(0, spread^2)``, so ratios fall on both sides of 1
     (and of thresholds like 0.8 and 1.5); discounts are 0 where an episode ended."""
     rng = np.random.default_rng(seed)
@@ -146,8 +150,9 @@ def _copies(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
 
 
-def _compare(got: Any, expected: NDArray[np.float64], known_bugs: Callable[[], dict[str, NDArray[np.float64]]],
-             what: str) -> None:
+def _compare(
+    got: Any, expected: NDArray[np.float64], known_bugs: Callable[[], dict[str, NDArray[np.float64]]], what: str
+) -> None:
     """``got`` must equal ``expected``; if it equals what a known bug returns instead, name the bug."""
     arr = assert_array(got, what=what, shape=expected.shape)
     if arr.dtype.kind in "biuf" and not np.allclose(arr.astype(np.float64), expected, rtol=1e-6, atol=1e-8):
@@ -197,22 +202,29 @@ def _vt_known_bugs(data: dict[str, Any], rho_bar: float, c_bar: float) -> dict[s
         "so the term t = s has product 1": naive_vtrace(*args, rho_bar, c_bar, inclusive=True),
         "rho_bar and c_bar are swapped: rho_t = min(rho_bar, ratio) weighs delta_t, c_i = min(c_bar, ratio) "
         "weighs the trace": naive_vtrace(*args, c_bar, rho_bar),
-        "the ratios are not truncated: use min(rho_bar, exp(log_rhos)) and min(c_bar, exp(log_rhos))":
-            naive_vtrace(*args, None, None),
-        "the bootstrap value V(x_T) is ignored: V(x_{t+1}) at the last step is bootstrap_value":
-            naive_vtrace(*(zero_boot[k] for k in VT_ARGS), rho_bar, c_bar),
+        "the ratios are not truncated: use min(rho_bar, exp(log_rhos)) and min(c_bar, exp(log_rhos))": naive_vtrace(
+            *args, None, None
+        ),
+        "the bootstrap value V(x_T) is ignored: V(x_{t+1}) at the last step is bootstrap_value": naive_vtrace(
+            *(zero_boot[k] for k in VT_ARGS), rho_bar, c_bar
+        ),
         "the trace ignores the discounts: acc = delta_t + gamma_t * c_t * acc, so that an episode end "
         "(gamma_t = 0) cuts it": naive_vtrace(*args, rho_bar, c_bar, trace_discount=False),
-        "the result is v_s - V(x_s); add V(x_s) to get the target v_s":
-            naive_vtrace(*args, rho_bar, c_bar) - np.asarray(data["values"]),
+        "the result is v_s - V(x_s); add V(x_s) to get the target v_s": naive_vtrace(*args, rho_bar, c_bar)
+        - np.asarray(data["values"]),
     }
 
 
-def _vt_compare(fn: Callable[..., Any], data: dict[str, Any], rho_bar: float = 1.0, c_bar: float = 1.0,
-                what: str = "") -> None:
+def _vt_compare(
+    fn: Callable[..., Any], data: dict[str, Any], rho_bar: float = 1.0, c_bar: float = 1.0, what: str = ""
+) -> None:
     expected = naive_vtrace(*(data[k] for k in VT_ARGS), rho_bar, c_bar)
-    _compare(_vt(fn, data, rho_bar=rho_bar, c_bar=c_bar), expected, lambda: _vt_known_bugs(data, rho_bar, c_bar),
-             what or _vt_what(data, rho_bar=rho_bar, c_bar=c_bar))
+    _compare(
+        _vt(fn, data, rho_bar=rho_bar, c_bar=c_bar),
+        expected,
+        lambda: _vt_known_bugs(data, rho_bar, c_bar),
+        what or _vt_what(data, rho_bar=rho_bar, c_bar=c_bar),
+    )
 
 
 @check_case("returns a float numpy array of shape [T, B]")
@@ -226,8 +238,13 @@ def _vt_known(fn: Callable[..., Any]) -> None:
     # rho = c = [min(1, 2), min(1, 0.5)] = [1, 0.5]
     # delta_1 = 0.5 * (2 + 0.9 * 3 - 1) = 1.85;  v_1 = 1 + 1.85 = 2.85
     # delta_0 = 1 * (1 + 0.9 * 1 - 0.5) = 1.4;   v_0 = 0.5 + 1.4 + 0.9 * 1 * 1.85 = 3.565
-    data = {"log_rhos": np.log([[2.0], [0.5]]), "discounts": np.array([[0.9], [0.9]]),
-            "rewards": np.array([[1.0], [2.0]]), "values": np.array([[0.5], [1.0]]), "bootstrap_value": np.array([3.0])}
+    data = {
+        "log_rhos": np.log([[2.0], [0.5]]),
+        "discounts": np.array([[0.9], [0.9]]),
+        "rewards": np.array([[1.0], [2.0]]),
+        "values": np.array([[0.5], [1.0]]),
+        "bootstrap_value": np.array([3.0]),
+    }
     _vt_compare(fn, data)
     assert_allclose(_vt(fn, data), [[3.565], [2.85]], what=_vt_what(data))
 
@@ -244,8 +261,13 @@ def _vt_on_policy(fn: Callable[..., Any]) -> None:
 def _vt_oracle(fn: Callable[..., Any]) -> None:
     for case, (n_t, n_b, rho_bar, c_bar) in enumerate([(6, 3, 1.0, 1.0), (9, 2, 1.5, 0.8), (4, 5, 2.0, 0.5)]):
         data = random_trajectory(10 + case, n_t, n_b)
-        _vt_compare(fn, data, rho_bar, c_bar, what=f"random case {case + 1} (T={n_t}, B={n_b}, rho_bar={rho_bar:g}, "
-                                                   f"c_bar={c_bar:g})")
+        _vt_compare(
+            fn,
+            data,
+            rho_bar,
+            c_bar,
+            what=f"random case {case + 1} (T={n_t}, B={n_b}, rho_bar={rho_bar:g}, c_bar={c_bar:g})",
+        )
 
 
 @check_case("rho_bar and c_bar act where the equation puts them")
@@ -328,23 +350,33 @@ def _pg_known_bugs(data: dict[str, Any], pg_rho_bar: float) -> dict[str, NDArray
     return {
         "the advantage bootstraps from V(x_{s+1}); use the V-trace target v_{s+1} (vs[s + 1], "
         "bootstrap_value at the last step)": naive_pg_advantages(*(shifted_values[k] for k in PG_ARGS), pg_rho_bar),
-        "the advantage uses v_s; it needs the next target v_{s+1}":
-            np.minimum(pg_rho_bar, np.exp(d["log_rhos"])) * (d["rewards"] + d["discounts"] * vs_now - d["values"]),
-        "the ratio is not truncated: weigh by min(pg_rho_bar, exp(log_rhos))":
-            naive_pg_advantages(*(d[k] for k in PG_ARGS), None),
-        "the ratio is missing: weigh each step by min(pg_rho_bar, pi/mu)":
-            naive_pg_advantages(*({**d, "log_rhos": np.zeros_like(d["log_rhos"])}[k] for k in PG_ARGS), pg_rho_bar),
-        "gamma_s is missing: discount v_{s+1} by discounts[s], so that an episode end cuts it":
-            naive_pg_advantages(*({**d, "discounts": np.ones_like(d["discounts"])}[k] for k in PG_ARGS), pg_rho_bar),
-        "the baseline subtracted is v_s; subtract the value estimate V(x_s)":
-            naive_pg_advantages(*({**d, "values": vs_now}[k] for k in PG_ARGS), pg_rho_bar) if n_t else vs_now,
+        "the advantage uses v_s; it needs the next target v_{s+1}": np.minimum(pg_rho_bar, np.exp(d["log_rhos"]))
+        * (d["rewards"] + d["discounts"] * vs_now - d["values"]),
+        "the ratio is not truncated: weigh by min(pg_rho_bar, exp(log_rhos))": naive_pg_advantages(
+            *(d[k] for k in PG_ARGS), None
+        ),
+        "the ratio is missing: weigh each step by min(pg_rho_bar, pi/mu)": naive_pg_advantages(
+            *({**d, "log_rhos": np.zeros_like(d["log_rhos"])}[k] for k in PG_ARGS), pg_rho_bar
+        ),
+        "gamma_s is missing: discount v_{s+1} by discounts[s], so that an episode end cuts it": naive_pg_advantages(
+            *({**d, "discounts": np.ones_like(d["discounts"])}[k] for k in PG_ARGS), pg_rho_bar
+        ),
+        "the baseline subtracted is v_s; subtract the value estimate V(x_s)": naive_pg_advantages(
+            *({**d, "values": vs_now}[k] for k in PG_ARGS), pg_rho_bar
+        )
+        if n_t
+        else vs_now,
     }
 
 
 def _pg_compare(fn: Callable[..., Any], data: dict[str, Any], pg_rho_bar: float = 1.0, what: str = "") -> None:
     expected = naive_pg_advantages(*(data[k] for k in PG_ARGS), pg_rho_bar)
-    _compare(_pg(fn, data, pg_rho_bar=pg_rho_bar), expected, lambda: _pg_known_bugs(data, pg_rho_bar),
-             what or _pg_what(data, pg_rho_bar=pg_rho_bar))
+    _compare(
+        _pg(fn, data, pg_rho_bar=pg_rho_bar),
+        expected,
+        lambda: _pg_known_bugs(data, pg_rho_bar),
+        what or _pg_what(data, pg_rho_bar=pg_rho_bar),
+    )
 
 
 @check_case("returns a float numpy array of shape [T, B]")
@@ -357,9 +389,14 @@ def _pg_shape(fn: Callable[..., Any]) -> None:
 def _pg_known(fn: Callable[..., Any]) -> None:
     # A_0 = min(1, 2) * (1 + 0.9 * v_1 - V_0) = 1 * (1 + 0.9 * 2.85 - 0.5) = 3.065
     # A_1 = min(1, 0.5) * (2 + 0.9 * V(x_2) - V_1) = 0.5 * (2 + 2.7 - 1) = 1.85
-    data = {"log_rhos": np.log([[2.0], [0.5]]), "discounts": np.array([[0.9], [0.9]]),
-            "rewards": np.array([[1.0], [2.0]]), "values": np.array([[0.5], [1.0]]),
-            "vs": np.array([[3.565], [2.85]]), "bootstrap_value": np.array([3.0])}
+    data = {
+        "log_rhos": np.log([[2.0], [0.5]]),
+        "discounts": np.array([[0.9], [0.9]]),
+        "rewards": np.array([[1.0], [2.0]]),
+        "values": np.array([[0.5], [1.0]]),
+        "vs": np.array([[3.565], [2.85]]),
+        "bootstrap_value": np.array([3.0]),
+    }
     _pg_compare(fn, data)
     assert_allclose(_pg(fn, data), [[3.065], [1.85]], what=_pg_what(data))
 
@@ -367,8 +404,12 @@ def _pg_known(fn: Callable[..., Any]) -> None:
 @check_case("matches A_s = min(pg_rho_bar, pi/mu) (r_s + gamma_s v_{s+1} - V(x_s)) on random inputs")
 def _pg_oracle(fn: Callable[..., Any]) -> None:
     for case, (n_t, n_b, bar) in enumerate([(6, 3, 1.0), (9, 2, 1.5), (4, 5, 0.7)]):
-        _pg_compare(fn, _pg_data(10 + case, n_t, n_b), bar,
-                    what=f"random case {case + 1} (T={n_t}, B={n_b}, pg_rho_bar={bar:g})")
+        _pg_compare(
+            fn,
+            _pg_data(10 + case, n_t, n_b),
+            bar,
+            what=f"random case {case + 1} (T={n_t}, B={n_b}, pg_rho_bar={bar:g})",
+        )
 
 
 @check_case("pg_rho_bar truncates the ratio (and only pg_rho_bar)")
@@ -387,8 +428,11 @@ def _pg_episode_end(fn: Callable[..., Any]) -> None:
     got = assert_array(_pg(fn, data), what=_pg_what(data), shape=(5, 2))
     rho = np.minimum(1.0, np.exp(data["log_rhos"]))
     for t in (2, 4):
-        assert_allclose(got[t], rho[t] * (data["rewards"][t] - data["values"][t]),
-                        what=f"the advantage at step {t}, where both episodes ended")
+        assert_allclose(
+            got[t],
+            rho[t] * (data["rewards"][t] - data["values"][t]),
+            what=f"the advantage at step {t}, where both episodes ended",
+        )
     _pg_compare(fn, data)
 
 
@@ -439,8 +483,10 @@ def _lag_compare(fn: Callable[..., Any], learner_version: int, versions: NDArray
         if np.allclose(arr, learner_version - versions.mean(axis=0)):
             fail("the lag is counted from the mean version; count it from the oldest (min over t)")
     assert_allclose(arr, expected, what=_lag_what(learner_version, versions), check_dtype=False)
-    assert_true(arr.dtype.kind in "iu", f"{_lag_what(learner_version, versions)} has dtype {arr.dtype}; "
-                                        "lags count updates: return integers")
+    assert_true(
+        arr.dtype.kind in "iu",
+        f"{_lag_what(learner_version, versions)} has dtype {arr.dtype}; lags count updates: return integers",
+    )
 
 
 @check_case("returns an integer numpy array of shape [B]")
@@ -477,10 +523,12 @@ def _lag_future(fn: Callable[..., Any]) -> None:
         return
     except NotImplementedError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the learner's code
+    except Exception as exc:
         fail(f"{_lag_what(5, versions)} raised {type(exc).__name__}; expected ValueError (version 9 > learner's 5)")
-    fail(f"{_lag_what(5, versions)} returned; expected ValueError: version 9 is newer than the learner's 5, "
-         "a bookkeeping bug that must not pass silently")
+    fail(
+        f"{_lag_what(5, versions)} returned; expected ValueError: version 9 is newer than the learner's 5, "
+        "a bookkeeping bug that must not pass silently"
+    )
 
 
 @check_case("accepts torch tensors (the buffers hold them) and lists")
@@ -592,8 +640,9 @@ def _slot(n_t: int, n_b: int) -> dict[str, Any]:
     }
 
 
-def _run_unroll(fn: Callable[..., Any], n_t: int, n_b: int, seed: int = 0, version: int = 7,
-                probs_first: float = 0.7) -> tuple[FakeVecEnv, dict[str, Any], dict[str, Any], np.ndarray, Any]:
+def _run_unroll(
+    fn: Callable[..., Any], n_t: int, n_b: int, seed: int = 0, version: int = 7, probs_first: float = 0.7
+) -> tuple[FakeVecEnv, dict[str, Any], dict[str, Any], np.ndarray, Any]:
     import torch
 
     env = FakeVecEnv(n_b)
@@ -614,30 +663,45 @@ def _unr_transitions(fn: Callable[..., Any]) -> None:
     env, slot, originals, _, _ = _run_unroll(fn, 5, 3)
     assert_true(len(env.log) == 5, f"{UNR} called envs.step {len(env.log)} times for an unroll of T = 5 steps")
     for name, t in originals.items():
-        assert_true(slot[name] is t, f"{UNR} replaced slot[{name!r}] by a new tensor; write into the given one "
-                                     "(slot[name][t] = ...), it is shared memory the learner reads")
+        assert_true(
+            slot[name] is t,
+            f"{UNR} replaced slot[{name!r}] by a new tensor; write into the given one "
+            "(slot[name][t] = ...), it is shared memory the learner reads",
+        )
     before = np.stack([e[0] for e in env.log])
-    assert_allclose(originals["obs"][:5].numpy(), before, what=_where("obs") + "[t] (the observation the action "
-                    "was chosen at)", check_dtype=False)
-    assert_allclose(originals["actions"].numpy(), np.stack([e[1] for e in env.log]), what=_where("actions"),
-                    check_dtype=False)
-    assert_allclose(originals["rewards"].numpy(), np.stack([e[2] for e in env.log]), what=_where("rewards"),
-                    check_dtype=False)
-    assert_allclose(originals["dones"].numpy(), np.stack([e[3] for e in env.log]), what=_where("dones"),
-                    check_dtype=False)
+    assert_allclose(
+        originals["obs"][:5].numpy(),
+        before,
+        what=_where("obs") + "[t] (the observation the action was chosen at)",
+        check_dtype=False,
+    )
+    assert_allclose(
+        originals["actions"].numpy(), np.stack([e[1] for e in env.log]), what=_where("actions"), check_dtype=False
+    )
+    assert_allclose(
+        originals["rewards"].numpy(), np.stack([e[2] for e in env.log]), what=_where("rewards"), check_dtype=False
+    )
+    assert_allclose(
+        originals["dones"].numpy(), np.stack([e[3] for e in env.log]), what=_where("dones"), check_dtype=False
+    )
 
 
 @check_case("obs[T] is the bootstrap state, and it is returned")
 def _unr_bootstrap(fn: Callable[..., Any]) -> None:
-    env, slot, originals, _, got = _run_unroll(fn, 4, 2)
+    env, _slot, originals, _, got = _run_unroll(fn, 4, 2)
     after = env.log[-1][4]
-    assert_allclose(originals["obs"][4].numpy(), after, what=_where("obs") + "[T] (the observation after the last step)",
-                    check_dtype=False)
+    assert_allclose(
+        originals["obs"][4].numpy(),
+        after,
+        what=_where("obs") + "[T] (the observation after the last step)",
+        check_dtype=False,
+    )
     if got is None:
         fail(f"{UNR} returned None; return the observations after the last step (the next unroll's x_0)")
     got_np = got.numpy() if hasattr(got, "numpy") else np.asarray(got)
-    assert_allclose(got_np, after, what=f"what {UNR} returned (the observations after the last step)",
-                    check_dtype=False)
+    assert_allclose(
+        got_np, after, what=f"what {UNR} returned (the observations after the last step)", check_dtype=False
+    )
 
 
 @check_case("behaviour_logp is log mu(a_t|x_t) of the acting policy")
@@ -646,8 +710,9 @@ def _unr_logp(fn: Callable[..., Any]) -> None:
 
     _, _, originals, _, _ = _run_unroll(fn, 6, 3)
     logits, _ = _fake_policy()(originals["obs"][:6].reshape(-1, 3))
-    expected = torch.log_softmax(logits.detach().double(), dim=-1).gather(
-        1, originals["actions"].reshape(-1, 1)).reshape(6, 3)
+    expected = (
+        torch.log_softmax(logits.detach().double(), dim=-1).gather(1, originals["actions"].reshape(-1, 1)).reshape(6, 3)
+    )
     got = originals["behaviour_logp"].detach().double()
     if torch.allclose(got, expected.exp(), atol=1e-5) and not torch.allclose(got, expected, atol=1e-5):
         fail(_where("behaviour_logp") + " holds probabilities; store log-probabilities (log_softmax)")
@@ -657,8 +722,9 @@ def _unr_logp(fn: Callable[..., Any]) -> None:
 @check_case("versions record the weight version that acted")
 def _unr_versions(fn: Callable[..., Any]) -> None:
     _, _, originals, _, _ = _run_unroll(fn, 3, 2, version=42)
-    assert_allclose(originals["versions"].numpy(), np.full((3, 2), 42), what=_where("versions") + " (version=42)",
-                    check_dtype=False)
+    assert_allclose(
+        originals["versions"].numpy(), np.full((3, 2), 42), what=_where("versions") + " (version=42)", check_dtype=False
+    )
 
 
 @check_case("actions are sampled from the policy (not its argmax), with the given generator")
@@ -672,22 +738,29 @@ def _unr_sampling(fn: Callable[..., Any]) -> None:
     p0 = torch.softmax(logits.detach().double(), dim=-1)[:, 0].numpy()
     observed, expected = float((acts.reshape(-1) == 0).mean()), float(p0.mean())
     if observed in (0.0, 1.0) or abs(observed - expected) > 0.05:
-        fail(f"action 0 was taken in {observed:.0%} of {n_t * n_b} steps where the policy gives it {expected:.0%} "
-             "on average: sample with torch.multinomial(softmax(logits), 1, generator=generator)")
+        fail(
+            f"action 0 was taken in {observed:.0%} of {n_t * n_b} steps where the policy gives it {expected:.0%} "
+            "on average: sample with torch.multinomial(softmax(logits), 1, generator=generator)"
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(123)  # a different global RNG state must not change the actions
         _, _, second, _, _ = _run_unroll(fn, n_t, n_b, seed=3, probs_first=0.7)
-    assert_true(np.array_equal(second["actions"].numpy(), acts),
-                "two unrolls with generators seeded alike gave different actions: sample with the `generator` "
-                "argument, not torch's global random state")
+    assert_true(
+        np.array_equal(second["actions"].numpy(), acts),
+        "two unrolls with generators seeded alike gave different actions: sample with the `generator` "
+        "argument, not torch's global random state",
+    )
 
 
 @check_case("records no gradients (acting runs under torch.no_grad())")
 def _unr_no_grad(fn: Callable[..., Any]) -> None:
     _, _, originals, _, _ = _run_unroll(fn, 3, 2)
     for name, t in originals.items():
-        assert_true(not t.requires_grad, f"{_where(name)} requires grad after the unroll: act under torch.no_grad() "
-                                         "(the learner recomputes log pi itself)")
+        assert_true(
+            not t.requires_grad,
+            f"{_where(name)} requires grad after the unroll: act under torch.no_grad() "
+            "(the learner recomputes log pi itself)",
+        )
 
 
 ACTOR_UNROLL = Exercise(

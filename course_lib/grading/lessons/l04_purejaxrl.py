@@ -39,7 +39,7 @@ def _np(x: Any, what: str) -> NDArray[Any]:
         fail(f"{what} is None; did you forget to `return` it?")
     try:
         return np.asarray(x)
-    except Exception:  # noqa: BLE001 - report what came back
+    except Exception:
         fail(f"{what} is a {type(x).__name__}; expected a JAX array")
     raise AssertionError("unreachable")
 
@@ -52,8 +52,10 @@ def _jit_call(fn: Callable[..., Any], what: str, *args: Any, static: tuple[int, 
         return call(jax.jit(fn, static_argnums=static), *args, **kwargs)
     except LearnerError as err:
         if isinstance(err.error, jax.errors.ConcretizationTypeError | jax.errors.TracerBoolConversionError):
-            fail(f"{what} fails under jax.jit: a Python `if`, `and`/`or`, `abs`/`min` or float() on a traced "
-                 "array; use jnp.where, |, &, jnp.abs, jnp.minimum")
+            fail(
+                f"{what} fails under jax.jit: a Python `if`, `and`/`or`, `abs`/`min` or float() on a traced "
+                "array; use jnp.where, |, &, jnp.abs, jnp.minimum"
+            )
         raise
 
 
@@ -64,8 +66,9 @@ def _jit_call(fn: Callable[..., Any], what: str, *args: Any, static: tuple[int, 
 CS = "cartpole_step"
 
 
-def gym_step(state: NDArray[Any], action: int, semi_implicit: bool = False,
-             force_sign: float = 1.0, theta_deg: bool = False) -> tuple[NDArray[np.float64], bool]:
+def gym_step(
+    state: NDArray[Any], action: int, semi_implicit: bool = False, force_sign: float = 1.0, theta_deg: bool = False
+) -> tuple[NDArray[np.float64], bool]:
     """gymnasium's CartPole-v1 stepped once from ``state`` (float64); the keyword arguments
     reproduce common slips to name them (gymnasium's own semi-implicit integrator, the
     force's sign flipped, the angle threshold taken as 12 radians)."""
@@ -104,14 +107,17 @@ def _cs_known_bugs(states: NDArray[Any], actions: NDArray[Any]) -> dict[str, NDA
     return {
         "the integrator is semi-implicit (a new velocity moved the position): explicit Euler updates x with the "
         "old x_dot and theta with the old theta_dot": np.stack(
-            [gym_step(s, int(a), semi_implicit=True)[0] for s, a in zip(states, actions, strict=True)]),
+            [gym_step(s, int(a), semi_implicit=True)[0] for s, a in zip(states, actions, strict=True)]
+        ),
         "the force has the wrong sign: action 1 pushes right, F = +force_mag": np.stack(
-            [gym_step(s, int(a), force_sign=-1.0)[0] for s, a in zip(states, actions, strict=True)]),
+            [gym_step(s, int(a), force_sign=-1.0)[0] for s, a in zip(states, actions, strict=True)]
+        ),
     }
 
 
-def _cs_compare(fn: Callable[..., Any], states: NDArray[Any], actions: NDArray[Any], batched: bool,
-                name_degrees: bool = False) -> None:
+def _cs_compare(
+    fn: Callable[..., Any], states: NDArray[Any], actions: NDArray[Any], batched: bool, name_degrees: bool = False
+) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -123,8 +129,10 @@ def _cs_compare(fn: Callable[..., Any], states: NDArray[Any], actions: NDArray[A
         out = _jit_call(jax.vmap(fn, in_axes=(0, 0, None)), what, jnp.asarray(states), jnp.asarray(actions), params)
         got, term = _cs_unpack(out, what)
     else:
-        pairs = [_cs_unpack(_jit_call(fn, what, jnp.asarray(s), int(a), params), what)
-                 for s, a in zip(states, actions, strict=True)]
+        pairs = [
+            _cs_unpack(_jit_call(fn, what, jnp.asarray(s), int(a), params), what)
+            for s, a in zip(states, actions, strict=True)
+        ]
         got, term = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
     expected = np.stack([gym_step(s, int(a))[0] for s, a in zip(states, actions, strict=True)])
     if got.shape != expected.shape:
@@ -143,10 +151,14 @@ def _cs_compare(fn: Callable[..., Any], states: NDArray[Any], actions: NDArray[A
         i = int(wrong[0])
         deg = np.array([gym_step(s, int(a), theta_deg=True)[1] for s, a in zip(states, actions, strict=True)])
         if name_degrees and np.array_equal(term, deg):
-            fail(f"{what}: terminated ignores the pole angle: theta_threshold_radians is already in radians "
-                 "(12 degrees = 0.2094)")
-        fail(f"{what}: terminated is {bool(term[i])} for state {np.round(states[i], 3).tolist()} and action "
-             f"{int(actions[i])}; gymnasium says {bool(exp_term[i])} (|x'| > 2.4 or |theta'| > 0.2094)")
+            fail(
+                f"{what}: terminated ignores the pole angle: theta_threshold_radians is already in radians "
+                "(12 degrees = 0.2094)"
+            )
+        fail(
+            f"{what}: terminated is {bool(term[i])} for state {np.round(states[i], 3).tolist()} and action "
+            f"{int(actions[i])}; gymnasium says {bool(exp_term[i])} (|x'| > 2.4 or |theta'| > 0.2094)"
+        )
 
 
 @check_case("matches gymnasium's CartPole-v1 one step at a time under jax.jit", time_limit=30.0)
@@ -163,8 +175,17 @@ def _cs_batch(fn: Callable[..., Any]) -> None:
 
 @check_case("terminates on both sides of both thresholds, and not inside them", time_limit=30.0)
 def _cs_thresholds(fn: Callable[..., Any]) -> None:
-    states = np.array([[2.39, 1.0, 0.0, 0.0], [-2.39, -1.0, 0.0, 0.0], [0.0, 0.0, 0.2, 1.0],
-                       [0.0, 0.0, -0.2, -1.0], [2.3, 0.0, 0.2, 0.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    states = np.array(
+        [
+            [2.39, 1.0, 0.0, 0.0],
+            [-2.39, -1.0, 0.0, 0.0],
+            [0.0, 0.0, 0.2, 1.0],
+            [0.0, 0.0, -0.2, -1.0],
+            [2.3, 0.0, 0.2, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+        ],
+        np.float32,
+    )
     _cs_compare(fn, states, np.array([1, 0, 1, 0, 1, 1]), batched=True, name_degrees=True)
 
 
@@ -178,8 +199,9 @@ def _cs_inputs(fn: Callable[..., Any]) -> None:
     given = state.copy()
     out = _cs_unpack(call(fn, given, jnp.asarray(1), EnvParams()), CS)
     assert_true(np.array_equal(given, state), f"{CS} changed the `state` array it was given; return a new one")
-    assert_allclose(out[0].astype(np.float64), gym_step(state, 1)[0], what=f"{CS}(state, jnp.asarray(1))",
-                    rtol=1e-4, atol=1e-5)
+    assert_allclose(
+        out[0].astype(np.float64), gym_step(state, 1)[0], what=f"{CS}(state, jnp.asarray(1))", rtol=1e-4, atol=1e-5
+    )
 
 
 CARTPOLE_STEP = Exercise(
@@ -203,8 +225,17 @@ CARTPOLE_STEP = Exercise(
 GS = "gae_scan"
 
 
-def naive_gae(rewards: Any, values: Any, dones: Any, last_value: Any, gamma: float, lam: float,
-              *, cut: bool = True, trace_lambda: bool = True) -> NDArray[np.float64]:
+def naive_gae(
+    rewards: Any,
+    values: Any,
+    dones: Any,
+    last_value: Any,
+    gamma: float,
+    lam: float,
+    *,
+    cut: bool = True,
+    trace_lambda: bool = True,
+) -> NDArray[np.float64]:
     """``A_t = sum_{k >= t} (gamma lam)^{k - t} delta_k``, stopping after the first episode end,
     with ``delta_k = r_k + gamma (1 - d_k) V(s_{k+1}) - V(s_k)``; one ``(t, b)`` at a time.
     ``cut=False`` ignores the episode ends and ``trace_lambda=False`` uses ``gamma^k``
@@ -228,8 +259,9 @@ def naive_gae(rewards: Any, values: Any, dones: Any, last_value: Any, gamma: flo
     return out
 
 
-def naive_forward_gae(rewards: Any, values: Any, dones: Any, last_value: Any, gamma: float,
-                      lam: float) -> NDArray[np.float64]:
+def naive_forward_gae(
+    rewards: Any, values: Any, dones: Any, last_value: Any, gamma: float, lam: float
+) -> NDArray[np.float64]:
     """What the scan of (04.3) gives without ``reverse=True``: the same step function walked
     from t = 0 upwards, so the "next" value and advantage are those of step t - 1."""
     r = np.asarray(rewards, np.float64)
@@ -246,10 +278,12 @@ def naive_forward_gae(rewards: Any, values: Any, dones: Any, last_value: Any, ga
 
 def _gs_data(seed: int, n_t: int, n_b: int, p_done: float = 0.15) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    return {"rewards": rng.normal(size=(n_t, n_b)).astype(np.float32),
-            "values": rng.normal(size=(n_t, n_b)).astype(np.float32),
-            "dones": rng.random((n_t, n_b)) < p_done,
-            "last_value": rng.normal(size=n_b).astype(np.float32)}
+    return {
+        "rewards": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "values": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "dones": rng.random((n_t, n_b)) < p_done,
+        "last_value": rng.normal(size=n_b).astype(np.float32),
+    }
 
 
 def _gs_run(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam: float) -> NDArray[Any]:
@@ -265,12 +299,15 @@ def _gs_compare(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam:
     expected = naive_gae(*args, gamma, lam)
     if got.shape == expected.shape and not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
         bugs = {
-            "the recursion runs forwards: A_t depends on A_{t+1}, so scan with reverse=True":
-                naive_forward_gae(*args, gamma, lam),
-            "the trace crosses episode ends: multiply by (1 - d_t) both in delta_t and in the trace":
-                naive_gae(*args, gamma, lam, cut=False),
-            "the trace decays by gamma only: it is gamma * lambda (04.3)":
-                naive_gae(*args, gamma, lam, trace_lambda=False),
+            "the recursion runs forwards: A_t depends on A_{t+1}, so scan with reverse=True": naive_forward_gae(
+                *args, gamma, lam
+            ),
+            "the trace crosses episode ends: multiply by (1 - d_t) both in delta_t and in the trace": naive_gae(
+                *args, gamma, lam, cut=False
+            ),
+            "the trace decays by gamma only: it is gamma * lambda (04.3)": naive_gae(
+                *args, gamma, lam, trace_lambda=False
+            ),
         }
         for message, wrong in bugs.items():
             if np.allclose(got, wrong, rtol=1e-4, atol=1e-4):
@@ -281,18 +318,32 @@ def _gs_compare(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam:
 @check_case("hand-computed three-step example with an episode end", time_limit=30.0)
 def _gs_known(fn: Callable[..., Any]) -> None:
     # gamma 0.5, lambda 1: A_2 = 1 + 0.5 * 5 = 3.5; A_1 = 1 (episode ends); A_0 = 1 + 0.5 * 1 = 1.5
-    data = {"rewards": np.ones((3, 1), np.float32), "values": np.zeros((3, 1), np.float32),
-            "dones": np.array([[False], [True], [False]]), "last_value": np.array([5.0], np.float32)}
+    data = {
+        "rewards": np.ones((3, 1), np.float32),
+        "values": np.zeros((3, 1), np.float32),
+        "dones": np.array([[False], [True], [False]]),
+        "last_value": np.array([5.0], np.float32),
+    }
     _gs_compare(fn, data, 0.5, 1.0, what=f"{GS}(3 steps, done at t=1, gamma=0.5, lam=1)")
-    assert_allclose(_gs_run(fn, data, 0.5, 1.0).astype(np.float64), [[1.5], [1.0], [3.5]],
-                    what=f"{GS}(3 steps, done at t=1, gamma=0.5, lam=1)", rtol=1e-5, atol=1e-5)
+    assert_allclose(
+        _gs_run(fn, data, 0.5, 1.0).astype(np.float64),
+        [[1.5], [1.0], [3.5]],
+        what=f"{GS}(3 steps, done at t=1, gamma=0.5, lam=1)",
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @check_case("matches the sum of discounted deltas on random rollouts under jax.jit", time_limit=30.0)
 def _gs_oracle(fn: Callable[..., Any]) -> None:
     for case, (n_t, n_b, gamma, lam) in enumerate([(16, 3, 0.99, 0.95), (9, 5, 0.9, 0.5), (30, 2, 0.97, 0.8)]):
-        _gs_compare(fn, _gs_data(case, n_t, n_b), gamma, lam,
-                    what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g}, lam={lam:g})")
+        _gs_compare(
+            fn,
+            _gs_data(case, n_t, n_b),
+            gamma,
+            lam,
+            what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g}, lam={lam:g})",
+        )
 
 
 @check_case("lambda = 0 gives the one-step TD errors delta_t", time_limit=30.0)
@@ -301,8 +352,13 @@ def _gs_lambda0(fn: Callable[..., Any]) -> None:
     nd = 1.0 - data["dones"]
     v_next = np.concatenate([data["values"][1:], data["last_value"][None]], 0)
     delta = data["rewards"] + 0.9 * nd * v_next - data["values"]
-    assert_allclose(_gs_run(fn, data, 0.9, 0.0).astype(np.float64), delta.astype(np.float64),
-                    what=f"{GS}(..., lam=0)", rtol=1e-4, atol=1e-4)
+    assert_allclose(
+        _gs_run(fn, data, 0.9, 0.0).astype(np.float64),
+        delta.astype(np.float64),
+        what=f"{GS}(..., lam=0)",
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 @check_case("no episode ends and lambda = 1: the bootstrapped return minus V(s_t)", time_limit=30.0)
@@ -314,8 +370,13 @@ def _gs_no_ends(fn: Callable[..., Any]) -> None:
         acc = data["rewards"][t] + 0.9 * acc
         g[t] = acc
     _gs_compare(fn, data, 0.9, 1.0, what=f"{GS}(no episode ends, lam=1)")
-    assert_allclose(_gs_run(fn, data, 0.9, 1.0).astype(np.float64), g - data["values"],
-                    what=f"{GS}(no episode ends, lam=1) vs G_t - V(s_t)", rtol=1e-4, atol=1e-4)
+    assert_allclose(
+        _gs_run(fn, data, 0.9, 1.0).astype(np.float64),
+        g - data["values"],
+        what=f"{GS}(no episode ends, lam=1) vs G_t - V(s_t)",
+        rtol=1e-4,
+        atol=1e-4,
+    )
 
 
 GAE_SCAN = Exercise(
@@ -327,8 +388,7 @@ GAE_SCAN = Exercise(
         "scan backwards (reverse=True) with the carry (A_{t+1}, V(s_{t+1})) starting at (0, last_value)",
         "delta = r + gamma * (1 - d) * next_value - v; adv = delta + gamma * lam * (1 - d) * next_adv; "
         "return (adv, v), adv",
-        "jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (rewards, values, 1.0 - dones), "
-        "reverse=True)[1]",
+        "jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (rewards, values, 1.0 - dones), reverse=True)[1]",
     ),
 )
 
@@ -342,8 +402,12 @@ PL = "ppo_clip_loss"
 def naive_clip_loss(log_prob: Any, old_log_prob: Any, advantages: Any, clip_eps: float) -> float:
     """``-(1/N) sum_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)``, one sample at a time."""
     total = 0.0
-    for lp, olp, a in zip(np.asarray(log_prob, np.float64), np.asarray(old_log_prob, np.float64),
-                          np.asarray(advantages, np.float64), strict=True):
+    for lp, olp, a in zip(
+        np.asarray(log_prob, np.float64),
+        np.asarray(old_log_prob, np.float64),
+        np.asarray(advantages, np.float64),
+        strict=True,
+    ):
         rho = math.exp(lp - olp)
         total += min(rho * a, min(max(rho, 1 - clip_eps), 1 + clip_eps) * a)
     return -total / len(np.asarray(advantages))
@@ -371,11 +435,11 @@ def _pl_known(fn: Callable[..., Any]) -> None:
     got = _pl_scalar(fn, np.log([1.5, 0.5, 1.0]), np.zeros(3), np.array([1.0, 1.0, -2.0]), 0.2)
     if abs(got + 0.1) < 1e-5:
         fail(f"{PL} returned -0.1; the loss is the NEGATIVE mean of min(...) (we minimise it)")
-    if abs(got - 0.1) > 1e-5:
-        if abs(got - (-(1.5 + 0.8 - 2) / 3)) < 1e-5:
-            fail(f"{PL} returned {got:.4g}: it takes the max of the two terms; PPO takes the min (a pessimistic bound)")
-    assert_allclose(np.array(got), np.array(0.1), what=f"{PL}(log([1.5, 0.5, 1]), 0, [1, 1, -2], 0.2)",
-                    rtol=1e-4, atol=1e-6)
+    if abs(got - 0.1) > 1e-5 and abs(got - (-(1.5 + 0.8 - 2) / 3)) < 1e-5:
+        fail(f"{PL} returned {got:.4g}: it takes the max of the two terms; PPO takes the min (a pessimistic bound)")
+    assert_allclose(
+        np.array(got), np.array(0.1), what=f"{PL}(log([1.5, 0.5, 1]), 0, [1, 1, -2], 0.2)", rtol=1e-4, atol=1e-6
+    )
 
 
 @check_case("matches the element-by-element formula on ratios crossing both clip edges", time_limit=30.0)
@@ -391,15 +455,24 @@ def _pl_oracle(fn: Callable[..., Any]) -> None:
             no_exp = -np.mean(np.minimum((lp - olp) * adv, np.clip(lp - olp, 1 - eps, 1 + eps) * adv))
             if math.isclose(got, -expected, rel_tol=1e-4, abs_tol=1e-5):
                 fail(f"{PL} has the wrong sign: the loss is the NEGATIVE mean of min(...) (we minimise it)")
-            if math.isclose(got, -np.mean(np.maximum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv)),
-                            rel_tol=1e-4, abs_tol=1e-5):
+            if math.isclose(
+                got,
+                -np.mean(np.maximum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv)),
+                rel_tol=1e-4,
+                abs_tol=1e-5,
+            ):
                 fail(f"{PL} takes the max of the two terms; PPO takes the min (a pessimistic bound)")
             if math.isclose(got, clipped_adv, rel_tol=1e-4, abs_tol=1e-5):
                 fail(f"{PL} clips the advantage; clip the ratio rho_t to [1 - eps, 1 + eps]")
             if math.isclose(got, no_exp, rel_tol=1e-4, abs_tol=1e-5):
                 fail(f"{PL} uses log_prob - old_log_prob as the ratio; rho_t = exp(log_prob - old_log_prob)")
-        assert_allclose(np.array(got), np.array(expected), what=f"{PL}(random case {case + 1}, clip_eps={eps:g})",
-                        rtol=1e-4, atol=1e-5)
+        assert_allclose(
+            np.array(got),
+            np.array(expected),
+            what=f"{PL}(random case {case + 1}, clip_eps={eps:g})",
+            rtol=1e-4,
+            atol=1e-5,
+        )
 
 
 @check_case("its gradient is zero for samples clipped in the direction of their advantage", time_limit=30.0)
@@ -411,7 +484,7 @@ def _pl_grad(fn: Callable[..., Any]) -> None:
     adv = jnp.array([1.0, -1.0, -1.0, 1.0, 1.0])
     try:
         grad = np.asarray(jax.grad(lambda x: fn(x, jnp.zeros(5), adv, 0.2))(lp))
-    except Exception as exc:  # noqa: BLE001 - the learner's code
+    except Exception as exc:
         fail(f"jax.grad of {PL} raised {type(exc).__name__}: {exc}")
     # samples 0 and 1 are clipped on the side their advantage pushes: no gradient
     # samples 2, 3, 4: unclipped term wins -> d/dlp (-rho A / N) = -rho A / N
@@ -473,8 +546,10 @@ def _tg_run(fn: Callable[..., Any], n_seeds: int, lrs: list[float], seed: int = 
     counter: list[int] = []
     out = call(fn, _toy(counter), jax.random.key(seed), n_seeds, jnp.asarray(lrs))
     if not isinstance(out, dict) or set(out) != {"w", "loss"}:
-        fail(f"{TG} returned {type(out).__name__}; expected train's own pytree (here a dict with keys 'w', 'loss') "
-             "with two leading axes")
+        fail(
+            f"{TG} returned {type(out).__name__}; expected train's own pytree (here a dict with keys 'w', 'loss') "
+            "with two leading axes"
+        )
     return {k: _np(v, f"{TG}(...)['{k}']") for k, v in out.items()}, len(counter)
 
 
@@ -489,21 +564,26 @@ def _tg_oracle_check(fn: Callable[..., Any]) -> None:
         if got[k].shape != expected[k].shape:
             swapped = expected[k].shape[:2][::-1] + expected[k].shape[2:]
             if got[k].shape == swapped:
-                fail(f"{TG}(...)['{k}'] has shape {got[k].shape}: the axes are [n_seeds, len(lrs)]; put the "
-                     f"learning rates first: [len(lrs), n_seeds] = {expected[k].shape}")
+                fail(
+                    f"{TG}(...)['{k}'] has shape {got[k].shape}: the axes are [n_seeds, len(lrs)]; put the "
+                    f"learning rates first: [len(lrs), n_seeds] = {expected[k].shape}"
+                )
             fail(f"{TG}(...)['{k}'] has shape {got[k].shape}; expected {expected[k].shape} = [len(lrs), n_seeds, ...]")
         if np.allclose(got[k], np.broadcast_to(got[k][:, :1], got[k].shape), rtol=1e-6, atol=1e-7):
             fail(f"{TG}: every seed gave the same run; map over keys = jax.random.split(key, n_seeds), not one key")
-        assert_allclose(got[k].astype(np.float64), expected[k].astype(np.float64), what=f"{TG}(...)['{k}']",
-                        rtol=1e-5, atol=1e-6)
+        assert_allclose(
+            got[k].astype(np.float64), expected[k].astype(np.float64), what=f"{TG}(...)['{k}']", rtol=1e-5, atol=1e-6
+        )
 
 
 @check_case("traces the training function once (one vmapped program, no Python loop)", time_limit=30.0)
 def _tg_traced_once(fn: Callable[..., Any]) -> None:
     _, traces = _tg_run(fn, 3, [0.05, 0.2])
     if traces != 1:
-        fail(f"train was traced {traces} times for 3 seeds x 2 learning rates; a Python loop runs (and traces) it "
-             "once per cell: use jax.vmap twice, which traces it once")
+        fail(
+            f"train was traced {traces} times for 3 seeds x 2 learning rates; a Python loop runs (and traces) it "
+            "once per cell: use jax.vmap twice, which traces it once"
+        )
 
 
 @check_case("the same seeds for every learning rate, different seeds along the seed axis", time_limit=30.0)
@@ -512,10 +592,15 @@ def _tg_seeds(fn: Callable[..., Any]) -> None:
     w = got["w"]
     if w.shape[:2] != (2, 5):
         fail(f"{TG}(...)['w'] has shape {w.shape}; expected (2, 5, 2) = [len(lrs), n_seeds, ...]")
-    assert_true(np.allclose(w[0], w[1]), f"{TG}: two equal learning rates gave different runs; use the same keys "
-                                         "for every learning rate (vmap the lrs with in_axes=(None, 0))")
-    assert_true(len({tuple(np.round(row, 6)) for row in w[0]}) == 5,
-                f"{TG}: some seeds gave the same start; split the key into n_seeds different keys")
+    assert_true(
+        np.allclose(w[0], w[1]),
+        f"{TG}: two equal learning rates gave different runs; use the same keys "
+        "for every learning rate (vmap the lrs with in_axes=(None, 0))",
+    )
+    assert_true(
+        len({tuple(np.round(row, 6)) for row in w[0]}) == 5,
+        f"{TG}: some seeds gave the same start; split the key into n_seeds different keys",
+    )
 
 
 TRAIN_GRID = Exercise(

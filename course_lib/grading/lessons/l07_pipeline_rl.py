@@ -40,8 +40,17 @@ LESSON = "07_pipeline_rl"
 # ---------------------------------------------------------------------------------------
 
 
-def naive_token_loss(logp_new: Any, logp_behaviour: Any, advantages: Any, mask: Any, c: float | None,
-                     *, per_sequence: bool = False, inverted: bool = False, all_positions: bool = False) -> float:
+def naive_token_loss(
+    logp_new: Any,
+    logp_behaviour: Any,
+    advantages: Any,
+    mask: Any,
+    c: float | None,
+    *,
+    per_sequence: bool = False,
+    inverted: bool = False,
+    all_positions: bool = False,
+) -> float:
     """``-(1/N_tok) sum_{real i,t} min(c, pi/mu) A_i log pi``, one term at a time (floats).
 
     The keyword switches compute known slips, to name them in messages.
@@ -62,7 +71,9 @@ def naive_token_loss(logp_new: Any, logp_behaviour: Any, advantages: Any, mask: 
     return -total / (n * t if all_positions else count)
 
 
-def naive_token_weights(logp_new: Any, logp_behaviour: Any, advantages: Any, mask: Any, c: float) -> NDArray[np.float64]:
+def naive_token_weights(
+    logp_new: Any, logp_behaviour: Any, advantages: Any, mask: Any, c: float
+) -> NDArray[np.float64]:
     """``dL/dlogp_new`` with the weight held constant: ``-min(c, pi/mu) A_i / N_tok`` at real tokens."""
     lp, lm, a, m = (np.asarray(x, dtype=np.float64) for x in (logp_new, logp_behaviour, advantages, mask))
     out = np.zeros_like(lp)
@@ -85,10 +96,12 @@ def loss_batch(seed: int, n: int = 4, t: int = 6, spread: float = 1.0) -> dict[s
     for i, length in enumerate(rng.integers(1, t + 1, size=n)):
         mask[i, t - length :] = True
     logp_mu[~mask] = 50.0  # garbage at the padding
-    return {"logp_new": torch.tensor(logp_new, dtype=torch.float64, requires_grad=True),
-            "logp_behaviour": torch.tensor(logp_mu, dtype=torch.float64),
-            "advantages": torch.tensor(rng.normal(size=n), dtype=torch.float64),
-            "mask": torch.tensor(mask)}
+    return {
+        "logp_new": torch.tensor(logp_new, dtype=torch.float64, requires_grad=True),
+        "logp_behaviour": torch.tensor(logp_mu, dtype=torch.float64),
+        "advantages": torch.tensor(rng.normal(size=n), dtype=torch.float64),
+        "mask": torch.tensor(mask),
+    }
 
 
 def naive_group_advantages(rewards: Any, mask: Any, eps: float = 1e-6, *, ddof: int = 0) -> NDArray[np.float64]:
@@ -135,11 +148,15 @@ def _loss_compare(fn: Callable[..., Any], data: dict[str, Any], c: float) -> Non
         return
     bugs = {
         "the weights are not truncated: use min(c, pi/mu)": naive_token_loss(*args, None),
-        "the ratio is one per sequence (a product over its tokens); (07.1) takes one weight per token":
-            naive_token_loss(*args, c, per_sequence=True),
-        "the ratio is inverted: the weight is pi/mu = exp(logp_new - logp_behaviour)": naive_token_loss(*args, c, inverted=True),
-        "the mean runs over every position; divide by the number of real tokens (mask.sum())":
-            naive_token_loss(*args, c, all_positions=True),
+        "the ratio is one per sequence (a product over its tokens); (07.1) takes one weight per token": naive_token_loss(
+            *args, c, per_sequence=True
+        ),
+        "the ratio is inverted: the weight is pi/mu = exp(logp_new - logp_behaviour)": naive_token_loss(
+            *args, c, inverted=True
+        ),
+        "the mean runs over every position; divide by the number of real tokens (mask.sum())": naive_token_loss(
+            *args, c, all_positions=True
+        ),
     }
     for message, wrong in bugs.items():
         if not math.isclose(wrong, expected, rel_tol=1e-6) and math.isclose(value, wrong, rel_tol=1e-6, abs_tol=1e-9):
@@ -156,9 +173,12 @@ def _loss_shape(fn: Callable[..., Any]) -> None:
 def _loss_known(fn: Callable[..., Any]) -> None:
     import torch
 
-    data = {"logp_new": torch.log(torch.tensor([[0.4, 0.1]], dtype=torch.float64)),
-            "logp_behaviour": torch.log(torch.tensor([[0.2, 0.2]], dtype=torch.float64)),
-            "advantages": torch.tensor([1.0], dtype=torch.float64), "mask": torch.tensor([[True, True]])}
+    data = {
+        "logp_new": torch.log(torch.tensor([[0.4, 0.1]], dtype=torch.float64)),
+        "logp_behaviour": torch.log(torch.tensor([[0.2, 0.2]], dtype=torch.float64)),
+        "advantages": torch.tensor([1.0], dtype=torch.float64),
+        "mask": torch.tensor([[True, True]]),
+    }
     _loss_compare(fn, data, 1.5)
 
 
@@ -173,14 +193,18 @@ def _loss_gradient(fn: Callable[..., Any]) -> None:
     data = loss_batch(7)
     _, (loss, logp_new) = _loss_value(fn, data, 1.5)
     loss.backward()
-    expected = naive_token_weights(data["logp_new"].detach(), data["logp_behaviour"], data["advantages"], data["mask"], 1.5)
+    expected = naive_token_weights(
+        data["logp_new"].detach(), data["logp_behaviour"], data["advantages"], data["mask"], 1.5
+    )
     got = logp_new.grad
     if got is None:
         fail(f"{LOSS}'s result has no gradient with respect to logp_new")
     got = got.numpy()
     if not np.allclose(got, expected, atol=1e-9):
-        fail("the gradient differs from that of sum sg[w] A log pi: the weight must be a constant; "
-             "compute the ratio from logp_new.detach()")
+        fail(
+            "the gradient differs from that of sum sg[w] A log pi: the weight must be a constant; "
+            "compute the ratio from logp_new.detach()"
+        )
 
 
 @check_case("on-policy tokens weigh 1; padding values change nothing")
@@ -191,9 +215,13 @@ def _loss_properties(fn: Callable[..., Any]) -> None:
     data["logp_behaviour"] = torch.where(data["mask"], data["logp_new"].detach(), data["logp_behaviour"])
     _loss_compare(fn, data, 1.5)
     value, _ = _loss_value(fn, data, 1.5)
-    shifted = dict(data, logp_behaviour=torch.where(data["mask"], data["logp_behaviour"], torch.tensor(-7.0, dtype=torch.float64)))
-    assert_true(math.isclose(value, _loss_value(fn, shifted, 1.5)[0], rel_tol=1e-9, abs_tol=1e-12),
-                f"{LOSS} changed when only the padding of logp_behaviour changed: apply the mask to every term")
+    shifted = dict(
+        data, logp_behaviour=torch.where(data["mask"], data["logp_behaviour"], torch.tensor(-7.0, dtype=torch.float64))
+    )
+    assert_true(
+        math.isclose(value, _loss_value(fn, shifted, 1.5)[0], rel_tol=1e-9, abs_tol=1e-12),
+        f"{LOSS} changed when only the padding of logp_behaviour changed: apply the mask to every term",
+    )
 
 
 TOKEN_IS_LOSS = Exercise(
@@ -259,8 +287,10 @@ def _lag_dtype(fn: Callable[..., Any]) -> None:
     given_v, given_m = versions.copy(), mask.copy()
     got = assert_array(call(fn, 3, given_v, given_m), what=f"{LAG}(3, ...)", shape=(2, 2))
     assert_true(got.dtype.kind in "iu", f"{LAG} returned dtype {got.dtype}; lags count updates: return int64")
-    assert_true(np.array_equal(given_v, versions) and np.array_equal(given_m, mask),
-                f"{LAG} changed an input array it was given; work on a copy")
+    assert_true(
+        np.array_equal(given_v, versions) and np.array_equal(given_m, mask),
+        f"{LAG} changed an input array it was given; work on a copy",
+    )
 
 
 @check_case("accepts torch tensors and lists")
@@ -284,10 +314,12 @@ def _lag_future(fn: Callable[..., Any]) -> None:
         pass
     except NotImplementedError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the learner's code
+    except Exception as exc:
         fail(f"{LAG}(5, a version 9) raised {type(exc).__name__}; expected ValueError")
     else:
-        fail(f"{LAG}(5, a version 9) returned; expected ValueError: a token newer than the trainer is a bookkeeping bug")
+        fail(
+            f"{LAG}(5, a version 9) returned; expected ValueError: a token newer than the trainer is a bookkeeping bug"
+        )
     _lag_compare(fn, 5, np.array([[3, 99]]), np.array([[True, False]]))
 
 
@@ -324,14 +356,22 @@ def _adv_compare(fn: Callable[..., Any], rewards: NDArray[np.float64], mask: NDA
         r = rewards.astype(np.float64)
         full = np.ones_like(mask)
         bugs = {
-            "the baseline is the batch mean: (07.3) subtracts each group's own mean":
-                ((r - r.mean()) / (r.std() + 1e-6)).reshape(-1)[:, None] * mask,
-            "the std is the sample std (ddof=1); (07.3) uses the population std (np.std's default)":
-                naive_group_advantages(r, mask, ddof=1),
-            "the advantages are not divided by the group's std": (r - r.mean(axis=1, keepdims=True)).reshape(-1)[:, None] * mask,
+            "the baseline is the batch mean: (07.3) subtracts each group's own mean": (
+                (r - r.mean()) / (r.std() + 1e-6)
+            ).reshape(-1)[:, None]
+            * mask,
+            "the std is the sample std (ddof=1); (07.3) uses the population std (np.std's default)": naive_group_advantages(
+                r, mask, ddof=1
+            ),
+            "the advantages are not divided by the group's std": (r - r.mean(axis=1, keepdims=True)).reshape(-1)[
+                :, None
+            ]
+            * mask,
             "the padding got advantages: multiply by the mask": naive_group_advantages(r, full),
-            "rows are in the wrong order: answers are stored group after group (rewards.reshape(-1))":
-                _per_answer(r).T.reshape(-1)[:, None] * mask,
+            "rows are in the wrong order: answers are stored group after group (rewards.reshape(-1))": _per_answer(
+                r
+            ).T.reshape(-1)[:, None]
+            * mask,
         }
         for message, wrong in bugs.items():
             if not np.allclose(wrong, expected, atol=1e-6) and np.allclose(arr, wrong, atol=1e-6):
@@ -389,8 +429,9 @@ def _lm_pair() -> tuple[Any, Any]:
     return TinyLM(cfg), TinyLM(cfg)
 
 
-def _decode(fn: Callable[..., Any], schedule: dict[int, tuple[int, Any]], version: int = 0,
-            seed: int = 0, global_seed: int = 0) -> tuple[Any, ...]:
+def _decode(
+    fn: Callable[..., Any], schedule: dict[int, tuple[int, Any]], version: int = 0, seed: int = 0, global_seed: int = 0
+) -> tuple[Any, ...]:
     """Prefill 3 sequences, run the learner's loop with ``poll`` returning ``schedule[call]``;
     returns (model, cache before, cache after, prefix, outputs, poll calls)."""
     import torch
@@ -409,8 +450,17 @@ def _decode(fn: Callable[..., Any], schedule: dict[int, tuple[int, Any]], versio
         calls.append(len(calls))
         return schedule.get(len(calls) - 1)
 
-    out = call(fn, model, cache, prefix[:, -1].clone(), torch.full((3,), N_PREFIX - 1), N_STEPS, poll, version,
-               torch.Generator().manual_seed(seed))
+    out = call(
+        fn,
+        model,
+        cache,
+        prefix[:, -1].clone(),
+        torch.full((3,), N_PREFIX - 1),
+        N_STEPS,
+        poll,
+        version,
+        torch.Generator().manual_seed(seed),
+    )
     if not (isinstance(out, tuple) and len(out) == 3):
         fail(f"{DEC} returned {type(out).__name__}; expected a tuple (new_tokens, logp, versions)")
     for name, x in zip(("new_tokens", "logp", "versions"), out):
@@ -426,19 +476,26 @@ def _dec_no_update(fn: Callable[..., Any]) -> None:
     from course_lib.lm.model import sequence_logprobs
 
     model, _, _, prefix, (tokens, logp, versions), calls = _decode(fn, {})
-    assert_true(len(calls) == N_STEPS, f"poll() was called {len(calls)} times in {N_STEPS} steps; call it before every step")
+    assert_true(
+        len(calls) == N_STEPS, f"poll() was called {len(calls)} times in {N_STEPS} steps; call it before every step"
+    )
     full = torch.cat([prefix, tokens], dim=1)
     with torch.no_grad():
         ref = sequence_logprobs(model, full)[:, N_PREFIX:]
     if not torch.allclose(logp.float(), ref, atol=1e-4):
         if torch.allclose(logp.float(), ref.exp(), atol=1e-4):
             fail(f"{DEC}'s logp holds probabilities; record log-probabilities")
-        fail(f"{DEC}'s logp differs from a full forward pass over the sequences: feed each new token at the next "
-             "position (pos + 1) and record the log-prob of the sampled token")
+        fail(
+            f"{DEC}'s logp differs from a full forward pass over the sequences: feed each new token at the next "
+            "position (pos + 1) and record the log-prob of the sampled token"
+        )
     assert_true(bool((versions == 0).all()), f"{DEC} stamped versions {versions.unique().tolist()} without any update")
     _, _, _, _, (again, _, _), _ = _decode(fn, {}, global_seed=1)
-    assert_true(torch.equal(tokens, again), f"{DEC} is not reproducible with the same generator: sample with "
-                                            "torch.multinomial(..., generator=generator), not torch's global random state")
+    assert_true(
+        torch.equal(tokens, again),
+        f"{DEC} is not reproducible with the same generator: sample with "
+        "torch.multinomial(..., generator=generator), not torch's global random state",
+    )
     with torch.no_grad():
         greedy = model(full)[:, N_PREFIX - 1 : -1].argmax(-1)
     if torch.equal(tokens, greedy):
@@ -455,8 +512,10 @@ def _dec_versions(fn: Callable[..., Any]) -> None:
     _, _, _, _, (_, _, versions), _ = _decode(fn, {SWAP_AT: (4, flat_parameters(newer))})
     expected = torch.tensor([[0] * SWAP_AT + [4] * (N_STEPS - SWAP_AT)] * 3)
     if not torch.equal(versions.long(), expected):
-        fail(f"versions of the new tokens are {versions[0].tolist()}; expected {expected[0].tolist()}: tokens sampled "
-             "after an update must be stamped with the new version")
+        fail(
+            f"versions of the new tokens are {versions[0].tolist()}; expected {expected[0].tolist()}: tokens sampled "
+            "after an update must be stamped with the new version"
+        )
 
 
 @check_case("the swap keeps the KV cache and the tokens before it")
@@ -469,12 +528,19 @@ def _dec_keeps_cache(fn: Callable[..., Any]) -> None:
     _, before, after, _, (tokens, _, _), _ = _decode(fn, {SWAP_AT: (1, flat_parameters(newer))})
     kept = N_PREFIX - 1 + SWAP_AT  # positions written before the swap
     for name, b, a in (("keys", before[0], after[0]), ("values", before[1], after[1])):
-        if not torch.equal(b[:, :, :, : N_PREFIX - 1], a[:, :, :, : N_PREFIX - 1]) or not a[:, :, :, :kept].abs().sum() > 0:
-            fail(f"the KV cache's {name} written before the swap changed: an in-flight update keeps the cache "
-                 "(do not clear or rebuild it)")
+        if (
+            not torch.equal(b[:, :, :, : N_PREFIX - 1], a[:, :, :, : N_PREFIX - 1])
+            or not a[:, :, :, :kept].abs().sum() > 0
+        ):
+            fail(
+                f"the KV cache's {name} written before the swap changed: an in-flight update keeps the cache "
+                "(do not clear or rebuild it)"
+            )
     _, _, _, _, (plain, _, _), _ = _decode(fn, {})
-    assert_true(torch.equal(tokens[:, :SWAP_AT], plain[:, :SWAP_AT]),
-                "the tokens before the update differ from a run without it; load weights only when poll() returns them")
+    assert_true(
+        torch.equal(tokens[:, :SWAP_AT], plain[:, :SWAP_AT]),
+        "the tokens before the update differ from a run without it; load weights only when poll() returns them",
+    )
 
 
 @check_case("an older or equal version is ignored; nothing requires grad")
@@ -484,8 +550,10 @@ def _dec_older(fn: Callable[..., Any]) -> None:
     _, newer = _lm_pair()
     _, _, _, _, (tokens, logp, versions), _ = _decode(fn, {SWAP_AT: (2, flat_parameters(newer))}, version=3)
     _, _, _, _, (plain, _, _), _ = _decode(fn, {}, version=3)
-    assert_true(bool((versions == 3).all()) and bool((tokens == plain).all()),
-                f"{DEC} loaded version 2 while holding version 3: load only versions newer than the one held")
+    assert_true(
+        bool((versions == 3).all()) and bool((tokens == plain).all()),
+        f"{DEC} loaded version 2 while holding version 3: load only versions newer than the one held",
+    )
     assert_true(not logp.requires_grad, f"{DEC}'s logp requires grad: decode under torch.no_grad()")
 
 

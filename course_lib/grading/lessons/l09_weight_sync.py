@@ -73,7 +73,7 @@ def naive_sum64(payload: bytes) -> int:
     """Sum of little-endian unsigned 64-bit words mod 2**64, as the signed int64 with the same bits."""
     total = 0
     for k in range(0, len(payload), 8):
-        total = (total + int.from_bytes(payload[k:k + 8], "little")) % 2**64
+        total = (total + int.from_bytes(payload[k : k + 8], "little")) % 2**64
     return total - 2**64 if total >= 2**63 else total
 
 
@@ -99,7 +99,9 @@ def _tensors(seed: int = 0) -> list[Any]:
     return out
 
 
-def _pack(fn: Callable[..., Any], tensors: list[Any], bucket_bytes: int, align: int = 64) -> tuple[list[Any], list[Any]]:
+def _pack(
+    fn: Callable[..., Any], tensors: list[Any], bucket_bytes: int, align: int = 64
+) -> tuple[list[Any], list[Any]]:
     got = call(fn, [t.clone() for t in tensors], bucket_bytes, align)
     if not (isinstance(got, tuple) and len(got) == 2):
         fail(f"{PACK} must return a tuple (buckets, places); got {type(got).__name__}")
@@ -118,12 +120,16 @@ def _places_message(tensors: list[Any], got: list[Any], want: list[Any], bucket_
             elif g[1] % align:
                 hint = f" (offsets must be multiples of align={align}: round the end up)"
             elif g[0] > w[0] and g[1] == 0:
-                hint = (" (a new bucket opens only when the tensor does not END within bucket_bytes, and never "
-                        "before an empty bucket is used)")
+                hint = (
+                    " (a new bucket opens only when the tensor does not END within bucket_bytes, and never "
+                    "before an empty bucket is used)"
+                )
             elif g[0] < w[0]:
                 hint = " (the tensor does not fit: its end would pass bucket_bytes, start a new bucket)"
-            return (f"tensor {i} ({nbytes} bytes, {t.dtype}) placed at (bucket, offset) {g}, expected {w} with "
-                    f"bucket_bytes={bucket_bytes}, align={align}{hint}")
+            return (
+                f"tensor {i} ({nbytes} bytes, {t.dtype}) placed at (bucket, offset) {g}, expected {w} with "
+                f"bucket_bytes={bucket_bytes}, align={align}{hint}"
+            )
     return f"{len(got)} places for {len(tensors)} tensors; expected one (bucket, offset) per tensor"
 
 
@@ -143,8 +149,11 @@ def _pack_exact_fit(fn: Callable[..., Any]) -> None:
 
     tensors = [torch.ones(16), torch.ones(48)]  # 64 + 192 = 256 bytes
     _, places = _pack(fn, tensors, 256, 64)
-    assert_true(places == [(0, 0), (0, 64)], f"with bucket_bytes=256 two tensors of 64 and 192 bytes fill one bucket "
-                                             f"exactly; got places {places} (use >, not >=, to decide it does not fit)")
+    assert_true(
+        places == [(0, 0), (0, 64)],
+        f"with bucket_bytes=256 two tensors of 64 and 192 bytes fill one bucket "
+        f"exactly; got places {places} (use >, not >=, to decide it does not fit)",
+    )
 
 
 @check_case("an oversized tensor gets one bucket of its own, with no empty bucket")
@@ -173,8 +182,10 @@ def _pack_bytes(fn: Callable[..., Any]) -> None:
         if got.numel() != len(exp):
             fail(f"bucket {b} has {got.numel()} bytes, expected {len(exp)} (its last tensor's end rounded up to align)")
         if got.numpy().tobytes() != exp:
-            fail(f"bucket {b}'s bytes differ from the tensors' bytes at their offsets (copy "
-                 "t.reshape(-1).view(torch.uint8), and leave the padding zero)")
+            fail(
+                f"bucket {b}'s bytes differ from the tensors' bytes at their offsets (copy "
+                "t.reshape(-1).view(torch.uint8), and leave the padding zero)"
+            )
 
 
 @check_case("unpacking at the returned offsets gives back every tensor")
@@ -185,7 +196,7 @@ def _pack_roundtrip(fn: Callable[..., Any]) -> None:
     buckets, places = _pack(fn, tensors, 2048, 64)
     for i, (t, (b, off)) in enumerate(zip(tensors, places)):
         nbytes = t.numel() * t.element_size()
-        back = buckets[b][off:off + nbytes].view(t.dtype).view(t.shape)
+        back = buckets[b][off : off + nbytes].view(t.dtype).view(t.shape)
         assert_true(torch.equal(back, t), f"tensor {i} ({t.dtype}) does not come back from bucket {b} at offset {off}")
 
 
@@ -233,8 +244,13 @@ def _sched_known(fn: Callable[..., Any]) -> None:
     known = {
         0: [],
         1: [[("pack", 0, 0)], [("send", 0, 0)], [("unpack", 0, 0)]],
-        3: [[("pack", 0, 0)], [("pack", 1, 1), ("send", 0, 0)], [("pack", 2, 0), ("send", 1, 1), ("unpack", 0, 0)],
-            [("send", 2, 0), ("unpack", 1, 1)], [("unpack", 2, 0)]],
+        3: [
+            [("pack", 0, 0)],
+            [("pack", 1, 1), ("send", 0, 0)],
+            [("pack", 2, 0), ("send", 1, 1), ("unpack", 0, 0)],
+            [("send", 2, 0), ("unpack", 1, 1)],
+            [("unpack", 2, 0)],
+        ],
     }
     for n, want in known.items():
         got = _schedule(fn, n)
@@ -247,8 +263,10 @@ def _sched_length(fn: Callable[..., Any]) -> None:
     for n in (2, 5, 9):
         got = _schedule(fn, n)
         if len(got) == 3 * n:
-            fail(f"{SCHED}({n}) has {3 * n} steps: the stages run in turn; in step s pack s, send s - 1 and "
-                 "unpack s - 2 together (n + 2 steps)")
+            fail(
+                f"{SCHED}({n}) has {3 * n} steps: the stages run in turn; in step s pack s, send s - 1 and "
+                "unpack s - 2 together (n + 2 steps)"
+            )
         assert_true(len(got) == n + 2, f"{SCHED}({n}) has {len(got)} steps, expected n + 2 = {n + 2}")
 
 
@@ -267,8 +285,10 @@ def _sched_order(fn: Callable[..., Any]) -> None:
             if None in times:
                 fail(f"{SCHED}({n}): bucket {b} misses a stage ({times} for pack, send, unpack)")
             if times != [times[0], times[0] + 1, times[0] + 2]:
-                fail(f"{SCHED}({n}): bucket {b} is packed, sent, unpacked at steps {times}; expected three "
-                     "consecutive steps (an unpack in the step of its own send has nothing to unpack yet)")
+                fail(
+                    f"{SCHED}({n}): bucket {b} is packed, sent, unpacked at steps {times}; expected three "
+                    "consecutive steps (an unpack in the step of its own send has nothing to unpack yet)"
+                )
 
 
 @check_case("no side uses one buffer twice in a step; bucket b uses buffer b % 2")
@@ -277,8 +297,10 @@ def _sched_buffers(fn: Callable[..., Any]) -> None:
         for s, step in enumerate(_schedule(fn, n)):
             for stage, b, k in step:
                 if k != b % 2:
-                    fail(f"{SCHED}({n}), step {s}: {stage} of bucket {b} uses buffer {k}; with two buffers bucket b "
-                         "uses buffer b % 2 (a buffer per bucket is not double buffering)")
+                    fail(
+                        f"{SCHED}({n}), step {s}: {stage} of bucket {b} uses buffer {k}; with two buffers bucket b "
+                        "uses buffer b % 2 (a buffer per bucket is not double buffering)"
+                    )
             buffers = {stage: k for stage, _, k in step}
             for a, c, side in (("pack", "send", "sender"), ("send", "unpack", "receiver")):
                 if a in buffers and c in buffers and buffers[a] == buffers[c]:
@@ -331,8 +353,11 @@ def _shard_known(fn: Callable[..., Any]) -> None:
     for (size, tp), want in known.items():
         got = _ranges(fn, size, tp)
         if got != want:
-            extra = " (that is torch.chunk's ceil split; give the extra rows to the FIRST size % tp ranks)" \
-                if (size, tp) == (10, 4) and got == [(0, 3), (3, 6), (6, 9), (9, 10)] else ""
+            extra = (
+                " (that is torch.chunk's ceil split; give the extra rows to the FIRST size % tp ranks)"
+                if (size, tp) == (10, 4) and got == [(0, 3), (3, 6), (6, 9), (9, 10)]
+                else ""
+            )
             fail(f"{size} rows over {tp} ranks: got {got}, expected {want}{extra}")
 
 
@@ -364,7 +389,7 @@ def _shard_errors(fn: Callable[..., Any]) -> None:
             continue
         except NotImplementedError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the learner's code
+        except Exception as exc:
             fail(f"{SHARD}{args} raised {type(exc).__name__}; expected ValueError")
         fail(f"{SHARD}{args} returned; expected ValueError (tp_rank must be in [0, tp_size), tp_size >= 1)")
 
@@ -388,15 +413,30 @@ SHARD_RANGE = Exercise(
 VERIFY = "verify_bucket"
 
 
-def make_slot(payload: bytes, version: int, index: int, *, nbytes: int | None = None, checksum: int | None = None,
-              magic: int | None = None) -> Any:
+def make_slot(
+    payload: bytes,
+    version: int,
+    index: int,
+    *,
+    nbytes: int | None = None,
+    checksum: int | None = None,
+    magic: int | None = None,
+) -> Any:
     """A bucket as the sender writes it: payload, then the 8-word header (oracle checksum)."""
     import torch
 
     from course_lib.weight_sync.integrity import MAGIC
 
-    words = [MAGIC if magic is None else magic, version, index, 1, len(payload) if nbytes is None else nbytes,
-             naive_sum64(payload) if checksum is None else checksum, 0, 0]
+    words = [
+        MAGIC if magic is None else magic,
+        version,
+        index,
+        1,
+        len(payload) if nbytes is None else nbytes,
+        naive_sum64(payload) if checksum is None else checksum,
+        0,
+        0,
+    ]
     header = b"".join(int(w).to_bytes(8, "little", signed=True) for w in words)
     return torch.frombuffer(bytearray(payload + header), dtype=torch.uint8).clone()
 
@@ -417,11 +457,13 @@ def _accept(fn: Callable[..., Any], slot: Any, version: int, index: int, why: st
     except NotImplementedError:
         raise
     except CorruptBucketError as exc:
-        fail(f"{why} was rejected as corrupt ({exc}): sum the payload only (not the header), as unsigned 64-bit "
-             "words modulo 2^64 (np.add.reduce(..., dtype=np.uint64)), and compare with words[5] % 2**64")
+        fail(
+            f"{why} was rejected as corrupt ({exc}): sum the payload only (not the header), as unsigned 64-bit "
+            "words modulo 2^64 (np.add.reduce(..., dtype=np.uint64)), and compare with words[5] % 2**64"
+        )
     except OutOfOrderBucketError as exc:
         fail(f"{why} was rejected as out of order ({exc}): read version and index from header words 1 and 2")
-    except Exception as exc:  # noqa: BLE001 - the learner's code
+    except Exception as exc:
         fail(f"{why}: raised {type(exc).__name__}: {exc}")
     raise AssertionError  # unreachable
 
@@ -439,7 +481,7 @@ def _expect(fn: Callable[..., Any], slot: Any, version: int, index: int, error: 
         raise
     except errors[other]:
         fail(f"{why}: raised {other}, expected {error}")
-    except Exception as exc:  # noqa: BLE001 - the learner's code
+    except Exception as exc:
         fail(f"{why}: raised {type(exc).__name__}: {exc}; expected {error}")
     fail(f"{why}: the bucket was accepted; expected {error}")
 
@@ -453,8 +495,10 @@ def _verify_good(fn: Callable[..., Any]) -> None:
         data = got.numpy().tobytes() if hasattr(got, "numpy") else None
         if data != payload:
             n = getattr(got, "numel", lambda: "?")()
-            fail(f"a good bucket of {len(payload)} payload bytes returned {n} bytes that are not the payload "
-                 "(return slot[:-HEADER_BYTES])")
+            fail(
+                f"a good bucket of {len(payload)} payload bytes returned {n} bytes that are not the payload "
+                "(return slot[:-HEADER_BYTES])"
+            )
 
 
 @check_case("a flipped bit anywhere in the payload is a CorruptBucketError")
@@ -477,8 +521,14 @@ def _verify_order(fn: Callable[..., Any]) -> None:
 def _verify_header(fn: Callable[..., Any]) -> None:
     payload = _payload(9)
     _expect(fn, make_slot(payload, 1, 0, magic=12345), 1, 0, "CorruptBucketError", "a header whose magic is damaged")
-    _expect(fn, make_slot(payload, 1, 0, nbytes=len(payload) - 8), 1, 0, "CorruptBucketError",
-            "a header whose nbytes is 8 less than the payload")
+    _expect(
+        fn,
+        make_slot(payload, 1, 0, nbytes=len(payload) - 8),
+        1,
+        0,
+        "CorruptBucketError",
+        "a header whose nbytes is 8 less than the payload",
+    )
 
 
 @check_case("the checksum wraps modulo 2^64 and covers the payload only")
@@ -486,8 +536,14 @@ def _verify_wrap(fn: Callable[..., Any]) -> None:
     payload = b"\xff" * 8 * 40 + _payload(10, 8)  # the words' sum overflows 64 bits many times
     got = _accept(fn, make_slot(payload, 2, 1), 2, 1, "a good bucket whose words sum past 2^64")
     assert_true(got is not None and got.numel() == len(payload), "a good bucket must return its payload")
-    _expect(fn, make_slot(payload, 2, 1, checksum=naive_sum64(payload) ^ 1), 2, 1, "CorruptBucketError",
-            "a checksum off by one bit")
+    _expect(
+        fn,
+        make_slot(payload, 2, 1, checksum=naive_sum64(payload) ^ 1),
+        2,
+        1,
+        "CorruptBucketError",
+        "a checksum off by one bit",
+    )
 
 
 @check_case("does not modify the slot")

@@ -1,0 +1,94 @@
+"""What a lesson shows besides figures: progress on long work, and library code inline.
+
+- :func:`progress` is a progress bar that leaves one plain summary line behind. In
+  JupyterLab the learner sees a live bar while the work runs; when it ends, the bar is
+  replaced by ``"<desc>: <n>/<total> <unit>s done"`` (the notebook's stored output reads
+  well in any viewer, and is the same on every run). Outside a kernel it is a tqdm bar on
+  stderr.
+- :func:`show_source` prints a course_lib function's source where the lesson explains
+  it, so the code the learner reads is the code the lesson runs (one source of truth).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+
+class Progress(Protocol):
+    """What :func:`progress` yields: a counter the work advances."""
+
+    def update(self, n: int = 1) -> None: ...
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (where widgets and rich displays render)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def summary_line(desc: str, n: int, total: int, unit: str) -> str:
+    """The line a finished bar leaves behind (``"updates: 250/250 updates done"``)."""
+    plural = unit if unit.endswith("s") or n == 1 else f"{unit}s"
+    state = "done" if n >= total else "stopped early"
+    return f"{desc}: {n}/{total} {plural} {state}"
+
+
+@contextmanager
+def progress(total: int, desc: str, unit: str = "step") -> Iterator[Progress]:
+    """A progress bar over ``total`` units of work, replaced by a summary line at the end.
+
+    Use it as ``with progress(250, "updates", unit="update") as bar: ... bar.update()``.
+    If the work raises, the line says how far it got ("stopped early") and the error
+    propagates.
+
+    Raises:
+        ValueError: if ``total`` is negative.
+    """
+    if total < 0:
+        raise ValueError(f"progress total must be >= 0, got {total}")
+    if not in_kernel():
+        from tqdm import tqdm as text_bar
+
+        with text_bar(total=total, desc=desc, unit=unit, file=sys.stderr) as bar:
+            yield bar
+        return
+
+    from IPython.display import display, update_display
+    from tqdm.notebook import tqdm as widget_bar
+
+    bar = widget_bar(total=total, desc=desc, unit=unit, display=False)
+    handle = display(bar.container, display_id=True)
+    try:
+        yield bar
+    finally:
+        n = int(bar.n)
+        bar.close()
+        text = {"text/plain": summary_line(desc, n, total, unit)}
+        update_display(text, raw=True, display_id=handle.display_id)
+
+
+def show_source(obj: Callable[..., Any] | type) -> None:
+    """Print the source of a course_lib function or class, as the lesson runs it.
+
+    In a notebook the code is syntax-highlighted; its plain-text form (what nbval
+    compares and what a plain viewer shows) is the source itself, so a lesson that shows
+    code is re-verified whenever the library changes.
+    """
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError) as err:
+        raise TypeError(f"show_source needs a function or class defined in a .py file, got {obj!r}") from err
+    header = f"# {obj.__module__}.{obj.__qualname__}\n"
+    if in_kernel():
+        from IPython.display import Code, display
+
+        display(Code(header + source, language="python"))
+    else:
+        print(header + source, end="")
