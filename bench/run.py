@@ -85,8 +85,10 @@ def main(names: list[str]) -> int:
     for path in modules:
         name = path.stem.removeprefix("bench_")
         spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load the benchmark {path}")
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        spec.loader.exec_module(module)
         print(f"== {name}", flush=True)
         block = render(name, module.run())
         update(name, block)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 DIST_NAME = "efficient-rl-course"
 INSTALL_HINT = "run `make lab` or `pip install -e .`"
@@ -205,7 +206,7 @@ def check_package(dist: str, module_name: str) -> Outcome:
     return "PASS", f"{version}{extra}"
 
 
-def _torch_cuda(torch) -> str:
+def _torch_cuda(torch: ModuleType) -> str:
     if not torch.cuda.is_available():
         return "CUDA: not available"
     count = torch.cuda.device_count()

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 DEFAULT_PORT = 8888
@@ -126,7 +126,7 @@ def _write_page_config(config_dir: Path) -> None:
     )
 
 
-def _parent_death_signal():
+def _parent_death_signal() -> Callable[[], None] | None:
     """Linux: a ``preexec_fn`` that makes the server get SIGTERM when the thread that
     started it dies (so even a SIGKILLed ``course lab`` leaves no server behind).
 
@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"course lab: {e}", file=sys.stderr)
         return 1
 
-    def _stop(signum, frame):  # SIGTERM/SIGHUP (e.g. make killed): clean up like Ctrl-C
+    def _stop(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP (e.g. make killed): clean up like Ctrl-C
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)

@@ -48,7 +48,7 @@ def course_map(ax: Axes | None = None) -> Figure:
     if ax is None:
         fig, ax = plt.subplots(figsize=(12, 4.8))
     else:
-        fig = ax.figure
+        fig = ax.get_figure(root=True)  # type: ignore[assignment]
     w, h = 2.2, 0.9
     for lesson in LESSONS:
         x, y = pos[lesson.number]

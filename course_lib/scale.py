@@ -30,7 +30,7 @@ def current_scale() -> Scale:
         raise ValueError(
             f"{ENV_VAR}={value!r} is not a scale; use one of {', '.join(SCALES)} (e.g. `export {ENV_VAR}=cpu`)"
         )
-    return value  # type: ignore[return-value]
+    return value
 
 
 def pick(*, cpu: T, full: T) -> T:

@@ -72,7 +72,9 @@ def _assert_clean_report(proc: subprocess.CompletedProcess, json_path: Path) -> 
     lines = _report_lines(out)
     assert [m.group(2).rstrip() for m in lines] == EXPECTED_NAMES
     assert not [m.group(0) for m in lines if m.group(1) == "FAIL"]
-    passed, warned, failed = map(int, SUMMARY.search(out).groups())
+    summary = SUMMARY.search(out)
+    assert summary, out
+    passed, warned, failed = map(int, summary.groups())
     assert (passed + warned, failed) == (len(EXPECTED_NAMES), 0)
     # the report sits in a fenced block between the two paste markers
     _assert_fenced_block(out)
@@ -295,7 +297,7 @@ def test_json_option_writes_parseable_results(sandbox, capsys):
 def test_check_result_is_frozen_and_validated():
     result = doctor.CheckResult("x", "PASS", "ok")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        result.status = "FAIL"  # type: ignore[misc]
+        result.status = "FAIL"
     with pytest.raises(ValueError, match="status"):
         doctor.CheckResult("x", "OK", "ok")
     assert result.line() == "PASS  x                ok"

@@ -15,12 +15,15 @@ This package imports nothing heavy at import time: numpy and nbclient load when 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from course_lib.grading.selfcheck import CheckOutcome
 
 __all__ = ["check", "hint"]
 
 
-def check(lesson_id: str, name: str, fn: Any) -> bool:
+def check(lesson_id: str, name: str, fn: Any) -> CheckOutcome:
     """Run exercise ``name`` of ``lesson_id`` against ``fn``; print PASS/FAIL; never raise.
 
     See :func:`course_lib.grading.selfcheck.check`.

@@ -298,7 +298,8 @@ def assert_inputs_unchanged(fn: Callable[..., Any], name: str, *extra: Any, **in
     call(fn, *given, *extra)
     for (arg, before), now in zip(inputs.items(), given, strict=True):
         kind = "tensor" if hasattr(before, "detach") else "array"
-        same = np.array_equal(*(x.detach().numpy() if hasattr(x, "detach") else np.asarray(x) for x in (before, now)))
+        old, new = (x.detach().numpy() if hasattr(x, "detach") else np.asarray(x) for x in (before, now))
+        same = bool(np.array_equal(old, new))
         assert_true(same, f"{name} changed the `{arg}` {kind} it was given; work on a copy")
 
 

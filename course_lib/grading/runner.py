@@ -578,7 +578,7 @@ def _run_learner_cells(
             issues[index] = CellIssue(index, "not_run")
             return issues, index
         kind = "error" if run.status == "error" else run.status
-        issues[index] = CellIssue(index, kind, run.ename, run.evalue)  # type: ignore[arg-type]
+        issues[index] = CellIssue(index, kind, run.ename, run.evalue)
         if run.status in ("died", "stuck"):
             return issues, index
     return issues, None

@@ -12,6 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from course_lib.notebooks.source import Target
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +38,7 @@ def _lesson_ids(names: list[str], root: Path) -> list[str]:
     return ids
 
 
-def check_target(target: Target) -> list[str]:  # noqa: F821 - imported lazily
+def check_target(target: Target) -> list[str]:
     """Problems that make ``target``'s committed notebook differ from a fresh build."""
     import nbformat
 
