@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
                --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test bench install build check clean
+.PHONY: lab test lint bench install build check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,14 @@ install: $(STAMP)
 lab: install
 	$(BIN)/course lab
 
-## test: unit tests, grader tests, browser test, notebook sync check, nbval on every notebook
-test: install
+## lint: static checks of course_lib, bench and tests (ruff lint, ruff format, mypy; configured in pyproject.toml)
+lint: install
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy
+
+## test: static checks, notebook sync check, unit tests, grader tests, browser test, nbval on every notebook
+test: lint
 	$(BIN)/course build --check
 	$(BIN)/python -m pytest -q tests lessons exercises solutions $(NBVAL_FLAGS)
 
@@ -44,4 +50,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) outputs .mypy_cache .ruff_cache
