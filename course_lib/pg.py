@@ -4,6 +4,10 @@ Conventions (rlax-style, time-major): ``rewards[t]`` is the reward received afte
 action at step ``t``; ``dones[t]`` is 1 when the episode ended at step ``t`` (terminated
 or truncated), so nothing after ``t`` belongs to its return.
 
+Lesson 00's equations: (00.1)-(00.2) the return ``G_t`` of every step:
+:func:`discounted_returns`; (00.3) the return of every finished episode:
+:func:`finished_episode_returns`.
+
 Lesson 01's equations, by number:
 
 - (01.1) ``J(theta) = E_{tau ~ pi_theta}[R(tau)]``
@@ -70,6 +74,35 @@ def discounted_returns(
         running = r[t] + gamma * (1.0 - d[t]) * running
         out[t] = running
     return out
+
+
+def finished_episode_returns(rewards: ArrayLike, dones: ArrayLike) -> NDArray[np.float64]:
+    r"""The return of every episode that ended in the buffer, in order: what learning curves plot.
+
+    Equation (00.3)::
+
+        R_j = sum_{t=s_j}^{e_j} r_t
+
+    for each episode ``j`` that ends at a step ``e_j`` with ``done = 1``; ``s_j`` is its
+    first step (0, or the step after the previous episode's end). The sum is undiscounted
+    (the "episodic return" CleanRL logs as ``charts/episodic_return``); it equals
+    :func:`discounted_returns` with ``gamma = 1`` at each episode's first step. An episode
+    still running after the last step has no return yet and is left out.
+
+    Args:
+        rewards: ``[T]`` rewards, episodes back to back.
+        dones: ``[T]``, 1 where an episode ended at that step.
+
+    Returns:
+        ``[n_finished]`` float64, one return per ``done``, in time order.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    d = np.asarray(dones, dtype=np.float64)
+    if r.shape != d.shape or r.ndim != 1:
+        raise ValueError(f"rewards {r.shape} and dones {d.shape} must both have shape [T]")
+    ends = np.flatnonzero(d > 0)
+    starts = np.concatenate([[0], ends + 1])[: len(ends)].astype(np.int64)
+    return np.array([r[s : e + 1].sum() for s, e in zip(starts, ends, strict=True)], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------

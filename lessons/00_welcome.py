@@ -25,8 +25,9 @@
 # 1. Know the map of the course and which lesson builds on which.
 # 2. Run a lesson, at either scale, and know what the committed outputs promise.
 # 3. Check your machine with `course doctor`.
-# 4. Meet the return $G_t$ with episode ends, the quantity every later lesson estimates.
-# 5. Do one graded exercise end to end: edit, self-check, `course grade`.
+# 4. Meet the return $G_t$ with episode ends, the quantity every later lesson estimates,
+#    and the episode return $R_j$ that every learning curve plots.
+# 5. Do two short graded exercises end to end: edit, self-check, `course grade`.
 
 # %% [markdown]
 # The first cell imports the course library. If it fails, run `make lab` from the
@@ -181,6 +182,38 @@ plt.show()
 # returns of the steps before each boundary.
 
 # %% [markdown]
+# **The episode return.** $G_t$ is what a learner trains on; what a learning curve plots
+# is simpler: the undiscounted sum of one whole episode's rewards, one number per
+# episode (CleanRL logs it as `charts/episodic_return`). For the $j$-th episode that ends
+# in the buffer, from its first step $s_j$ to its last step $e_j$ ($d_{e_j} = 1$):
+#
+# $$R_j = \sum_{t=s_j}^{e_j} r_t = G_{s_j}\big|_{\gamma = 1} . \qquad (00.3)$$
+#
+# An episode still running after the buffer's last step has no return yet: it is left
+# out, and counted when it ends (in the next buffer).
+#
+# | equation | function |
+# |---|---|
+# | (00.3) | `course_lib.pg.finished_episode_returns(rewards, dones)` |
+
+# %%
+from course_lib.pg import finished_episode_returns
+
+buffer_rewards = np.array([1.0, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0, 1.0])
+buffer_dones = np.array([0, 0, 1, 0, 0, 1, 0, 0])  # two episodes end; steps 6-7 are still running
+ep_returns = finished_episode_returns(buffer_rewards, buffer_dones)
+undiscounted = discounted_returns(buffer_rewards, buffer_dones, gamma=1.0)
+print("episode returns R_j      ", ep_returns)
+print("G_t with gamma = 1       ", undiscounted)
+assert ep_returns.tolist() == [3.0, 3.0]  # steps 0-2 and 3-5; steps 6-7 have no return yet
+assert ep_returns.tolist() == undiscounted[[0, 3]].tolist()  # R_j = G at each episode's first step
+
+# %% [markdown]
+# **Takeaway:** two episodes ended, so there are two returns (3 and 3), each equal to
+# $G$ at the episode's first step with $\gamma = 1$; the two rewards of the unfinished
+# third episode are not reported yet.
+
+# %% [markdown]
 # ## 5. Exercises and grading
 #
 # Each lesson's exercises live in `exercises/NN_topic.ipynb`, worked solutions in
@@ -207,7 +240,7 @@ plt.show()
 # workflow `.github/workflows/grade.yml` runs the same command on every push.
 #
 # Here the grader is run on lesson 00's solution notebook and on the untouched exercise
-# notebook:
+# notebook (two exercises, 10 points each):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -227,12 +260,14 @@ untouched = grade("../exercises/00_welcome.ipynb")
 
 # %%
 assert solved.returncode == 0, "the solution notebook must reach the pass mark"
+assert "total: 20/20 points (100%)" in solved.stdout
 assert untouched.returncode != 0 and "not implemented yet" in untouched.stdout
-print("solutions pass, untouched exercises fail with 'not implemented yet'")
+assert "total: 0/20 points (0%)" in untouched.stdout
+print("solutions pass with 20/20 points; untouched exercises score 0/20, failing with 'not implemented yet'")
 
 # %% [markdown]
-# Now open `exercises/00_welcome.ipynb`, implement `discounted_returns`, run its check
-# cell, then grade it.
+# Now open `exercises/00_welcome.ipynb`, implement `discounted_returns` (eq. 00.1-00.2)
+# and `finished_episode_returns` (eq. 00.3), run each check cell, then grade the notebook.
 #
 # ## Glossary
 #
@@ -242,5 +277,6 @@ print("solutions pass, untouched exercises fail with 'not implemented yet'")
 # | episode end $d_t$ | 1 where the episode terminated or was truncated at step $t$ |
 # | discount $\gamma$ | weight of a reward one step later, in $[0, 1]$ |
 # | return $G_t$ | discounted sum of the rewards from $t$ to the end of $t$'s episode |
+# | episode return $R_j$ | undiscounted sum of one whole episode's rewards; what learning curves plot |
 # | scale | `cpu` (default, CI-verified outputs) or `full` (GPU sizes), from `COURSE_SCALE` |
 # | pass mark | fraction of an exercise notebook's points that `course grade` needs to exit 0 |

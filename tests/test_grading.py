@@ -39,7 +39,13 @@ from course_lib.grading.checks import (
     time_limit,
 )
 from course_lib.grading.lessons import exercises_for, get_exercise
-from course_lib.grading.lessons.l00_welcome import DISCOUNTED_RETURNS, episode_end, naive_discounted_returns
+from course_lib.grading.lessons.l00_welcome import (
+    DISCOUNTED_RETURNS,
+    FINISHED_EPISODE_RETURNS,
+    episode_end,
+    naive_discounted_returns,
+    naive_finished_episode_returns,
+)
 from course_lib.grading.report import ExerciseResult, NotebookReport, render_table, to_json, to_junit, to_markdown
 from course_lib.grading.runner import (
     GradeOptions,
@@ -78,6 +84,21 @@ def test_oracle_hand_computed_values():
     np.testing.assert_allclose(naive_discounted_returns([1, 2, 3], [0, 0, 1], 1.0), [6.0, 5.0, 3.0])
     assert naive_discounted_returns([], [], 0.9).shape == (0,)
     assert naive_discounted_returns([1, 2], [0, 0], 0.9).dtype == np.float64
+
+
+def test_finished_episode_oracle_agrees_with_the_library():
+    from course_lib.pg import finished_episode_returns
+
+    np.testing.assert_allclose(naive_finished_episode_returns([1, 2, 3, 4, 5, 6], [0, 1, 0, 0, 1, 0]), [3.0, 12.0])
+    assert naive_finished_episode_returns([1.0, 2.0], [0, 0]).shape == (0,)
+    assert naive_finished_episode_returns([], []).dtype == np.float64
+    rng = np.random.default_rng(0)
+    for length in (1, 7, 50):
+        rewards, dones = rng.normal(size=length), (rng.random(length) < 0.3).astype(float)
+        np.testing.assert_allclose(
+            naive_finished_episode_returns(rewards, dones), finished_episode_returns(rewards, dones), rtol=1e-12
+        )
+    assert run_exercise(FINISHED_EPISODE_RETURNS, finished_episode_returns).passed
 
 
 def test_oracle_episode_end():
@@ -335,7 +356,8 @@ def test_check_never_raises(capsys, monkeypatch):
     assert "`discounted_returns` is None, not a function" in capsys.readouterr().out
     assert bool(check("00_welcome", "nope", correct)) is False
     assert capsys.readouterr().out == (
-        "check: lesson 00_welcome has no exercise named 'nope' (its exercises: discounted_returns)\n"
+        "check: lesson 00_welcome has no exercise named 'nope' "
+        "(its exercises: discounted_returns, finished_episode_returns)\n"
     )
     assert bool(check("99_nothing", "x", correct)) is False
     assert capsys.readouterr().out.startswith("check: no lesson named '99_nothing'")
@@ -355,9 +377,9 @@ def test_hint_tiers(capsys):
 
 
 def test_registry():
-    (exercise,) = exercises_for("00_welcome")
-    assert exercise is DISCOUNTED_RETURNS
-    assert exercises_for("0") == exercises_for("welcome") == (exercise,)
+    exercise, second = exercises_for("00_welcome")
+    assert (exercise, second) == (DISCOUNTED_RETURNS, FINISHED_EPISODE_RETURNS)
+    assert exercises_for("0") == exercises_for("welcome") == (exercise, second)
     ungraded = [lesson.id for lesson in LESSONS if lesson.id != "00_welcome" and not exercises_for(lesson.id)]
     assert ungraded, "expected some lessons without graded exercises yet"
     assert all(exercises_for(lid) == () for lid in ungraded)
@@ -449,7 +471,7 @@ def test_problem_notebooks_still_report_every_exercise_with_zero(tmp_path):
     path.write_text('{"cells": [')
     report = grade_notebook(path, GradeOptions())
     assert report.lesson == "00_welcome"
-    assert [e.name for e in report.exercises] == ["discounted_returns"]
+    assert [e.name for e in report.exercises] == ["discounted_returns", "finished_episode_returns"]
     assert report.score == 0 and not report.passed
     assert report.exercises[0].message.startswith("not graded: ")
     assert "corrupt or truncated" in report.exercises[0].message

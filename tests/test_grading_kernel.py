@@ -38,6 +38,10 @@ STUB = exercise_function_source("00_welcome", "discounted_returns", "exercise")
 
 CHECK_CELL = 'check("00_welcome", "discounted_returns", discounted_returns)'
 
+# lesson 00's second exercise, solved (or the stub), as the last cell: these tests are about the first
+SECOND = exercise_function_source("00_welcome", "finished_episode_returns", "solution")
+SECOND_STUB = exercise_function_source("00_welcome", "finished_episode_returns", "exercise")
+
 
 def make_notebook(
     path: Path,
@@ -48,6 +52,7 @@ def make_notebook(
     before: tuple[str, ...] = (),
     after: tuple[str, ...] = (),
     call_cell: bool = True,
+    second: str = SECOND,
 ) -> Path:
     """An exercise notebook laid out like the generated ones (metadata, tags, check cell)."""
     nb = nbformat.v4.new_notebook()
@@ -67,6 +72,7 @@ def make_notebook(
         ],
         *[nbformat.v4.new_code_cell(src) for src in after],
         nbformat.v4.new_code_cell(CHECK_CELL, metadata={"tags": ["exercise-check"]}),
+        nbformat.v4.new_code_cell(second),
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
@@ -134,16 +140,17 @@ def test_solution_scores_full_marks(tmp_path, capsys):
     g = grade(tmp_path, capsys, path)
     assert g.rc == 0
     nb = g.notebook()
-    assert (nb["score"], nb["max_score"], nb["fraction"], nb["passed"]) == (10, 10, 1.0, True)
+    assert (nb["score"], nb["max_score"], nb["fraction"], nb["passed"]) == (20, 20, 1.0, True)
     ex = g.exercise()
     assert ex["passed"] and ex["message"] == "" and ex["checks_passed"] == len(ex["checks"]) >= 5
-    assert "discounted_returns  10/10   PASS" in g.out
-    assert "total: 10/10 points (100%), pass mark 70%: PASS" in g.out
+    rows = [line.split() for line in g.out.splitlines()]
+    assert ["discounted_returns", "10/10", "PASS"] in rows and ["finished_episode_returns", "10/10", "PASS"] in rows
+    assert "total: 20/20 points (100%), pass mark 70%: PASS" in g.out
     assert nb["notes"] == []  # the raises-exception cell ran fine and nothing else went wrong
 
 
 def test_stub_scores_zero_with_not_implemented(tmp_path, capsys):
-    path = make_notebook(tmp_path / "exercises" / "00_welcome.ipynb", STUB)
+    path = make_notebook(tmp_path / "exercises" / "00_welcome.ipynb", STUB, second=SECOND_STUB)
     g = grade(tmp_path, capsys, path)
     assert g.rc == 1
     assert g.notebook()["score"] == 0
@@ -164,7 +171,7 @@ def test_planted_bugs_fail_through_the_grader(tmp_path, capsys):
         expected = next(line for line in mutant.read_text().splitlines() if line.startswith("EXPECTED = "))
         fragment = json.loads(expected.removeprefix("EXPECTED = "))
         ex = nb["exercises"][0]
-        assert not ex["passed"] and nb["score"] == 0
+        assert not ex["passed"] and ex["score"] == 0 and not nb["passed"]
         assert fragment in ex["message"], (mutant.name, ex["message"])
 
 
@@ -185,7 +192,7 @@ def test_exception_in_learner_code(tmp_path, capsys):
     g = grade(tmp_path, capsys, make_notebook(tmp_path / "00_welcome.ipynb", source))
     message = g.exercise()["message"]
     assert "raised IndexError: list index out of range in discounted_returns(" in message
-    assert g.notebook()["score"] == 0
+    assert g.exercise()["score"] == 0
 
 
 def test_infinite_loop_in_function_hits_the_check_limit(tmp_path, capsys):
@@ -214,14 +221,14 @@ def test_infinite_loop_that_swallows_timeouts_hits_the_cell_limit(tmp_path, caps
     g = grade(tmp_path, capsys, path, args=["--cell-timeout", "5", "--total-timeout", "30", "--check-timeout", "1"])
     message = g.exercise()["message"]
     assert "ran past the 5 s cell time limit during check" in message, message
-    assert g.notebook()["score"] == 0
+    assert g.exercise()["score"] == 0
 
 
 def test_infinite_loop_at_top_level_is_interrupted_and_grading_goes_on(tmp_path, capsys):
     path = make_notebook(tmp_path / "00_welcome.ipynb", SOLUTION, after=("while True:\n    pass",))
     g = grade(tmp_path, capsys, path, args=["--cell-timeout", "2", "--total-timeout", "20", "--check-timeout", "1"])
     nb = g.notebook()
-    assert nb["passed"] and nb["score"] == 10
+    assert nb["passed"] and nb["score"] == 20
     assert any("(`while True:`) ran past the 2 s cell time limit and was interrupted" in n for n in nb["notes"])
 
 
@@ -230,7 +237,7 @@ def test_top_level_loop_ignoring_interrupts_is_left_out_of_a_fresh_kernel(tmp_pa
     path = make_notebook(tmp_path / "00_welcome.ipynb", SOLUTION, before=("import time",), after=(stubborn,))
     g = grade(tmp_path, capsys, path, args=["--cell-timeout", "2", "--total-timeout", "20", "--check-timeout", "1"])
     nb = g.notebook()
-    assert nb["score"] == 10
+    assert nb["score"] == 20
     (stuck,) = [n for n in nb["notes"] if "ignored the interrupt" in n]
     assert stuck.startswith("cell 6 (`while True:`) ran past the 2 s cell time limit and ignored the interrupt")
     assert "the notebook was re-run in a fresh kernel without cell 6" in nb["notes"]
@@ -244,7 +251,7 @@ def test_total_timeout_stops_the_notebook(tmp_path, capsys):
     )
     nb = g.notebook()
     assert any("were not run: the notebook ran past the 6 s total time limit" in n for n in nb["notes"])
-    assert nb["score"] == 10  # the function was defined before the deadline and is still graded
+    assert nb["score"] == 10  # the first function was defined before the deadline and is still graded
 
 
 def test_wrong_shape_dtype_and_nan(tmp_path, capsys):
@@ -362,7 +369,7 @@ def test_kernel_dies_while_checking(tmp_path, capsys):
 def test_kernel_dies_at_top_level_and_the_rest_is_still_graded(tmp_path, capsys):
     path = make_notebook(tmp_path / "00_welcome.ipynb", SOLUTION, after=("import os\nos._exit(1)",))
     g = grade(tmp_path, capsys, path)
-    assert g.notebook()["score"] == 10
+    assert g.notebook()["score"] == 20
     assert any(n.startswith("cell 5 (`import os`) killed the kernel") for n in g.notebook()["notes"])
 
 

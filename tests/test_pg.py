@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from course_lib.pg import discounted_returns
+from course_lib.pg import discounted_returns, finished_episode_returns
 
 
 def naive_returns(rewards, dones, gamma, bootstrap=0.0):
@@ -66,6 +66,23 @@ def test_two_episodes_equal_apart():
 def test_gamma_zero_gives_rewards_and_empty_is_empty():
     np.testing.assert_array_equal(discounted_returns([3.0, -1.0, 2.0], [0, 0, 0], 0.0), [3.0, -1.0, 2.0])
     assert discounted_returns([], [], 0.9).shape == (0,)
+
+
+def test_finished_episode_returns_known_values_and_gamma_one_returns():
+    np.testing.assert_array_equal(finished_episode_returns([1, 2, 3, 4, 5, 6], [0, 1, 0, 0, 1, 0]), [3.0, 12.0])
+    np.testing.assert_array_equal(finished_episode_returns([1.0, -1.0], [1, 1]), [1.0, -1.0])
+    for rewards, dones in (([1.0, 2.0], [0, 0]), ([], [])):
+        out = finished_episode_returns(rewards, dones)
+        assert out.shape == (0,) and out.dtype == np.float64
+    rng = np.random.default_rng(3)
+    rewards, dones = rng.normal(size=200), (rng.random(200) < 0.1).astype(float)
+    ends = np.flatnonzero(dones)
+    starts = np.r_[0, ends[:-1] + 1]
+    got = finished_episode_returns(rewards, dones)
+    np.testing.assert_allclose(got, discounted_returns(rewards, dones, 1.0)[starts], rtol=1e-12)  # R_j = G_{s_j}
+    assert got.sum() == pytest.approx(rewards[: ends[-1] + 1].sum())
+    with pytest.raises(ValueError, match=r"\[T\]"):
+        finished_episode_returns(np.zeros((2, 2)), np.zeros((2, 2)))
 
 
 @pytest.mark.parametrize(

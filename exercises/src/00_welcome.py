@@ -25,6 +25,7 @@
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `discounted_returns` | 10 | ★☆☆ | 10 min |
+# | 2. `finished_episode_returns` | 10 | ★☆☆ | 10 min |
 
 # %%
 import numpy as np
@@ -90,4 +91,70 @@ discounted_returns([1.0, 1.0, 1.0, 1.0], [0, 1, 0, 0], gamma=0.5)
 check("00_welcome", "discounted_returns", discounted_returns)
 
 # %% [markdown]
-# When the check passes, grade the whole notebook: `course grade exercises/00_welcome.ipynb`.
+# ## Exercise 2 · The return of every finished episode (★☆☆, 10 min, 10 points)
+#
+# The number a learning curve plots is the *episodic return*: the plain sum of an
+# episode's rewards, one number per episode (lesson 00, eq. 00.3):
+#
+# $$R_j = \sum_{t=s_j}^{e_j} r_t ,$$
+#
+# where episode $j$ starts at step $s_j$ (step 0, or the step after the previous episode
+# ended) and ends at the step $e_j$ with `dones[e_j] = 1`. Return a 1-D float numpy array
+# with one return per episode that **ended** in the buffer, in time order. An episode still
+# running after the last step has no return yet: leave it out. With no finished episode
+# (or `T = 0`) return an empty float array.
+#
+# **How it is graded:** against an independent implementation (the undiscounted return
+# $G_{s_j}$ of eq. 00.1, with $\gamma = 1$, at each finished episode's first step) on
+# random trajectories; hand-computed values; properties: every step done gives the
+# rewards; an unfinished last episode is left out; the returns add up to the rewards up
+# to the last episode end; integer inputs work and the inputs are unchanged.
+#
+# <details><summary>Hint 1</summary>
+# Walk the trajectory forwards, adding each reward to a running sum.
+# </details>
+# <details><summary>Hint 2</summary>
+# At a step with <code>dones[t] = 1</code>, add that step's reward first (it belongs to the
+# episode that ends there), then record the running sum and restart it at 0.
+# </details>
+# <details><summary>Hint 3</summary>
+# Collect the recorded sums in a list <code>out</code> and return
+# <code>np.array(out, dtype=np.float64)</code>; what is left in the running sum after the
+# last step belongs to an unfinished episode.
+# </details>
+
+# %% tags=["exercise"]
+def finished_episode_returns(rewards, dones):
+    """The undiscounted return of every episode that ended, in time order.
+
+    Args:
+        rewards: sequence of T rewards, episodes back to back.
+        dones: sequence of T flags, 1 where an episode ended at that step.
+
+    Returns:
+        np.ndarray of shape (number of finished episodes,), dtype float64.
+    """
+    ### BEGIN SOLUTION
+    rewards = np.asarray(rewards, dtype=np.float64)
+    out = []
+    running = 0.0
+    for t in range(len(rewards)):
+        running += rewards[t]
+        if dones[t]:
+            out.append(running)
+            running = 0.0
+    return np.array(out, dtype=np.float64)
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Try it on lesson 00's buffer: two episodes of three steps, and one still running.
+
+# %% tags=["raises-in-stub"]
+finished_episode_returns([1.0, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0, 1.0], [0, 0, 1, 0, 0, 1, 0, 0])
+
+# %% tags=["exercise-check"]
+check("00_welcome", "finished_episode_returns", finished_episode_returns)
+
+# %% [markdown]
+# When both checks pass, grade the whole notebook: `course grade exercises/00_welcome.ipynb`.

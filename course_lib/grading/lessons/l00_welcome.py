@@ -1,19 +1,26 @@
-"""Lesson 00's graded exercise: ``discounted_returns`` (equation 00.1).
+"""Lesson 00's graded exercises: ``discounted_returns`` (equation 00.1) and
+``finished_episode_returns`` (equation 00.3).
 
 The learner writes ``discounted_returns(rewards, dones, gamma) -> [T] float array``::
 
     G_t = r_t + gamma * (1 - done_t) * G_{t+1},    G_T = 0
 
+and ``finished_episode_returns(rewards, dones) -> [n_finished] float array``::
+
+    R_j = sum_{t=s_j}^{e_j} r_t    for every episode j that ends (done = 1) in the buffer
+
 The checks never call ``course_lib.pg``: they compare with
 :func:`naive_discounted_returns`, an O(T^2) double loop that mirrors the closed form
-``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k`` (``e(t)`` = last step of t's episode), with
-hand-computed values, and with properties (gamma = 0 and all-done give the rewards;
-two episodes computed together equal the two computed apart).
+``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k`` (``e(t)`` = last step of t's episode), and
+with :func:`naive_finished_episode_returns`, which reads ``R_j`` off that oracle at
+gamma = 1 at each finished episode's first step; with hand-computed values; and with
+properties (gamma = 0 and all-done give the rewards; two episodes computed together equal
+the two computed apart; the episode returns add up to the rewards up to the last end).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +35,7 @@ from course_lib.grading.checks import (
     assert_inputs_unchanged,
     call,
     check_case,
+    fail,
     short_repr,
 )
 
@@ -46,7 +54,7 @@ def episode_end(dones: Sequence[float], t: int) -> int:
     return len(dones) - 1
 
 
-def naive_discounted_returns(rewards: Sequence[float], dones: Sequence[float], gamma: float) -> NDArray[np.float64]:
+def naive_discounted_returns(rewards: Iterable[float], dones: Iterable[float], gamma: float) -> NDArray[np.float64]:
     """Ground truth: ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k``, one sum per step (O(T^2)).
 
     Deliberately naive: it mirrors the closed form, not the backward recursion the
@@ -190,4 +198,151 @@ DISCOUNTED_RETURNS = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (DISCOUNTED_RETURNS,)
+# ---------------------------------------------------------------------------------------
+# Exercise 2: finished_episode_returns (equation 00.3)
+# ---------------------------------------------------------------------------------------
+
+FER = "finished_episode_returns"
+
+
+def naive_finished_episode_returns(rewards: Iterable[float], dones: Iterable[float]) -> NDArray[np.float64]:
+    """Ground truth: ``R_j = G_{s_j}`` with gamma = 1, read off :func:`naive_discounted_returns`.
+
+    ``s_j`` is the first step of the j-th episode that ends in the buffer (step 0, or the
+    step after the previous end). A different route from the learner's running sum.
+    """
+    r = [float(x) for x in rewards]
+    d = [float(x) for x in dones]
+    undiscounted = naive_discounted_returns(r, d, 1.0)
+    ends = [t for t in range(len(d)) if d[t]]
+    starts = [0] + [e + 1 for e in ends[:-1]]
+    return np.array([undiscounted[s] for s in starts[: len(ends)]], dtype=np.float64)
+
+
+def _fer(fn: Callable[..., Any], rewards: Any, dones: Any) -> Any:
+    """Call the learner's function on copies of the inputs."""
+    return call(fn, _copy(rewards), _copy(dones))
+
+
+def _fer_what(rewards: Any, dones: Any) -> str:
+    return f"{FER}({short_repr(rewards)}, {short_repr(dones)})"
+
+
+def _fer_array(fn: Callable[..., Any], rewards: Any, dones: Any, n_finished: int) -> NDArray[Any]:
+    """The learner's answer as an array of ``n_finished`` values, naming the usual shape mistakes."""
+    what = _fer_what(rewards, dones)
+    arr = assert_array(_fer(fn, rewards, dones), what=what)
+    d = np.asarray(dones, dtype=np.float64)
+    unfinished = d.size > 0 and not d[-1]
+    if arr.shape == (n_finished + 1,) and unfinished:
+        fail(
+            f"{what} has {arr.size} values but only {n_finished} episode(s) ended: the episode still running after "
+            "the last step has no return yet; leave it out"
+        )
+    if arr.shape == d.shape and d.size != n_finished:
+        fail(f"{what} has one value per step (shape {arr.shape}); expected one per finished episode, ({n_finished},)")
+    if arr.shape != (n_finished,):
+        fail(f"{what} has shape {arr.shape}; expected ({n_finished},): one value per episode that ended (done = 1)")
+    return arr
+
+
+def _fer_expect(fn: Callable[..., Any], rewards: Any, dones: Any, expected: Any) -> None:
+    """Compare with ``expected``, naming the mistake when the answer matches a known one."""
+    exp = np.asarray(expected, dtype=np.float64)
+    arr = _fer_array(fn, rewards, dones, exp.size)
+    what = _fer_what(rewards, dones)
+    if exp.size > 1 and np.allclose(arr, np.cumsum(exp)):
+        fail(f"{what} = {short_repr(arr)}: the running sum was not restarted at 0 after an episode ended")
+    assert_allclose(arr, exp, what=what)
+
+
+@check_case("returns a float numpy array with one value per finished episode")
+def _fer_returns_float_array(fn: Callable[..., Any]) -> None:
+    rewards, dones = [1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 1.0, 0.0, 1.0, 0.0]
+    arr = _fer_array(fn, rewards, dones, 2)
+    what = _fer_what(rewards, dones)
+    assert_float_dtype(arr, what=what)
+    assert_finite(arr, what=what)
+
+
+@check_case("hand-computed values: rewards 1..6, episodes end at steps 1 and 4, one still running")
+def _fer_known_values(fn: Callable[..., Any]) -> None:
+    # episode 1 = steps 0-1: 1 + 2 = 3; episode 2 = steps 2-4: 3 + 4 + 5 = 12; step 5 is unfinished
+    rewards, dones = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0, 1, 0, 0, 1, 0]
+    what = _fer_what(rewards, dones)
+    arr = _fer_array(fn, rewards, dones, 2)
+    if np.allclose(arr, [1.0, 9.0]):
+        fail(
+            f"{what} = {short_repr(arr)}; expected [3.0, 12.0]: the reward of the step that ends an episode "
+            "belongs to that episode (add it before recording the sum)"
+        )
+    _fer_expect(fn, rewards, dones, [3.0, 12.0])
+
+
+@check_case("an unfinished last episode is left out; no finished episode gives an empty array")
+def _fer_unfinished(fn: Callable[..., Any]) -> None:
+    _fer_expect(fn, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], [0, 0, 1, 0, 0, 0, 0, 1], [3.0, 3.0])
+    _fer_expect(fn, [2.0, -1.0, 4.0], [1, 0, 0], [2.0])
+    for rewards, dones in (([1.0, 2.0, 3.0], [0, 0, 0]), ([], [])):
+        assert_float_dtype(_fer_array(fn, rewards, dones, 0), what=_fer_what(rewards, dones))
+
+
+@check_case("every step done gives the rewards")
+def _fer_all_done(fn: Callable[..., Any]) -> None:
+    rewards, _ = random_trajectory(seed=30, length=6)
+    _fer_expect(fn, rewards, np.ones(6), rewards)
+
+
+@check_case("the returns add up to the rewards up to the last episode end")
+def _fer_conserves_reward(fn: Callable[..., Any]) -> None:
+    rewards, dones = random_trajectory(seed=31, length=30, p_done=0.3)
+    last_end = int(np.flatnonzero(dones)[-1])
+    arr = _fer_array(fn, rewards, dones, int(np.count_nonzero(dones)))
+    total, expected = float(np.sum(arr)), float(np.sum(rewards[: last_end + 1]))
+    if not np.isclose(total, expected, rtol=1e-9, atol=1e-9):
+        fail(
+            f"the returns of {_fer_what(rewards, dones)} add up to {total:.4g}, but the rewards up to the last "
+            f"episode end (step {last_end}) add up to {expected:.4g}: every reward belongs to exactly one episode"
+        )
+
+
+@check_case("matches G at each finished episode's first step (gamma = 1) on random trajectories")
+def _fer_matches_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, length, p_done) in enumerate([(40, 1, 0.5), (41, 9, 0.3), (42, 60, 0.2), (43, 200, 0.05)]):
+        rewards, dones = random_trajectory(seed, length, p_done)
+        expected = naive_finished_episode_returns(rewards, dones)
+        got = _fer(fn, rewards, dones)
+        assert_allclose(got, expected, what=f"random case {case + 1} (T={length}, {expected.size} finished episodes)")
+
+
+@check_case("accepts integer rewards and bool dones, and does not modify its inputs")
+def _fer_inputs(fn: Callable[..., Any]) -> None:
+    _fer_expect(fn, [1, 1, 1, 1], [False, True, False, True], [2.0, 2.0])
+    _fer_expect(fn, np.array([3, 0, 2]), np.array([True, False, True]), [3.0, 2.0])
+    rewards, dones = random_trajectory(seed=44, length=8, p_done=0.4)
+    assert_inputs_unchanged(fn, FER, rewards=rewards, dones=dones)
+
+
+FINISHED_EPISODE_RETURNS = Exercise(
+    name=FER,
+    points=10,
+    title="the undiscounted return of every finished episode (equation 00.3)",
+    checks=(
+        _fer_returns_float_array,
+        _fer_known_values,
+        _fer_unfinished,
+        _fer_all_done,
+        _fer_conserves_reward,
+        _fer_matches_oracle,
+        _fer_inputs,
+    ),
+    hints=(
+        "walk forwards keeping a running sum of rewards; at a step with done = 1 record the sum, then restart it at 0",
+        "the reward of the step that ends an episode belongs to that episode: add it before recording the sum; "
+        "the sum left after the last step is an unfinished episode and is not returned",
+        "collect the sums in a list and return np.array(out, dtype=np.float64), which is empty and float "
+        "when no episode ended",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (DISCOUNTED_RETURNS, FINISHED_EPISODE_RETURNS)

@@ -1,0 +1,100 @@
+"""Planted bugs for lesson 00 (`exercises/src/00_welcome.py`), as one-place edits.
+
+Each `Mutant` is the real solution cell of `function` with `old` replaced by `new` (see
+`tests/conftest.py`), and `expected` a fragment the grader's message must contain.
+`tests/test_exercises.py` checks that every one is caught with that message. The
+whole-function wrong answers `discounted_returns_*.py` beside this file are graded
+through a real kernel by `tests/test_grading.py` and `tests/test_grading_kernel.py`.
+"""
+
+from __future__ import annotations
+
+from conftest import Mutant
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1 · discounted_returns
+# ---------------------------------------------------------------------------------------
+
+DISCOUNTED_RETURNS = [
+    # the carried return is never cut at an episode end
+    Mutant(
+        "discounted_returns",
+        "ignores_dones",
+        old="gamma * (1.0 - dones[t]) * running",
+        new="gamma * running",
+        expected="got 3.439, expected 1.9",
+    ),
+    # cuts at the step after the end (dones[t - 1]): the end step keeps the next episode's return
+    Mutant(
+        "discounted_returns",
+        "cuts_one_step_late",
+        old="gamma * (1.0 - dones[t]) * running",
+        new="gamma * (1.0 - dones[t - 1]) * running",
+        expected="got 2.71, expected 1.9",
+    ),
+    # walks forwards: each step gets the discounted past instead of the future
+    Mutant(
+        "discounted_returns",
+        "walks_forwards",
+        old="for t in reversed(range(len(rewards))):",
+        new="for t in range(len(rewards)):",
+        expected="hand-computed values, one episode cut off after the last step",
+    ),
+    # keeps integer inputs as integers: the returns are truncated
+    Mutant(
+        "discounted_returns",
+        "integer_dtype",
+        old="rewards = np.asarray(rewards, dtype=np.float64)",
+        new="rewards = np.asarray(rewards)",
+        expected="has dtype int64; expected a float array",
+    ),
+]
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2 · finished_episode_returns
+# ---------------------------------------------------------------------------------------
+
+FINISHED_EPISODE_RETURNS = [
+    # the running sum is never restarted: each "return" is everything so far
+    Mutant(
+        "finished_episode_returns",
+        "no_restart",
+        old="            out.append(running)\n            running = 0.0",
+        new="            out.append(running)",
+        expected="the running sum was not restarted at 0",
+    ),
+    # restarts before adding the end step's reward: it lands in the next episode
+    Mutant(
+        "finished_episode_returns",
+        "end_reward_in_next_episode",
+        old="        running += rewards[t]\n        if dones[t]:\n            out.append(running)\n            running = 0.0",
+        new="        if dones[t]:\n            out.append(running)\n            running = 0.0\n        running += rewards[t]",
+        expected="the reward of the step that ends an episode belongs to that episode",
+    ),
+    # also returns the unfinished episode at the end of the buffer
+    Mutant(
+        "finished_episode_returns",
+        "keeps_unfinished",
+        old="return np.array(out, dtype=np.float64)",
+        new="return np.array(out + [running] if running else out, dtype=np.float64)",
+        expected="the episode still running after the last step has no return yet",
+    ),
+    # returns the Python list
+    Mutant(
+        "finished_episode_returns",
+        "returns_list",
+        old="return np.array(out, dtype=np.float64)",
+        new="return out",
+        expected="numpy array",
+    ),
+    # one value per step: the running sum at every step
+    Mutant(
+        "finished_episode_returns",
+        "one_per_step",
+        old="        if dones[t]:\n            out.append(running)\n            running = 0.0",
+        new="        out.append(running)\n        if dones[t]:\n            running = 0.0",
+        expected="expected one per finished episode",
+    ),
+]
+
+MUTANTS: list[Mutant] = DISCOUNTED_RETURNS + FINISHED_EPISODE_RETURNS
