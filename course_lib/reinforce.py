@@ -159,7 +159,11 @@ def collect_episodes(
     obs, _ = envs.reset(seed=seed)
     n = obs.shape[0]
     alive = np.ones(n, dtype=bool)
-    obs_l, act_l, rew_l, done_l, mask_l = [], [], [], [], []
+    obs_l: list[NDArray[np.floating]] = []
+    act_l: list[NDArray[np.int64]] = []
+    rew_l: list[NDArray[np.float64]] = []
+    done_l: list[NDArray[np.bool_]] = []
+    mask_l: list[NDArray[np.bool_]] = []
     with torch.no_grad():
         while alive.any():
             if len(obs_l) >= max_steps:
@@ -286,8 +290,10 @@ def train_reinforce(
 
     Args:
         config: the run.
-        progress: called after every update with its index and batch (e.g. a tqdm bar).
+        progress: called after every update with its index and batch (e.g. to advance a
+            :func:`course_lib.display.progress` bar).
     """
+    import gymnasium as gym
     import torch
 
     previous_threads = torch.get_num_threads()
@@ -295,8 +301,12 @@ def train_reinforce(
     envs = make_env(config)
     try:
         torch.manual_seed(config.seed)
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        n_actions = int(envs.single_action_space.n)
+        obs_shape = envs.single_observation_space.shape
+        action_space = envs.single_action_space
+        if obs_shape is None or not isinstance(action_space, gym.spaces.Discrete):
+            raise TypeError(f"REINFORCE here needs a Box observation and Discrete actions, got {envs}")
+        obs_dim = int(np.prod(obs_shape))
+        n_actions = int(action_space.n)
         policy = make_policy(obs_dim, n_actions, config.hidden)
         optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
         generator = torch.Generator().manual_seed(config.seed)
@@ -316,7 +326,11 @@ def train_reinforce(
             loss = surrogate_loss(logits, torch.from_numpy(batch.actions[m]), torch.from_numpy(weights[m]).float())
             optimizer.zero_grad()
             loss.backward()
-            gnorms.append(float(torch.sqrt(sum((p.grad**2).sum() for p in policy.parameters()))))
+            squares = torch.zeros(())
+            for p in policy.parameters():
+                if p.grad is not None:
+                    squares = squares + (p.grad**2).sum()
+            gnorms.append(float(torch.sqrt(squares)))
             optimizer.step()
             with torch.no_grad():
                 logp = torch.log_softmax(logits, dim=-1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import nbformat
 import numpy as np
@@ -29,7 +29,7 @@ SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
 NAMES = ("reward_to_go", "surrogate_loss", "group_relative_advantages", "reinforce_update")
 
 
-def exercise_namespace(kind: str) -> dict[str, Any]:
+def exercise_namespace(kind: Literal["exercise", "solution"]) -> dict[str, Any]:
     """Execute the import cell and the `exercise` cells of the generated notebook of `kind`."""
     nb = render(Target(LESSON, kind, SOURCE, ROOT / f"{kind}.ipynb"))
     ns: dict[str, Any] = {}

@@ -28,7 +28,7 @@ from course_lib.reinforce import (
 def tiny_batch() -> EpisodeBatch:
     """Two episodes of lengths 3 and 1, padded to T = 3 (env 1 idles after step 0)."""
     return EpisodeBatch(
-        obs=np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4) / 10,
+        obs=(np.arange(3 * 2 * 4).reshape(3, 2, 4) / 10).astype(np.float32),
         actions=np.array([[0, 1], [1, 0], [1, 0]]),
         rewards=np.array([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]]),
         dones=np.array([[0.0, 1.0], [0.0, 1.0], [1.0, 1.0]]),

@@ -21,7 +21,7 @@ import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -672,7 +672,15 @@ def _expected_change(
     return loss, -lr * grad
 
 
-_KNOWN_BUGS = {
+class _Bug(TypedDict, total=False):
+    """A known wrong variant of the update, as keyword arguments of :func:`_expected_change`."""
+
+    ignore_dones: bool
+    normalize: bool
+    ddof: int
+
+
+_KNOWN_BUGS: dict[str, _Bug] = {
     "the returns run across episode ends (use dones to cut them)": {"ignore_dones": True},
     "the weights are not normalised: A = (G - mean G) / (std G + 1e-8)": {"normalize": False},
     "the std is the sample std (ddof = 1, torch's default); use the population std (ddof = 0)": {"ddof": 1},
