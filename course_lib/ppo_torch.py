@@ -17,14 +17,15 @@ fast classic loop in the CleanRL style (Huang et al. 2022, ``cleanrl/ppo.py``):
 The loop, top to bottom, per update::
 
     rollout:  num_steps x (policy forward in torch, env.step in numpy)       Python loop
-    GAE:      A_t = delta_t + gamma lambda (1 - d_t) A_{t+1}                 Python loop over T
+    GAE:      A_t = delta_t + gamma lambda (1 - d_t) A_{t+1}                 Python loop over T (gae_numpy)
     epochs:   shuffle; for each minibatch: loss, backward, clip, Adam step   Python loops
 
 **Next-step auto-reset.** gymnasium 1.x vector envs reset an env on the step *after* it
 ended: that step ignores the action and returns the new episode's first observation with
 reward 0. Such reset steps are not transitions of the MDP, so they are masked out of the
-loss (``valid`` below); GAE never crosses them because the step before them has
-``done = 1``. Every env step, reset steps included, counts toward the steps/s figure, the
+loss (``valid`` below); GAE's trace never crosses them because the step before them has
+``done = 1``. A reset step does observe the ended episode's final observation, so its
+value is V(final obs): the bootstrap of a truncated step (:func:`gae_numpy`). Every env step, reset steps included, counts toward the steps/s figure, the
 same way as in the JAX loop.
 """
 
@@ -73,20 +74,26 @@ def make_actor_critic(obs_dim: int, n_actions: int, hidden: int) -> tuple[nn.Mod
 def gae_numpy(
     rewards: NDArray[Any],
     values: NDArray[Any],
+    terminated: NDArray[Any],
     dones: NDArray[Any],
     last_value: NDArray[Any],
     gamma: float,
     gae_lambda: float,
 ) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
-    """GAE (04.2-04.3) by a Python loop over time on ``[T, B]`` numpy arrays: ``(advantages, targets)``."""
+    """GAE (04.2-04.3) by a Python loop over time on ``[T, B]`` numpy arrays: ``(advantages, targets)``.
+
+    For a next-step auto-reset env (gymnasium's vector envs): the step after an episode
+    end observes the episode's final observation, so ``values[t + 1]`` *is* V(final obs)
+    and a truncated step bootstraps from it; a terminated one from 0 (``terminated``); the
+    trace stops at every end (``dones`` = terminated or truncated).
+    """
     n_t = rewards.shape[0]
     adv = np.zeros_like(values, dtype=np.float32)
     next_adv = np.zeros_like(last_value, dtype=np.float32)
     next_value = last_value
     for t in range(n_t - 1, -1, -1):
-        not_done = 1.0 - dones[t]
-        delta = rewards[t] + gamma * not_done * next_value - values[t]
-        next_adv = delta + gamma * gae_lambda * not_done * next_adv
+        delta = rewards[t] + gamma * (1.0 - terminated[t]) * next_value - values[t]
+        next_adv = delta + gamma * gae_lambda * (1.0 - dones[t]) * next_adv
         adv[t] = next_adv
         next_value = values[t]
     return adv, adv + values
@@ -198,6 +205,7 @@ def train_torch(
         torch_threads: torch intra-op threads for the run (restored afterwards).
         progress: called with the update index after each update.
     """
+    import gymnasium as gym
     import torch
 
     n_updates = config.num_updates if n_updates is None else n_updates
@@ -206,13 +214,20 @@ def train_torch(
     envs = make_envs(config, vectorization)
     try:
         torch.manual_seed(seed)
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        n_actions = int(envs.single_action_space.n)
+        obs_space, action_space = envs.single_observation_space, envs.single_action_space
+        if obs_space.shape is None or not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"train_torch needs a Box observation and a Discrete action space, got {envs}")
+        obs_dim = int(np.prod(obs_space.shape))
+        n_actions = int(action_space.n)
         actor, critic = make_actor_critic(obs_dim, n_actions, config.hidden)
         params = list(actor.parameters()) + list(critic.parameters())
         optimizer = torch.optim.Adam(params, lr=config.lr, eps=1e-5, foreach=True)
         n_t, n_b = config.num_steps, config.num_envs
-        next_step_reset = str(envs.metadata.get("autoreset_mode", "")).lower().endswith("next_step")
+        if not str(envs.metadata.get("autoreset_mode", "")).lower().endswith("next_step"):
+            raise ValueError(
+                f"train_torch needs a next-step auto-reset vector env (gymnasium 1.x's default); got "
+                f"autoreset_mode {envs.metadata.get('autoreset_mode')!r}"
+            )
 
         obs_buf = torch.zeros((n_t, n_b, obs_dim))
         act_buf = torch.zeros((n_t, n_b), dtype=torch.long)
@@ -220,6 +235,7 @@ def train_torch(
         val_buf = torch.zeros((n_t, n_b))
         rew_buf = np.zeros((n_t, n_b), dtype=np.float32)
         done_buf = np.zeros((n_t, n_b), dtype=np.float32)
+        term_buf = np.zeros((n_t, n_b), dtype=np.float32)
         valid_buf = np.ones((n_t, n_b), dtype=np.float32)
 
         obs_np, _ = envs.reset(seed=seed)
@@ -243,11 +259,11 @@ def train_torch(
                     logp_buf[t] = logp.gather(1, action.unsqueeze(1)).squeeze(1)
                     obs_np, reward, terminated, truncated, _ = envs.step(action.numpy())
                     done = terminated | truncated
-                    if next_step_reset:
-                        valid_buf[t] = ~prev_done  # a reset step: no transition of the MDP
-                        prev_done = done
+                    valid_buf[t] = ~prev_done  # a reset step: no transition of the MDP
+                    prev_done = done
                     rew_buf[t] = reward
                     done_buf[t] = done
+                    term_buf[t] = terminated
                     ep_return += reward
                     if done.any():
                         finished.extend(ep_return[done].tolist())
@@ -256,14 +272,16 @@ def train_torch(
                 last_value = critic(next_obs).squeeze(-1).numpy()
             t_rollout = time.perf_counter()
 
-            adv, targets = gae_numpy(rew_buf, val_buf.numpy(), done_buf, last_value, config.gamma, config.gae_lambda)
+            adv, targets = gae_numpy(
+                rew_buf, val_buf.numpy(), term_buf, done_buf, last_value, config.gamma, config.gae_lambda
+            )
             b_obs = obs_buf.reshape(-1, obs_dim)
             b_act = act_buf.reshape(-1)
             b_logp = logp_buf.reshape(-1)
             b_val = val_buf.reshape(-1)
             b_adv = torch.from_numpy(adv.reshape(-1))
             b_tgt = torch.from_numpy(targets.reshape(-1))
-            b_valid = torch.from_numpy(valid_buf.reshape(-1)) if next_step_reset else None
+            b_valid = torch.from_numpy(valid_buf.reshape(-1))
             for _ in range(config.update_epochs):
                 perm = torch.randperm(config.batch_size)
                 for start in range(0, config.batch_size, config.minibatch_size):
@@ -277,7 +295,7 @@ def train_torch(
                         b_val[idx],
                         b_adv[idx],
                         b_tgt[idx],
-                        None if b_valid is None else b_valid[idx],
+                        b_valid[idx],
                         config,
                     )
                     optimizer.zero_grad(set_to_none=True)

@@ -117,7 +117,7 @@ def test_step_resets_when_the_episode_ends_and_keeps_the_final_observation():
     expected_final, _, _, _, _ = STEP_ENV(None, falling, 1, params)
     assert bool(terminated) and not bool(truncated) and float(reward) == 1.0
     np.testing.assert_array_equal(np.asarray(info["final_obs"]), np.asarray(expected_final))
-    fresh_obs, _fresh_state = cartpole.reset(jax.random.key(5), params)
+    fresh_obs, _fresh_state = cartpole.reset(jax.random.split(jax.random.key(5))[1], params)  # step's reset half
     np.testing.assert_array_equal(np.asarray(obs), np.asarray(fresh_obs))
     assert int(state.time) == 0 and float(jnp.abs(obs).max()) <= 0.05
 
@@ -125,6 +125,18 @@ def test_step_resets_when_the_episode_ends_and_keeps_the_final_observation():
     obs, state, _, terminated, _, info = STEP(jax.random.key(5), upright, 1, params)
     assert not bool(terminated) and int(state.time) == 4
     np.testing.assert_array_equal(np.asarray(obs), np.asarray(info["final_obs"]))
+
+
+def test_a_truncating_step_resets_and_keeps_the_final_observation():
+    """At the time limit the env resets like after a fall, and exposes the state it reached
+    (a learner bootstraps from its value)."""
+    params = cartpole.DEFAULT_PARAMS
+    upright = cartpole.state_from_array(jnp.array([0.01, 0.0, 0.0, 0.0]), params.max_steps_in_episode - 1)
+    obs, state, _, terminated, truncated, info = STEP(jax.random.key(2), upright, 1, params)
+    reached, _, _, _, _ = STEP_ENV(None, upright, 1, params)
+    assert bool(truncated) and not bool(terminated) and int(state.time) == 0
+    np.testing.assert_array_equal(np.asarray(info["final_obs"]), np.asarray(reached))
+    assert not np.allclose(np.asarray(obs), np.asarray(reached))
 
 
 def test_vmap_equals_a_loop_of_single_steps():

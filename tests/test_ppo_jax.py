@@ -9,48 +9,97 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib.ppo_jax import PPOConfig, Transition, final_return, gae, init_params, make_train, policy_value, ppo_loss
+from course_lib.ppo_jax import (
+    PPOConfig,
+    Transition,
+    final_return,
+    gae,
+    init_params,
+    make_train,
+    policy_value,
+    ppo_loss,
+    shuffle_order,
+    td_targets,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def naive_gae(rewards, values, dones, last_value, gamma, lam):
-    """A_t = sum_k (gamma lam)^k delta_{t+k}, cut at the first episode end, one (t, b) at a time."""
+def naive_gae(rewards, values, terminated, truncated, final_values, last_value, gamma, lam):
+    """A_t = sum_k (gamma lam)^k delta_{t+k}, cut at the first episode end, one (t, b) at a time;
+    delta_k bootstraps from 0 after a termination, from V(final obs) after a truncation."""
     n_t, n_b = rewards.shape
-    nxt = np.concatenate([values[1:], last_value[None]], 0)
     out = np.zeros((n_t, n_b))
     for b in range(n_b):
         for t in range(n_t):
             total, weight = 0.0, 1.0
             for k in range(t, n_t):
-                delta = rewards[k, b] + gamma * (1 - dones[k, b]) * nxt[k, b] - values[k, b]
-                total += weight * delta
-                if dones[k, b]:
+                if terminated[k, b]:
+                    reached = 0.0
+                elif truncated[k, b]:
+                    reached = final_values[k, b]
+                else:
+                    reached = values[k + 1, b] if k + 1 < n_t else last_value[b]
+                total += weight * (rewards[k, b] + gamma * reached - values[k, b])
+                if terminated[k, b] or truncated[k, b]:
                     break
                 weight *= gamma * lam
             out[t, b] = total
     return out
 
 
-def test_gae_matches_the_sum_of_discounted_deltas():
-    rng = np.random.default_rng(0)
-    rewards, values = rng.normal(size=(2, 20, 3))
-    dones = rng.random((20, 3)) < 0.2
-    last = rng.normal(size=3)
-    adv, targets = jax.jit(gae, static_argnums=(4, 5))(
-        jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(dones), jnp.asarray(last), 0.99, 0.95
-    )
-    expected = naive_gae(rewards, values, dones.astype(float), last, 0.99, 0.95)
+def _rollout(seed: int, n_t: int = 20, n_b: int = 3):
+    rng = np.random.default_rng(seed)
+    rewards, values, final_values = rng.normal(size=(3, n_t, n_b))
+    terminated = rng.random((n_t, n_b)) < 0.15
+    truncated = rng.random((n_t, n_b)) < 0.15
+    return rewards, values, terminated, truncated, final_values, rng.normal(size=n_b)
+
+
+def test_gae_matches_the_sum_of_discounted_deltas_with_both_kinds_of_episode_end():
+    data = _rollout(0)
+    assert (data[2] & ~data[3]).any() and (data[3] & ~data[2]).any() and (data[2] & data[3]).any()
+    adv, targets = jax.jit(gae, static_argnums=(6, 7))(*(jnp.asarray(x) for x in data), 0.99, 0.95)
+    expected = naive_gae(*data, 0.99, 0.95)
     np.testing.assert_allclose(np.asarray(adv), expected, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(targets), expected + values, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(targets), expected + data[1], rtol=1e-4, atol=1e-5)
+
+
+def test_a_truncated_step_bootstraps_from_the_final_observation_a_terminated_one_from_zero():
+    rewards, values, last = jnp.ones((3, 1)), jnp.array([[1.0], [2.0], [3.0]]), jnp.array([5.0])
+    final_values = jnp.array([[7.0], [8.0], [9.0]])
+    no = jnp.zeros((3, 1), bool)
+    at_1 = jnp.array([[False], [True], [False]])
+    y_trunc = td_targets(rewards, values, no, at_1, final_values, last, 0.5)
+    y_term = td_targets(rewards, values, at_1, no, final_values, last, 0.5)
+    y_both = td_targets(rewards, values, at_1, at_1, final_values, last, 0.5)
+    np.testing.assert_allclose(np.asarray(y_trunc)[:, 0], [2.0, 1 + 0.5 * 8, 1 + 0.5 * 5])
+    np.testing.assert_allclose(np.asarray(y_term)[:, 0], [2.0, 1.0, 3.5])
+    np.testing.assert_allclose(np.asarray(y_both), np.asarray(y_term))  # termination wins
 
 
 def test_gae_with_lambda_one_and_no_ends_is_the_bootstrapped_return_minus_value():
     rewards = jnp.ones((5, 1))
     values = jnp.zeros((5, 1))
-    adv, _ = gae(rewards, values, jnp.zeros((5, 1), bool), jnp.array([10.0]), 0.5, 1.0)
+    no = jnp.zeros((5, 1), bool)
+    adv, _ = gae(rewards, values, no, no, jnp.zeros((5, 1)), jnp.array([10.0]), 0.5, 1.0)
     # A_0 = 1 + 0.5 + 0.25 + 0.125 + 0.0625 + 0.5^5 * 10
     assert float(adv[0, 0]) == pytest.approx(1.9375 + 10 / 32)
+
+
+def test_shuffle_order_gives_one_independent_permutation_per_epoch():
+    order = np.asarray(jax.jit(shuffle_order, static_argnums=(1, 2))(jax.random.key(0), 4, 512))
+    assert order.shape == (4, 512)
+    for row in order:
+        np.testing.assert_array_equal(np.sort(row), np.arange(512))
+    assert len({tuple(row) for row in order}) == 4
+    assert not np.array_equal(order[0], np.arange(512))
+    # over many draws every sample lands in every position about equally often (uniform)
+    many = np.asarray(shuffle_order(jax.random.key(1), 4000, 8))
+    counts = np.stack([(many == i).sum(0) for i in range(8)])  # [sample, position]
+    assert counts.min() > 400 and counts.max() < 600  # expected 500 each
+    with pytest.raises(ValueError, match="bits"):
+        shuffle_order(jax.random.key(0), 1, 1 << 17)
 
 
 def _batch(seed: int, n: int = 64):
@@ -62,7 +111,8 @@ def _batch(seed: int, n: int = 64):
     logp = jax.nn.log_softmax(logits)[jnp.arange(n), action]
     old_logp = logp + jnp.asarray(rng.normal(scale=0.3, size=n), jnp.float32)  # ratios on both sides of the clip
     old_value = value + jnp.asarray(rng.normal(scale=0.5, size=n), jnp.float32)
-    batch = Transition(obs, action, old_logp, old_value, jnp.ones(n), jnp.zeros(n, bool), jnp.zeros(n))
+    no = jnp.zeros(n, bool)
+    batch = Transition(obs, action, old_logp, old_value, jnp.ones(n), no, no, jnp.zeros(n))
     adv = jnp.asarray(rng.normal(size=n), jnp.float32)
     targets = jnp.asarray(rng.normal(size=n), jnp.float32)
     return params, batch, adv, targets

@@ -17,12 +17,20 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def test_gae_numpy_equals_the_jax_reverse_scan():
+    """With next-step auto-reset the step after an end observes the final observation, so the
+    torch loop's values[t + 1] is the JAX loop's V(final obs) of step t."""
     rng = np.random.default_rng(0)
     rewards, values = rng.normal(size=(2, 30, 4)).astype(np.float32)
-    dones = (rng.random((30, 4)) < 0.1).astype(np.float32)
+    terminated = rng.random((30, 4)) < 0.1
+    truncated = rng.random((30, 4)) < 0.1
+    assert (truncated & ~terminated).any()
     last = rng.normal(size=4).astype(np.float32)
-    adv, tgt = gae_numpy(rewards, values, dones, last, 0.99, 0.95)
-    j_adv, j_tgt = gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(dones), jnp.asarray(last), 0.99, 0.95)
+    dones = (terminated | truncated).astype(np.float32)
+    adv, tgt = gae_numpy(rewards, values, terminated.astype(np.float32), dones, last, 0.99, 0.95)
+    final_values = np.concatenate([values[1:], last[None]], 0)  # V(the obs each step reached)
+    j_adv, j_tgt = gae(
+        *(jnp.asarray(x) for x in (rewards, values, terminated, truncated, final_values, last)), 0.99, 0.95
+    )
     np.testing.assert_allclose(adv, np.asarray(j_adv), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tgt, np.asarray(j_tgt), rtol=1e-5, atol=1e-5)
 
@@ -56,6 +64,7 @@ def test_the_torch_loss_equals_the_jax_loss_on_the_same_weights_and_batch():
         jnp.asarray(old_logp),
         jnp.asarray(old_value),
         jnp.zeros(n),
+        jnp.zeros(n, bool),
         jnp.zeros(n, bool),
         jnp.zeros(n),
     )

@@ -27,7 +27,8 @@ API (every function is pure, so it jits, vmaps and scans)::
 
 ``step`` resets the env in the same call when the episode ends (``terminated or
 truncated``): it returns the first observation of the new episode and keeps the last
-observation of the old one in ``info["final_obs"]``. It computes both branches and
+observation of the old one in ``info["final_obs"]`` (a learner needs it: after a
+truncation the return is bootstrapped from the value of that observation). It computes both branches and
 selects with ``jnp.where``, so there is no Python ``if`` on traced values.
 
 The parity test (``tests/test_envs_cartpole.py``) steps gymnasium's env and this one
@@ -129,7 +130,7 @@ def reset(key: Array, params: EnvParams = DEFAULT_PARAMS) -> tuple[Array, EnvSta
 
 
 def step_env(
-    key: Array, state: EnvState, action: Array | int, params: EnvParams = DEFAULT_PARAMS
+    key: Array | None, state: EnvState, action: Array | int, params: EnvParams = DEFAULT_PARAMS
 ) -> tuple[Array, EnvState, Array, Array, Array]:
     """One transition (eq. 04.1), with no reset.
 
@@ -177,10 +178,15 @@ def step(
     Returns:
         ``(obs, state, reward, terminated, truncated, info)``: ``obs`` / ``state`` start
         the next episode when ``terminated | truncated``; ``info["final_obs"]`` is the
-        observation the step reached before any reset.
+        observation the step reached before any reset (bootstrap a truncated step from
+        its value: see :func:`course_lib.ppo_jax.td_targets`).
+
+    ``key`` is split in two, one half for the transition and one for the reset, so that
+    no key is used twice even for an env whose dynamics are random.
     """
-    obs_step, state_step, reward, terminated, truncated = step_env(key, state, action, params)
-    obs, state_next = auto_reset(terminated | truncated, (obs_step, state_step), reset(key, params))
+    key_step, key_reset = jax.random.split(key)
+    obs_step, state_step, reward, terminated, truncated = step_env(key_step, state, action, params)
+    obs, state_next = auto_reset(terminated | truncated, (obs_step, state_step), reset(key_reset, params))
     return obs, state_next, reward, terminated, truncated, {"final_obs": obs_step}
 
 

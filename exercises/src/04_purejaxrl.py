@@ -30,7 +30,7 @@
 # |---|---|---|---|
 # | 1. `cartpole_step`: the pure env step | 15 | ★★☆ | 20 min |
 # | 2. `gae_scan`: GAE by a reverse `lax.scan` | 15 | ★★☆ | 20 min |
-# | 3. `ppo_clip_loss`: PPO's clipped surrogate | 10 | ★☆☆ | 10 min |
+# | 3. `autoreset_td_targets`: bootstrapping after an auto-reset | 10 | ★★☆ | 20 min |
 # | 4. `train_grid`: vmap a training function over seeds and learning rates | 10 | ★☆☆ | 15 min |
 
 # %%
@@ -133,6 +133,9 @@ check("04_purejaxrl", "cartpole_step", cartpole_step)
 # $$\delta_t = r_t + \gamma (1 - d_t) V(s_{t+1}) - V(s_t) \qquad (04.2)$$
 # $$A_t = \delta_t + \gamma\lambda (1 - d_t) A_{t+1}, \qquad A_T = 0 \qquad (04.3)$$
 #
+# Here every episode end is a termination (no future reward); exercise 3 adds truncation,
+# after which the lesson's (04.2) bootstraps from the value of the final observation.
+#
 # The recursion runs backwards in time. Write it with `jax.lax.scan(..., reverse=True)`
 # (a Python loop over `t` would be unrolled into `T` copies by `jit`). Inputs: `rewards`,
 # `values` float32 `[T, B]`, `dones` bool `[T, B]`, `last_value` `[B]`. Return the
@@ -142,7 +145,9 @@ check("04_purejaxrl", "cartpole_step", cartpole_step)
 # $\sum_k (\gamma\lambda)^k \delta_{t+k}$ term by term up to the episode's end, on random
 # rollouts with episode ends, under `jax.jit`; a hand-computed example; $\lambda = 0$ gives
 # $\delta_t$; a forward scan, a missing $(1 - d_t)$, or $\gamma$ without $\lambda$ in the
-# trace are named in the message.
+# trace are named in the message. The program itself is inspected (`jax.make_jaxpr`): it
+# must hold exactly one `lax.scan` over the `T` steps and must not grow with `T` (a Python
+# loop over `t` fails even when its numbers are right).
 #
 # <details><summary>Hint 1</summary>
 # The carry is <code>(A_{t+1}, V(s_{t+1}))</code>, starting from <code>(zeros, last_value)</code>;
@@ -197,60 +202,89 @@ print("A =", np.round(np.asarray(gae_scan(r, v, d, jnp.array([5.0]), gamma=0.5, 
 check("04_purejaxrl", "gae_scan", gae_scan)
 
 # %% [markdown]
-# ## Exercise 3 · PPO's clipped surrogate (★☆☆, 10 min, 10 points)
+# ## Exercise 3 · Bootstrapping after an auto-reset (★★☆, 20 min, 10 points)
 #
-# With the probability ratio $\rho_t = \exp(\log\pi_\theta(a_t|s_t) - \log\pi_{\text{old}}(a_t|s_t))$
-# (Schulman et al. 2017):
+# A JAX env's `step` resets an env in the same call when its episode ends: the observation
+# it returns is the *next* episode's first one, and the state the step actually reached
+# comes back in `info["final_obs"]`. Two kinds of end need two different bootstraps:
 #
-# $$L^{\text{clip}} = -\frac{1}{N}\sum_t \min\big(\rho_t A_t,\ \text{clip}(\rho_t, 1-\epsilon, 1+\epsilon)\, A_t\big) \qquad (04.4)$$
+# * **terminated** (the pole fell): no future reward, bootstrap from 0;
+# * **truncated** (the 500-step time limit): the state reached still has a value, bootstrap
+#   from $V(\text{final obs})$. Bootstrapping from the next step's value would use the next
+#   episode's first state; bootstrapping from 0 teaches the critic that the world ends at
+#   step 500.
 #
-# Inputs are `[N]` arrays (`advantages` already normalised; do not normalise again) and
-# the scalar `clip_eps`. Return the scalar loss (to *minimise*).
+# Write the one-step TD targets of a rollout of `T` steps of `B` auto-reset envs (eq. 04.2
+# of the lesson):
 #
-# **How it is graded:** against an element-by-element oracle on ratios that cross both
-# clip edges with advantages of both signs; its gradient (`jax.grad`) is zero for samples
-# clipped in the direction of their advantage; hand-computed values. A `max` for the
-# `min`, a missing minus sign, clipping the advantage instead of the ratio, or a ratio
-# without `exp` are named.
+# $$y_t = r_t + \gamma\,(1 - \text{term}_t)\,V'_t, \qquad
+#   V'_t = \begin{cases} \texttt{final\_values}_t & \text{if } \text{term}_t \lor \text{trunc}_t \\
+#   \texttt{values}_{t+1} & \text{otherwise } (\texttt{last\_value} \text{ at } t = T-1) \end{cases}$$
+#
+# Inputs: `rewards`, `values` float32 `[T, B]` (`values[t]` = V of the observation acted on
+# at `t`), `terminated`, `truncated` bool `[T, B]`, `final_values` float32 `[T, B]`
+# (V(`info["final_obs"]`), **defined only where an episode ended**: elsewhere it holds
+# whatever an implementation left there, do not read it), `last_value` `[B]`. Return
+# `[T, B]`. A step can be terminated and truncated at once: termination wins.
+#
+# **How it is graded:** against a case-by-case Python oracle on random auto-reset rollouts
+# (both kinds of end, some steps both at once, garbage in `final_values` where no episode
+# ended) under `jax.jit` and `jax.vmap`; a hand-computed four-step example; properties (no
+# ends gives $r_t + \gamma V(s_{t+1})$; a step both terminated and truncated gives $r_t$;
+# `final_values` where no episode ended do not matter). A truncation treated as a
+# termination, a bootstrap from the next episode's first state, `final_values` read
+# everywhere, or a bootstrapped termination are named in the message.
 #
 # <details><summary>Hint 1</summary>
-# <code>ratio = jnp.exp(log_prob - old_log_prob)</code>.
+# The value of the state step <code>t</code> reached is <code>values[t + 1]</code> (<code>last_value</code>
+# at the last step), except where an episode ended at <code>t</code>: there the env already
+# reset, and that state's value is <code>final_values[t]</code>.
 # </details>
 # <details><summary>Hint 2</summary>
-# <code>jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages</code> is the clipped term.
+# <code>next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)</code>, then
+# <code>jnp.where(terminated | truncated, final_values, next_values)</code>.
 # </details>
 # <details><summary>Hint 3</summary>
-# <code>return -jnp.minimum(unclipped, clipped).mean()</code>.
+# <code>return rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values</code>.
 # </details>
 
 # %% tags=["exercise"]
-def ppo_clip_loss(log_prob, old_log_prob, advantages, clip_eps=0.2):
-    """PPO's clipped policy loss (eq. 04.4), a scalar to minimise.
+def autoreset_td_targets(rewards, values, terminated, truncated, final_values, last_value, gamma=0.99):
+    """One-step TD targets of an auto-reset rollout (eq. 04.2).
 
     Args:
-        log_prob: [N] log pi_theta(a_t|s_t).
-        old_log_prob: [N] log pi_old(a_t|s_t), from the rollout.
-        advantages: [N] advantages (already normalised).
-        clip_eps: the clip range epsilon.
+        rewards, values: float32 [T, B]; values[t] = V(observation acted on at t).
+        terminated, truncated: bool [T, B], as the env's step returned them.
+        final_values: float32 [T, B], V(info["final_obs"]); only defined where
+            terminated | truncated.
+        last_value: [B], V(observation after the last step).
+        gamma: discount.
 
     Returns:
-        scalar array.
+        targets [T, B]: r_t + gamma * (1 - terminated_t) * V(state step t reached).
     """
     ### BEGIN SOLUTION
-    ratio = jnp.exp(log_prob - old_log_prob)
-    unclipped = ratio * advantages
-    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    return -jnp.minimum(unclipped, clipped).mean()
+    done = terminated | truncated
+    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)
+    next_values = jnp.where(done, final_values, next_values)
+    return rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-lp = jnp.log(jnp.array([1.5, 0.5, 1.0]))
-print("loss =", round(float(ppo_clip_loss(lp, jnp.zeros(3), jnp.array([1.0, 1.0, -2.0]))), 4),
-      " (by hand: -(1.2 + 0.5 - 2) / 3 = 0.1)")
+y = autoreset_td_targets(
+    rewards=jnp.ones((4, 1)),
+    values=jnp.array([[1.0], [2.0], [3.0], [4.0]]),
+    terminated=jnp.array([[False], [True], [False], [False]]),
+    truncated=jnp.array([[False], [False], [True], [False]]),
+    final_values=jnp.array([[99.0], [7.0], [8.0], [99.0]]),
+    last_value=jnp.array([5.0]),
+    gamma=0.5,
+)
+print("y =", np.round(np.asarray(y).ravel(), 4), " (by hand: 2, 1, 5, 3.5)")
 
 # %% tags=["exercise-check"]
-check("04_purejaxrl", "ppo_clip_loss", ppo_clip_loss)
+check("04_purejaxrl", "autoreset_td_targets", autoreset_td_targets)
 
 # %% [markdown]
 # ## Exercise 4 · Vmap a training function over seeds and learning rates (★☆☆, 15 min, 10 points)
@@ -263,8 +297,10 @@ check("04_purejaxrl", "ppo_clip_loss", ppo_clip_loss)
 # rate (so that the learning rates are compared on common random numbers).
 #
 # **How it is graded:** against a Python loop over learning rates and seeds, on a small
-# pure training function; the function must be traced once (a Python loop over seeds or
-# learning rates traces it many times, which is what vmap avoids); seeds must differ
+# pure training function; the function must be traced once, and the program itself is
+# inspected (`jax.make_jaxpr`): it must hold the training function's loop exactly once,
+# carrying every (learning rate, seed) run at once (a Python loop over a jitted `train`
+# is traced once too, but leaves one copy of the loop per cell); seeds must differ
 # across the seed axis and match across the learning-rate axis.
 #
 # <details><summary>Hint 1</summary>

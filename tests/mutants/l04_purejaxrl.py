@@ -3,7 +3,7 @@
 
 from conftest import Mutant
 
-CS, GS, PL, TG = "cartpole_step", "gae_scan", "ppo_clip_loss", "train_grid"
+CS, GS, TD, TG = "cartpole_step", "gae_scan", "autoreset_td_targets", "train_grid"
 TERM = "terminated = (jnp.abs(new_x) > params.x_threshold) | (jnp.abs(new_theta) > params.theta_threshold_radians)"
 ADV = "adv = delta + gamma * lam * nd * next_adv"
 SCAN = "jax.lax.scan(step, init, (rewards, values, not_done), reverse=True)"
@@ -91,45 +91,56 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         GS,
+        "python_loop",
+        "_, advantages = jax.lax.scan(step, init, (rewards, values, not_done), reverse=True)",
+        "carry, outs = init, []\n"
+        "    for t in reversed(range(rewards.shape[0])):\n"
+        "        carry, adv_t = step(carry, (rewards[t], values[t], not_done[t]))\n"
+        "        outs.append(adv_t)\n"
+        "    advantages = jnp.stack(outs[::-1])",
+        "holds no lax.scan",
+    ),
+    Mutant(
+        GS,
         "delta_ignores_done",
         "delta = r + gamma * nd * next_value - v",
         "delta = r + gamma * next_value - v",
         "is wrong at index",
     ),
-    # ppo_clip_loss
+    # autoreset_td_targets
     Mutant(
-        PL,
-        "max_not_min",
-        "return -jnp.minimum(unclipped, clipped).mean()",
-        "return -jnp.maximum(unclipped, clipped).mean()",
-        "PPO takes the min",
+        TD,
+        "truncation_as_termination",
+        "(1.0 - terminated.astype(values.dtype))",
+        "(1.0 - done.astype(values.dtype))",
+        "a truncated step is treated as terminated",
     ),
     Mutant(
-        PL,
-        "no_minus",
-        "return -jnp.minimum(unclipped, clipped).mean()",
-        "return jnp.minimum(unclipped, clipped).mean()",
-        "the NEGATIVE mean",
+        TD,
+        "bootstraps_from_the_reset_state",
+        "next_values = jnp.where(done, final_values, next_values)",
+        "next_values = next_values",
+        "the NEXT episode's first observation",
     ),
     Mutant(
-        PL,
-        "clips_advantage",
-        "clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages",
-        "clipped = ratio * jnp.clip(advantages, 1.0 - clip_eps, 1.0 + clip_eps)",
-        "clips the advantage",
+        TD,
+        "final_values_everywhere",
+        "next_values = jnp.where(done, final_values, next_values)",
+        "next_values = final_values",
+        "final_values is read where no episode ended",
     ),
     Mutant(
-        PL,
-        "log_ratio",
-        "ratio = jnp.exp(log_prob - old_log_prob)",
-        "ratio = log_prob - old_log_prob",
-        "rho_t = exp(log_prob - old_log_prob)",
+        TD,
+        "termination_bootstraps",
+        "rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values",
+        "rewards + gamma * next_values",
+        "a terminated step bootstraps",
     ),
     Mutant(
-        PL,
-        "sum_not_mean",
-        "return -jnp.minimum(unclipped, clipped).mean()",
-        "return -jnp.minimum(unclipped, clipped).sum()",
+        TD,
+        "no_shift",
+        "jnp.concatenate([values[1:], last_value[None]], axis=0)",
+        "values",
         "is wrong at index",
     ),
     # train_grid
@@ -153,5 +164,14 @@ MUTANTS: list[Mutant] = [
         "return " + GRID,
         "return jax.tree.map(lambda *xs: jnp.stack(xs), *[over_seeds(keys, lr) for lr in jnp.asarray(lrs)])",
         "traced 2 times",
+    ),
+    Mutant(
+        TG,
+        "loop_over_jitted_train",
+        "return " + GRID,
+        "jitted = jax.jit(train)\n"
+        "    cells = [jitted(k, lr) for lr in jnp.asarray(lrs) for k in keys]\n"
+        "    return jax.tree.map(lambda *xs: jnp.stack(xs).reshape((len(lrs), n_seeds) + xs[0].shape), *cells)",
+        "copies of train's loop",
     ),
 ]

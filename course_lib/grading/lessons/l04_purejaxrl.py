@@ -1,23 +1,26 @@
 """Lesson 04's graded exercises: the pure CartPole step, GAE by a reverse ``lax.scan``,
-PPO's clipped surrogate, and vmapping a training function over seeds and learning rates.
+the TD targets of an auto-reset rollout (truncation vs termination), and vmapping a
+training function over seeds and learning rates.
 
 The learner writes:
 
 * ``cartpole_step(state [4], action, params) -> (next_state [4], terminated)``  (04.1)
 * ``gae_scan(rewards, values, dones, last_value, gamma, lam) -> advantages [T, B]``  (04.2-04.3)
-* ``ppo_clip_loss(log_prob, old_log_prob, advantages, clip_eps) -> scalar``  (04.4)
+* ``autoreset_td_targets(rewards, values, terminated, truncated, final_values, last_value, gamma)
+  -> targets [T, B]``  (04.2)
 * ``train_grid(train, key, n_seeds, lrs) -> pytree [len(lrs), n_seeds, ...]``
 
 The checks never call ``course_lib.envs`` or ``course_lib.ppo_jax``: the env step is
 compared with gymnasium's own ``CartPole-v1``, GAE with a Python loop that sums the
-discounted deltas term by term, the loss with an element-by-element oracle, and the grid
+discounted deltas term by term, the TD targets with a case-by-case loop, and the grid
 with a Python loop over learning rates and seeds. Every learner function is also called
-under ``jax.jit`` (and ``jax.vmap`` where it applies), as the lesson's training loop does.
+under ``jax.jit`` (and ``jax.vmap`` where it applies), as the lesson's training loop does;
+``gae_scan`` and ``train_grid`` are also checked for their structure (the jaxpr: one
+reverse scan over time; one vmapped program over the grid).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +62,37 @@ def _jit_call(fn: Callable[..., Any], what: str, *args: Any, static: tuple[int, 
         raise
 
 
+def _scan_eqns(fn: Callable[..., Any], *args: Any) -> tuple[list[Any], int]:
+    """The ``scan`` equations anywhere in the jaxpr of ``fn(*args)`` (inside nested jits and
+    loops too), and the number of top-level equations. A Python loop leaves no ``scan`` (it
+    is unrolled: the jaxpr grows with the loop's length); a loop of calls to a jitted
+    function leaves one nested program per call."""
+    import jax
+    from jax.extend import core as jcore
+
+    try:
+        closed = jax.make_jaxpr(fn)(*args)
+    except Exception as exc:
+        fail(f"jax.make_jaxpr could not trace the function: {type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable") from exc
+
+    found: list[Any] = []
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "scan":
+                found.append(eqn)
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, list | tuple) else (param,):
+                    if isinstance(sub, jcore.ClosedJaxpr):
+                        walk(sub.jaxpr)
+                    elif isinstance(sub, jcore.Jaxpr):
+                        walk(sub)
+
+    walk(closed.jaxpr)
+    return found, len(closed.jaxpr.eqns)
+
+
 # ---------------------------------------------------------------------------------------
 # Exercise 1: cartpole_step, against gymnasium's CartPole-v1
 # ---------------------------------------------------------------------------------------
@@ -74,7 +108,7 @@ def gym_step(
     force's sign flipped, the angle threshold taken as 12 radians)."""
     import gymnasium as gym
 
-    env = gym.make("CartPole-v1").unwrapped
+    env: Any = gym.make("CartPole-v1").unwrapped  # CartPoleEnv: its physics attributes are set below
     env.reset(seed=0)
     if semi_implicit:
         env.kinematics_integrator = "semi-implicit euler"
@@ -146,9 +180,9 @@ def _cs_compare(
     term = term.reshape(-1)
     if term.dtype != np.bool_:
         fail(f"{what}: terminated has dtype {term.dtype}; expected a boolean array")
-    wrong = np.flatnonzero(term != exp_term)
-    if len(wrong):
-        i = int(wrong[0])
+    mismatch = np.flatnonzero(term != exp_term)
+    if len(mismatch):
+        i = int(mismatch[0])
         deg = np.array([gym_step(s, int(a), theta_deg=True)[1] for s, a in zip(states, actions, strict=True)])
         if name_degrees and np.array_equal(term, deg):
             fail(
@@ -295,18 +329,18 @@ def _gs_run(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam: flo
 
 def _gs_compare(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam: float, what: str) -> None:
     got = _gs_run(fn, data, gamma, lam)
-    args = [data[k] for k in ("rewards", "values", "dones", "last_value")]
-    expected = naive_gae(*args, gamma, lam)
+    r, v, d, last = (data[k] for k in ("rewards", "values", "dones", "last_value"))
+    expected = naive_gae(r, v, d, last, gamma, lam)
     if got.shape == expected.shape and not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
         bugs = {
             "the recursion runs forwards: A_t depends on A_{t+1}, so scan with reverse=True": naive_forward_gae(
-                *args, gamma, lam
+                r, v, d, last, gamma, lam
             ),
             "the trace crosses episode ends: multiply by (1 - d_t) both in delta_t and in the trace": naive_gae(
-                *args, gamma, lam, cut=False
+                r, v, d, last, gamma, lam, cut=False
             ),
             "the trace decays by gamma only: it is gamma * lambda (04.3)": naive_gae(
-                *args, gamma, lam, trace_lambda=False
+                r, v, d, last, gamma, lam, trace_lambda=False
             ),
         }
         for message, wrong in bugs.items():
@@ -379,11 +413,38 @@ def _gs_no_ends(fn: Callable[..., Any]) -> None:
     )
 
 
+@check_case("is one reverse lax.scan over time (no Python loop unrolled into the program)", time_limit=30.0)
+def _gs_structure(fn: Callable[..., Any]) -> None:
+    import jax.numpy as jnp
+
+    sizes = {}
+    for n_t in (8, 32):
+        data = _gs_data(30 + n_t, n_t, 3)
+        args = [jnp.asarray(data[k]) for k in ("rewards", "values", "dones", "last_value")]
+        scans, sizes[n_t] = _scan_eqns(lambda r, v, d, lv: call(fn, r, v, d, lv, 0.9, 0.8), *args)
+        if not scans:
+            fail(
+                f"{GS}'s program holds no lax.scan: a Python loop over t is unrolled into {n_t} copies of the step "
+                "(the program grows with T); write the recursion as jax.lax.scan(step, init, xs, reverse=True)"
+            )
+        over_time = [e for e in scans if e.params.get("length") == n_t]
+        if len(over_time) != 1 or len(scans) != 1:
+            fail(
+                f"{GS}'s program holds {len(scans)} lax.scan loops ({len(over_time)} over the {n_t} time steps); "
+                "GAE is one reverse scan over time"
+            )
+    if sizes[32] > sizes[8] + 4:
+        fail(
+            f"{GS}'s program grows with T ({sizes[8]} operations for T = 8, {sizes[32]} for T = 32): part of it is "
+            "a Python loop over time; keep the whole recursion inside the scan"
+        )
+
+
 GAE_SCAN = Exercise(
     name=GS,
     points=15,
     title="GAE advantages by a reverse lax.scan (eqs. 04.2-04.3)",
-    checks=(_gs_known, _gs_oracle, _gs_lambda0, _gs_no_ends),
+    checks=(_gs_known, _gs_oracle, _gs_lambda0, _gs_no_ends, _gs_structure),
     hints=(
         "scan backwards (reverse=True) with the carry (A_{t+1}, V(s_{t+1})) starting at (0, last_value)",
         "delta = r + gamma * (1 - d) * next_value - v; adv = delta + gamma * lam * (1 - d) * next_adv; "
@@ -393,115 +454,191 @@ GAE_SCAN = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 3: ppo_clip_loss
+# Exercise 3: autoreset_td_targets
 # ---------------------------------------------------------------------------------------
 
-PL = "ppo_clip_loss"
+TD = "autoreset_td_targets"
 
 
-def naive_clip_loss(log_prob: Any, old_log_prob: Any, advantages: Any, clip_eps: float) -> float:
-    """``-(1/N) sum_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)``, one sample at a time."""
-    total = 0.0
-    for lp, olp, a in zip(
-        np.asarray(log_prob, np.float64),
-        np.asarray(old_log_prob, np.float64),
-        np.asarray(advantages, np.float64),
-        strict=True,
-    ):
-        rho = math.exp(lp - olp)
-        total += min(rho * a, min(max(rho, 1 - clip_eps), 1 + clip_eps) * a)
-    return -total / len(np.asarray(advantages))
+def naive_td_targets(
+    rewards: Any,
+    values: Any,
+    terminated: Any,
+    truncated: Any,
+    final_values: Any,
+    last_value: Any,
+    gamma: float,
+    *,
+    truncation_ends: bool = False,
+    reset_bootstrap: bool = False,
+    final_everywhere: bool = False,
+    terminal_bootstrap: bool = False,
+) -> NDArray[np.float64]:
+    """``y_t = r_t + gamma * (value of the state step t reached, 0 if it terminated)``, one ``(t, b)``
+    at a time, with an ``if`` per case. The keyword arguments reproduce slips to name them:
+    a truncation treated as a termination, a bootstrap from the next episode's first state,
+    ``final_values`` read where no episode ended, a terminated step bootstrapped."""
+    r = np.asarray(rewards, np.float64)
+    v = np.asarray(values, np.float64)
+    term, trunc = np.asarray(terminated, bool), np.asarray(truncated, bool)
+    fv = np.asarray(final_values, np.float64)
+    lv = np.asarray(last_value, np.float64)
+    n_t, n_b = r.shape
+    out = np.zeros((n_t, n_b))
+    for b in range(n_b):
+        for t in range(n_t):
+            following = v[t + 1, b] if t + 1 < n_t else lv[b]  # the obs acted on next (after any reset)
+            ended = term[t, b] or trunc[t, b]
+            if term[t, b] and not terminal_bootstrap:
+                reached = 0.0  # the pole fell: no future reward
+            elif truncation_ends and trunc[t, b]:
+                reached = 0.0
+            elif (ended and not reset_bootstrap) or final_everywhere:
+                reached = fv[t, b]  # the state the step reached, before the auto-reset
+            else:
+                reached = following
+            out[t, b] = r[t, b] + gamma * reached
+    return out
 
 
-def _pl_data(seed: int, n: int = 40) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
+def _td_data(seed: int, n_t: int, n_b: int, p_term: float = 0.12, p_trunc: float = 0.12) -> dict[str, Any]:
+    """A random auto-reset rollout: both kinds of episode end (some steps both at once), and
+    ``final_values`` that are garbage (large) where no episode ended, as an implementation
+    that evaluates V(final obs) only for the envs that ended leaves them."""
     rng = np.random.default_rng(seed)
-    old = rng.normal(-0.7, 0.3, size=n).astype(np.float32)
-    new = (old + rng.normal(scale=0.4, size=n)).astype(np.float32)  # ratios from ~0.3 to ~3
-    adv = rng.normal(size=n).astype(np.float32)
-    return new, old, adv
+    terminated = rng.random((n_t, n_b)) < p_term
+    truncated = rng.random((n_t, n_b)) < p_trunc
+    ended = terminated | truncated
+    final_values = np.where(ended, rng.normal(size=(n_t, n_b)), rng.uniform(50, 100, size=(n_t, n_b)))
+    return {
+        "rewards": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "values": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "terminated": terminated,
+        "truncated": truncated,
+        "final_values": final_values.astype(np.float32),
+        "last_value": rng.normal(size=n_b).astype(np.float32),
+    }
 
 
-def _pl_scalar(fn: Callable[..., Any], lp: Any, olp: Any, adv: Any, eps: float) -> float:
+_TD_KEYS = ("rewards", "values", "terminated", "truncated", "final_values", "last_value")
+
+
+def _td_args(data: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """``data``'s six arrays in the function's argument order."""
+    r, v, term, trunc, fv, lv = (data[k] for k in _TD_KEYS)
+    return r, v, term, trunc, fv, lv
+
+
+def _td_run(fn: Callable[..., Any], data: dict[str, Any], gamma: float) -> NDArray[Any]:
     import jax.numpy as jnp
 
-    got = _np(_jit_call(fn, PL, jnp.asarray(lp), jnp.asarray(olp), jnp.asarray(adv), eps, static=(3,)), f"{PL}(...)")
-    if got.shape != ():
-        fail(f"{PL} returned shape {got.shape}; expected a scalar (take the mean over the samples)")
-    return float(got)
+    args = [jnp.asarray(data[k]) for k in _TD_KEYS]
+    return _np(_jit_call(fn, TD, *args, gamma, static=(6,)), f"{TD}(...)")
 
 
-@check_case("hand-computed values (ratios 1.5, 0.5, 1 with advantages 1, 1, -2)", time_limit=30.0)
-def _pl_known(fn: Callable[..., Any]) -> None:
-    got = _pl_scalar(fn, np.log([1.5, 0.5, 1.0]), np.zeros(3), np.array([1.0, 1.0, -2.0]), 0.2)
-    if abs(got + 0.1) < 1e-5:
-        fail(f"{PL} returned -0.1; the loss is the NEGATIVE mean of min(...) (we minimise it)")
-    if abs(got - 0.1) > 1e-5 and abs(got - (-(1.5 + 0.8 - 2) / 3)) < 1e-5:
-        fail(f"{PL} returned {got:.4g}: it takes the max of the two terms; PPO takes the min (a pessimistic bound)")
-    assert_allclose(
-        np.array(got), np.array(0.1), what=f"{PL}(log([1.5, 0.5, 1]), 0, [1, 1, -2], 0.2)", rtol=1e-4, atol=1e-6
-    )
+def _td_compare(fn: Callable[..., Any], data: dict[str, Any], gamma: float, what: str) -> None:
+    got = _td_run(fn, data, gamma)
+    args = _td_args(data)
+    expected = naive_td_targets(*args, gamma)
+    if got.shape != expected.shape:
+        fail(f"{what}: the targets have shape {got.shape}; expected {expected.shape} = [T, B], one per step")
+    if not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
+        bugs = {
+            "a truncated step is treated as terminated: a time limit cut the episode, the state it reached still "
+            "has a value; bootstrap from final_values there (only termination bootstraps from 0)": {
+                "truncation_ends": True
+            },
+            "after an episode end you bootstrap from the next step's value, which is V of the NEXT episode's first "
+            "observation (the auto-reset put it there); use final_values[t], V(info['final_obs'])": {
+                "reset_bootstrap": True
+            },
+            "final_values is read where no episode ended: it is only defined where terminated | truncated; "
+            "elsewhere the state the step reached is the one acted on next (values[t + 1], last_value at the "
+            "end)": {"final_everywhere": True},
+            "a terminated step bootstraps: the pole fell, there is no future reward; multiply the bootstrap by "
+            "(1 - terminated)": {"terminal_bootstrap": True},
+        }
+        for message, slip in bugs.items():
+            if np.allclose(got, naive_td_targets(*args, gamma, **slip), rtol=1e-4, atol=1e-4):
+                fail(message)
+    assert_allclose(got.astype(np.float64), expected, what=what, rtol=1e-4, atol=1e-4)
 
 
-@check_case("matches the element-by-element formula on ratios crossing both clip edges", time_limit=30.0)
-def _pl_oracle(fn: Callable[..., Any]) -> None:
-    for case, eps in enumerate([0.2, 0.1, 0.3]):
-        lp, olp, adv = _pl_data(case)
-        ratio = np.exp(lp - olp)
-        assert (ratio > 1 + eps).any() and (ratio < 1 - eps).any()
-        got = _pl_scalar(fn, lp, olp, adv, eps)
-        expected = naive_clip_loss(lp, olp, adv, eps)
-        if not math.isclose(got, expected, rel_tol=1e-4, abs_tol=1e-5):
-            clipped_adv = -np.mean(np.minimum(ratio * adv, ratio * np.clip(adv, 1 - eps, 1 + eps)))
-            no_exp = -np.mean(np.minimum((lp - olp) * adv, np.clip(lp - olp, 1 - eps, 1 + eps) * adv))
-            if math.isclose(got, -expected, rel_tol=1e-4, abs_tol=1e-5):
-                fail(f"{PL} has the wrong sign: the loss is the NEGATIVE mean of min(...) (we minimise it)")
-            if math.isclose(
-                got,
-                -np.mean(np.maximum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv)),
-                rel_tol=1e-4,
-                abs_tol=1e-5,
-            ):
-                fail(f"{PL} takes the max of the two terms; PPO takes the min (a pessimistic bound)")
-            if math.isclose(got, clipped_adv, rel_tol=1e-4, abs_tol=1e-5):
-                fail(f"{PL} clips the advantage; clip the ratio rho_t to [1 - eps, 1 + eps]")
-            if math.isclose(got, no_exp, rel_tol=1e-4, abs_tol=1e-5):
-                fail(f"{PL} uses log_prob - old_log_prob as the ratio; rho_t = exp(log_prob - old_log_prob)")
-        assert_allclose(
-            np.array(got),
-            np.array(expected),
-            what=f"{PL}(random case {case + 1}, clip_eps={eps:g})",
-            rtol=1e-4,
-            atol=1e-5,
-        )
+@check_case("hand-computed four steps: a termination, a truncation, and the rollout's end", time_limit=30.0)
+def _td_known(fn: Callable[..., Any]) -> None:
+    # gamma 0.5, r = 1, V = [1, 2, 3, 4], final values [99, 7, 8, 99] (99: no episode ended), last value 5:
+    # y_0 = 1 + 0.5 * 2 = 2; y_1 = 1 (terminated); y_2 = 1 + 0.5 * 8 = 5 (truncated); y_3 = 1 + 0.5 * 5 = 3.5
+    data = {
+        "rewards": np.ones((4, 1), np.float32),
+        "values": np.array([[1.0], [2.0], [3.0], [4.0]], np.float32),
+        "terminated": np.array([[False], [True], [False], [False]]),
+        "truncated": np.array([[False], [False], [True], [False]]),
+        "final_values": np.array([[99.0], [7.0], [8.0], [99.0]], np.float32),
+        "last_value": np.array([5.0], np.float32),
+    }
+    what = f"{TD}(r = 1, V = [1, 2, 3, 4], terminated at t=1, truncated at t=2, gamma=0.5)"
+    _td_compare(fn, data, 0.5, what)
+    assert_allclose(_td_run(fn, data, 0.5).astype(np.float64), [[2.0], [1.0], [5.0], [3.5]], what=what, rtol=1e-5)
 
 
-@check_case("its gradient is zero for samples clipped in the direction of their advantage", time_limit=30.0)
-def _pl_grad(fn: Callable[..., Any]) -> None:
+@check_case("matches a case-by-case oracle on random auto-reset rollouts under jax.jit and jax.vmap", time_limit=30.0)
+def _td_oracle(fn: Callable[..., Any]) -> None:
     import jax
     import jax.numpy as jnp
 
-    lp = jnp.log(jnp.array([1.5, 0.5, 1.5, 0.5, 1.05]))
-    adv = jnp.array([1.0, -1.0, -1.0, 1.0, 1.0])
-    try:
-        grad = np.asarray(jax.grad(lambda x: fn(x, jnp.zeros(5), adv, 0.2))(lp))
-    except Exception as exc:
-        fail(f"jax.grad of {PL} raised {type(exc).__name__}: {exc}")
-    # samples 0 and 1 are clipped on the side their advantage pushes: no gradient
-    # samples 2, 3, 4: unclipped term wins -> d/dlp (-rho A / N) = -rho A / N
-    expected = np.array([0.0, 0.0, 1.5 / 5, -0.5 / 5, -1.05 / 5])
-    assert_allclose(grad.astype(np.float64), expected, what=f"jax.grad({PL}) w.r.t. log_prob", rtol=1e-4, atol=1e-6)
+    for case, (n_t, n_b, gamma) in enumerate([(16, 4, 0.99), (9, 6, 0.9), (25, 3, 0.5)]):
+        data = _td_data(case, n_t, n_b)
+        assert (data["terminated"] & data["truncated"]).any() or case > 0
+        _td_compare(fn, data, gamma, what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g})")
+    # a batch of rollouts: vmap over a leading axis gives each rollout's own targets
+    batch = [_td_data(10 + i, 7, 2) for i in range(3)]
+    stacked = [jnp.asarray(np.stack([d[k] for d in batch])) for k in _TD_KEYS]
+    out = call(jax.jit(jax.vmap(lambda *a: fn(*a, 0.9))), *stacked)
+    expected = np.stack([naive_td_targets(*_td_args(d), 0.9) for d in batch])
+    assert_allclose(
+        _np(out, f"jax.vmap({TD})").astype(np.float64), expected, what=f"jax.vmap({TD}) over 3 rollouts", rtol=1e-4
+    )
 
 
-PPO_CLIP_LOSS = Exercise(
-    name=PL,
+@check_case("properties: no episode ends gives r + gamma V(s_t+1); termination wins over truncation", time_limit=30.0)
+def _td_properties(fn: Callable[..., Any]) -> None:
+    data = _td_data(40, 12, 3, p_term=0.0, p_trunc=0.0)
+    v_next = np.concatenate([data["values"][1:], data["last_value"][None]], 0).astype(np.float64)
+    assert_allclose(
+        _td_run(fn, data, 0.9).astype(np.float64),
+        data["rewards"] + 0.9 * v_next,
+        what=f"{TD}(no episode ends) vs r_t + gamma V(s_t+1)",
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    both = dict(data, terminated=np.ones((12, 3), bool), truncated=np.ones((12, 3), bool))
+    assert_allclose(
+        _td_run(fn, both, 0.9).astype(np.float64),
+        data["rewards"].astype(np.float64),
+        what=f"{TD}(every step terminated AND truncated) vs r_t (a step that terminates has no future)",
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    ended = _td_data(41, 12, 3)
+    moved = dict(ended, final_values=np.where(ended["terminated"] | ended["truncated"], ended["final_values"], -7.0))
+    assert_true(
+        np.allclose(_td_run(fn, ended, 0.9), _td_run(fn, moved, 0.9), rtol=1e-5, atol=1e-5),
+        f"{TD}: changing final_values where no episode ended changed the targets; those entries are undefined "
+        "(V(final obs) is only needed where terminated | truncated)",
+    )
+
+
+AUTORESET_TD_TARGETS = Exercise(
+    name=TD,
     points=10,
-    title="PPO's clipped surrogate loss (eq. 04.4)",
-    checks=(_pl_oracle, _pl_known, _pl_grad),
+    title="TD targets of an auto-reset rollout: bootstrap after truncation, not after termination (eq. 04.2)",
+    checks=(_td_known, _td_oracle, _td_properties),
     hints=(
-        "ratio = jnp.exp(log_prob - old_log_prob)",
-        "the clipped term is jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages; take the elementwise "
-        "minimum with ratio * advantages",
-        "return -jnp.minimum(ratio * advantages, clipped).mean()",
+        "the value of the state step t reached is values[t + 1] (last_value at the end) unless an episode ended "
+        "at t; then the env already reset and that state's value is final_values[t]",
+        "next_values = jnp.concatenate([values[1:], last_value[None]]); pick final_values where "
+        "terminated | truncated with jnp.where",
+        "return rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values",
     ),
 )
 
@@ -576,14 +713,34 @@ def _tg_oracle_check(fn: Callable[..., Any]) -> None:
         )
 
 
-@check_case("traces the training function once (one vmapped program, no Python loop)", time_limit=30.0)
-def _tg_traced_once(fn: Callable[..., Any]) -> None:
+@check_case("one vmapped program: train traced once, one loop carrying every run at once", time_limit=30.0)
+def _tg_one_program(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
     _, traces = _tg_run(fn, 3, [0.05, 0.2])
     if traces != 1:
         fail(
             f"train was traced {traces} times for 3 seeds x 2 learning rates; a Python loop runs (and traces) it "
             "once per cell: use jax.vmap twice, which traces it once"
         )
+    # A loop of calls to a jitted train is traced once too (jit caches the trace): look at the
+    # program itself. train holds one lax.scan (5 steps of w [2]); vmapped over the grid it is
+    # still one scan, whose carry holds all 2 x 3 runs' weights at once.
+    n_lrs, n_seeds = 2, 3
+    scans, _ = _scan_eqns(lambda key, lrs: fn(_toy([]), key, n_seeds, lrs), jax.random.key(0), jnp.asarray([0.05, 0.2]))
+    if len(scans) != 1:
+        fail(
+            f"the program of {TG} holds {len(scans)} copies of train's loop for {n_lrs} learning rates x {n_seeds} "
+            "seeds: a Python loop (or lax.map) over jitted calls runs the cells one after another; one vmapped "
+            "program holds train's loop once, batched over the whole grid"
+        )
+    sizes = [int(np.prod(v.aval.shape)) for v in scans[0].invars if hasattr(v, "aval")]
+    assert_true(
+        n_lrs * n_seeds * 2 in sizes,
+        f"{TG}: train's loop does not carry the weights of all {n_lrs} x {n_seeds} runs at once (operand sizes "
+        f"{sizes}); vmap over the seeds and over the learning rates",
+    )
 
 
 @check_case("the same seeds for every learning rate, different seeds along the seed axis", time_limit=30.0)
@@ -607,7 +764,7 @@ TRAIN_GRID = Exercise(
     name=TG,
     points=10,
     title="vmap a training function over seeds and learning rates",
-    checks=(_tg_oracle_check, _tg_traced_once, _tg_seeds),
+    checks=(_tg_oracle_check, _tg_one_program, _tg_seeds),
     hints=(
         "keys = jax.random.split(key, n_seeds); jax.vmap(train, in_axes=(0, None)) runs all seeds with one lr",
         "vmap that again over the learning rates with in_axes=(None, 0): the outer axis is the lrs",
@@ -615,4 +772,4 @@ TRAIN_GRID = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (CARTPOLE_STEP, GAE_SCAN, PPO_CLIP_LOSS, TRAIN_GRID)
+EXERCISES: tuple[Exercise, ...] = (CARTPOLE_STEP, GAE_SCAN, AUTORESET_TD_TARGETS, TRAIN_GRID)
