@@ -25,7 +25,8 @@ Lesson 02's equations, by number:
   :func:`ess_from_log_weights`
 - (02.7) the weight's variance is a divergence:
   ``Var_mu[w] = chi2(pi || mu) = exp(D_2(pi || mu)) - 1 >= exp(KL(pi || mu)) - 1``:
-  :func:`categorical_kl`, :func:`chi_square`; exact bias and variance of (truncated) IS
+  :func:`categorical_kl`, :func:`chi_square`; the large-batch ESS fraction
+  ``1 / (1 + chi2) <= exp(-KL)``: :func:`expected_ess_fraction`; exact bias and variance of (truncated) IS
   on a finite space: :func:`exact_is_moments`
 - (02.8) every correction is a per-sample weight on the score,
   ``g = mean_i psi_i grad log pi(a_i|s_i)``: :func:`correction_coefficients`
@@ -218,6 +219,40 @@ def ess_from_log_weights(log_weights: ArrayLike) -> float | NDArray[np.float64]:
     top = np.max(lw, axis=-1, keepdims=True)
     shifted = np.exp(lw - np.where(np.isfinite(top), top, 0.0))
     return effective_sample_size(shifted)
+
+
+def expected_ess_fraction(logp_target: ArrayLike, logp_behaviour: ArrayLike) -> float | NDArray[np.float64]:
+    r"""The large-batch ESS fraction of ``mu``'s samples for ``pi``, from the two distributions (eq. 02.6-02.7).
+
+    ::
+
+        E[ESS] / N  ->  1 / E_mu[w^2] = 1 / sum_k mu_k (pi_k / mu_k)^2 = 1 / (1 + chi2(pi || mu))
+                     =  exp(-D_2(pi || mu))  <=  exp(-KL(pi || mu))
+
+    ``E_mu[w^2] = sum_k exp(2 log pi_k - log mu_k)``, formed from log-probabilities so
+    that tiny probabilities neither underflow nor give ``0 / 0``. It is what a batch's
+    ESS/N approaches as the batch grows; a small batch that misses the rare heavy weights
+    shows more (lesson 02, section 1).
+
+    Args:
+        logp_target: ``[..., K]`` log pi over ``K`` actions (``-inf`` where pi is 0).
+        logp_behaviour: same shape, log mu (finite where pi > 0).
+
+    Returns:
+        a float in ``[0, 1]`` for ``[K]`` input, else a ``[...]`` array.
+    """
+    lp = np.asarray(logp_target, dtype=np.float64)
+    lm = np.asarray(logp_behaviour, dtype=np.float64)
+    _same_shape(lp, lm, "logp_target and logp_behaviour")
+    if lp.ndim == 0:
+        raise ValueError("log-probabilities must have at least one axis [K]")
+    with np.errstate(over="ignore"):  # a weight past e^709: E[w^2] overflows and the fraction is 0.0 anyway
+        log_terms = np.where(np.isneginf(lp), -np.inf, 2.0 * lp - lm)  # log(mu_k w_k^2)
+        top = np.max(log_terms, axis=-1, keepdims=True)
+        safe_top = np.where(np.isfinite(top), top, 0.0)
+        log_second = np.log(np.sum(np.exp(log_terms - safe_top), axis=-1)) + safe_top[..., 0]
+        out = np.exp(-log_second)
+    return float(out) if lp.ndim == 1 else out
 
 
 def categorical_kl(p: ArrayLike, q: ArrayLike) -> float | NDArray[np.float64]:

@@ -319,7 +319,8 @@ def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] 
 
     Args:
         config: the grid.
-        progress: called after every update with its index (e.g. a tqdm bar's update).
+        progress: called after every update with its index (e.g. to advance a
+            :func:`course_lib.display.progress` bar).
     """
     import gymnasium as gym
 

@@ -120,6 +120,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # | (02.4) truncated weights, truncated-IS loss | `importance.truncated_weights`, `.truncated_is_loss(level="token"/"sequence")` |
 # | (02.5) clipped surrogate | `importance.clipped_surrogate`, `.clipped_surrogate_loss(level="token"/"sequence")` |
 # | (02.6) effective sample size | `importance.effective_sample_size`, `.ess_from_log_weights` |
+# | (02.6)-(02.7) large-batch ESS/N $= 1/(1+\chi^2) \le e^{-\mathrm{KL}}$ | `importance.expected_ess_fraction` |
 # | (02.7) KL, $\chi^2$, exact IS bias and variance | `importance.categorical_kl`, `.chi_square`, `.exact_is_moments` |
 # | (02.8) the corrections as score weights | `importance.correction_coefficients` |
 # | the staleness experiment | `staleness.run_staleness_grid(StalenessConfig(...))` |
@@ -139,7 +140,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # %%
 from course_lib.bandits import CategoricalBandit
 from course_lib.importance import (categorical_kl, chi_square, effective_sample_size, exact_is_moments,
-                                   importance_weights, is_estimate)
+                                   expected_ess_fraction, importance_weights, is_estimate)
 from course_lib.pg import softmax
 
 bandit = CategoricalBandit(success_probs=(0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1))
@@ -177,24 +178,28 @@ for delta in deltas:
         "var_exact": second - float(mean) ** 2, "var_measured": n_samples * estimates.var(ddof=1),
         "z": (estimates.mean() - J) / (estimates.std(ddof=1) / np.sqrt(n_repeats)),
         "ess": float(np.mean(effective_sample_size(w))) / n_samples,
+        "ess_limit": expected_ess_fraction(np.log(pi), np.log(mu)),  # 1 / E_mu[w^2] = 1 / (1 + chi2)
     })
 print(f"on-policy variance of one reward: J (1 - J) = {J * (1 - J):.3g}")
 print(f"{'delta':>5} {'KL(pi||mu)':>10} {'chi2=Var w':>10} {'e^KL - 1':>9} {'Var[w r] exact':>14} {'measured':>9} "
       f"{'bias / SE':>9} {'ESS/N':>6} {'1/(1+chi2)':>10}")
 for r in rows:
     print(f"{r['delta']:>5.2f} {r['kl']:>10.3f} {r['chi2']:>10.3g} {np.expm1(r['kl']):>9.3g} {r['var_exact']:>14.3g} "
-          f"{r['var_measured']:>9.3g} {r['z']:>9.1f} {r['ess']:>6.3f} {1 / (1 + r['chi2']):>10.3f}")
+          f"{r['var_measured']:>9.3g} {r['z']:>9.1f} {r['ess']:>6.3f} {r['ess_limit']:>10.3f}")
 
 # %%
-kl, chi2, var_exact, var_measured, ess_measured, z = (np.array([r[key] for r in rows])
-                                                      for key in ("kl", "chi2", "var_exact", "var_measured", "ess", "z"))
+kl, chi2, var_exact, var_measured, ess_measured, ess_limit, z = (
+    np.array([r[key] for r in rows]) for key in ("kl", "chi2", "var_exact", "var_measured", "ess", "ess_limit", "z"))
 assert np.all(np.abs(z) < 4), "IS must be unbiased: every mean within 4 standard errors of J"
 assert np.all(chi2 >= np.expm1(kl) - 1e-12), "Var[w] = chi2 >= e^KL - 1 (eq. 02.7)"
 moderate = kl <= 2.0
 assert np.allclose(var_measured[moderate], var_exact[moderate], rtol=0.25), "measured variance matches the exact one"
 blow_up = var_exact[-1] / (J * (1 - J))
 assert blow_up > 100
-assert ess_measured[-1] > 5 / (1 + chi2[-1]), "at large divergence the batch ESS overstates the true one"
+assert np.allclose(ess_limit, 1 / (1 + chi2)) and np.all(ess_limit <= np.exp(-kl) + 1e-12), "eq. 02.6-02.7"
+assert np.all(np.diff(ess_limit) < 0), "the expected ESS/N falls as the divergence grows"
+assert ess_limit[-1] < np.exp(-kl[-1]) / 4, "at 3.6 nats the exact ESS/N sits far below its bound e^-KL"
+assert ess_measured[-1] > 5 * ess_limit[-1], "at large divergence the batch ESS overstates the true one"
 print(f"unbiased at every divergence (|bias| < 4 SE); at KL = {kl[-1]:.1f} nats the variance per sample is "
       f"{blow_up:.0f}x the on-policy one")
 
@@ -210,7 +215,7 @@ ax1.set_ylabel("variance per sample (reward$^2$)")
 ax1.set_title("IS estimate of J: variance vs divergence")
 ax1.legend(fontsize=7)
 ax2.plot(kl, ess_measured, "o", label="ESS / N measured (N = 100)")
-ax2.plot(kl, 1 / (1 + chi2), "-", label=r"$1 / (1 + \chi^2)$ (large-N limit)")
+ax2.plot(kl, ess_limit, "-", label=r"$1 / (1 + \chi^2)$ (large-N limit, expected_ess_fraction)")
 ax2.plot(kl, np.exp(-kl), ":", label=r"bound $e^{-KL}$")
 ax2.set_yscale("log")
 ax2.set_xlabel(r"KL($\pi\,\|\,\mu$) (nats)")
@@ -228,7 +233,11 @@ plt.show()
 # the KL, as eq. 02.7 says: at 3.6 nats, 100 stale samples estimate $J$ less precisely
 # than a single fresh one would.
 #
-# The right panel shows a trap. Past about 2 nats the measured ESS stops falling and
+# The right panel's solid line is what a batch of $\mu$'s samples is worth before it is
+# drawn, $1/(1+\chi^2)$ (`expected_ess_fraction`, exercise 3): it falls faster than its
+# bound $e^{-\mathrm{KL}}$, to 0.005 at 3.6 nats against 0.027, half a sample per 100.
+#
+# The right panel also shows a trap. Past about 2 nats the measured ESS stops falling and
 # sits far above its true value: a batch of 100 usually does not contain the rare arm whose
 # huge weight dominates the variance, so the weights it *did* draw look tame. The ESS can
 # only see the weights it drew; a healthy ESS at large KL is not reassurance.
@@ -475,9 +484,9 @@ print(f"{len(config.runs)} cells x {config.n_seeds} seeds = {len(config.runs) * 
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from tqdm.auto import tqdm
+from course_lib.display import progress
 
-with tqdm(total=config.n_updates, desc="updates (all runs at once)", unit="update") as bar:
+with progress(config.n_updates, "updates (all runs at once)", unit="update") as bar:
     grid = run_staleness_grid(config, progress=lambda _: bar.update())
 on_policy = grid.table()[0, "none"][0]
 print(f"{grid.env_steps:,} env steps in {grid.seconds:.1f} s ({grid.env_steps / grid.seconds:,.0f} steps/s)")
@@ -693,6 +702,7 @@ plt.show()
 # decoupled PPO). C. Zheng et al., *Group Sequence Policy Optimization*, arXiv 2507.18071,
 # 2025.
 #
-# **Exercises:** `exercises/02_importance_sampling.ipynb`: the IS estimate, truncated
-# weights, the ESS, per-token and per-sequence ratios, and PPO's clipped surrogate loss.
+# **Exercises:** `exercises/02_importance_sampling.ipynb`: the IS estimate, the batch ESS,
+# the ESS/N a divergence leaves ($1/(1+\chi^2)$ against the bound $e^{-\mathrm{KL}}$),
+# per-token and per-sequence ratios, and PPO's clipped surrogate loss.
 # Grade with `course grade exercises/02_importance_sampling.ipynb`.

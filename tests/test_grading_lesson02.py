@@ -27,8 +27,8 @@ LESSON = "02_importance_sampling"
 SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
 NAMES = (
     "is_estimate",
-    "truncated_weights",
     "effective_sample_size",
+    "expected_ess_fraction",
     "token_and_sequence_ratios",
     "clipped_surrogate_loss",
 )
@@ -49,20 +49,19 @@ def find_mutant(function: str, name: str) -> Mutant:
 
 
 def test_check_prints_deterministic_lines(capsys):
-    assert bool(check(LESSON, "truncated_weights", solution_function(LESSON, "truncated_weights"))) is True
-    n = len(l02.TRUNCATED_WEIGHTS.checks)
-    assert capsys.readouterr().out == f"truncated_weights: PASS ({n}/{n} checks)\n"
-    wrong = mutant_function(LESSON, find_mutant("truncated_weights", "exp_then_min"))
+    name = "expected_ess_fraction"
+    assert bool(check(LESSON, name, solution_function(LESSON, name))) is True
+    n = len(l02.EXPECTED_ESS_FRACTION.checks)
+    assert capsys.readouterr().out == f"{name}: PASS ({n}/{n} checks)\n"
+    wrong = mutant_function(LESSON, find_mutant(name, "probability_space"))
     outputs = []
     for _ in range(2):
-        assert bool(check(LESSON, "truncated_weights", wrong)) is False
+        assert bool(check(LESSON, name, wrong)) is False
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and "0x" not in outputs[0]
     head, hint_line = outputs[0].splitlines()
-    assert head.startswith(
-        f"truncated_weights: FAIL ({n - 1}/{n} checks): huge log-ratios (800) give c without overflow"
-    )
-    assert hint_line == f"hint: {l02.TRUNCATED_WEIGHTS.hints[0]}"
+    assert head.startswith(f"{name}: FAIL ({n - 1}/{n} checks): log-probabilities near -800")
+    assert hint_line == f"hint: {l02.EXPECTED_ESS_FRACTION.hints[0]}"
 
 
 def test_checks_leave_the_global_random_states_alone():
@@ -87,9 +86,12 @@ def test_oracles_agree_with_the_library():
     rng = np.random.default_rng(0)
     values, lt, lb = rng.normal(size=20), rng.normal(size=20), rng.normal(size=20)
     assert l02.naive_is_estimate(values, lt, lb) == pytest.approx(importance.is_estimate(values, lt, lb), rel=1e-12)
-    lr = rng.normal(scale=2.0, size=(4, 6))
-    for c in (0.5, 1.0, 3.0, math.inf):
-        np.testing.assert_allclose(l02.naive_truncated_weights(lr, c), importance.truncated_weights(lr, c))
+    for k in (2, 8, 50):
+        pi, mu = rng.dirichlet(np.ones(k)), rng.dirichlet(np.ones(k))
+        assert l02.naive_expected_ess_fraction(np.log(pi), np.log(mu)) == pytest.approx(
+            importance.expected_ess_fraction(np.log(pi), np.log(mu)), rel=1e-10
+        )
+        assert importance.expected_ess_fraction(np.log(pi), np.log(mu)) <= math.exp(-importance.categorical_kl(pi, mu))
     w = rng.exponential(size=30)
     assert l02.naive_ess(w) == pytest.approx(importance.effective_sample_size(w), rel=1e-12)
     assert l02.naive_ess(np.zeros(3)) == importance.effective_sample_size(np.zeros(3)) == 0.0

@@ -19,6 +19,7 @@ from course_lib.importance import (
     effective_sample_size,
     ess_from_log_weights,
     exact_is_moments,
+    expected_ess_fraction,
     importance_weights,
     is_estimate,
     log_ratios,
@@ -176,6 +177,25 @@ def test_ess_fraction_approaches_one_over_second_moment():
     assert effective_sample_size(w) / w.size == pytest.approx(1 / (1 + chi_square(pi, mu)), rel=0.01)
 
 
+def test_expected_ess_fraction_known_values_and_the_kl_bound(no_warnings):
+    assert expected_ess_fraction(np.log([0.5, 0.5]), np.log([0.8, 0.2])) == pytest.approx(0.64)
+    assert expected_ess_fraction(np.log([0.3, 0.7]), np.log([0.3, 0.7])) == pytest.approx(1.0)
+    # a rare action: pi^2 / mu = e^(-800 + 800) = 1, while pi^2 and mu underflow to 0.0 separately
+    assert expected_ess_fraction([math.log(0.5), math.log(0.5), -400.0], [math.log(0.5), math.log(0.5), -800.0]) == (
+        pytest.approx(0.5)
+    )
+    assert expected_ess_fraction([0.0, -np.inf], [math.log(0.5), math.log(0.5)]) == pytest.approx(0.5)  # pi_1 = 0
+    assert expected_ess_fraction([math.log(0.5), math.log(0.5)], [0.0, -800.0]) == 0.0  # a weight of e^800
+    rng = np.random.default_rng(7)
+    p, q = rng.dirichlet(np.ones(6), size=50), rng.dirichlet(np.ones(6), size=50)
+    frac = expected_ess_fraction(np.log(p), np.log(q))
+    assert isinstance(frac, np.ndarray) and frac.shape == (50,)
+    np.testing.assert_allclose(frac, 1 / (1 + chi_square(p, q)), rtol=1e-10)
+    assert np.all(frac <= np.exp(-categorical_kl(p, q)) + 1e-12)  # eq. 02.7: D_2 >= KL
+    with pytest.raises(ValueError, match="same shape"):
+        expected_ess_fraction(np.zeros(3), np.zeros(4))
+
+
 def test_kl_and_chi_square_known_values():
     p, q = np.array([0.5, 0.5]), np.array([0.25, 0.75])
     assert categorical_kl(p, q) == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
@@ -230,7 +250,7 @@ def test_correction_coefficients_case_by_case():
     np.testing.assert_allclose(correction_coefficients("truncated", w, a, c=1.0), [1.0, 0.5, -1.0, -0.5, 2.0])
     np.testing.assert_allclose(correction_coefficients("clip", w, a, eps=0.2), [0.0, 0.5, -1.5, 0.0, 2.2])
     with pytest.raises(ValueError, match="unknown correction"):
-        correction_coefficients("vtrace", w, a)  # type: ignore[arg-type]
+        correction_coefficients("vtrace", w, a)
 
 
 def test_every_correction_is_on_policy_when_the_weights_are_one():
@@ -307,6 +327,6 @@ def test_sequence_level_losses_use_one_ratio_per_sequence():
         direct = loss_fn(seq_new, seq_old, adv)
         assert seq.item() == pytest.approx(direct.item())
     with pytest.raises(ValueError, match="level"):
-        truncated_is_loss(new, old, adv, level="answer")  # type: ignore[arg-type]
+        truncated_is_loss(new, old, adv, level="answer")
     with pytest.raises(ValueError, match="sequence-level advantages"):
         clipped_surrogate_loss(new, old, torch.zeros(3, 5, dtype=torch.float64), level="sequence")

@@ -84,7 +84,7 @@ def test_config_cells_and_validation():
     with pytest.raises(ValueError, match=">= 0"):
         StalenessConfig(lags=(-1,))
     with pytest.raises(ValueError, match="unknown corrections"):
-        StalenessConfig(corrections=("vtrace",))  # type: ignore[arg-type]
+        StalenessConfig(corrections=("vtrace",))
     with pytest.raises(ValueError, match="c >= 1"):
         StalenessConfig(c=0.5)
 

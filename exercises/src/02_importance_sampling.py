@@ -29,8 +29,8 @@
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `is_estimate` | 10 | ★☆☆ | 10 min |
-# | 2. `truncated_weights` | 10 | ★☆☆ | 10 min |
-# | 3. `effective_sample_size` | 10 | ★☆☆ | 10 min |
+# | 2. `effective_sample_size` | 10 | ★☆☆ | 10 min |
+# | 3. `expected_ess_fraction` | 10 | ★☆☆ | 10 min |
 # | 4. `token_and_sequence_ratios` | 10 | ★★☆ | 15 min |
 # | 5. `clipped_surrogate_loss` | 15 | ★★☆ | 20 min |
 
@@ -108,60 +108,7 @@ print(f"IS estimate {estimate:.3f}   exact E_pi[r] = {pi @ reward:.3f}   naive m
 check("02_importance_sampling", "is_estimate", is_estimate)
 
 # %% [markdown]
-# ## Exercise 2 · Truncated importance weights (★☆☆, 10 min, 10 points)
-#
-# Truncation caps each weight at a level $c > 0$ (eq. 02.4; IMPALA uses $c = 1$, PipelineRL
-# $c = 1 + \epsilon$):
-#
-# $$\bar w_i = \min(w_i, c), \qquad w_i = \exp(\log w_i).$$
-#
-# `log_ratios` holds $\log w_i$ (any shape); return a float64 array of the same shape.
-# $c$ may be `np.inf` (no truncation). Stale samples can have $\log w = 800$, where
-# `np.exp` overflows to `inf` (numpy warns "overflow encountered in exp"): compute the
-# minimum *before* exponentiating, so nothing overflows.
-#
-# **How it is graded:** against a naive elementwise implementation on random log-ratios
-# on both sides of $\log c$; hand-computed values with weights below, at and above $c$;
-# properties: `c = inf` gives the plain weights, the shape is kept, no overflow warning
-# for huge log-ratios, the input is unchanged.
-#
-# <details><summary>Hint 1</summary>
-# Only weights above <code>c</code> change; weights below it (even tiny ones) stay as they are.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>min(exp(a), c) = exp(min(a, log c))</code> because <code>exp</code> is increasing,
-# and <code>np.log(np.inf)</code> is <code>inf</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return np.exp(np.minimum(np.asarray(log_ratios, dtype=np.float64), np.log(c)))</code>
-# </details>
-
-# %% tags=["exercise"]
-def truncated_weights(log_ratios, c):
-    """Importance weights truncated at c: min(exp(log_ratios), c), without overflow (eq. 02.4).
-
-    Args:
-        log_ratios: array of log w = log pi - log mu, any shape.
-        c: truncation level, c > 0 (np.inf: no truncation).
-
-    Returns:
-        np.ndarray, same shape, dtype float64.
-    """
-    ### BEGIN SOLUTION
-    log_w = np.asarray(log_ratios, dtype=np.float64)
-    return np.exp(np.minimum(log_w, np.log(c)))
-    ### END SOLUTION
-
-
-# %% tags=["raises-in-stub"]
-print(truncated_weights(np.log([0.25, 1.0, 2.0, 4.0]), c=2.0))
-print(truncated_weights(np.array([800.0, -800.0, 0.0]), c=1.0))
-
-# %% tags=["exercise-check"]
-check("02_importance_sampling", "truncated_weights", truncated_weights)
-
-# %% [markdown]
-# ## Exercise 3 · Effective sample size (★☆☆, 10 min, 10 points)
+# ## Exercise 2 · Effective sample size (★☆☆, 10 min, 10 points)
 #
 # $N$ weighted samples are worth about as much as $\mathrm{ESS}$ unweighted ones
 # (eq. 02.6; Kong 1992, Owen's *Monte Carlo theory*, ch. 9):
@@ -214,6 +161,91 @@ print(f"equal weights: {effective_sample_size(np.ones(100)):.1f}   "
 
 # %% tags=["exercise-check"]
 check("02_importance_sampling", "effective_sample_size", effective_sample_size)
+
+# %% [markdown]
+# ## Exercise 3 · The expected ESS from the divergence (★☆☆, 10 min, 10 points)
+#
+# A batch's ESS (exercise 2) can only see the weights it drew. What $\mu$'s samples are
+# worth *before* you draw them follows from the two distributions (eq. 02.6-02.7): as the
+# batch grows, ESS/N tends to
+#
+# $$\frac{\mathrm{ESS}}{N} \;\to\; \frac{1}{\mathbb{E}_\mu[w^2]}
+#   = \frac{1}{\sum_k \mu_k \big(\pi_k/\mu_k\big)^2}
+#   = \frac{1}{1 + \chi^2(\pi\,\|\,\mu)} \;\le\; e^{-\mathrm{KL}(\pi\|\mu)} .$$
+#
+# `logp_target[k]` is $\log\pi_k$ and `logp_behaviour[k]` is $\log\mu_k$, over the `K`
+# actions of one state (arrays or lists; $\mu_k > 0$ everywhere). Return one Python
+# `float` in $[0, 1]$: 1 on-policy, falling as $\mu$ moves away from $\pi$. Stay in log
+# space: $\mu_k\,w_k^2 = \pi_k^2/\mu_k = \exp(2\log\pi_k - \log\mu_k)$, and a rare action
+# can have $\log\mu_k = -800$, where $\mu_k$ is 0.0 in floating point.
+#
+# **How it is graded:** against $1/(1+\chi^2)$ with $\chi^2 = \sum_k (\pi_k-\mu_k)^2/\mu_k$
+# summed naively on random distributions; hand-computed values; properties: $\pi = \mu$
+# gives 1; along lesson 02's family $\mu_\delta$ it falls as the KL grows and never exceeds
+# $e^{-\mathrm{KL}}$; it is what the ESS/N of 200,000 of $\mu$'s samples measures;
+# log-probabilities near $-800$ work; lists work and the inputs are unchanged.
+#
+# <details><summary>Hint 1</summary>
+# Two steps: the second moment of the weight under $\mu$, then its inverse.
+# </details>
+# <details><summary>Hint 2</summary>
+# $\mathbb{E}_\mu[w^2] = \sum_k \mu_k w_k^2$ with $w_k = \pi_k/\mu_k$, so each term is
+# $\pi_k^2/\mu_k = e^{2\log\pi_k - \log\mu_k}$, one exponential per action. The average is
+# over $\mu$ (the sampler), not over $\pi$, and it is a sum over the actions, not a mean.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>return float(1.0 / np.sum(np.exp(2.0 * log_pi - log_mu)))</code>, with both inputs
+# converted by <code>np.asarray(..., dtype=np.float64)</code>. Not <code>exp(-KL)</code>:
+# that is only the bound.
+# </details>
+
+# %% tags=["exercise"]
+def expected_ess_fraction(logp_target, logp_behaviour):
+    """Large-batch ESS/N of mu's samples for pi: 1 / E_mu[w^2] = 1 / (1 + chi2(pi || mu)) (eq. 02.6-02.7).
+
+    Args:
+        logp_target: [K] log pi over K actions.
+        logp_behaviour: [K] log mu, the policy that samples (mu > 0 everywhere).
+
+    Returns:
+        float in [0, 1].
+    """
+    ### BEGIN SOLUTION
+    log_pi = np.asarray(logp_target, dtype=np.float64)
+    log_mu = np.asarray(logp_behaviour, dtype=np.float64)
+    second_moment = np.sum(np.exp(2.0 * log_pi - log_mu))  # E_mu[w^2] = sum_k mu_k (pi_k / mu_k)^2
+    return float(1.0 / second_moment)
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Try it on lesson 02's bandit family: the target $\pi = \mathrm{softmax}(3p)$ and an older
+# policy $\mu_\delta$ pushed away from the arms $\pi$ likes. How much of a batch is left at
+# each divergence, and how far below the bound $e^{-\mathrm{KL}}$ is it? The last line finds
+# the largest $\delta$ whose samples keep at least half their worth.
+
+# %% tags=["raises-in-stub"]
+p = np.array([0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
+direction = (p - p.mean()) / p.std()
+log_pi = 3 * p - np.log(np.sum(np.exp(3 * p)))
+
+
+def behaviour(delta):
+    """log mu_delta and KL(pi || mu_delta)."""
+    z = 3 * p - delta * direction
+    log_mu = z - np.log(np.sum(np.exp(z)))
+    return log_mu, float(np.sum(np.exp(log_pi) * (log_pi - log_mu)))
+
+
+print(f"{'delta':>5} {'KL(pi||mu)':>10} {'ESS/N expected':>14} {'exp(-KL)':>9}")
+for delta in np.arange(0.0, 3.01, 0.5):
+    log_mu, kl = behaviour(delta)
+    print(f"{delta:>5.1f} {kl:>10.3f} {expected_ess_fraction(log_pi, log_mu):>14.3f} {np.exp(-kl):>9.3f}")
+half = max(d for d in np.arange(0.0, 3.001, 0.01) if expected_ess_fraction(log_pi, behaviour(d)[0]) >= 0.5)
+print(f"largest delta with ESS/N >= 0.5: {half:.2f} (KL = {behaviour(half)[1]:.2f} nats)")
+
+# %% tags=["exercise-check"]
+check("02_importance_sampling", "expected_ess_fraction", expected_ess_fraction)
 
 # %% [markdown]
 # ## Exercise 4 · Per-token and per-sequence ratios (★★☆, 15 min, 10 points)

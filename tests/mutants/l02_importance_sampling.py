@@ -68,62 +68,7 @@ IS_ESTIMATE = [
 ]
 
 # ---------------------------------------------------------------------------------------
-# Exercise 2 · truncated_weights
-# ---------------------------------------------------------------------------------------
-
-TRUNCATED_WEIGHTS = [
-    # max instead of min: raises every weight to at least c
-    Mutant(
-        "truncated_weights",
-        "max_not_min",
-        old="np.minimum(log_w, np.log(c))",
-        new="np.maximum(log_w, np.log(c))",
-        expected="truncation only caps weights above c",
-    ),
-    # clips on both sides, to [1/c, c]
-    Mutant(
-        "truncated_weights",
-        "two_sided_clip",
-        old="np.minimum(log_w, np.log(c))",
-        new="np.clip(log_w, -np.log(c), np.log(c))",
-        expected="truncation is one-sided",
-    ),
-    # compares log w with c instead of log c
-    Mutant(
-        "truncated_weights",
-        "compares_with_c",
-        old="np.minimum(log_w, np.log(c))",
-        new="np.minimum(log_w, c)",
-        expected="compare log w with log c",
-    ),
-    # truncates at 1 whatever c is
-    Mutant(
-        "truncated_weights",
-        "caps_at_one",
-        old="np.minimum(log_w, np.log(c))",
-        new="np.minimum(log_w, 0.0)",
-        expected="capped at 1, not at c",
-    ),
-    # forgets to exponentiate: returns truncated log-weights
-    Mutant(
-        "truncated_weights",
-        "no_exp",
-        old="np.exp(np.minimum(log_w, np.log(c)))",
-        new="np.minimum(log_w, np.log(c))",
-        expected="these are log-weights",
-    ),
-    # exponentiates first: exp(800) overflows
-    Mutant(
-        "truncated_weights",
-        "exp_then_min",
-        old="np.exp(np.minimum(log_w, np.log(c)))",
-        new="np.minimum(np.exp(log_w), c)",
-        expected="overflow encountered in exp",
-    ),
-]
-
-# ---------------------------------------------------------------------------------------
-# Exercise 3 · effective_sample_size
+# Exercise 2 · effective_sample_size
 # ---------------------------------------------------------------------------------------
 
 EFFECTIVE_SAMPLE_SIZE = [
@@ -166,6 +111,69 @@ EFFECTIVE_SAMPLE_SIZE = [
         old="    if squares == 0:\n        return 0.0\n",
         new="",
         expected="all-zero weights give 0.0, not NaN",
+    ),
+]
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3 · expected_ess_fraction
+# ---------------------------------------------------------------------------------------
+
+EXPECTED_ESS_FRACTION = [
+    # returns E_mu[w^2] = 1 + chi2, forgetting to invert it
+    Mutant(
+        "expected_ess_fraction",
+        "not_inverted",
+        old="return float(1.0 / second_moment)",
+        new="return float(second_moment)",
+        expected="that is E_mu[w^2] = 1 + chi2 itself",
+    ),
+    # w = mu / pi: the ratio upside down
+    Mutant(
+        "expected_ess_fraction",
+        "inverted_weights",
+        old="np.exp(2.0 * log_pi - log_mu)",
+        new="np.exp(2.0 * log_mu - log_pi)",
+        expected="the weights are inverted",
+    ),
+    # the bound exp(-KL) of eq. 02.7 instead of the exact fraction
+    Mutant(
+        "expected_ess_fraction",
+        "kl_bound",
+        old="second_moment = np.sum(np.exp(2.0 * log_pi - log_mu))",
+        new="second_moment = np.exp(np.sum(np.exp(log_pi) * (log_pi - log_mu)))",
+        expected="that is the bound exp(-KL(pi || mu))",
+    ),
+    # E_pi[w^2] = sum_k pi_k w_k^2: averaged over the target, not the sampler
+    Mutant(
+        "expected_ess_fraction",
+        "expectation_under_pi",
+        old="np.exp(2.0 * log_pi - log_mu)",
+        new="np.exp(3.0 * log_pi - 2.0 * log_mu)",
+        expected="w^2 was averaged over pi",
+    ),
+    # 1 / chi2 instead of 1 / (1 + chi2)
+    Mutant(
+        "expected_ess_fraction",
+        "one_over_chi2",
+        old="return float(1.0 / second_moment)",
+        new="return float(1.0 / (second_moment - 1.0))",
+        expected="divided by chi2",
+    ),
+    # a mean over the actions instead of the sum
+    Mutant(
+        "expected_ess_fraction",
+        "mean_not_sum",
+        old="np.sum(np.exp(2.0 * log_pi - log_mu))",
+        new="np.mean(np.exp(2.0 * log_pi - log_mu))",
+        expected="averaged the terms over the K actions",
+    ),
+    # probabilities instead of log-probabilities: exp(-800) = 0, so 0 / 0
+    Mutant(
+        "expected_ess_fraction",
+        "probability_space",
+        old="np.exp(2.0 * log_pi - log_mu)",
+        new="np.exp(log_pi) ** 2 / np.exp(log_mu)",
+        expected="exp(-800) is 0.0 in floating point",
     ),
 ]
 
@@ -308,5 +316,5 @@ CLIPPED_SURROGATE_LOSS = [
 ]
 
 MUTANTS: list[Mutant] = (
-    IS_ESTIMATE + TRUNCATED_WEIGHTS + EFFECTIVE_SAMPLE_SIZE + TOKEN_AND_SEQUENCE_RATIOS + CLIPPED_SURROGATE_LOSS
+    IS_ESTIMATE + EFFECTIVE_SAMPLE_SIZE + EXPECTED_ESS_FRACTION + TOKEN_AND_SEQUENCE_RATIOS + CLIPPED_SURROGATE_LOSS
 )

@@ -1,19 +1,20 @@
-"""Lesson 02's graded exercises: the IS estimate, truncated weights, the effective sample
-size, per-token and per-sequence ratios, and PPO's clipped surrogate loss.
+"""Lesson 02's graded exercises: the IS estimate, the effective sample size, the ESS
+fraction expected from the divergence, per-token and per-sequence ratios, and PPO's
+clipped surrogate loss.
 
 The learner writes:
 
 * ``is_estimate(values [N], logp_target [N], logp_behaviour [N]) -> float``  (eq. 02.2)
-* ``truncated_weights(log_ratios [...], c) -> [...]``  (02.4)
 * ``effective_sample_size(weights [N]) -> float``  (02.6)
+* ``expected_ess_fraction(logp_target [K], logp_behaviour [K]) -> float``  (02.6-02.7)
 * ``token_and_sequence_ratios(logp_new [N, T], logp_old [N, T], mask [N, T]) -> ([N, T], [N])``  (02.3)
 * ``clipped_surrogate_loss(logp_new [N], logp_old [N], advantages [N], eps=0.2) -> scalar tensor``  (02.5)
 
 The checks never call ``course_lib.importance``: they compare with the naive oracles
 below (explicit loops over samples and tokens with ``math.exp``, mirroring the
 equations), with hand-computed values, and with properties. Inputs cross the
-truncation and clip thresholds on both sides. Where a wrong answer matches a known
-mistake (inverted ratio, self-normalised mean, max instead of min, ...), the message
+clip thresholds on both sides. Where a wrong answer matches a known mistake (inverted
+ratio, self-normalised mean, the KL bound instead of the exact fraction, ...), the message
 names the mistake. torch is imported inside the checks that need it.
 """
 
@@ -59,10 +60,16 @@ def naive_is_estimate(values: Any, logp_target: Any, logp_behaviour: Any) -> flo
     return sum(math.exp(lt[i] - lb[i]) * f[i] for i in range(len(f))) / len(f)
 
 
-def naive_truncated_weights(log_ratios: Any, c: float) -> NDArray[np.float64]:
-    """``min(exp(log w), c)`` element by element (for moderate ``log w``: ``math.exp`` overflows past 709)."""
-    arr = np.asarray(log_ratios, dtype=np.float64)
-    return np.array([min(math.exp(x), c) for x in arr.reshape(-1).tolist()], dtype=np.float64).reshape(arr.shape)
+def naive_expected_ess_fraction(logp_target: Any, logp_behaviour: Any) -> float:
+    """``1 / (1 + chi2)`` with ``chi2 = sum_k (pi_k - mu_k)^2 / mu_k``, one action at a time (moderate log-probabilities).
+
+    Deliberately not the learner's route (``1 / sum_k pi_k^2 / mu_k``): the two agree
+    because ``sum_k pi_k = sum_k mu_k = 1``.
+    """
+    pi = [math.exp(x) for x in _floats(logp_target)]
+    mu = [math.exp(x) for x in _floats(logp_behaviour)]
+    chi2 = sum((pi[k] - mu[k]) ** 2 / mu[k] for k in range(len(pi)))
+    return 1.0 / (1.0 + chi2)
 
 
 def naive_ess(weights: Any) -> float:
@@ -290,116 +297,7 @@ IS_ESTIMATE = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 2: truncated_weights
-# ---------------------------------------------------------------------------------------
-
-TW = "truncated_weights"
-
-
-def _tw(fn: Callable[..., Any], log_ratios: Any, c: float) -> Any:
-    return call(fn, copy_input(log_ratios), c)
-
-
-@check_case("returns a float array of the input's shape")
-def _tw_shape(fn: Callable[..., Any]) -> None:
-    lr = np.array([[-1.0, 0.0, 2.0], [0.5, -0.2, 3.0]])
-    what = f"{TW}(log_ratios of shape (2, 3), c=1.5)"
-    arr = assert_array(_tw(fn, lr, 1.5), what=what, shape=(2, 3))
-    assert_float_dtype(arr, what=what)
-
-
-@check_case("hand-computed values below, at and above c")
-def _tw_known(fn: Callable[..., Any]) -> None:
-    w = np.array([0.25, 1.0, 2.0, 4.0])
-    got = _tw(fn, np.log(w), 2.0)
-    assert_array(got, what=f"{TW}(log [0.25, 1, 2, 4], c=2)", shape=(4,))
-    _diagnose(
-        got,
-        {
-            "weights below c changed: truncation only caps weights above c (min, not max or a two-sided clip)": [
-                2.0,
-                2.0,
-                2.0,
-                4.0,
-            ],
-            "weights below 1/c were lifted to 1/c: truncation is one-sided, min(w, c); small weights stay as they are": [
-                0.5,
-                1.0,
-                2.0,
-                2.0,
-            ],
-            "weights above c were not capped: compare log w with log c (not with c), or w with c": [
-                0.25,
-                1.0,
-                2.0,
-                4.0,
-            ],
-            "the weights were capped at 1, not at c": [0.25, 1.0, 1.0, 1.0],
-            "these are log-weights: exponentiate, min(exp(log w), c)": np.minimum(np.log(w), math.log(2.0)),
-        },
-        f"{TW}(log [0.25, 1, 2, 4], c=2)",
-        [0.25, 1.0, 2.0, 2.0],
-    )
-
-
-@check_case("c = 1 caps on both sides of 1 correctly (IMPALA's rho_bar)")
-def _tw_c1(fn: Callable[..., Any]) -> None:
-    lr = np.array([-0.5, 0.0, 0.5, 3.0])
-    assert_allclose(_tw(fn, lr, 1.0), [math.exp(-0.5), 1.0, 1.0, 1.0], what=f"{TW}([-0.5, 0, 0.5, 3], c=1)")
-
-
-@check_case("c = inf gives the full weights exp(log w)")
-def _tw_inf(fn: Callable[..., Any]) -> None:
-    lr = np.array([-2.0, 0.0, 1.5, 4.0])
-    assert_allclose(_tw(fn, lr, np.inf), np.exp(lr), what=f"{TW}([-2, 0, 1.5, 4], c=inf)")
-
-
-@check_case("matches min(exp(log w), c) element by element on random log-ratios")
-def _tw_oracle(fn: Callable[..., Any]) -> None:
-    rng = np.random.default_rng(0)
-    for case, (shape, c) in enumerate([((1,), 1.0), ((20,), 1.2), ((4, 7), 0.5), ((50,), 3.0)]):
-        lr = rng.normal(scale=1.5, size=shape)
-        assert_allclose(
-            _tw(fn, lr, c),
-            naive_truncated_weights(lr, c),
-            what=f"random case {case + 1} (shape {shape}, c={fmt_number(c)})",
-        )
-
-
-@check_case("huge log-ratios (800) give c without overflow")
-def _tw_overflow(fn: Callable[..., Any]) -> None:
-    lr = np.array([800.0, -800.0, 0.0, 1000.0])
-    what = f"{TW}([800, -800, 0, 1000], c=3)"
-    with np.errstate(over="warn"), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = _tw(fn, lr, 3.0)
-    if any("overflow" in str(w.message) for w in caught):
-        fail(
-            f"{what} overflowed (numpy warned 'overflow encountered in exp'): take the minimum before "
-            "exponentiating, exp(min(log w, log c))"
-        )
-    assert_allclose(got, [3.0, 0.0, 1.0, 3.0], what=what)
-
-
-@check_case("does not modify its input")
-def _tw_inputs(fn: Callable[..., Any]) -> None:
-    assert_inputs_unchanged(fn, TW, 1.0, log_ratios=np.array([-1.0, 0.3, 2.0, 5.0]))
-
-
-TRUNCATED_WEIGHTS = Exercise(
-    name=TW,
-    points=10,
-    title="importance weights truncated at c, min(w, c), without overflow (eq. 02.4)",
-    checks=(_tw_shape, _tw_known, _tw_c1, _tw_inf, _tw_oracle, _tw_overflow, _tw_inputs),
-    hints=(
-        "min(exp(a), c) = exp(min(a, log c)): take the minimum in log space, then exponentiate",
-        "only weights above c change; weights below c (even tiny ones) stay as they are",
-        "return np.exp(np.minimum(np.asarray(log_ratios, dtype=np.float64), np.log(c))); np.log(np.inf) is inf",
-    ),
-)
-
-# ---------------------------------------------------------------------------------------
-# Exercise 3: effective_sample_size
+# Exercise 2: effective_sample_size
 # ---------------------------------------------------------------------------------------
 
 ESS = "effective_sample_size"
@@ -502,6 +400,168 @@ EFFECTIVE_SAMPLE_SIZE = Exercise(
         "two sums over the weights: s1 = sum w, s2 = sum w^2; the ESS is s1 ** 2 / s2",
         "equal weights must give N and a single non-zero weight 1: check your formula on [1, 1] and [0, 1]",
         "return 0.0 when s2 == 0 before dividing, and float(...) the result",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: expected_ess_fraction
+# ---------------------------------------------------------------------------------------
+
+EEF = "expected_ess_fraction"
+
+
+def _eef(fn: Callable[..., Any], lt: Any, lb: Any, what: str) -> float:
+    return _scalar(call(fn, copy_input(lt), copy_input(lb)), what)
+
+
+def _bandit_family(delta: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Lesson 02's controlled family: ``log pi = log softmax(3p)``, ``log mu_delta = log softmax(3p - delta s)``."""
+    p = np.array([0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
+    z_pi = 3.0 * p
+    z_mu = z_pi - delta * (p - p.mean()) / p.std()
+    return z_pi - np.log(np.sum(np.exp(z_pi))), z_mu - np.log(np.sum(np.exp(z_mu)))
+
+
+def _kl(lt: Any, lb: Any) -> float:
+    """``KL(pi || mu) = sum_k pi_k (log pi_k - log mu_k)``, one action at a time."""
+    a, b = _floats(lt), _floats(lb)
+    return sum(math.exp(a[k]) * (a[k] - b[k]) for k in range(len(a)))
+
+
+def _eef_bugs(pi: Sequence[float], mu: Sequence[float]) -> dict[str, float]:
+    """What known mistakes return for the distributions ``pi``, ``mu`` (probabilities)."""
+    second = sum(p * p / m for p, m in zip(pi, mu, strict=True))
+    return {
+        "that is E_mu[w^2] = 1 + chi2 itself; the fraction is its inverse, 1 / E_mu[w^2]": second,
+        "the weights are inverted; w = pi / mu, so mu_k w_k^2 = pi_k^2 / mu_k": 1.0
+        / sum(m * m / p for p, m in zip(pi, mu, strict=True)),
+        "that is the bound exp(-KL(pi || mu)) of eq. 02.7, not the exact fraction 1 / E_mu[w^2]": math.exp(
+            -sum(p * math.log(p / m) for p, m in zip(pi, mu, strict=True))
+        ),
+        "w^2 was averaged over pi; the samples come from mu: E_mu[w^2] = sum_k mu_k w_k^2": 1.0
+        / sum(p**3 / m**2 for p, m in zip(pi, mu, strict=True)),
+        "divided by chi2; the fraction is 1 / (1 + chi2) = 1 / E_mu[w^2]": 1.0 / (second - 1.0),
+        "averaged the terms over the K actions; E_mu[w^2] is their sum, sum_k pi_k^2 / mu_k": len(pi) / second,
+    }
+
+
+@check_case("returns one float")
+def _eef_scalar(fn: Callable[..., Any]) -> None:
+    lt, lb = _bandit_family(1.0)
+    _eef(fn, lt, lb, f"{EEF}(log pi, log mu) of lesson 02's bandit at delta = 1")
+
+
+@check_case("hand-computed values: pi = (0.5, 0.5), mu = (0.8, 0.2) give 0.64")
+def _eef_known(fn: Callable[..., Any]) -> None:
+    for pi, mu, expected in (([0.5, 0.5], [0.8, 0.2], 0.64), ([0.9, 0.1], [0.5, 0.5], 1 / 1.64)):
+        what = f"{EEF}(log {pi}, log {mu})".replace("[", "(").replace("]", ")")
+        got = _eef(fn, np.log(pi), np.log(mu), what)
+        _diagnose(got, _eef_bugs(pi, mu), what, expected)
+
+
+@check_case("pi = mu gives 1 (on-policy: every weight is 1)")
+def _eef_on_policy(fn: Callable[..., Any]) -> None:
+    log_p = np.log(np.random.default_rng(3).dirichlet(np.ones(6)))
+    got = _eef(fn, log_p, log_p, f"{EEF}(log p, log p)")
+    assert_true(math.isclose(got, 1.0, rel_tol=1e-9), f"{EEF}(log p, log p) = {fmt_number(got)}; expected 1.0")
+
+
+@check_case("matches 1 / (1 + chi2), chi2 summed naively, on random distributions")
+def _eef_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(4)
+    for case, (k, concentration) in enumerate([(2, 1.0), (5, 0.5), (20, 2.0), (100, 1.0)]):
+        pi, mu = rng.dirichlet(np.full(k, concentration)), rng.dirichlet(np.full(k, concentration))
+        mu = 0.9 * mu + 0.1 / k  # keep mu away from 0 so that chi2 is moderate
+        got = _eef(fn, np.log(pi), np.log(mu), f"random case {case + 1} (K={k})")
+        expected = naive_expected_ess_fraction(np.log(pi), np.log(mu))
+        assert_true(
+            math.isclose(got, expected, rel_tol=1e-7),
+            f"random case {case + 1} (K={k}): got {fmt_number(got)}, expected 1 / (1 + chi2) = {fmt_number(expected)}",
+        )
+
+
+@check_case("falls as mu_delta moves away from pi, and never exceeds exp(-KL) (eq. 02.7)")
+def _eef_falls_with_kl(fn: Callable[..., Any]) -> None:
+    previous = math.inf
+    for delta in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0):
+        lt, lb = _bandit_family(delta)
+        what = f"{EEF} of lesson 02's bandit at delta = {delta:g}"
+        got = _eef(fn, lt, lb, what)
+        bound = math.exp(-_kl(lt, lb))
+        assert_true(
+            got <= bound * (1 + 1e-9),
+            f"{what} = {fmt_number(got)} exceeds the bound exp(-KL) = {fmt_number(bound)}",
+        )
+        assert_true(
+            got < previous,
+            f"{what} = {fmt_number(got)}: it must fall as the divergence grows (previous delta gave "
+            f"{fmt_number(previous)})",
+        )
+        previous = got
+
+
+@check_case("is the large-batch limit of the measured ESS/N (200,000 samples of mu)")
+def _eef_measured(fn: Callable[..., Any]) -> None:
+    lt, lb = _bandit_family(1.0)
+    arms = np.random.default_rng(5).choice(len(lt), size=200_000, p=np.exp(lb) / np.exp(lb).sum())
+    w = np.exp(lt[arms] - lb[arms])
+    measured = float(w.sum() ** 2 / np.sum(w * w) / len(w))
+    got = _eef(fn, lt, lb, f"{EEF} of lesson 02's bandit at delta = 1")
+    assert_true(
+        math.isclose(got, measured, rel_tol=0.02),
+        f"{EEF} of lesson 02's bandit at delta = 1 is {fmt_number(got)}, but 200,000 samples of mu have "
+        f"ESS/N = {fmt_number(measured)}",
+    )
+
+
+@check_case("log-probabilities near -800 (probabilities underflow to 0.0)")
+def _eef_stable(fn: Callable[..., Any]) -> None:
+    # a rare action: pi = e^-400, mu = e^-800, so mu w^2 = pi^2 / mu = e^0 = 1 and E_mu[w^2] = 0.5 + 0.5 + 1
+    lt = [math.log(0.5), math.log(0.5), -400.0]
+    lb = [math.log(0.5), math.log(0.5), -800.0]
+    what = f"{EEF}([log 0.5, log 0.5, -400], [log 0.5, log 0.5, -800])"
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _eef(fn, np.array(lt), np.array(lb), what)
+    if not math.isfinite(got):
+        fail(
+            f"{what} returned {fmt_number(got)}: exp(-800) is 0.0 in floating point, so pi^2 / mu becomes 0 / 0; "
+            "compute exp(2 log pi - log mu)"
+        )
+    assert_true(math.isclose(got, 0.5, rel_tol=1e-9), f"{what} = {fmt_number(got)}; expected 1 / (1 + 1) = 0.5")
+
+
+@check_case("accepts lists and does not modify its inputs")
+def _eef_inputs(fn: Callable[..., Any]) -> None:
+    lt, lb = [math.log(0.25), math.log(0.75)], [math.log(0.5), math.log(0.5)]
+    got = _eef(fn, lt, lb, f"{EEF}([log 0.25, log 0.75], [log 0.5, log 0.5]) (lists)")
+    expected = 1 / (0.25**2 / 0.5 + 0.75**2 / 0.5)
+    assert_true(
+        math.isclose(got, expected, rel_tol=1e-9),
+        f"{EEF} on lists = {fmt_number(got)}; expected {fmt_number(expected)}",
+    )
+    lt_arr, lb_arr = _bandit_family(2.0)
+    assert_inputs_unchanged(fn, EEF, logp_target=lt_arr, logp_behaviour=lb_arr)
+
+
+EXPECTED_ESS_FRACTION = Exercise(
+    name=EEF,
+    points=10,
+    title="the large-batch ESS fraction 1 / E_mu[w^2] = 1 / (1 + chi2) from the two distributions (eq. 02.6-02.7)",
+    checks=(
+        _eef_scalar,
+        _eef_known,
+        _eef_on_policy,
+        _eef_oracle,
+        _eef_falls_with_kl,
+        _eef_measured,
+        _eef_stable,
+        _eef_inputs,
+    ),
+    hints=(
+        "E_mu[w^2] = sum_k mu_k (pi_k / mu_k)^2 = sum_k pi_k^2 / mu_k; return 1 / E_mu[w^2] as a float",
+        "form each term in log space: exp(2 * logp_target - logp_behaviour); exp(-800) is 0.0, its log is not",
+        "the average is over mu (the sampler), and a sum over the actions, not a mean; exp(-KL) is only the bound",
     ),
 )
 
@@ -854,8 +914,8 @@ CLIPPED_SURROGATE_LOSS = Exercise(
 
 EXERCISES: tuple[Exercise, ...] = (
     IS_ESTIMATE,
-    TRUNCATED_WEIGHTS,
     EFFECTIVE_SAMPLE_SIZE,
+    EXPECTED_ESS_FRACTION,
     TOKEN_AND_SEQUENCE_RATIOS,
     CLIPPED_SURROGATE_LOSS,
 )
