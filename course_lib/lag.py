@@ -90,6 +90,9 @@ class LagResult:
             ended during each update's rollout (NaN where none ended).
         entropy: ``[n_arms, n_seeds, n_updates]`` mean entropy of the learner's policy
             on each batch (nats).
+        divergence: ``[n_arms, n_seeds, n_updates]`` mean ``|log pi(a|x) - log mu(a|x)|``
+            over each batch's actions: how far the learner has moved from the policy that
+            acted (measured for every arm, also where the loss ignores it; 0 at ``k = 0``).
         frames: env frames per agent per update (``T * B``).
         seconds: wall-clock seconds of the whole ablation.
     """
@@ -98,6 +101,7 @@ class LagResult:
     seeds: list[int]
     returns: NDArray[np.float64]
     entropy: NDArray[np.float64]
+    divergence: NDArray[np.float64]
     frames: int
     seconds: float
 
@@ -197,6 +201,7 @@ def run_lag_ablation(
         episode_return = np.zeros(n_agents * n_b)
         curves = np.full((n_agents, config.n_updates), np.nan)
         entropies = np.zeros((n_agents, config.n_updates))
+        divergences = np.zeros((n_agents, config.n_updates))
         obs_buf = torch.zeros(n_t + 1, n_agents, n_b, 4)
         actions = torch.zeros(n_t, n_agents, n_b, dtype=torch.long)
         behaviour_logp = torch.zeros(n_t, n_agents, n_b)
@@ -224,9 +229,9 @@ def run_lag_ablation(
                     episode_return[done] = 0.0
                     rewards[t], dones[t] = r.reshape(n_agents, n_b), done.reshape(n_agents, n_b)
                 obs_buf[n_t] = torch.from_numpy(obs_np).view(n_agents, n_b, 4)
-            for i, f in enumerate(finished):
+            for agent, f in enumerate(finished):
                 if f:
-                    curves[i, update] = float(np.mean(f))
+                    curves[agent, update] = float(np.mean(f))
 
             # learn with the current weights (version `update`); columns are (agent, env) pairs
             logits, values = population(params, obs_buf.transpose(0, 1))  # [S, T+1, B, 2], [S, T+1, B]
@@ -247,6 +252,10 @@ def run_lag_ablation(
                 - config.entropy_cost * per_agent(terms.entropy)
             )
             entropies[:, update] = per_agent(terms.entropy).detach().numpy()
+            with torch.no_grad():  # |log pi - log mu| of the actions taken, whatever the arm's loss
+                target_logp = torch.log_softmax(logits[:, :n_t], dim=-1).gather(-1, actions.transpose(0, 1)[..., None])
+                gap = (target_logp.squeeze(-1) - behaviour_logp.transpose(0, 1)).abs()  # [S, T, B]
+                divergences[:, update] = gap.mean(dim=(1, 2)).numpy()
             optimizer.zero_grad()
             losses.sum().backward()
             optimizer.step()
@@ -265,6 +274,7 @@ def run_lag_ablation(
         seeds=seeds,
         returns=curves.reshape(shape),
         entropy=entropies.reshape(shape),
+        divergence=divergences.reshape(shape),
         frames=n_t * n_b,
         seconds=seconds,
     )
@@ -306,9 +316,10 @@ def two_action_chain_targets(
     from course_lib.vtrace import vtrace
 
     rng = np.random.default_rng(seed)
-    first = rng.random((n_steps, n_trajectories)) < p_behaviour  # action 0 taken
+    first: NDArray[np.bool_] = rng.random((n_steps, n_trajectories)) < p_behaviour  # action 0 taken
     rewards = first.astype(np.float64)
-    log_rhos = np.where(first, np.log(p_target / p_behaviour), np.log((1 - p_target) / (1 - p_behaviour)))
+    log_rhos = np.full(first.shape, np.log((1 - p_target) / (1 - p_behaviour)))  # log(pi/mu) of action 1
+    log_rhos[first] = np.log(p_target / p_behaviour)
     thresholds = {"no correction": (0.0, 1.0), "V-trace": (1.0, 1.0), "importance sampling": (1.0, None)}
     out: dict[str, NDArray[np.float64]] = {}
     for name, (scale, bar) in thresholds.items():

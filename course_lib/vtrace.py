@@ -37,6 +37,7 @@ clipping never bites either.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,23 @@ def truncated_ratios(log_rhos: ArrayLike, threshold: float | None) -> NDArray[np
     return rhos if threshold is None else np.minimum(threshold, rhos)
 
 
+def vtrace_recursion(
+    deltas: NDArray[np.float64], discounts: NDArray[np.float64], cs: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """``v_s - V(x_s)`` for every ``s``, by the backward recursion (03.3); all ``[T, B]``.
+
+    ``deltas[s]`` is ``delta_s V = rho_s (r_s + gamma_s V(x_{s+1}) - V(x_s))``, ``discounts[s]``
+    is ``gamma_s`` (0 where an episode ended), ``cs[s]`` is ``c_s``; the recursion starts
+    from ``v_T - V(x_T) = 0``.
+    """
+    vs_minus_v = np.zeros_like(deltas)
+    acc = np.zeros(deltas.shape[1:])  # v_{s+1} - V(x_{s+1}); 0 after the last step
+    for s in reversed(range(deltas.shape[0])):
+        acc = deltas[s] + discounts[s] * cs[s] * acc  # (03.3)
+        vs_minus_v[s] = acc
+    return vs_minus_v
+
+
 def vtrace(
     log_rhos: ArrayLike,
     discounts: ArrayLike,
@@ -113,7 +131,7 @@ def vtrace(
     bootstrap = np.asarray(bootstrap_value, dtype=np.float64)
     if bootstrap.shape != shape[1:]:
         raise ValueError(f"bootstrap_value must be [B] = {shape[1:]}, got {bootstrap.shape}")
-    if None not in (clip_rho_threshold, clip_c_threshold) and clip_rho_threshold < clip_c_threshold:  # type: ignore[operator]
+    if clip_rho_threshold is not None and clip_c_threshold is not None and clip_rho_threshold < clip_c_threshold:
         raise ValueError(f"V-trace needs rho_bar >= c_bar, got {clip_rho_threshold} < {clip_c_threshold}")
 
     rhos = np.exp(log_rhos)
@@ -122,12 +140,7 @@ def vtrace(
     values_tp1 = np.concatenate([values[1:], bootstrap[None]], axis=0)  # V(x_{t+1})
     deltas = clipped_rhos * (rewards + discounts * values_tp1 - values)  # delta_t V
 
-    vs_minus_v = np.zeros_like(values)
-    acc = np.zeros(shape[1:], dtype=np.float64)  # v_{t+1} - V(x_{t+1}); 0 at t + 1 = T
-    for t in range(shape[0] - 1, -1, -1):
-        acc = deltas[t] + discounts[t] * cs[t] * acc  # (03.3)
-        vs_minus_v[t] = acc
-    vs = vs_minus_v + values
+    vs = values + vtrace_recursion(deltas, discounts, cs)
 
     vs_tp1 = np.concatenate([vs[1:], bootstrap[None]], axis=0)  # v_{s+1}, v_T = V(x_T)
     pg_rhos = truncated_ratios(log_rhos, clip_pg_rho_threshold)
@@ -140,3 +153,54 @@ def discounts_from_dones(dones: ArrayLike, gamma: float) -> NDArray[np.float64]:
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
     return gamma * (1.0 - np.asarray(dones, dtype=np.float64))
+
+
+def vtrace_naive(
+    log_rhos: ArrayLike,
+    discounts: ArrayLike,
+    rewards: ArrayLike,
+    values: ArrayLike,
+    bootstrap_value: ArrayLike,
+    rho_bar: float | None = 1.0,
+    c_bar: float | None = 1.0,
+    *,
+    inclusive: bool = False,
+    trace_discount: bool = True,
+) -> NDArray[np.float64]:
+    """The V-trace targets (03.2) written as naively as possible: the test oracle of :func:`vtrace`.
+
+    ``v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t))``
+    (Espeholt et al. 2018, eq. 1) with per-step discounts ``gamma_i`` (0 at episode ends)
+    and ``V(x_T) = bootstrap_value``: one explicit sum per ``(s, b)`` and one explicit
+    product per term, O(T^2), in plain Python floats. It shares no code with
+    :func:`vtrace` (TorchBeast's ``vtrace_test.py`` idea); lesson 03's grader uses it as
+    its oracle. ``None`` thresholds mean no truncation. ``inclusive=True`` runs the
+    product to ``t`` instead of ``t - 1`` (the common off-by-one) and
+    ``trace_discount=False`` leaves ``gamma_i`` out of the product: those bugs, computed,
+    so that tests and grader messages can name them.
+
+    Returns:
+        ``[T, B]`` float64 targets ``v_s``.
+    """
+    lr = np.asarray(log_rhos, dtype=np.float64)
+    disc = np.asarray(discounts, dtype=np.float64)
+    r = np.asarray(rewards, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    boot = np.asarray(bootstrap_value, dtype=np.float64)
+    n_t, n_b = lr.shape
+    out = np.zeros((n_t, n_b))
+    for b in range(n_b):
+        value = [float(v[t, b]) for t in range(n_t)] + [float(boot[b])]
+        ratio = [math.exp(float(lr[t, b])) for t in range(n_t)]
+        rho = [x if rho_bar is None else min(rho_bar, x) for x in ratio]
+        c = [x if c_bar is None else min(c_bar, x) for x in ratio]
+        for s in range(n_t):
+            total = value[s]
+            for t in range(s, n_t):
+                product = 1.0
+                for i in range(s, t + 1 if inclusive else t):
+                    product *= (float(disc[i, b]) if trace_discount else 1.0) * c[i]
+                delta = rho[t] * (float(r[t, b]) + float(disc[t, b]) * value[t + 1] - value[t])
+                total += product * delta
+            out[s, b] = total
+    return out

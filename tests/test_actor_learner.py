@@ -22,8 +22,9 @@ from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
 from course_lib.actor_learner.envs import SameStepCartPoleVectorEnv, make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, rollout_lag
 from course_lib.actor_learner.model import ActorCritic, flat_parameters, load_flat_parameters
-from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault
+from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault, compare_layouts
 from course_lib.actor_learner.timers import Timings, timing_table
+from course_lib.lag import Arm, LagConfig, run_lag_ablation
 from course_lib.procs import live_children
 from course_lib.procs import wait_gone as gone
 
@@ -318,3 +319,31 @@ def test_children_exit_when_the_parent_dies_without_cleaning_up(tmp_path):
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2, done.stderr
     assert gone(pids, within=10.0)
+
+
+def test_lag_ablation_acts_with_exactly_k_updates_old_weights() -> None:
+    """k = 0 acts with the learner's own weights (divergence 0); k = 2 acts with version 0 for
+    updates 0..2 (divergence 0 at update 0 only); the run is reproducible."""
+    arms = [Arm("v-trace", 0), Arm("no correction", 2), Arm("v-trace", 2)]
+    config = LagConfig(n_envs=4, unroll=4, n_updates=6, hidden=8)
+    result = run_lag_ablation(arms, [0, 1], config)
+    assert result.returns.shape == result.entropy.shape == result.divergence.shape == (3, 2, 6)
+    assert result.frames == 16
+    np.testing.assert_allclose(result.divergence[0], 0.0, atol=1e-6)
+    np.testing.assert_allclose(result.divergence[1:, :, 0], 0.0, atol=1e-6)
+    assert (result.divergence[1:, :, 1:] > 1e-6).all()
+    again = run_lag_ablation(arms, [0, 1], config)
+    np.testing.assert_array_equal(np.nan_to_num(again.returns), np.nan_to_num(result.returns))
+    np.testing.assert_array_equal(again.entropy, result.entropy)
+
+
+def test_compare_layouts_interleaves_and_counts_cpu() -> None:
+    order: list[int] = []
+    base = SystemConfig(n_actors=1, envs_per_actor=2, unroll=4, batch_size=1)
+    runs = compare_layouts(base, (16,), repeats=2, seconds=0.5, progress=lambda: order.append(len(order)))
+    assert list(runs) == [("impala", 16), ("seed", 16)] and len(order) == 4
+    for rs in runs.values():
+        assert len(rs) == 2
+        for r in rs:
+            assert r.report.frames > 0 and r.cpu_seconds > 0 and r.cpu_ms_per_1k_frames > 0
+    assert not live_children()

@@ -130,6 +130,9 @@ CHECK_FIXTURES = (
     "course_lib.weight_sync.integrity.MAGIC",
     "course_lib.weight_sync.integrity.CorruptBucketError",
     "course_lib.weight_sync.integrity.OutOfOrderBucketError",
+    # an oracle, not an implementation: V-trace as the paper's explicit O(T^2) double sum, kept
+    # in the library so lesson 03 can show and use it too (it shares no code with vtrace())
+    "course_lib.vtrace.vtrace_naive",
 )
 
 

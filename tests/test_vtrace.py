@@ -1,10 +1,11 @@
 """course_lib.vtrace against a deliberately naive O(T^2) implementation of the paper's formula
-(the oracle of lesson 03's grader, which mirrors Espeholt et al. 2018, eq. 1 term by term),
-on inputs whose ratios cross both clip thresholds, plus properties."""
+(``vtrace_naive``, the oracle of lesson 03's grader, which mirrors Espeholt et al. 2018, eq. 1
+term by term), on inputs whose ratios cross both clip thresholds, plus properties."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,11 +13,17 @@ import pytest
 from course_lib.grading.lessons.l03_impala_vtrace import (
     naive_nstep_return,
     naive_pg_advantages,
-    naive_vtrace,
     random_trajectory,
 )
 from course_lib.pg import discounted_returns
-from course_lib.vtrace import discounts_from_dones, truncated_ratios, vtrace
+from course_lib.vtrace import (
+    VTraceReturns,
+    discounts_from_dones,
+    truncated_ratios,
+    vtrace,
+    vtrace_naive,
+    vtrace_recursion,
+)
 
 ARGS = ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")
 
@@ -30,10 +37,16 @@ CASES = [
 ]
 
 
-def run(data: dict, rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0):
-    return vtrace(
-        *(data[k] for k in ARGS), clip_rho_threshold=rho_bar, clip_c_threshold=c_bar, clip_pg_rho_threshold=pg_rho_bar
-    )
+def run(
+    data: dict[str, Any], rho_bar: float | None = 1.0, c_bar: float | None = 1.0, pg_rho_bar: float | None = 1.0
+) -> VTraceReturns:
+    log_rhos, discounts, rewards, values, bootstrap = (data[k] for k in ARGS)
+    return vtrace(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar, pg_rho_bar)
+
+
+def naive(data: dict[str, Any], rho_bar: float | None, c_bar: float | None, **bug: bool) -> np.ndarray:
+    log_rhos, discounts, rewards, values, bootstrap = (data[k] for k in ARGS)
+    return vtrace_naive(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar, **bug)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -48,7 +61,7 @@ def test_matches_the_naive_formula_on_inputs_crossing_both_thresholds(case):
             and ((ratios > c_bar) & (ratios < rho_bar)).any() | (rho_bar == c_bar)
         )
     out = run(data, rho_bar, c_bar, pg_rho_bar)
-    expected_vs = naive_vtrace(*(data[k] for k in ARGS), rho_bar, c_bar)
+    expected_vs = naive(data, rho_bar, c_bar)
     np.testing.assert_allclose(out.vs, expected_vs, rtol=1e-12, atol=1e-12)
     expected_pg = naive_pg_advantages(
         data["log_rhos"],
@@ -78,9 +91,9 @@ def test_the_product_stops_at_t_minus_1_not_t():
     """The off-by-one of the paper's product index: the inclusive product gives other numbers."""
     data = random_trajectory(3, 6, 2)
     out = run(data).vs
-    inclusive = naive_vtrace(*(data[k] for k in ARGS), 1.0, 1.0, inclusive=True)
+    inclusive = naive(data, 1.0, 1.0, inclusive=True)
     assert not np.allclose(out, inclusive)
-    np.testing.assert_allclose(out, naive_vtrace(*(data[k] for k in ARGS), 1.0, 1.0))
+    np.testing.assert_allclose(out, naive(data, 1.0, 1.0))
 
 
 def test_on_policy_equals_the_nstep_lambda_1_return():
@@ -160,3 +173,15 @@ def test_truncation_bites_only_above_the_threshold():
     np.testing.assert_allclose(truncated_ratios(log_rhos, 1.0), [[0.25, 1.0, 1.0]])
     np.testing.assert_allclose(truncated_ratios(log_rhos, None), [[0.25, 1.0, 4.0]])
     assert math.isclose(float(truncated_ratios(np.log([[3.0]]), 2.0)[0, 0]), 2.0)
+
+
+def test_the_recursion_alone_is_the_sum_of_discounted_traced_deltas():
+    """``vtrace_recursion`` (the function the lesson shows) against the explicit sum of (03.2)."""
+    rng = np.random.default_rng(9)
+    n_t, n_b = 7, 3
+    deltas, discounts, cs = rng.normal(size=(n_t, n_b)), 0.9 * (rng.random((n_t, n_b)) > 0.2), rng.random((n_t, n_b))
+    expected = np.zeros((n_t, n_b))
+    for s in range(n_t):
+        for t in range(s, n_t):
+            expected[s] += np.prod(discounts[s:t] * cs[s:t], axis=0) * deltas[t]
+    np.testing.assert_allclose(vtrace_recursion(deltas, discounts, cs), expected, atol=1e-12)

@@ -17,6 +17,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -146,7 +147,10 @@ def actor_main(
     timings = Timings(ACTOR_PHASES, shared=timing_row.numpy())
     envs = make_envs(config.env_id, config.envs_per_actor)
     obs, _ = envs.reset(seed=seed)
-    model = ActorCritic(buffers.obs_dim, int(envs.single_action_space.n), config.hidden)
+    action_space = envs.single_action_space
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(f"{config.env_id}: IMPALA actors need discrete actions, got {action_space}")
+    model = ActorCritic(buffers.obs_dim, int(action_space.n), config.hidden)
     generator = torch.Generator().manual_seed(seed)
     tracker = EpisodeTracker(config.envs_per_actor)
     version = -1

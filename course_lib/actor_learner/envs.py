@@ -15,7 +15,7 @@ faster than ``SyncVectorEnv`` for hundreds of envs), any other id through a
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +32,7 @@ class SameStepCartPoleVectorEnv(CartPoleVectorEnv):
     ``AutoresetMode.SAME_STEP``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata: dict[str, Any] = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}  # noqa: RUF012 (as declared by gymnasium)
 
     def step(self, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
@@ -40,10 +40,12 @@ class SameStepCartPoleVectorEnv(CartPoleVectorEnv):
         if done.any():
             info = {**info, "final_obs": obs.copy(), "_final_obs": done}
             # reset now, as the parent class would at the next call (which then sees no prev_done)
-            self.state[:, done] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(done.sum())))
+            state = self.state
+            assert state is not None, "step() before reset()"
+            state[:, done] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(done.sum())))
             self.steps[done] = 0
             self.prev_done[done] = False
-            obs = self.state.T.astype(np.float32)
+            obs = state.T.astype(np.float32)
         return obs, reward, terminated, truncated, info
 
 

@@ -62,7 +62,7 @@ def loss_terms(
     actions: torch.Tensor,
     behaviour_logp: torch.Tensor,
     rewards: torch.Tensor | NDArray[np.float64],
-    dones: torch.Tensor | NDArray[np.bool_],
+    dones: torch.Tensor | NDArray[np.bool_] | NDArray[np.float64],
     cfg: LossConfig,
     correct: bool | torch.Tensor = True,
 ) -> LossTerms:
@@ -73,7 +73,7 @@ def loss_terms(
         values: ``[T + 1, N]`` the learner's ``V(x_0) .. V(x_T)``; ``V(x_T)`` bootstraps.
         actions: ``[T, N]`` actions taken.
         behaviour_logp: ``[T, N]`` ``log mu(a_t|x_t)`` recorded by the actor.
-        rewards, dones: ``[T, N]``.
+        rewards, dones: ``[T, N]`` (dones as bools or 0/1 floats).
         cfg: coefficients and thresholds.
         correct: V-trace (True), no correction (False), or a ``[N]`` bool mask per column.
 

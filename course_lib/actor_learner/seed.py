@@ -204,7 +204,7 @@ def inference_main(
             with timings.phase("bookkeeping"):
                 for j, i in enumerate(ids):
                     traj = trajectories[i]
-                    slot = buffers.slot(traj.index)  # type: ignore[arg-type]
+                    slot = buffers.slot(traj.index)
                     slot["obs"][traj.t] = channels["obs"][i]
                     slot["actions"][traj.t] = actions[j]
                     slot["behaviour_logp"][traj.t] = logp[j]

@@ -40,10 +40,11 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -191,8 +192,11 @@ class ActorLearnerSystem(ChildProcessSystem):
         cfg = self.config
         self._ctx = self._begin(cfg.start_method, __name__)
         probe = make_envs(cfg.env_id, 1)
-        self.obs_dim = int(np.prod(probe.single_observation_space.shape))
-        self.n_actions = int(probe.single_action_space.n)
+        obs_shape, action_space = probe.single_observation_space.shape, probe.single_action_space
+        if obs_shape is None or not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"{cfg.env_id}: the system needs flat observations and discrete actions")
+        self.obs_dim = int(np.prod(obs_shape))
+        self.n_actions = int(action_space.n)
         probe.close()
         torch.manual_seed(cfg.seed)
         self.learner = Learner(ActorCritic(self.obs_dim, self.n_actions, cfg.hidden), cfg.lr, cfg.loss, cfg.correct)
@@ -387,12 +391,14 @@ class ActorLearnerSystem(ChildProcessSystem):
 
     def _receive(self, pending: list[tuple[_Child, int, list[float]]]) -> None:
         """Wait up to ``poll_s`` for full slots; supervise the children."""
-        sources = {c.conn: c for c in self._sources()}
-        for conn in wait(list(sources), timeout=self.config.poll_s):
-            child = sources[conn]  # type: ignore[index]
+        sources: dict[Connection, _Child] = {c.conn: c for c in self.children if c.conn is not None}
+        ready = wait(list(sources), timeout=self.config.poll_s)
+        for conn, child in sources.items():
+            if conn not in ready:
+                continue
             try:
-                while conn.poll():  # type: ignore[union-attr]
-                    kind, index, finished = conn.recv()  # type: ignore[union-attr]
+                while conn.poll():
+                    kind, index, finished = conn.recv()
                     if kind == "full":
                         child.outstanding.discard(index)
                         pending.append((child, index, finished))
@@ -492,3 +498,86 @@ class ActorLearnerSystem(ChildProcessSystem):
             timings=window,
             events=list(self.events),
         )
+
+
+@dataclass
+class LayoutRun:
+    """One run of :func:`compare_layouts`: what the learner measured, and the CPU it cost.
+
+    Attributes:
+        report: the learner's :class:`SystemReport`.
+        cpu_seconds: CPU seconds (user + system) of the learner and every child process,
+            over the same window as ``report.frames`` (from the first update to the last).
+    """
+
+    report: SystemReport
+    cpu_seconds: float
+
+    @property
+    def cpu_ms_per_1k_frames(self) -> float:
+        """CPU milliseconds the whole system spent per 1,000 env frames consumed."""
+        return 1e6 * self.cpu_seconds / self.report.frames if self.report.frames else float("nan")
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds used so far by this process and the processes ``pids`` (gone ones count 0)."""
+    import psutil
+
+    total = time.process_time()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _timed_run(config: SystemConfig, seconds: float) -> LayoutRun:
+    """Start a system, train it for ``seconds``, stop it; count its CPU time from the first update."""
+    cpu_at_first_update: list[float] = []
+    with ActorLearnerSystem(config) as system:
+        pids = system.pids()
+
+        def first_update(n: int, _metrics: dict[str, float]) -> None:
+            if n == 1:
+                cpu_at_first_update.append(_cpu_seconds(pids))
+
+        report = system.train(seconds=seconds, progress=first_update)
+        cpu = _cpu_seconds(pids) - cpu_at_first_update[0]
+    return LayoutRun(report, cpu)
+
+
+def compare_layouts(
+    base: SystemConfig,
+    widths: tuple[int, ...],
+    repeats: int,
+    seconds: float,
+    progress: Callable[[], None] | None = None,
+) -> dict[tuple[str, int], list[LayoutRun]]:
+    """Train the IMPALA and the SEED layout of ``base`` for ``seconds`` each, interleaved.
+
+    The runs alternate ``impala, seed, impala, seed, ...`` at every width, ``repeats``
+    times over, so that both layouts see the same drift of the machine's load; compare
+    their medians. Every run is a fresh system (started and stopped). Besides frames/s,
+    each run records the CPU time the whole system spent (learner + children), counted
+    from the first update, like the frames.
+
+    Args:
+        base: the system; its ``layout`` and ``hidden`` are replaced.
+        widths: hidden widths of the policy and value MLPs to measure.
+        repeats: runs of each (layout, width).
+        seconds: training seconds per run (start-up excluded).
+        progress: called after every run.
+
+    Returns:
+        ``{(layout, width): [LayoutRun] * repeats}``, each list in the order it ran.
+    """
+    out: dict[tuple[str, int], list[LayoutRun]] = {
+        (layout, width): [] for width in widths for layout in ("impala", "seed")
+    }
+    for _ in range(repeats):
+        for width in widths:
+            for layout in ("impala", "seed"):
+                out[layout, width].append(_timed_run(replace(base, layout=layout, hidden=width), seconds))
+                if progress is not None:
+                    progress()
+    return out

@@ -8,10 +8,12 @@ The learner writes:
 * ``rollout_lag(learner_version, versions [T, B]) -> [B]``
 * ``actor_unroll(envs, policy, obs, slot, version, generator) -> next obs``
 
-The checks never call ``course_lib.vtrace`` or ``course_lib.actor_learner``: they compare
-with the deliberately naive oracles below, which mirror the paper's formula term by term
-(an explicit O(T^2) double sum with an explicit product per term), with hand-computed
-values, and with properties, on inputs whose ratios cross both clip thresholds.
+The checks never call the course's implementations (``course_lib.vtrace.vtrace``,
+``course_lib.actor_learner``): they compare with deliberately naive oracles that mirror
+the paper's formula term by term (``course_lib.vtrace.vtrace_naive``, an explicit O(T^2)
+double sum with an explicit product per term, which the lesson also shows; the ones
+below), with hand-computed values, and with properties, on inputs whose ratios cross
+both clip thresholds.
 """
 
 from __future__ import annotations
@@ -33,57 +35,13 @@ from course_lib.grading.checks import (
     fail,
     fmt_number,
 )
+from course_lib.vtrace import vtrace_naive
 
 LESSON = "03_impala_vtrace"
 
 # ---------------------------------------------------------------------------------------
 # Oracles: naive, formula-mirroring implementations
 # ---------------------------------------------------------------------------------------
-
-
-def naive_vtrace(
-    log_rhos: Any,
-    discounts: Any,
-    rewards: Any,
-    values: Any,
-    bootstrap_value: Any,
-    rho_bar: float | None = 1.0,
-    c_bar: float | None = 1.0,
-    *,
-    inclusive: bool = False,
-    trace_discount: bool = True,
-) -> NDArray[np.float64]:
-    """``v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t))``.
-
-    Espeholt et al. 2018, eq. (1), with per-step discounts ``gamma_i`` (0 at episode
-    ends) and ``V(x_T) = bootstrap_value``: one explicit sum per ``(s, b)`` and one
-    explicit product per term, O(T^2). ``None`` thresholds mean no truncation.
-    ``inclusive=True`` runs the product to ``t`` instead of ``t - 1`` (the common
-    off-by-one) and ``trace_discount=False`` leaves ``gamma_i`` out of the product, to
-    name those bugs in messages.
-    """
-    lr = np.asarray(log_rhos, dtype=np.float64)
-    disc = np.asarray(discounts, dtype=np.float64)
-    r = np.asarray(rewards, dtype=np.float64)
-    v = np.asarray(values, dtype=np.float64)
-    boot = np.asarray(bootstrap_value, dtype=np.float64)
-    n_t, n_b = lr.shape
-    out = np.zeros((n_t, n_b))
-    for b in range(n_b):
-        value = [float(v[t, b]) for t in range(n_t)] + [float(boot[b])]
-        ratio = [math.exp(float(lr[t, b])) for t in range(n_t)]
-        rho = [x if rho_bar is None else min(rho_bar, x) for x in ratio]
-        c = [x if c_bar is None else min(c_bar, x) for x in ratio]
-        for s in range(n_t):
-            total = value[s]
-            for t in range(s, n_t):
-                product = 1.0
-                for i in range(s, t + 1 if inclusive else t):
-                    product *= (float(disc[i, b]) if trace_discount else 1.0) * c[i]
-                delta = rho[t] * (float(r[t, b]) + float(disc[t, b]) * value[t + 1] - value[t])
-                total += product * delta
-            out[s, b] = total
-    return out
 
 
 def naive_pg_advantages(
@@ -139,7 +97,7 @@ def random_trajectory(
     log_rhos.flat[-1] = math.log(0.3)  # and one far below
     return {
         "log_rhos": log_rhos,
-        "discounts": gamma * (rng.random((n_t, n_b)) > p_done),
+        "discounts": np.where(rng.random((n_t, n_b)) > p_done, gamma, 0.0),
         "rewards": np.round(rng.normal(size=(n_t, n_b)), 3),
         "values": np.round(rng.normal(size=(n_t, n_b)), 3),
         "bootstrap_value": np.round(rng.normal(size=n_b), 3),
@@ -193,24 +151,29 @@ def _vt_what(data: dict[str, Any], **kw: Any) -> str:
     return f"{VT}(inputs of shape {tuple(np.shape(data['log_rhos']))}{extra})"
 
 
+def _naive(data: dict[str, Any], rho_bar: float | None, c_bar: float | None, **bug: bool) -> NDArray[np.float64]:
+    """The oracle's targets on ``data`` (``bug``: ``inclusive`` / ``trace_discount``, see :func:`vtrace_naive`)."""
+    log_rhos, discounts, rewards, values, bootstrap = (data[k] for k in VT_ARGS)
+    return vtrace_naive(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar, **bug)
+
+
 def _vt_known_bugs(data: dict[str, Any], rho_bar: float, c_bar: float) -> dict[str, NDArray[np.float64]]:
     """What some plausible wrong answers return on ``data``, keyed by the message naming the bug."""
-    args = [data[k] for k in VT_ARGS]
     zero_boot = {**data, "bootstrap_value": np.zeros_like(data["bootstrap_value"])}
     return {
         "the trace product includes c_t of the term itself: it runs over i = s .. t-1, "
-        "so the term t = s has product 1": naive_vtrace(*args, rho_bar, c_bar, inclusive=True),
+        "so the term t = s has product 1": _naive(data, rho_bar, c_bar, inclusive=True),
         "rho_bar and c_bar are swapped: rho_t = min(rho_bar, ratio) weighs delta_t, c_i = min(c_bar, ratio) "
-        "weighs the trace": naive_vtrace(*args, c_bar, rho_bar),
-        "the ratios are not truncated: use min(rho_bar, exp(log_rhos)) and min(c_bar, exp(log_rhos))": naive_vtrace(
-            *args, None, None
+        "weighs the trace": _naive(data, c_bar, rho_bar),
+        "the ratios are not truncated: use min(rho_bar, exp(log_rhos)) and min(c_bar, exp(log_rhos))": _naive(
+            data, None, None
         ),
-        "the bootstrap value V(x_T) is ignored: V(x_{t+1}) at the last step is bootstrap_value": naive_vtrace(
-            *(zero_boot[k] for k in VT_ARGS), rho_bar, c_bar
+        "the bootstrap value V(x_T) is ignored: V(x_{t+1}) at the last step is bootstrap_value": _naive(
+            zero_boot, rho_bar, c_bar
         ),
         "the trace ignores the discounts: acc = delta_t + gamma_t * c_t * acc, so that an episode end "
-        "(gamma_t = 0) cuts it": naive_vtrace(*args, rho_bar, c_bar, trace_discount=False),
-        "the result is v_s - V(x_s); add V(x_s) to get the target v_s": naive_vtrace(*args, rho_bar, c_bar)
+        "(gamma_t = 0) cuts it": _naive(data, rho_bar, c_bar, trace_discount=False),
+        "the result is v_s - V(x_s); add V(x_s) to get the target v_s": _naive(data, rho_bar, c_bar)
         - np.asarray(data["values"]),
     }
 
@@ -218,7 +181,7 @@ def _vt_known_bugs(data: dict[str, Any], rho_bar: float, c_bar: float) -> dict[s
 def _vt_compare(
     fn: Callable[..., Any], data: dict[str, Any], rho_bar: float = 1.0, c_bar: float = 1.0, what: str = ""
 ) -> None:
-    expected = naive_vtrace(*(data[k] for k in VT_ARGS), rho_bar, c_bar)
+    expected = _naive(data, rho_bar, c_bar)
     _compare(
         _vt(fn, data, rho_bar=rho_bar, c_bar=c_bar),
         expected,
@@ -342,6 +305,12 @@ def _pg_what(data: dict[str, Any], **kw: Any) -> str:
     return f"{PG}(inputs of shape {tuple(np.shape(data['log_rhos']))}{extra})"
 
 
+def _naive_pg(data: dict[str, Any], pg_rho_bar: float | None) -> NDArray[np.float64]:
+    """:func:`naive_pg_advantages` on the ``PG_ARGS`` of ``data``."""
+    log_rhos, discounts, rewards, values, vs, bootstrap = (data[k] for k in PG_ARGS)
+    return naive_pg_advantages(log_rhos, discounts, rewards, values, vs, bootstrap, pg_rho_bar)
+
+
 def _pg_known_bugs(data: dict[str, Any], pg_rho_bar: float) -> dict[str, NDArray[np.float64]]:
     d = data
     n_t = d["vs"].shape[0]
@@ -349,20 +318,18 @@ def _pg_known_bugs(data: dict[str, Any], pg_rho_bar: float) -> dict[str, NDArray
     vs_now = np.asarray(d["vs"])
     return {
         "the advantage bootstraps from V(x_{s+1}); use the V-trace target v_{s+1} (vs[s + 1], "
-        "bootstrap_value at the last step)": naive_pg_advantages(*(shifted_values[k] for k in PG_ARGS), pg_rho_bar),
+        "bootstrap_value at the last step)": _naive_pg(shifted_values, pg_rho_bar),
         "the advantage uses v_s; it needs the next target v_{s+1}": np.minimum(pg_rho_bar, np.exp(d["log_rhos"]))
         * (d["rewards"] + d["discounts"] * vs_now - d["values"]),
-        "the ratio is not truncated: weigh by min(pg_rho_bar, exp(log_rhos))": naive_pg_advantages(
-            *(d[k] for k in PG_ARGS), None
+        "the ratio is not truncated: weigh by min(pg_rho_bar, exp(log_rhos))": _naive_pg(d, None),
+        "the ratio is missing: weigh each step by min(pg_rho_bar, pi/mu)": _naive_pg(
+            {**d, "log_rhos": np.zeros_like(d["log_rhos"])}, pg_rho_bar
         ),
-        "the ratio is missing: weigh each step by min(pg_rho_bar, pi/mu)": naive_pg_advantages(
-            *({**d, "log_rhos": np.zeros_like(d["log_rhos"])}[k] for k in PG_ARGS), pg_rho_bar
+        "gamma_s is missing: discount v_{s+1} by discounts[s], so that an episode end cuts it": _naive_pg(
+            {**d, "discounts": np.ones_like(d["discounts"])}, pg_rho_bar
         ),
-        "gamma_s is missing: discount v_{s+1} by discounts[s], so that an episode end cuts it": naive_pg_advantages(
-            *({**d, "discounts": np.ones_like(d["discounts"])}[k] for k in PG_ARGS), pg_rho_bar
-        ),
-        "the baseline subtracted is v_s; subtract the value estimate V(x_s)": naive_pg_advantages(
-            *({**d, "values": vs_now}[k] for k in PG_ARGS), pg_rho_bar
+        "the baseline subtracted is v_s; subtract the value estimate V(x_s)": _naive_pg(
+            {**d, "values": vs_now}, pg_rho_bar
         )
         if n_t
         else vs_now,
@@ -370,7 +337,7 @@ def _pg_known_bugs(data: dict[str, Any], pg_rho_bar: float) -> dict[str, NDArray
 
 
 def _pg_compare(fn: Callable[..., Any], data: dict[str, Any], pg_rho_bar: float = 1.0, what: str = "") -> None:
-    expected = naive_pg_advantages(*(data[k] for k in PG_ARGS), pg_rho_bar)
+    expected = _naive_pg(data, pg_rho_bar)
     _compare(
         _pg(fn, data, pg_rho_bar=pg_rho_bar),
         expected,
