@@ -70,6 +70,8 @@ def progress(total: int, desc: str, unit: str = "step") -> Iterator[Progress]:
     finally:
         n = int(bar.n)
         bar.close()
+        # the widget's saved state (notebook metadata) keeps only what is the same on every run
+        bar.container.children[-1].value = f"{n}/{total}"
         text = {"text/plain": summary_line(desc, n, total, unit)}
         update_display(text, raw=True, display_id=handle.display_id)
 

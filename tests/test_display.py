@@ -84,3 +84,15 @@ def test_in_a_notebook_show_source_stores_the_source_as_plain_text(tmp_path):
     (out,) = nb.cells[0].outputs
     assert out.data["text/plain"].startswith("# course_lib.pg.discounted_returns\ndef discounted_returns(")
     assert "text/html" in out.data
+
+
+def test_the_saved_widget_state_holds_no_timings(tmp_path):
+    nb = _run(
+        [
+            "from course_lib.display import progress\nwith progress(3, 'updates', unit='update') as bar:\n    bar.update(3)"
+        ],
+        tmp_path,
+    )
+    state = json.dumps(nb.metadata.get("widgets", {}))
+    assert "3/3" in state
+    assert "update/s" not in state and "<00:00" not in state
