@@ -4,7 +4,8 @@ In a real actor-learner system the lag between the policy that acted and the pol
 that learns is whatever the timing makes it. To study its effect we control it: one
 process, one loop, and the batch for update ``u`` is collected with the learner's
 weights of update ``u - k`` (a ring of parameter snapshots), so every rollout is exactly
-``k`` updates stale. Then we compare, at each ``k``:
+``k`` updates stale (during the first ``k`` updates, the initial weights act: the lag
+grows from 0 to ``k``). Then we compare, at each ``k``:
 
 * **no correction**: the on-policy actor-critic loss applied to stale data as if it were
   fresh (IMPALA's "no-correction" baseline: n-step returns, unweighted advantages);

@@ -347,7 +347,8 @@ print("every lag is >= 0, the mean below 10 updates, the largest at most 100: th
 #
 # To see what the lag does to learning we control it instead: one process, one loop, and
 # the batch for update $u$ is collected with the learner's weights of update $u - k$ (a
-# ring of parameter snapshots), so every rollout is exactly $k$ updates stale. Then we
+# ring of parameter snapshots), so every rollout is exactly $k$ updates stale (in the
+# first $k$ updates the initial weights act, so the lag grows from 0 to $k$). Then we
 # compare no correction and V-trace at each $k$, and on-policy learning ($k = 0$, where
 # both coincide). Every (method, $k$, seed) is an independent agent; all of them train at
 # once, stacked along a leading axis and run with one `vmap`-ed network (seeded, so the
