@@ -55,7 +55,7 @@ def checksum(payload: torch.Tensor, kind: str = "sum64") -> int:
         payload = payload.cpu()
     data = payload.numpy()
     if kind == "crc32":
-        return zlib.crc32(memoryview(data))
+        return zlib.crc32(np.ascontiguousarray(data).data)
     if kind == "sum64":
         if data.size % 8:
             raise ValueError(f"sum64 needs a multiple of 8 bytes, got {data.size}; pad the bucket (buckets.aligned)")

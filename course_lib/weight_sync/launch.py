@@ -20,13 +20,15 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from course_lib.procs import watch_parent
 from course_lib.weight_sync.methods import Receiver, Sender, SyncConfig
 from course_lib.weight_sync.specs import TensorSpec, make_weights, total_bytes
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -313,3 +315,41 @@ def _merge(trial: Trial, i: int, reports: dict[int, list[dict[str, Any]]]) -> Tr
     finals = [o["final_abs"] for o in receivers if "final_abs" in o]
     res.final_abs_error = max(finals) if finals else None
     return res
+
+
+def merge_rounds(rounds: list[TrialResult]) -> TrialResult:
+    """One result from several runs of the same trial: timings, phases and errors of every round together.
+
+    ``final_abs_error`` is the worst round's (``None`` if no round checked it); kept versions and
+    bytes are the last round's.
+    """
+    if not rounds:
+        raise ValueError("merge_rounds needs at least one result")
+    out = TrialResult(rounds[0].trial)
+    for r in rounds:
+        out.seconds += r.seconds
+        for rank, phases in r.phases.items():
+            out.phases.setdefault(rank, []).extend(phases)
+        for rank, error in r.errors.items():
+            out.errors.setdefault(rank, error)
+        out.max_abs_error += r.max_abs_error
+        out.max_rel_error += r.max_rel_error
+        out.kept_version.update(r.kept_version)
+        out.kept_bytes.update(r.kept_bytes)
+    finals = [r.final_abs_error for r in rounds if r.final_abs_error is not None]
+    out.final_abs_error = max(finals) if finals else None
+    return out
+
+
+def run_interleaved(trials: dict[K, Trial], rounds: int, world_size: int = 2, **kwargs: Any) -> dict[K, TrialResult]:
+    """Run every trial ``rounds`` times, interleaved round by round (A B C, A B C, ...), in one process group.
+
+    Variants compared side by side then see the same machine load (on a shared machine the load
+    drifts between minutes); each key's rounds are merged with :func:`merge_rounds`, so its
+    ``median_s`` is the median over all rounds. ``kwargs`` go to :func:`run_trials`.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    keys = list(trials)
+    flat = run_trials([trials[k] for _ in range(rounds) for k in keys], world_size, **kwargs)
+    return {k: merge_rounds(flat[i :: len(keys)]) for i, k in enumerate(keys)}

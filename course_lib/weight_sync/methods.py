@@ -6,6 +6,8 @@ method         what one update does                                             
 ``naive``      save a safetensors file, receivers load it, copy into the model, read   (09.1)
 ``per_tensor`` one ``dist.broadcast`` per tensor, straight into the receiver's model   (09.1)
 ``flat``       one broadcast of a single, already packed buffer (the roofline)         (09.1)
+               (``verify=True``: with a sum64 checksum taken by the sender and checked
+               by the receiver, the like-for-like roofline of the checksummed methods)
 ``prestaged``  the bucketed broadcast's transfer alone: buckets packed beforehand      (09.1)
 ``bucketed``   pack buckets of ``bucket_mb``, one broadcast each, verify, unpack       (09.2)
 ``pipelined``  the same with two buffers: pack next / send current / unpack previous   (09.3)
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed import Work
 
 from course_lib.weight_sync.buckets import BucketPlan, TensorMeta, pack, plan_buckets, view
 from course_lib.weight_sync.integrity import (
@@ -84,6 +87,13 @@ class SyncConfig:
             "that storage, with no packing or unpacking copy; fp32 without reshard or delta only"
         },
     )
+    verify: bool = field(
+        default=False,
+        metadata={
+            "help": "flat only: the sender checksums the single buffer and the receiver verifies it (the same "
+            "passes over every byte as the checksummed bucket methods, on one buffer: their like-for-like roofline)"
+        },
+    )
     workdir: str = field(default="", metadata={"help": "directory for the naive method's checkpoint file"})
     evict_cache: bool = field(
         default=True,
@@ -108,6 +118,10 @@ class SyncConfig:
                 "in_place needs the bucketed or pipelined method, fp32, no reshard and no delta "
                 "(the wire layout must be the receiver's layout)"
             )
+        if self.verify and self.method != "flat":
+            raise ValueError(
+                f"verify is an option of the flat method (the bucketed methods always verify), not of {self.method!r}"
+            )
         if self.method == "naive" and not self.workdir:
             raise ValueError("the naive method needs workdir= (a directory for the checkpoint file)")
 
@@ -119,7 +133,7 @@ class SyncConfig:
     def label(self) -> str:
         extra = [f"{self.bucket_mb:g} MiB"] if self.method in ("prestaged", "bucketed", "pipelined") else []
         extra += ["reshard"] * self.reshard + ["bf16"] * (self.wire_dtype == "bf16") + ["delta"] * self.delta
-        extra += ["in place"] * self.in_place
+        extra += ["in place"] * self.in_place + ["verified"] * self.verify
         return self.method + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -133,8 +147,17 @@ class Phases:
     total: float = 0.0
 
 
-def _broadcast(tensor: torch.Tensor, async_op: bool = False):
-    return dist.broadcast(tensor, src=0, async_op=async_op)
+def _broadcast(tensor: torch.Tensor, async_op: bool = False) -> Work | None:
+    """Broadcast ``tensor`` from rank 0; with ``async_op`` the handle to wait on, else ``None``."""
+    work: Work | None = dist.broadcast(tensor, src=0, async_op=async_op)
+    return work
+
+
+def _post(tensor: torch.Tensor) -> Work:
+    """Start a broadcast of ``tensor`` from rank 0 and return the handle to wait on."""
+    work = _broadcast(tensor, async_op=True)
+    assert work is not None
+    return work
 
 
 def _device() -> torch.device:
@@ -176,6 +199,8 @@ def _check_plan(plan: BucketPlan, specs: list[TensorSpec]) -> None:
 class _Endpoint:
     """What the sender and receivers share: the config, the plan, and the handshake (metadata sent once)."""
 
+    plan: BucketPlan  # set by each subclass's handshake
+
     def __init__(self, config: SyncConfig, specs: list[TensorSpec]) -> None:
         self.config = config
         self.specs = list(specs)
@@ -209,16 +234,21 @@ class _Endpoint:
         n_buffers = 2 if self.config.method == "pipelined" else 1
         self.buffers = [torch.zeros(size, dtype=torch.uint8, device=self.device) for _ in range(n_buffers)]
         if self.config.method in ("flat", "prestaged"):
-            self.flat = torch.zeros(plan.total_nbytes, dtype=torch.uint8, device=self.device)
+            extra = HEADER_BYTES if self.config.verify else 0
+            self.flat = torch.zeros(plan.total_nbytes + extra, dtype=torch.uint8, device=self.device)
 
     def _slot(self, plan: BucketPlan, b: int) -> torch.Tensor:
         return self.buffers[b % len(self.buffers)][: plan.bucket_nbytes[b] + HEADER_BYTES]
 
     def _broadcast_prepacked(self) -> float:
         """flat / prestaged: broadcast the buffer packed once beforehand (one message, or one per bucket);
-        return the seconds it took. Nothing is packed, verified or unpacked: the transfer alone."""
+        return the seconds it took. Nothing is packed, verified or unpacked: the transfer alone
+        (flat with ``verify``: the one message carries the header and checksum too)."""
         assert self.flat is not None
         t = time.perf_counter()
+        if self.config.verify:
+            _broadcast(self.flat)
+            return time.perf_counter() - t
         start_byte = 0
         for size in self.plan.bucket_nbytes:
             _broadcast(self.flat[start_byte : start_byte + size])
@@ -319,6 +349,13 @@ class Sender(_Endpoint):
             ph.transfer = time.perf_counter() - t
             status = 0
         elif method in ("flat", "prestaged"):
+            if self.config.verify:  # one checksum pass over the single buffer, as the bucket methods do per bucket
+                assert self.flat is not None
+                t = time.perf_counter()
+                payload = self.flat[:-HEADER_BYTES]
+                sent = checksum(payload, self.config.checksum)
+                BucketHeader(version, 0, 1, payload.numel(), sent).write(self.flat)
+                ph.stage = time.perf_counter() - t
             ph.transfer = self._broadcast_prepacked()
             status = 0
         elif method == "pipelined" and self.config.in_place:
@@ -330,7 +367,7 @@ class Sender(_Endpoint):
                 t = time.perf_counter()
                 self._fill(weights, version, b, slot)
                 ph.stage += time.perf_counter() - t
-                works.append(_broadcast(slot, async_op=True))
+                works.append(_post(slot))
                 if self.fault == f"kill:{b}":
                     works[-1].wait()
                     self._maybe_die(b)
@@ -482,6 +519,21 @@ class Receiver(_Endpoint):
             return None
         if method in ("flat", "prestaged"):
             ph.transfer += self._broadcast_prepacked()
+            if self.config.verify:  # the receiver's pass: the same check a bucket gets
+                assert self.flat is not None
+                t = time.perf_counter()
+                try:
+                    verify_bucket(
+                        self.flat[:-HEADER_BYTES],
+                        BucketHeader.read(self.flat),
+                        version=version,
+                        index=0,
+                        kind=self.config.checksum,
+                    )
+                except WeightSyncError as exc:
+                    return exc
+                finally:
+                    ph.reload += time.perf_counter() - t
             return None
         n = self.plan.n_buckets
         error = None
@@ -499,7 +551,7 @@ class Receiver(_Endpoint):
                         error = exc
                 ph.reload += time.perf_counter() - t
         elif self.config.in_place:  # zero-copy: every bucket lands in its own storage, all posted at once
-            works = [_broadcast(self._slot(self.plan, b), async_op=True) for b in range(n)]
+            works = [_post(self._slot(self.plan, b)) for b in range(n)]
             for b, work in enumerate(works):
                 t = time.perf_counter()
                 work.wait()
@@ -512,12 +564,12 @@ class Receiver(_Endpoint):
                         error = exc
                 ph.reload += time.perf_counter() - t
         else:  # pipelined: receive bucket b + 1 while unpacking bucket b (09.3)
-            work = _broadcast(self._slot(self.plan, 0), async_op=True)
+            work = _post(self._slot(self.plan, 0))
             for b in range(n):
                 t = time.perf_counter()
                 work.wait()
                 if b + 1 < n:
-                    work = _broadcast(self._slot(self.plan, b + 1), async_op=True)
+                    work = _post(self._slot(self.plan, b + 1))
                 ph.transfer += time.perf_counter() - t
                 t = time.perf_counter()
                 if error is None:

@@ -281,9 +281,10 @@ def _sched_order(fn: Callable[..., Any]) -> None:
                     fail(f"{SCHED}({n}): bucket {b} is {stage}ed twice")
                 when[stage, b] = s
         for b in range(n):
-            times = [when.get((stage, b)) for stage in ("pack", "send", "unpack")]
-            if None in times:
-                fail(f"{SCHED}({n}): bucket {b} misses a stage ({times} for pack, send, unpack)")
+            found = [when.get((stage, b)) for stage in ("pack", "send", "unpack")]
+            times = [s for s in found if s is not None]
+            if len(times) < 3:
+                fail(f"{SCHED}({n}): bucket {b} misses a stage ({found} for pack, send, unpack)")
             if times != [times[0], times[0] + 1, times[0] + 2]:
                 fail(
                     f"{SCHED}({n}): bucket {b} is packed, sent, unpacked at steps {times}; expected three "
