@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from course_lib.actor_learner.model import flat_parameters
-from course_lib.lm import TinyLM
+from course_lib.importance import truncated_is_loss
+from course_lib.lm import CountdownTask, TinyLM
+from course_lib.lm.task import warm_start
 from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
-from course_lib.pipeline.system import LM, PipelineConfig, PipelineFault, PipelineSystem
+from course_lib.pipeline.system import LM, PipelineConfig, PipelineFault, PipelineSystem, may_start_group
+from course_lib.pipeline.timeline import time_to_target
 from course_lib.procs import live_children
 from course_lib.procs import wait_gone as gone
 
@@ -27,6 +30,14 @@ FAST = PipelineConfig(
 def init_flat() -> torch.Tensor:
     torch.manual_seed(0)
     return flat_parameters(TinyLM(LM))
+
+
+def warm_flat() -> torch.Tensor:
+    """A briefly warm-started model: its answers end, and its log-probs react to weight changes."""
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    warm_start(model, CountdownTask(), steps=20)
+    return flat_parameters(model)
 
 
 pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")
@@ -77,7 +88,51 @@ def test_pipeline_loss_is_the_per_token_truncated_is_formula():
     assert token_ess_fraction(np.zeros((2, 3)), np.ones((2, 3), dtype=bool)) == pytest.approx(1.0)
 
 
-def test_bad_configurations_are_named():
+def test_pipeline_loss_equals_the_token_level_truncated_is_loss_and_drops_the_weights_without_correction():
+    torch.manual_seed(1)
+    logp_new = torch.log_softmax(torch.randn(4, 6), -1).requires_grad_(True)
+    logp_mu = logp_new.detach() + torch.randn(4, 6)
+    adv = torch.randn(4, 1).expand(4, 6).clone()
+    mask = torch.rand(4, 6) < 0.7
+    mask[:, 0] = True
+    got = pipeline_loss(logp_new, logp_mu, adv, mask, c=2.0)
+    assert torch.allclose(got, truncated_is_loss(logp_new, logp_mu, adv, c=2.0, mask=mask, level="token"), atol=1e-6)
+    plain = pipeline_loss(logp_new, logp_mu, adv, mask, c=2.0, correct=False)  # no correction: weight 1
+    assert torch.allclose(plain, -(adv * logp_new * mask).sum() / mask.sum(), atol=1e-6)
+    assert not torch.allclose(plain, got)
+
+
+def test_backpressure_rule_bounds_the_lag_of_every_group():
+    """Simulate the rule: a generator that starts every group it may, a trainer consuming
+    B groups per update; a group started at version consumed // B is used by update k // B."""
+    for bound in (0, 1, 2, 5):
+        for groups_per_batch in (1, 3, 4):
+            consumed, next_group, worst = 0, 0, 0
+            started_at: dict[int, int] = {}
+            for _ in range(60):
+                while may_start_group(next_group, consumed, bound, groups_per_batch):
+                    started_at[next_group] = consumed // groups_per_batch  # the version it pulls
+                    next_group += 1
+                assert next_group == consumed + (bound + 1) * groups_per_batch  # the window is full, no more
+                update = consumed // groups_per_batch
+                for k in range(consumed, consumed + groups_per_batch):
+                    worst = max(worst, update - started_at[k])
+                consumed += groups_per_batch
+            assert worst == bound
+
+
+def test_time_to_target_takes_the_first_full_window_reaching_the_target():
+    times = np.arange(1, 9) * 10.0
+    rewards = np.array([1.0, 0, 0, 0, 1.0, 1.0, 1.0, 1.0])
+    assert time_to_target(times, rewards, 0.75, window=2) == 60.0  # not 10: the first window is not full
+    assert time_to_target(times, rewards, 0.5, window=2) == 20.0  # >= counts
+    assert time_to_target(times, rewards, 1.0, window=1) == 10.0
+    assert time_to_target(times, rewards, 1.5, window=2) == np.inf
+    with pytest.raises(ValueError, match="window"):
+        time_to_target(times, rewards, 0.5, window=0)
+
+
+def test_bad_configurations_are_named() -> None:
     with pytest.raises(ValueError, match="n_slots must equal"):
         PipelineConfig(regime="sync", n_slots=8)
     with pytest.raises(ValueError, match="max_lag >= 1"):
@@ -128,6 +183,26 @@ def test_in_flight_updates_give_sequences_mixed_versions(no_orphans):
     with PipelineSystem(cfg, init_flat()) as system:
         report = system.train()
     assert len(report.swaps) >= 5 and report.series("lag_max").max() <= 3
+
+
+@pytest.mark.timeout(180)
+def test_a_kept_cache_leaves_a_log_prob_gap_that_recomputing_removes(no_orphans):
+    """Lag-0 tokens sampled after an in-flight update: with the kept cache their log mu is not
+    what the trainer's weights give on a fresh pass; with the cache rebuilt it is (to rounding).
+    Without correction the run trains too, and says so in its arm."""
+    cfg = replace(FAST, n_slots=8, group_size=2, groups_per_batch=2, max_lag=1, n_updates=20, lr=3e-3)
+    reports, warm = {}, warm_flat()
+    for name, extra in {"keep": {}, "recompute": {"recompute_cache": True}, "no_is": {"correction": False}}.items():
+        with PipelineSystem(replace(cfg, **extra), warm) as system:
+            reports[name] = system.train()
+    keep, recompute, no_is = reports["keep"], reports["recompute"], reports["no_is"]
+    assert len(keep.swaps) >= 5 and len(recompute.swaps) >= 5
+    assert keep.series("fresh_tokens").sum() > 0 and recompute.series("fresh_tokens").sum() > 0
+    assert recompute.fresh_gap < 1e-4
+    assert keep.fresh_gap > 10 * max(recompute.fresh_gap, 1e-6)
+    assert recompute.swap_seconds > 0
+    assert (keep.arm, recompute.arm, no_is.arm) == ("pipeline", "pipeline_recompute", "pipeline_no_is")
+    assert len(no_is.metrics) == cfg.n_updates and no_is.token_lags.max() <= cfg.max_lag
 
 
 @pytest.mark.timeout(120)

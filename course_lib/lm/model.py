@@ -3,8 +3,8 @@
 Two ways to run the same weights:
 
 * :meth:`TinyLM.forward`: ``tokens [B, T] -> logits [B, T, V]``, causal attention over the
-  whole sequence (training, and the reference the cache is tested against); optionally
-  also the keys and values of every layer, to rebuild a cache;
+  whole sequence (training, and the reference the cache is tested against); and
+  :meth:`TinyLM.forward_kv` also the keys and values of every layer, to rebuild a cache;
 * :meth:`TinyLM.step`: one token per sequence, ``tokens [B]`` at positions ``pos [B]``
   (each sequence at its own position: continuous batching), reading the keys and values
   of earlier positions from the cache and writing its own at ``pos``.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -106,8 +107,12 @@ class TinyLM(nn.Module):
         shape = (c.n_layers, batch, c.n_heads, c.max_len, c.head_dim)
         return torch.zeros(shape), torch.zeros(shape)
 
-    def forward(self, tokens: torch.Tensor, return_kv: bool = False):  # type: ignore[override]
-        """``tokens [B, T] -> logits [B, T, V]`` (and the cache ``(K, V)``, each ``[L, B, H, T, dh]``)."""
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens [B, T] -> logits [B, T, V]``."""
+        return self.forward_kv(tokens)[0]
+
+    def forward_kv(self, tokens: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``tokens [B, T]`` -> (logits ``[B, T, V]``, the cache ``(K, V)``, each ``[L, B, H, T, dh]``)."""
         if tokens.ndim != 2 or tokens.shape[1] > self.cfg.max_len:
             raise ValueError(f"tokens must be [B, T] with T <= max_len = {self.cfg.max_len}, got {tuple(tokens.shape)}")
         x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
@@ -117,9 +122,7 @@ class TinyLM(nn.Module):
             keys.append(k)
             values.append(v)
         logits = self.head(self.ln_f(x))
-        if return_kv:
-            return logits, (torch.stack(keys), torch.stack(values))
-        return logits
+        return logits, (torch.stack(keys), torch.stack(values))
 
     def step(self, tokens: torch.Tensor, pos: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """One decoding step: ``tokens [B]`` at ``pos [B]`` -> next-token logits ``[B, V]``.
@@ -133,7 +136,7 @@ class TinyLM(nn.Module):
             raise ValueError(f"a position reached max_len = {self.cfg.max_len}; stop decoding before it")
         x = self.tok(tokens) + self.pos(pos)
         for layer, block in enumerate(self.blocks):
-            x = block.step(x, pos, cache[0][layer], cache[1][layer])
+            x = cast(Block, block).step(x, pos, cache[0][layer], cache[1][layer])
         return self.head(self.ln_f(x))
 
 

@@ -128,7 +128,7 @@ class SlotSampler:
     @torch.no_grad()
     def recompute_cache(self) -> None:
         """Keys and values of every position from one full forward pass of the current weights."""
-        _, (keys, values) = self.model(self.tokens, return_kv=True)
+        _, (keys, values) = self.model.forward_kv(self.tokens)
         self.cache[0].copy_(keys)
         self.cache[1].copy_(values)
 

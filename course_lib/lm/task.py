@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from course_lib.lm.model import TinyLM
+
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
 N_SPECIAL = 4
 PROMPT_LEN = 4
@@ -120,7 +122,7 @@ def teacher_forcing_batch(problems: list[Problem], max_len: int) -> tuple[torch.
 
 
 def warm_start(
-    model: torch.nn.Module, task: CountdownTask, steps: int, batch: int = 64, lr: float = 3e-3, seed: int = 0
+    model: TinyLM, task: CountdownTask, steps: int, batch: int = 64, lr: float = 3e-3, seed: int = 0
 ) -> list[float]:
     """Supervised warm start: ``steps`` Adam steps of next-token cross-entropy on the answers.
 
@@ -153,13 +155,13 @@ def synchronous_slot_occupancy(task: CountdownTask, n: int) -> tuple[float, floa
     runs until its longest answer ends, ``E[max] = sum_s P(max >= s)``, ``P(max <= s) = F(s)^n``.
     Their ratio is the fraction of slot-steps doing useful work."""
     q = np.arange(1, task.config.max_quotient + 1)
-    steps = steps_per_sequence(q)
+    steps = np.asarray(steps_per_sequence(q))
     cdf = np.cumsum(task.quotient_probs)
     expected_max = steps[0] + float(np.sum(1.0 - cdf[:-1] ** n))
     return float((task.quotient_probs * steps).sum()), expected_max
 
 
-def evaluate(model: torch.nn.Module, task: CountdownTask, n: int, seed: int, n_slots: int = 32) -> float:
+def evaluate(model: TinyLM, task: CountdownTask, n: int, seed: int, n_slots: int = 32) -> float:
     """Mean exact-match reward of ``n`` sampled answers (temperature 1) on fresh problems."""
     from course_lib.lm.sampler import sample_problems
 

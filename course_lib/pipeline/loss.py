@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from course_lib.importance import ess_from_log_weights, truncated_is_loss
+from course_lib.importance import ess_from_log_weights
 from course_lib.pg import group_relative_advantages
 
 
@@ -46,11 +46,21 @@ def token_lags(trainer_version: int, versions: ArrayLike, mask: ArrayLike) -> ND
 
 
 def pipeline_loss(
-    logp_new: torch.Tensor, logp_behaviour: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, c: float
+    logp_new: torch.Tensor,
+    logp_behaviour: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    c: float,
+    correct: bool = True,
 ) -> torch.Tensor:
-    """Eq. 07.1-07.2: per-token truncated importance weights, mean over real tokens
-    (``course_lib.importance.truncated_is_loss`` at token level). All ``[N, T]``."""
-    return truncated_is_loss(logp_new, logp_behaviour, advantages, c=c, mask=mask, level="token")
+    """Eq. 07.1-07.2, all inputs ``[N, T]``: one truncated importance weight per token, a
+    constant (no gradient through it), the mean over the real tokens. ``correct=False``
+    drops the correction (every weight 1: plain REINFORCE on whatever the sampler produced).
+    Equals ``course_lib.importance.truncated_is_loss(..., level="token")``."""
+    log_ratio = logp_new.detach() - logp_behaviour  # log pi_u - log mu, per token
+    w = torch.clamp(torch.exp(log_ratio), max=c) if correct else torch.ones_like(log_ratio)
+    m = mask.to(logp_new.dtype)
+    return -(w * advantages * logp_new * m).sum() / m.sum()
 
 
 def token_ess_fraction(log_ratios: ArrayLike, mask: ArrayLike) -> float:

@@ -80,6 +80,9 @@ class PipelineConfig:
     n_updates: int = field(default=100, metadata={"help": "trainer updates in a run"})
     lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
     clip_c: float = field(default=2.0, metadata={"help": "truncation level c of the per-token weights (07.1)"})
+    correction: bool = field(
+        default=True, metadata={"help": "truncated IS (07.1); False: every token weighs 1 (no correction)"}
+    )
     train_chunk: int = field(default=8, metadata={"help": "trainer: sequences per forward pass, sorted by length"})
     pin_cores: bool = field(
         default=True, metadata={"help": "generator on core 0, trainer on core 1 (its own hardware, as GPUs would be)"}
@@ -140,6 +143,26 @@ def _pin(cfg: PipelineConfig, core: int) -> set[int] | None:
     return previous
 
 
+def may_start_group(k: int, consumed: int, bound: int, groups_per_batch: int) -> bool:
+    """Backpressure: may group ``k`` (numbered as groups start) start, given the groups the
+    trainer has ``consumed`` (read *before* pulling the weights)? Then no token of group ``k``
+    lags more than ``bound`` updates when it is consumed (see the module docstring)."""
+    return k < consumed + (bound + 1) * groups_per_batch
+
+
+def swap_in_newer_weights(weights: SharedWeights, sampler: SlotSampler, recompute: bool) -> bool:
+    """The in-flight weight update, between two decoding steps: if the trainer published a
+    newer version, load it into the sampler's model in place, stamp the tokens sampled from
+    now on with it, and keep the live sequences' KV cache (or rebuild it, ``recompute``).
+    Returns True if live sequences saw the swap (an in-flight update)."""
+    new = weights.pull(sampler.model, sampler.version)  # a no-op if nothing newer was published
+    if new == sampler.version:
+        return False
+    in_flight = sampler.n_active > 0
+    sampler.weights_changed(new, recompute=recompute and in_flight)
+    return in_flight
+
+
 class PipelineFault(RuntimeError):
     """The run could not go on (the generator died or stalled); everything was shut down."""
 
@@ -155,7 +178,7 @@ CONSUMED = 0  # index in the shared counters: groups consumed by the trainer (ra
 class _Group:
     problem: Problem
     start_version: int
-    answers: list[dict[str, list[Any]]] = field(default_factory=list)
+    answers: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Timeline:
@@ -166,24 +189,31 @@ class _Timeline:
         self.busy_slot_steps = 0
         self.steps = 0
         self.swaps: list[tuple[float, int]] = []
+        self.swap_seconds = 0.0
 
-    def add(self, t0: float, t1: float, n_active: int) -> None:
+    def busy(self, t0: float, t1: float) -> None:
+        """Computing, but not a decoding step (an in-flight swap, a cache rebuild)."""
         if self.intervals and t0 - self.intervals[-1][1] < 2e-4:
             self.intervals[-1][1] = t1
         else:
             self.intervals.append([t0, t1])
+
+    def add(self, t0: float, t1: float, n_active: int) -> None:
+        """A decoding step with ``n_active`` live slots."""
+        self.busy(t0, t1)
         self.busy_slot_steps += n_active
         self.steps += 1
 
     def flush(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "intervals": self.intervals[:-1],
             "busy_slot_steps": self.busy_slot_steps,
             "steps": self.steps,
             "swaps": self.swaps,
+            "swap_seconds": self.swap_seconds,
         }
         self.intervals = self.intervals[-1:]  # the last one may still grow
-        self.busy_slot_steps, self.steps, self.swaps = 0, 0, []
+        self.busy_slot_steps, self.steps, self.swaps, self.swap_seconds = 0, 0, [], 0.0
         return out
 
 
@@ -210,12 +240,12 @@ def generator_main(
     G, B = cfg.group_size, cfg.groups_per_batch
 
     def pull() -> None:
-        new = weights.pull(model, sampler.version)
-        if new != sampler.version:
-            in_flight = sampler.n_active > 0
-            sampler.weights_changed(new, recompute=cfg.recompute_cache and in_flight)
-            if in_flight:  # between two decoding steps of live sequences
-                timeline.swaps.append((time.perf_counter(), new))
+        t0 = time.perf_counter()
+        if swap_in_newer_weights(weights, sampler, cfg.recompute_cache):  # between two decoding steps
+            t1 = time.perf_counter()
+            timeline.busy(t0, t1)
+            timeline.swap_seconds += t1 - t0
+            timeline.swaps.append((t1, sampler.version))
 
     def new_group() -> int:
         nonlocal next_group
@@ -233,12 +263,12 @@ def generator_main(
             pull()
             for slot in sampler.free_slots():
                 if left == 0:
-                    if next_group >= consumed + cfg.capacity_groups:
+                    if not may_start_group(next_group, consumed, cfg.lag_bound, B):
                         break  # backpressure
                     issuing, left = new_group(), G
                 start(slot, issuing)
                 left -= 1
-        elif sampler.n_active == 0 and next_group + B <= consumed + cfg.capacity_groups:
+        elif sampler.n_active == 0 and may_start_group(next_group + B - 1, consumed, cfg.lag_bound, B):
             pull()
             slots = iter(range(cfg.n_slots))
             for _ in range(B):
@@ -292,8 +322,9 @@ class RegimeReport:
     ``metrics``: one dict per update (``reward``, ``lag_max``, ``lag_mean``, ``ess``,
     ``clipped``, ``tokens``, ``time``, ``loss``); ``token_lags``: the lag of every consumed
     token; ``generator`` / ``trainer``: busy intervals ``[(start, end)]``; ``swaps``:
-    ``(time, version)`` of every in-flight weight update the generator applied; ``final_state``:
-    the trainer's weights at the end.
+    ``(time, version)`` of every in-flight weight update the generator applied;
+    ``swap_seconds``: the generator's time spent in them (loading, and rebuilding the cache if
+    ``recompute_cache``); ``final_state``: the trainer's weights at the end.
     """
 
     regime: str
@@ -308,6 +339,9 @@ class RegimeReport:
     swaps: list[tuple[float, int]]
     slot_occupancy: float
     events: list[str]
+    swap_seconds: float = 0.0
+    correction: bool = True
+    recompute_cache: bool = False
     final_state: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -326,6 +360,20 @@ class RegimeReport:
 
     def series(self, key: str) -> np.ndarray:
         return np.array([m[key] for m in self.metrics])
+
+    @property
+    def arm(self) -> str:
+        """``sync``, ``one_step``, ``pipeline``, ``pipeline_no_is`` (no correction) or
+        ``pipeline_recompute`` (KV cache rebuilt after every in-flight update)."""
+        if not self.correction:
+            return f"{self.regime}_no_is"
+        return f"{self.regime}_recompute" if self.recompute_cache and self.regime == "pipeline" else self.regime
+
+    @property
+    def fresh_gap(self) -> float:
+        """Mean ``|log pi_u - log mu|`` over the consumed tokens of lag 0 (sampled by the
+        trainer's own weights): rounding only, unless a kept KV cache made them differ."""
+        return float(self.series("fresh_gap_sum").sum() / max(self.series("fresh_tokens").sum(), 1.0))
 
 
 class PipelineSystem(ChildProcessSystem):
@@ -437,6 +485,7 @@ class PipelineSystem(ChildProcessSystem):
         generator_spans: list[tuple[float, float]] = []
         trainer_spans: list[tuple[float, float]] = []
         swaps: list[tuple[float, int]] = []
+        swap_seconds = 0.0
         busy_slot_steps = steps = 0
         metrics: list[dict[str, float]] = []
         lags: list[np.ndarray] = []
@@ -451,6 +500,7 @@ class PipelineSystem(ChildProcessSystem):
                     done[k] = payload
                     generator_spans += [(a - t0, b - t0) for a, b in tl["intervals"]]
                     swaps += [(t - t0, v) for t, v in tl["swaps"]]
+                    swap_seconds += tl["swap_seconds"]
                     busy_slot_steps += tl["busy_slot_steps"]
                     steps += tl["steps"]
                 start = time.perf_counter()
@@ -484,6 +534,9 @@ class PipelineSystem(ChildProcessSystem):
             swaps=swaps,
             slot_occupancy=busy_slot_steps / max(steps * cfg.n_slots, 1),
             events=list(self.events),
+            swap_seconds=swap_seconds,
+            correction=cfg.correction,
+            recompute_cache=cfg.recompute_cache,
             final_state={k: v.detach().clone() for k, v in self.model.state_dict().items()},
         )
 
@@ -503,23 +556,25 @@ class PipelineSystem(ChildProcessSystem):
         # loss (chunk means weighted by their token counts), without computing the long tail's padding
         ends = mask.shape[1] - mask.flip(1).float().argmax(1)
         n_real = mask.sum()
+        fresh = torch.as_tensor(lag == 0) & mask  # sampled by exactly the weights the trainer holds
         loss = torch.zeros(())
-        ratios = []
+        ratios, fresh_gaps = [], []
         for rows in torch.argsort(ends, stable=True).split(cfg.train_chunk):
             n_t = int(ends[rows].max())
             m = mask[rows, :n_t]
             logp_new = sequence_logprobs(self.model, batch["tokens"][rows, :n_t])
-            loss = (
-                loss
-                + pipeline_loss(logp_new, batch["logp"][rows, :n_t], adv[rows, :n_t], m, cfg.clip_c) * m.sum() / n_real
-            )
-            ratios.append((logp_new.detach() - batch["logp"][rows, :n_t])[m])
+            chunk = pipeline_loss(logp_new, batch["logp"][rows, :n_t], adv[rows, :n_t], m, cfg.clip_c, cfg.correction)
+            loss = loss + chunk * m.sum() / n_real
+            log_ratio = logp_new.detach() - batch["logp"][rows, :n_t]
+            ratios.append(log_ratio[m])
+            fresh_gaps.append(log_ratio[fresh[rows, :n_t]].abs())
         opt.zero_grad()
         loss.backward()
         opt.step()
         self.weights.publish(self.model, u + 1)
         self.counters[CONSUMED] = (u + 1) * cfg.groups_per_batch  # after publishing: see "lag bound"
         log_ratio = torch.cat(ratios).numpy()
+        gaps = torch.cat(fresh_gaps).numpy()
         real = mask.numpy()
         return {
             "reward": float(batch["rewards"].mean()),
@@ -527,6 +582,11 @@ class PipelineSystem(ChildProcessSystem):
             "lag_mean": float(lag[real].mean()),
             "ess": token_ess_fraction(log_ratio, np.ones_like(log_ratio, bool)),
             "clipped": float((log_ratio > np.log(cfg.clip_c)).mean()),
+            # |log pi_u - log mu| of the lag-0 tokens: 0 up to rounding, unless a kept KV cache
+            # (keys and values written by older weights) changed what the new weights sampled
+            "fresh_gap_sum": float(gaps.sum()),
+            "fresh_gap_max": float(gaps.max()) if gaps.size else 0.0,
+            "fresh_tokens": float(gaps.size),
             "tokens": float(real.sum()),
             "loss": loss.item(),
         }

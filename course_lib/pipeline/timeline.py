@@ -1,16 +1,31 @@
-"""Plots of lesson 07's runs: per-worker timelines (Gantt), learning curves, lags, throughput."""
+"""Plots of lesson 07's runs: per-worker timelines (Gantt), learning curves, lags, throughput,
+and the time a run takes to reach a reward level."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
+from numpy.typing import ArrayLike
 
 from course_lib.pipeline.system import RegimeReport
 
-COLOURS = {"sync": "tab:red", "one_step": "tab:orange", "pipeline": "tab:blue"}
-LABELS = {"sync": "synchronous", "one_step": "one-step async", "pipeline": "pipeline RL"}
+COLOURS = {
+    "sync": "tab:red",
+    "one_step": "tab:orange",
+    "pipeline": "tab:blue",
+    "pipeline_no_is": "tab:gray",
+    "pipeline_recompute": "tab:cyan",
+}
+LABELS = {
+    "sync": "synchronous",
+    "one_step": "one-step async",
+    "pipeline": "pipeline RL",
+    "pipeline_no_is": "pipeline, no IS correction",
+    "pipeline_recompute": "pipeline, KV cache recomputed",
+}
 
 
 def gantt(ax: Axes, report: RegimeReport, window: tuple[float, float]) -> None:
@@ -28,7 +43,7 @@ def gantt(ax: Axes, report: RegimeReport, window: tuple[float, float]) -> None:
     ax.set_xlim(lo, hi)
     ax.set_xlabel("wall-clock time since the start (s)")
     ax.set_title(
-        f"{LABELS[report.regime]}: generator busy {100 * report.busy_fraction('generator'):.0f}% "
+        f"{LABELS[report.arm]}: generator busy {100 * report.busy_fraction('generator'):.0f}% "
         f"(slots {100 * report.slot_occupancy:.0f}% useful), trainer busy "
         f"{100 * report.busy_fraction('trainer'):.0f}%",
         fontsize=9,
@@ -43,13 +58,60 @@ def smoothed(x: np.ndarray, window: int) -> np.ndarray:
     return (c[n] - c[lo]) / (n - lo)
 
 
+def time_to_target(times: ArrayLike, rewards: ArrayLike, target: float, window: int) -> float:
+    """Wall-clock time at which a run first reaches ``target``: the first update ``i`` whose
+    trailing mean over a *full* window, ``mean(rewards[i - window + 1 : i + 1]) >= target``,
+    gives ``times[i]``; ``math.inf`` if it never does."""
+    t = np.asarray(times, dtype=np.float64)
+    r = np.asarray(rewards, dtype=np.float64)
+    if window < 1 or t.shape != r.shape:
+        raise ValueError(f"need window >= 1 and times, rewards of one shape, got {window}, {t.shape}, {r.shape}")
+    means = smoothed(r, window)[window - 1 :]  # full windows only
+    hits = np.flatnonzero(means >= target)
+    return float(t[window - 1 + hits[0]]) if hits.size else math.inf
+
+
+def mean_curve(reports: Sequence[RegimeReport], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over seeds of one arm: (mean time of update ``i``, mean and standard error of the
+    ``window``-update trailing mean of the batch reward at update ``i``)."""
+    times = np.mean([r.series("time") for r in reports], axis=0)
+    curves = np.array([smoothed(r.series("reward"), window) for r in reports])
+    return times, curves.mean(0), curves.std(0, ddof=1) / np.sqrt(len(reports)) if len(reports) > 1 else 0 * times
+
+
+def reward_vs_time(
+    axes: Sequence[Axes], runs: Mapping[str, Sequence[RegimeReport]], window: int, warm: float, target: float
+) -> None:
+    """Reward of the consumed batches (mean over seeds, shaded +- 1 standard error) vs
+    wall-clock time (left) and vs updates (right), with the warm start and the target levels."""
+    for arm, reports in runs.items():
+        times, mean, se = mean_curve(reports, window)
+        updates = np.arange(1, len(mean) + 1)
+        for ax, x in ((axes[0], times), (axes[1], updates)):
+            ax.plot(
+                x[window - 1 :], mean[window - 1 :], color=COLOURS[arm], label=f"{LABELS[arm]} ({len(reports)} seeds)"
+            )
+            ax.fill_between(
+                x[window - 1 :], (mean - se)[window - 1 :], (mean + se)[window - 1 :], color=COLOURS[arm], alpha=0.2
+            )
+    for ax in axes:
+        ax.axhline(warm, color="k", ls=":", lw=1, label=f"warm start ({warm:.2f})")
+        ax.axhline(target, color="k", ls="--", lw=1, label=f"target ({target:.2f})")
+        ax.set_ylabel(f"reward of the consumed batches ({window}-update mean)")
+        ax.legend(fontsize=7)
+    axes[0].set_xlabel("wall-clock time since the start (s)")
+    axes[1].set_xlabel("trainer updates")
+    axes[0].set_title("Reward vs wall-clock")
+    axes[1].set_title("Reward vs updates (= samples)")
+
+
 def learning_curves(axes: Sequence[Axes], reports: Sequence[RegimeReport], window: int = 10) -> None:
     """Reward of the consumed batches vs wall-clock (left) and vs samples (right)."""
     for r in reports:
         reward = smoothed(r.series("reward"), window)
         samples = np.arange(1, len(r.metrics) + 1) * r.samples / len(r.metrics)
-        axes[0].plot(r.series("time"), reward, color=COLOURS[r.regime], label=LABELS[r.regime])
-        axes[1].plot(samples, reward, color=COLOURS[r.regime], label=LABELS[r.regime])
+        axes[0].plot(r.series("time"), reward, color=COLOURS[r.arm], label=LABELS[r.arm])
+        axes[1].plot(samples, reward, color=COLOURS[r.arm], label=LABELS[r.arm])
     axes[0].set_xlabel("wall-clock time (s)")
     axes[1].set_xlabel("answers consumed by the trainer (samples)")
     for ax in axes:
@@ -70,8 +132,8 @@ def lag_histogram(ax: Axes, reports: Sequence[RegimeReport]) -> None:
             np.arange(top + 1) + (i - (len(reports) - 1) / 2) * width,
             counts / counts.sum(),
             width,
-            color=COLOURS[r.regime],
-            label=f"{LABELS[r.regime]} (bound {r.lag_bound})",
+            color=COLOURS[r.arm],
+            label=f"{LABELS[r.arm]} (bound {r.lag_bound})",
         )
     ax.set_xticks(np.arange(top + 1))
     ax.set_xlabel("lag of a token (trainer version - version that sampled it, updates)")
@@ -85,7 +147,7 @@ def throughput_table(reports: Sequence[RegimeReport]) -> list[dict[str, float | 
     base = reports[0].tokens_per_second
     return [
         {
-            "regime": LABELS[r.regime],
+            "regime": LABELS[r.arm],
             "tokens/s": r.tokens_per_second,
             "x first": r.tokens_per_second / base,
             "gen busy": r.busy_fraction("generator"),

@@ -29,10 +29,12 @@
 # |---|---|---|---|
 # | 1. `token_is_loss` | 15 | ★★☆ | 15 min |
 # | 2. `token_lags` | 10 | ★☆☆ | 10 min |
-# | 3. `group_token_advantages` | 10 | ★☆☆ | 10 min |
+# | 3. `time_to_target` | 10 | ★★☆ | 15 min |
 # | 4. `inflight_decode` | 15 | ★★☆ | 20 min |
 
 # %%
+import math
+
 import numpy as np
 import torch
 
@@ -150,50 +152,60 @@ print(token_lags(7, np.array([[-1, 5, 6, 7]]), np.array([[False, True, True, Tru
 check("07_pipeline_rl", "token_lags", token_lags)
 
 # %% [markdown]
-# ## Exercise 3 · Group advantages on tokens (★☆☆, 10 min, 10 points)
+# ## Exercise 3 · Time to a reward level, from a reward-vs-wall-clock curve (★★☆, 15 min, 10 points)
 #
-# A batch holds `n_groups` prompts with `G` answers each, stored group after group (rows
-# `g * G .. g * G + G - 1` of the token tensors are the answers of prompt `g`). Every
-# token of answer `i` gets its group-relative advantage
+# The point of pipeline RL is to reach a given reward in less wall-clock time. A run logs,
+# for every update `i`, the wall-clock time `times[i]` (seconds since the start) and the
+# mean reward of the batch it trained on, `rewards[i]`. One batch is noisy, so the run is
+# judged on the trailing mean over the last `window` batches,
 #
-# $$A_i = \frac{r_i - \operatorname{mean}_j r_j}{\operatorname{std}_j r_j + \epsilon} \qquad (07.3)$$
+# $$\bar r_i = \frac{1}{\text{window}} \sum_{j=i-\text{window}+1}^{i} r_j \qquad \text{(full windows only: } i \ge \text{window} - 1\text{)},$$
 #
-# (population std, over the `G` answers of its group); padding gets 0. Inputs: `rewards`
-# `[n_groups, G]` numpy, `mask` `[n_groups * G, T]` bool. Return a float numpy array
-# `[n_groups * G, T]`.
+# and its **time to target** is `times[i]` at the first `i` with $\bar r_i \ge$ `target`,
+# or `math.inf` if that never happens. Inputs: `times`, `rewards`, 1-D arrays or lists of
+# the same length; `target` a float; `window` an integer >= 1. Return a float.
 #
-# **How it is graded:** against a loop over groups and answers; hand-computed values; a
-# group with equal rewards gives zeros. A batch-wide mean, the sample std (`ddof=1`), a
-# missing std, advantages at the padding, or rows in the wrong order are named.
+# **How it is graded:** against a loop that averages each full window from scratch, on
+# random curves at several targets and windows; hand-computed values; properties: a target
+# never reached gives `math.inf`, a higher target is never reached sooner, shifting every
+# time by a constant shifts the answer by it. Counting the partial windows at the start
+# (one lucky first batch), a centred window, returning the update index instead of the
+# time, the last crossing instead of the first, a strict `>`, or `None` for "never" are
+# named in the message.
 #
 # <details><summary>Hint 1</summary>
-# <code>rewards.mean(axis=1, keepdims=True)</code> and <code>rewards.std(axis=1, keepdims=True)</code>.
+# <code>np.convolve(rewards, np.ones(window) / window, mode="valid")</code> gives the means of
+# the full windows; entry <code>j</code> ends at update <code>j + window - 1</code>.
 # </details>
 # <details><summary>Hint 2</summary>
-# <code>adv.reshape(-1)</code> lists the answers group after group; then
-# <code>adv.reshape(-1)[:, None] * mask</code>.
+# <code>hits = np.flatnonzero(means >= target)</code>; if it is empty return
+# <code>math.inf</code>, else <code>float(times[hits[0] + window - 1])</code>.
 # </details>
 
 # %% tags=["exercise"]
-def group_token_advantages(rewards, mask, eps=1e-6):
-    """Group-relative advantages (eq. 07.3) on every real token; 0 at the padding.
+def time_to_target(times, rewards, target, window):
+    """Wall-clock time at which the trailing mean of `window` batch rewards first reaches `target`.
 
     Returns:
-        np.ndarray [n_groups * G, T], float64.
+        a float: times[i] of the first full window ending at i with mean >= target; math.inf if none.
     """
     ### BEGIN SOLUTION
     r = np.asarray(rewards, dtype=np.float64)
-    adv = (r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + eps)
-    return adv.reshape(-1)[:, None] * np.asarray(mask, dtype=np.float64)
+    means = np.convolve(r, np.ones(window) / window, mode="valid")
+    hits = np.flatnonzero(means >= target)
+    if hits.size == 0:
+        return math.inf
+    return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1])
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-print(group_token_advantages(np.array([[1.0, 0.0]]), np.array([[True, True], [True, False]])).round(3),
-      " (by hand: [[1 1] [-1 0]])")
+# updates every 10 s; one lucky first batch, then a real rise
+print(time_to_target([10, 20, 30, 40, 50, 60], [1.0, 0.0, 0.0, 0.0, 1.0, 1.0], 0.75, 2),
+      " (by hand: 60.0; the window [1.0, 0.0] ending at 20 s has mean 0.5)")
 
 # %% tags=["exercise-check"]
-check("07_pipeline_rl", "group_token_advantages", group_token_advantages)
+check("07_pipeline_rl", "time_to_target", time_to_target)
 
 # %% [markdown]
 # ## Exercise 4 · The in-flight weight swap in a decoding loop (★★☆, 20 min, 15 points)

@@ -3,9 +3,10 @@
 
 from conftest import Mutant
 
-LOSS, LAG, ADV, DEC = "token_is_loss", "token_lags", "group_token_advantages", "inflight_decode"
+LOSS, LAG, TTT, DEC = "token_is_loss", "token_lags", "time_to_target", "inflight_decode"
 RATIO = "log_ratio = logp_new.detach() - logp_behaviour"
 WEIGHT = "w = torch.clamp(torch.exp(log_ratio), max=c)"
+RETURN = "return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1])"
 SAMPLE = "tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)"
 
 MUTANTS: list[Mutant] = [
@@ -36,18 +37,12 @@ MUTANTS: list[Mutant] = [
         "np.where(m, (trainer_version - np.where(m, v, trainer_version).min(axis=1))[:, None], 0)",
         "one lag per sequence",
     ),
-    # group_token_advantages
-    Mutant(
-        ADV,
-        "batch_mean",
-        "(r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + eps)",
-        "(r - r.mean()) / (r.std() + eps)",
-        "batch mean",
-    ),
-    Mutant(ADV, "sample_std", "r.std(axis=1, keepdims=True)", "r.std(axis=1, keepdims=True, ddof=1)", "ddof=1"),
-    Mutant(ADV, "no_std", "/ (r.std(axis=1, keepdims=True) + eps)", "", "not divided"),
-    Mutant(ADV, "padding", "* np.asarray(mask, dtype=np.float64)", "* np.ones(np.shape(mask))", "padding"),
-    Mutant(ADV, "transposed_rows", "adv.reshape(-1)", "adv.T.reshape(-1)", "wrong order"),
+    # time_to_target
+    Mutant(TTT, "update_index", RETURN, "return float(hits[0] + window - 1)", "update index"),
+    Mutant(TTT, "strict_inequality", "means >= target", "means > target", "use >="),
+    Mutant(TTT, "last_crossing", "[hits[0] + window - 1]", "[hits[-1] + window - 1]", "is the first"),
+    Mutant(TTT, "none_for_never", "return math.inf", "return None", "math.inf"),
+    Mutant(TTT, "window_start_time", "[hits[0] + window - 1]", "[hits[0]]", "window's first update"),
     # inflight_decode
     Mutant(
         DEC,

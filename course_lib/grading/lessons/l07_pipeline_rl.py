@@ -1,15 +1,15 @@
-"""Lesson 07's graded exercises: the per-token truncated-IS loss, per-token lags, group
-advantages on tokens, and the in-flight weight swap in a decoding loop.
+"""Lesson 07's graded exercises: the per-token truncated-IS loss, per-token lags, the time a
+run takes to reach a reward level, and the in-flight weight swap in a decoding loop.
 
 The learner writes:
 
 * ``token_is_loss(logp_new, logp_behaviour, advantages, mask, c) -> scalar tensor``  (07.1-07.2)
 * ``token_lags(trainer_version, versions, mask) -> [N, T] int64``  (07.4)
-* ``group_token_advantages(rewards, mask, eps=1e-6) -> [n_groups * G, T]``  (07.3)
+* ``time_to_target(times, rewards, target, window) -> float`` (seconds, ``math.inf`` if never)
 * ``inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator) -> (tokens, logp, versions)``
 
 The checks never call ``course_lib.pipeline``: they compare with the naive loops below
-(one term per token, one group at a time), hand-computed values and properties. The
+(one term per token, one window at a time), hand-computed values and properties. The
 decoding check uses only ``TinyLM``'s full forward pass (``course_lib.lm.model``) as the
 reference for log-probabilities, never the sampler.
 """
@@ -102,23 +102,6 @@ def loss_batch(seed: int, n: int = 4, t: int = 6, spread: float = 1.0) -> dict[s
         "advantages": torch.tensor(rng.normal(size=n), dtype=torch.float64),
         "mask": torch.tensor(mask),
     }
-
-
-def naive_group_advantages(rewards: Any, mask: Any, eps: float = 1e-6, *, ddof: int = 0) -> NDArray[np.float64]:
-    """One group at a time: ``(r_i - mean) / (std + eps)`` copied onto every real token of answer ``i``."""
-    r = np.asarray(rewards, dtype=np.float64)
-    m = np.asarray(mask, dtype=bool)
-    out = np.zeros(m.shape)
-    n_groups, g = r.shape
-    for grp in range(n_groups):
-        mean = sum(r[grp]) / g
-        std = math.sqrt(sum((x - mean) ** 2 for x in r[grp]) / (g - ddof))
-        for j in range(g):
-            row = grp * g + j
-            for s in range(m.shape[1]):
-                if m[row, s]:
-                    out[row, s] = (r[grp, j] - mean) / (std + eps)
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -336,78 +319,142 @@ TOKEN_LAGS = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 3: group_token_advantages
+# Exercise 3: time_to_target
 # ---------------------------------------------------------------------------------------
 
-ADV = "group_token_advantages"
+TTT = "time_to_target"
 
 
-def _per_answer(r: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``[n_groups, G]`` advantages, one per answer (07.3)."""
-    return (r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + 1e-6)
+def naive_time_to_target(
+    times: Any,
+    rewards: Any,
+    target: float,
+    window: int,
+    *,
+    partial: bool = False,
+    centred: bool = False,
+    last: bool = False,
+    strict: bool = False,
+    index: bool = False,
+    start: bool = False,
+) -> float:
+    """Every window averaged from scratch, one update at a time; the keyword switches compute
+    known slips (partial windows at the start, a centred window, the last crossing, ``>``,
+    the index instead of the time), to name them in messages."""
+    t = [float(x) for x in times]
+    r = [float(x) for x in rewards]
+    found = math.inf
+    for i in range(len(r)):
+        if centred:
+            lo, hi = i - window // 2, i - window // 2 + window
+            if lo < 0 or hi > len(r):
+                continue
+        else:
+            lo, hi = i - window + 1, i + 1
+            if lo < 0:
+                if not partial:
+                    continue
+                lo = 0
+        mean = sum(r[lo:hi]) / (hi - lo)
+        if mean > target if strict else mean >= target:
+            found = float(i) if index else t[lo] if start else t[i]
+            if not last:
+                return found
+    return found
 
 
-def _adv_compare(fn: Callable[..., Any], rewards: NDArray[np.float64], mask: NDArray[np.bool_]) -> None:
-    expected = naive_group_advantages(rewards, mask)
-    what = f"{ADV}(rewards of shape {rewards.shape}, mask of shape {mask.shape})"
-    got = call(fn, rewards.copy(), mask.copy())
-    arr = assert_array(got, what=what, shape=expected.shape)
-    if arr.dtype.kind in "biuf" and not np.allclose(arr, expected, atol=1e-6):
-        r = rewards.astype(np.float64)
-        full = np.ones_like(mask)
-        bugs = {
-            "the baseline is the batch mean: (07.3) subtracts each group's own mean": (
-                (r - r.mean()) / (r.std() + 1e-6)
-            ).reshape(-1)[:, None]
-            * mask,
-            "the std is the sample std (ddof=1); (07.3) uses the population std (np.std's default)": naive_group_advantages(
-                r, mask, ddof=1
-            ),
-            "the advantages are not divided by the group's std": (r - r.mean(axis=1, keepdims=True)).reshape(-1)[
-                :, None
-            ]
-            * mask,
-            "the padding got advantages: multiply by the mask": naive_group_advantages(r, full),
-            "rows are in the wrong order: answers are stored group after group (rewards.reshape(-1))": _per_answer(
-                r
-            ).T.reshape(-1)[:, None]
-            * mask,
-        }
-        for message, wrong in bugs.items():
-            if not np.allclose(wrong, expected, atol=1e-6) and np.allclose(arr, wrong, atol=1e-6):
-                fail(message)
-    assert_allclose(arr, expected, what=what, rtol=1e-6, atol=1e-6)
+def _ttt_compare(fn: Callable[..., Any], times: Any, rewards: Any, target: float, window: int) -> None:
+    expected = naive_time_to_target(times, rewards, target, window)
+    what = f"{TTT}(times, rewards of {len(rewards)} updates, target={target:g}, window={window})"
+    got = call(fn, list(times) if isinstance(times, list) else np.array(times), np.array(rewards), target, window)
+    if got is None:
+        fail(f"{what} returned None; a target never reached is math.inf (a time that never comes)")
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        fail(f"{what} returned {type(got).__name__}; expected a float (seconds)")
+    if value == expected or (math.isinf(value) and math.isinf(expected)):
+        return
+    bugs = {
+        "partial windows at the start are counted: one lucky first batch is not a trailing mean over "
+        "`window` batches; start at i = window - 1": dict(partial=True),
+        "the window is centred on the update; the trailing mean looks only backwards (batches i - window + 1 .. i)": dict(
+            centred=True
+        ),
+        "this is the last time the mean is at or above the target; the time to target is the first": dict(last=True),
+        "a mean equal to the target counts as reaching it: use >=": dict(strict=True),
+        "this is the update index; return the wall-clock time of that update, times[i]": dict(index=True),
+        "this is the time of the window's first update; its trailing mean is known at its last update, times[i]": dict(
+            start=True
+        ),
+    }
+    for message, slip in bugs.items():
+        wrong = naive_time_to_target(times, rewards, target, window, **slip)
+        if wrong != expected and (value == wrong or (math.isinf(value) and math.isinf(wrong))):
+            fail(message)
+    fail(f"{what} = {value:g}; expected {expected:g}")
 
 
-@check_case("hand-computed: rewards [1, 0] give +1 and -1 on the real tokens")
-def _adv_known(fn: Callable[..., Any]) -> None:
-    _adv_compare(fn, np.array([[1.0, 0.0]]), np.array([[True, True], [True, False]]))
+@check_case("hand-computed: a lucky first batch does not count, a rise does")
+def _ttt_known(fn: Callable[..., Any]) -> None:
+    times = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    _ttt_compare(fn, times, rewards, 0.75, 2)  # 60
+    _ttt_compare(fn, [10.0, 20.0, 30.0, 40.0], [0.5, 0.5, 0.0, 1.0], 0.5, 2)  # 20: equal counts
+    _ttt_compare(fn, times, rewards, 1.0, 1)  # 10: a window of one batch
+    _ttt_compare(fn, [1.5, 2.0, 4.5, 7.0], [0.2, 0.4, 0.6, 0.6], 0.5, 2)  # 4.5: uneven times
 
 
-@check_case("random groups and ragged masks, against a loop over groups")
-def _adv_oracle(fn: Callable[..., Any]) -> None:
+@check_case("random reward curves at several targets and windows, against a loop over full windows")
+def _ttt_oracle(fn: Callable[..., Any]) -> None:
     rng = np.random.default_rng(0)
-    for n_groups, g in ((3, 4), (2, 3), (4, 2)):
-        rewards = rng.integers(0, 2, size=(n_groups, g)).astype(np.float64) + rng.normal(0, 0.1, size=(n_groups, g))
-        mask = rng.random((n_groups * g, 5)) < 0.7
-        _adv_compare(fn, rewards, mask)
+    for _ in range(12):
+        n = int(rng.integers(8, 40))
+        times = np.cumsum(rng.uniform(0.1, 2.0, size=n)).round(3)
+        rewards = (np.linspace(0.1, 0.6, n) + rng.normal(0, 0.15, size=n)).round(2)
+        for window in (1, 3, 5):
+            for target in (0.2, 0.4, float(rewards[window - 1 :].max()) - 0.01):
+                _ttt_compare(fn, times, rewards, target, window)
 
 
-@check_case("a group whose answers all get the same reward carries no signal")
-def _adv_equal(fn: Callable[..., Any]) -> None:
-    _adv_compare(fn, np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]]), np.ones((6, 2), dtype=bool))
+@check_case("never reached gives math.inf; a higher target is never reached sooner; a time shift shifts it")
+def _ttt_properties(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(1)
+    times = np.cumsum(rng.uniform(0.5, 1.5, size=30))
+    rewards = np.clip(np.linspace(0.0, 0.8, 30) + rng.normal(0, 0.1, size=30), 0, 1)
+    got = call(fn, times.copy(), rewards.copy(), 2.0, 4)
+    assert_true(
+        got is not None and math.isinf(float(got)) and float(got) > 0,
+        f"{TTT} returned {got!r} for a target above every reward; expected math.inf",
+    )
+    previous = -math.inf
+    for target in np.linspace(0.0, 0.7, 8):
+        value = float(call(fn, times.copy(), rewards.copy(), float(target), 4))
+        assert_true(
+            value >= previous,
+            f"{TTT} reached target {target:.2f} at {value:g} s, before a lower target ({previous:g} s)",
+        )
+        previous = value
+    base = float(call(fn, times.copy(), rewards.copy(), 0.4, 3))
+    shifted = float(call(fn, times + 100.0, rewards.copy(), 0.4, 3))
+    assert_true(
+        math.isclose(shifted, base + 100.0),
+        f"{TTT}: adding 100 s to every time moved the answer from {base:g} to {shifted:g}; "
+        "return the time of the update, times[i]",
+    )
 
 
-GROUP_TOKEN_ADVANTAGES = Exercise(
-    name=ADV,
+TIME_TO_TARGET = Exercise(
+    name=TTT,
     points=10,
-    title="group-relative advantages copied onto each answer's tokens (eq. 07.3)",
-    checks=(_adv_known, _adv_oracle, _adv_equal),
+    title="wall-clock time to a reward level, from a run's reward-vs-time curve",
+    checks=(_ttt_known, _ttt_oracle, _ttt_properties),
     hints=(
-        "normalise each row of rewards by its own mean and (population) std, then give every real token of "
-        "answer i the advantage of answer i",
-        "adv = (r - r.mean(axis=1, keepdims=True)) / (r.std(axis=1, keepdims=True) + eps); "
-        "return adv.reshape(-1)[:, None] * mask",
+        "average each full window of `window` batch rewards (the first ends at update window - 1); "
+        "return times[i] of the first window whose mean is >= target, math.inf if none",
+        'means = np.convolve(rewards, np.ones(window) / window, mode="valid"); '
+        "hits = np.flatnonzero(means >= target); return math.inf if hits.size == 0 else "
+        "float(times[hits[0] + window - 1])",
     ),
 )
 
@@ -444,7 +491,7 @@ def _decode(
             model.step(prefix[:, p], torch.full((3,), p), cache)
     before = (cache[0].clone(), cache[1].clone())
     torch.manual_seed(global_seed)  # torch's global random state must not matter: `generator` decides
-    calls = []
+    calls: list[int] = []
 
     def poll() -> Any:
         calls.append(len(calls))
@@ -570,4 +617,4 @@ INFLIGHT_DECODE = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (TOKEN_IS_LOSS, TOKEN_LAGS, GROUP_TOKEN_ADVANTAGES, INFLIGHT_DECODE)
+EXERCISES: tuple[Exercise, ...] = (TOKEN_IS_LOSS, TOKEN_LAGS, TIME_TO_TARGET, INFLIGHT_DECODE)
