@@ -277,10 +277,12 @@ show_source(td_targets)
 # The learning phase is one flat scan over all 16 minibatches, with every epoch's
 # permutation drawn by a single sort of random `uint32` keys that carry the sample's index
 # in their low bits (`ppo_jax.shuffle_order`), instead of an epoch scan around a
-# minibatch scan with a `jax.random.permutation` per epoch. Same algorithm; measured on
-# this machine (old vs new `make_train`, 7 interleaved pairs of 500k-step runs, 1 seed) the
-# flat form ran a median 1.5x faster (pairs 1.3-2.2x, load average ~10 from other jobs;
-# figures in BENCHMARKS.md).
+# minibatch scan with a `jax.random.permutation` per epoch. Same algorithm, measured on
+# this machine (1 seed, 500k-step runs, old and new `make_train` interleaved in one
+# process): the flat form alone was faster in every pair, a median 1.16x over 5 pairs
+# (1.05-1.42x, load average 4-6) and 1.53x over 7 pairs under heavier load (~10); with
+# the truncation bootstrap's extra critic pass the whole update is a median 1.08x faster
+# than before both changes (1.07-1.18x, 5 pairs, load 5-7; BENCHMARKS.md).
 #
 # | equation | function in `course_lib` |
 # |---|---|
