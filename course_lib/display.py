@@ -3,8 +3,8 @@
 - :func:`progress` is a progress bar that leaves one plain summary line behind. In
   JupyterLab the learner sees a live bar while the work runs; when it ends, the bar is
   replaced by ``"<desc>: <n>/<total> <unit>s done"`` (the notebook's stored output reads
-  well in any viewer, and is the same on every run). Outside a kernel it is a tqdm bar on
-  stderr.
+  well in any viewer, and is the same on every run, so nbval can compare it). Outside a
+  kernel it is a tqdm bar on stderr.
 - :func:`show_source` prints a course_lib function's source where the lesson explains
   it, so the code the learner reads is the code the lesson runs (one source of truth).
 """
@@ -64,7 +64,12 @@ def progress(total: int, desc: str, unit: str = "step") -> Iterator[Progress]:
     from tqdm.notebook import tqdm as widget_bar
 
     bar = widget_bar(total=total, desc=desc, unit=unit, display=False)
-    handle = display(bar.container, display_id=True)
+    # The live bar's text form is already the line it will leave behind: a viewer without
+    # widgets, and nbval (which does not apply display updates), read the same text as the
+    # executed notebook stores, and no rates or times that change between runs.
+    bundle = dict(bar.container._repr_mimebundle_())
+    bundle["text/plain"] = summary_line(desc, total, total, unit)
+    handle = display(bundle, raw=True, display_id=True)
     try:
         yield bar
     finally:

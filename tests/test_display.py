@@ -96,3 +96,28 @@ def test_the_saved_widget_state_holds_no_timings(tmp_path):
     state = json.dumps(nb.metadata.get("widgets", {}))
     assert "3/3" in state
     assert "update/s" not in state and "<00:00" not in state
+
+
+def test_nbval_passes_on_an_executed_progress_cell_without_ignoring_it(tmp_path):
+    """nbval does not apply display updates: it must read the same line the notebook stores."""
+    import subprocess
+    import sys
+
+    from course_lib.notebooks.execute import write_notebook
+    from course_lib.paths import repo_root
+
+    nb = _run(
+        [
+            "from course_lib.display import progress\nwith progress(4, 'updates', unit='update') as bar:\n    bar.update(4)"
+        ],
+        tmp_path,
+    )
+    path = tmp_path / "progress.ipynb"
+    write_notebook(nb, path)
+    sanitize = repo_root() / "tests" / "nbval_sanitize.cfg"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path), "--nbval", "--nbval-current-env"]
+    done = subprocess.run(
+        [*cmd, "--nbval-sanitize-with", str(sanitize)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "1 passed" in done.stdout
