@@ -459,12 +459,14 @@ for arm in ARMS:
 
 # %%
 MARGIN = 0.03  # held-out reward; the warm start scores about 0.17
-for arm in ("sync", "one_step", "pipeline"):
+for arm in ("sync", "one_step"):
     m, se = mean_se(gain[arm])
     assert m >= MARGIN and m - 2 * se > 0, (arm, gain[arm])
-assert mean_se(gain["pipeline_recompute"])[0] > 0, gain["pipeline_recompute"]
-print(f"every regime raised the held-out reward above the warm start by at least {MARGIN} on average over "
-      f"{len(SEEDS)} seeds, and by more than two standard errors; the recomputed-cache arm improved on it too")
+for arm in ("pipeline", "pipeline_recompute"):
+    assert mean_se(gain[arm])[0] > 0, (arm, gain[arm])
+print(f"the synchronous and one-step arms raised the held-out reward above the warm start by at least {MARGIN} "
+      f"on average over {len(SEEDS)} seeds, and by more than two standard errors; both pipeline arms (lag up to 8) "
+      "ended above the warm start on average, with a wider spread over the seeds")
 
 # %% [markdown]
 # **Reward per second.** The same runs, drawn as the reward of the batches the trainer
@@ -506,11 +508,14 @@ print("pipeline RL reached the target reward in less wall-clock time than the sy
       "seeds of the per-seed ratios printed above)")
 
 # %% [markdown]
-# **Takeaway:** every regime learns: the held-out reward of the synchronous, one-step and
-# pipeline arms rises above the warm start by at least 0.03 on average, more than two
-# standard errors over the seeds (the table gives each arm's mean gain). Per update
-# (right panel) the three regimes learn at a similar pace, within the spread over seeds, although pipeline RL's tokens
-# are up to 8 updates old; per second (left panel) pipeline RL gets to the same reward
+# **Takeaway:** every regime learns, but not equally reliably in 120 updates: the
+# synchronous and one-step arms rise above the warm start by at least 0.03 on average and
+# by more than two standard errors over the seeds (asserted); the pipeline arms, whose
+# tokens are up to 8 updates old, end above the warm start on average (asserted) with a
+# wider spread: on re-runs of this notebook their mean gain ranged from about +0.03 to
+# +0.11, and a seed can end near the warm start (the table gives each arm's gains). Per
+# update (right panel) pipeline RL learns no faster than the others (its samples are
+# stale); per second (left panel) pipeline RL gets to the same reward
 # first because it produces and consumes the samples faster: in the median over the seeds
 # (asserted), not in every seed (a seed whose batch rewards dip at the wrong moment can
 # reach the target later; the per-seed ratios are printed above). On 128 H100s the PipelineRL
@@ -565,15 +570,18 @@ else:
 # %%
 stale_ess = median("pipeline_no_is", lambda r: r.series("ess").mean())
 assert stale_ess < 0.95 and median("pipeline_no_is", lambda r: r.token_lags.mean()) > 3, stale_ess
-assert mean_se(gain["pipeline"])[0] >= MARGIN, gain["pipeline"]
+assert mean_se(gain["pipeline"])[0] > 0, gain["pipeline"]
 print("the uncorrected arm trained on tokens lagging more than 3 updates on average, whose ignored weights had "
       "an ESS/N below 0.95: the correction had work to do, and the corrected arm learned (section 4)")
 
 # %% [markdown]
-# **Takeaway:** read the verdict above, printed from the numbers. Said plainly: at this
-# small scale (three seeds of 120 updates, lag up to 8, ESS/N about 0.9) the correction
-# buys no reliably measurable reward: in the committed run the corrected arm ended higher
-# on average, within two standard errors, and a re-run can reverse the order. What to look for
+# **Takeaway:** read the verdict above, printed from this run's numbers. Said plainly: at
+# this small scale (three seeds of 120 updates, lag up to 8, ESS/N about 0.85) three seeds
+# do not measure the correction's benefit reliably: over the re-runs of this notebook while
+# it was written, the corrected arm usually ended higher on average, sometimes by more than
+# two standard errors of the difference (as in the committed run), sometimes within them,
+# and once the order reversed (a seed of either arm can end below the warm start). What to
+# look for
 # when an uncorrected run starts to fail is its tokens per answer: stale tokens push the
 # policy along the gradients of policies up to 8 updates old, the policy stops ending its
 # answers, they run towards the maximum length, fail the verifier and get pushed further
