@@ -250,46 +250,28 @@ class ActorLearnerSystem(ChildProcessSystem):
     def _child_seed(self, i: int) -> int:
         return self.config.seed * 1000 + i + 100 * self.restarts
 
-    def _start_impala_actor(self, i: int, crash_after: int | None) -> _Child:
-        learner_end, actor_end = self._ctx.Pipe()
+    def _spawn_actor(
+        self, target: Any, name: str, i: int, shared: tuple[Any, ...], actor_end: Connection, crash_after: int | None
+    ) -> Any:
+        """Start actor ``i`` running ``target`` with the layout's ``shared`` objects; its pipe end stays with it."""
         process = self._ctx.Process(
-            target=actor_main,
-            name=f"actor-{i}",
-            args=(
-                i,
-                self.config,
-                self.buffers,
-                self.weights,
-                actor_end,
-                self._stop,
-                self._timing[i],
-                self._child_seed(i),
-                crash_after,
-            ),
+            target=target,
+            name=name,
+            args=(i, self.config, *shared, actor_end, self._stop, self._timing[i], self._child_seed(i), crash_after),
             daemon=True,
         )
         process.start()
         actor_end.close()
+        return process
+
+    def _start_impala_actor(self, i: int, crash_after: int | None) -> _Child:
+        learner_end, actor_end = self._ctx.Pipe()
+        shared = (self.buffers, self.weights)
+        process = self._spawn_actor(actor_main, f"actor-{i}", i, shared, actor_end, crash_after)
         return _Child(f"actor {i}", process, learner_end, i)
 
     def _start_seed_actor(self, i: int, actor_end: Connection, crash_after: int | None) -> _Child:
-        process = self._ctx.Process(
-            target=seed_actor_main,
-            name=f"seed-actor-{i}",
-            args=(
-                i,
-                self.config,
-                self._channels,
-                actor_end,
-                self._stop,
-                self._timing[i],
-                self._child_seed(i),
-                crash_after,
-            ),
-            daemon=True,
-        )
-        process.start()
-        actor_end.close()
+        process = self._spawn_actor(seed_actor_main, f"seed-actor-{i}", i, (self._channels,), actor_end, crash_after)
         return _Child(f"actor {i}", process, None, i)
 
     def _send_free(self, child: _Child, index: int) -> None:
