@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import Result
 
-from course_lib.catalog import available_lessons
-from course_lib.paths import repo_root
+from course_lib.course.catalog import available_lessons
+from course_lib.course.paths import repo_root
 
 
 def run() -> Result:

@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import Result
 
-from course_lib.catalog import available_lessons
-from course_lib.notebooks.execute import execute_notebook
-from course_lib.notebooks.source import render, targets_for
-from course_lib.paths import repo_root
+from course_lib.course.catalog import available_lessons
+from course_lib.course.notebooks.execute import execute_notebook
+from course_lib.course.notebooks.source import render, targets_for
+from course_lib.course.paths import repo_root
 
 BUDGET_S = 180.0
 

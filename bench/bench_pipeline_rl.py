@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import Result
 
-from course_lib.actor_learner.model import flat_parameters
 from course_lib.lm import CountdownTask, TinyLM
 from course_lib.lm.task import warm_start
 from course_lib.pipeline.system import LM, PipelineConfig, PipelineSystem, RegimeReport
+from course_lib.runtime.weights import flat_parameters
 
 N_UPDATES = 100
 REPEATS = 3
@@ -127,7 +127,8 @@ def run() -> Result:
             f"within its arm's lag bound: {'holds' if lag_ok else 'FAILS'}. PipelineRL (Piche et al. 2025) reports "
             "about 2x faster learning than conventional RL on 128 H100 GPUs.",
             "Timings depend on the machine's load (the 2 cores were shared with other jobs); the ratios are the "
-            "claim, not the absolute tokens/s. No GPU was lent for this lesson: full scale is not measured.",
+            "claim, not the absolute tokens/s. This benchmark is CPU-only; the lesson's full scale on an H100 machine: "
+            'section "Full scale on a GPU" below.',
             "Same measurement, with learning over seeds: lessons/07_pipeline_rl.ipynb, sections 3-6.",
         ],
     )

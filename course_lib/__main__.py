@@ -1,5 +1,5 @@
 """``python -m course_lib`` runs the same CLI as the ``course`` console script."""
 
-from course_lib.cli import main
+from course_lib.course.cli import main
 
 raise SystemExit(main())

@@ -356,8 +356,8 @@ def correction_coefficients(
     ::
 
         none       psi = A                         (stale samples used as if on-policy)
-        is         psi = w A                       (02.2, per-step weight)
-        truncated  psi = min(w, c) A               (02.4)
+        is         psi = w A                       (eq. 02.2, per-step weight)
+        truncated  psi = min(w, c) A               (eq. 02.4)
         clip       psi = w A 1[not clipped]        (gradient of 02.5: d(wA)/dtheta = w A grad log pi)
 
     ``clip`` is clipped where ``(A > 0 and w > 1 + eps)`` or ``(A < 0 and w < 1 - eps)``.

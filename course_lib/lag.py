@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch.func import functional_call, stack_module_state, vmap
 
-from course_lib.actor_learner.envs import make_envs
-from course_lib.actor_learner.learner import LossConfig, loss_terms
-from course_lib.actor_learner.model import ActorCritic
+from course_lib.actor_learner import ActorCritic, LossConfig, loss_terms, make_envs
 
 Method = Literal["no correction", "v-trace"]
 METHODS: tuple[Method, ...] = ("no correction", "v-trace")
@@ -62,10 +60,10 @@ class LagConfig:
     pg_rho_bar: float = field(default=1.0, metadata={"help": "V-trace rho-bar of the policy-gradient advantage"})
     env_seed: int = field(default=0, metadata={"help": "seed of the shared vector env and of action sampling"})
 
-
-def describe(config: LagConfig) -> str:
-    """One line per field: ``name = value  # help``."""
-    return "\n".join(f"{f.name:<14} = {getattr(config, f.name)!r:<8} # {f.metadata['help']}" for f in fields(config))
+    @property
+    def loss(self) -> LossConfig:
+        """The coefficients and thresholds above, as the IMPALA loss takes them."""
+        return LossConfig(self.gamma, self.baseline_cost, self.entropy_cost, self.rho_bar, self.c_bar, self.pg_rho_bar)
 
 
 @dataclass(frozen=True)
@@ -143,6 +141,166 @@ def default_arms(lags: Sequence[int]) -> list[Arm]:
     return arms
 
 
+class _Population:
+    """Every agent's actor-critic, parameters stacked along a leading agent axis ``[S, ...]``,
+    with one ``vmap``-ed forward pass for all of them.
+
+    Agent ``i`` is initialised with ``torch.manual_seed(init_seeds[i])``, in order.
+    """
+
+    def __init__(self, init_seeds: Sequence[int], hidden: int) -> None:
+        models = []
+        for s in init_seeds:
+            torch.manual_seed(s)
+            models.append(ActorCritic(4, 2, hidden))
+        self.params, _ = stack_module_state(models)  # name -> [S, ...] leaf tensors
+        self.policy_keys = [k for k in self.params if k.startswith("policy.")]
+        base = ActorCritic(4, 2, hidden).to("meta")
+
+        def forward(p: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return functional_call(base, p, (obs,))
+
+        def act(p: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+            return functional_call(base.policy, p, (obs,))  # acting needs no value
+
+        self._forward = vmap(forward)
+        self._act = vmap(act)
+
+    def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [S, ..., 4] -> (logits [S, ..., 2], values [S, ...])`` with the current parameters."""
+        return self._forward(self.params, obs)
+
+    def policy_logits(self, policy: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """``obs [S, B, 4] -> logits [S, B, 2]`` of the policy networks ``policy`` (names without ``policy.``)."""
+        return self._act(policy, obs)
+
+
+class _PolicyRing:
+    """Snapshots of every agent's policy weights, one per version, for the last ``max(lags) + 1``
+    versions, so that agent ``i`` acts at update ``u`` with version ``max(u - lags[i], 0)``."""
+
+    def __init__(self, population: _Population, lags: torch.Tensor) -> None:
+        self.lags = lags
+        self.size = int(lags.max()) + 1
+        self.snapshots = {
+            k: population.params[k].detach().unsqueeze(0).repeat(self.size, *[1] * population.params[k].ndim)
+            for k in population.policy_keys
+        }
+        self._agents = torch.arange(len(lags))
+
+    def behaviour(self, update: int) -> dict[str, torch.Tensor]:
+        """Each agent's policy weights of version ``update - lag`` (``[S, ...]``, names without ``policy.``)."""
+        slot = torch.clamp(update - self.lags, min=0) % self.size
+        return {k.removeprefix("policy."): v[slot, self._agents] for k, v in self.snapshots.items()}
+
+    def record(self, update: int, population: _Population) -> None:
+        """Store the weights that update ``update`` produced (version ``update + 1``)."""
+        with torch.no_grad():
+            for k, v in self.snapshots.items():
+                v[(update + 1) % self.size] = population.params[k]
+
+
+@dataclass
+class _Rollout:
+    """One update's rollout of every agent, time-major: ``obs [T + 1, S, B, 4]``, the rest ``[T, S, B]``."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    behaviour_logp: torch.Tensor
+    rewards: NDArray[np.float64]
+    dones: NDArray[np.float64]
+
+    @classmethod
+    def zeros(cls, n_t: int, n_agents: int, n_b: int) -> _Rollout:
+        return cls(
+            obs=torch.zeros(n_t + 1, n_agents, n_b, 4),
+            actions=torch.zeros(n_t, n_agents, n_b, dtype=torch.long),
+            behaviour_logp=torch.zeros(n_t, n_agents, n_b),
+            rewards=np.zeros((n_t, n_agents, n_b)),
+            dones=np.zeros((n_t, n_agents, n_b)),
+        )
+
+
+def _collect_rollout(
+    envs: Any,
+    population: _Population,
+    behaviour: dict[str, torch.Tensor],
+    obs_np: NDArray[np.float32],
+    rollout: _Rollout,
+    episode_return: NDArray[np.float64],
+    generator: torch.Generator,
+) -> tuple[NDArray[np.float32], list[list[float]]]:
+    """Step ``envs`` (``S x B`` CartPoles, agent ``i`` owns envs ``i B .. (i + 1) B - 1``) for
+    ``T`` steps with every agent's ``behaviour`` policy, writing ``rollout`` in place.
+
+    ``episode_return`` (``[S B]``, running returns) is updated in place. Returns the
+    observations after the last step and, per agent, the returns of the episodes that ended.
+    """
+    n_t, n_agents, n_b = rollout.actions.shape
+    finished: list[list[float]] = [[] for _ in range(n_agents)]
+    with torch.no_grad():
+        for t in range(n_t):
+            obs = torch.from_numpy(obs_np).view(n_agents, n_b, 4)
+            logp = torch.log_softmax(population.policy_logits(behaviour, obs), dim=-1)
+            a = torch.multinomial(logp.exp().view(-1, 2), 1, generator=generator).view(n_agents, n_b)
+            rollout.obs[t], rollout.actions[t] = obs, a
+            rollout.behaviour_logp[t] = logp.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+            obs_np, r, term, trunc, _ = envs.step(a.view(-1).numpy())
+            done = np.logical_or(term, trunc)
+            episode_return += r
+            for i in np.flatnonzero(done):
+                finished[i // n_b].append(episode_return[i])
+            episode_return[done] = 0.0
+            rollout.rewards[t], rollout.dones[t] = r.reshape(n_agents, n_b), done.reshape(n_agents, n_b)
+        rollout.obs[n_t] = torch.from_numpy(obs_np).view(n_agents, n_b, 4)
+    return obs_np, finished
+
+
+def _learn(
+    population: _Population,
+    optimizer: torch.optim.Optimizer,
+    rollout: _Rollout,
+    corrected: torch.Tensor,
+    loss_cfg: LossConfig,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """One Adam step of every agent on its own loss (03.5), V-trace where ``corrected[i]``.
+
+    The columns of :func:`loss_terms` are the (agent, env) pairs; the summed loss gives each
+    agent exactly its own gradient. Returns ``[S]`` mean entropies of the learner's policies
+    and ``[S]`` mean ``|log pi(a|x) - log mu(a|x)|`` of the actions taken (whatever the loss).
+    """
+    n_t, n_agents, n_b = rollout.actions.shape
+    logits, values = population(rollout.obs.transpose(0, 1))  # [S, T+1, B, 2], [S, T+1, B]
+    terms = loss_terms(
+        logits=logits.transpose(0, 1).reshape(n_t + 1, n_agents * n_b, 2),
+        values=values.transpose(0, 1).reshape(n_t + 1, n_agents * n_b),
+        actions=rollout.actions.view(n_t, -1),
+        behaviour_logp=rollout.behaviour_logp.view(n_t, -1),
+        rewards=rollout.rewards.reshape(n_t, -1),
+        dones=rollout.dones.reshape(n_t, -1),
+        cfg=loss_cfg,
+        correct=corrected.repeat_interleave(n_b),
+    )
+
+    def per_agent(x: torch.Tensor) -> torch.Tensor:
+        return x.view(n_t, n_agents, n_b).mean(dim=(0, 2))
+
+    losses = (
+        per_agent(terms.pg)
+        + loss_cfg.baseline_cost * per_agent(terms.baseline)
+        - loss_cfg.entropy_cost * per_agent(terms.entropy)
+    )
+    entropy = per_agent(terms.entropy).detach().numpy()
+    with torch.no_grad():
+        target_logp = torch.log_softmax(logits[:, :n_t], dim=-1).gather(-1, rollout.actions.transpose(0, 1)[..., None])
+        gap = (target_logp.squeeze(-1) - rollout.behaviour_logp.transpose(0, 1)).abs()  # [S, T, B]
+        divergence = gap.mean(dim=(1, 2)).numpy()
+    optimizer.zero_grad()
+    losses.sum().backward()
+    optimizer.step()
+    return entropy, divergence
+
+
 def run_lag_ablation(
     arms: Sequence[Arm],
     seeds: Sequence[int],
@@ -151,6 +309,8 @@ def run_lag_ablation(
 ) -> LagResult:
     """Train one agent per (arm, seed) on CartPole-v1, all at once; see the module docstring.
 
+    Each update: every agent acts ``T`` steps with its policy of ``lag`` updates ago
+    (:class:`_PolicyRing`), then learns from that rollout with its current weights.
     Deterministic for given arguments on a given machine (seeded torch generator, seeded
     env, one thread).
 
@@ -164,105 +324,32 @@ def run_lag_ablation(
     n_agents = len(arms) * len(seeds)
     lags = torch.tensor([a.lag for a in arms for _ in seeds])
     corrected = torch.tensor([a.method == "v-trace" for a in arms for _ in seeds])
-    n_t, n_b = config.unroll, config.n_envs
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    envs = make_envs("CartPole-v1", n_agents * n_b)
+    envs = make_envs("CartPole-v1", n_agents * config.n_envs)
     try:
-        models = []
-        for s in seeds * len(arms):
-            torch.manual_seed(s)
-            models.append(ActorCritic(4, 2, config.hidden))
-        params, _ = stack_module_state(models)  # name -> [n_agents, ...] leaf tensors
-        base = ActorCritic(4, 2, config.hidden).to("meta")
-
-        def forward(p: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return functional_call(base, p, (obs,))
-
-        def act(p: dict[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-            return functional_call(base.policy, p, (obs,))  # acting needs no value
-
-        population = vmap(forward)  # params [S, ...], obs [S, ..., 4] -> logits [S, ..., 2], values [S, ...]
-        population_act = vmap(act)
-        policy_keys = [k for k in params if k.startswith("policy.")]
-        optimizer = torch.optim.Adam(params.values(), lr=config.lr)
-        ring_size = int(lags.max()) + 1
-        ring = {
-            k: v.detach().unsqueeze(0).repeat(ring_size, *[1] * v.ndim)
-            for k, v in params.items()
-            if k.startswith("policy.")
-        }
-        agent_index = torch.arange(n_agents)
+        population = _Population(seeds * len(arms), config.hidden)
+        optimizer = torch.optim.Adam(population.params.values(), lr=config.lr)
+        ring = _PolicyRing(population, lags)
         generator = torch.Generator().manual_seed(config.env_seed)
-        loss_cfg = LossConfig(
-            config.gamma, config.baseline_cost, config.entropy_cost, config.rho_bar, config.c_bar, config.pg_rho_bar
-        )
-
         obs_np, _ = envs.reset(seed=config.env_seed)
-        episode_return = np.zeros(n_agents * n_b)
+        episode_return = np.zeros(n_agents * config.n_envs)
+        rollout = _Rollout.zeros(config.unroll, n_agents, config.n_envs)
         curves = np.full((n_agents, config.n_updates), np.nan)
         entropies = np.zeros((n_agents, config.n_updates))
         divergences = np.zeros((n_agents, config.n_updates))
-        obs_buf = torch.zeros(n_t + 1, n_agents, n_b, 4)
-        actions = torch.zeros(n_t, n_agents, n_b, dtype=torch.long)
-        behaviour_logp = torch.zeros(n_t, n_agents, n_b)
-        rewards = np.zeros((n_t, n_agents, n_b))
-        dones = np.zeros((n_t, n_agents, n_b))
         start = time.perf_counter()
         for update in range(config.n_updates):
-            # act with the weights of update (update - k): ring slot of that version
-            slot = torch.clamp(update - lags, min=0) % ring_size
-            behaviour = {k.removeprefix("policy."): ring[k][slot, agent_index] for k in policy_keys}
-            finished: list[list[float]] = [[] for _ in range(n_agents)]
-            with torch.no_grad():
-                for t in range(n_t):
-                    obs = torch.from_numpy(obs_np).view(n_agents, n_b, 4)
-                    logits = population_act(behaviour, obs)
-                    logp = torch.log_softmax(logits, dim=-1)
-                    a = torch.multinomial(logp.exp().view(-1, 2), 1, generator=generator).view(n_agents, n_b)
-                    obs_buf[t], actions[t] = obs, a
-                    behaviour_logp[t] = logp.gather(-1, a.unsqueeze(-1)).squeeze(-1)
-                    obs_np, r, term, trunc, _ = envs.step(a.view(-1).numpy())
-                    done = np.logical_or(term, trunc)
-                    episode_return += r
-                    for i in np.flatnonzero(done):
-                        finished[i // n_b].append(episode_return[i])
-                    episode_return[done] = 0.0
-                    rewards[t], dones[t] = r.reshape(n_agents, n_b), done.reshape(n_agents, n_b)
-                obs_buf[n_t] = torch.from_numpy(obs_np).view(n_agents, n_b, 4)
+            obs_np, finished = _collect_rollout(
+                envs, population, ring.behaviour(update), obs_np, rollout, episode_return, generator
+            )
             for agent, f in enumerate(finished):
                 if f:
                     curves[agent, update] = float(np.mean(f))
-
-            # learn with the current weights (version `update`); columns are (agent, env) pairs
-            logits, values = population(params, obs_buf.transpose(0, 1))  # [S, T+1, B, 2], [S, T+1, B]
-            terms = loss_terms(
-                logits=logits.transpose(0, 1).reshape(n_t + 1, n_agents * n_b, 2),
-                values=values.transpose(0, 1).reshape(n_t + 1, n_agents * n_b),
-                actions=actions.view(n_t, -1),
-                behaviour_logp=behaviour_logp.view(n_t, -1),
-                rewards=rewards.reshape(n_t, -1),
-                dones=dones.reshape(n_t, -1),
-                cfg=loss_cfg,
-                correct=corrected.repeat_interleave(n_b),
+            entropies[:, update], divergences[:, update] = _learn(
+                population, optimizer, rollout, corrected, config.loss
             )
-            per_agent = lambda x: x.view(n_t, n_agents, n_b).mean(dim=(0, 2))  # noqa: E731
-            losses = (
-                per_agent(terms.pg)
-                + config.baseline_cost * per_agent(terms.baseline)
-                - config.entropy_cost * per_agent(terms.entropy)
-            )
-            entropies[:, update] = per_agent(terms.entropy).detach().numpy()
-            with torch.no_grad():  # |log pi - log mu| of the actions taken, whatever the arm's loss
-                target_logp = torch.log_softmax(logits[:, :n_t], dim=-1).gather(-1, actions.transpose(0, 1)[..., None])
-                gap = (target_logp.squeeze(-1) - behaviour_logp.transpose(0, 1)).abs()  # [S, T, B]
-                divergences[:, update] = gap.mean(dim=(1, 2)).numpy()
-            optimizer.zero_grad()
-            losses.sum().backward()
-            optimizer.step()
-            with torch.no_grad():
-                for k in policy_keys:
-                    ring[k][(update + 1) % ring_size] = params[k]
+            ring.record(update, population)
             if progress is not None:
                 progress(update)
         seconds = time.perf_counter() - start
@@ -276,7 +363,7 @@ def run_lag_ablation(
         returns=curves.reshape(shape),
         entropy=entropies.reshape(shape),
         divergence=divergences.reshape(shape),
-        frames=n_t * n_b,
+        frames=config.unroll * config.n_envs,
         seconds=seconds,
     )
 

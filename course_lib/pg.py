@@ -43,13 +43,14 @@ def discounted_returns(
 ) -> NDArray[np.float64]:
     r"""Discounted return of every step, cut at episode ends.
 
-    Equation (00.1)::
+    Lesson 00's equations (00.1) and (00.2), with ``d_t`` = ``dones[t]``::
 
-        G_t = r_t + gamma * (1 - done_t) * G_{t+1},    G_T = bootstrap
+        G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k                          (00.1)
+        G_t = r_t + gamma (1 - d_t) G_{t+1},    G_T = 0                 (00.2)
 
-    i.e. ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k`` where ``e(t)`` is the last step of
-    ``t``'s episode (Sutton & Barto, eq. 3.8). ``bootstrap`` is the value of the state
-    after the last step, used only if that step did not end an episode.
+    where ``e(t)`` is the last step of ``t``'s episode (Sutton & Barto, eq. 3.8). With
+    ``bootstrap``, ``G_T = bootstrap`` instead: the value of the state after the last
+    step, used only if that step did not end an episode.
 
     Args:
         rewards: ``[T]`` or ``[T, B]`` rewards.
@@ -79,9 +80,9 @@ def discounted_returns(
 def finished_episode_returns(rewards: ArrayLike, dones: ArrayLike) -> NDArray[np.float64]:
     r"""The return of every episode that ended in the buffer, in order: what learning curves plot.
 
-    Equation (00.3)::
+    Lesson 00's equation (00.3)::
 
-        R_j = sum_{t=s_j}^{e_j} r_t
+        R_j = sum_{t=s_j}^{e_j} r_t = G_{s_j}|_{gamma = 1}              (00.3)
 
     for each episode ``j`` that ends at a step ``e_j`` with ``done = 1``; ``s_j`` is its
     first step (0, or the step after the previous episode's end). The sum is undiscounted

@@ -21,7 +21,7 @@ PART_COLOURS = {
 
 def lesson_depths() -> dict[int, int]:
     """Column of each lesson in the map: 1 + the deepest lesson it requires."""
-    from course_lib.catalog import LESSONS
+    from course_lib.course.catalog import LESSONS
 
     depth: dict[int, int] = {}
     for lesson in LESSONS:  # LESSONS is ordered so that requirements come first
@@ -35,7 +35,7 @@ def course_map(ax: Axes | None = None) -> Figure:
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Patch
 
-    from course_lib.catalog import LESSONS
+    from course_lib.course.catalog import LESSONS
 
     depth = lesson_depths()
     columns: dict[int, list[int]] = {}

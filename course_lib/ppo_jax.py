@@ -13,21 +13,28 @@ One call of ``train`` is (PPO: Schulman et al. 2017, arXiv 1707.06347; GAE: Schu
 et al. 2016, arXiv 1506.02438; equation numbers as in the lesson)::
 
     for update in 1..num_updates:                                   lax.scan  (update_step)
-        rollout: num_steps steps of num_envs envs                    lax.scan  (env_step, vmapped env)
+        rollout: num_steps steps of num_envs envs                    lax.scan  (collect_rollout, act_and_step)
         TD targets: y_t = r_t + gamma (1 - term_t) V'_t              (td_targets, 04.2: V' = V(final obs))
         GAE:     A_t = y_t - V_t + gamma lambda (1 - d_t) A_{t+1}    reverse lax.scan  (gae, 04.3)
-        shuffle: one permutation per epoch, all by one sort           (shuffle_order)
-        for each of update_epochs * num_minibatches minibatches:     lax.scan  (update_minibatch)
+        shuffle: one permutation per epoch, all by one sort           (shuffle_order, shuffled_minibatches)
+        for each of update_epochs * num_minibatches minibatches:     lax.scan  (minibatch_update)
             theta <- Adam(clip_grad(grad L(theta)))                   (ppo_loss, 04.4-04.6; optax)
 
 Nothing leaves the device until ``train`` returns: no host round trip per step, no
-Python between steps. The classic loop with the same hyperparameters is
+Python between steps. The hyperparameters are :class:`course_lib.ppo_config.PPOConfig`
+(re-exported here); the classic loop with the same hyperparameters is
 :mod:`course_lib.ppo_torch`.
+
+**Importing this module sets an XLA flag** (:func:`use_reliable_xla_cpu_flags`): the one
+setting the course's JAX training programs need on a CPU. See that function for why it is
+set here and why that is early enough.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import functools
+import os
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -38,58 +45,52 @@ from jax import Array
 from jax.flatten_util import ravel_pytree
 
 from course_lib.envs import cartpole
+from course_lib.envs.interface import auto_reset
+from course_lib.ppo_config import PPOConfig
 
 Params = dict[str, Any]
 
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """Every PPO hyperparameter (PureJaxRL's CartPole defaults). :func:`describe` lists the help."""
-
-    num_envs: int = field(default=4, metadata={"help": "parallel environments stepped together"})
-    num_steps: int = field(default=128, metadata={"help": "steps per env per rollout (the update's time horizon T)"})
-    total_timesteps: int = field(
-        default=500_000, metadata={"help": "environment steps of the whole run, all envs together"}
-    )
-    update_epochs: int = field(default=4, metadata={"help": "passes over each rollout"})
-    num_minibatches: int = field(
-        default=4, metadata={"help": "minibatches per pass (each num_envs * num_steps / num_minibatches)"}
-    )
-    gamma: float = field(default=0.99, metadata={"help": "discount"})
-    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda (04.3)"})
-    clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip (04.4) and value clip (04.5)"})
-    ent_coef: float = field(default=0.01, metadata={"help": "weight of the entropy bonus (04.6)"})
-    vf_coef: float = field(default=0.5, metadata={"help": "weight of the value loss (04.6)"})
-    max_grad_norm: float = field(default=0.5, metadata={"help": "clip the gradient's global L2 norm to this"})
-    lr: float = field(default=2.5e-4, metadata={"help": "Adam learning rate (eps = 1e-5)"})
-    anneal_lr: bool = field(default=True, metadata={"help": "decay the learning rate linearly to 0 over the run"})
-    hidden: int = field(default=64, metadata={"help": "width of the two tanh hidden layers of actor and critic"})
-    unroll: int = field(default=1, metadata={"help": "lax.scan unroll of the rollout (speed only; same numbers)"})
-
-    @property
-    def num_updates(self) -> int:
-        """Rollout-and-learn iterations: ``total_timesteps // (num_envs * num_steps)``."""
-        return self.total_timesteps // (self.num_envs * self.num_steps)
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
-
-    @property
-    def steps_per_run(self) -> int:
-        """Environment steps one ``train`` call really takes (``num_updates * batch_size``)."""
-        return self.num_updates * self.batch_size
+#: XLA flag that the JAX training programs of lessons 04-06 need on a CPU backend. With
+#: XLA's concurrency-optimised scheduler (the default in jaxlib 0.10.2), a vmapped training
+#: program of nested ``lax.scan`` loops sometimes never finishes on a 2-core machine: every
+#: XLA worker thread waits for work and ``block_until_ready`` waits forever (seen with 16
+#: vmapped PPO seeds; a gdb backtrace shows all pool threads idle). The default scheduler
+#: order runs the same program reliably and as fast.
+#:
+#: Not solved by this flag (measured 2026-11-21, jaxlib 0.10.2, 2 cores): the same 16-seed
+#: program split over two host devices (``--xla_force_host_platform_device_count=2``, then
+#: ``jit(shard_map(vmap(train)))``, no collectives) ran 2.2x faster when it finished but hung
+#: in 1 of 3 runs even with ``--xla_cpu_multi_thread_eigen=false``; one executable per device
+#: from one process hung in 3 of 4. Code that needs two CPU devices must run under a timeout.
+XLA_CPU_FLAGS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
-def describe(config: Any) -> str:
-    """One line per field: ``name = value  # help`` (works for any config dataclass with help metadata)."""
-    return "\n".join(
-        f"{f.name:<16} = {getattr(config, f.name)!r:<10} # {f.metadata.get('help', '')}" for f in fields(config)
-    )
+def use_reliable_xla_cpu_flags() -> None:
+    """Add :data:`XLA_CPU_FLAGS` to the ``XLA_FLAGS`` environment variable (idempotent).
+
+    XLA reads ``XLA_FLAGS`` once, when JAX starts its backend: at the first computation or
+    device query (``jax.devices()``, ``jax.random.key(0)``, the first jitted call), *not* at
+    ``import jax``. So this takes effect when it runs before the process's first JAX
+    computation, and does nothing after it.
+
+    Where it is called, and why that is early enough: this module calls it when it is
+    imported, and this module is the one entry point to the programs that hang without it
+    (the vmapped nested scans of :func:`make_train`), so every process that builds them
+    has set it; it is in time where the process imports this module before its first JAX
+    computation, as every user here does. Lesson 04's notebook and ``bench/bench_purejaxrl.py``
+    import this module at their top, before their first JAX computation; under pytest every
+    test module is imported (collection) before the first test runs, and none computes at
+    import. Lesson 04's exercise notebook (which the grader's kernel runs) builds no PPO
+    program but calls this function in its first cell, so that kernel runs with the same
+    XLA settings as the lesson. Child processes inherit the variable. Nothing else sets it:
+    importing :mod:`course_lib.envs` has no side effect.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if XLA_CPU_FLAGS.split("=")[0] not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {XLA_CPU_FLAGS}".strip()
+
+
+use_reliable_xla_cpu_flags()
 
 
 class Transition(NamedTuple):
@@ -310,7 +311,7 @@ def shuffle_order(key: Array, n_epochs: int, n: int) -> Array:
 
 
 # ---------------------------------------------------------------------------------------
-# make_train(config) -> train(key)
+# make_train(config) -> train(key), and the pieces of one update
 # ---------------------------------------------------------------------------------------
 
 
@@ -319,7 +320,7 @@ def make_optimizer(config: PPOConfig, lr: Array | float) -> optax.GradientTransf
 
     ``lr`` may be a traced array, so a learning-rate sweep is one vmapped program.
     """
-    steps_per_update = config.update_epochs * config.num_minibatches
+    steps_per_update = config.grad_steps_per_update
 
     def schedule(count: Array) -> Array:
         frac = 1.0 - (count // steps_per_update) / config.num_updates
@@ -354,6 +355,129 @@ class TrainFn(Protocol):
     def __call__(self, key: Array, lr: Array | float | None = None) -> TrainResult: ...
 
 
+#: The env's functions batched over ``num_envs`` (one params for all).
+_reset_envs = jax.vmap(cartpole.reset, in_axes=(0, None))
+_step_envs = jax.vmap(cartpole.step_env, in_axes=(None, 0, 0, None))
+
+
+def check_config(config: PPOConfig) -> None:
+    """Refuse a config whose rollout does not split into minibatches or that has no update."""
+    if config.batch_size % config.num_minibatches:
+        raise ValueError(
+            f"num_envs * num_steps = {config.batch_size} is not divisible by num_minibatches = {config.num_minibatches}"
+        )
+    if config.num_updates < 1:
+        raise ValueError(
+            f"total_timesteps = {config.total_timesteps} is less than one rollout ({config.batch_size} steps)"
+        )
+
+
+def act_and_step(
+    params: Params,
+    env_params: cartpole.EnvParams,
+    env: EnvCarry,
+    noise: tuple[Array, tuple[Array, cartpole.EnvState]],
+) -> tuple[EnvCarry, tuple[Transition, Array]]:
+    """One step of every env (the rollout scan's body): sample an action from the policy,
+    step the envs, auto-reset the ones whose episode ended.
+
+    ``noise`` is this step's Gumbel noise ``[B, N_ACTIONS]`` and fresh ``(obs, state)`` of a
+    reset per env, drawn before the scan (:func:`collect_rollout`). Returns the new carry,
+    the :class:`Transition` and the observation each env reached (``final_obs [B, 4]``,
+    before the reset).
+    """
+    gumbel_t, fresh_t = noise
+    logits, value = policy_value(params, env.obs)
+    action = jnp.argmax(logits + gumbel_t, axis=-1)  # Gumbel-max: a sample of softmax(logits)
+    log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
+    final_obs, state, reward, terminated, truncated = _step_envs(None, env.env_state, action, env_params)
+    done = terminated | truncated
+    obs, state = auto_reset(done, (final_obs, state), fresh_t)
+    ep_return = env.episode_return + reward
+    transition = Transition(
+        env.obs, action, log_prob, value, reward, terminated, truncated, jnp.where(done, ep_return, 0.0)
+    )
+    return EnvCarry(state, obs, jnp.where(done, 0.0, ep_return)), (transition, final_obs)
+
+
+def collect_rollout(
+    params: Params, env: EnvCarry, key: Array, config: PPOConfig, env_params: cartpole.EnvParams
+) -> tuple[EnvCarry, tuple[Transition, Array]]:
+    """``num_steps`` steps of every env with the policy ``params`` (one ``lax.scan`` of
+    :func:`act_and_step`): the carry after the last step, the ``[T, B]`` transitions and
+    each step's final observation ``[T, B, 4]`` (before the auto-reset)."""
+    n_steps, n_envs = config.num_steps, config.num_envs
+    # The rollout's randomness in two calls before the loop: on a CPU a random call
+    # inside the loop body costs a small loop of its own (the threefry rounds).
+    k_act, k_env = jax.random.split(key)
+    gumbel = jax.random.gumbel(k_act, (n_steps, n_envs, cartpole.N_ACTIONS))
+    fresh = jax.vmap(_reset_envs, in_axes=(0, None))(jax.random.split(k_env, (n_steps, n_envs)), env_params)
+    step = functools.partial(act_and_step, params, env_params)
+    return jax.lax.scan(step, env, (gumbel, fresh), unroll=config.unroll)
+
+
+def advantages_and_targets(
+    params: Params, traj: Transition, final_obs: Array, last_obs: Array, config: PPOConfig
+) -> tuple[Array, Array]:
+    """GAE advantages and critic targets ``[T, B]`` of a rollout (eqs. 04.2-04.3), with the
+    critic ``params`` valuing the observation after the last step and every final observation."""
+    _, last_value = policy_value(params, last_obs)
+    # V(final obs) of every step in one batched pass (branch-free: only the steps
+    # where an episode ended are read).
+    _, final_values = policy_value(params, final_obs)
+    return gae(
+        traj.reward,
+        traj.value,
+        traj.terminated,
+        traj.truncated,
+        final_values,
+        last_value,
+        config.gamma,
+        config.gae_lambda,
+    )
+
+
+def shuffled_minibatches(
+    key: Array, data: tuple[Transition, Array, Array], config: PPOConfig
+) -> tuple[Transition, Array, Array]:
+    """Every epoch's minibatches of a rollout at once: ``[T, B]`` data flattened, shuffled
+    (a permutation per epoch, :func:`shuffle_order`) by one gather, and cut into
+    ``[update_epochs * num_minibatches, minibatch_size]``."""
+    flat = jax.tree.map(lambda x: x.reshape((config.batch_size,) + x.shape[2:]), data)
+    order = shuffle_order(key, config.update_epochs, config.batch_size).reshape(-1)
+    shape = (config.grad_steps_per_update, config.minibatch_size)
+    return jax.tree.map(lambda x: jnp.take(x, order, axis=0).reshape(shape + x.shape[1:]), flat)
+
+
+def minibatch_update(
+    config: PPOConfig,
+    unravel: Callable[[Array], Params],
+    optimizer: optax.GradientTransformation,
+    carry: tuple[Array, Any],
+    minibatch: tuple[Transition, Array, Array],
+) -> tuple[tuple[Array, Any], dict[str, Array]]:
+    """One gradient step on one minibatch (the learning scan's body): the PPO loss's
+    gradient with respect to the flat parameters, clipped and applied by ``optimizer``."""
+
+    def loss_fn(flat: Array, batch: Transition, adv: Array, targets: Array) -> tuple[Array, dict[str, Array]]:
+        return ppo_loss(unravel(flat), batch, adv, targets, config.clip_eps, config.vf_coef, config.ent_coef)
+
+    flat, opt_state = carry
+    grads, parts = jax.grad(loss_fn, has_aux=True)(flat, *minibatch)
+    updates, opt_state = optimizer.update(grads, opt_state, flat)
+    return (optax.apply_updates(flat, updates), opt_state), parts
+
+
+def update_metrics(traj: Transition, parts: dict[str, Array]) -> dict[str, Array]:
+    """One update's metrics (:class:`TrainResult`): the loss parts averaged over its
+    minibatches, the episodes that ended in its rollout and their mean return."""
+    n_done = traj.done.sum()
+    metrics = {k: v.mean() for k, v in parts.items()}
+    metrics["charts/episodes"] = n_done
+    metrics["charts/episode_return"] = jnp.where(n_done > 0, traj.episode_return.sum() / n_done, jnp.nan)
+    return metrics
+
+
 def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS) -> TrainFn:
     """The whole PPO run as one pure function ``train(key, lr=None) -> TrainResult``.
 
@@ -365,98 +489,27 @@ def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFA
     updates one array with a few fused kernels instead of a dozen small tensors, which
     matters on a CPU where every kernel launch costs about a microsecond.
     """
-    if config.batch_size % config.num_minibatches:
-        raise ValueError(
-            f"num_envs * num_steps = {config.batch_size} is not divisible by num_minibatches = {config.num_minibatches}"
-        )
-    if config.num_updates < 1:
-        raise ValueError(
-            f"total_timesteps = {config.total_timesteps} is less than one rollout ({config.batch_size} steps)"
-        )
-    n_envs, n_steps = config.num_envs, config.num_steps
-    v_reset = jax.vmap(cartpole.reset, in_axes=(0, None))
-    v_step_env = jax.vmap(cartpole.step_env, in_axes=(None, 0, 0, None))
-    n_grad_steps = config.update_epochs * config.num_minibatches
+    check_config(config)
 
     def train(key: Array, lr: Array | float | None = None) -> TrainResult:
         lr = config.lr if lr is None else lr
         key, k_init, k_reset = jax.random.split(key, 3)
         flat_params, unravel = ravel_pytree(init_params(k_init, hidden=config.hidden))
         optimizer = make_optimizer(config, lr)
-        obs, env_state = v_reset(jax.random.split(k_reset, n_envs), env_params)
-
-        def rollout(params: Params, env: EnvCarry, key: Array) -> tuple[EnvCarry, tuple[Transition, Array]]:
-            """``num_steps`` steps of every env with the policy ``params`` (one lax.scan); also
-            returns each step's final observation ``[T, B, 4]`` (before the auto-reset)."""
-            # The rollout's randomness in two calls before the loop: on a CPU a random call
-            # inside the loop body costs a small loop of its own (the threefry rounds).
-            k_act, k_env = jax.random.split(key)
-            gumbel = jax.random.gumbel(k_act, (n_steps, n_envs, cartpole.N_ACTIONS))
-            fresh = jax.vmap(v_reset, in_axes=(0, None))(jax.random.split(k_env, (n_steps, n_envs)), env_params)
-
-            def env_step(
-                env: EnvCarry, noise: tuple[Array, tuple[Array, cartpole.EnvState]]
-            ) -> tuple[EnvCarry, tuple[Transition, Array]]:
-                gumbel_t, fresh_t = noise
-                logits, value = policy_value(params, env.obs)
-                action = jnp.argmax(logits + gumbel_t, axis=-1)  # Gumbel-max: a sample of softmax(logits)
-                log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
-                final_obs, state, reward, terminated, truncated = v_step_env(None, env.env_state, action, env_params)
-                done = terminated | truncated
-                obs, state = cartpole.auto_reset(done, (final_obs, state), fresh_t)
-                ep_return = env.episode_return + reward
-                transition = Transition(
-                    env.obs, action, log_prob, value, reward, terminated, truncated, jnp.where(done, ep_return, 0.0)
-                )
-                return EnvCarry(state, obs, jnp.where(done, 0.0, ep_return)), (transition, final_obs)
-
-            return jax.lax.scan(env_step, env, (gumbel, fresh), unroll=config.unroll)
-
-        def loss_fn(flat: Array, batch: Transition, adv: Array, targets: Array) -> tuple[Array, dict[str, Array]]:
-            return ppo_loss(unravel(flat), batch, adv, targets, config.clip_eps, config.vf_coef, config.ent_coef)
-
-        def update_minibatch(
-            carry: tuple[Array, Any], minibatch: tuple[Transition, Array, Array]
-        ) -> tuple[tuple[Array, Any], dict[str, Array]]:
-            flat, opt_state = carry
-            grads, parts = jax.grad(loss_fn, has_aux=True)(flat, *minibatch)
-            updates, opt_state = optimizer.update(grads, opt_state, flat)
-            return (optax.apply_updates(flat, updates), opt_state), parts
+        obs, env_state = _reset_envs(jax.random.split(k_reset, config.num_envs), env_params)
+        learn = functools.partial(minibatch_update, config, unravel, optimizer)
 
         def update_step(runner: RunnerState, _step: None) -> tuple[RunnerState, dict[str, Array]]:
+            """One update: a rollout, its advantages, every epoch's minibatch steps."""
             key, k_rollout, k_shuffle = jax.random.split(runner.key, 3)
             params = unravel(runner.params)
-            env, (traj, final_obs) = rollout(params, runner.env, k_rollout)
-            _, last_value = policy_value(params, env.obs)
-            # V(final obs) of every step in one batched pass (branch-free: only the steps
-            # where an episode ended are read).
-            _, final_values = policy_value(params, final_obs)
-            advantages, targets = gae(
-                traj.reward,
-                traj.value,
-                traj.terminated,
-                traj.truncated,
-                final_values,
-                last_value,
-                config.gamma,
-                config.gae_lambda,
-            )
-            data = jax.tree.map(lambda x: x.reshape((config.batch_size,) + x.shape[2:]), (traj, advantages, targets))
-            # Every epoch's minibatches at once: one gather, then one scan over all
-            # update_epochs * num_minibatches gradient steps.
-            order = shuffle_order(k_shuffle, config.update_epochs, config.batch_size).reshape(-1)
-            minibatches = jax.tree.map(
-                lambda x: jnp.take(x, order, axis=0).reshape((n_grad_steps, config.minibatch_size) + x.shape[1:]),
-                data,
-            )
-            (flat, opt_state), parts = jax.lax.scan(update_minibatch, (runner.params, runner.opt_state), minibatches)
-            n_done = traj.done.sum()
-            metrics = {k: v.mean() for k, v in parts.items()}
-            metrics["charts/episodes"] = n_done
-            metrics["charts/episode_return"] = jnp.where(n_done > 0, traj.episode_return.sum() / n_done, jnp.nan)
-            return RunnerState(flat, opt_state, env, key), metrics
+            env, (traj, final_obs) = collect_rollout(params, runner.env, k_rollout, config, env_params)
+            advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
+            minibatches = shuffled_minibatches(k_shuffle, (traj, advantages, targets), config)
+            (flat, opt_state), parts = jax.lax.scan(learn, (runner.params, runner.opt_state), minibatches)
+            return RunnerState(flat, opt_state, env, key), update_metrics(traj, parts)
 
-        env = EnvCarry(env_state, obs, jnp.zeros(n_envs))
+        env = EnvCarry(env_state, obs, jnp.zeros(config.num_envs))
         runner = RunnerState(flat_params, optimizer.init(flat_params), env, key)
         runner, metrics = jax.lax.scan(update_step, runner, None, config.num_updates)
         return TrainResult(unravel(runner.params), metrics)

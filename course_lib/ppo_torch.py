@@ -1,7 +1,7 @@
 r"""PPO as a classic loop: torch on the CPU, gymnasium's vectorised CartPole (lesson 04).
 
 The baseline that :mod:`course_lib.ppo_jax` is measured against, with the same
-hyperparameters (:class:`course_lib.ppo_jax.PPOConfig`), the same network and
+hyperparameters (:class:`course_lib.ppo_config.PPOConfig`), the same network and
 initialisation, the same GAE and loss (eqs. 04.2-04.6). It is written to be a *fair*,
 fast classic loop in the CleanRL style (Huang et al. 2022, ``cleanrl/ppo.py``):
 
@@ -16,14 +16,16 @@ fast classic loop in the CleanRL style (Huang et al. 2022, ``cleanrl/ppo.py``):
 
 The loop, top to bottom, per update::
 
-    rollout:  num_steps x (policy forward in torch, env.step in numpy)       Python loop
+    rollout:  num_steps x (policy forward in torch, env.step in numpy)       Python loop (collect_rollout_torch)
     GAE:      A_t = delta_t + gamma lambda (1 - d_t) A_{t+1}                 Python loop over T (gae_numpy)
-    epochs:   shuffle; for each minibatch: loss, backward, clip, Adam step   Python loops
+    epochs:   shuffle; for each minibatch: loss, backward, clip, Adam step   Python loops (learn_from_rollout)
+
+It imports neither JAX nor (until it runs) torch and gymnasium.
 
 **Next-step auto-reset.** gymnasium 1.x vector envs reset an env on the step *after* it
 ended: that step ignores the action and returns the new episode's first observation with
 reward 0. Such reset steps are not transitions of the MDP, so they are masked out of the
-loss (``valid`` below); GAE's trace never crosses them because the step before them has
+loss (``RolloutBuffers.valid``); GAE's trace never crosses them because the step before them has
 ``done = 1``. A reset step does observe the ended episode's final observation, so its
 value is V(final obs): the bootstrap of a truncated step (:func:`gae_numpy`). Every env step, reset steps included, counts toward the steps/s figure, the
 same way as in the JAX loop.
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.ppo_jax import PPOConfig
+from course_lib.ppo_config import PPOConfig
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -178,11 +180,151 @@ class TorchPPOResult:
         return float(np.where(n > 0, np.nan_to_num(ret) * n, 0.0).sum() / max(int(n.sum()), 1))
 
 
-def make_envs(config: PPOConfig, vectorization: str = "vector_entry_point") -> gym.vector.VectorEnv:
-    """``config.num_envs`` CartPole-v1 envs behind gymnasium's vector interface."""
+def make_vector_cartpole(config: PPOConfig, vectorization: str = "vector_entry_point") -> gym.vector.VectorEnv:
+    """``config.num_envs`` gymnasium ``CartPole-v1`` envs behind gymnasium's vector interface
+    (its next-step auto-reset)."""
     import gymnasium as gym
 
     return gym.make_vec("CartPole-v1", num_envs=config.num_envs, vectorization_mode=vectorization)
+
+
+def _space_sizes(envs: gym.vector.VectorEnv) -> tuple[int, int]:
+    """``(obs_dim, n_actions)`` of a vector env with a Box observation, Discrete actions and
+    next-step auto-reset; anything else is refused with a ValueError."""
+    import gymnasium as gym
+
+    obs_space, action_space = envs.single_observation_space, envs.single_action_space
+    if obs_space.shape is None or not isinstance(action_space, gym.spaces.Discrete):
+        raise ValueError(f"train_torch needs a Box observation and a Discrete action space, got {envs}")
+    if not str(envs.metadata.get("autoreset_mode", "")).lower().endswith("next_step"):
+        raise ValueError(
+            f"train_torch needs a next-step auto-reset vector env (gymnasium 1.x's default); got "
+            f"autoreset_mode {envs.metadata.get('autoreset_mode')!r}"
+        )
+    return int(np.prod(obs_space.shape)), int(action_space.n)
+
+
+@dataclass
+class RolloutBuffers:
+    """One rollout, preallocated once and refilled every update; ``[T, B]`` (``obs`` ``[T, B, obs_dim]``).
+
+    Torch tensors for what the networks read, numpy for what GAE reads; ``valid`` is 0 on
+    gymnasium's reset steps (module docstring).
+    """
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    log_prob: torch.Tensor
+    value: torch.Tensor
+    reward: NDArray[np.float32]
+    done: NDArray[np.float32]
+    terminated: NDArray[np.float32]
+    valid: NDArray[np.float32]
+
+    @classmethod
+    def zeros(cls, n_t: int, n_b: int, obs_dim: int) -> RolloutBuffers:
+        import torch
+
+        return cls(
+            obs=torch.zeros((n_t, n_b, obs_dim)),
+            action=torch.zeros((n_t, n_b), dtype=torch.long),
+            log_prob=torch.zeros((n_t, n_b)),
+            value=torch.zeros((n_t, n_b)),
+            reward=np.zeros((n_t, n_b), dtype=np.float32),
+            done=np.zeros((n_t, n_b), dtype=np.float32),
+            terminated=np.zeros((n_t, n_b), dtype=np.float32),
+            valid=np.ones((n_t, n_b), dtype=np.float32),
+        )
+
+
+@dataclass
+class EnvCursor:
+    """Where the vector env stands between rollouts: the next observation ``[B, obs_dim]``,
+    which envs ended at the last step ``[B]`` (their next step is a reset step) and the
+    return so far of each env's running episode ``[B]``."""
+
+    next_obs: torch.Tensor
+    prev_done: NDArray[np.bool_]
+    episode_return: NDArray[np.float64]
+
+
+def collect_rollout_torch(
+    actor: nn.Module, critic: nn.Module, envs: gym.vector.VectorEnv, buf: RolloutBuffers, cursor: EnvCursor
+) -> tuple[list[float], NDArray[Any]]:
+    """``num_steps`` steps of every env with the policy, under ``torch.no_grad()``: fills
+    ``buf``, advances ``cursor``, and returns the returns of the episodes that ended and
+    V(the observation after the last step) ``[B]``."""
+    import torch
+
+    finished: list[float] = []
+    with torch.no_grad():
+        for t in range(buf.obs.shape[0]):
+            buf.obs[t] = cursor.next_obs
+            logits = actor(cursor.next_obs)
+            buf.value[t] = critic(cursor.next_obs).squeeze(-1)
+            logp = torch.log_softmax(logits, dim=-1)
+            action = torch.multinomial(logp.exp(), 1).squeeze(1)
+            buf.action[t] = action
+            buf.log_prob[t] = logp.gather(1, action.unsqueeze(1)).squeeze(1)
+            obs_np, reward, terminated, truncated, _ = envs.step(action.numpy())
+            done = terminated | truncated
+            buf.valid[t] = ~cursor.prev_done  # a reset step: no transition of the MDP
+            cursor.prev_done = done
+            buf.reward[t] = reward
+            buf.done[t] = done
+            buf.terminated[t] = terminated
+            cursor.episode_return += reward
+            if done.any():
+                finished.extend(cursor.episode_return[done].tolist())
+                cursor.episode_return[done] = 0.0
+            cursor.next_obs = torch.from_numpy(obs_np)
+        last_value = critic(cursor.next_obs).squeeze(-1).numpy()
+    return finished, last_value
+
+
+def learn_from_rollout(
+    actor: nn.Module,
+    critic: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    buf: RolloutBuffers,
+    last_value: NDArray[Any],
+    config: PPOConfig,
+) -> None:
+    """GAE on the rollout (:func:`gae_numpy`), then ``update_epochs`` passes over it in
+    shuffled minibatches: loss (:func:`ppo_loss_torch`), backward, clip, Adam step."""
+    import torch
+
+    adv, targets = gae_numpy(
+        buf.reward, buf.value.numpy(), buf.terminated, buf.done, last_value, config.gamma, config.gae_lambda
+    )
+    b_obs = buf.obs.reshape(-1, buf.obs.shape[-1])
+    b_act = buf.action.reshape(-1)
+    b_logp = buf.log_prob.reshape(-1)
+    b_val = buf.value.reshape(-1)
+    b_adv = torch.from_numpy(adv.reshape(-1))
+    b_tgt = torch.from_numpy(targets.reshape(-1))
+    b_valid = torch.from_numpy(buf.valid.reshape(-1))
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for _ in range(config.update_epochs):
+        perm = torch.randperm(config.batch_size)
+        for start in range(0, config.batch_size, config.minibatch_size):
+            idx = perm[start : start + config.minibatch_size]
+            loss, _ = ppo_loss_torch(
+                actor,
+                critic,
+                b_obs[idx],
+                b_act[idx],
+                b_logp[idx],
+                b_val[idx],
+                b_adv[idx],
+                b_tgt[idx],
+                b_valid[idx],
+                config,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm, foreach=True)
+            optimizer.step()
 
 
 def train_torch(
@@ -195,6 +337,9 @@ def train_torch(
 ) -> TorchPPOResult:
     """PPO with ``config``'s hyperparameters as a classic Python loop; see the module docstring.
 
+    Per update: anneal the learning rate, :func:`collect_rollout_torch`, then
+    :func:`learn_from_rollout`, each update timed.
+
     Args:
         config: the hyperparameters (shared with the JAX loop).
         seed: seeds torch (weights, sampling, shuffles) and the env resets.
@@ -205,105 +350,30 @@ def train_torch(
         torch_threads: torch intra-op threads for the run (restored afterwards).
         progress: called with the update index after each update.
     """
-    import gymnasium as gym
     import torch
 
     n_updates = config.num_updates if n_updates is None else n_updates
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
-    envs = make_envs(config, vectorization)
+    envs = make_vector_cartpole(config, vectorization)
     try:
         torch.manual_seed(seed)
-        obs_space, action_space = envs.single_observation_space, envs.single_action_space
-        if obs_space.shape is None or not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError(f"train_torch needs a Box observation and a Discrete action space, got {envs}")
-        obs_dim = int(np.prod(obs_space.shape))
-        n_actions = int(action_space.n)
+        obs_dim, n_actions = _space_sizes(envs)
         actor, critic = make_actor_critic(obs_dim, n_actions, config.hidden)
         params = list(actor.parameters()) + list(critic.parameters())
         optimizer = torch.optim.Adam(params, lr=config.lr, eps=1e-5, foreach=True)
-        n_t, n_b = config.num_steps, config.num_envs
-        if not str(envs.metadata.get("autoreset_mode", "")).lower().endswith("next_step"):
-            raise ValueError(
-                f"train_torch needs a next-step auto-reset vector env (gymnasium 1.x's default); got "
-                f"autoreset_mode {envs.metadata.get('autoreset_mode')!r}"
-            )
-
-        obs_buf = torch.zeros((n_t, n_b, obs_dim))
-        act_buf = torch.zeros((n_t, n_b), dtype=torch.long)
-        logp_buf = torch.zeros((n_t, n_b))
-        val_buf = torch.zeros((n_t, n_b))
-        rew_buf = np.zeros((n_t, n_b), dtype=np.float32)
-        done_buf = np.zeros((n_t, n_b), dtype=np.float32)
-        term_buf = np.zeros((n_t, n_b), dtype=np.float32)
-        valid_buf = np.ones((n_t, n_b), dtype=np.float32)
-
+        buf = RolloutBuffers.zeros(config.num_steps, config.num_envs, obs_dim)
         obs_np, _ = envs.reset(seed=seed)
-        next_obs = torch.from_numpy(obs_np)
-        prev_done = np.zeros(n_b, dtype=bool)
-        ep_return = np.zeros(n_b)
+        cursor = EnvCursor(torch.from_numpy(obs_np), np.zeros(config.num_envs, dtype=bool), np.zeros(config.num_envs))
         returns_out, episodes_out, update_s, rollout_s = [], [], [], []
         for update in range(n_updates):
             t_start = time.perf_counter()
             if config.anneal_lr:
                 optimizer.param_groups[0]["lr"] = config.lr * (1.0 - update / config.num_updates)
-            finished: list[float] = []
-            with torch.no_grad():
-                for t in range(n_t):
-                    obs_buf[t] = next_obs
-                    logits = actor(next_obs)
-                    val_buf[t] = critic(next_obs).squeeze(-1)
-                    logp = torch.log_softmax(logits, dim=-1)
-                    action = torch.multinomial(logp.exp(), 1).squeeze(1)
-                    act_buf[t] = action
-                    logp_buf[t] = logp.gather(1, action.unsqueeze(1)).squeeze(1)
-                    obs_np, reward, terminated, truncated, _ = envs.step(action.numpy())
-                    done = terminated | truncated
-                    valid_buf[t] = ~prev_done  # a reset step: no transition of the MDP
-                    prev_done = done
-                    rew_buf[t] = reward
-                    done_buf[t] = done
-                    term_buf[t] = terminated
-                    ep_return += reward
-                    if done.any():
-                        finished.extend(ep_return[done].tolist())
-                        ep_return[done] = 0.0
-                    next_obs = torch.from_numpy(obs_np)
-                last_value = critic(next_obs).squeeze(-1).numpy()
+            finished, last_value = collect_rollout_torch(actor, critic, envs, buf, cursor)
             t_rollout = time.perf_counter()
-
-            adv, targets = gae_numpy(
-                rew_buf, val_buf.numpy(), term_buf, done_buf, last_value, config.gamma, config.gae_lambda
-            )
-            b_obs = obs_buf.reshape(-1, obs_dim)
-            b_act = act_buf.reshape(-1)
-            b_logp = logp_buf.reshape(-1)
-            b_val = val_buf.reshape(-1)
-            b_adv = torch.from_numpy(adv.reshape(-1))
-            b_tgt = torch.from_numpy(targets.reshape(-1))
-            b_valid = torch.from_numpy(valid_buf.reshape(-1))
-            for _ in range(config.update_epochs):
-                perm = torch.randperm(config.batch_size)
-                for start in range(0, config.batch_size, config.minibatch_size):
-                    idx = perm[start : start + config.minibatch_size]
-                    loss, _ = ppo_loss_torch(
-                        actor,
-                        critic,
-                        b_obs[idx],
-                        b_act[idx],
-                        b_logp[idx],
-                        b_val[idx],
-                        b_adv[idx],
-                        b_tgt[idx],
-                        b_valid[idx],
-                        config,
-                    )
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm, foreach=True)
-                    optimizer.step()
-            t_end = time.perf_counter()
-            update_s.append(t_end - t_start)
+            learn_from_rollout(actor, critic, optimizer, buf, last_value, config)
+            update_s.append(time.perf_counter() - t_start)
             rollout_s.append(t_rollout - t_start)
             returns_out.append(float(np.mean(finished)) if finished else float("nan"))
             episodes_out.append(len(finished))

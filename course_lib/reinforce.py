@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -42,7 +42,7 @@ Baseline = Literal["none", "mean"]
 
 @dataclass(frozen=True)
 class ReinforceConfig:
-    """Everything a REINFORCE run depends on. ``help(ReinforceConfig)`` or :func:`describe` lists the help."""
+    """Everything a REINFORCE run depends on. ``help(ReinforceConfig)`` or :func:`course_lib.describe` lists the help."""
 
     env_id: str = field(default="CartPole-v1", metadata={"help": "gymnasium id of an env with a discrete action space"})
     n_envs: int = field(
@@ -69,13 +69,6 @@ class ReinforceConfig:
     vectorization: Literal["vector_entry_point", "sync"] = field(
         default="vector_entry_point",
         metadata={"help": "gym.make_vec mode: the env's numpy-vectorised version or a SyncVectorEnv"},
-    )
-
-
-def describe(config: ReinforceConfig) -> str:
-    """One line per field: ``name = value  # help``."""
-    return "\n".join(
-        f"{f.name:<14} = {getattr(config, f.name)!r:<22} # {f.metadata.get('help', '')}" for f in fields(config)
     )
 
 
@@ -219,7 +212,7 @@ def batch_loss(policy: nn.Module, batch: EpisodeBatch, weights: NDArray[np.float
     return surrogate_loss(logits, torch.from_numpy(batch.actions[m]), torch.from_numpy(weights[m]).float())
 
 
-def policy_gradient(policy: nn.Module, batch: EpisodeBatch, weights: NDArray[np.float64]) -> NDArray[np.float64]:
+def flat_policy_gradient(policy: nn.Module, batch: EpisodeBatch, weights: NDArray[np.float64]) -> NDArray[np.float64]:
     """The policy-gradient estimate ``g_hat = -grad L`` as one flat float64 vector (no step taken)."""
     import torch
 
@@ -291,7 +284,7 @@ def train_reinforce(
     Args:
         config: the run.
         progress: called after every update with its index and batch (e.g. to advance a
-            :func:`course_lib.display.progress` bar).
+            :func:`course_lib.course.display.progress` bar).
     """
     import gymnasium as gym
     import torch
@@ -368,7 +361,7 @@ VARIANTS: dict[str, tuple[bool, Baseline]] = {
 }
 
 
-def gradient_samples(
+def gradients_by_variant(
     policy: nn.Module,
     config: ReinforceConfig,
     n_batches: int,
@@ -396,7 +389,7 @@ def gradient_samples(
             batch = collect_episodes(envs, policy, seed=seed * 100_003 + i, generator=generator)
             for name, (rtg, base) in variants.items():
                 weights = step_weights(batch, gamma, rtg, base, normalize=False)
-                out[name].append(policy_gradient(policy, batch, weights))
+                out[name].append(flat_policy_gradient(policy, batch, weights))
     finally:
         envs.close()
         torch.set_num_threads(previous_threads)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,7 +56,7 @@ N_ACTIONS = 2
 
 @dataclass(frozen=True)
 class StalenessConfig:
-    """The grid and every setting a run depends on; :func:`describe` prints the help."""
+    """The grid and every setting a run depends on; :func:`course_lib.describe` prints the help."""
 
     lags: tuple[int, ...] = field(
         default=(0, 1, 2, 4, 8, 16, 32),
@@ -100,13 +100,6 @@ class StalenessConfig:
         return tuple(cells)
 
 
-def describe(config: StalenessConfig) -> str:
-    """One line per field: ``name = value  # help``."""
-    return "\n".join(
-        f"{f.name:<17} = {getattr(config, f.name)!r:<38} # {f.metadata.get('help', '')}" for f in fields(config)
-    )
-
-
 def label(lag: int, correction: Correction) -> str:
     """``"k = 4, truncated IS"``; lag 0 is ``"on-policy (k = 0)"``."""
     return "on-policy (k = 0)" if lag == 0 else f"k = {lag}, {LABELS[correction]}"
@@ -138,7 +131,7 @@ def log_policy(params: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[n
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
-def policy_gradient(
+def linear_policy_gradient(
     params: NDArray[np.float64],
     x: NDArray[np.float64],
     actions: NDArray[np.int64],
@@ -320,7 +313,7 @@ def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] 
     Args:
         config: the grid.
         progress: called after every update with its index (e.g. to advance a
-            :func:`course_lib.display.progress` bar).
+            :func:`course_lib.course.display.progress` bar).
     """
     import gymnasium as gym
 
@@ -362,7 +355,7 @@ def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] 
                     changed[:, cols] = w[:, cols] > config.c
                 elif name == "clip":
                     changed[:, cols] = (psi[:, cols] == 0) & (adv[:, cols] != 0)
-            params = adam.ascend(params, policy_gradient(params, batch.x, batch.actions, psi, batch.mask))
+            params = adam.ascend(params, linear_policy_gradient(params, batch.x, batch.actions, psi, batch.mask))
             history = (history + [params.copy()])[-(max_lag + 1) :]
             n = batch.mask.sum(axis=(0, 2))
             returns[update] = batch.rewards.sum(axis=0).reshape(n_runs, n_envs).mean(axis=1).reshape(n_cells, n_seeds)

@@ -161,7 +161,7 @@ def advantages(rewards: ArrayLike, estimator: Estimator) -> NDArray[np.float64]:
     raise ValueError(f"unknown estimator {estimator!r}; use one of {ESTIMATORS}")
 
 
-def policy_gradient(
+def logit_table_gradient(
     logits: ArrayLike, prompt_ids: ArrayLike, answer_ids: ArrayLike, weights: ArrayLike
 ) -> NDArray[np.float64]:
     """``[P, K]`` estimate ``1/(B G) sum_ij w_ij (onehot(a_ij) - pi_{p_i})``, scattered into rows ``p_i``."""
@@ -201,7 +201,7 @@ def sample_and_grade(
     return GroupBatch(prompt_ids, answer_ids, task.rewards(prompt_ids, answer_ids))
 
 
-def gradient_samples(
+def gradients_by_estimator(
     task: ArithmeticTask,
     logits: ArrayLike,
     n_batches: int,
@@ -222,7 +222,7 @@ def gradient_samples(
         batch = sample_and_grade(task, logits, n_prompts, group_size, rng)
         rewards = batch.rewards + reward_offset
         for e in estimators:
-            g = policy_gradient(logits, batch.prompt_ids, batch.answer_ids, advantages(rewards, e))
+            g = logit_table_gradient(logits, batch.prompt_ids, batch.answer_ids, advantages(rewards, e))
             out[e].append(g.reshape(-1))
     return {e: np.stack(v) for e, v in out.items()}
 
@@ -264,7 +264,7 @@ def train_answer_policy(
     for _ in range(steps):
         batch = sample_and_grade(task, z, n_prompts, group_size, rng)
         w = advantages(batch.rewards + reward_offset, estimator)
-        z += lr * policy_gradient(z, batch.prompt_ids, batch.answer_ids, w)
+        z += lr * logit_table_gradient(z, batch.prompt_ids, batch.answer_ids, w)
         acc.append(task.accuracy(z))
         zero.append(batch.zero_signal_fraction)
     return AnswerTrainingCurve(np.array(acc), np.array(zero), z)

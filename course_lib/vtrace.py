@@ -5,22 +5,27 @@ Actor-Learner Architectures*, arXiv 1802.01561, section 4. Actors act with a beh
 policy ``mu`` (the learner's weights of some updates ago); the learner updates ``pi``.
 With truncated importance weights::
 
-    rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t))                      (03.1)
+    rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t))                              (03.1)
     c_i   = min(c_bar,   pi(a_i|x_i) / mu(a_i|x_i)),   rho_bar >= c_bar
 
-the n-step V-trace target of the value at ``x_s`` is::
+the V-trace target of the value at ``x_s`` (the paper's n-step sum, run to the end of
+the unroll: ``n = T - s``) is::
 
-    v_s = V(x_s) + sum_{t=s}^{s+n-1} ( prod_{i=s}^{t-1} gamma_i c_i ) delta_t V      (03.2)
+    v_s = V(x_s) + sum_{t=s}^{T-1} ( prod_{i=s}^{t-1} gamma_i c_i ) delta_t V    (03.2)
     delta_t V = rho_t ( r_t + gamma_t V(x_{t+1}) - V(x_t) )
 
 where the empty product (``t = s``) is 1: the product runs to ``t - 1``, not ``t`` (the
 paper's common off-by-one). Computed backwards in one pass::
 
-    v_s - V(x_s) = delta_s V + gamma_s c_s ( v_{s+1} - V(x_{s+1}) )                   (03.3)
+    v_s - V(x_s) = delta_s V + gamma_s c_s ( v_{s+1} - V(x_{s+1}) ),   v_T = V(x_T)   (03.3)
 
 and the policy-gradient advantage, with its own threshold ``pg_rho_bar``::
 
-    A_s = min(pg_rho_bar, pi/mu)_s ( r_s + gamma_s v_{s+1} - V(x_s) )                 (03.4)
+    A_s = min(pg_rho_bar, pi(a_s|x_s) / mu(a_s|x_s)) ( r_s + gamma_s v_{s+1} - V(x_s) )    (03.4)
+    v_T = V(x_T)
+
+These are lesson 03's equations, copied here in plain text; ``tests/test_equations.py``
+fails if a copy stops agreeing with the lesson's.
 
 Conventions (rlax ``vtrace.py``, TorchBeast ``vtrace.py``): pure functions on one batch
 of trajectories, time-major ``[T, B]``; ``discounts[t] = gamma * (1 - done_t)`` is 0

@@ -35,7 +35,7 @@
 
 # %%
 import course_lib
-from course_lib.scale import current_scale
+from course_lib import current_scale
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
@@ -49,7 +49,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # code, so being stuck on one exercise never blocks the next lesson.
 
 # %%
-from course_lib.catalog import LESSONS
+from course_lib.course.catalog import LESSONS
 
 for lesson in LESSONS:
     needs = ", ".join(f"{r:02d}" for r in lesson.requires) or "-"
@@ -80,7 +80,7 @@ plt.show()
 # | execute lessons headless with a timing table | `course run 01 02` |
 # | the same at GPU scale | `course run 01 --scale full` |
 #
-# The run contract, read in one place (`course_lib.scale`):
+# The run contract, read in one place (`course_lib.course.scale`):
 #
 # - `COURSE_SCALE=cpu` (default): the sizes of the committed outputs, which CI re-checks
 #   with nbval. Every notebook finishes in at most 3 minutes on a 2-core CPU.
@@ -90,7 +90,7 @@ plt.show()
 # Lessons take every size from `pick`, so one notebook serves both scales:
 
 # %%
-from course_lib.scale import pick
+from course_lib import pick
 
 n_episodes = pick(cpu=200, full=5_000)
 print(f"at scale {current_scale()!r} this cell would train for {n_episodes} episodes")
@@ -110,7 +110,7 @@ print(f"at scale {current_scale()!r} this cell would train for {n_episodes} epis
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.doctor import doctor
+from course_lib.course.doctor import doctor
 
 results = doctor()
 

@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import course_lib
-from course_lib.scale import current_scale, pick
+from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
@@ -244,13 +244,15 @@ for i, p in enumerate(batch.prompt_ids):
 
 # %%
 from course_lib.pg import gradient_variance
-from course_lib.verifiable import ESTIMATORS, gradient_samples
+from course_lib.verifiable import ESTIMATORS, gradients_by_estimator
 
 n_batches = pick(cpu=1_000, full=10_000)
 exact_task = task.exact_gradient(init_logits).reshape(-1)
 rows = []
 for offset, convention in ((0.0, "1 / 0"), (1.0, "2 / 1")):
-    samples = gradient_samples(task, init_logits, n_batches, n_prompts=32, group_size=8, seed=2, reward_offset=offset)
+    samples = gradients_by_estimator(
+        task, init_logits, n_batches, n_prompts=32, group_size=8, seed=2, reward_offset=offset
+    )
     for name in ESTIMATORS:
         stats = gradient_variance(samples[name], exact_task)
         scale = float(samples[name].mean(axis=0) @ exact_task / (exact_task @ exact_task))
@@ -270,7 +272,7 @@ offsets = np.array([-1.0, -0.5, -0.25, 0.0, 0.5, 1.0, 2.0])
 n_sweep = pick(cpu=300, full=3_000)
 sweep = {name: [] for name in ESTIMATORS}
 for c in offsets:
-    samples = gradient_samples(task, init_logits, n_sweep, n_prompts=32, group_size=8, seed=3, reward_offset=c)
+    samples = gradients_by_estimator(task, init_logits, n_sweep, n_prompts=32, group_size=8, seed=3, reward_offset=c)
     for name in ESTIMATORS:
         sweep[name].append(gradient_variance(samples[name], exact_task).relative_variance)
 
@@ -361,7 +363,8 @@ plt.show()
 # configuration:
 
 # %%
-from course_lib.reinforce import ReinforceConfig, describe, train_reinforce
+from course_lib import describe
+from course_lib.reinforce import ReinforceConfig, train_reinforce
 
 config = ReinforceConfig(n_updates=pick(cpu=50, full=150), lr_anneal=pick(cpu=False, full=True))
 seeds = list(range(pick(cpu=5, full=10)))
@@ -376,7 +379,7 @@ print(f"seeds: {seeds}")
 import os
 from dataclasses import replace
 
-from course_lib.display import progress
+from course_lib import progress
 
 results = []
 with progress(len(seeds) * config.n_updates, "REINFORCE updates", unit="update") as bar:
@@ -437,14 +440,14 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.reinforce import VARIANTS, gradient_samples
+from course_lib.reinforce import VARIANTS, gradients_by_variant
 
 probe = replace(config, n_envs=8, seed=0)
 n_var_batches = pick(cpu=100, full=1_000)
 var_table = {}
 for stage, n_updates in (("untrained", 0), ("after 10 updates", 10)):
     trained = train_reinforce(replace(probe, n_updates=n_updates))
-    grads = gradient_samples(trained.policy, probe, n_var_batches, gamma=1.0, seed=1)
+    grads = gradients_by_variant(trained.policy, probe, n_var_batches, gamma=1.0, seed=1)
     consensus = np.mean([g.mean(axis=0) for g in grads.values()], axis=0)
     for name, g in grads.items():
         var_table[stage, name] = gradient_variance(g, consensus)

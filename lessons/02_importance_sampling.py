@@ -42,7 +42,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import course_lib
-from course_lib.scale import current_scale, pick
+from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
@@ -472,7 +472,8 @@ plt.show()
 # numpy.
 
 # %%
-from course_lib.staleness import LABELS, StalenessConfig, describe, run_staleness_grid
+from course_lib import describe
+from course_lib.staleness import LABELS, StalenessConfig, run_staleness_grid
 
 config = StalenessConfig(n_seeds=pick(cpu=16, full=64), n_updates=pick(cpu=60, full=150))
 print(describe(config))
@@ -484,7 +485,7 @@ print(f"{len(config.runs)} cells x {config.n_seeds} seeds = {len(config.runs) * 
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.display import progress
+from course_lib import progress
 
 with progress(config.n_updates, "updates (all runs at once)", unit="update") as bar:
     grid = run_staleness_grid(config, progress=lambda _: bar.update())

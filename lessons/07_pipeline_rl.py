@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 import course_lib
-from course_lib.scale import current_scale, pick
+from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
@@ -121,7 +121,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # no-correction arm of section 5), and the backpressure rule, as the generator runs it:
 
 # %%
-from course_lib.display import show_source
+from course_lib import show_source
 from course_lib.pipeline.loss import pipeline_loss
 from course_lib.pipeline.system import may_start_group
 
@@ -176,7 +176,7 @@ plt.show()
 # have two nearby policy versions for the demonstration below:
 
 # %%
-from course_lib.actor_learner.model import flat_parameters
+from course_lib.runtime.weights import flat_parameters
 from course_lib.lm import TinyLM
 from course_lib.lm.task import evaluate, warm_start
 from course_lib.pipeline.system import LM
@@ -303,14 +303,14 @@ for recompute in (False, True):
 # the tables quote medians over the seeds for speeds, mean +- standard error for rewards.
 
 # %%
-from dataclasses import fields, replace
+from dataclasses import replace
+
+from course_lib import describe
 
 from course_lib.pipeline.system import PipelineConfig, PipelineSystem
 
 base = PipelineConfig(n_updates=pick(cpu=100, full=600), max_lag=8)
-for f in fields(base):
-    if f.name not in ("lm", "task", "start_method"):
-        print(f"{f.name:<19} = {getattr(base, f.name)!r:<8} # {f.metadata['help']}")
+print(describe(base, exclude=("lm", "task", "start_method")))
 ARMS = {
     "sync": dict(regime="sync"),
     "one_step": dict(regime="one_step"),
@@ -323,8 +323,8 @@ SEEDS = (0, 1, 2)
 # %%
 import os
 
-from course_lib.display import progress
-from course_lib.procs import live_children
+from course_lib import progress
+from course_lib.runtime.processes import live_children
 
 runs = {arm: [] for arm in ARMS}  # arm -> one RegimeReport per seed
 held_out = {arm: [] for arm in ARMS}  # arm -> held-out reward of the final policy, per seed
@@ -581,9 +581,8 @@ print("the uncorrected arm trained on tokens lagging more than 3 updates on aver
 # this small scale (three seeds of 100 updates, lag up to 8) three seeds do not measure
 # the correction's benefit on the mean reliably: over re-runs of this notebook the
 # corrected arm usually ended higher on average, sometimes by more than two standard
-# errors of the difference, more often within them. What the re-runs do show is spread:
-# the uncorrected arm's seeds scatter more widely (compare the two arms' +- above), and
-# the runs that end well below the warm start are uncorrected ones. What to look for
+# errors of the difference, more often within them, and in some re-runs an uncorrected
+# seed ended below the warm start (this run's count is printed above). What to look for
 # when an uncorrected run starts to fail is its tokens per answer: stale tokens push the
 # policy along the gradients of policies up to 8 updates old, the policy stops ending its
 # answers, they run towards the maximum length, fail the verifier and get pushed further

@@ -47,7 +47,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import course_lib
-from course_lib.scale import current_scale, pick
+from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
@@ -112,12 +112,14 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # | equation | function in `course_lib.weight_sync` |
 # |---|---|
 # | the model's tensors | `specs.model_of_size`, `specs.transformer_specs` |
-# | (09.1) transfer, roofline | `methods.Sender` / `Receiver` with `SyncConfig("per_tensor")`, `SyncConfig("flat")` |
+# | one interface, a class per method | `methods.SyncMethod` (`make_plan`, `send`, `receive`; stage, transfer, reload timed in `config.Phases`), chosen from a `SyncConfig` by `methods.method_class` |
+# | (09.1) transfer, roofline | `endpoints.Sender` / `Receiver` with `SyncConfig("per_tensor")`, `SyncConfig("flat")` |
 # | (09.2) bucket plan, pack, unpack | `buckets.plan_buckets`, `buckets.pack`, `buckets.unpack`; `SyncConfig("bucketed")` |
 # | (09.3) double-buffered pipeline | `SyncConfig("pipelined")` |
 # | (09.5) shards | `reshard.shard_range`, `reshard.shard_index`; `SyncConfig(..., reshard=True)` |
 # | (09.6) headers, checksums, errors | `integrity.BucketHeader`, `integrity.checksum`, `integrity.verify_bucket` |
 # | all-or-nothing commit | `store.WeightStore.commit` |
+# | injected faults (teaching and tests only) | `faults.CorruptBucket`, `faults.ReorderBuckets`, `faults.StaleVersion`, `faults.KillSender`, armed with `Trial(..., fault=...)` |
 # | bf16 and delta updates | `SyncConfig(wire_dtype="bf16", delta=True)` |
 # | zero-copy buckets (no pack, no unpack) | `SyncConfig(in_place=True)`, `store.WeightStore.in_bucket_layout` |
 # | real processes | `launch.run_trials(trials, world_size)` |
@@ -132,12 +134,12 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 
 # %%
 from course_lib.weight_sync.buckets import plan_buckets
-from course_lib.weight_sync.specs import describe, model_of_size, total_bytes, transformer_specs
+from course_lib.weight_sync.specs import describe_model, model_of_size, total_bytes, transformer_specs
 
 sizes_mb = pick(cpu=[16, 64, 256], full=[64, 256, 1024, 4096])
-models = {mb: tuple(model_of_size(mb)) for mb in sizes_mb}
-for mb, specs in models.items():
-    print(f"{mb:>5} MiB target: {describe(list(specs))}")
+models = {mb: tuple(model_of_size(mb)) for mb in sorted({*sizes_mb, 16, 64})}  # 16, 64 MiB: later sections' fixed sizes
+for mb in sizes_mb:
+    print(f"{mb:>5} MiB target: {describe_model(list(models[mb]))}")
 
 # %% [markdown]
 # The plan is the metadata sent **once**: every tensor's bucket and byte offset (aligned
@@ -233,7 +235,7 @@ print(f"{len(methods)} methods x {len(sizes_mb)} sizes {sizes_mb} MiB x {ROUNDS}
 # NBVAL_IGNORE_OUTPUT
 import os
 
-from course_lib.display import progress
+from course_lib import progress
 
 load_before = os.getloadavg()[0]
 results = {}
@@ -243,7 +245,7 @@ with progress(len(sizes_mb), "model sizes", unit="size") as bar:
         for name, res in run_interleaved(trials, ROUNDS, timeout_s=120, deadline_s=600).items():
             results[mb, name] = res
         bar.update()
-print(f"load average (1 min) of this 2-core machine: {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+print(f"load average (1 min) of this {os.cpu_count()}-core machine: {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
 print(f"{'ms per update (GB/s)':<20} | " + " | ".join(f"{f'{mb} MiB':>16}" for mb in sizes_mb))
 for n in methods:
     print(f"{n:<20} | " + " | ".join(f"{results[mb, n].median_s * 1e3:>7.1f} ({results[mb, n].gb_per_s:>4.2f})"
@@ -258,11 +260,15 @@ t = {key: r.median_s for key, r in results.items()}
 assert all(not r.errors for r in results.values())
 assert all(r.final_abs_error == 0.0 for (mb, n), r in results.items() if not n.startswith("flat"))
 assert t[big, "naive"] > max(t[big, n] for n in methods if n != "naive")
-assert all(2 * t[mb, "bucketed"] < t[mb, "per-tensor"] for mb in sizes_mb if mb < 64)
+latency_bound = [mb for mb in sizes_mb if mb < 64]  # sizes where per-message latency dominates
+assert latency_bound or current_scale() != "cpu"
+assert all(2 * t[mb, "bucketed"] < t[mb, "per-tensor"] for mb in latency_bound)
 assert all(t[small, n] > 1.5 * t[small, "flat (roofline)"] for n in ("bucketed", "pipelined"))
-print(f"every update arrived bit-exact; at {big} MiB the naive save/load is the slowest method; at {small} MiB "
-      "(latency-bound) the bucketed broadcast is more than twice as fast as per-tensor, and the bucketed and "
-      "pipelined updates take more than 1.5x the roofline's time")
+print(f"every update arrived bit-exact; at {big} MiB the naive save/load is the slowest method; "
+      + (f"at {', '.join(map(str, latency_bound))} MiB (latency-bound) the bucketed broadcast is more than twice as "
+         "fast as per-tensor; " if latency_bound else "no size of this run is latency-bound (below 64 MiB): "
+         "bucketed vs per-tensor is not asserted; ")
+      + f"at {small} MiB the bucketed and pipelined updates take more than 1.5x the roofline's time")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -497,12 +503,13 @@ assert max(prec["bf16 delta"].max_abs_error[1:]) < min(prec["bf16"].max_abs_erro
 # receiver must reject the update, keep version 1 exactly, and nobody may hang:
 
 # %%
-from course_lib.procs import live_children
+from course_lib.runtime.processes import live_children
+from course_lib.weight_sync.faults import CorruptBucket, KillSender, ReorderBuckets, StaleVersion
 
-faults = {"corrupt bucket": dict(fault="corrupt:2"), "out-of-order bucket": dict(fault="reorder"),
-          "stale version": dict(fault="stale"),
+faults = {"corrupt bucket": dict(fault=CorruptBucket(2)), "out-of-order bucket": dict(fault=ReorderBuckets()),
+          "stale version": dict(fault=StaleVersion()),
           "shape mismatch": dict(receiver_specs=tuple(transformer_specs(models[16][1].shape[0] + 16, n_layers=32))),
-          "sender killed": dict(fault="kill:1")}
+          "sender killed": dict(fault=KillSender(after_bucket=1))}
 fault_trials = [Trial(SyncConfig("pipelined", bucket_mb=1), models[16], updates=2, warmup=1, drift=True, **kw)
                 for kw in faults.values()]
 outcomes = dict(zip(faults, run_trials(fault_trials, timeout_s=20, deadline_s=300)))

@@ -9,8 +9,8 @@ import functools
 import io
 from typing import Any
 
-from course_lib.notebooks.source import render, targets_for
-from course_lib.paths import repo_root
+from course_lib.course.notebooks.source import render, targets_for
+from course_lib.course.paths import repo_root
 
 
 def _render(lesson_id: str, kind: str):
@@ -112,7 +112,7 @@ def mutant_function(lesson_id: str, mutant: Mutant) -> Any:
 import psutil  # noqa: E402
 import pytest  # noqa: E402
 
-from course_lib.procs import live_children, stop_multiprocessing_helpers, wait_gone  # noqa: E402
+from course_lib.runtime.processes import live_children, stop_multiprocessing_helpers, wait_gone  # noqa: E402
 
 
 @pytest.fixture

@@ -17,16 +17,17 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.actor_learner.actor import EpisodeTracker, exit_reason, unroll
-from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
+from course_lib.actor_learner.actor import EpisodeTracker, unroll
+from course_lib.actor_learner.buffers import RolloutBuffers
 from course_lib.actor_learner.envs import SameStepCartPoleVectorEnv, make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, rollout_lag
-from course_lib.actor_learner.model import ActorCritic, flat_parameters, load_flat_parameters
+from course_lib.actor_learner.model import ActorCritic
 from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault, compare_layouts
 from course_lib.actor_learner.timers import Timings, timing_table
 from course_lib.lag import Arm, LagConfig, run_lag_ablation
-from course_lib.procs import live_children
-from course_lib.procs import wait_gone as gone
+from course_lib.runtime.processes import exit_reason, live_children
+from course_lib.runtime.processes import wait_gone as gone
+from course_lib.runtime.weights import SharedWeights, flat_parameters, load_flat_parameters
 
 # small and quick: every system test finishes in seconds
 FAST = SystemConfig(

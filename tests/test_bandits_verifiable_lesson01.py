@@ -13,9 +13,9 @@ from course_lib.verifiable import (
     ArithmeticTask,
     GroupBatch,
     advantages,
-    gradient_samples,
+    gradients_by_estimator,
+    logit_table_gradient,
     make_arithmetic_task,
-    policy_gradient,
     sample_and_grade,
     sample_answers,
     train_answer_policy,
@@ -152,7 +152,7 @@ def test_sample_answers_frequencies():
 # ---------------------------------------------------------------------------------------
 
 
-def dense_policy_gradient(z, prompt_ids, answer_ids, w):
+def dense_logit_table_gradient(z, prompt_ids, answer_ids, w):
     """Oracle: loop over every sample, add w * (onehot - pi) to its prompt's row."""
     g = np.zeros_like(z)
     n_b, n_g = answer_ids.shape
@@ -170,7 +170,7 @@ def test_policy_gradient_matches_the_dense_loop():
     p = np.array([0, 3, 3, 1])  # a repeated prompt accumulates
     a = rng.integers(0, 4, size=(4, 6))
     w = rng.normal(size=(4, 6))
-    np.testing.assert_allclose(policy_gradient(z, p, a, w), dense_policy_gradient(z, p, a, w), atol=1e-12)
+    np.testing.assert_allclose(logit_table_gradient(z, p, a, w), dense_logit_table_gradient(z, p, a, w), atol=1e-12)
 
 
 def test_advantages_per_estimator():
@@ -198,7 +198,7 @@ def test_estimators_are_unbiased_up_to_their_known_scale():
     z = np.random.default_rng(2).normal(size=(6, 4))
     exact = task.exact_gradient(z).reshape(-1)
     group = 4
-    samples = gradient_samples(task, z, 4_000, n_prompts=6, group_size=group, seed=0, reward_offset=1.0)
+    samples = gradients_by_estimator(task, z, 4_000, n_prompts=6, group_size=group, seed=0, reward_offset=1.0)
     for name, scale in (("no baseline", 1.0), ("group mean", 1 - 1 / group)):
         mean = samples[name].mean(axis=0)
         se = samples[name].std(axis=0) / math.sqrt(4_000)
@@ -209,8 +209,8 @@ def test_estimators_are_unbiased_up_to_their_known_scale():
 def test_group_estimators_ignore_the_reward_offset():
     task = small_task()
     z = np.zeros((6, 4))
-    a = gradient_samples(task, z, 20, 6, 4, seed=5, reward_offset=0.0)
-    b = gradient_samples(task, z, 20, 6, 4, seed=5, reward_offset=3.0)
+    a = gradients_by_estimator(task, z, 20, 6, 4, seed=5, reward_offset=0.0)
+    b = gradients_by_estimator(task, z, 20, 6, 4, seed=5, reward_offset=3.0)
     np.testing.assert_allclose(a["group mean"], b["group mean"], atol=1e-12)
     np.testing.assert_allclose(a["group mean / std"], b["group mean / std"], atol=1e-9)
     assert not np.allclose(a["no baseline"], b["no baseline"])

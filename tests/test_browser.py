@@ -1,6 +1,6 @@
 """End to end in a real browser: `make lab`'s server, lesson 00, its first code cell.
 
-JupyterLab is started by ``course_lib.lab.serve_lab`` (the launch code of ``course lab``)
+JupyterLab is started by ``course_lib.course.lab.serve_lab`` (the launch code of ``course lab``)
 with fresh settings/workspace/runtime dirs; headless Chromium (the system one, driven
 by Playwright for Python) opens lesson 00, waits for the kernel, clears the stored
 outputs, runs the first code cell with Shift+Enter and checks what it renders.
@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course_lib.lab import free_port, lab_url, serve_lab
-from course_lib.paths import repo_root
+from course_lib.course.lab import free_port, lab_url, serve_lab
+from course_lib.course.paths import repo_root
 
 LESSON = "lessons/00_welcome.ipynb"
 EXPECTED = "course_lib 0.1.0 | scale: cpu"

@@ -1,4 +1,4 @@
-"""course_lib.display: the progress bar leaves one plain line behind; show_source prints real code."""
+"""course_lib.course.display: the progress bar leaves one plain line behind; show_source prints real code."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import nbformat
 import pytest
 
-from course_lib.display import progress, show_source, summary_line
-from course_lib.notebooks.execute import execute_notebook
+from course_lib.course.display import progress, show_source, summary_line
+from course_lib.course.notebooks.execute import execute_notebook
 from course_lib.pg import discounted_returns
 
 
@@ -37,7 +37,7 @@ def test_show_source_prints_the_library_code(capsys):
     show_source(discounted_returns)
     out = capsys.readouterr().out
     assert out.startswith("# course_lib.pg.discounted_returns\ndef discounted_returns(")
-    assert "Equation (00.1)" in out
+    assert "(00.1)" in out and "(00.2)" in out  # the docstring names the lesson's equations
 
 
 def test_show_source_names_what_it_cannot_show():
@@ -54,7 +54,7 @@ def _run(cells: list[str], tmp_path) -> nbformat.NotebookNode:
 def test_in_a_notebook_the_stored_output_is_the_summary_line_only(tmp_path):
     nb = _run(
         [
-            "from course_lib.display import progress\n"
+            "from course_lib.course.display import progress\n"
             "with progress(4, 'updates', unit='update') as bar:\n"
             "    for _ in range(4):\n"
             "        bar.update()\n"
@@ -77,7 +77,7 @@ def test_in_a_notebook_the_stored_output_is_the_summary_line_only(tmp_path):
 def test_in_a_notebook_show_source_stores_the_source_as_plain_text(tmp_path):
     nb = _run(
         [
-            "from course_lib.display import show_source\nfrom course_lib.pg import discounted_returns\nshow_source(discounted_returns)"
+            "from course_lib.course.display import show_source\nfrom course_lib.pg import discounted_returns\nshow_source(discounted_returns)"
         ],
         tmp_path,
     )
@@ -89,7 +89,7 @@ def test_in_a_notebook_show_source_stores_the_source_as_plain_text(tmp_path):
 def test_the_saved_widget_state_holds_no_timings(tmp_path):
     nb = _run(
         [
-            "from course_lib.display import progress\nwith progress(3, 'updates', unit='update') as bar:\n    bar.update(3)"
+            "from course_lib.course.display import progress\nwith progress(3, 'updates', unit='update') as bar:\n    bar.update(3)"
         ],
         tmp_path,
     )
@@ -103,12 +103,12 @@ def test_nbval_passes_on_an_executed_progress_cell_without_ignoring_it(tmp_path)
     import subprocess
     import sys
 
-    from course_lib.notebooks.execute import write_notebook
-    from course_lib.paths import repo_root
+    from course_lib.course.notebooks.execute import write_notebook
+    from course_lib.course.paths import repo_root
 
     nb = _run(
         [
-            "from course_lib.display import progress\nwith progress(4, 'updates', unit='update') as bar:\n    bar.update(4)"
+            "from course_lib.course.display import progress\nwith progress(4, 'updates', unit='update') as bar:\n    bar.update(4)"
         ],
         tmp_path,
     )
@@ -121,3 +121,23 @@ def test_nbval_passes_on_an_executed_progress_cell_without_ignoring_it(tmp_path)
     )
     assert done.returncode == 0, done.stdout[-2000:]
     assert "1 passed" in done.stdout
+
+
+def test_describe_lists_every_config_field_with_its_help():
+    from dataclasses import dataclass, field
+
+    from course_lib import describe
+
+    @dataclass(frozen=True)
+    class Config:
+        lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
+        name: str = field(default="a-rather-long-value-that-overflows-the-column", metadata={"help": "a name"})
+        plain: int = 3
+
+    lines = describe(Config()).splitlines()
+    assert lines[0].startswith("lr    = 0.001") and lines[0].endswith("# Adam learning rate")
+    assert lines[1].endswith("# a name") and "overflows" in lines[1]
+    assert lines[2] == "plain = 3"  # no help metadata: no comment
+    assert describe(Config(), exclude=("name", "plain")).count("\n") == 0
+    with pytest.raises(TypeError, match="dataclass instance"):
+        describe(Config)

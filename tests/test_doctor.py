@@ -1,4 +1,4 @@
-"""``course doctor`` (course_lib.doctor): the real run on this machine, and each way it fails."""
+"""``course doctor`` (course_lib.course.doctor): the real run on this machine, and each way it fails."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import doctor
+from course_lib.course import doctor
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_HINT = "run `make lab` or `pip install -e .`"
@@ -99,10 +99,10 @@ def _assert_fenced_block(out: str) -> None:
 
 
 def test_real_doctor_passes_on_this_machine(tmp_path):
-    """The whole doctor, in a fresh interpreter, as `python -m course_lib.doctor`."""
+    """The whole doctor, in a fresh interpreter, as `python -m course_lib.course.doctor`."""
     json_path = tmp_path / "doctor.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "course_lib.doctor", "--json", str(json_path)],
+        [sys.executable, "-m", "course_lib.course.doctor", "--json", str(json_path)],
         cwd=REPO,
         env=_subprocess_env(tmp_path),
         capture_output=True,
@@ -127,14 +127,14 @@ def test_course_cli_dispatches_doctor(tmp_path):
         timeout=120,
     )
     missing = re.search(r"No module named '(course_lib\.[\w.]+)'", proc.stderr)
-    if proc.returncode != 0 and missing and not missing.group(1).startswith("course_lib.doctor"):
+    if proc.returncode != 0 and missing and not missing.group(1).startswith("course_lib.course.doctor"):
         pytest.skip(f"the CLI cannot build its parser yet: {missing.group(0)}")
     _assert_clean_report(proc, json_path)
 
 
 def test_importing_doctor_stays_light():
     code = (
-        "import sys, course_lib.doctor\n"
+        "import sys, course_lib.course.doctor\n"
         "heavy = [m for m in ('torch', 'jax', 'gymnasium', 'jupyterlab', 'psutil') if m in sys.modules]\n"
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
@@ -295,11 +295,11 @@ def test_json_option_writes_parseable_results(sandbox, capsys):
 
 
 def test_check_result_is_frozen_and_validated():
-    result = doctor.CheckResult("x", "PASS", "ok")
+    result = doctor.DoctorResult("x", "PASS", "ok")
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.status = "FAIL"
     with pytest.raises(ValueError, match="status"):
-        doctor.CheckResult("x", "OK", "ok")
+        doctor.DoctorResult("x", "OK", "ok")
     assert result.line() == "PASS  x                ok"
 
 
@@ -309,7 +309,7 @@ def test_doctor_api_prints_only_when_asked(sandbox, capsys):
     printed = doctor.doctor()
     _assert_fenced_block(capsys.readouterr().out)
     assert [r.name for r in printed] == EXPECTED_NAMES
-    assert all(isinstance(r, doctor.CheckResult) for r in results)
+    assert all(isinstance(r, doctor.DoctorResult) for r in results)
     assert [r.name for r in results] == EXPECTED_NAMES
 
 

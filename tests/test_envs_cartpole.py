@@ -1,8 +1,11 @@
 """course_lib.envs.cartpole against gymnasium's CartPole-v1 (the oracle), gymnax style:
 step both from the same state with the same actions and compare observations, rewards,
-terminations and truncations; plus the auto-reset and jit/vmap behaviour."""
+terminations and truncations; plus the auto-reset and jit/vmap behaviour. First, every
+env module in ``ENVS`` against the env interface (course_lib.envs.interface)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import gymnasium as gym
 import jax
@@ -11,8 +14,94 @@ import numpy as np
 import pytest
 
 from course_lib.envs import cartpole
+from course_lib.envs.interface import JaxEnv, step_with_auto_reset
 
 pytestmark = pytest.mark.timeout(300)
+
+#: Every JAX env of the course; a new env module is added here and must pass the interface tests.
+ENVS = [cartpole]
+#: mypy checks that the module follows the protocol (each of its members, with its signature).
+_CARTPOLE: JaxEnv[cartpole.EnvState, cartpole.EnvParams] = cartpole
+
+
+def _assert_frozen_pytree(x, what):
+    assert dataclasses.is_dataclass(x) and type(x).__dataclass_params__.frozen, f"{what} is not a frozen dataclass"
+    leaves = jax.tree.leaves(x)
+    assert leaves and leaves[0] is not x, f"{what} is a single leaf: register it as a pytree"
+
+
+@pytest.mark.parametrize("env", ENVS, ids=lambda e: e.__name__.rsplit(".", 1)[-1])
+def test_env_follows_the_interface(env):
+    """Members, shapes and dtypes of reset / step_env / step, one env and a vmapped batch, under jit."""
+    assert isinstance(env, JaxEnv)
+    params = env.DEFAULT_PARAMS
+    _assert_frozen_pytree(params, "EnvParams")
+    obs, state = jax.jit(env.reset)(jax.random.key(0), params)
+    _assert_frozen_pytree(state, "EnvState")
+    assert obs.shape == (env.OBS_DIM,) and obs.dtype == jnp.float32
+    for action in range(env.N_ACTIONS):
+        out = jax.jit(env.step_env)(jax.random.key(1), state, action, params)
+        assert len(out) == 5
+        next_obs, next_state, reward, terminated, truncated = out
+        assert next_obs.shape == (env.OBS_DIM,) and next_obs.dtype == jnp.float32
+        assert jax.tree.structure(next_state) == jax.tree.structure(state)
+        assert (reward.shape, reward.dtype) == ((), jnp.float32)
+        assert (terminated.shape, terminated.dtype, truncated.shape, truncated.dtype) == ((), bool, (), bool)
+        out = jax.jit(env.step)(jax.random.key(1), state, action, params)
+        assert len(out) == 6 and out[5]["final_obs"].shape == (env.OBS_DIM,)
+    keys = jax.random.split(jax.random.key(2), 5)
+    obs, states = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    actions = jnp.arange(5) % env.N_ACTIONS
+    obs, _, reward, terminated, _, info = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))(
+        keys, states, actions, params
+    )
+    assert obs.shape == info["final_obs"].shape == (5, env.OBS_DIM) and reward.shape == terminated.shape == (5,)
+
+
+def test_step_with_auto_reset_never_gives_the_reset_the_transition_key():
+    """The keys step_env and reset receive differ from each other and from the key given to step."""
+    seen = {}
+
+    def reset(key, params):
+        seen["reset"] = key
+        return cartpole.reset(key, params)
+
+    def step_env(key, state, action, params):
+        seen["step_env"] = key
+        return cartpole.step_env(key, state, action, params)
+
+    key = jax.random.key(4)
+    _, state = cartpole.reset(jax.random.key(0))
+    step_with_auto_reset(reset, step_env, key, state, 1, cartpole.DEFAULT_PARAMS)
+    data = [tuple(np.asarray(jax.random.key_data(k)).ravel()) for k in (key, seen["step_env"], seen["reset"])]
+    assert len(set(data)) == 3
+
+
+@pytest.mark.parametrize("env", ENVS, ids=lambda e: e.__name__.rsplit(".", 1)[-1])
+def test_step_is_step_env_then_a_reset_drawn_with_its_own_key(env):
+    """Over a random rollout that crosses many episode ends: ``step`` equals the interface's
+    auto-reset of the env's own ``reset`` and ``step_env``; where an episode ended its new
+    observation is not the one a reset with the step's key would draw (the key was split)."""
+    params, n = env.DEFAULT_PARAMS, 32
+    step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+    reference = jax.jit(jax.vmap(lambda *a: step_with_auto_reset(env.reset, env.step_env, *a), in_axes=(0, 0, 0, None)))
+    reset_with = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    _, state = reset_with(jax.random.split(jax.random.key(0), n), params)
+    ended = 0
+    for t in range(60):
+        keys = jax.random.split(jax.random.key(100 + t), n)
+        actions = jax.random.randint(jax.random.key(200 + t), (n,), 0, env.N_ACTIONS)
+        out = step(keys, state, actions, params)
+        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(reference(keys, state, actions, params)), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        obs, state, _, terminated, truncated, info = out
+        done = np.asarray(terminated | truncated)
+        same_key_obs, _ = reset_with(keys, params)
+        assert not np.isclose(np.asarray(obs)[done], np.asarray(same_key_obs)[done]).all(-1).any()
+        np.testing.assert_array_equal(np.asarray(obs)[~done], np.asarray(info["final_obs"])[~done])
+        ended += int(done.sum())
+    assert ended > 20
+
 
 STEP_ENV = jax.jit(cartpole.step_env)
 STEP = jax.jit(cartpole.step)

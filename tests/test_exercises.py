@@ -17,11 +17,11 @@ import re
 import pytest
 from conftest import Mutant, mutant_function, solution_function, stub_function
 
-from course_lib.catalog import available_lessons, get_lesson
-from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
-from course_lib.grading.lessons import exercises_for, get_exercise
-from course_lib.notebooks.source import render, targets_for
-from course_lib.paths import repo_root
+from course_lib.course.catalog import available_lessons, get_lesson
+from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.notebooks.source import render, targets_for
+from course_lib.course.paths import repo_root
 
 ROOT = repo_root()
 LESSONS = [lesson.id for lesson in available_lessons(ROOT) if lesson.exercise_source(ROOT).exists()]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.catalog import available_lessons
-from course_lib.paths import repo_root
+from course_lib.course.catalog import available_lessons
+from course_lib.course.paths import repo_root
 
 ROOT = repo_root()
 COURSE = Path(sys.executable).parent / "course"

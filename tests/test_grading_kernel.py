@@ -20,10 +20,10 @@ import psutil
 import pytest
 from conftest import exercise_function_source
 
-from course_lib.catalog import LESSONS
-from course_lib.grading import cli
-from course_lib.grading.lessons import exercises_for
-from course_lib.grading.runner import GradeOptions, grade_notebook
+from course_lib.course.catalog import LESSONS
+from course_lib.course.grading import cli
+from course_lib.course.grading.lessons import exercises_for
+from course_lib.course.grading.runner import GradeOptions, grade_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = sorted((ROOT / "tests" / "mutants").glob("discounted_returns_*.py"))
@@ -61,7 +61,7 @@ def make_notebook(
         nb.metadata["course"] = {"lesson": lesson, "kind": kind}
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Lesson 00 exercises"),
-        nbformat.v4.new_code_cell("import numpy as np\nfrom course_lib.grading import check"),
+        nbformat.v4.new_code_cell("import numpy as np\nfrom course_lib.course.grading import check"),
         *[nbformat.v4.new_code_cell(src) for src in before],
         nbformat.v4.new_code_cell(function_source),
         *[

@@ -17,11 +17,11 @@ import torch
 from conftest import Mutant, mutant_function, mutant_source
 from mutants.l01_policy_gradients import MUTANTS
 
-from course_lib.grading import check
-from course_lib.grading import cli as grade_cli
-from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
-from course_lib.grading.lessons import l01_policy_gradients as l01
-from course_lib.notebooks.source import Target, render
+from course_lib.course.grading import check
+from course_lib.course.grading import cli as grade_cli
+from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.course.grading.lessons import l01_policy_gradients as l01
+from course_lib.course.notebooks.source import Target, render
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "01_policy_gradients"

@@ -16,11 +16,11 @@ import torch
 from conftest import Mutant, mutant_function, mutant_source, solution_function
 from mutants.l02_importance_sampling import MUTANTS
 
-from course_lib.grading import check
-from course_lib.grading import cli as grade_cli
-from course_lib.grading.checks import NOT_IMPLEMENTED, run_exercise
-from course_lib.grading.lessons import get_exercise
-from course_lib.grading.lessons import l02_importance_sampling as l02
+from course_lib.course.grading import check
+from course_lib.course.grading import cli as grade_cli
+from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.course.grading.lessons import get_exercise
+from course_lib.course.grading.lessons import l02_importance_sampling as l02
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "02_importance_sampling"

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from conftest import mutant_source, solution_function
 
-from course_lib.grading import cli as grade_cli
-from course_lib.grading.checks import run_exercise
-from course_lib.grading.lessons import exercises_for, get_exercise
-from course_lib.grading.lessons import l03_impala_vtrace as l03
+from course_lib.course.grading import cli as grade_cli
+from course_lib.course.grading.checks import run_exercise
+from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.grading.lessons import l03_impala_vtrace as l03
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "03_impala_vtrace"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.actor_learner.model import flat_parameters
 from course_lib.lm import CountdownTask, LMConfig, SlotSampler, TaskConfig, TinyLM, sequence_logprobs
 from course_lib.lm.task import EOS, PROMPT_LEN, Problem, num, teacher_forcing_batch, warm_start
+from course_lib.runtime.weights import flat_parameters
 
 TASK = CountdownTask(TaskConfig(max_quotient=12))
 CFG = LMConfig(vocab=TASK.config.vocab, max_len=TASK.config.max_len)

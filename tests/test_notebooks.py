@@ -7,10 +7,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.notebooks import build
-from course_lib.notebooks.execute import execute_notebook, write_notebook
-from course_lib.notebooks.source import STUB_LINE, SourceError, Target, render, targets_for
-from course_lib.paths import repo_root
+from course_lib.course.notebooks import build
+from course_lib.course.notebooks.execute import execute_notebook, write_notebook
+from course_lib.course.notebooks.source import STUB_LINE, SourceError, Target, render, targets_for
+from course_lib.course.paths import repo_root
 
 LESSON = """# %% [markdown]
 # # Tiny lesson

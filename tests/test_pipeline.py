@@ -7,20 +7,28 @@ import os
 import signal
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from course_lib.actor_learner.model import flat_parameters
 from course_lib.importance import truncated_is_loss
-from course_lib.lm import CountdownTask, TinyLM
-from course_lib.lm.task import warm_start
+from course_lib.lm import CountdownTask, SlotSampler, TinyLM
+from course_lib.lm.task import EOS, warm_start
 from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
-from course_lib.pipeline.system import LM, PipelineConfig, PipelineFault, PipelineSystem, may_start_group
+from course_lib.pipeline.system import (
+    LM,
+    GroupGenerator,
+    PipelineConfig,
+    PipelineFault,
+    PipelineSystem,
+    may_start_group,
+)
 from course_lib.pipeline.timeline import time_to_target
-from course_lib.procs import live_children
-from course_lib.procs import wait_gone as gone
+from course_lib.runtime.processes import live_children
+from course_lib.runtime.processes import wait_gone as gone
+from course_lib.runtime.weights import SharedWeights, flat_parameters, load_flat_parameters
 
 FAST = PipelineConfig(
     n_slots=8, group_size=2, groups_per_batch=4, n_updates=6, poll_s=0.05, stall_timeout_s=20.0, join_timeout_s=1.0
@@ -141,6 +149,82 @@ def test_bad_configurations_are_named() -> None:
         PipelineConfig(regime="async")  # type: ignore[arg-type]
 
 
+# -- the generator's loop, in this process ---------------------------------------------------
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread, as in the generator process (``child_setup``); tiny decoding steps
+    with more threads only spin against each other on a busy machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def generator_here(cfg: PipelineConfig) -> tuple[GroupGenerator, TinyLM, SharedWeights, list]:
+    """A :class:`GroupGenerator` on the initial weights, its pipe a list; and the trainer's
+    model and the shared weights it publishes to."""
+    trainer_model = TinyLM(cfg.lm)
+    load_flat_parameters(trainer_model, init_flat())
+    weights = SharedWeights(trainer_model)
+    sampler = SlotSampler(TinyLM(cfg.lm), cfg.n_slots, EOS, torch.Generator().manual_seed(0))
+    sampler.version = weights.pull(sampler.model, -1)
+    sent: list = []
+    task, rng = CountdownTask(cfg.task), np.random.default_rng(0)
+    return (
+        GroupGenerator(cfg, weights, sampler, task, rng, SimpleNamespace(send=sent.append)),
+        trainer_model,
+        weights,
+        sent,
+    )
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
+def test_the_generator_fills_exactly_the_backpressure_window_and_sends_whole_groups(regime):
+    """The trainer consumes nothing: groups 0 .. (bound + 1) B - 1 start, no more, and each
+    is sent once, with G verified answers sampled by version 0."""
+    cfg = replace(FAST, regime=regime, n_slots=8 if regime != "pipeline" else 6)
+    generator, _, _, sent = generator_here(cfg)
+    for _ in range(10_000):
+        generator.start_groups(consumed=0)
+        if generator.sampler.n_active == 0:
+            break
+        generator.decode_step()
+    assert generator.next_group == cfg.capacity_groups and not generator.groups
+    assert sorted(k for _, k, _, _ in sent) == list(range(cfg.capacity_groups))
+    for kind, _, group, timeline in sent:
+        assert kind == "group" and group["start_version"] == 0 and len(group["answers"]) == cfg.group_size
+        for answer in group["answers"]:
+            assert set(answer["versions"]) == {0} and len(answer["logp"]) == len(answer["answer"])
+            assert answer["reward"] in (0.0, 1.0)
+        assert timeline["swaps"] == []
+    assert sum(timeline["steps"] for *_, timeline in sent) > 0
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_an_in_flight_update_reaches_the_live_answers_between_two_decoding_steps():
+    cfg = replace(FAST, n_slots=6)  # pipeline
+    generator, trainer_model, weights, sent = generator_here(cfg)
+    generator.start_groups(consumed=0)
+    for _ in range(6):  # 4 prompt tokens, then 3 answer tokens sampled by version 0
+        generator.decode_step()
+    with torch.no_grad():
+        for p in trainer_model.parameters():
+            p.add_(0.01)
+    weights.publish(trainer_model, 1)
+    generator.start_groups(consumed=0)  # the swap, between two decoding steps
+    assert generator.sampler.version == 1 and [v for _, v in generator.timeline.swaps] == [1]
+    while generator.sampler.n_active:
+        generator.decode_step()
+    first = {k: group for _, k, group, _ in sent if k < cfg.n_slots // cfg.group_size}  # started before the swap
+    assert len(first) == 3 and all(group["start_version"] == 0 for group in first.values())
+    answers = [a for group in first.values() for a in group["answers"]]
+    assert any(set(a["versions"]) == {0, 1} for a in answers)  # one answer, two policies
+    assert all(a["versions"] == sorted(a["versions"]) for a in answers)
+
+
 # -- the regimes, with real processes -------------------------------------------------------
 
 
@@ -259,7 +343,7 @@ def test_the_generator_exits_when_the_parent_dies_without_cleaning_up(tmp_path):
         textwrap.dedent("""
         import os
         import torch
-        from course_lib.actor_learner.model import flat_parameters
+        from course_lib.runtime.weights import flat_parameters
         from course_lib.lm import TinyLM
         from course_lib.pipeline.system import LM, PipelineConfig, PipelineSystem
         if __name__ == "__main__":

@@ -4,13 +4,18 @@ and learning rates, learns CartPole)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from course_lib import ppo_jax
+from course_lib.ppo_config import PPOConfig
 from course_lib.ppo_jax import (
-    PPOConfig,
     Transition,
     final_return,
     gae,
@@ -208,3 +213,31 @@ def test_learns_cartpole():
     returns = np.asarray(result.metrics["charts/episode_return"])
     assert np.nanmean(returns[:5]) < 40
     assert float(final_return(result.metrics)) > 150
+
+
+def _xla_flags_after(statements: str) -> str:
+    """XLA_FLAGS in a fresh interpreter that starts with another flag set and runs ``statements``;
+    also asserts that JAX's backend was not started by them (so the flag is still in time)."""
+    code = (
+        f"{statements}\n"
+        "import os, sys\n"
+        "if 'jax' in sys.modules:\n"
+        "    from jax._src import xla_bridge\n"
+        "    assert not xla_bridge.backends_are_initialized(), 'the backend started before XLA_FLAGS was final'\n"
+        "print(os.environ['XLA_FLAGS'])"
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_cpu_multi_thread_eigen=true")
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.strip()
+
+
+def test_importing_ppo_jax_sets_the_xla_cpu_flag_before_jax_starts_and_the_envs_do_not():
+    assert _xla_flags_after("import course_lib.envs.cartpole") == "--xla_cpu_multi_thread_eigen=true"
+    assert _xla_flags_after("import course_lib.ppo_jax") == f"--xla_cpu_multi_thread_eigen=true {ppo_jax.XLA_CPU_FLAGS}"
+    twice = "import course_lib.ppo_jax as p; p.use_reliable_xla_cpu_flags(); p.use_reliable_xla_cpu_flags()"
+    assert _xla_flags_after(twice).count("concurrency_optimized_scheduler") == 1
+
+
+def test_ppo_jax_and_the_torch_loop_share_one_config_class():
+    assert ppo_jax.PPOConfig is PPOConfig

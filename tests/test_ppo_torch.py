@@ -4,13 +4,18 @@ steps, and a short run learns and is reproducible."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-from course_lib.ppo_jax import PPOConfig, Transition, gae, init_params, ppo_loss
+from course_lib.ppo_config import PPOConfig
+from course_lib.ppo_jax import Transition, gae, init_params, ppo_loss
 from course_lib.ppo_torch import gae_numpy, make_actor_critic, ppo_loss_torch, train_torch
 
 pytestmark = pytest.mark.timeout(600)
@@ -147,3 +152,15 @@ def test_classic_loop_learns_cartpole():
     r = train_torch(config, seed=0)
     assert np.nanmean(r.episode_return[:5]) < 40
     assert r.final_return() > 100
+
+
+def test_the_classic_baseline_imports_no_jax_and_sets_no_xla_flags():
+    """The torch loop reads the shared PPOConfig from course_lib.ppo_config, which has no JAX in it."""
+    code = (
+        "import os, sys; import course_lib.ppo_torch, course_lib.ppo_config; "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxlib', 'optax')))); "
+        "print(os.environ.get('XLA_FLAGS'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split("\n")[:2] == ["[]", "None"], out.stdout

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from course_lib import describe
 from course_lib.pg import discounted_returns
 from course_lib.reinforce import (
     VARIANTS,
@@ -15,11 +16,10 @@ from course_lib.reinforce import (
     ReinforceResult,
     batch_loss,
     collect_episodes,
-    describe,
-    gradient_samples,
+    flat_policy_gradient,
+    gradients_by_variant,
     make_env,
     make_policy,
-    policy_gradient,
     step_weights,
     train_reinforce,
 )
@@ -127,10 +127,10 @@ def test_batch_loss_and_policy_gradient_agree_with_a_manual_sum():
     logp = torch.log_softmax(policy(obs), -1)[torch.arange(batch.n_steps), torch.from_numpy(batch.actions[batch.mask])]
     manual = -(torch.from_numpy(w[batch.mask]).float() * logp).sum() / batch.n_steps
     assert math.isclose(loss.item(), manual.item(), rel_tol=1e-5)
-    g = policy_gradient(policy, batch, w)
+    g = flat_policy_gradient(policy, batch, w)
     grads = torch.autograd.grad(manual, list(policy.parameters()))
     np.testing.assert_allclose(g, -torch.cat([x.reshape(-1) for x in grads]).double().numpy(), rtol=1e-4, atol=1e-7)
-    assert all(p.grad is None for p in policy.parameters())  # policy_gradient takes no step, leaves .grad alone
+    assert all(p.grad is None for p in policy.parameters())  # flat_policy_gradient takes no step, leaves .grad alone
 
 
 def test_train_reinforce_smoke_seeded_and_restores_threads():
@@ -167,14 +167,14 @@ def test_lr_anneal_and_other_variants_run():
         assert np.all(np.isfinite(train_reinforce(cfg).loss))
 
 
-def test_gradient_samples_variants_share_batches_and_reduce_variance():
+def test_gradients_by_variant_share_batches_and_reduce_variance():
     cfg = ReinforceConfig(n_envs=4)
     torch.manual_seed(0)
     policy = make_policy(4, 2, 32)
-    grads = gradient_samples(policy, cfg, n_batches=30, gamma=1.0, seed=0)
+    grads = gradients_by_variant(policy, cfg, n_batches=30, gamma=1.0, seed=0)
     n_params = sum(p.numel() for p in policy.parameters())
     assert set(grads) == set(VARIANTS) and all(g.shape == (30, n_params) for g in grads.values())
     var = {k: g.var(axis=0, ddof=1).sum() for k, g in grads.items()}
     assert var["reward-to-go - baseline"] < var["total return"]
-    again = gradient_samples(policy, replace(cfg), n_batches=2, gamma=1.0, seed=0)
+    again = gradients_by_variant(policy, replace(cfg), n_batches=2, gamma=1.0, seed=0)
     np.testing.assert_array_equal(again["total return"], grads["total return"][:2])

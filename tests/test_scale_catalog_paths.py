@@ -1,8 +1,8 @@
-"""The run contract (course_lib.scale), the lesson registry and the paths."""
+"""The run contract (course_lib.course.scale), the lesson registry and the paths."""
 
 import pytest
 
-from course_lib import catalog, paths, scale
+from course_lib.course import catalog, paths, scale
 
 
 def test_scale_default_and_pick(monkeypatch):

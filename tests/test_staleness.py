@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from course_lib import describe
 from course_lib.importance import clipped_surrogate_loss, correction_coefficients, truncated_is_loss
 from course_lib.staleness import (
     StaleBatch,
     StalenessConfig,
-    describe,
     label,
+    linear_policy_gradient,
     log_policy,
     normalized_advantages,
-    policy_gradient,
     run_staleness_grid,
     stale_policy,
 )
@@ -33,7 +33,7 @@ def test_log_policy_is_a_log_softmax_per_run():
 
 @pytest.mark.parametrize("correction", ["none", "is", "truncated", "clip"])
 def test_closed_form_gradient_equals_autograd_of_the_losses(correction):
-    """policy_gradient(psi) is minus the gradient of importance.py's losses, run by run."""
+    """linear_policy_gradient(psi) is minus the gradient of importance.py's losses, run by run."""
     rng = np.random.default_rng(1)
     n_t, n_runs, n_envs = 7, 2, 3
     params = rng.normal(scale=0.5, size=(n_runs, 5, 2))
@@ -45,7 +45,7 @@ def test_closed_form_gradient_equals_autograd_of_the_losses(correction):
     take = lambda lp: np.take_along_axis(lp, actions[..., None], -1)[..., 0]  # noqa: E731
     w = np.exp(take(log_policy(params, x)) - take(log_policy(behaviour, x)))
     psi = correction_coefficients(correction, w, adv, c=1.0, eps=0.2)
-    ours = policy_gradient(params, x, actions, psi, mask)
+    ours = linear_policy_gradient(params, x, actions, psi, mask)
     for g in range(n_runs):
         weights = torch.tensor(params[g], requires_grad=True)
         real = mask[:, g]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from course_lib.grading.lessons.l03_impala_vtrace import (
+from course_lib.course.grading.lessons.l03_impala_vtrace import (
     naive_nstep_return,
     naive_pg_advantages,
     random_trajectory,

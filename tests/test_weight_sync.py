@@ -12,9 +12,11 @@ import psutil
 import pytest
 import torch
 
-from course_lib.procs import live_children
+from course_lib.runtime.processes import live_children
 from course_lib.weight_sync import scale_model as sm
 from course_lib.weight_sync.buckets import ALIGN, pack, plan_buckets, unpack
+from course_lib.weight_sync.config import Phases
+from course_lib.weight_sync.faults import CorruptBucket, KillSender, ReorderBuckets, StaleVersion
 from course_lib.weight_sync.integrity import (
     HEADER_BYTES,
     BucketHeader,
@@ -24,7 +26,17 @@ from course_lib.weight_sync.integrity import (
     verify_bucket,
 )
 from course_lib.weight_sync.launch import Trial, run_interleaved, run_trials
-from course_lib.weight_sync.methods import SyncConfig
+from course_lib.weight_sync.methods import (
+    Bucketed,
+    Flat,
+    Naive,
+    PerTensor,
+    Pipelined,
+    Prestaged,
+    SyncConfig,
+    ZeroCopyPipelined,
+    method_class,
+)
 from course_lib.weight_sync.reshard import shard_range, shard_shape
 from course_lib.weight_sync.specs import TensorSpec, make_weights, model_of_size, transformer_specs
 from course_lib.weight_sync.store import WeightStore
@@ -143,6 +155,95 @@ def test_config_rejects_bad_input_with_the_argument_named():
         SyncConfig("naive")
     with pytest.raises(ValueError, match="verify"):
         SyncConfig("bucketed", verify=True)
+
+
+def test_each_config_picks_its_method_class_in_one_place():
+    picks = {
+        SyncConfig("naive", workdir="w"): Naive,
+        SyncConfig("per_tensor"): PerTensor,
+        SyncConfig("flat"): Flat,
+        SyncConfig("flat", verify=True): Flat,
+        SyncConfig("prestaged"): Prestaged,
+        SyncConfig("bucketed"): Bucketed,
+        SyncConfig("bucketed", in_place=True): Bucketed,
+        SyncConfig("pipelined"): Pipelined,
+        SyncConfig("pipelined", in_place=True): ZeroCopyPipelined,
+    }
+    for config, cls in picks.items():
+        assert method_class(config) is cls, config.label
+    assert not Flat.delivers_weights and not Prestaged.delivers_weights and Pipelined.delivers_weights
+
+
+def test_phases_time_each_step_even_when_it_raises():
+    ph = Phases()
+    with ph.timed("stage"):
+        sum(range(1000))
+    with pytest.raises(KeyError), ph.timed("reload"):
+        raise KeyError("x")
+    assert ph.stage > 0 and ph.reload > 0 and ph.transfer == 0
+    assert ph.as_dict() == {"stage": ph.stage, "transfer": 0.0, "reload": ph.reload, "total": 0.0}
+
+
+class _FakeSender:
+    """What a bucket method asks of a sender (no process group needed): packing and the fault hook."""
+
+    def __init__(self, fault=None):
+        self.fault = fault
+
+    def pack_bucket(self, weights, metas, payload):
+        pack(weights, metas, payload)
+
+
+class _FakeReceiver:
+    def __init__(self):
+        self.unpacked = {}
+
+    def unpack_bucket(self, payload, metas):
+        self.unpacked.update({k: v.clone() for k, v in unpack(payload, metas).items()})
+
+
+def _stage_and_reload(fault, version=2, config=None):
+    """Stage every bucket of SMALL on a fake sender (with ``fault``) and reload it on a fake receiver;
+    return the receiver, the weights and the update's first error (``None``: accepted)."""
+    config = config or SyncConfig("bucketed", bucket_mb=0.02)
+    plan = Bucketed.make_plan(config, list(SMALL))
+    cpu = torch.device("cpu")
+    sender_side, receiver_side = Bucketed(config, plan, cpu), Bucketed(config, plan, cpu)
+    sender, receiver = _FakeSender(fault), _FakeReceiver()
+    weights, error = make_weights(list(SMALL), seed=3), None
+    for b in range(plan.n_buckets):
+        slot = sender_side.stage(sender, weights, version, b)
+        receiver_side.slot(receiver, b).copy_(slot)  # the wire
+        error = receiver_side.reload(receiver, version, b, error)
+    return receiver, weights, error
+
+
+def test_bucket_method_stage_then_reload_is_exact_without_a_fault():
+    receiver, weights, error = _stage_and_reload(None)
+    assert error is None
+    assert set(receiver.unpacked) == set(weights)
+    assert all(torch.equal(receiver.unpacked[n], w) for n, w in weights.items())
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "match"),
+    [
+        (CorruptBucket(2), CorruptBucketError, "bucket 2 of version 2 is corrupt"),
+        (ReorderBuckets(), OutOfOrderBucketError, "expected bucket 1 of version 2, got bucket 2"),
+        (StaleVersion(), OutOfOrderBucketError, "belongs to version 1, expected version 2"),
+    ],
+)
+def test_fault_hooks_break_the_stream_the_way_the_receiver_reports(fault, error, match):
+    _, _, got = _stage_and_reload(fault)
+    assert isinstance(got, error) and match in str(got), got
+
+
+def test_faults_refuse_methods_they_cannot_break():
+    with pytest.raises(ValueError, match="bucket stream"):
+        Trial(SyncConfig("flat"), SMALL, fault=KillSender(0))
+    with pytest.raises(ValueError, match="in_place"):
+        Trial(SyncConfig("pipelined", in_place=True), SMALL, fault=CorruptBucket(0))
+    Trial(SyncConfig("pipelined", in_place=True), SMALL, fault=StaleVersion())  # fine: only the header changes
 
 
 def test_model_of_size_is_transformer_like():
@@ -311,7 +412,11 @@ def test_reshard_bf16_and_delta_between_three_processes():
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("fault", "error"),
-    [("corrupt:2", "CorruptBucketError"), ("reorder", "OutOfOrderBucketError"), ("stale", "OutOfOrderBucketError")],
+    [
+        (CorruptBucket(2), "CorruptBucketError"),
+        (ReorderBuckets(), "OutOfOrderBucketError"),
+        (StaleVersion(), "OutOfOrderBucketError"),
+    ],
 )
 def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
     trial = Trial(SyncConfig("pipelined", bucket_mb=0.02), SMALL, updates=2, warmup=1, fault=fault, drift=True)
@@ -326,7 +431,12 @@ def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
 @pytest.mark.parametrize("method,in_place", [("bucketed", False), ("pipelined", False), ("pipelined", True)])
 def test_a_sender_killed_mid_transfer_leaves_the_receiver_on_its_old_weights(method, in_place):
     trial = Trial(
-        SyncConfig(method, bucket_mb=0.02, in_place=in_place), SMALL, updates=2, warmup=1, fault="kill:1", drift=True
+        SyncConfig(method, bucket_mb=0.02, in_place=in_place),
+        SMALL,
+        updates=2,
+        warmup=1,
+        fault=KillSender(1),
+        drift=True,
     )
     (r,) = run_trials([trial], timeout_s=10, deadline_s=120)
     assert "died" in r.errors[0]
@@ -349,7 +459,9 @@ def test_a_shape_mismatch_is_found_before_any_byte_is_sent():
 def test_in_place_receive_is_exact_and_still_all_or_nothing():
     good = Trial(SyncConfig("bucketed", bucket_mb=0.02, in_place=True), SMALL, updates=2, drift=True)
     piped = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, drift=True)
-    bad = Trial(SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, fault="reorder", drift=True)
+    bad = Trial(
+        SyncConfig("pipelined", bucket_mb=0.02, in_place=True), SMALL, updates=2, fault=ReorderBuckets(), drift=True
+    )
     ok, ok_piped, rejected = run_trials([good, piped, bad], timeout_s=20, deadline_s=120)
     for r in (ok, ok_piped):
         assert not r.errors and r.final_abs_error == 0.0 and r.kept_version == {1: 3}

@@ -24,27 +24,9 @@ from torch import nn
 
 from course_lib.actor_learner.model import sample_actions
 from course_lib.actor_learner.timers import Timings
-from course_lib.procs import watch_parent
+from course_lib.runtime.processes import INJECTED_CRASH_EXIT, QUIET_EXIT, child_setup
 
 ACTOR_PHASES = ("wait for free slot", "weight sync", "inference", "env step")
-
-#: Exit code of a child that crashed on purpose (``crash_after``, fault injection).
-INJECTED_CRASH_EXIT = 17
-#: Exceptions that end a child quietly: the other end of its pipe went away, or it is being stopped.
-QUIET_EXIT = (EOFError, OSError, KeyboardInterrupt)
-
-
-def exit_reason(exitcode: int | None) -> str:
-    """``exit code 17 (injected crash)``, ``killed by SIGKILL``, ..."""
-    import signal
-
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        return f"killed by {signal.Signals(-exitcode).name}"
-    if exitcode == INJECTED_CRASH_EXIT:
-        return f"exit code {exitcode} (injected crash)"
-    return f"exit code {exitcode}"
 
 
 def unroll(
@@ -112,14 +94,6 @@ class EpisodeTracker:
             finished.extend(float(x) for x in self.running[d])
             self.running[d] = 0.0
         return finished
-
-
-def child_setup(seed: int) -> None:
-    """What every child process does first: one torch thread (tiny nets; 2 cores shared by
-    all processes), a seed, and the parent watchdog."""
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    watch_parent()
 
 
 def actor_main(

@@ -15,19 +15,15 @@ A slot holds one unroll of ``T`` steps from ``B`` environments, time-major::
     dones           [T, B]   bool        the episode ended at step t (x_{t+1} starts a new one)
     versions        [T, B]   int64       version of the weights that chose a_t
 
-:class:`SharedWeights` is the other direction: the learner publishes its parameters as
-one flat shared tensor with a version counter; actors copy them when the version moved.
+The other direction, the learner's weights to the actors, is
+:class:`course_lib.runtime.weights.SharedWeights`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
-from course_lib.actor_learner.model import flat_parameters, load_flat_parameters
 
 #: name -> (dtype, shape suffix after the slot index; "T1" is T + 1, "T" is T, "B" is B, "O" is obs_dim)
 FIELDS: dict[str, tuple[torch.dtype, tuple[str, ...]]] = {
@@ -72,49 +68,3 @@ class RolloutBuffers:
     def nbytes_per_slot(self) -> int:
         """Bytes of one slot (what one unroll weighs)."""
         return sum(t[0].numel() * t.element_size() for t in self.tensors.values())
-
-
-class SharedWeights:
-    """The learner's parameters as one flat shared tensor plus a version counter.
-
-    A *seqlock* instead of a lock: the single writer (the learner) makes the sequence
-    number odd, copies, makes it even again; a reader copies and retries if the number
-    was odd or changed meanwhile. No reader can block the writer, so an actor killed in
-    the middle of a read cannot wedge the learner (a killed lock holder would).
-    ``version`` counts the learner updates the weights reflect.
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        self.flat = flat_parameters(model).share_memory_()
-        self._seq = torch.zeros(1, dtype=torch.int64).share_memory_()  # 2 * version (+1 while writing)
-
-    @property
-    def version(self) -> int:
-        return int(self._seq[0]) // 2
-
-    @property
-    def nbytes(self) -> int:
-        return self.flat.numel() * self.flat.element_size()
-
-    def publish(self, model: nn.Module, version: int) -> None:
-        """Copy ``model``'s parameters in and stamp them with ``version`` (the writer side)."""
-        new = flat_parameters(model)
-        self._seq[0] = 2 * version + 1
-        self.flat.copy_(new)
-        self._seq[0] = 2 * version
-
-    def pull(self, model: nn.Module, have_version: int, max_tries: int = 1000) -> int:
-        """Load the published weights into ``model`` if they are newer than ``have_version``;
-        return the version ``model`` now holds."""
-        for _ in range(max_tries):
-            before = int(self._seq[0])
-            if before // 2 == have_version and before % 2 == 0:
-                return have_version
-            if before % 2:
-                time.sleep(0.0001)
-                continue
-            flat = self.flat.clone()
-            if int(self._seq[0]) == before:
-                load_flat_parameters(model, flat)
-                return before // 2
-        return have_version  # the writer kept us out: act with the weights we have

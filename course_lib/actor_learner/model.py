@@ -30,21 +30,3 @@ def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = Non
     logp = torch.log_softmax(logits, dim=-1)
     actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
     return actions, logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
-def flat_parameters(model: nn.Module) -> torch.Tensor:
-    """Every parameter of ``model`` as one flat float32 vector (a copy)."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).float()
-
-
-def load_flat_parameters(model: nn.Module, flat: torch.Tensor) -> None:
-    """Copy a vector made by :func:`flat_parameters` back into ``model``'s parameters."""
-    n_params = sum(p.numel() for p in model.parameters())
-    if flat.numel() != n_params:
-        raise ValueError(f"flat vector has {flat.numel()} numbers, the model {n_params}")
-    offset = 0
-    with torch.no_grad():
-        for p in model.parameters():
-            n = p.numel()
-            p.copy_(flat[offset : offset + n].view_as(p))
-            offset += n

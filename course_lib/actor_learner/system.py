@@ -40,7 +40,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
@@ -48,8 +48,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from course_lib.actor_learner.actor import ACTOR_PHASES, actor_main, exit_reason
-from course_lib.actor_learner.buffers import RolloutBuffers, SharedWeights
+from course_lib.actor_learner.actor import ACTOR_PHASES, actor_main
+from course_lib.actor_learner.buffers import RolloutBuffers
 from course_lib.actor_learner.envs import make_envs
 from course_lib.actor_learner.learner import Learner, LossConfig, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
@@ -60,12 +60,8 @@ from course_lib.actor_learner.seed import (
     inference_main,
     seed_actor_main,
 )
-from course_lib.procs import (  # noqa: F401 (live_children, stop_multiprocessing_helpers: re-exported)
-    ChildProcessSystem,
-    live_children,
-    stop_multiprocessing_helpers,
-    stop_processes,
-)
+from course_lib.runtime.processes import ChildProcessSystem, exit_reason, stop_processes
+from course_lib.runtime.weights import SharedWeights
 
 Layout = Literal["impala", "seed"]
 
@@ -110,18 +106,6 @@ class SystemConfig:
     @property
     def n_slots(self) -> int:
         return self.n_actors * self.slots_per_actor
-
-
-def describe(config: SystemConfig) -> str:
-    """One line per field: ``name = value  # help``."""
-    return (
-        "\n".join(
-            f"{f.name:<16} = {getattr(config, f.name)!r:<12} # {f.metadata['help']}"
-            for f in fields(config)
-            if f.name != "loss"
-        )
-        + f"\nloss             = {config.loss}"
-    )
 
 
 class SystemFault(RuntimeError):
@@ -172,6 +156,32 @@ class _Child:
     outstanding: set[int] = field(default_factory=set)  # slots sent to it, not yet back
 
 
+#: A full slot the learner has received and not yet learned from: (who filled it, slot index, finished returns).
+_Full = tuple[_Child, int, list[float]]
+
+
+@dataclass
+class _Run:
+    """What one call of :meth:`ActorLearnerSystem.train` accumulates."""
+
+    last_data: float  # time.monotonic() when the last full slot arrived (for the stall timeout)
+    lags: list[int] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
+    return_updates: list[int] = field(default_factory=list)
+    metrics: list[dict[str, float]] = field(default_factory=list)
+    frames: int = 0
+    first_batch: float | None = None  # time.perf_counter() at the first batch: throughput is measured from there
+    at_first_batch: dict[str, dict[str, float]] = field(default_factory=dict)  # timings then
+
+    def finished(self, n_updates: int | None, seconds: float | None) -> bool:
+        """``n_updates`` updates done, or ``seconds`` passed since the first batch."""
+        if n_updates is not None and len(self.metrics) >= n_updates:
+            return True
+        if seconds is None or self.first_batch is None:
+            return False
+        return time.perf_counter() - self.first_batch >= seconds
+
+
 MAX_PHASES = 4
 
 
@@ -207,45 +217,56 @@ class ActorLearnerSystem(ChildProcessSystem):
         atexit.register(self.stop)
         try:
             if cfg.layout == "impala":
-                for i in range(cfg.n_actors):
-                    self.actors.append(self._start_impala_actor(i, cfg.crash_after))
-                for i, actor in enumerate(self.actors):
-                    for index in range(i * cfg.slots_per_actor, (i + 1) * cfg.slots_per_actor):
-                        self._send_free(actor, index)
+                self._start_impala_layout()
             elif cfg.layout == "seed":
-                self._channels = allocate_channels(cfg.n_actors, cfg.envs_per_actor, self.obs_dim)
-                pipes = [self._ctx.Pipe() for _ in range(cfg.n_actors)]
-                learner_end, server_end = self._ctx.Pipe()
-                process = self._ctx.Process(
-                    target=inference_main,
-                    name="inference",
-                    args=(
-                        cfg,
-                        self.n_actions,
-                        self.buffers,
-                        self.weights,
-                        self._channels,
-                        [p[0] for p in pipes],
-                        server_end,
-                        self._stop,
-                        self._timing[cfg.n_actors],
-                        cfg.seed + 10_000,
-                    ),
-                    daemon=True,
-                )
-                process.start()
-                server_end.close()
-                self.server = _Child("inference server", process, learner_end, cfg.n_actors)
-                for i, (server_side, actor_side) in enumerate(pipes):
-                    server_side.close()
-                    self.actors.append(self._start_seed_actor(i, actor_side, cfg.crash_after))
-                for index in range(cfg.n_slots):
-                    self._send_free(self.server, index)
+                self._start_seed_layout()
             else:
                 raise ValueError(f"layout must be 'impala' or 'seed', got {cfg.layout!r}")
         except BaseException:
             self.stop()
             raise
+
+    def _start_impala_layout(self) -> None:
+        """``n_actors`` actors, each handed its own ``slots_per_actor`` free slots."""
+        cfg = self.config
+        for i in range(cfg.n_actors):
+            self.actors.append(self._start_impala_actor(i, cfg.crash_after))
+        for i, actor in enumerate(self.actors):
+            for index in range(i * cfg.slots_per_actor, (i + 1) * cfg.slots_per_actor):
+                self._send_free(actor, index)
+
+    def _start_seed_layout(self) -> None:
+        """The inference server (handed every free slot), then ``n_actors`` env-only actors,
+        each with a pipe to the server."""
+        cfg = self.config
+        self._channels = allocate_channels(cfg.n_actors, cfg.envs_per_actor, self.obs_dim)
+        pipes = [self._ctx.Pipe() for _ in range(cfg.n_actors)]
+        learner_end, server_end = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=inference_main,
+            name="inference",
+            args=(
+                cfg,
+                self.n_actions,
+                self.buffers,
+                self.weights,
+                self._channels,
+                [p[0] for p in pipes],
+                server_end,
+                self._stop,
+                self._timing[cfg.n_actors],
+                cfg.seed + 10_000,
+            ),
+            daemon=True,
+        )
+        process.start()
+        server_end.close()
+        self.server = _Child("inference server", process, learner_end, cfg.n_actors)
+        for i, (server_side, actor_side) in enumerate(pipes):
+            server_side.close()
+            self.actors.append(self._start_seed_actor(i, actor_side, cfg.crash_after))
+        for index in range(cfg.n_slots):
+            self._send_free(self.server, index)
 
     def _child_seed(self, i: int) -> int:
         return self.config.seed * 1000 + i + 100 * self.restarts
@@ -368,10 +389,7 @@ class ActorLearnerSystem(ChildProcessSystem):
         out["learner"] = self.learner.timings.as_dict()
         return out
 
-    def _sources(self) -> list[_Child]:
-        return [c for c in self.children if c.conn is not None]
-
-    def _receive(self, pending: list[tuple[_Child, int, list[float]]]) -> None:
+    def _receive(self, pending: list[_Full]) -> None:
         """Wait up to ``poll_s`` for full slots; supervise the children."""
         sources: dict[Connection, _Child] = {c.conn: c for c in self.children if c.conn is not None}
         ready = wait(list(sources), timeout=self.config.poll_s)
@@ -397,6 +415,9 @@ class ActorLearnerSystem(ChildProcessSystem):
         """Learn until ``n_updates`` updates or ``seconds`` of wall-clock time (after the
         first batch), whichever comes first.
 
+        Each update: wait for ``batch_size`` full slots (:meth:`_wait_for_batch`), copy them
+        out and hand them back (:meth:`_hand_back`), learn and publish (:meth:`_learn`).
+
         Raises:
             SystemFault: a child kept dying, or no data arrived for ``stall_timeout_s``.
         """
@@ -404,79 +425,93 @@ class ActorLearnerSystem(ChildProcessSystem):
             raise RuntimeError("start() the system first (or use it as a context manager)")
         if n_updates is None and seconds is None:
             raise ValueError("give n_updates, seconds or both")
-        cfg = self.config
-        pending: list[tuple[_Child, int, list[float]]] = []
-        lags: list[int] = []
-        returns: list[float] = []
-        return_updates: list[int] = []
-        metrics: list[dict[str, float]] = []
-        frames = 0
-        first_batch: float | None = None
-        at_first_batch: dict[str, dict[str, float]] = {}
-        last_data = time.monotonic()
-        timings = self.learner.timings
+        run = _Run(last_data=time.monotonic())
+        pending: list[_Full] = []
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a tiny net: more threads only spin against the actors for the 2 cores
         try:
-            while True:
-                if n_updates is not None and len(metrics) >= n_updates:
-                    break
-                if seconds is not None and first_batch is not None and time.perf_counter() - first_batch >= seconds:
-                    break
-                with timings.phase("wait for batch"):
-                    while len(pending) < cfg.batch_size:
-                        before = len(pending)
-                        self._receive(pending)
-                        if len(pending) > before:
-                            last_data = time.monotonic()
-                        elif time.monotonic() - last_data > cfg.stall_timeout_s:
-                            self.events.append(f"learner: no data for {cfg.stall_timeout_s:g} s: shutting down")
-                            raise SystemFault(f"no rollout arrived for {cfg.stall_timeout_s:g} s (clean shutdown)")
-                if first_batch is None:  # measure from here: start-up is not throughput
-                    first_batch = time.perf_counter()
-                    at_first_batch = self.timings()
-                taken, pending = pending[: cfg.batch_size], pending[cfg.batch_size :]
-                indices = [index for _, index, _ in taken]
-                batch = self.buffers.batch(indices)  # copies: the slots can be refilled at once
-                for child, index, finished in taken:
-                    owner = child if child.conn is not None and child in self.children else None
-                    if owner is None:  # its actor was restarted meanwhile: give the slot to the new one
-                        owner = next(c for c in self.children if c.row == child.row)
-                    self._send_free(owner, index)
-                    returns += finished
-                    return_updates += [len(metrics)] * len(finished)
-                per_column = rollout_lag(self.learner.version, batch["versions"])
-                lags += per_column[:: cfg.envs_per_actor].tolist()  # one lag per unroll
-                m = self.learner.update(batch)
-                with timings.phase("publish weights"):
-                    self.weights.publish(self.learner.model, self.learner.version)
-                m["lag_max"] = float(per_column.max())
-                metrics.append(m)
-                if len(metrics) > 1:
-                    frames += batch["actions"].numel()
+            while not run.finished(n_updates, seconds):
+                taken = self._wait_for_batch(pending, run)
+                if run.first_batch is None:  # measure from here: start-up is not throughput
+                    run.first_batch = time.perf_counter()
+                    run.at_first_batch = self.timings()
+                m = self._learn(taken, run)
                 if progress is not None:
-                    progress(len(metrics), m)
+                    progress(len(run.metrics), m)
         except BaseException:
             self.stop()
             raise
         finally:
             torch.set_num_threads(previous_threads)
-        elapsed = time.perf_counter() - first_batch if first_batch is not None else 0.0
+        return self._report(run)
+
+    def _wait_for_batch(self, pending: list[_Full], run: _Run) -> list[_Full]:
+        """Receive until ``batch_size`` full slots are pending; take them out of ``pending``.
+
+        Raises:
+            SystemFault: no slot arrived for ``stall_timeout_s`` (since the last one).
+        """
+        cfg = self.config
+        with self.learner.timings.phase("wait for batch"):
+            while len(pending) < cfg.batch_size:
+                before = len(pending)
+                self._receive(pending)
+                if len(pending) > before:
+                    run.last_data = time.monotonic()
+                elif time.monotonic() - run.last_data > cfg.stall_timeout_s:
+                    self.events.append(f"learner: no data for {cfg.stall_timeout_s:g} s: shutting down")
+                    raise SystemFault(f"no rollout arrived for {cfg.stall_timeout_s:g} s (clean shutdown)")
+        taken = pending[: cfg.batch_size]
+        del pending[: cfg.batch_size]
+        return taken
+
+    def _hand_back(self, taken: list[_Full], run: _Run) -> None:
+        """Free the slots ``taken`` (to the child that filled them, or its replacement) and
+        record the returns of the episodes that finished in them."""
+        for child, index, finished in taken:
+            owner = child if child.conn is not None and child in self.children else None
+            if owner is None:  # its actor was restarted meanwhile: give the slot to the new one
+                owner = next(c for c in self.children if c.row == child.row)
+            self._send_free(owner, index)
+            run.returns += finished
+            run.return_updates += [len(run.metrics)] * len(finished)
+
+    def _learn(self, taken: list[_Full], run: _Run) -> dict[str, float]:
+        """One update on the slots ``taken``: copy them, hand them back, measure their policy
+        lag, update (03.5) and publish the new weights. Returns the update's metrics."""
+        cfg = self.config
+        batch = self.buffers.batch([index for _, index, _ in taken])  # copies: the slots can be refilled at once
+        self._hand_back(taken, run)
+        per_column = rollout_lag(self.learner.version, batch["versions"])
+        run.lags += per_column[:: cfg.envs_per_actor].tolist()  # one lag per unroll
+        m = self.learner.update(batch)
+        with self.learner.timings.phase("publish weights"):
+            self.weights.publish(self.learner.model, self.learner.version)
+        m["lag_max"] = float(per_column.max())
+        run.metrics.append(m)
+        if len(run.metrics) > 1:
+            run.frames += batch["actions"].numel()
+        return m
+
+    def _report(self, run: _Run) -> SystemReport:
+        """The :class:`SystemReport` of ``run``, its timings counted from the first batch."""
+        elapsed = time.perf_counter() - run.first_batch if run.first_batch is not None else 0.0
         window = {
             process: {
-                phase: seconds - at_first_batch.get(process, {}).get(phase, 0.0) for phase, seconds in phases.items()
+                phase: seconds - run.at_first_batch.get(process, {}).get(phase, 0.0)
+                for phase, seconds in phases.items()
             }
             for process, phases in self.timings().items()
         }
         return SystemReport(
-            layout=cfg.layout,
-            updates=len(metrics),
-            frames=frames,
+            layout=self.config.layout,
+            updates=len(run.metrics),
+            frames=run.frames,
             seconds=elapsed,
-            lags=np.array(lags, dtype=np.int64),
-            returns=returns,
-            return_updates=return_updates,
-            metrics=metrics,
+            lags=np.array(run.lags, dtype=np.int64),
+            returns=run.returns,
+            return_updates=run.return_updates,
+            metrics=run.metrics,
             timings=window,
             events=list(self.events),
         )

@@ -19,7 +19,8 @@ The reward is 1 for every step. An episode **terminates** when ``|x'| > 2.4`` or
 reaches ``max_steps_in_episode`` = 500 steps (a time limit: the state still has a
 value). The two are returned apart, like gymnasium >= 0.26 and gymnax >= 1.0.
 
-API (every function is pure, so it jits, vmaps and scans)::
+API: the course's env interface (:mod:`course_lib.envs.interface`; every function is
+pure, so it jits, vmaps and scans)::
 
     obs, state = reset(key, params)                                     # obs [4] float32
     obs, state, reward, terminated, truncated = step_env(key, state, action, params)
@@ -29,7 +30,9 @@ API (every function is pure, so it jits, vmaps and scans)::
 truncated``): it returns the first observation of the new episode and keeps the last
 observation of the old one in ``info["final_obs"]`` (a learner needs it: after a
 truncation the return is bootstrapped from the value of that observation). It computes both branches and
-selects with ``jnp.where``, so there is no Python ``if`` on traced values.
+selects with ``jnp.where``, so there is no Python ``if`` on traced values; it is the
+interface's :func:`~course_lib.envs.interface.step_with_auto_reset` of this module's
+``reset`` and ``step_env``, which splits the key before the reset.
 
 The parity test (``tests/test_envs_cartpole.py``) steps gymnasium's env and this one
 from the same states with the same actions.
@@ -43,6 +46,8 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 from jax import Array
+
+from course_lib.envs.interface import auto_reset, step_with_auto_reset
 
 #: Observation layout: ``[x, x_dot, theta, theta_dot]``.
 OBS_NAMES: tuple[str, ...] = (
@@ -182,31 +187,10 @@ def step(
         its value: see :func:`course_lib.ppo_jax.td_targets`).
 
     ``key`` is split in two, one half for the transition and one for the reset, so that
-    no key is used twice even for an env whose dynamics are random.
+    no key is used twice even for an env whose dynamics are random
+    (:func:`course_lib.envs.interface.step_with_auto_reset`).
     """
-    key_step, key_reset = jax.random.split(key)
-    obs_step, state_step, reward, terminated, truncated = step_env(key_step, state, action, params)
-    obs, state_next = auto_reset(terminated | truncated, (obs_step, state_step), reset(key_reset, params))
-    return obs, state_next, reward, terminated, truncated, {"final_obs": obs_step}
-
-
-def auto_reset(done: Array, stepped: tuple[Array, EnvState], fresh: tuple[Array, EnvState]) -> tuple[Array, EnvState]:
-    """``fresh`` (an ``(obs, state)`` pair from :func:`reset`) where ``done``, else ``stepped``.
-
-    Branch-free (``jnp.where`` on every field), so it works unchanged under ``vmap``
-    with ``done [B]``. :func:`step` draws ``fresh`` itself; a rollout can instead draw
-    the reset states of all its steps in one call before its scan (see
-    :mod:`course_lib.ppo_jax`).
-    """
-    obs_step, state_step = stepped
-    obs_reset, state_reset = fresh
-    state = jax.tree.map(lambda r, s: jnp.where(_expand(done, r), r, s), state_reset, state_step)
-    return jnp.where(_expand(done, obs_reset), obs_reset, obs_step), state
-
-
-def _expand(done: Array, like: Array) -> Array:
-    """``done`` with trailing axes added to broadcast against ``like`` (``[B] -> [B, 4]``)."""
-    return jnp.reshape(done, done.shape + (1,) * (like.ndim - done.ndim))
+    return step_with_auto_reset(reset, step_env, key, state, action, params)
 
 
 def state_from_array(values: Array, time: Array | int = 0) -> EnvState:

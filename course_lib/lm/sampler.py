@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from course_lib.actor_learner.model import load_flat_parameters
 from course_lib.lm.model import TinyLM
+from course_lib.runtime.weights import load_flat_parameters
 
 
 class SlotSampler:

@@ -9,9 +9,9 @@
 One **generator** process decodes with a :class:`~course_lib.lm.sampler.SlotSampler`
 (``n_slots`` slots, one torch thread, core 0); the **trainer** runs in the calling process (one
 torch thread, core 1), so on two cores both can work at the same time. Weights travel as one
-flat shared tensor with a version under a seqlock (lesson 03's
-:class:`~course_lib.actor_learner.buffers.SharedWeights`); finished groups of answers
-travel through a pipe.
+flat shared tensor with a version under a seqlock (the runtime's
+:class:`~course_lib.runtime.weights.SharedWeights`, as in lesson 03); finished groups of
+answers travel through a pipe.
 
 Regimes (``PipelineConfig.regime``):
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,14 +50,19 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from course_lib.actor_learner.actor import INJECTED_CRASH_EXIT, child_setup, exit_reason
-from course_lib.actor_learner.buffers import SharedWeights
-from course_lib.actor_learner.model import load_flat_parameters
 from course_lib.lm.model import LMConfig, TinyLM, sequence_logprobs
 from course_lib.lm.sampler import SlotSampler
 from course_lib.lm.task import EOS, PAD, CountdownTask, Problem, TaskConfig
 from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
-from course_lib.procs import ChildProcessSystem, stop_processes
+from course_lib.runtime.processes import (
+    INJECTED_CRASH_EXIT,
+    QUIET_EXIT,
+    ChildProcessSystem,
+    child_setup,
+    exit_reason,
+    stop_processes,
+)
+from course_lib.runtime.weights import SharedWeights, load_flat_parameters
 
 Regime = Literal["sync", "one_step", "pipeline"]
 REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")
@@ -217,10 +221,129 @@ class _Timeline:
         return out
 
 
+class GroupGenerator:
+    """What the generator process does between two looks at the stop event: start groups of
+    answers in a :class:`~course_lib.lm.sampler.SlotSampler`'s free slots, decode one step,
+    verify the answers that ended and send every group that is complete.
+
+    Groups are numbered in the order they start; each is ``G`` answers to one prompt. In
+    ``sync`` and ``one_step`` a whole batch (``B`` groups, every slot) starts once all slots
+    are idle; in ``pipeline`` a slot that finishes is refilled at once, and newer weights
+    are swapped in between two decoding steps. Either way no group starts before
+    backpressure (:func:`may_start_group`) allows it.
+
+    :func:`generator_main` runs one in its own process; ``conn`` is anything with ``send``.
+    """
+
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        weights: SharedWeights,
+        sampler: SlotSampler,
+        task: CountdownTask,
+        rng: np.random.Generator,
+        conn: Any,
+    ) -> None:
+        self.cfg, self.weights, self.sampler, self.task, self.rng, self.conn = cfg, weights, sampler, task, rng, conn
+        self.groups: dict[int, _Group] = {}
+        self.owner: dict[int, int] = {}  # slot -> the group its answer belongs to
+        self.next_group = 0
+        self.sent = 0
+        self.issuing, self.left = -1, 0  # the group whose answers are being started, and how many are left to start
+        self.timeline = _Timeline()
+
+    def start_groups(self, consumed: int) -> None:
+        """Start what the regime and backpressure allow, given the groups the trainer has
+        ``consumed`` (read *before* any weights are pulled: see "lag bound" in the module docstring)."""
+        B = self.cfg.groups_per_batch
+        if self.cfg.regime == "pipeline":
+            self._refill_free_slots(consumed)
+        elif self.sampler.n_active == 0 and may_start_group(self.next_group + B - 1, consumed, self.cfg.lag_bound, B):
+            self._start_batch()
+
+    def decode_step(self) -> None:
+        """One decoding step of every live slot; verify the answers that ended."""
+        n_active = self.sampler.n_active
+        t0 = time.perf_counter()
+        finished = self.sampler.step()
+        self.timeline.add(t0, time.perf_counter(), n_active)
+        for slot in finished:
+            self._finish_answer(slot)
+
+    def _pull(self) -> None:
+        """Swap in newer weights, if any (between two decoding steps), and time the swap."""
+        t0 = time.perf_counter()
+        if swap_in_newer_weights(self.weights, self.sampler, self.cfg.recompute_cache):
+            t1 = time.perf_counter()
+            self.timeline.busy(t0, t1)
+            self.timeline.swap_seconds += t1 - t0
+            self.timeline.swaps.append((t1, self.sampler.version))
+
+    def _new_group(self) -> int:
+        """Draw the next group's prompt; it starts with the sampler's current version."""
+        k = self.next_group
+        self.groups[k] = _Group(self.task.sample(self.rng, 1)[0], self.sampler.version)
+        self.next_group += 1
+        return k
+
+    def _start(self, slot: int, k: int) -> None:
+        self.sampler.start(slot, self.groups[k].problem.prompt)
+        self.owner[slot] = k
+
+    def _refill_free_slots(self, consumed: int) -> None:
+        """``pipeline``: pull newer weights, then start an answer in every free slot, group after
+        group, until backpressure holds the next group back."""
+        self._pull()
+        for slot in self.sampler.free_slots():
+            if self.left == 0:
+                if not may_start_group(self.next_group, consumed, self.cfg.lag_bound, self.cfg.groups_per_batch):
+                    break  # backpressure
+                self.issuing, self.left = self._new_group(), self.cfg.group_size
+            self._start(slot, self.issuing)
+            self.left -= 1
+
+    def _start_batch(self) -> None:
+        """``sync`` and ``one_step``: pull newer weights, then start ``B`` groups of ``G`` answers in all slots."""
+        self._pull()
+        slots = iter(range(self.cfg.n_slots))
+        for _ in range(self.cfg.groups_per_batch):
+            k = self._new_group()
+            for _ in range(self.cfg.group_size):
+                self._start(next(slots), k)
+
+    def _finish_answer(self, slot: int) -> None:
+        """Verify the answer that ended in ``slot``; send its group if that completes it."""
+        k = self.owner.pop(slot)
+        res = self.sampler.result(slot)
+        p = int(res["prompt_len"])
+        answer = res["tokens"][p:].tolist()
+        group = self.groups[k]
+        group.answers.append(
+            {
+                "answer": answer,
+                "logp": res["logp"][p:].tolist(),
+                "versions": res["versions"][p:].tolist(),
+                "reward": self.task.reward(group.problem, answer),
+            }
+        )
+        if len(group.answers) == self.cfg.group_size:
+            self._send_group(k)
+
+    def _send_group(self, k: int) -> None:
+        """Send group ``k`` with the timeline since the last group; crash here if asked to (fault injection)."""
+        g = self.groups.pop(k)
+        payload = {"prompt": g.problem.prompt, "start_version": g.start_version, "answers": g.answers}
+        self.conn.send(("group", k, payload, self.timeline.flush()))
+        self.sent += 1
+        if self.cfg.crash_after_groups is not None and self.sent >= self.cfg.crash_after_groups:
+            os._exit(INJECTED_CRASH_EXIT)
+
+
 def generator_main(
     cfg: PipelineConfig, weights: SharedWeights, counters: torch.Tensor, conn: Connection, stop: Any, go: Any, seed: int
 ) -> None:
-    """The generator process: decode, verify, send finished groups (see the module docstring)."""
+    """The generator process: decode, verify, send finished groups (see the module docstring
+    and :class:`GroupGenerator`)."""
     child_setup(seed)
     _pin(cfg, 0)
     task = CountdownTask(cfg.task)
@@ -232,82 +355,16 @@ def generator_main(
     while not go.wait(cfg.poll_s):
         if stop.is_set():
             return
-    groups: dict[int, _Group] = {}
-    owner: dict[int, int] = {}
-    next_group, sent = 0, 0
-    issuing, left = -1, 0  # the group whose answers are being started, and how many are left to start
-    timeline = _Timeline()
-    G, B = cfg.group_size, cfg.groups_per_batch
-
-    def pull() -> None:
-        t0 = time.perf_counter()
-        if swap_in_newer_weights(weights, sampler, cfg.recompute_cache):  # between two decoding steps
-            t1 = time.perf_counter()
-            timeline.busy(t0, t1)
-            timeline.swap_seconds += t1 - t0
-            timeline.swaps.append((t1, sampler.version))
-
-    def new_group() -> int:
-        nonlocal next_group
-        groups[next_group] = _Group(task.sample(rng, 1)[0], sampler.version)
-        next_group += 1
-        return next_group - 1
-
-    def start(slot: int, k: int) -> None:
-        sampler.start(slot, groups[k].problem.prompt)
-        owner[slot] = k
-
-    while not stop.is_set():
-        consumed = int(counters[CONSUMED])  # read before pulling: see "lag bound" above
-        if cfg.regime == "pipeline":
-            pull()
-            for slot in sampler.free_slots():
-                if left == 0:
-                    if not may_start_group(next_group, consumed, cfg.lag_bound, B):
-                        break  # backpressure
-                    issuing, left = new_group(), G
-                start(slot, issuing)
-                left -= 1
-        elif sampler.n_active == 0 and may_start_group(next_group + B - 1, consumed, cfg.lag_bound, B):
-            pull()
-            slots = iter(range(cfg.n_slots))
-            for _ in range(B):
-                k = new_group()
-                for _ in range(G):
-                    start(next(slots), k)
-        n_active = sampler.n_active
-        if n_active == 0:
-            time.sleep(0.0005)  # backpressure: nothing may start yet
-            continue
-        t0 = time.perf_counter()
-        finished = sampler.step()
-        timeline.add(t0, time.perf_counter(), n_active)
-        for slot in finished:
-            k = owner.pop(slot)
-            res = sampler.result(slot)
-            p = int(res["prompt_len"])
-            answer = res["tokens"][p:].tolist()
-            groups[k].answers.append(
-                {
-                    "answer": answer,
-                    "logp": res["logp"][p:].tolist(),
-                    "versions": res["versions"][p:].tolist(),
-                    "reward": task.reward(groups[k].problem, answer),
-                }
-            )
-            if len(groups[k].answers) == G:
-                g = groups.pop(k)
-                conn.send(
-                    (
-                        "group",
-                        k,
-                        {"prompt": g.problem.prompt, "start_version": g.start_version, "answers": g.answers},
-                        timeline.flush(),
-                    )
-                )
-                sent += 1
-                if cfg.crash_after_groups is not None and sent >= cfg.crash_after_groups:
-                    os._exit(INJECTED_CRASH_EXIT)
+    generator = GroupGenerator(cfg, weights, sampler, task, rng, conn)
+    try:
+        while not stop.is_set():
+            generator.start_groups(int(counters[CONSUMED]))  # read before any pull: see "lag bound"
+            if sampler.n_active == 0:
+                time.sleep(0.0005)  # backpressure: nothing may start yet
+                continue
+            generator.decode_step()
+    except QUIET_EXIT:
+        pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -376,6 +433,31 @@ class RegimeReport:
         return float(self.series("fresh_gap_sum").sum() / max(self.series("fresh_tokens").sum(), 1.0))
 
 
+@dataclass
+class _TrainerRun:
+    """What one call of :meth:`PipelineSystem.train` accumulates (times in seconds from ``t0``,
+    the start signal)."""
+
+    t0: float
+    received: dict[int, dict[str, Any]] = field(default_factory=dict)  # groups not consumed yet, by number
+    metrics: list[dict[str, float]] = field(default_factory=list)
+    lags: list[np.ndarray] = field(default_factory=list)  # per update: the lag of every consumed token
+    trainer: list[tuple[float, float]] = field(default_factory=list)
+    generator: list[tuple[float, float]] = field(default_factory=list)
+    swaps: list[tuple[float, int]] = field(default_factory=list)
+    swap_seconds: float = 0.0
+    busy_slot_steps: int = 0
+    steps: int = 0
+
+    def add_timeline(self, timeline: dict[str, Any]) -> None:
+        """Add the generator's timeline that came with a group (:meth:`_Timeline.flush`)."""
+        self.generator += [(a - self.t0, b - self.t0) for a, b in timeline["intervals"]]
+        self.swaps += [(t - self.t0, v) for t, v in timeline["swaps"]]
+        self.swap_seconds += timeline["swap_seconds"]
+        self.busy_slot_steps += timeline["busy_slot_steps"]
+        self.steps += timeline["steps"]
+
+
 class PipelineSystem(ChildProcessSystem):
     """A generator process and this process's trainer for one regime; see the module docstring."""
 
@@ -413,11 +495,6 @@ class PipelineSystem(ChildProcessSystem):
     @property
     def pid(self) -> int:
         return int(self.process.pid)
-
-    def kill_generator(self) -> int:
-        """Send ``SIGKILL`` to the generator (fault injection); returns its pid."""
-        os.kill(self.pid, signal.SIGKILL)
-        return self.pid
 
     def stop(self) -> None:
         """Stop event, join with a timeout, then terminate, then kill. Idempotent."""
@@ -471,46 +548,29 @@ class PipelineSystem(ChildProcessSystem):
     def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> RegimeReport:
         """Run ``n_updates`` updates; returns the :class:`RegimeReport`.
 
+        Update ``u`` waits for its groups (:meth:`_receive_groups`), then takes one step on
+        them and publishes version ``u + 1`` (:meth:`_update`).
+
         Raises:
             PipelineFault: the generator died, or no group came for ``stall_timeout_s``.
         """
         cfg = self.config
-        B = cfg.groups_per_batch
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(1)
         previous_cores = _pin(cfg, 1)
         torch.manual_seed(cfg.seed)
         opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
-        done: dict[int, dict[str, Any]] = {}
-        generator_spans: list[tuple[float, float]] = []
-        trainer_spans: list[tuple[float, float]] = []
-        swaps: list[tuple[float, int]] = []
-        swap_seconds = 0.0
-        busy_slot_steps = steps = 0
-        metrics: list[dict[str, float]] = []
-        lags: list[np.ndarray] = []
-        tokens = 0
         self._go.set()
-        t0 = time.perf_counter()
+        run = _TrainerRun(t0=time.perf_counter())
         try:
             for u in range(cfg.n_updates):
-                wanted = range(u * B, (u + 1) * B)
-                while any(k not in done for k in wanted):
-                    _kind, k, payload, tl = self._recv(cfg.stall_timeout_s, f"group {min(set(wanted) - set(done))}")
-                    done[k] = payload
-                    generator_spans += [(a - t0, b - t0) for a, b in tl["intervals"]]
-                    swaps += [(t - t0, v) for t, v in tl["swaps"]]
-                    swap_seconds += tl["swap_seconds"]
-                    busy_slot_steps += tl["busy_slot_steps"]
-                    steps += tl["steps"]
+                groups = self._receive_groups(u, run)
                 start = time.perf_counter()
-                groups = [done.pop(k) for k in wanted]
-                m = self._update(u, groups, opt, lags)
-                tokens += int(m["tokens"])
+                m = self._update(u, groups, opt, run.lags)
                 end = time.perf_counter()
-                trainer_spans.append((start - t0, end - t0))
-                m["time"] = end - t0
-                metrics.append(m)
+                run.trainer.append((start - run.t0, end - run.t0))
+                m["time"] = end - run.t0
+                run.metrics.append(m)
                 if progress is not None:
                     progress(u + 1, m)
         except BaseException:
@@ -520,21 +580,37 @@ class PipelineSystem(ChildProcessSystem):
             torch.set_num_threads(previous_threads)
             if previous_cores is not None:
                 os.sched_setaffinity(0, previous_cores)
-        seconds = time.perf_counter() - t0
+        return self._report(run, seconds=time.perf_counter() - run.t0)
+
+    def _receive_groups(self, u: int, run: _TrainerRun) -> list[dict[str, Any]]:
+        """The groups update ``u`` consumes, ``u B .. (u + 1) B - 1``, waiting for those that
+        have not arrived; groups that arrive early wait in ``run.received``."""
+        B = self.config.groups_per_batch
+        wanted = range(u * B, (u + 1) * B)
+        while any(k not in run.received for k in wanted):
+            missing = min(set(wanted) - set(run.received))
+            _kind, k, payload, timeline = self._recv(self.config.stall_timeout_s, f"group {missing}")
+            run.received[k] = payload
+            run.add_timeline(timeline)
+        return [run.received.pop(k) for k in wanted]
+
+    def _report(self, run: _TrainerRun, seconds: float) -> RegimeReport:
+        """The :class:`RegimeReport` of ``run``, which took ``seconds``."""
+        cfg = self.config
         return RegimeReport(
             regime=cfg.regime,
             lag_bound=cfg.lag_bound,
             seconds=seconds,
-            tokens=tokens,
+            tokens=sum(int(m["tokens"]) for m in run.metrics),
             samples=cfg.n_updates * cfg.batch_sequences,
-            metrics=metrics,
-            token_lags=np.concatenate(lags),
-            generator=generator_spans,
-            trainer=trainer_spans,
-            swaps=swaps,
-            slot_occupancy=busy_slot_steps / max(steps * cfg.n_slots, 1),
+            metrics=run.metrics,
+            token_lags=np.concatenate(run.lags),
+            generator=run.generator,
+            trainer=run.trainer,
+            swaps=run.swaps,
+            slot_occupancy=run.busy_slot_steps / max(run.steps * cfg.n_slots, 1),
             events=list(self.events),
-            swap_seconds=swap_seconds,
+            swap_seconds=run.swap_seconds,
             correction=cfg.correction,
             recompute_cache=cfg.recompute_cache,
             final_state={k: v.detach().clone() for k, v in self.model.state_dict().items()},

@@ -1,5 +1,5 @@
-"""Plots of lesson 07's runs: per-worker timelines (Gantt), learning curves, lags, throughput,
-and the time a run takes to reach a reward level."""
+"""Plots of lesson 07's runs: per-worker timelines (Gantt), learning curves, lags, and the
+time a run takes to reach a reward level."""
 
 from __future__ import annotations
 
@@ -140,23 +140,3 @@ def lag_histogram(ax: Axes, reports: Sequence[RegimeReport]) -> None:
     ax.set_ylabel("fraction of consumed tokens")
     ax.set_title("Per-token lag")
     ax.legend(fontsize=8)
-
-
-def throughput_table(reports: Sequence[RegimeReport]) -> list[dict[str, float | str]]:
-    """One row per report: tokens/s, its ratio to the first report's, utilisations, lags, ESS."""
-    base = reports[0].tokens_per_second
-    return [
-        {
-            "regime": LABELS[r.arm],
-            "tokens/s": r.tokens_per_second,
-            "x first": r.tokens_per_second / base,
-            "gen busy": r.busy_fraction("generator"),
-            "slots useful": r.slot_occupancy,
-            "gen util": r.generation_utilisation,
-            "train util": r.busy_fraction("trainer"),
-            "lag max": float(r.token_lags.max()),
-            "lag mean": float(r.token_lags.mean()),
-            "ESS/N": float(r.series("ess").mean()),
-        }
-        for r in reports
-    ]

@@ -7,12 +7,30 @@ Modules, one concept each:
 * :mod:`.integrity`: versions, per-bucket headers and checksums, the errors a receiver raises.
 * :mod:`.reshard`: the tensor-parallel shard each receiver keeps (09.5).
 * :mod:`.store`: a receiver's weights, double-buffered so that an update is all-or-nothing.
-* :mod:`.methods`: the weight-sync methods behind one interface (naive, per-tensor, bucketed,
-  pipelined; resharding, bf16 and delta updates as options).
+* :mod:`.config`: :class:`SyncConfig` (which method, its options) and the timed steps of one update.
+* :mod:`.comm`: the collectives the methods are built from, and the handshake (the plan, sent once).
+* :mod:`.methods`: the weight-sync methods, one class each behind one interface (naive, per-tensor,
+  flat, prestaged, bucketed, pipelined, zero-copy pipelined; resharding, bf16 and delta as options).
+* :mod:`.endpoints`: the :class:`Sender` (rank 0) and the :class:`Receiver` s that run them.
+* :mod:`.faults`: fault injection for teaching and tests (corrupt, reorder, stale, kill), kept
+  out of the production path.
 * :mod:`.launch`: real processes with torch.distributed (gloo on CPU, NCCL when a GPU is there).
 * :mod:`.scale_model`: the analytic model of update time (09.1-09.4) and its calculator.
 """
 
 from __future__ import annotations
 
-__all__ = ["buckets", "integrity", "launch", "methods", "reshard", "scale_model", "specs", "store"]
+__all__ = [
+    "buckets",
+    "comm",
+    "config",
+    "endpoints",
+    "faults",
+    "integrity",
+    "launch",
+    "methods",
+    "reshard",
+    "scale_model",
+    "specs",
+    "store",
+]

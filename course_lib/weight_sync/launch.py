@@ -1,21 +1,22 @@
 """Real processes for weight sync: one sender (rank 0) and receivers, joined by torch.distributed.
 
-:func:`run_trials` starts ``world_size`` processes (``forkserver``; each runs one torch
-thread and exits by itself if its parent dies), finds a free port on 127.0.0.1, initialises
-a gloo process group with a timeout (NCCL with ``backend="nccl"`` when every rank has a
-GPU), runs a list of :class:`Trial` s in every rank, and returns what each rank measured.
-Every wait has a deadline; whatever happens, every child is stopped (killed if it must be)
-and the process group is destroyed in every rank that can still do it.
+:func:`run_trials` starts a :class:`RankGroup` of ``world_size`` processes (``forkserver``;
+each runs one torch thread and exits by itself if its parent dies) on a free port of
+127.0.0.1, initialises a gloo process group with a timeout (NCCL with ``backend="nccl"``
+when every rank has a GPU), runs a list of :class:`Trial` s in every rank, and returns what
+each rank measured. Every wait has a deadline; whatever happens, every child is stopped
+the way every system of the course stops its children
+(:func:`course_lib.runtime.processes.stop_processes`) and the process group is destroyed in
+every rank that can still do it.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
-import multiprocessing as mp
 import os
 import queue as queue_mod
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -24,8 +25,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from course_lib.procs import watch_parent
-from course_lib.weight_sync.methods import Receiver, Sender, SyncConfig
+from course_lib.runtime.processes import ChildProcessSystem, free_port, stop_processes, watch_parent
+from course_lib.weight_sync.config import SyncConfig
+from course_lib.weight_sync.endpoints import Receiver, Sender
+from course_lib.weight_sync.faults import Fault
 from course_lib.weight_sync.specs import TensorSpec, make_weights, total_bytes
 
 K = TypeVar("K")
@@ -35,20 +38,24 @@ K = TypeVar("K")
 class Trial:
     """One measurement: ``updates`` timed updates (after ``warmup`` untimed ones) of a model.
 
-    ``fault`` injects a sender-side failure ("corrupt:B", "reorder", "stale", "kill:B") into
-    the first timed update; ``receiver_specs`` gives receivers another model (shape
-    mismatch); ``drift`` makes every version different (``specs.make_weights``) and has the
-    receivers report their error against the exact weights.
+    ``fault`` (a :class:`~course_lib.weight_sync.faults.Fault`, e.g. ``CorruptBucket(2)``)
+    breaks the sender's first timed update; ``receiver_specs`` gives receivers another model
+    (shape mismatch); ``drift`` makes every version different (``specs.make_weights``) and
+    has the receivers report their error against the exact weights.
     """
 
     config: SyncConfig
     specs: tuple[TensorSpec, ...]
     updates: int = 3
     warmup: int = 1
-    fault: str | None = None
+    fault: Fault | None = None
     receiver_specs: tuple[TensorSpec, ...] | None = None
     drift: bool = False
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fault is not None:
+            self.fault.check(self.config)
 
 
 @dataclass
@@ -77,13 +84,6 @@ class TrialResult:
     def gb_per_s(self) -> float:
         """Effective bandwidth: model bytes over the median update time (GB = 1e9 bytes)."""
         return self.nbytes / self.median_s / 1e9
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _errors(weights: dict[str, torch.Tensor], receiver: Receiver) -> tuple[float, float]:
@@ -117,32 +117,54 @@ def _on_device(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return weights
 
 
+def _connect(trial: Trial, config: SyncConfig, rank: int) -> Sender | Receiver:
+    """This rank's end of the trial's updates (the handshake: raises on every rank if a model mismatches)."""
+    if rank == 0:
+        return Sender(config, list(trial.specs))
+    return Receiver(config, list(trial.receiver_specs or trial.specs))
+
+
+def _weights_for_update(
+    trial: Trial, endpoint: Sender | Receiver, version: int, weights: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The weights of update ``version``: with ``drift`` that version's (on every rank: receivers check
+    against them), else the same as before. With ``in_place`` the sender, as the trainer, writes them
+    into its bucket-layout storage and sends that."""
+    if trial.drift:
+        weights = _on_device(make_weights(list(trial.specs), trial.seed, version))
+    if isinstance(endpoint, Sender) and endpoint.config.in_place and (version == 1 or trial.drift):
+        for name, w in weights.items():
+            endpoint.weights[name].copy_(w)
+        weights = endpoint.weights
+    return weights
+
+
+def _kept(trial: Trial, receiver: Receiver) -> dict[str, Any]:
+    """What a receiver holds after the trial: its version, its bytes, and its error against the exact kept version."""
+    out: dict[str, Any] = {"kept_version": receiver.store.version, "kept_bytes": receiver.store.nbytes()}
+    if receiver.method.delivers_weights and receiver.store.version > 0:  # what inference reads now, against the truth
+        reference = _weights(trial.specs, trial.seed, receiver.store.version if trial.drift else 0)
+        out["final_abs"] = _errors(reference, receiver)[0]
+    return out
+
+
 def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
+    """One trial in one rank: ``warmup`` untimed then ``updates`` timed updates; what this rank measured."""
     import torch.distributed as dist
 
     config = replace(trial.config, workdir=workdir) if trial.config.method == "naive" else trial.config
     out: dict[str, Any] = {"seconds": [], "phases": [], "abs": [], "rel": [], "error": None}
-    specs = list(trial.specs)
     try:
-        if rank == 0:
-            endpoint: Sender | Receiver = Sender(config, specs)
-        else:
-            endpoint = Receiver(config, list(trial.receiver_specs or trial.specs))
+        endpoint = _connect(trial, config, rank)
     except Exception as exc:  # the handshake failed: every rank knows
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
     weights = _weights(trial.specs, trial.seed, 0) if rank == 0 and not trial.drift else {}
     for k in range(trial.warmup + trial.updates):
         version = k + 1
-        if trial.drift:
-            weights = _on_device(make_weights(specs, trial.seed, version))
-        if isinstance(endpoint, Sender) and config.in_place and (k == 0 or trial.drift):
-            for name, w in weights.items():  # the trainer writes its weights into bucket-layout storage
-                endpoint.weights[name].copy_(w)
-            weights = endpoint.weights
-        timed = k >= trial.warmup
+        weights = _weights_for_update(trial, endpoint, version, weights)
         if isinstance(endpoint, Sender):
-            endpoint.fault = trial.fault if k == trial.warmup else None
+            endpoint.arm(trial.fault if k == trial.warmup else None)
         dist.barrier()
         start = time.perf_counter()
         try:
@@ -151,23 +173,16 @@ def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
             out["error"] = f"{type(exc).__name__}: {exc}"
             break
         elapsed = time.perf_counter() - start
-        if timed:
-            out["seconds"].append(elapsed)
-            out["phases"].append(
-                {"stage": phases.stage, "transfer": phases.transfer, "reload": phases.reload, "total": phases.total}
-            )
-            if isinstance(endpoint, Receiver) and trial.drift:
-                a, r = _errors(weights, endpoint)
-                out["abs"].append(a)
-                out["rel"].append(r)
+        if k < trial.warmup:
+            continue
+        out["seconds"].append(elapsed)
+        out["phases"].append(phases.as_dict())
+        if isinstance(endpoint, Receiver) and trial.drift:
+            a, r = _errors(weights, endpoint)
+            out["abs"].append(a)
+            out["rel"].append(r)
     if isinstance(endpoint, Receiver):
-        out["kept_version"] = endpoint.store.version
-        out["kept_bytes"] = endpoint.store.nbytes()
-        if (
-            config.method not in ("flat", "prestaged") and endpoint.store.version > 0
-        ):  # what inference reads now, against the truth
-            reference = _weights(trial.specs, trial.seed, endpoint.store.version if trial.drift else 0)
-            out["final_abs"] = _errors(reference, endpoint)[0]
+        out.update(_kept(trial, endpoint))
     return out
 
 
@@ -212,6 +227,94 @@ class RanksFailed(RuntimeError):
     """A rank died or the run passed its deadline; every child was stopped."""
 
 
+class RankGroup(ChildProcessSystem):
+    """``world_size`` rank processes (rank 0 sends) running ``trials`` in one process group.
+
+    A context manager on the runtime floor: ``with RankGroup(...) as group:`` starts the
+    ranks, :meth:`collect` gathers their reports, and leaving the block always stops every
+    rank the way every system does (``stop_processes``: join, terminate, kill) and removes
+    the work directory.
+    """
+
+    def __init__(self, trials: list[Trial], world_size: int, backend: str, timeout_s: float) -> None:
+        self.trials = trials
+        self.world_size = world_size
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.events: list[str] = []
+        self.processes: list[Any] = []
+
+    def start(self) -> None:
+        """Make the results queue and the work directory, pick a port, start every rank."""
+        from course_lib.course.paths import cache_dir
+
+        ctx = self._begin("forkserver", __name__)
+        self.results = ctx.Queue()
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        self.workdir = tempfile.mkdtemp(prefix="weight-sync-", dir=cache_dir())
+        args = (self.world_size, free_port(), self.backend, self.timeout_s, self.trials, self.workdir, self.results)
+        self.processes = [
+            ctx.Process(target=_rank_main, args=(r, *args, os.getpid()), daemon=True, name=f"weight-sync-rank{r}")
+            for r in range(self.world_size)
+        ]
+        atexit.register(self.stop)
+        try:
+            for p in self.processes:
+                p.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def collect(self, deadline_s: float) -> dict[int, list[dict[str, Any]]]:
+        """Each rank's reports, one per trial it finished, once every rank has said goodbye or died.
+
+        Raises:
+            RanksFailed: a rank failed outside a trial, or ``deadline_s`` passed.
+        """
+        received: dict[int, dict[int, dict[str, Any]]] = {r: {} for r in range(self.world_size)}
+        done: set[int] = set()
+        failures: list[str] = []
+        exited: dict[int, float] = {}
+        end = time.monotonic() + deadline_s
+        while len(done) < self.world_size:
+            try:
+                rank, index, report, error = self.results.get(timeout=0.5)
+            except queue_mod.Empty:
+                done |= self._died_silently(done, exited)
+                if time.monotonic() > end:
+                    raise RanksFailed(f"the ranks did not finish within {deadline_s:.0f} s; all were stopped") from None
+                continue
+            if index >= 0:
+                received[rank][index] = report
+            else:
+                done.add(rank)
+                if error:
+                    failures.append(f"rank {rank}: {error}")
+        if failures:
+            raise RanksFailed("; ".join(failures))
+        return {r: [got[i] for i in range(len(got)) if i in got] for r, got in received.items()}
+
+    def _died_silently(self, done: set[int], exited: dict[int, float]) -> set[int]:
+        """Ranks that exited without saying goodbye (e.g. an injected kill), 3 s after their exit
+        (a report can still be in the pipe when its rank has exited)."""
+        now, gone = time.monotonic(), set()
+        for r, p in enumerate(self.processes):
+            if p.exitcode is not None and r not in done:
+                exited.setdefault(r, now)
+                if now - exited[r] > 3.0:
+                    gone.add(r)
+        return gone
+
+    def stop(self) -> None:
+        """Stop every started rank (join, then terminate, then kill), close the queue, remove the work directory."""
+        if not self._stopping():
+            return
+        started = [(p.name, p) for p in self.processes if p.pid is not None]
+        self.events += stop_processes(started, timeout=10.0, kill_wait=5.0)
+        self.results.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 def run_trials(
     trials: list[Trial],
     world_size: int = 2,
@@ -234,61 +337,8 @@ def run_trials(
     """
     if world_size < 2:
         raise ValueError(f"world_size must be >= 2 (one sender, at least one receiver), got {world_size}")
-    from course_lib.paths import cache_dir
-
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    results = ctx.Queue()
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix="weight-sync-", dir=cache_dir())
-    port = free_port()
-    procs = [
-        ctx.Process(
-            target=_rank_main,
-            args=(r, world_size, port, backend, timeout_s, trials, workdir, results, os.getpid()),
-            daemon=True,
-            name=f"weight-sync-rank{r}",
-        )
-        for r in range(world_size)
-    ]
-    received: dict[int, dict[int, dict[str, Any]]] = {r: {} for r in range(world_size)}
-    done: set[int] = set()
-    failures: list[str] = []
-    exited: dict[int, float] = {}
-    try:
-        for p in procs:
-            p.start()
-        end = time.monotonic() + deadline_s
-        while len(done) < world_size:
-            try:
-                rank, index, report, error = results.get(timeout=0.5)
-                if index >= 0:
-                    received[rank][index] = report
-                else:
-                    done.add(rank)
-                    if error:
-                        failures.append(f"rank {rank}: {error}")
-            except queue_mod.Empty:
-                for r, p in enumerate(procs):  # a report can still be in the pipe when its rank has exited
-                    if p.exitcode is not None and r not in done:
-                        exited.setdefault(r, time.monotonic())
-                        if time.monotonic() - exited[r] > 3.0:
-                            done.add(r)  # died without saying goodbye (e.g. an injected kill)
-                if time.monotonic() > end:
-                    raise RanksFailed(f"the ranks did not finish within {deadline_s:.0f} s; all were stopped") from None
-    finally:
-        started = [p for p in procs if p.pid is not None]
-        for p in started:
-            p.join(timeout=5.0)
-        for p in started:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5.0)
-        results.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-    if failures:
-        raise RanksFailed("; ".join(failures))
-    reports = {r: [got[i] for i in range(len(got)) if i in got] for r, got in received.items()}
+    with RankGroup(trials, world_size, backend, timeout_s) as group:
+        reports = group.collect(deadline_s)
     return [_merge(t, i, reports) for i, t in enumerate(trials)]
 
 

@@ -7,10 +7,6 @@ first ``m`` ranks get one extra row and every row goes to exactly one rank.
 
 from __future__ import annotations
 
-import torch
-
-from course_lib.weight_sync.buckets import TensorMeta
-
 
 def shard_range(size: int, tp_rank: int, tp_size: int) -> tuple[int, int]:
     """``[start, stop)`` of rank ``tp_rank``'s share of ``size`` rows (eq. 09.5).
@@ -39,8 +35,3 @@ def shard_shape(shape: tuple[int, ...], tp_dim: int | None, tp_rank: int, tp_siz
     """Shape of that shard."""
     index = shard_index(shape, tp_dim, tp_rank, tp_size)
     return tuple(len(range(*ix.indices(n))) for ix, n in zip(index, shape))
-
-
-def take_shard(full: torch.Tensor, meta: TensorMeta, tp_rank: int, tp_size: int) -> torch.Tensor:
-    """The receiver's shard of a full tensor (a view)."""
-    return full[shard_index(meta.shape, meta.tp_dim, tp_rank, tp_size)]

@@ -104,7 +104,7 @@ def make_weights(specs: list[TensorSpec], seed: int, version: int = 0) -> dict[s
     return out
 
 
-def describe(specs: list[TensorSpec]) -> str:
+def describe_model(specs: list[TensorSpec]) -> str:
     """One line: tensor count, total size, and how skewed the sizes are."""
     sizes = sorted(s.nbytes for s in specs)
     small = sum(x < 64 * 1024 for x in sizes)

@@ -46,7 +46,3 @@ class WeightStore:
     def nbytes(self) -> int:
         """Bytes of one copy of the weights."""
         return sum(t.numel() * t.element_size() for t in self.active.values())
-
-    def fingerprint(self) -> float:
-        """A full read of the active weights (sum of all elements, float64): proof they are there."""
-        return float(sum(float(t.sum(dtype=torch.float64)) for t in self.active.values()))

@@ -30,7 +30,7 @@
 # %%
 import numpy as np
 
-from course_lib.grading import check
+from course_lib import check
 
 # %% [markdown]
 # ## Exercise 1 · Discounted returns with episode ends (★☆☆, 10 min, 10 points)

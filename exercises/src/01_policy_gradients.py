@@ -35,7 +35,7 @@
 import numpy as np
 import torch
 
-from course_lib.grading import check
+from course_lib import check
 
 # %% [markdown]
 # ## Exercise 1 · Reward-to-go on a vectorised rollout (★☆☆, 10 min, 10 points)

@@ -38,7 +38,7 @@
 import numpy as np
 import torch
 
-from course_lib.grading import check
+from course_lib import check
 
 # %% [markdown]
 # ## Exercise 1 · The importance-sampling estimate (★☆☆, 10 min, 10 points)

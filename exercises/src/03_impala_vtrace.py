@@ -36,7 +36,7 @@
 import numpy as np
 import torch
 
-from course_lib.grading import check
+from course_lib import check
 
 # %% [markdown]
 # ## Exercise 1 · V-trace targets (★★☆, 20 min, 15 points)
@@ -45,7 +45,7 @@ from course_lib.grading import check
 # ago); the learner's policy is now $\pi$. With the truncated importance weights
 #
 # $$\rho_t = \min\Big(\bar\rho, \frac{\pi(a_t\mid x_t)}{\mu(a_t\mid x_t)}\Big), \qquad
-#   c_i = \min\Big(\bar c, \frac{\pi(a_i\mid x_i)}{\mu(a_i\mid x_i)}\Big) \qquad (03.1)$$
+#   c_i = \min\Big(\bar c, \frac{\pi(a_i\mid x_i)}{\mu(a_i\mid x_i)}\Big), \qquad \bar\rho \ge \bar c, \qquad (03.1)$$
 #
 # the V-trace target of the value at $x_s$ is (Espeholt et al. 2018, eq. 1)
 #
@@ -57,7 +57,7 @@ from course_lib.grading import check
 # `bootstrap_value`, and `log_rhos[t] = log pi(a_t|x_t) - log mu(a_t|x_t)`. The sum
 # satisfies a backward recursion that computes all targets in one pass:
 #
-# $$v_s - V(x_s) = \delta_s V + \gamma_s c_s\,\big(v_{s+1} - V(x_{s+1})\big), \qquad v_T - V(x_T) = 0. \qquad (03.3)$$
+# $$v_s - V(x_s) = \delta_s V + \gamma_s c_s\,\big(v_{s+1} - V(x_{s+1})\big), \qquad v_T = V(x_T). \qquad (03.3)$$
 #
 # Inputs: `log_rhos`, `discounts`, `rewards`, `values` are `[T, B]` numpy arrays,
 # `bootstrap_value` is `[B]`. Return `v` as a float64 `[T, B]` array; do not modify the inputs.

@@ -38,8 +38,8 @@ import math
 import numpy as np
 import torch
 
-from course_lib.actor_learner.model import load_flat_parameters
-from course_lib.grading import check
+from course_lib.runtime.weights import load_flat_parameters
+from course_lib import check
 
 # %% [markdown]
 # ## Exercise 1 · The per-token truncated-IS loss with mixed versions (★★☆, 15 min, 15 points)
@@ -271,7 +271,7 @@ def inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator
 
 
 # %% tags=["raises-in-stub"]
-from course_lib.actor_learner.model import flat_parameters
+from course_lib.runtime.weights import flat_parameters
 from course_lib.lm import LMConfig, TinyLM
 
 torch.manual_seed(0)

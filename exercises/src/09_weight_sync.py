@@ -36,7 +36,7 @@
 import numpy as np
 import torch
 
-from course_lib.grading import check
+from course_lib import check
 from course_lib.weight_sync.integrity import HEADER_BYTES, MAGIC, CorruptBucketError, OutOfOrderBucketError
 
 # %% [markdown]

@@ -3,7 +3,7 @@
 Importable in the kernel too: tests put this folder on PYTHONPATH.
 """
 
-from course_lib.grading.checks import Exercise, assert_true, call, check_case
+from course_lib.course.grading.checks import Exercise, assert_true, call, check_case
 
 
 @check_case("square(3) is 9")

@@ -1,0 +1,51 @@
+"""The ``course`` command (also ``python -m course_lib``).
+
+Each subcommand lives in the module named for it; this file only wires them up, and
+imports a module when its subcommand runs so that ``course --help`` stays fast.
+Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("course_lib.course.doctor", "check this machine can run the course; paste the block into an issue"),
+    "lab": ("course_lib.course.lab", "open JupyterLab on the course (what `make lab` runs)"),
+    "build": (
+        "course_lib.course.notebooks.build",
+        "regenerate and execute notebooks from their text sources; --check verifies sync",
+    ),
+    "run": ("course_lib.course.notebooks.run", "execute lessons headless and print a timing table"),
+    "grade": ("course_lib.course.grading.cli", "grade exercise notebooks in a separate kernel and report the score"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="course",
+        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

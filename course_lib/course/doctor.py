@@ -1,0 +1,495 @@
+"""``course doctor``: check that this machine can run the course.
+
+Every check is a small function returning ``(status, detail)``; :func:`run_checks` runs
+them in order and turns any exception into a FAIL line, so the doctor itself never
+shows a traceback. The report is a fenced ``text`` block a learner can paste into an
+issue as is::
+
+    from course_lib.course.doctor import doctor
+    results = doctor()          # prints the block, returns list[DoctorResult]
+
+Heavy libraries (torch, jax, gymnasium, ...) are imported inside the checks, so
+importing this module (and ``course --help``) stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+
+DIST_NAME = "efficient-rl-course"
+INSTALL_HINT = "run `make lab` or `pip install -e .`"
+MIN_PYTHON = (3, 11)
+MIN_CORES = 2
+MIN_MEMORY_GIB = 4.0
+
+STATUSES = ("PASS", "WARN", "FAIL")
+
+# (distribution name, import name) of the packages whose versions the report shows.
+PACKAGES: tuple[tuple[str, str], ...] = (
+    ("jax", "jax"),
+    ("jaxlib", "jaxlib"),
+    ("torch", "torch"),
+    ("gymnasium", "gymnasium"),
+    ("jupyterlab", "jupyterlab"),
+    ("ipywidgets", "ipywidgets"),
+    ("numpy", "numpy"),
+    ("matplotlib", "matplotlib"),
+    ("nbval", "nbval"),
+)
+
+# Gymnasium environment ids the lessons construct; later lessons append theirs here.
+ENVIRONMENTS: tuple[str, ...] = ("CartPole-v1",)
+
+_NAME_WIDTH = 16
+_DETAIL_LIMIT = 400
+
+
+@dataclass(frozen=True)
+class DoctorResult:
+    """One line of the doctor's report.
+
+    Attributes:
+        name: what was checked (``"torch"``, ``"scale"``, ``"env CartPole-v1"``).
+        status: ``"PASS"``, ``"WARN"`` or ``"FAIL"``.
+        detail: what was found, and for WARN/FAIL what to do about it.
+    """
+
+    name: str
+    status: str
+    detail: str
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, not {self.status!r}")
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name:<{_NAME_WIDTH}} {self.detail}"
+
+
+Outcome = tuple[str, str]  # (status, detail) returned by every check function
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 3] + "..."
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence warnings and the "No GPU/TPU found"-style log lines of jax/absl."""
+    loggers = [logging.getLogger(n) for n in ("jax", "jax._src.xla_bridge", "absl")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _pins() -> dict[str, str]:
+    """Pinned specifiers by normalised distribution name, from the installed metadata.
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: if the course is not installed.
+    """
+    from importlib import metadata
+
+    pins: dict[str, str] = {}
+    for requirement in metadata.requires(DIST_NAME) or []:
+        text = requirement.split(";", 1)[0].strip()
+        if ";" in requirement and "extra" in requirement.split(";", 1)[1]:
+            continue  # optional extras are not part of the base environment
+        try:
+            from packaging.requirements import Requirement
+
+            parsed = Requirement(text)
+            pins[_normalise(parsed.name)] = str(parsed.specifier)
+        except ImportError:  # pragma: no cover - packaging ships with pip/jupyter
+            for op in ("==", ">=", "<=", "~=", "!=", ">", "<"):
+                if op in text:
+                    name, _, _ = text.partition(op)
+                    pins[_normalise(name.split("[")[0])] = text[len(name) :].strip()
+                    break
+    return pins
+
+
+def _normalise(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _satisfies(version: str, specifier: str) -> bool:
+    """Whether ``version`` meets ``specifier`` (PEP 440: ``2.13.0+cpu`` meets ``==2.13.0``)."""
+    if not specifier:
+        return True
+    try:
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(specifier).contains(version, prereleases=True)
+    except ImportError:  # pragma: no cover - crude fallback for exact pins only
+        wanted = specifier.removeprefix("==").strip()
+        return version.split("+", 1)[0] == wanted
+
+
+def _selected_scale() -> str:
+    """COURSE_SCALE for the device checks; an invalid value is reported by check_scale."""
+    from course_lib.course.scale import current_scale
+
+    try:
+        return current_scale()
+    except ValueError:
+        return "cpu"
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_python() -> Outcome:
+    version = platform.python_version()
+    where = sys.executable or "unknown interpreter"
+    if sys.version_info[:2] >= MIN_PYTHON:
+        return "PASS", f"{version} ({where})"
+    need = ".".join(map(str, MIN_PYTHON))
+    return "FAIL", f"{version} ({where}); the course needs Python >= {need}: {INSTALL_HINT} with a newer Python"
+
+
+def check_package(dist: str, module_name: str) -> Outcome:
+    """Importable, and at the version pinned in the course's dependencies."""
+    from importlib import metadata
+
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a missing or broken install
+        return "FAIL", f"cannot import {module_name} ({_describe(exc)}); {INSTALL_HINT}"
+    try:
+        version = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        version = str(getattr(module, "__version__", "unknown"))
+
+    extra = ""
+    if module_name == "torch":
+        extra = f" ({_torch_cuda(module)})"
+
+    try:
+        pin = _pins().get(_normalise(dist), "")
+    except metadata.PackageNotFoundError:
+        return "WARN", f"{version}{extra}; {DIST_NAME} is not installed so its pins are unknown: {INSTALL_HINT}"
+    if pin and version != "unknown" and not _satisfies(version, pin):
+        return "WARN", f"{version}{extra}; the course pins {dist}{pin}: {INSTALL_HINT} to match"
+    return "PASS", f"{version}{extra}"
+
+
+def _torch_cuda(torch: ModuleType) -> str:
+    if not torch.cuda.is_available():
+        return "CUDA: not available"
+    count = torch.cuda.device_count()
+    return f"CUDA {torch.version.cuda}: {count} device{'s' if count != 1 else ''}"
+
+
+def check_jax_devices() -> Outcome:
+    with _quiet():
+        import jax
+
+        devices = jax.devices()
+    counts: dict[str, int] = {}
+    for device in devices:
+        counts[device.platform] = counts.get(device.platform, 0) + 1
+    listing = ", ".join(f"{platform_} x{n}" for platform_, n in counts.items())
+    return "PASS", f"{listing} (default backend: {jax.default_backend()})"
+
+
+def check_gpu() -> Outcome:
+    """A GPU is optional at the default scale; ``COURSE_SCALE=full`` wants one."""
+    with _quiet():
+        import jax
+        import torch
+
+        jax_gpus = [d for d in jax.devices() if d.platform in ("gpu", "cuda", "rocm")]
+        torch_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if jax_gpus or torch_gpus:
+        names = []
+        if torch_gpus:
+            names.append(f"torch: {torch_gpus} x {torch.cuda.get_device_name(0)}")
+        if jax_gpus:
+            names.append(f"jax: {len(jax_gpus)} x {getattr(jax_gpus[0], 'device_kind', 'gpu')}")
+        return "PASS", "; ".join(names)
+    if _selected_scale() == "full":
+        return (
+            "WARN",
+            "CPU only, but COURSE_SCALE=full picks sizes meant for a GPU; expect very long runs (unset it for the cpu scale)",
+        )
+    return "PASS", "CPU only (the cpu scale, the default, needs no GPU)"
+
+
+def check_cpus() -> Outcome:
+    import psutil
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = psutil.cpu_count(logical=True) or 0
+    physical = psutil.cpu_count(logical=False)
+    detail = f"{usable} usable logical core{'s' if usable != 1 else ''}"
+    if physical:
+        detail += f" ({physical} physical on the machine)"
+    if usable < MIN_CORES:
+        return "WARN", f"{detail}; the cpu scale is sized for {MIN_CORES} cores, lessons will run slower"
+    return "PASS", detail
+
+
+def _cgroup_memory_limit() -> int | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def check_memory() -> Outcome:
+    import psutil
+
+    gib = 1024**3
+    vm = psutil.virtual_memory()
+    total = vm.total
+    detail = f"{vm.total / gib:.1f} GiB total, {vm.available / gib:.1f} GiB available"
+    limit = _cgroup_memory_limit()
+    if limit is not None and limit < total:
+        total = limit
+        detail += f", container limit {limit / gib:.1f} GiB"
+    if total / gib < MIN_MEMORY_GIB:
+        return "WARN", f"{detail}; the course expects at least {MIN_MEMORY_GIB:g} GiB"
+    return "PASS", detail
+
+
+def check_scale() -> Outcome:
+    from course_lib.course.scale import ENV_VAR, current_scale
+
+    try:
+        scale = current_scale()
+    except ValueError as exc:
+        return "FAIL", str(exc)
+    source = f"{ENV_VAR}={os.environ[ENV_VAR]!r}" if os.environ.get(ENV_VAR, "").strip() else "default"
+    return "PASS", f"{scale} ({source})"
+
+
+def check_environment(env_id: str) -> Outcome:
+    with _quiet():
+        import gymnasium as gym
+
+        env = gym.make(env_id)
+        try:
+            observation, _info = env.reset(seed=0)
+        finally:
+            env.close()
+    shape = getattr(observation, "shape", None)
+    return "PASS", f"make + reset ok (observation shape {shape}, actions {env.action_space})"
+
+
+def _check_writable(path: Path, env_var: str) -> Outcome:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-", delete=False) as handle:
+            handle.write(b"course doctor write test\n")
+            probe = Path(handle.name)
+        probe.unlink()
+    except OSError as exc:
+        return "FAIL", f"{path} is not writable ({_describe(exc)}); set {env_var} to a writable folder"
+    return "PASS", f"{path} (writable)"
+
+
+def check_cache_dir() -> Outcome:
+    from course_lib.course.paths import cache_dir
+
+    return _check_writable(cache_dir(), "COURSE_CACHE_DIR")
+
+
+def check_output_dir() -> Outcome:
+    from course_lib.course.paths import output_dir
+
+    return _check_writable(output_dir(), "COURSE_OUTPUT_DIR")
+
+
+def check_kernel() -> Outcome:
+    """A ``python3`` kernel exists and starts this interpreter (what the notebooks use)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        return "WARN", f"no python3 kernel spec; run `{sys.executable} -m ipykernel install --sys-prefix`"
+    command = spec.argv[0] if spec.argv else ""
+    fix = f"notebooks may run another Python: run `{sys.executable} -m ipykernel install --sys-prefix`"
+    major, minor = sys.version_info[:2]
+    if command in ("python", f"python{major}", f"python{major}.{minor}"):
+        # jupyter_client swaps these names for the interpreter that runs Jupyter itself.
+        if importlib.util.find_spec("ipykernel") is None:
+            return "WARN", f"{spec.resource_dir} runs {command!r} but ipykernel is missing here; {INSTALL_HINT}"
+        return "PASS", f"{command!r} -> the interpreter that starts Jupyter ({spec.resource_dir})"
+    resolved = command if os.path.isabs(command) else (shutil.which(command) or command)
+    same = (
+        os.path.exists(resolved)
+        and os.path.samefile(resolved, sys.executable)
+        and Path(os.path.abspath(resolved)).parent == Path(os.path.abspath(sys.executable)).parent
+    )
+    if same:
+        return "PASS", f"{resolved} ({spec.resource_dir})"
+    return "WARN", f"python3 runs {resolved}, not {sys.executable}; {fix}"
+
+
+# --------------------------------------------------------------------------- running
+
+
+def checks() -> list[tuple[str, Callable[[], Outcome]]]:
+    """The checks in report order, looked up at call time (so tests can monkeypatch)."""
+    items: list[tuple[str, Callable[[], Outcome]]] = [("python", check_python)]
+    items += [(dist, partial(check_package, dist, module)) for dist, module in PACKAGES]
+    items += [
+        ("jax devices", check_jax_devices),
+        ("gpu", check_gpu),
+        ("cpu", check_cpus),
+        ("memory", check_memory),
+        ("scale", check_scale),
+    ]
+    items += [(f"env {env_id}", partial(check_environment, env_id)) for env_id in ENVIRONMENTS]
+    items += [
+        ("cache dir", check_cache_dir),
+        ("output dir", check_output_dir),
+        ("kernel python3", check_kernel),
+    ]
+    return items
+
+
+def run_doctor_check(name: str, check: Callable[[], Outcome]) -> DoctorResult:
+    """Run one check; any exception becomes a FAIL line carrying its message."""
+    try:
+        status, detail = check()
+    except Exception as exc:
+        detail = _describe(exc)
+        if isinstance(exc, ImportError):
+            detail += f"; {INSTALL_HINT}"
+        return DoctorResult(name, "FAIL", _one_line(detail))
+    if status not in STATUSES:
+        return DoctorResult(name, "FAIL", _one_line(f"check returned unknown status {status!r}: {detail}"))
+    return DoctorResult(name, status, _one_line(detail))
+
+
+def run_checks() -> list[DoctorResult]:
+    return [run_doctor_check(name, check) for name, check in checks()]
+
+
+def summary(results: list[DoctorResult]) -> str:
+    counts = {s: sum(r.status == s for r in results) for s in STATUSES}
+    return f"doctor: {counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
+
+
+def _course_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(DIST_NAME)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def format_report(results: list[DoctorResult]) -> str:
+    header = (
+        f"course doctor: {DIST_NAME} {_course_version()}, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()} {platform.machine()}"
+    )
+    lines = [
+        "Need help? Paste everything between the two ==== lines (fences included) into your issue:",
+        "=" * 72,
+        "```text",
+        header,
+        *(r.line() for r in results),
+        summary(results),
+        "```",
+        "=" * 72,
+    ]
+    return "\n".join(lines)
+
+
+def doctor(print_report: bool = True) -> list[DoctorResult]:
+    """Run every check; print the pasteable report unless ``print_report`` is False."""
+    results = run_checks()
+    if print_report:
+        print(format_report(results), flush=True)
+    return results
+
+
+def to_json(results: list[DoctorResult]) -> dict:
+    return {
+        "course": _course_version(),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "summary": {s: sum(r.status == s for r in results) for s in STATUSES},
+        "ok": not any(r.status == "FAIL" for r in results),
+        "results": [asdict(r) for r in results],
+    }
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        type=Path,
+        help="also write the results as JSON to FILE",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    results = doctor(print_report=True)
+    json_path = getattr(args, "json", None)
+    if json_path is not None:
+        json_path = Path(json_path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(to_json(results), indent=2) + "\n")
+        print(f"wrote {json_path}")
+    return 1 if any(r.status == "FAIL" for r in results) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.course.doctor``: the doctor without the rest of the CLI."""
+    parser = argparse.ArgumentParser(
+        prog="course doctor", description="check this machine can run the course; paste the block into an issue"
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

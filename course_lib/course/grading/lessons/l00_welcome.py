@@ -1,0 +1,332 @@
+"""Lesson 00's graded exercises: ``discounted_returns`` (eq. 00.1-00.2) and
+``finished_episode_returns`` (eq. 00.3).
+
+The learner writes ``discounted_returns(rewards, dones, gamma) -> [T] float array``, the
+return ``G_t`` of every step (the backward recursion, eq. 00.2), and
+``finished_episode_returns(rewards, dones) -> [n_finished] float array``, ``R_j`` of
+every episode that ends (done = 1) in the buffer (eq. 00.3). The equations are stated in
+lesson 00 (and copied, checked, in :mod:`course_lib.pg`).
+
+The checks never call ``course_lib.pg``: they compare with
+:func:`naive_discounted_returns`, an O(T^2) double loop that mirrors the closed form
+``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k`` (``e(t)`` = last step of t's episode), and
+with :func:`naive_finished_episode_returns`, which reads ``R_j`` off that oracle at
+gamma = 1 at each finished episode's first step; with hand-computed values; and with
+properties (gamma = 0 and all-done give the rewards; two episodes computed together equal
+the two computed apart; the episode returns add up to the rewards up to the last end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.course.grading.checks import (
+    Exercise,
+    assert_allclose,
+    assert_array,
+    assert_finite,
+    assert_float_dtype,
+    assert_inputs_unchanged,
+    check_case,
+    fail,
+    short_repr,
+)
+from course_lib.course.grading.helpers import call_on_copies
+
+LESSON = "00_welcome"
+NAME = "discounted_returns"
+
+
+def episode_end(dones: Sequence[float], t: int) -> int:
+    """``e(t)``: the last step of step ``t``'s episode (the first ``k >= t`` with ``done_k = 1``).
+
+    If no later step ends an episode, the trajectory was cut off: ``e(t) = T - 1``.
+    """
+    for k in range(t, len(dones)):
+        if dones[k]:
+            return k
+    return len(dones) - 1
+
+
+def naive_discounted_returns(rewards: Iterable[float], dones: Iterable[float], gamma: float) -> NDArray[np.float64]:
+    """Ground truth: ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k``, one sum per step (O(T^2)).
+
+    Deliberately naive: it mirrors the closed form, not the backward recursion the
+    learner writes, so the two fail differently.
+
+    Args:
+        rewards: ``[T]`` rewards.
+        dones: ``[T]``, 1 where an episode ended at that step.
+        gamma: discount.
+
+    Returns:
+        ``[T]`` float64 returns.
+    """
+    r = [float(x) for x in rewards]
+    d = [float(x) for x in dones]
+    out = np.zeros(len(r), dtype=np.float64)
+    for t in range(len(r)):
+        out[t] = sum(gamma ** (k - t) * r[k] for k in range(t, episode_end(d, t) + 1))
+    return out
+
+
+def random_trajectory(seed: int, length: int, p_done: float = 0.25) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Seeded ``(rewards, dones)`` of ``length`` steps; any step (the last too) is done with ``p_done``."""
+    rng = np.random.default_rng(seed)
+    rewards = np.round(rng.normal(size=length), 3)
+    dones = (rng.random(length) < p_done).astype(np.float64)
+    return rewards, dones
+
+
+def _what(rewards: Any, dones: Any, gamma: float) -> str:
+    return f"{NAME}({short_repr(rewards)}, {short_repr(dones)}, gamma={gamma:g})"
+
+
+def _expect(fn: Callable[..., Any], rewards: Any, dones: Any, gamma: float, expected: Any) -> None:
+    got = call_on_copies(fn, rewards, dones, gamma)
+    assert_allclose(got, expected, what=_what(rewards, dones, gamma))
+
+
+@check_case("returns a finite float numpy array of shape [T]")
+def _returns_float_array(fn: Callable[..., Any]) -> None:
+    rewards, dones = [1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.0, 0.0]
+    got = call_on_copies(fn, rewards, dones, 0.5)
+    what = _what(rewards, dones, 0.5)
+    arr = assert_array(got, what=what, shape=(4,))
+    assert_float_dtype(arr, what=what)
+    assert_finite(arr, what=what)
+
+
+@check_case("hand-computed values, one episode cut off after the last step")
+def _known_values_one_episode(fn: Callable[..., Any]) -> None:
+    # G_2 = 2, G_1 = 0 + 0.5 * 2 = 1, G_0 = 1 + 0.5 * 1 = 1.5
+    _expect(fn, [1.0, 0.0, 2.0], [0.0, 0.0, 0.0], 0.5, [1.5, 1.0, 2.0])
+
+
+@check_case("hand-computed values, an episode ends mid-trajectory (integer inputs)")
+def _known_values_episode_end(fn: Callable[..., Any]) -> None:
+    # episode 1 = steps 0-1 (done at 1), episode 2 = steps 2-3 (cut off):
+    # G_1 = 1, G_0 = 1 + 0.9 * 1 = 1.9, G_3 = 1, G_2 = 1.9
+    _expect(fn, [1, 1, 1, 1], [0, 1, 0, 0], 0.9, [1.9, 1.0, 1.9, 1.0])
+
+
+@check_case("gamma = 0 gives the rewards")
+def _gamma_zero(fn: Callable[..., Any]) -> None:
+    rewards, dones = random_trajectory(seed=0, length=6)
+    _expect(fn, rewards, dones, 0.0, rewards)
+
+
+@check_case("every step done gives the rewards")
+def _all_done(fn: Callable[..., Any]) -> None:
+    rewards, _ = random_trajectory(seed=1, length=5)
+    _expect(fn, rewards, np.ones(5), 0.9, rewards)
+
+
+@check_case("two episodes computed together equal the two computed apart")
+def _episodes_independent(fn: Callable[..., Any]) -> None:
+    r1, d1 = np.array([1.0, -2.0, 0.5]), np.array([0.0, 0.0, 1.0])
+    r2, d2 = np.array([3.0, 1.0, 2.0, -1.0]), np.array([0.0, 0.0, 0.0, 0.0])
+    apart = [call_on_copies(fn, r, d, 0.9) for r, d in ((r1, d1), (r2, d2))]
+    for part, (r, d) in zip(apart, ((r1, d1), (r2, d2)), strict=True):
+        assert_array(part, what=_what(r, d, 0.9), shape=r.shape)
+    together = call_on_copies(fn, np.concatenate([r1, r2]), np.concatenate([d1, d2]), 0.9)
+    assert_allclose(
+        together,
+        np.concatenate(apart),
+        what=f"{NAME} of both episodes together (compared with each computed apart)",
+    )
+
+
+@check_case("matches the naive sum over each episode on random trajectories")
+def _matches_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, length, gamma) in enumerate([(10, 1, 0.9), (11, 7, 0.99), (12, 40, 0.9), (13, 25, 1.0)]):
+        rewards, dones = random_trajectory(seed, length)
+        got = call_on_copies(fn, rewards, dones, gamma)
+        expected = naive_discounted_returns(rewards, dones, gamma)
+        assert_allclose(got, expected, what=f"random case {case + 1} (T={length}, gamma={gamma:g})")
+
+
+@check_case("an empty trajectory (T = 0) gives an empty float array")
+def _empty(fn: Callable[..., Any]) -> None:
+    got = call_on_copies(fn, [], [], 0.9)
+    what = f"{NAME}([], [], gamma=0.9)"
+    arr = assert_array(got, what=what, shape=(0,))
+    assert_float_dtype(arr, what=what)
+
+
+@check_case("does not modify its inputs")
+def _inputs_unchanged(fn: Callable[..., Any]) -> None:
+    rewards, dones = random_trajectory(seed=20, length=8, p_done=0.4)
+    assert_inputs_unchanged(fn, NAME, 0.9, rewards=rewards, dones=dones)
+
+
+DISCOUNTED_RETURNS = Exercise(
+    name=NAME,
+    points=10,
+    title="discounted return of every step, cut at episode ends (equation 00.1)",
+    checks=(
+        _returns_float_array,
+        _known_values_one_episode,
+        _known_values_episode_end,
+        _gamma_zero,
+        _all_done,
+        _episodes_independent,
+        _matches_oracle,
+        _empty,
+        _inputs_unchanged,
+    ),
+    hints=(
+        "loop backwards over t, carrying the next step's return: "
+        "G_t = r_t + gamma * (1 - done_t) * G_{t+1}, with G = 0 after the last step",
+        "done_t = 1 means the episode ended AT step t: G_t is just r_t, nothing after t is added",
+        "allocate the output as np.zeros(len(rewards), dtype=np.float64) so integer rewards give float returns",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: finished_episode_returns (equation 00.3)
+# ---------------------------------------------------------------------------------------
+
+FER = "finished_episode_returns"
+
+
+def naive_finished_episode_returns(rewards: Iterable[float], dones: Iterable[float]) -> NDArray[np.float64]:
+    """Ground truth: ``R_j = G_{s_j}`` with gamma = 1, read off :func:`naive_discounted_returns`.
+
+    ``s_j`` is the first step of the j-th episode that ends in the buffer (step 0, or the
+    step after the previous end). A different route from the learner's running sum.
+    """
+    r = [float(x) for x in rewards]
+    d = [float(x) for x in dones]
+    undiscounted = naive_discounted_returns(r, d, 1.0)
+    ends = [t for t in range(len(d)) if d[t]]
+    starts = [0] + [e + 1 for e in ends[:-1]]
+    return np.array([undiscounted[s] for s in starts[: len(ends)]], dtype=np.float64)
+
+
+def _fer_what(rewards: Any, dones: Any) -> str:
+    return f"{FER}({short_repr(rewards)}, {short_repr(dones)})"
+
+
+def _fer_array(fn: Callable[..., Any], rewards: Any, dones: Any, n_finished: int) -> NDArray[Any]:
+    """The learner's answer as an array of ``n_finished`` values, naming the usual shape mistakes."""
+    what = _fer_what(rewards, dones)
+    arr = assert_array(call_on_copies(fn, rewards, dones), what=what)
+    d = np.asarray(dones, dtype=np.float64)
+    unfinished = d.size > 0 and not d[-1]
+    if arr.shape == (n_finished + 1,) and unfinished:
+        fail(
+            f"{what} has {arr.size} values but only {n_finished} episode(s) ended: the episode still running after "
+            "the last step has no return yet; leave it out"
+        )
+    if arr.shape == d.shape and d.size != n_finished:
+        fail(f"{what} has one value per step (shape {arr.shape}); expected one per finished episode, ({n_finished},)")
+    if arr.shape != (n_finished,):
+        fail(f"{what} has shape {arr.shape}; expected ({n_finished},): one value per episode that ended (done = 1)")
+    return arr
+
+
+def _fer_expect(fn: Callable[..., Any], rewards: Any, dones: Any, expected: Any) -> None:
+    """Compare with ``expected``, naming the mistake when the answer matches a known one."""
+    exp = np.asarray(expected, dtype=np.float64)
+    arr = _fer_array(fn, rewards, dones, exp.size)
+    what = _fer_what(rewards, dones)
+    if exp.size > 1 and np.allclose(arr, np.cumsum(exp)):
+        fail(f"{what} = {short_repr(arr)}: the running sum was not restarted at 0 after an episode ended")
+    assert_allclose(arr, exp, what=what)
+
+
+@check_case("returns a float numpy array with one value per finished episode")
+def _fer_returns_float_array(fn: Callable[..., Any]) -> None:
+    rewards, dones = [1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 1.0, 0.0, 1.0, 0.0]
+    arr = _fer_array(fn, rewards, dones, 2)
+    what = _fer_what(rewards, dones)
+    assert_float_dtype(arr, what=what)
+    assert_finite(arr, what=what)
+
+
+@check_case("hand-computed values: rewards 1..6, episodes end at steps 1 and 4, one still running")
+def _fer_known_values(fn: Callable[..., Any]) -> None:
+    # episode 1 = steps 0-1: 1 + 2 = 3; episode 2 = steps 2-4: 3 + 4 + 5 = 12; step 5 is unfinished
+    rewards, dones = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0, 1, 0, 0, 1, 0]
+    what = _fer_what(rewards, dones)
+    arr = _fer_array(fn, rewards, dones, 2)
+    if np.allclose(arr, [1.0, 9.0]):
+        fail(
+            f"{what} = {short_repr(arr)}; expected [3.0, 12.0]: the reward of the step that ends an episode "
+            "belongs to that episode (add it before recording the sum)"
+        )
+    _fer_expect(fn, rewards, dones, [3.0, 12.0])
+
+
+@check_case("an unfinished last episode is left out; no finished episode gives an empty array")
+def _fer_unfinished(fn: Callable[..., Any]) -> None:
+    _fer_expect(fn, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], [0, 0, 1, 0, 0, 0, 0, 1], [3.0, 3.0])
+    _fer_expect(fn, [2.0, -1.0, 4.0], [1, 0, 0], [2.0])
+    for rewards, dones in (([1.0, 2.0, 3.0], [0, 0, 0]), ([], [])):
+        assert_float_dtype(_fer_array(fn, rewards, dones, 0), what=_fer_what(rewards, dones))
+
+
+@check_case("every step done gives the rewards")
+def _fer_all_done(fn: Callable[..., Any]) -> None:
+    rewards, _ = random_trajectory(seed=30, length=6)
+    _fer_expect(fn, rewards, np.ones(6), rewards)
+
+
+@check_case("the returns add up to the rewards up to the last episode end")
+def _fer_conserves_reward(fn: Callable[..., Any]) -> None:
+    rewards, dones = random_trajectory(seed=31, length=30, p_done=0.3)
+    last_end = int(np.flatnonzero(dones)[-1])
+    arr = _fer_array(fn, rewards, dones, int(np.count_nonzero(dones)))
+    total, expected = float(np.sum(arr)), float(np.sum(rewards[: last_end + 1]))
+    if not np.isclose(total, expected, rtol=1e-9, atol=1e-9):
+        fail(
+            f"the returns of {_fer_what(rewards, dones)} add up to {total:.4g}, but the rewards up to the last "
+            f"episode end (step {last_end}) add up to {expected:.4g}: every reward belongs to exactly one episode"
+        )
+
+
+@check_case("matches G at each finished episode's first step (gamma = 1) on random trajectories")
+def _fer_matches_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, length, p_done) in enumerate([(40, 1, 0.5), (41, 9, 0.3), (42, 60, 0.2), (43, 200, 0.05)]):
+        rewards, dones = random_trajectory(seed, length, p_done)
+        expected = naive_finished_episode_returns(rewards, dones)
+        got = call_on_copies(fn, rewards, dones)
+        assert_allclose(got, expected, what=f"random case {case + 1} (T={length}, {expected.size} finished episodes)")
+
+
+@check_case("accepts integer rewards and bool dones, and does not modify its inputs")
+def _fer_inputs(fn: Callable[..., Any]) -> None:
+    _fer_expect(fn, [1, 1, 1, 1], [False, True, False, True], [2.0, 2.0])
+    _fer_expect(fn, np.array([3, 0, 2]), np.array([True, False, True]), [3.0, 2.0])
+    rewards, dones = random_trajectory(seed=44, length=8, p_done=0.4)
+    assert_inputs_unchanged(fn, FER, rewards=rewards, dones=dones)
+
+
+FINISHED_EPISODE_RETURNS = Exercise(
+    name=FER,
+    points=10,
+    title="the undiscounted return of every finished episode (equation 00.3)",
+    checks=(
+        _fer_returns_float_array,
+        _fer_known_values,
+        _fer_unfinished,
+        _fer_all_done,
+        _fer_conserves_reward,
+        _fer_matches_oracle,
+        _fer_inputs,
+    ),
+    hints=(
+        "walk forwards keeping a running sum of rewards; at a step with done = 1 record the sum, then restart it at 0",
+        "the reward of the step that ends an episode belongs to that episode: add it before recording the sum; "
+        "the sum left after the last step is an unfinished episode and is not returned",
+        "collect the sums in a list and return np.array(out, dtype=np.float64), which is empty and float "
+        "when no episode ended",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (DISCOUNTED_RETURNS, FINISHED_EPISODE_RETURNS)

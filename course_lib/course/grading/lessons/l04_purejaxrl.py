@@ -1,0 +1,783 @@
+"""Lesson 04's graded exercises: the pure CartPole step, GAE by a reverse ``lax.scan``,
+the TD targets of an auto-reset rollout (truncation vs termination), and vmapping a
+training function over seeds and learning rates.
+
+The learner writes:
+
+* ``cartpole_step(state [4], action, params) -> (next_state [4], terminated)``  (04.1)
+* ``gae_scan(rewards, values, dones, last_value, gamma, lam) -> advantages [T, B]``  (04.2-04.3)
+* ``autoreset_td_targets(rewards, values, terminated, truncated, final_values, last_value, gamma)
+  -> targets [T, B]``  (04.2)
+* ``train_grid(train, key, n_seeds, lrs) -> pytree [len(lrs), n_seeds, ...]``
+
+The checks never call ``course_lib.envs`` or ``course_lib.ppo_jax``: the env step is
+compared with gymnasium's own ``CartPole-v1``, GAE with a Python loop that sums the
+discounted deltas term by term, the TD targets with a case-by-case loop, and the grid
+with a Python loop over learning rates and seeds. Every learner function is also called
+under ``jax.jit`` (and ``jax.vmap`` where it applies), as the lesson's training loop does;
+``gae_scan`` and ``train_grid`` are also checked for their structure (the jaxpr: one
+reverse scan over time; one vmapped program over the grid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.course.grading.checks import (
+    Exercise,
+    LearnerError,
+    assert_allclose,
+    assert_true,
+    call,
+    check_case,
+    fail,
+)
+from course_lib.course.grading.helpers import fail_if_known_mistake
+
+LESSON = "04_purejaxrl"
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _np(x: Any, what: str) -> NDArray[Any]:
+    """A learner's (JAX) array as numpy; a tuple/None fails with a message."""
+    if x is None:
+        fail(f"{what} is None; did you forget to `return` it?")
+    try:
+        return np.asarray(x)
+    except Exception:
+        fail(f"{what} is a {type(x).__name__}; expected a JAX array")
+    raise AssertionError("unreachable")
+
+
+def _jit_call(fn: Callable[..., Any], what: str, *args: Any, static: tuple[int, ...] = (), **kwargs: Any) -> Any:
+    """Call ``jax.jit(fn)(*args)``; a Python ``if``/``bool()`` on a traced value is named."""
+    import jax
+
+    try:
+        return call(jax.jit(fn, static_argnums=static), *args, **kwargs)
+    except LearnerError as err:
+        if isinstance(err.error, jax.errors.ConcretizationTypeError | jax.errors.TracerBoolConversionError):
+            fail(
+                f"{what} fails under jax.jit: a Python `if`, `and`/`or`, `abs`/`min` or float() on a traced "
+                "array; use jnp.where, |, &, jnp.abs, jnp.minimum"
+            )
+        raise
+
+
+def _scan_eqns(fn: Callable[..., Any], *args: Any) -> tuple[list[Any], int]:
+    """The ``scan`` equations anywhere in the jaxpr of ``fn(*args)`` (inside nested jits and
+    loops too), and the number of top-level equations. A Python loop leaves no ``scan`` (it
+    is unrolled: the jaxpr grows with the loop's length); a loop of calls to a jitted
+    function leaves one nested program per call."""
+    import jax
+    from jax.extend import core as jcore
+
+    try:
+        closed = jax.make_jaxpr(fn)(*args)
+    except Exception as exc:
+        fail(f"jax.make_jaxpr could not trace the function: {type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable") from exc
+
+    found: list[Any] = []
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "scan":
+                found.append(eqn)
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, list | tuple) else (param,):
+                    if isinstance(sub, jcore.ClosedJaxpr):
+                        walk(sub.jaxpr)
+                    elif isinstance(sub, jcore.Jaxpr):
+                        walk(sub)
+
+    walk(closed.jaxpr)
+    return found, len(closed.jaxpr.eqns)
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1: cartpole_step, against gymnasium's CartPole-v1
+# ---------------------------------------------------------------------------------------
+
+CS = "cartpole_step"
+
+
+def gym_step(
+    state: NDArray[Any], action: int, semi_implicit: bool = False, force_sign: float = 1.0, theta_deg: bool = False
+) -> tuple[NDArray[np.float64], bool]:
+    """gymnasium's CartPole-v1 stepped once from ``state`` (float64); the keyword arguments
+    reproduce common slips to name them (gymnasium's own semi-implicit integrator, the
+    force's sign flipped, the angle threshold taken as 12 radians)."""
+    import gymnasium as gym
+
+    env: Any = gym.make("CartPole-v1").unwrapped  # CartPoleEnv: its physics attributes are set below
+    env.reset(seed=0)
+    if semi_implicit:
+        env.kinematics_integrator = "semi-implicit euler"
+    if theta_deg:
+        env.theta_threshold_radians = 12.0
+    env.state = np.asarray(state, dtype=np.float64).copy()
+    act = action if force_sign > 0 else 1 - action
+    env.step(int(act))
+    new = np.asarray(env.state, dtype=np.float64)
+    terminated = bool(abs(new[0]) > env.x_threshold or abs(new[2]) > env.theta_threshold_radians)
+    env.close()
+    return new, terminated
+
+
+def _cs_states(seed: int, n: int) -> tuple[NDArray[np.float32], NDArray[np.int32]]:
+    """States from calm to about to fall, actions both ways."""
+    rng = np.random.default_rng(seed)
+    scale = np.array([2.0, 1.5, 0.2, 2.0])
+    states = (rng.uniform(-1, 1, size=(n, 4)) * scale).astype(np.float32)
+    return states, rng.integers(0, 2, size=n).astype(np.int32)
+
+
+def _cs_unpack(out: Any, what: str) -> tuple[NDArray[Any], NDArray[Any]]:
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        fail(f"{what} returned {type(out).__name__}; expected a pair (next_state, terminated)")
+    return _np(out[0], f"{what}[0] (next_state)"), _np(out[1], f"{what}[1] (terminated)")
+
+
+def _cs_known_bugs(states: NDArray[Any], actions: NDArray[Any]) -> dict[str, NDArray[np.float64]]:
+    return {
+        "the integrator is semi-implicit (a new velocity moved the position): explicit Euler updates x with the "
+        "old x_dot and theta with the old theta_dot": np.stack(
+            [gym_step(s, int(a), semi_implicit=True)[0] for s, a in zip(states, actions, strict=True)]
+        ),
+        "the force has the wrong sign: action 1 pushes right, F = +force_mag": np.stack(
+            [gym_step(s, int(a), force_sign=-1.0)[0] for s, a in zip(states, actions, strict=True)]
+        ),
+    }
+
+
+def _cs_compare(
+    fn: Callable[..., Any], states: NDArray[Any], actions: NDArray[Any], batched: bool, name_degrees: bool = False
+) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from course_lib.envs.cartpole import EnvParams
+
+    params = EnvParams()
+    what = f"{CS} under jax.vmap(jax.jit)" if batched else f"{CS} under jax.jit"
+    if batched:
+        out = _jit_call(jax.vmap(fn, in_axes=(0, 0, None)), what, jnp.asarray(states), jnp.asarray(actions), params)
+        got, term = _cs_unpack(out, what)
+    else:
+        pairs = [
+            _cs_unpack(_jit_call(fn, what, jnp.asarray(s), int(a), params), what)
+            for s, a in zip(states, actions, strict=True)
+        ]
+        got, term = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    expected = np.stack([gym_step(s, int(a))[0] for s, a in zip(states, actions, strict=True)])
+    if got.shape != expected.shape:
+        fail(f"{what}: next_state has shape {got.shape[1:]} per state; expected (4,) = [x, x_dot, theta, theta_dot]")
+    if not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
+        fail_if_known_mistake(got, _cs_known_bugs(states, actions), rtol=1e-4, atol=1e-5)
+    assert_allclose(got.astype(np.float64), expected, what=f"{what}: next_state", rtol=1e-4, atol=1e-5)
+    exp_term = np.array([gym_step(s, int(a))[1] for s, a in zip(states, actions, strict=True)])
+    term = term.reshape(-1)
+    if term.dtype != np.bool_:
+        fail(f"{what}: terminated has dtype {term.dtype}; expected a boolean array")
+    mismatch = np.flatnonzero(term != exp_term)
+    if len(mismatch):
+        i = int(mismatch[0])
+        deg = np.array([gym_step(s, int(a), theta_deg=True)[1] for s, a in zip(states, actions, strict=True)])
+        if name_degrees and np.array_equal(term, deg):
+            fail(
+                f"{what}: terminated ignores the pole angle: theta_threshold_radians is already in radians "
+                "(12 degrees = 0.2094)"
+            )
+        fail(
+            f"{what}: terminated is {bool(term[i])} for state {np.round(states[i], 3).tolist()} and action "
+            f"{int(actions[i])}; gymnasium says {bool(exp_term[i])} (|x'| > 2.4 or |theta'| > 0.2094)"
+        )
+
+
+@check_case("matches gymnasium's CartPole-v1 one step at a time under jax.jit", time_limit=30.0)
+def _cs_single(fn: Callable[..., Any]) -> None:
+    states, actions = _cs_states(0, 12)
+    _cs_compare(fn, states, actions, batched=False)
+
+
+@check_case("matches gymnasium under jax.vmap over 200 states and actions", time_limit=30.0)
+def _cs_batch(fn: Callable[..., Any]) -> None:
+    states, actions = _cs_states(1, 200)
+    _cs_compare(fn, states, actions, batched=True)
+
+
+@check_case("terminates on both sides of both thresholds, and not inside them", time_limit=30.0)
+def _cs_thresholds(fn: Callable[..., Any]) -> None:
+    states = np.array(
+        [
+            [2.39, 1.0, 0.0, 0.0],
+            [-2.39, -1.0, 0.0, 0.0],
+            [0.0, 0.0, 0.2, 1.0],
+            [0.0, 0.0, -0.2, -1.0],
+            [2.3, 0.0, 0.2, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+        ],
+        np.float32,
+    )
+    _cs_compare(fn, states, np.array([1, 0, 1, 0, 1, 1]), batched=True, name_degrees=True)
+
+
+@check_case("changes neither its input nor needs a Python int action", time_limit=30.0)
+def _cs_inputs(fn: Callable[..., Any]) -> None:
+    import jax.numpy as jnp
+
+    from course_lib.envs.cartpole import EnvParams
+
+    state = np.array([0.1, -0.2, 0.03, 0.4], np.float32)
+    given = state.copy()
+    out = _cs_unpack(call(fn, given, jnp.asarray(1), EnvParams()), CS)
+    assert_true(np.array_equal(given, state), f"{CS} changed the `state` array it was given; return a new one")
+    assert_allclose(
+        out[0].astype(np.float64), gym_step(state, 1)[0], what=f"{CS}(state, jnp.asarray(1))", rtol=1e-4, atol=1e-5
+    )
+
+
+CARTPOLE_STEP = Exercise(
+    name=CS,
+    points=15,
+    title="CartPole's transition as a pure JAX function (eq. 04.1)",
+    checks=(_cs_thresholds, _cs_single, _cs_batch, _cs_inputs),
+    hints=(
+        "unpack x, x_dot, theta, theta_dot = state; force = jnp.where(action == 1, force_mag, -force_mag); then "
+        "temp, theta_acc, x_acc in the order of (04.1)",
+        "explicit Euler: new_x = x + tau * x_dot and new_theta = theta + tau * theta_dot use the OLD velocities",
+        "terminated = (jnp.abs(new_x) > x_threshold) | (jnp.abs(new_theta) > theta_threshold_radians); return "
+        "(jnp.stack([...]), terminated)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: gae_scan
+# ---------------------------------------------------------------------------------------
+
+GS = "gae_scan"
+
+
+def naive_gae(
+    rewards: Any,
+    values: Any,
+    dones: Any,
+    last_value: Any,
+    gamma: float,
+    lam: float,
+    *,
+    cut: bool = True,
+    trace_lambda: bool = True,
+) -> NDArray[np.float64]:
+    """``A_t = sum_{k >= t} (gamma lam)^{k - t} delta_k``, stopping after the first episode end,
+    with ``delta_k = r_k + gamma (1 - d_k) V(s_{k+1}) - V(s_k)``; one ``(t, b)`` at a time.
+    ``cut=False`` ignores the episode ends and ``trace_lambda=False`` uses ``gamma^k``
+    (no lambda), to name those slips."""
+    r = np.asarray(rewards, np.float64)
+    v = np.asarray(values, np.float64)
+    d = np.asarray(dones, np.float64)
+    n_t, n_b = r.shape
+    v_next = np.concatenate([v[1:], np.asarray(last_value, np.float64)[None]], 0)
+    out = np.zeros((n_t, n_b))
+    for b in range(n_b):
+        for t in range(n_t):
+            total, weight = 0.0, 1.0
+            for k in range(t, n_t):
+                not_done = 1.0 - d[k, b] if cut else 1.0
+                total += weight * (r[k, b] + gamma * not_done * v_next[k, b] - v[k, b])
+                if cut and d[k, b]:
+                    break
+                weight *= gamma * (lam if trace_lambda else 1.0)
+            out[t, b] = total
+    return out
+
+
+def naive_forward_gae(
+    rewards: Any, values: Any, dones: Any, last_value: Any, gamma: float, lam: float
+) -> NDArray[np.float64]:
+    """What the scan of (04.3) gives without ``reverse=True``: the same step function walked
+    from t = 0 upwards, so the "next" value and advantage are those of step t - 1."""
+    r = np.asarray(rewards, np.float64)
+    v = np.asarray(values, np.float64)
+    nd = 1.0 - np.asarray(dones, np.float64)
+    out = np.zeros_like(r)
+    adv, v_carry = np.zeros(r.shape[1]), np.asarray(last_value, np.float64)
+    for t in range(r.shape[0]):
+        adv = r[t] + gamma * nd[t] * v_carry - v[t] + gamma * lam * nd[t] * adv
+        v_carry = v[t]
+        out[t] = adv
+    return out
+
+
+def _gs_data(seed: int, n_t: int, n_b: int, p_done: float = 0.15) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    return {
+        "rewards": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "values": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "dones": rng.random((n_t, n_b)) < p_done,
+        "last_value": rng.normal(size=n_b).astype(np.float32),
+    }
+
+
+def _gs_run(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam: float) -> NDArray[Any]:
+    import jax.numpy as jnp
+
+    args = [jnp.asarray(data[k]) for k in ("rewards", "values", "dones", "last_value")]
+    return _np(_jit_call(fn, GS, *args, gamma, lam, static=(4, 5)), f"{GS}(...)")
+
+
+def _gs_compare(fn: Callable[..., Any], data: dict[str, Any], gamma: float, lam: float, what: str) -> None:
+    got = _gs_run(fn, data, gamma, lam)
+    r, v, d, last = (data[k] for k in ("rewards", "values", "dones", "last_value"))
+    expected = naive_gae(r, v, d, last, gamma, lam)
+    if got.shape == expected.shape and not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
+        bugs = {
+            "the recursion runs forwards: A_t depends on A_{t+1}, so scan with reverse=True": naive_forward_gae(
+                r, v, d, last, gamma, lam
+            ),
+            "the trace crosses episode ends: multiply by (1 - d_t) both in delta_t and in the trace": naive_gae(
+                r, v, d, last, gamma, lam, cut=False
+            ),
+            "the trace decays by gamma only: it is gamma * lambda (04.3)": naive_gae(
+                r, v, d, last, gamma, lam, trace_lambda=False
+            ),
+        }
+        fail_if_known_mistake(got, bugs, rtol=1e-4, atol=1e-4)
+    assert_allclose(got.astype(np.float64), expected, what=what, rtol=1e-4, atol=1e-4)
+
+
+@check_case("hand-computed three-step example with an episode end", time_limit=30.0)
+def _gs_known(fn: Callable[..., Any]) -> None:
+    # gamma 0.5, lambda 1: A_2 = 1 + 0.5 * 5 = 3.5; A_1 = 1 (episode ends); A_0 = 1 + 0.5 * 1 = 1.5
+    data = {
+        "rewards": np.ones((3, 1), np.float32),
+        "values": np.zeros((3, 1), np.float32),
+        "dones": np.array([[False], [True], [False]]),
+        "last_value": np.array([5.0], np.float32),
+    }
+    _gs_compare(fn, data, 0.5, 1.0, what=f"{GS}(3 steps, done at t=1, gamma=0.5, lam=1)")
+    assert_allclose(
+        _gs_run(fn, data, 0.5, 1.0).astype(np.float64),
+        [[1.5], [1.0], [3.5]],
+        what=f"{GS}(3 steps, done at t=1, gamma=0.5, lam=1)",
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@check_case("matches the sum of discounted deltas on random rollouts under jax.jit", time_limit=30.0)
+def _gs_oracle(fn: Callable[..., Any]) -> None:
+    for case, (n_t, n_b, gamma, lam) in enumerate([(16, 3, 0.99, 0.95), (9, 5, 0.9, 0.5), (30, 2, 0.97, 0.8)]):
+        _gs_compare(
+            fn,
+            _gs_data(case, n_t, n_b),
+            gamma,
+            lam,
+            what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g}, lam={lam:g})",
+        )
+
+
+@check_case("lambda = 0 gives the one-step TD errors delta_t", time_limit=30.0)
+def _gs_lambda0(fn: Callable[..., Any]) -> None:
+    data = _gs_data(10, 8, 3)
+    nd = 1.0 - data["dones"]
+    v_next = np.concatenate([data["values"][1:], data["last_value"][None]], 0)
+    delta = data["rewards"] + 0.9 * nd * v_next - data["values"]
+    assert_allclose(
+        _gs_run(fn, data, 0.9, 0.0).astype(np.float64),
+        delta.astype(np.float64),
+        what=f"{GS}(..., lam=0)",
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@check_case("no episode ends and lambda = 1: the bootstrapped return minus V(s_t)", time_limit=30.0)
+def _gs_no_ends(fn: Callable[..., Any]) -> None:
+    data = _gs_data(20, 6, 2, p_done=0.0)
+    g = np.zeros((6, 2))
+    acc = data["last_value"].astype(np.float64)
+    for t in reversed(range(6)):
+        acc = data["rewards"][t] + 0.9 * acc
+        g[t] = acc
+    _gs_compare(fn, data, 0.9, 1.0, what=f"{GS}(no episode ends, lam=1)")
+    assert_allclose(
+        _gs_run(fn, data, 0.9, 1.0).astype(np.float64),
+        g - data["values"],
+        what=f"{GS}(no episode ends, lam=1) vs G_t - V(s_t)",
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@check_case("is one reverse lax.scan over time (no Python loop unrolled into the program)", time_limit=30.0)
+def _gs_structure(fn: Callable[..., Any]) -> None:
+    import jax.numpy as jnp
+
+    sizes = {}
+    for n_t in (8, 32):
+        data = _gs_data(30 + n_t, n_t, 3)
+        args = [jnp.asarray(data[k]) for k in ("rewards", "values", "dones", "last_value")]
+        scans, sizes[n_t] = _scan_eqns(lambda r, v, d, lv: call(fn, r, v, d, lv, 0.9, 0.8), *args)
+        if not scans:
+            fail(
+                f"{GS}'s program holds no lax.scan: a Python loop over t is unrolled into {n_t} copies of the step "
+                "(the program grows with T); write the recursion as jax.lax.scan(step, init, xs, reverse=True)"
+            )
+        over_time = [e for e in scans if e.params.get("length") == n_t]
+        if len(over_time) != 1 or len(scans) != 1:
+            fail(
+                f"{GS}'s program holds {len(scans)} lax.scan loops ({len(over_time)} over the {n_t} time steps); "
+                "GAE is one reverse scan over time"
+            )
+    if sizes[32] > sizes[8] + 4:
+        fail(
+            f"{GS}'s program grows with T ({sizes[8]} operations for T = 8, {sizes[32]} for T = 32): part of it is "
+            "a Python loop over time; keep the whole recursion inside the scan"
+        )
+
+
+GAE_SCAN = Exercise(
+    name=GS,
+    points=15,
+    title="GAE advantages by a reverse lax.scan (eqs. 04.2-04.3)",
+    checks=(_gs_known, _gs_oracle, _gs_lambda0, _gs_no_ends, _gs_structure),
+    hints=(
+        "scan backwards (reverse=True) with the carry (A_{t+1}, V(s_{t+1})) starting at (0, last_value)",
+        "delta = r + gamma * (1 - d) * next_value - v; adv = delta + gamma * lam * (1 - d) * next_adv; "
+        "return (adv, v), adv",
+        "jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (rewards, values, 1.0 - dones), reverse=True)[1]",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: autoreset_td_targets
+# ---------------------------------------------------------------------------------------
+
+TD = "autoreset_td_targets"
+
+
+def naive_td_targets(
+    rewards: Any,
+    values: Any,
+    terminated: Any,
+    truncated: Any,
+    final_values: Any,
+    last_value: Any,
+    gamma: float,
+    *,
+    truncation_ends: bool = False,
+    reset_bootstrap: bool = False,
+    final_everywhere: bool = False,
+    terminal_bootstrap: bool = False,
+) -> NDArray[np.float64]:
+    """``y_t = r_t + gamma * (value of the state step t reached, 0 if it terminated)``, one ``(t, b)``
+    at a time, with an ``if`` per case. The keyword arguments reproduce slips to name them:
+    a truncation treated as a termination, a bootstrap from the next episode's first state,
+    ``final_values`` read where no episode ended, a terminated step bootstrapped."""
+    r = np.asarray(rewards, np.float64)
+    v = np.asarray(values, np.float64)
+    term, trunc = np.asarray(terminated, bool), np.asarray(truncated, bool)
+    fv = np.asarray(final_values, np.float64)
+    lv = np.asarray(last_value, np.float64)
+    n_t, n_b = r.shape
+    out = np.zeros((n_t, n_b))
+    for b in range(n_b):
+        for t in range(n_t):
+            following = v[t + 1, b] if t + 1 < n_t else lv[b]  # the obs acted on next (after any reset)
+            ended = term[t, b] or trunc[t, b]
+            if term[t, b] and not terminal_bootstrap:
+                reached = 0.0  # the pole fell: no future reward
+            elif truncation_ends and trunc[t, b]:
+                reached = 0.0
+            elif (ended and not reset_bootstrap) or final_everywhere:
+                reached = fv[t, b]  # the state the step reached, before the auto-reset
+            else:
+                reached = following
+            out[t, b] = r[t, b] + gamma * reached
+    return out
+
+
+def _td_data(seed: int, n_t: int, n_b: int, p_term: float = 0.12, p_trunc: float = 0.12) -> dict[str, Any]:
+    """A random auto-reset rollout: both kinds of episode end (some steps both at once), and
+    ``final_values`` that are garbage (large) where no episode ended, as an implementation
+    that evaluates V(final obs) only for the envs that ended leaves them."""
+    rng = np.random.default_rng(seed)
+    terminated = rng.random((n_t, n_b)) < p_term
+    truncated = rng.random((n_t, n_b)) < p_trunc
+    ended = terminated | truncated
+    final_values = np.where(ended, rng.normal(size=(n_t, n_b)), rng.uniform(50, 100, size=(n_t, n_b)))
+    return {
+        "rewards": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "values": rng.normal(size=(n_t, n_b)).astype(np.float32),
+        "terminated": terminated,
+        "truncated": truncated,
+        "final_values": final_values.astype(np.float32),
+        "last_value": rng.normal(size=n_b).astype(np.float32),
+    }
+
+
+_TD_KEYS = ("rewards", "values", "terminated", "truncated", "final_values", "last_value")
+
+
+def _td_args(data: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """``data``'s six arrays in the function's argument order."""
+    r, v, term, trunc, fv, lv = (data[k] for k in _TD_KEYS)
+    return r, v, term, trunc, fv, lv
+
+
+def _td_run(fn: Callable[..., Any], data: dict[str, Any], gamma: float) -> NDArray[Any]:
+    import jax.numpy as jnp
+
+    args = [jnp.asarray(data[k]) for k in _TD_KEYS]
+    return _np(_jit_call(fn, TD, *args, gamma, static=(6,)), f"{TD}(...)")
+
+
+def _td_compare(fn: Callable[..., Any], data: dict[str, Any], gamma: float, what: str) -> None:
+    got = _td_run(fn, data, gamma)
+    args = _td_args(data)
+    expected = naive_td_targets(*args, gamma)
+    if got.shape != expected.shape:
+        fail(f"{what}: the targets have shape {got.shape}; expected {expected.shape} = [T, B], one per step")
+    if not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
+        bugs = {
+            "a truncated step is treated as terminated: a time limit cut the episode, the state it reached still "
+            "has a value; bootstrap from final_values there (only termination bootstraps from 0)": {
+                "truncation_ends": True
+            },
+            "after an episode end you bootstrap from the next step's value, which is V of the NEXT episode's first "
+            "observation (the auto-reset put it there); use final_values[t], V(info['final_obs'])": {
+                "reset_bootstrap": True
+            },
+            "final_values is read where no episode ended: it is only defined where terminated | truncated; "
+            "elsewhere the state the step reached is the one acted on next (values[t + 1], last_value at the "
+            "end)": {"final_everywhere": True},
+            "a terminated step bootstraps: the pole fell, there is no future reward; multiply the bootstrap by "
+            "(1 - terminated)": {"terminal_bootstrap": True},
+        }
+        fail_if_known_mistake(
+            got,
+            {message: lambda slip=slip: naive_td_targets(*args, gamma, **slip) for message, slip in bugs.items()},
+            rtol=1e-4,
+            atol=1e-4,
+        )
+    assert_allclose(got.astype(np.float64), expected, what=what, rtol=1e-4, atol=1e-4)
+
+
+@check_case("hand-computed four steps: a termination, a truncation, and the rollout's end", time_limit=30.0)
+def _td_known(fn: Callable[..., Any]) -> None:
+    # gamma 0.5, r = 1, V = [1, 2, 3, 4], final values [99, 7, 8, 99] (99: no episode ended), last value 5:
+    # y_0 = 1 + 0.5 * 2 = 2; y_1 = 1 (terminated); y_2 = 1 + 0.5 * 8 = 5 (truncated); y_3 = 1 + 0.5 * 5 = 3.5
+    data = {
+        "rewards": np.ones((4, 1), np.float32),
+        "values": np.array([[1.0], [2.0], [3.0], [4.0]], np.float32),
+        "terminated": np.array([[False], [True], [False], [False]]),
+        "truncated": np.array([[False], [False], [True], [False]]),
+        "final_values": np.array([[99.0], [7.0], [8.0], [99.0]], np.float32),
+        "last_value": np.array([5.0], np.float32),
+    }
+    what = f"{TD}(r = 1, V = [1, 2, 3, 4], terminated at t=1, truncated at t=2, gamma=0.5)"
+    _td_compare(fn, data, 0.5, what)
+    assert_allclose(_td_run(fn, data, 0.5).astype(np.float64), [[2.0], [1.0], [5.0], [3.5]], what=what, rtol=1e-5)
+
+
+@check_case("matches a case-by-case oracle on random auto-reset rollouts under jax.jit and jax.vmap", time_limit=30.0)
+def _td_oracle(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    for case, (n_t, n_b, gamma) in enumerate([(16, 4, 0.99), (9, 6, 0.9), (25, 3, 0.5)]):
+        data = _td_data(case, n_t, n_b)
+        assert (data["terminated"] & data["truncated"]).any() or case > 0
+        _td_compare(fn, data, gamma, what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g})")
+    # a batch of rollouts: vmap over a leading axis gives each rollout's own targets
+    batch = [_td_data(10 + i, 7, 2) for i in range(3)]
+    stacked = [jnp.asarray(np.stack([d[k] for d in batch])) for k in _TD_KEYS]
+    out = call(jax.jit(jax.vmap(lambda *a: fn(*a, 0.9))), *stacked)
+    expected = np.stack([naive_td_targets(*_td_args(d), 0.9) for d in batch])
+    assert_allclose(
+        _np(out, f"jax.vmap({TD})").astype(np.float64), expected, what=f"jax.vmap({TD}) over 3 rollouts", rtol=1e-4
+    )
+
+
+@check_case("properties: no episode ends gives r + gamma V(s_t+1); termination wins over truncation", time_limit=30.0)
+def _td_properties(fn: Callable[..., Any]) -> None:
+    data = _td_data(40, 12, 3, p_term=0.0, p_trunc=0.0)
+    v_next = np.concatenate([data["values"][1:], data["last_value"][None]], 0).astype(np.float64)
+    assert_allclose(
+        _td_run(fn, data, 0.9).astype(np.float64),
+        data["rewards"] + 0.9 * v_next,
+        what=f"{TD}(no episode ends) vs r_t + gamma V(s_t+1)",
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    both = dict(data, terminated=np.ones((12, 3), bool), truncated=np.ones((12, 3), bool))
+    assert_allclose(
+        _td_run(fn, both, 0.9).astype(np.float64),
+        data["rewards"].astype(np.float64),
+        what=f"{TD}(every step terminated AND truncated) vs r_t (a step that terminates has no future)",
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    ended = _td_data(41, 12, 3)
+    moved = dict(ended, final_values=np.where(ended["terminated"] | ended["truncated"], ended["final_values"], -7.0))
+    assert_true(
+        np.allclose(_td_run(fn, ended, 0.9), _td_run(fn, moved, 0.9), rtol=1e-5, atol=1e-5),
+        f"{TD}: changing final_values where no episode ended changed the targets; those entries are undefined "
+        "(V(final obs) is only needed where terminated | truncated)",
+    )
+
+
+AUTORESET_TD_TARGETS = Exercise(
+    name=TD,
+    points=10,
+    title="TD targets of an auto-reset rollout: bootstrap after truncation, not after termination (eq. 04.2)",
+    checks=(_td_known, _td_oracle, _td_properties),
+    hints=(
+        "the value of the state step t reached is values[t + 1] (last_value at the end) unless an episode ended "
+        "at t; then the env already reset and that state's value is final_values[t]",
+        "next_values = jnp.concatenate([values[1:], last_value[None]]); pick final_values where "
+        "terminated | truncated with jnp.where",
+        "return rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 4: train_grid
+# ---------------------------------------------------------------------------------------
+
+TG = "train_grid"
+
+
+def _toy(counter: list[int]) -> Callable[..., Any]:
+    """A pure 'training run' (key, lr) -> dict whose output depends on both; counts its traces."""
+    import jax
+    import jax.numpy as jnp
+
+    def train(key: Any, lr: Any) -> dict[str, Any]:
+        counter.append(1)
+        w0 = jax.random.normal(key, (2,))
+
+        def step(w: Any, _: None) -> tuple[Any, Any]:
+            return w - lr * 2.0 * (w - jnp.array([1.0, -2.0])), jnp.sum((w - jnp.array([1.0, -2.0])) ** 2)
+
+        w, losses = jax.lax.scan(step, w0, None, length=5)
+        return {"w": w, "loss": losses}
+
+    return train
+
+
+def _tg_oracle(key: Any, n_seeds: int, lrs: Any) -> dict[str, NDArray[np.float64]]:
+    import jax
+
+    keys = jax.random.split(key, n_seeds)
+    train = _toy([])
+    rows = [[train(keys[s], float(lr)) for s in range(n_seeds)] for lr in lrs]
+    return {k: np.array([[np.asarray(r[k]) for r in row] for row in rows]) for k in ("w", "loss")}
+
+
+def _tg_run(fn: Callable[..., Any], n_seeds: int, lrs: list[float], seed: int = 0) -> tuple[dict[str, Any], int]:
+    import jax
+    import jax.numpy as jnp
+
+    counter: list[int] = []
+    out = call(fn, _toy(counter), jax.random.key(seed), n_seeds, jnp.asarray(lrs))
+    if not isinstance(out, dict) or set(out) != {"w", "loss"}:
+        fail(
+            f"{TG} returned {type(out).__name__}; expected train's own pytree (here a dict with keys 'w', 'loss') "
+            "with two leading axes"
+        )
+    return {k: _np(v, f"{TG}(...)['{k}']") for k, v in out.items()}, len(counter)
+
+
+@check_case("matches a Python loop over learning rates and seeds", time_limit=30.0)
+def _tg_oracle_check(fn: Callable[..., Any]) -> None:
+    import jax
+
+    lrs = [0.01, 0.1, 0.3]
+    got, _ = _tg_run(fn, 4, lrs)
+    expected = _tg_oracle(jax.random.key(0), 4, lrs)
+    for k in ("w", "loss"):
+        if got[k].shape != expected[k].shape:
+            swapped = expected[k].shape[:2][::-1] + expected[k].shape[2:]
+            if got[k].shape == swapped:
+                fail(
+                    f"{TG}(...)['{k}'] has shape {got[k].shape}: the axes are [n_seeds, len(lrs)]; put the "
+                    f"learning rates first: [len(lrs), n_seeds] = {expected[k].shape}"
+                )
+            fail(f"{TG}(...)['{k}'] has shape {got[k].shape}; expected {expected[k].shape} = [len(lrs), n_seeds, ...]")
+        if np.allclose(got[k], np.broadcast_to(got[k][:, :1], got[k].shape), rtol=1e-6, atol=1e-7):
+            fail(f"{TG}: every seed gave the same run; map over keys = jax.random.split(key, n_seeds), not one key")
+        assert_allclose(
+            got[k].astype(np.float64), expected[k].astype(np.float64), what=f"{TG}(...)['{k}']", rtol=1e-5, atol=1e-6
+        )
+
+
+@check_case("one vmapped program: train traced once, one loop carrying every run at once", time_limit=30.0)
+def _tg_one_program(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    _, traces = _tg_run(fn, 3, [0.05, 0.2])
+    if traces != 1:
+        fail(
+            f"train was traced {traces} times for 3 seeds x 2 learning rates; a Python loop runs (and traces) it "
+            "once per cell: use jax.vmap twice, which traces it once"
+        )
+    # A loop of calls to a jitted train is traced once too (jit caches the trace): look at the
+    # program itself. train holds one lax.scan (5 steps of w [2]); vmapped over the grid it is
+    # still one scan, whose carry holds all 2 x 3 runs' weights at once.
+    n_lrs, n_seeds = 2, 3
+    scans, _ = _scan_eqns(lambda key, lrs: fn(_toy([]), key, n_seeds, lrs), jax.random.key(0), jnp.asarray([0.05, 0.2]))
+    if len(scans) != 1:
+        fail(
+            f"the program of {TG} holds {len(scans)} copies of train's loop for {n_lrs} learning rates x {n_seeds} "
+            "seeds: a Python loop (or lax.map) over jitted calls runs the cells one after another; one vmapped "
+            "program holds train's loop once, batched over the whole grid"
+        )
+    sizes = [int(np.prod(v.aval.shape)) for v in scans[0].invars if hasattr(v, "aval")]
+    assert_true(
+        n_lrs * n_seeds * 2 in sizes,
+        f"{TG}: train's loop does not carry the weights of all {n_lrs} x {n_seeds} runs at once (operand sizes "
+        f"{sizes}); vmap over the seeds and over the learning rates",
+    )
+
+
+@check_case("the same seeds for every learning rate, different seeds along the seed axis", time_limit=30.0)
+def _tg_seeds(fn: Callable[..., Any]) -> None:
+    got, _ = _tg_run(fn, 5, [0.0, 0.0], seed=3)  # lr = 0: w stays at its random start
+    w = got["w"]
+    if w.shape[:2] != (2, 5):
+        fail(f"{TG}(...)['w'] has shape {w.shape}; expected (2, 5, 2) = [len(lrs), n_seeds, ...]")
+    assert_true(
+        np.allclose(w[0], w[1]),
+        f"{TG}: two equal learning rates gave different runs; use the same keys "
+        "for every learning rate (vmap the lrs with in_axes=(None, 0))",
+    )
+    assert_true(
+        len({tuple(np.round(row, 6)) for row in w[0]}) == 5,
+        f"{TG}: some seeds gave the same start; split the key into n_seeds different keys",
+    )
+
+
+TRAIN_GRID = Exercise(
+    name=TG,
+    points=10,
+    title="vmap a training function over seeds and learning rates",
+    checks=(_tg_oracle_check, _tg_one_program, _tg_seeds),
+    hints=(
+        "keys = jax.random.split(key, n_seeds); jax.vmap(train, in_axes=(0, None)) runs all seeds with one lr",
+        "vmap that again over the learning rates with in_axes=(None, 0): the outer axis is the lrs",
+        "return jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0))(keys, jnp.asarray(lrs))",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (CARTPOLE_STEP, GAE_SCAN, AUTORESET_TD_TARGETS, TRAIN_GRID)
