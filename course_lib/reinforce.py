@@ -272,6 +272,50 @@ class ReinforceResult:
         }
 
 
+def policy_for(envs: gym.vector.VectorEnv, hidden: int) -> nn.Module:
+    """A fresh softmax MLP policy sized for ``envs`` (Box observations, Discrete actions).
+
+    Raises:
+        TypeError: if the env's spaces are not a Box observation and Discrete actions.
+    """
+    import gymnasium as gym
+
+    obs_shape = envs.single_observation_space.shape
+    action_space = envs.single_action_space
+    if obs_shape is None or not isinstance(action_space, gym.spaces.Discrete):
+        raise TypeError(f"REINFORCE here needs a Box observation and Discrete actions, got {envs}")
+    return make_policy(int(np.prod(obs_shape)), int(action_space.n), hidden)
+
+
+def reinforce_update(
+    policy: nn.Module, optimizer: torch.optim.Optimizer, batch: EpisodeBatch, config: ReinforceConfig
+) -> tuple[float, float, float]:
+    """One gradient step on a batch of episodes; returns ``(loss, policy entropy, gradient norm)``.
+
+    The per-step weights come from the config's estimator (:func:`step_weights`: returns,
+    reward to go, baseline, normalisation), the loss is (01.7)'s surrogate over the real
+    steps, and the norm is the whole gradient's, before the optimizer's step.
+    """
+    import torch
+
+    weights = step_weights(batch, config.gamma, config.reward_to_go, config.baseline, config.normalize)
+    m = batch.mask
+    logits = policy(torch.from_numpy(batch.obs[m]))
+    loss = surrogate_loss(logits, torch.from_numpy(batch.actions[m]), torch.from_numpy(weights[m]).float())
+    optimizer.zero_grad()
+    loss.backward()
+    squares = torch.zeros(())
+    for p in policy.parameters():
+        if p.grad is not None:
+            squares = squares + (p.grad**2).sum()
+    gnorm = float(torch.sqrt(squares))
+    optimizer.step()
+    with torch.no_grad():
+        logp = torch.log_softmax(logits, dim=-1)
+        entropy = float(-(logp.exp() * logp).sum(-1).mean())
+    return loss.item(), entropy, gnorm
+
+
 def train_reinforce(
     config: ReinforceConfig,
     progress: Callable[[int, EpisodeBatch], None] | None = None,
@@ -286,7 +330,6 @@ def train_reinforce(
         progress: called after every update with its index and batch (e.g. to advance a
             :func:`course_lib.course.display.progress` bar).
     """
-    import gymnasium as gym
     import torch
 
     previous_threads = torch.get_num_threads()
@@ -294,13 +337,7 @@ def train_reinforce(
     envs = make_env(config)
     try:
         torch.manual_seed(config.seed)
-        obs_shape = envs.single_observation_space.shape
-        action_space = envs.single_action_space
-        if obs_shape is None or not isinstance(action_space, gym.spaces.Discrete):
-            raise TypeError(f"REINFORCE here needs a Box observation and Discrete actions, got {envs}")
-        obs_dim = int(np.prod(obs_shape))
-        n_actions = int(action_space.n)
-        policy = make_policy(obs_dim, n_actions, config.hidden)
+        policy = policy_for(envs, config.hidden)
         optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
         generator = torch.Generator().manual_seed(config.seed)
         returns, lengths, losses, entropies, gnorms = [], [], [], [], []
@@ -313,22 +350,10 @@ def train_reinforce(
             t0 = time.perf_counter()
             batch = collect_episodes(envs, policy, seed=config.seed * 100_003 + update, generator=generator)
             act_seconds += time.perf_counter() - t0
-            weights = step_weights(batch, config.gamma, config.reward_to_go, config.baseline, config.normalize)
-            m = batch.mask
-            logits = policy(torch.from_numpy(batch.obs[m]))
-            loss = surrogate_loss(logits, torch.from_numpy(batch.actions[m]), torch.from_numpy(weights[m]).float())
-            optimizer.zero_grad()
-            loss.backward()
-            squares = torch.zeros(())
-            for p in policy.parameters():
-                if p.grad is not None:
-                    squares = squares + (p.grad**2).sum()
-            gnorms.append(float(torch.sqrt(squares)))
-            optimizer.step()
-            with torch.no_grad():
-                logp = torch.log_softmax(logits, dim=-1)
-                entropies.append(float(-(logp.exp() * logp).sum(-1).mean()))
-            losses.append(loss.item())
+            loss, entropy, gnorm = reinforce_update(policy, optimizer, batch, config)
+            losses.append(loss)
+            entropies.append(entropy)
+            gnorms.append(gnorm)
             returns.append(batch.returns)
             lengths.append(batch.mask.sum(axis=0))
             env_steps += batch.n_steps
