@@ -1,6 +1,6 @@
 """Exercise grading: in-notebook self-checks and the ``course grade`` command.
 
-* :func:`check` (``from course_lib.course.grading import check``): a notebook's "check
+* :func:`check` (``from course_lib import check``, re-exported from here): a notebook's "check
   yourself" cell; runs one exercise's checks in-process and prints a short,
   deterministic summary.
 * :func:`hint`: print a tiered hint.

@@ -1,6 +1,6 @@
 """The learner's "check yourself" cells: :func:`check` and :func:`hint`.
 
-An exercise notebook imports ``from course_lib.course.grading import check`` and, after each
+An exercise notebook imports ``from course_lib import check`` and, after each
 exercise, runs ``check("00_welcome", "discounted_returns", discounted_returns)``. The
 checks run in the notebook's own process, each under its time limit, and print a short
 summary that is the same on every machine (nbval compares it verbatim)::
