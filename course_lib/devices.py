@@ -1,0 +1,103 @@
+"""Devices and meshes for lesson 05, and the one rule that keeps CPU multi-device code from hanging.
+
+On a machine without accelerators, XLA can split the CPU into several *host devices*
+(``jax_num_cpu_devices``); each is a full JAX device with its own buffers, so meshes,
+shardings and collectives behave as on GPUs or TPUs, and a program written for them runs
+unchanged on a pod. The count must be set before JAX starts its backend (the first
+computation or device query): :func:`use_cpu_devices` does that and says clearly when it
+is too late.
+
+**Why multi-device CPU programs hung, and the rule that fixes it** (measured on jaxlib
+0.10.2, 2 cores, 2026-11-23). All host devices share one intra-op thread pool of one
+thread per core. JAX's LAPACK kernels (QR, Cholesky, eigh, ... behind ``jnp.linalg`` and
+``jax.nn.initializers.orthogonal``) split a batched call into tasks on that pool and
+*block* a pool thread until the tasks finish. When two devices run such a kernel at the
+same time, both pool threads block waiting for tasks that no free thread will ever run:
+a deadlock (gdb: both ``tf_XLAEigen`` threads in ``jax::ParallelBatchMap`` ->
+``BlockingCounter::Wait``). The minimal reproducer, 100% on this machine::
+
+    jax.jit(jax.shard_map(lambda x: jnp.linalg.qr(x)[0], mesh=mesh_of_2,
+                          in_specs=P("data"), out_specs=P("data")))(x)   # x: [256, 64, 64]
+
+Lesson 04's PPO initialises its layers orthogonally (a batched QR once seeds are
+vmapped), which is why ``jit(shard_map(vmap(train)))`` hung in 4 of 6 runs; with the
+initialisation outside the sharded program it ran 8 of 8. So: **no LAPACK call inside a
+program that runs on several CPU devices**; initialise parameters before, on one device.
+:func:`check_multidevice_safe` enforces it on the compiled program, and every
+multi-device program of the lesson also runs under :func:`course_lib.runtime.watchdog.watchdog`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax._src import xla_bridge
+from jax.sharding import Mesh
+
+#: Custom-call targets that block a shared CPU pool thread (JAX's LAPACK FFI kernels).
+_BLOCKING_CALL = re.compile(r'custom_call_target="(lapack_[A-Za-z0-9_]+)"')
+
+
+class MultiDeviceHazard(RuntimeError):
+    """A program about to run on several CPU devices contains a call that can deadlock them."""
+
+
+def use_cpu_devices(n: int) -> None:
+    """Ask XLA for ``n`` CPU host devices (``jax_num_cpu_devices``), without starting the backend.
+
+    Must run before the process's first JAX computation (``jax.devices()``,
+    ``jax.random.key``, a jitted call). Afterwards it changes nothing, so it checks: if
+    the backend is already up on a CPU with a different count, it raises and says to
+    restart the kernel. On a GPU or TPU backend the accelerators are the devices and
+    ``n`` is ignored.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1 CPU devices, got {n}")
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_num_cpu_devices", n)
+        return
+    if jax.default_backend() == "cpu" and jax.device_count() != n:
+        raise RuntimeError(
+            f"JAX already started with {jax.device_count()} CPU device(s); the device count is "
+            f"fixed at the first computation. Restart the kernel (or process) and call "
+            f"use_cpu_devices({n}) before anything else touches JAX."
+        )
+
+
+def data_mesh(n: int | None = None, axis: str = "data", devices: Sequence[Any] | None = None) -> Mesh:
+    """A 1-D mesh over the first ``n`` devices (all of them by default), named ``axis``."""
+    devices = list(devices if devices is not None else jax.devices())
+    n = len(devices) if n is None else n
+    if not 1 <= n <= len(devices):
+        raise ValueError(f"a mesh of {n} devices needs 1..{len(devices)} (JAX has {len(devices)}): {devices}")
+    return jax.make_mesh((n,), (axis,), devices=devices[:n])
+
+
+def blocking_calls(compiled_hlo: str) -> list[str]:
+    """The LAPACK custom calls in a compiled program's HLO text (``jitted.lower(...).compile().as_text()``)."""
+    return sorted(set(_BLOCKING_CALL.findall(compiled_hlo)))
+
+
+def check_multidevice_safe(jitted: Any, *args: Any, **kwargs: Any) -> Any:
+    """Compile ``jitted`` for ``args`` and refuse it if it would run a LAPACK call on several CPU devices.
+
+    Returns the compiled executable (call it with the same arguments). On one device, or
+    on GPU/TPU backends, everything is allowed. Raises :class:`MultiDeviceHazard` naming
+    the calls and the fix otherwise.
+    """
+    compiled = jitted.lower(*args, **kwargs).compile()
+    if jax.default_backend() != "cpu":
+        return compiled
+    devices = {d for leaf in jax.tree.leaves(compiled.input_shardings) for d in leaf.device_set}
+    calls = blocking_calls(compiled.as_text())
+    if len(devices) > 1 and calls:
+        raise MultiDeviceHazard(
+            f"this program runs on {len(devices)} CPU devices and contains {', '.join(calls)}: on the "
+            f"shared CPU thread pool two devices in a LAPACK call at once deadlock. Move the linear algebra "
+            f"(jnp.linalg.*, orthogonal initialisation) out of the multi-device program: compute it first "
+            f"on one device and pass the result in."
+        )
+    return compiled

@@ -1,0 +1,353 @@
+r"""Data-parallel PPO (lesson 05): lesson 04's training step split over devices, one answer for any device count.
+
+Data parallelism is a sharded batch plus an all-reduce of gradients. Each of ``N``
+devices runs ``num_envs / N`` of the environments, computes the PPO loss's gradient on
+its share of every minibatch, and the devices average their gradients before the
+(identical, replicated) Adam step (eq. 05.1)::
+
+    g = (1/N) sum_d g_d,   g_d = grad of the mean loss over device d's M/N samples   (05.1)
+
+Because every device holds the same parameters and applies the same averaged gradient,
+they stay identical without ever being broadcast. The whole run is still *one* program:
+``jax.jit(jax.shard_map(train, mesh, ...))``, with the collective inside.
+
+**One answer for any device count.** A run on 1 device and a run on ``N`` devices with
+the same seed and the same *global* batch must give the same parameters (up to float
+summation order). Three things make that true here, and each is a choice a real system
+has to make too:
+
+1. *Randomness per environment, not per device.* Env ``i``'s key is
+   ``fold_in(key, i)`` (:func:`env_keys`); its actions, resets and minibatch order at
+   update ``u`` come from ``fold_in(env_key_i, u)``. Which device runs env ``i`` changes
+   nothing. (Lesson 04's ``make_train`` draws the noise of all envs from one key; it is
+   the same algorithm with a different random stream.)
+2. *Minibatches stratified by environment.* Each epoch shuffles every env's ``T`` steps
+   on its own and minibatch ``m`` takes slots ``[m T/M, (m+1) T/M)`` of *every* env. A
+   global minibatch is then the union of the devices' local minibatches, whatever ``N``.
+   (Shuffling across all ``num_envs x T`` samples, as lesson 04 does, would need every
+   device's data on every device.)
+3. *Global statistics by collectives.* Advantages are normalised with the global
+   minibatch's mean and standard deviation (two ``pmean``s), losses and metrics are
+   averaged (``pmean``) or summed (``psum``) over devices.
+
+**The check_vma trap** (GOTCHAS). ``jax.shard_map`` tracks which values vary across
+devices (``check_vma=True``, the default). Then the gradient of a replicated ``P()``
+parameter taken inside the map comes back *already summed* over devices (the transpose
+of the implicit broadcast is a ``psum``), and a ``pmean`` on it does nothing: the step
+is ``N`` times the mean gradient. :func:`make_dp_train`'s ``sync`` chooses between the
+two correct spellings and the trap, so tests and the lesson can show all three:
+
+- ``"pmean"``: ``check_vma=False``; local gradients, averaged by an explicit ``pmean``.
+- ``"vma"``: ``check_vma=True``; the loss is scaled by ``1/N`` so the automatic sum is the mean.
+- ``"trap"``: ``check_vma=True`` plus an explicit ``pmean``: ``N`` x the gradient (wrong).
+
+**Initialisation outside.** The orthogonal initialisation runs a QR decomposition, a
+LAPACK call that deadlocks several CPU devices (:mod:`course_lib.devices`), so the
+parameters are made once on one device (:func:`init_flat_params`) and passed in.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import Array
+from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from course_lib.devices import check_multidevice_safe
+from course_lib.envs import cartpole
+from course_lib.ppo_jax import (
+    EnvCarry,
+    Params,
+    PPOConfig,
+    Transition,
+    act_and_step,
+    advantages_and_targets,
+    init_params,
+    make_optimizer,
+    policy_value,
+    shuffle_order,
+)
+
+Sync = Literal["pmean", "vma", "trap"]
+SYNCS: tuple[str, ...] = ("pmean", "vma", "trap")
+
+_reset_envs = jax.vmap(cartpole.reset, in_axes=(0, None))
+
+
+def env_keys(key: Array, num_envs: int) -> Array:
+    """``[num_envs]`` keys, env ``i``'s being ``fold_in(key, i)``: any subset of envs can be
+    keyed on its own (a process or device computes only the keys of the envs it runs)."""
+    return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(num_envs))
+
+
+def init_flat_params(key: Array, config: PPOConfig) -> Array:
+    """Lesson 04's actor-critic initialisation as one flat f32 vector, computed on one device
+    (it runs a QR decomposition: keep it out of multi-device programs)."""
+    flat, _ = ravel_pytree(jax.jit(functools.partial(init_params, hidden=config.hidden))(key))
+    return flat
+
+
+def _unravel_for(config: PPOConfig) -> Callable[[Array], Params]:
+    """The flat-vector -> params function, from shapes only (no initialisation runs)."""
+    shapes = jax.eval_shape(functools.partial(init_params, hidden=config.hidden), jax.random.key(0))
+    _, unravel = ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+    return unravel
+
+
+def check_dp_config(config: PPOConfig, n_devices: int) -> None:
+    """Refuse configs that do not split evenly over devices and minibatch slots."""
+    if config.num_envs % n_devices:
+        raise ValueError(
+            f"num_envs = {config.num_envs} does not split over {n_devices} devices: use a multiple of {n_devices}"
+        )
+    if config.num_steps % config.num_minibatches:
+        raise ValueError(
+            f"minibatches are stratified by env: num_steps = {config.num_steps} must be divisible by "
+            f"num_minibatches = {config.num_minibatches}"
+        )
+    if config.num_updates < 1:
+        raise ValueError(
+            f"total_timesteps = {config.total_timesteps} is less than one rollout ({config.batch_size} steps)"
+        )
+
+
+def _global_mean_std(x: Array, axis: str) -> tuple[Array, Array]:
+    """Mean and (population) standard deviation of ``x`` over every device's equal-sized share."""
+    mean = jax.lax.pmean(x.mean(), axis)
+    var = jax.lax.pmean(((x - mean) ** 2).mean(), axis)
+    return mean, jnp.sqrt(var)
+
+
+def dp_ppo_loss(
+    params: Params, batch: Transition, advantages: Array, targets: Array, config: PPOConfig, axis: str
+) -> tuple[Array, dict[str, Array]]:
+    """Lesson 04's PPO loss (eqs. 04.4-04.6) on a device's share of a minibatch, with the
+    advantages normalised by the *global* minibatch's statistics. Returns the local mean
+    loss (its pmean over devices is the global minibatch's loss) and its parts."""
+    logits, value = policy_value(params, batch.obs)
+    logp_all = jax.nn.log_softmax(logits)
+    log_prob = jnp.take_along_axis(logp_all, batch.action[..., None], axis=-1)[..., 0]
+    entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
+    eps = config.clip_eps
+    value_clipped = batch.value + jnp.clip(value - batch.value, -eps, eps)
+    value_loss = 0.5 * jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2).mean()
+    log_ratio = log_prob - batch.log_prob
+    ratio = jnp.exp(log_ratio)
+    mean, std = _global_mean_std(advantages, axis)
+    adv = (advantages - mean) / (std + 1e-8)
+    policy_loss = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * adv).mean()
+    total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    parts = {
+        "losses/total": total,
+        "losses/policy": policy_loss,
+        "losses/value": value_loss,
+        "losses/entropy": entropy,
+        "losses/approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+        "losses/clip_frac": (jnp.abs(ratio - 1.0) > eps).mean(),
+    }
+    return total, parts
+
+
+def _env_noise(
+    key: Array, config: PPOConfig, env_params: cartpole.EnvParams
+) -> tuple[Array, tuple[Array, cartpole.EnvState], Array]:
+    """One env's randomness for one update, from its own key: Gumbel noise ``[T, A]``, a fresh
+    reset per step ``([T, 4], state[T])`` and the per-epoch order of its steps ``[E, T]``."""
+    k_act, k_env, k_shuffle = jax.random.split(key, 3)
+    gumbel = jax.random.gumbel(k_act, (config.num_steps, cartpole.N_ACTIONS))
+    fresh = _reset_envs(jax.random.split(k_env, config.num_steps), env_params)
+    order = shuffle_order(k_shuffle, config.update_epochs, config.num_steps)
+    return gumbel, fresh, order
+
+
+def _stratified_minibatches(data: Any, order: Array, config: PPOConfig) -> Any:
+    """``[T, B_local, ...]`` data -> ``[E * M, B_local * T/M, ...]``: in epoch ``e`` minibatch ``m``
+    holds slots ``order[b, e, m T/M : (m+1) T/M]`` of every local env ``b``."""
+    e, m = config.update_epochs, config.num_minibatches
+    per = config.num_steps // m
+    # order: [B_local, E, T] -> [E, M, B_local, per]
+    idx = order.reshape(order.shape[0], e, m, per).transpose(1, 2, 0, 3)
+    envs = jnp.arange(order.shape[0])[None, None, :, None]
+
+    def pick(x: Array) -> Array:
+        picked = x[idx, envs]  # [E, M, B_local, per, ...]
+        return picked.reshape((e * m, -1) + x.shape[2:])
+
+    return jax.tree.map(pick, data)
+
+
+def _as_varying(x: Array, axis: str) -> Array:
+    """Mark ``x`` as varying over ``axis`` (check_vma bookkeeping: a scan carry must keep its type)."""
+    return x if axis in jax.typeof(x).manual_axis_type.varying else jax.lax.pcast(x, (axis,), to="varying")
+
+
+@functools.cache
+def make_dp_train(
+    config: PPOConfig,
+    mesh: Mesh,
+    axis: str = "data",
+    sync: Sync = "pmean",
+    env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS,
+) -> Callable[[Array, Array, Array], tuple[Array, dict[str, Array]]]:
+    """A whole data-parallel PPO run: ``train(flat_params, env_keys, key) -> (flat_params, metrics)``.
+
+    Args:
+        config: lesson 04's hyperparameters; ``num_envs`` is the *global* count, split over
+            the mesh's ``axis``; ``num_steps`` must divide by ``num_minibatches``.
+        mesh: the devices; ``axis`` names the data-parallel axis (other axes are unused).
+        sync: how gradients are averaged (module docstring): ``"pmean"``, ``"vma"`` or
+            the deliberately wrong ``"trap"``.
+
+    The returned function is jitted, and cached per argument set (a second call with the
+    same config and mesh reuses the compiled program). Its inputs: ``flat_params`` (replicated, ``P()``, from
+    :func:`init_flat_params`), ``env_keys`` (``[num_envs]``, sharded ``P(axis)``, from
+    :func:`env_keys`; :func:`shard_inputs` places both) and ``key`` (replicated; it seeds
+    nothing per env and is kept for the signature's symmetry with lesson 04). Metrics are
+    per update, identical on every device: mean losses, ``charts/episodes`` (global count)
+    and ``charts/episode_return`` (mean over the global episodes, NaN if none).
+    """
+    if sync not in SYNCS:
+        raise ValueError(f"sync must be one of {SYNCS}, got {sync!r}")
+    if axis not in mesh.axis_names:
+        raise ValueError(f"mesh has axes {mesh.axis_names}, not {axis!r}")
+    n_dev = mesh.shape[axis]
+    check_dp_config(config, n_dev)
+    unravel = _unravel_for(config)
+    check_vma = sync != "pmean"
+    loss_scale = 1.0 / n_dev if sync == "vma" else 1.0
+
+    def body(flat0: Array, keys: Array, key: Array) -> tuple[Array, dict[str, Array]]:
+        del key
+        optimizer: optax.GradientTransformation = make_optimizer(config, config.lr)
+        split = jax.vmap(jax.random.split)(keys)  # per env: (first reset, the run's stream)
+        reset_keys, run_keys = split[:, 0], split[:, 1]
+        obs, env_state = _reset_envs(reset_keys, env_params)
+
+        def minibatch_step(carry: tuple[Array, Any], mb: Any) -> tuple[tuple[Array, Any], dict[str, Array]]:
+            flat, opt_state = carry
+
+            def loss_fn(f: Array) -> tuple[Array, dict[str, Array]]:
+                batch, advantages, targets = mb
+                loss, parts = dp_ppo_loss(unravel(f), batch, advantages, targets, config, axis)
+                return loss * loss_scale, parts
+
+            grads, parts = jax.grad(loss_fn, has_aux=True)(flat)
+            if sync in ("pmean", "trap"):
+                grads = jax.lax.pmean(grads, axis)
+            updates, opt_state = optimizer.update(grads, opt_state, flat)
+            return (optax.apply_updates(flat, updates), opt_state), parts
+
+        def update_step(
+            carry: tuple[Array, Any, EnvCarry], u: Array
+        ) -> tuple[tuple[Array, Any, EnvCarry], dict[str, Array]]:
+            flat, opt_state, env = carry
+            params = unravel(flat)
+            gumbel, fresh, order = jax.vmap(lambda k: _env_noise(jax.random.fold_in(k, u), config, env_params))(
+                run_keys
+            )
+            # per-env noise [B, T, ...] -> the rollout scan's time-major [T, B, ...]
+            gumbel_t = jnp.swapaxes(gumbel, 0, 1)
+            fresh_t = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), fresh)
+            step = functools.partial(act_and_step, params, env_params)
+            env, (traj, final_obs) = jax.lax.scan(step, env, (gumbel_t, fresh_t), unroll=config.unroll)
+            advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
+            minibatches = _stratified_minibatches((traj, advantages, targets), order, config)
+            (flat, opt_state), parts = jax.lax.scan(minibatch_step, (flat, opt_state), minibatches)
+            n_done = jax.lax.psum(traj.done.sum(), axis)
+            return_sum = jax.lax.psum(traj.episode_return.sum(), axis)
+            metrics = {k: jax.lax.pmean(v.mean(), axis) for k, v in parts.items()}
+            metrics["charts/episodes"] = n_done
+            metrics["charts/episode_return"] = jnp.where(n_done > 0, return_sum / n_done, jnp.nan)
+            return (flat, opt_state, env), metrics
+
+        env = EnvCarry(env_state, obs, jnp.zeros(keys.shape[0]))
+        if check_vma:  # per-env constants (step counts, zero returns) become per-device values
+            env = jax.tree.map(functools.partial(_as_varying, axis=axis), env)
+        carry = (flat0, optimizer.init(flat0), env)
+        (flat, _, _), metrics = jax.lax.scan(update_step, carry, jnp.arange(config.num_updates))
+        return flat, metrics
+
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(axis), P()), out_specs=(P(), P()), check_vma=check_vma)
+    return jax.jit(mapped)
+
+
+def shard_inputs(mesh: Mesh, flat_params: Array, keys: Array, axis: str = "data") -> tuple[Array, Array]:
+    """Place the inputs of :func:`make_dp_train`'s function: parameters replicated on every
+    device of ``mesh`` (``P()``), env keys split along ``axis`` (``P(axis)``)."""
+    return (
+        jax.device_put(flat_params, NamedSharding(mesh, P())),
+        jax.device_put(keys, NamedSharding(mesh, P(axis))),
+    )
+
+
+@functools.cache
+def compiled_dp_train(config: PPOConfig, mesh: Mesh, axis: str = "data", sync: Sync = "pmean") -> Any:
+    """:func:`make_dp_train`'s program compiled for ``mesh`` (cached), after
+    :func:`course_lib.devices.check_multidevice_safe` has checked it holds no call that can
+    deadlock several CPU devices. Call it as ``compiled(flat_params, env_keys, key)``."""
+    key = jax.random.key(0)
+    flat = jax.ShapeDtypeStruct((_unravel_size(config),), jnp.float32, sharding=NamedSharding(mesh, P()))
+    keys = jax.ShapeDtypeStruct((config.num_envs,), key.dtype, sharding=NamedSharding(mesh, P(axis)))
+    key_spec = jax.ShapeDtypeStruct((), key.dtype, sharding=NamedSharding(mesh, P()))
+    return check_multidevice_safe(make_dp_train(config, mesh, axis, sync), flat, keys, key_spec)
+
+
+def _unravel_size(config: PPOConfig) -> int:
+    shapes = jax.eval_shape(functools.partial(init_params, hidden=config.hidden), jax.random.key(0))
+    return sum(int(np.prod(s.shape)) for s in jax.tree.leaves(shapes))
+
+
+def run_dp(
+    config: PPOConfig,
+    mesh: Mesh,
+    seed: int = 0,
+    axis: str = "data",
+    sync: Sync = "pmean",
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Initialise on one device, place, train on ``mesh`` (:func:`compiled_dp_train`), and
+    return the final flat parameters and metrics as numpy (blocks until the run ends; run
+    it under a watchdog)."""
+    key = jax.random.key(seed)
+    k_init, k_envs = jax.random.split(key)
+    flat, keys = shard_inputs(mesh, init_flat_params(k_init, config), env_keys(k_envs, config.num_envs), axis)
+    train = compiled_dp_train(config, mesh, axis, sync)
+    placed_key = jax.device_put(key, NamedSharding(mesh, P()))
+    out, metrics = jax.block_until_ready(train(flat, keys, placed_key))
+    return np.asarray(out), {k: np.asarray(v) for k, v in metrics.items()}
+
+
+def synced_gradient(
+    loss_fn: Callable[[Any, Any], Array],
+    params: Any,
+    batch: Any,
+    mesh: Mesh,
+    sync: Sync = "pmean",
+    axis: str = "data",
+) -> Any:
+    """Eq. 05.1 on its own: the data-parallel gradient of ``loss_fn(params, batch)`` (a mean
+    over the batch's leading axis) with ``batch`` split over ``mesh``'s ``axis``.
+
+    ``"pmean"`` and ``"vma"`` return the full batch's gradient (what one device computes on
+    the whole batch); ``"trap"`` returns ``N`` times it. Returns the (replicated) gradient.
+    """
+    if sync not in SYNCS:
+        raise ValueError(f"sync must be one of {SYNCS}, got {sync!r}")
+    n_dev = mesh.shape[axis]
+    scale = 1.0 / n_dev if sync == "vma" else 1.0
+
+    def body(p: Any, b: Any) -> Any:
+        grads = jax.grad(lambda q: loss_fn(q, b) * scale)(p)
+        return jax.lax.pmean(grads, axis) if sync in ("pmean", "trap") else grads
+
+    mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(axis)), out_specs=P(), check_vma=sync != "pmean"))
+    placed_params = jax.device_put(params, NamedSharding(mesh, P()))
+    placed_batch = jax.device_put(batch, NamedSharding(mesh, P(axis)))
+    return jax.block_until_ready(mapped(placed_params, placed_batch))
