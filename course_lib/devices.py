@@ -14,10 +14,13 @@ thread per core. JAX's LAPACK kernels (QR, Cholesky, eigh, ... behind ``jnp.lina
 *block* a pool thread until the tasks finish. When two devices run such a kernel at the
 same time, both pool threads block waiting for tasks that no free thread will ever run:
 a deadlock (gdb: both ``tf_XLAEigen`` threads in ``jax::ParallelBatchMap`` ->
-``BlockingCounter::Wait``). The minimal reproducer, 100% on this machine::
+``BlockingCounter::Wait``). The minimal reproducer: 100 blocked calls of this hung in 6 of
+6 processes on the idle machine (load about 1) and in none of 5 at load 2.5-3: the two
+devices must be inside the kernel at the same moment, which other work on the cores
+makes rarer (a hazard that comes and goes with the load is the worst kind)::
 
     jax.jit(jax.shard_map(lambda x: jnp.linalg.qr(x)[0], mesh=mesh_of_2,
-                          in_specs=P("data"), out_specs=P("data")))(x)   # x: [256, 64, 64]
+                          in_specs=P("data"), out_specs=P("data")))(x + i)   # x: [256, 64, 64]
 
 Lesson 04's PPO initialises its layers orthogonally (a batched QR once seeds are
 vmapped), which is why ``jit(shard_map(vmap(train)))`` hung in 4 of 6 runs; with the

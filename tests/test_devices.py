@@ -24,7 +24,7 @@ def test_data_mesh():
     mesh = data_mesh(2)
     assert mesh.shape == {"data": 2} and list(mesh.devices) == jax.devices()[:2]
     assert data_mesh().shape == {"data": 4}
-    with pytest.raises(ValueError, match="needs 1..4"):
+    with pytest.raises(ValueError, match=r"needs 1\.\.4"):
         data_mesh(5)
 
 
@@ -37,7 +37,7 @@ def _qr_program(n):
 
 def test_lapack_on_several_cpu_devices_is_refused_before_it_runs():
     fn, x = _qr_program(2)  # compiled only: this program would deadlock the two devices
-    with pytest.raises(MultiDeviceHazard, match="lapack_sgeqrf_ffi.*Move the linear algebra"):
+    with pytest.raises(MultiDeviceHazard, match=r"lapack_sgeqrf_ffi.*Move the linear algebra"):
         check_multidevice_safe(fn, x)
 
 

@@ -141,6 +141,12 @@ CHECK_FIXTURES = (
     # an oracle, not an implementation: V-trace as the paper's explicit O(T^2) double sum, kept
     # in the library so lesson 03 can show and use it too (it shares no code with vtrace())
     "course_lib.vtrace.vtrace_naive",
+    # the safety rules every multi-device program obeys (lesson 05): refuse a LAPACK call on
+    # several CPU devices before it can deadlock, end a hang with a clear message; they
+    # implement no graded function
+    "course_lib.devices.check_multidevice_safe",
+    "course_lib.devices.MultiDeviceHazard",
+    "course_lib.runtime.watchdog.watchdog",
 )
 
 

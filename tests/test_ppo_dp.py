@@ -94,6 +94,6 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="num_steps = 30 must be divisible"):
         make_dp_train(PPOConfig(num_envs=4, num_steps=30, total_timesteps=4 * 30), data_mesh(2))
     with pytest.raises(ValueError, match="sync must be one of"):
-        make_dp_train(CONFIG, data_mesh(2), sync="psum")  # type: ignore[arg-type]
+        make_dp_train(CONFIG, data_mesh(2), sync="psum")
     with pytest.raises(ValueError, match="not 'model'"):
         make_dp_train(CONFIG, data_mesh(2), axis="model")

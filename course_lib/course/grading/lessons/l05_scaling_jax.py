@@ -1,0 +1,950 @@
+"""Lesson 05's graded exercises: where arrays live on a mesh, a ring all-reduce from
+``ppermute``, the data-parallel gradient, and gradient accumulation.
+
+The learner writes:
+
+* ``partition_specs(mesh) -> {"obs", "w1", "b1", "w2", "b2": PartitionSpec}``: a batch
+  split over ``"data"``; an MLP replicated, or column- then row-parallel over ``"model"``
+* ``ring_allreduce(x, axis_name, axis_size) -> x summed over the axis``, from
+  ``jax.lax.ppermute`` only, inside ``jax.shard_map``
+* ``data_parallel_grad(loss_fn, params, batch, axis_name) -> grads``: the gradient of the
+  global-mean loss inside ``jax.shard_map(..., check_vma=False)``
+* ``accumulate_grads(loss_fn, params, batch, n_micro) -> grads``: the mean of the
+  micro-batches' gradients by one ``lax.scan``
+
+The oracles share no code with the solutions: the placement of every shard is computed
+from the mesh's device grid with numpy slices and compared with what
+``jax.device_put`` put on each device (``addressable_shards``); the all-reduce with
+``jax.lax.psum`` and a numpy sum, and its planted slips with a numpy simulation of the
+ring schedule the exercise states; the gradients with ``jax.grad`` over the whole batch
+on one device (or over explicit contiguous slices). Structure is checked on the program
+itself (``jax.make_jaxpr``): the ring holds only ``ppermute`` collectives, each one step
+round the ring, sending ``2 (n - 1) / n`` of the array; accumulation is one ``scan``.
+
+Multi-device runs (the test session and the exercise notebook have 4 CPU devices) obey
+the lesson's rules: every program is compiled first and refused if it would run a LAPACK
+call on several CPU devices (:func:`course_lib.devices.check_multidevice_safe`: the
+deadlock of ``course_lib/devices.py``), then runs under
+:func:`course_lib.runtime.watchdog.watchdog` and is blocked on, so a hang ends the
+process with a clear message instead of hanging the grader. Parameters and data are made
+with numpy, outside the programs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.course.grading.checks import (
+    Exercise,
+    LearnerError,
+    assert_allclose,
+    assert_true,
+    call,
+    check_case,
+    fail,
+)
+from course_lib.course.grading.helpers import assert_raises, fail_if_known_mistake
+
+LESSON = "05_scaling_jax"
+#: Devices the checks use at most (the notebook's first cell asks for this many).
+N_DEVICES = 4
+#: Seconds a multi-device program may run before the watchdog ends the process.
+WATCHDOG_S = 60.0
+#: Time limit of each check (``course grade`` caps it with ``--check-timeout``).
+CHECK_S = 30.0
+#: Closeness of float32 gradients to their float64-compared oracles.
+GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
+
+# ---------------------------------------------------------------------------------------
+# Helpers: meshes, running a multi-device program safely, walking a jaxpr
+# ---------------------------------------------------------------------------------------
+
+
+def _mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
+    """A mesh over the first ``prod(shape)`` devices; fails clearly when the process has fewer."""
+    import jax
+
+    need = int(np.prod(shape))
+    have = jax.device_count()
+    if have < need:
+        fail(
+            f"these checks need {need} JAX devices and this kernel has {have}: run the notebook's first cell "
+            f"(use_cpu_devices({N_DEVICES})) before anything else touches JAX; restart the kernel if JAX already "
+            "started"
+        )
+    return jax.make_mesh(shape, names, devices=jax.devices()[:need])
+
+
+def _mesh_text(mesh: Any) -> str:
+    """``a 2 x 2 ('data', 'model') mesh``, ``a 4-device ('data',) mesh``."""
+    sizes = " x ".join(str(mesh.shape[a]) for a in mesh.axis_names)
+    if len(mesh.axis_names) == 1:
+        sizes += "-device"
+    return f"a {sizes} {tuple(mesh.axis_names)} mesh"
+
+
+def _learner_trace_error(exc: Exception, call_text: str) -> LearnerError:
+    """The learner's code failed while JAX traced it; a Python ``if`` on a traced value is named."""
+    import jax
+
+    if isinstance(exc, jax.errors.ConcretizationTypeError | jax.errors.TracerBoolConversionError):
+        fail(
+            f"{call_text} fails under jax.jit: a Python `if`, `bool()`, `int()` or `float()` on a traced value "
+            "(the device index from jax.lax.axis_index is traced too); index with it, or use jnp.where"
+        )
+    return LearnerError(exc, call_text)
+
+
+def run_on_devices(prog: Any, args: tuple[Any, ...], what: str, call_text: str) -> Any:
+    """Compile the jitted multi-device ``prog`` for ``args``, refuse LAPACK on several CPU
+    devices, run it under the watchdog and block on the result.
+
+    An exception while tracing or running is the learner's (a :class:`LearnerError`
+    naming ``call_text``, so a stub reads "not implemented yet").
+    """
+    import jax
+
+    from course_lib.devices import MultiDeviceHazard, check_multidevice_safe
+    from course_lib.runtime.watchdog import watchdog
+
+    try:
+        compiled = check_multidevice_safe(prog, *args)
+    except MultiDeviceHazard as exc:
+        fail(f"{what}: {exc}")
+        raise AssertionError("unreachable") from exc
+    except Exception as exc:
+        raise _learner_trace_error(exc, call_text) from exc
+    with watchdog(WATCHDOG_S, what):
+        try:
+            return jax.block_until_ready(compiled(*args))
+        except Exception as exc:
+            raise LearnerError(exc, call_text) from exc
+
+
+def _jaxpr(fn: Callable[..., Any], args: tuple[Any, ...], call_text: str) -> Any:
+    """``jax.make_jaxpr(fn)(*args).jaxpr``; a failure while tracing is the learner's."""
+    import jax
+
+    try:
+        return jax.make_jaxpr(fn)(*args).jaxpr
+    except Exception as exc:
+        raise _learner_trace_error(exc, call_text) from exc
+
+
+def walk_eqns(jaxpr: Any, times: int = 1, in_while: bool = False) -> Iterator[tuple[Any, int, bool]]:
+    """Every equation of ``jaxpr`` and of the programs nested in it (jit, shard_map, scan,
+    while, cond, custom derivatives), with how many times it runs per call (a ``scan``
+    multiplies by its length) and whether it sits in a ``while`` loop (count unknown)."""
+    from jax.extend import core as jcore
+
+    for eqn in jaxpr.eqns:
+        yield eqn, times, in_while
+        name = eqn.primitive.name
+        inner_times = times * int(eqn.params.get("length", 1)) if name == "scan" else times
+        inner_while = in_while or name == "while"
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, list | tuple) else (param,):
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    yield from walk_eqns(sub.jaxpr, inner_times, inner_while)
+                elif isinstance(sub, jcore.Jaxpr):
+                    yield from walk_eqns(sub, inner_times, inner_while)
+
+
+def _flat(tree: Any) -> NDArray[np.float64]:
+    """Every leaf of a pytree, flattened and concatenated (float64)."""
+    import jax
+
+    leaves = jax.tree.leaves(tree)
+    if not leaves:
+        return np.zeros(0)
+    return np.concatenate([np.asarray(leaf, np.float64).reshape(-1) for leaf in leaves])
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1: partition_specs
+# ---------------------------------------------------------------------------------------
+
+PS = "partition_specs"
+ARRAYS = ("obs", "w1", "b1", "w2", "b2")
+#: Array shapes the placements are checked with: B = 8, D = 6, H = 8, A = 4.
+SHAPES: dict[str, tuple[int, ...]] = {"obs": (8, 6), "w1": (6, 8), "b1": (8,), "w2": (8, 4), "b2": (4,)}
+
+
+def canonical(spec: Any) -> tuple[Any, ...]:
+    """A spec as a tuple, one-axis groups unwrapped and trailing ``None`` dropped, so
+    ``P("data")``, ``P("data", None)`` and ``P(("data",), None)`` compare equal."""
+    entries = [e[0] if isinstance(e, tuple) and len(e) == 1 else e for e in tuple(spec)]
+    entries = [tuple(e) if isinstance(e, list) else e for e in entries]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return tuple(entries)
+
+
+def spec_text(spec: tuple[Any, ...]) -> str:
+    """A canonical spec written as code: ``P('data')``, ``P(None, 'model')``, ``P()``."""
+    return f"P({', '.join(repr(e) for e in spec)})"
+
+
+def expected_specs(axis_names: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
+    """The layout of the exercise, canonical: the batch over "data"; parameters replicated,
+    or column-parallel w1 (and b1) and row-parallel w2 over "model"."""
+    if "model" in axis_names:
+        return {"obs": ("data",), "w1": (None, "model"), "b1": ("model",), "w2": ("model",), "b2": ()}
+    return {"obs": ("data",), "w1": (), "b1": (), "w2": (), "b2": ()}
+
+
+def expected_blocks(mesh: Any, spec: tuple[Any, ...], shape: tuple[int, ...]) -> dict[int, tuple[slice, ...]]:
+    """Which block of an array of ``shape`` each device holds under ``spec`` (canonical), from
+    the mesh's device grid alone: array axis ``k`` split over mesh axes ``spec[k]`` (the
+    first named varies slowest) is cut into equal parts, and the device at grid position
+    ``c`` holds part ``c[spec[k]]`` of it."""
+    names = tuple(mesh.axis_names)
+    grid = np.asarray(mesh.devices)
+    blocks: dict[int, tuple[slice, ...]] = {}
+    for coords in np.ndindex(grid.shape):
+        index = []
+        for dim, size in enumerate(shape):
+            entry = spec[dim] if dim < len(spec) else None
+            axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+            parts, part = 1, 0
+            for axis in axes:
+                k = names.index(axis)
+                parts, part = parts * grid.shape[k], part * grid.shape[k] + coords[k]
+            step = size // parts
+            index.append(slice(part * step, (part + 1) * step))
+        device: Any = grid[coords]
+        blocks[int(device.id)] = tuple(index)
+    return blocks
+
+
+def _slice_text(index: tuple[slice, ...], shape: tuple[int, ...]) -> str:
+    parts = [
+        ":" if (s.start or 0) == 0 and s.stop in (None, n) else f"{s.start}:{s.stop}" for s, n in zip(index, shape)
+    ]
+    return f"[{', '.join(parts)}]"
+
+
+def _ps_call(fn: Callable[..., Any], mesh: Any) -> dict[str, Any]:
+    """The learner's specs for ``mesh``, checked for form: a dict of five PartitionSpecs."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    out = call(fn, mesh)
+    what = f"{PS}({_mesh_text(mesh)})"
+    if not isinstance(out, Mapping):
+        fail(
+            f"{what} returned {type(out).__name__}; expected a dict {{'obs': P(...), 'w1': ..., 'b1': ..., 'w2': ..., 'b2': ...}}"
+        )
+    if set(out) != set(ARRAYS):
+        fail(f"{what} has keys {sorted(map(str, out))}; expected exactly {list(ARRAYS)}")
+    for name in ARRAYS:
+        spec = out[name]
+        if isinstance(spec, NamedSharding):
+            fail(f"{what}['{name}'] is a NamedSharding; return the PartitionSpec alone (the mesh is given)")
+        if not isinstance(spec, PartitionSpec):
+            fail(
+                f"{what}['{name}'] is {type(spec).__name__}; expected a jax.sharding.PartitionSpec, e.g. P('data', None)"
+            )
+    return dict(out)
+
+
+def _ps_named_mistake(specs: dict[str, tuple[Any, ...]], axis_names: tuple[str, ...]) -> str | None:
+    """The message for a known slip in the (canonical) ``specs``, or None."""
+    two_d = "model" in axis_names
+    obs = specs["obs"]
+    if obs == ():
+        return "obs is replicated: every device would compute on the whole batch; split its batch axis over 'data': P('data', None)"
+    if obs[0] is None:
+        return f"obs is {spec_text(obs)}: its features are split, not its batch axis (axis 0); P('data', None)"
+    for name in ARRAYS[1:]:
+        if any(e == "data" or (isinstance(e, tuple) and "data" in e) for e in specs[name]):
+            return (
+                f"{name} is split over 'data' ({spec_text(specs[name])}): in data parallelism every device holds the whole "
+                "parameter, only the batch is split over 'data'"
+            )
+    if not two_d:
+        return None
+    if specs["w1"] == ("model",) and specs["w2"] == (None, "model"):
+        return (
+            "w1 and w2 are swapped: the first layer is column-parallel (w1: P(None, 'model'), its output columns "
+            "split) and the second row-parallel (w2: P('model', None), its input rows split)"
+        )
+    if specs["w1"] == () or specs["w2"] == ():
+        which = "w1" if specs["w1"] == () else "w2"
+        return f"{which} is replicated on the ('data', 'model') mesh: split w1's columns and w2's rows over 'model'"
+    if specs["w1"] == (None, "model") and specs["b1"] == ():
+        return (
+            "b1 is replicated but w1's output columns are split over 'model': each device adds the biases of its "
+            "own hidden units, b1: P('model')"
+        )
+    if specs["b2"] != ():
+        return "b2 is added once, after the row-parallel partial outputs are summed over 'model': replicate it, P()"
+    return None
+
+
+def _ps_check_placement(fn: Callable[..., Any], shape: tuple[int, ...], names: tuple[str, ...]) -> None:
+    """Place every array with the learner's spec; each device must hold the block the layout gives it."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from course_lib.runtime.watchdog import watchdog
+
+    mesh = _mesh(shape, names)
+    specs = _ps_call(fn, mesh)
+    where = f"on {_mesh_text(mesh)}"
+    canon = {k: canonical(v) for k, v in specs.items()}
+    expected = expected_specs(names)
+    for name in ARRAYS:
+        full = np.arange(np.prod(SHAPES[name]), dtype=np.float32).reshape(SHAPES[name])
+        try:
+            sharding = NamedSharding(mesh, specs[name])
+            with watchdog(WATCHDOG_S, f"placing {name} {where}"):
+                placed = jax.block_until_ready(jax.device_put(full, sharding))
+        except Exception as exc:
+            text = " ".join(str(exc).split())[:120] or type(exc).__name__
+            fail(f"{where}, {name} {SHAPES[name]} cannot be placed with {specs[name]}: {text}")
+        blocks = expected_blocks(mesh, expected[name], SHAPES[name])
+        for shard in sorted(placed.addressable_shards, key=lambda s: s.device.id):
+            want = blocks[shard.device.id]
+            got = np.asarray(shard.data)
+            if got.shape != full[want].shape or not np.array_equal(got, full[want]):
+                mistake = _ps_named_mistake(canon, names)
+                if mistake is not None:
+                    fail(f"{where}: {mistake}")
+                held = _slice_text(tuple(shard.index), SHAPES[name])
+                fail(
+                    f"{where}, device {shard.device.id} holds {name}{held} (shape {got.shape}) under "
+                    f"{specs[name]}; the layout gives it {name}{_slice_text(want, SHAPES[name])} "
+                    f"(shape {full[want].shape})"
+                )
+
+
+@check_case("returns a dict of PartitionSpecs for obs, w1, b1, w2 and b2", time_limit=CHECK_S)
+def _ps_form(fn: Callable[..., Any]) -> None:
+    for shape, names in (((2,), ("data",)), ((2, 2), ("data", "model"))):
+        _ps_call(fn, _mesh(shape, names))
+
+
+@check_case("1-D meshes of 2 and 4 devices: each device holds its rows of obs and every parameter", time_limit=CHECK_S)
+def _ps_data_parallel(fn: Callable[..., Any]) -> None:
+    for n in (2, 4):
+        _ps_check_placement(fn, (n,), ("data",))
+
+
+@check_case(
+    "2 x 2 and 1 x 4 meshes: obs by rows, w1 and b1 by columns, w2 by rows over 'model', b2 whole",
+    time_limit=CHECK_S,
+)
+def _ps_tensor_parallel(fn: Callable[..., Any]) -> None:
+    for shape in ((2, 2), (1, 4)):
+        _ps_check_placement(fn, shape, ("data", "model"))
+
+
+@check_case("the specs equal the layout's on every mesh, 1-device meshes too", time_limit=CHECK_S)
+def _ps_equal(fn: Callable[..., Any]) -> None:
+    for shape, names in (
+        ((1,), ("data",)),
+        ((4,), ("data",)),
+        ((1, 1), ("data", "model")),
+        ((2, 2), ("data", "model")),
+    ):
+        mesh = _mesh(shape, names)
+        got = {k: canonical(v) for k, v in _ps_call(fn, mesh).items()}
+        expected = expected_specs(names)
+        for name in ARRAYS:
+            if got[name] != expected[name]:
+                mistake = _ps_named_mistake(got, names)
+                fail(
+                    f"on {_mesh_text(mesh)}: "
+                    + (
+                        mistake
+                        or f"{name} is {spec_text(got[name])}; the layout is {spec_text(expected[name])} (whatever the axis sizes)"
+                    )
+                )
+
+
+PARTITION_SPECS = Exercise(
+    name=PS,
+    points=10,
+    title="PartitionSpecs: a batch split over 'data', an MLP replicated or column- then row-parallel over 'model'",
+    checks=(_ps_form, _ps_data_parallel, _ps_tensor_parallel, _ps_equal),
+    hints=(
+        "branch on 'model' in mesh.axis_names; obs [B, D] split on its batch axis is P('data', None) on both meshes",
+        "data parallel: every parameter is P() (replicated); no parameter is ever split over 'data'",
+        "on ('data', 'model'): w1 P(None, 'model'), b1 P('model'), w2 P('model', None), b2 P()",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: ring_allreduce
+# ---------------------------------------------------------------------------------------
+
+RA = "ring_allreduce"
+#: Collectives other than ppermute: the ring must not use them (name prefixes of jaxpr primitives).
+OTHER_COLLECTIVES = (
+    "psum",
+    "pmax",
+    "pmin",
+    "all_gather",
+    "all_to_all",
+    "reduce_scatter",
+    "ragged_all_to_all",
+    "pgather",
+)
+
+
+def ring_simulation(blocks: NDArray[Any], *, all_gather: bool = True, gather_adds: bool = False) -> NDArray[np.float64]:
+    """The ring schedule of the exercise, one device after another in numpy.
+
+    ``blocks[i]`` is device ``i``'s array (flattened), cut into ``n`` chunks. Reduce-scatter
+    step ``s``: device ``j`` receives chunk ``(j - 1 - s) mod n`` of device ``j - 1`` and adds it
+    to its own chunk ``(j - 1 - s) mod n``; all-gather step ``s``: device ``j`` replaces its
+    chunk ``(j - s) mod n`` by device ``j - 1``'s. ``all_gather=False`` stops after the
+    reduce-scatter and ``gather_adds=True`` adds in the all-gather, to name those slips.
+    """
+    n = blocks.shape[0]
+    chunks = np.asarray(blocks, np.float64).reshape(n, n, -1).copy()
+    for s in range(n - 1):
+        sent = [chunks[i, (i - s) % n].copy() for i in range(n)]
+        for j in range(n):
+            chunks[j, (j - s - 1) % n] += sent[(j - 1) % n]
+    for s in range(n - 1 if all_gather else 0):
+        sent = [chunks[i, (i + 1 - s) % n].copy() for i in range(n)]
+        for j in range(n):
+            k = (j - s) % n
+            chunks[j, k] = chunks[j, k] + sent[(j - 1) % n] if gather_adds else sent[(j - 1) % n]
+    return chunks.reshape(n, -1)
+
+
+#: (mesh shape, mesh axis names, the ring's axis, elements per device) of each case.
+RING_CASES: dict[str, tuple[tuple[int, ...], tuple[str, ...], str, int]] = {
+    "2 devices": ((2,), ("data",), "data", 6),
+    "4 devices": ((4,), ("ring",), "ring", 12),
+    "2 x 2 mesh": ((2, 2), ("data", "model"), "model", 8),
+}
+
+
+def _ra_setup(case: str, seed: int) -> tuple[Any, Any, str, int, NDArray[np.float32], Any]:
+    """The mesh, the spec splitting one array over all its devices, the ring axis and size,
+    the per-device blocks ``[devices, N]`` (device grid order) and the global array placed."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    shape, names, axis, local = RING_CASES[case]
+    mesh = _mesh(shape, names)
+    spec = P(names if len(names) > 1 else names[0])
+    blocks = np.random.default_rng(seed).normal(size=(int(np.prod(shape)), local)).astype(np.float32)
+    placed = jax.device_put(blocks.reshape(-1), NamedSharding(mesh, spec))
+    return mesh, spec, axis, mesh.shape[axis], blocks, placed
+
+
+def _ra_expected(blocks: NDArray[Any], shape: tuple[int, ...], axis_pos: int) -> NDArray[np.float64]:
+    """Each device's block summed over the ring it belongs to (the devices that differ only
+    in their position along the ring's mesh axis)."""
+    grid = np.asarray(blocks, np.float64).reshape(shape + (-1,))
+    return np.broadcast_to(grid.sum(axis=axis_pos, keepdims=True), grid.shape).reshape(blocks.shape)
+
+
+def _ra_compare(fn: Callable[..., Any], case: str, seed: int) -> None:
+    import jax
+
+    shape, names, _, _ = RING_CASES[case]
+    mesh, spec, axis, n, blocks, placed = _ra_setup(case, seed)
+
+    def both(block: Any) -> tuple[Any, Any]:
+        return fn(block, axis, n), jax.lax.psum(block, axis)
+
+    prog = jax.jit(jax.shard_map(both, mesh=mesh, in_specs=spec, out_specs=(spec, spec), check_vma=False))
+    what = f"{RA} over '{axis}' on {_mesh_text(mesh)}"
+    ring, summed = run_on_devices(prog, (placed,), what, f"{RA}(x of {blocks.shape[1]} elements, {axis!r}, {n})")
+    got = np.asarray(ring, np.float64)
+    if got.shape != (blocks.size,):
+        fail(
+            f"{what}: each device returned {got.size // len(blocks)} elements for an x of {blocks.shape[1]}; return x's shape"
+        )
+    got = got.reshape(blocks.shape)
+    expected = _ra_expected(blocks, shape, names.index(axis))
+    assert_allclose(
+        np.asarray(summed, np.float64).reshape(blocks.shape),
+        expected,
+        what="jax.lax.psum (the oracle)",
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    if np.allclose(got, expected, rtol=1e-5, atol=1e-5):
+        return
+    if np.allclose(got, blocks, rtol=1e-6, atol=1e-6):
+        fail(f"{what}: every device returned its own x unchanged; the ring must leave the sum over all devices on each")
+    if len(shape) == 1:
+        fail_if_known_mistake(
+            got,
+            {
+                f"{what}: it stops after the reduce-scatter: then device i holds only chunk (i + 1) mod n of the "
+                "sum; the all-gather's n - 1 steps must pass the finished chunks round the ring": lambda: (
+                    ring_simulation(blocks, all_gather=False)
+                ),
+                f"{what}: the all-gather adds what it receives to a chunk that already holds a partial sum; there each "
+                "device replaces (.at[k].set) its chunk with the finished one": lambda: ring_simulation(
+                    blocks, gather_adds=True
+                ),
+            },
+            expected=expected,
+            rtol=1e-5,
+            atol=1e-5,
+        )
+    close = np.isclose(got.reshape(len(blocks), n, -1), expected.reshape(len(blocks), n, -1), rtol=1e-5, atol=1e-5)
+    chunks_ok: NDArray[np.bool_] = np.asarray(np.asarray(close, dtype=bool).all(axis=-1))
+    if chunks_ok.any():
+        device = int(np.flatnonzero(~chunks_ok.all(-1))[0])
+        fail(
+            f"{what}: device {device} holds the sum in chunks {np.flatnonzero(chunks_ok[device]).tolist()} of "
+            f"{list(range(n))} only; after the reduce-scatter, the all-gather must give every device every chunk"
+        )
+    assert_allclose(got, expected, what=f"{what} (device by device)", rtol=1e-5, atol=1e-5)
+
+
+def _ra_collectives(fn: Callable[..., Any], case: str) -> tuple[list[tuple[Any, int, bool]], list[str], str, int, int]:
+    """The ppermutes (with how often each runs) and the other collectives in the program of
+    ``fn`` on ``case``'s mesh, its axis, its size and the elements per device."""
+    import jax
+
+    mesh, spec, axis, n, blocks, placed = _ra_setup(case, 0)
+    prog = jax.shard_map(lambda b: fn(b, axis, n), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    jaxpr = _jaxpr(prog, (placed,), f"{RA}(x, {axis!r}, {n})")
+    ppermutes, others = [], []
+    for eqn, times, in_while in walk_eqns(jaxpr):
+        name = eqn.primitive.name
+        if name == "ppermute":
+            ppermutes.append((eqn, times, in_while))
+        elif name.startswith(OTHER_COLLECTIVES):
+            others.append(name)
+    return ppermutes, sorted(set(others)), axis, n, blocks.shape[1]
+
+
+@check_case("matches jax.lax.psum on 2 devices (random data)", time_limit=CHECK_S)
+def _ra_two(fn: Callable[..., Any]) -> None:
+    _ra_compare(fn, "2 devices", seed=0)
+
+
+@check_case("matches jax.lax.psum on 4 devices and on one axis of a 2 x 2 mesh", time_limit=CHECK_S)
+def _ra_four(fn: Callable[..., Any]) -> None:
+    _ra_compare(fn, "4 devices", seed=1)
+    _ra_compare(fn, "2 x 2 mesh", seed=2)
+
+
+@check_case("built from ppermute alone, each one step round the ring (no psum, no all_gather)", time_limit=CHECK_S)
+def _ra_only_ppermute(fn: Callable[..., Any]) -> None:
+    ppermutes, others, axis, n, _ = _ra_collectives(fn, "4 devices")
+    if others:
+        fail(
+            f"{RA} uses {', '.join(others)}: build the all-reduce from jax.lax.ppermute only (reduce-scatter, then "
+            "all-gather); psum, pmean and all_gather are what you are writing"
+        )
+    if not ppermutes:
+        fail(
+            f"{RA}'s program holds no ppermute: the devices never exchange anything; send chunks with jax.lax.ppermute"
+        )
+    ring = ({(j, (j + 1) % n) for j in range(n)}, {(j, (j - 1) % n) for j in range(n)})
+    for eqn, _, _ in ppermutes:
+        axes = tuple(eqn.params["axis_name"])
+        if axes != (axis,):
+            fail(f"{RA} calls ppermute over {axes}; the ring runs over the axis it is given, axis_name = {axis!r}")
+        perm = {(int(a), int(b)) for a, b in eqn.params["perm"]}
+        if perm not in ring:
+            fail(
+                f"{RA} calls ppermute with perm {sorted(perm)} on {n} devices: on a ring every device sends to its "
+                f"neighbour, perm = [(j, (j + 1) % n) for j in range(n)]"
+            )
+
+
+@check_case("each device sends 2 (n - 1) / n of its array (a ring, not n - 1 whole copies)", time_limit=CHECK_S)
+def _ra_volume(fn: Callable[..., Any]) -> None:
+    ppermutes, _, _, n, size = _ra_collectives(fn, "4 devices")
+    if any(in_while for _, _, in_while in ppermutes):
+        fail(
+            f"{RA} calls ppermute inside a while_loop, so the data it sends cannot be counted; loop over the "
+            "n - 1 steps in Python (or lax.fori_loop with int bounds)"
+        )
+    sent = sum(times * sum(int(np.prod(v.aval.shape)) for v in eqn.invars) for eqn, times, _ in ppermutes)
+    expected = 2 * (n - 1) * size // n
+    assert_true(
+        sent == expected,
+        f"on {n} devices each device sends {sent} elements for an x of {size}; a ring all-reduce sends 2 (n - 1) / n "
+        f"of it, {expected}: cut x into n chunks and send one chunk per step (n - 1 steps of reduce-scatter, n - 1 "
+        "of all-gather)",
+    )
+
+
+RING_ALLREDUCE = Exercise(
+    name=RA,
+    points=15,
+    title="an all-reduce from ppermute: reduce-scatter, then all-gather, round a ring",
+    checks=(_ra_two, _ra_four, _ra_only_ppermute, _ra_volume),
+    hints=(
+        "i = jax.lax.axis_index(axis_name); chunks = x.reshape(axis_size, -1); right = [(j, (j + 1) % n) for j in "
+        "range(n)]",
+        "reduce-scatter step s: recv = jax.lax.ppermute(chunks[(i - s) % n], axis_name, right); "
+        "chunks = chunks.at[(i - s - 1) % n].add(recv)",
+        "all-gather step s: send chunks[(i + 1 - s) % n] and chunks = chunks.at[(i - s) % n].set(recv); return "
+        "chunks.reshape(x.shape)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: data_parallel_grad
+# ---------------------------------------------------------------------------------------
+
+DP = "data_parallel_grad"
+
+
+def mlp_loss(params: Any, batch: Any) -> Any:
+    """Mean squared error of a tanh MLP (dict parameters) on the batch it is given."""
+    import jax.numpy as jnp
+
+    h = jnp.tanh(batch["x"] @ params["w1"] + params["b1"])
+    return jnp.mean((h @ params["w2"] + params["b2"] - batch["y"]) ** 2)
+
+
+def softmax_loss(params: Any, batch: Any) -> Any:
+    """Cross-entropy of a linear softmax classifier (tuple parameters ``(w, b)``)."""
+    import jax
+    import jax.numpy as jnp
+
+    w, b = params
+    logp = jax.nn.log_softmax(batch[0] @ w + b)
+    return -jnp.mean(jnp.take_along_axis(logp, batch[1][:, None], axis=1))
+
+
+def mlp_data(seed: int, batch_size: int = 16) -> tuple[dict[str, NDArray[np.float32]], dict[str, NDArray[np.float32]]]:
+    """Parameters and a batch for :func:`mlp_loss`, made with numpy (outside any program)."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    params = {
+        "w1": rng.normal(0, 0.7, (3, 8)).astype(f32),
+        "b1": rng.normal(0, 0.1, 8).astype(f32),
+        "w2": rng.normal(0, 0.5, (8, 2)).astype(f32),
+        "b2": rng.normal(0, 0.1, 2).astype(f32),
+    }
+    batch = {"x": rng.normal(size=(batch_size, 3)).astype(f32), "y": rng.normal(size=(batch_size, 2)).astype(f32)}
+    return params, batch
+
+
+def softmax_data(seed: int, batch_size: int = 16) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """Tuple parameters and a (features, labels) batch for :func:`softmax_loss`."""
+    rng = np.random.default_rng(seed)
+    params = (rng.normal(0, 0.5, (5, 3)).astype(np.float32), rng.normal(0, 0.1, 3).astype(np.float32))
+    batch = (rng.normal(size=(batch_size, 5)).astype(np.float32), rng.integers(0, 3, batch_size).astype(np.int32))
+    return params, batch
+
+
+def _shard(batch: Any, n: int, k: int) -> Any:
+    """Device ``k``'s contiguous shard of ``batch`` split ``n`` ways (as ``P(axis)`` places it)."""
+    import jax
+
+    return jax.tree.map(lambda x: x[k * (x.shape[0] // n) : (k + 1) * (x.shape[0] // n)], batch)
+
+
+def _dp_per_device(
+    fn: Callable[..., Any], loss_fn: Callable[..., Any], params: Any, batch: Any, n: int, axis: str, steps: int = 0
+) -> tuple[NDArray[np.float64], Any]:
+    """Run ``fn`` on ``n`` devices inside shard_map(check_vma=False) and collect every
+    device's result: ``[n, parameters]`` flat, and the tree structure it returned. With
+    ``steps > 0``, each device instead runs that many SGD steps (lr 0.1) with ``fn``'s
+    gradient, by a ``lax.scan``, and returns its parameters."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh((n,), (axis,))
+
+    def grad_fn(p: Any, b: Any) -> Any:
+        return fn(loss_fn, p, b, axis)
+
+    def body(p: Any, b: Any) -> Any:
+        if steps:
+
+            def sgd(q: Any, _: None) -> tuple[Any, None]:
+                return jax.tree.map(lambda w, g: w - 0.1 * g, q, grad_fn(q, b)), None
+
+            out, _ = jax.lax.scan(sgd, p, None, length=steps)
+        else:
+            out = grad_fn(p, b)
+        return jax.tree.map(lambda leaf: jax.numpy.asarray(leaf)[None], out)
+
+    prog = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(axis)), out_specs=P(axis), check_vma=False))
+    args = (jax.device_put(params, NamedSharding(mesh, P())), jax.device_put(batch, NamedSharding(mesh, P(axis))))
+    what = f"{DP} on {n} devices (axis {axis!r})"
+    out = run_on_devices(prog, args, what, f"{DP}(loss_fn, params, batch shard, {axis!r})")
+    if out is None or not jax.tree.leaves(out):
+        fail(f"{what} returned None; return the gradient, a pytree like params")
+    per_device = np.stack([_flat(jax.tree.map(lambda leaf, k=k: np.asarray(leaf)[k], out)) for k in range(n)])
+    return per_device, jax.tree.structure(jax.tree.map(lambda leaf: 0, out))
+
+
+def _dp_compare(
+    fn: Callable[..., Any], loss_fn: Callable[..., Any], params: Any, batch: Any, n: int, axis: str
+) -> None:
+    import jax
+
+    got, structure = _dp_per_device(fn, loss_fn, params, batch, n, axis)
+    what = f"{DP} on {n} devices (axis {axis!r})"
+    if structure != jax.tree.structure(jax.tree.map(lambda leaf: 0, params)):
+        fail(f"{what} returned a pytree of structure {structure}; expected one like params")
+    expected = _flat(jax.grad(loss_fn)(params, batch))
+    local = np.stack([_flat(jax.grad(loss_fn)(params, _shard(batch, n, k))) for k in range(n)])
+    disagree = [k for k in range(1, n) if not np.allclose(got[k], got[0], rtol=GRAD_RTOL, atol=GRAD_ATOL)]
+    if disagree:
+        if np.allclose(got, local, rtol=GRAD_RTOL, atol=GRAD_ATOL):
+            fail(
+                f"{what}: no reduction: each device returned the gradient of its own shard, and the devices disagree "
+                "(the replicas would drift apart); average over devices with jax.lax.pmean(grads, axis_name)"
+            )
+        fail(f"{what}: the devices disagree (device {disagree[0]} differs from device 0); all-reduce the gradient")
+    fail_if_known_mistake(
+        got[0],
+        {
+            f"{what}: the gradient is {n} times too large: psum adds the devices' gradients; the gradient of the "
+            "global mean is their mean, jax.lax.pmean": n * expected,
+            f"{what}: the gradient is {n} times too small: it is averaged twice (pmean already divides by the "
+            "number of devices; dividing by it again)": expected / n,
+        },
+        expected=expected,
+        rtol=GRAD_RTOL,
+        atol=GRAD_ATOL,
+    )
+    assert_allclose(
+        got[0], expected, what=f"{what} vs jax.grad over the whole batch on one device", rtol=GRAD_RTOL, atol=GRAD_ATOL
+    )
+
+
+@check_case("equals jax.grad over the whole batch on one device: an MLP on 2 devices", time_limit=CHECK_S)
+def _dp_two(fn: Callable[..., Any]) -> None:
+    params, batch = mlp_data(0)
+    _dp_compare(fn, mlp_loss, params, batch, 2, "data")
+
+
+@check_case("a softmax classifier with tuple parameters on 4 devices, axis 'batch'", time_limit=CHECK_S)
+def _dp_four(fn: Callable[..., Any]) -> None:
+    params, batch = softmax_data(1)
+    _dp_compare(fn, softmax_loss, params, batch, 4, "batch")
+
+
+@check_case("three SGD steps on 4 devices equal three single-device steps on the whole batch", time_limit=CHECK_S)
+def _dp_training(fn: Callable[..., Any]) -> None:
+    import jax
+
+    params, batch = mlp_data(2)
+    got, _ = _dp_per_device(fn, mlp_loss, params, batch, 4, "dp", steps=3)
+    reference = params
+    for _ in range(3):
+        grads = jax.grad(mlp_loss)(reference, batch)
+        reference = jax.tree.map(lambda w, g: w - 0.1 * g, reference, grads)
+    expected = _flat(reference)
+    what = f"parameters after 3 SGD steps (lr 0.1) with {DP} on 4 devices"
+    for k in range(4):
+        assert_allclose(got[k], expected, what=f"{what}, device {k}, vs 3 steps on one device", rtol=1e-4, atol=1e-5)
+
+
+DATA_PARALLEL_GRAD = Exercise(
+    name=DP,
+    points=15,
+    title="the data-parallel gradient: local gradient, then the mean over devices",
+    checks=(_dp_two, _dp_four, _dp_training),
+    hints=(
+        "grads = jax.grad(loss_fn)(params, batch) is the gradient of this device's local mean",
+        "the global mean's gradient is the MEAN of the devices' gradients: jax.lax.pmean(grads, axis_name), "
+        "not psum, and no further division",
+        "return jax.lax.pmean(jax.grad(loss_fn)(params, batch), axis_name)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 4: accumulate_grads
+# ---------------------------------------------------------------------------------------
+
+AG = "accumulate_grads"
+
+
+def normalized_pg_loss(params: Any, batch: Any) -> Any:
+    """A policy-gradient loss that normalises advantages over the batch it is given (as PPO
+    does per minibatch): not a mean over examples, so which rows share a micro-batch matters."""
+    import jax
+    import jax.numpy as jnp
+
+    adv = (batch["adv"] - batch["adv"].mean()) / (batch["adv"].std() + 1e-6)
+    logp = jax.nn.log_softmax(batch["obs"] @ params["w"] + params["b"])
+    return -jnp.mean(adv * jnp.take_along_axis(logp, batch["act"][:, None], axis=1)[:, 0])
+
+
+def pg_data(seed: int, batch_size: int = 32) -> tuple[dict[str, NDArray[Any]], dict[str, NDArray[Any]]]:
+    """Parameters and a batch for :func:`normalized_pg_loss`; advantages drift along the batch."""
+    rng = np.random.default_rng(seed)
+    params = {"w": rng.normal(0, 0.5, (4, 3)).astype(np.float32), "b": rng.normal(0, 0.1, 3).astype(np.float32)}
+    batch = {
+        "obs": rng.normal(size=(batch_size, 4)).astype(np.float32),
+        "act": rng.integers(0, 3, batch_size).astype(np.int32),
+        "adv": (rng.normal(size=batch_size) + np.linspace(-2, 2, batch_size)).astype(np.float32),
+    }
+    return params, batch
+
+
+def micro_batch_mean(
+    loss_fn: Callable[..., Any],
+    params: Any,
+    batch: Any,
+    n_micro: int,
+    *,
+    interleaved: bool = False,
+    keep: int = -1,
+    divide_by: int = 0,
+) -> NDArray[np.float64]:
+    """The mean of ``jax.grad(loss_fn)`` over micro-batches taken by a Python loop over slices:
+    contiguous rows ``k m ... (k + 1) m - 1`` (or, ``interleaved``, rows ``k, k + n_micro, ...``).
+    ``keep`` micro-batches only (all by default) and a sum divided by ``divide_by`` (``n_micro``
+    by default) name the slips of dropping the last one."""
+    import jax
+
+    size = jax.tree.leaves(batch)[0].shape[0]
+    m = size // n_micro
+    total = None
+    for k in range(n_micro if keep < 0 else keep):
+        rows = slice(k, size, n_micro) if interleaved else slice(k * m, (k + 1) * m)
+        grads = _flat(jax.grad(loss_fn)(params, jax.tree.map(lambda x, r=rows: x[r], batch)))
+        total = grads if total is None else total + grads
+    assert total is not None
+    return total / (divide_by or n_micro)
+
+
+def _ag_run(
+    fn: Callable[..., Any], loss_fn: Callable[..., Any], params: Any, batch: Any, n_micro: int
+) -> NDArray[np.float64]:
+    import jax
+
+    text = f"{AG}(loss_fn, params, batch of {jax.tree.leaves(batch)[0].shape[0]} rows, n_micro={n_micro})"
+    try:
+        out = jax.jit(fn, static_argnums=(0, 3))(loss_fn, params, batch, n_micro)
+    except Exception as exc:
+        raise _learner_trace_error(exc, text) from exc
+    if out is None or not jax.tree.leaves(out):
+        fail(f"{text} returned None; return the accumulated gradient, a pytree like params")
+    structure: Any = jax.tree.structure(out)
+    if structure != jax.tree.structure(params):
+        fail(f"{text} returned a pytree of structure {structure}; expected one like params")
+    return _flat(out)
+
+
+def _ag_compare(
+    fn: Callable[..., Any], loss_fn: Callable[..., Any], params: Any, batch: Any, n_micro: int, expected: Any, what: str
+) -> None:
+    got = _ag_run(fn, loss_fn, params, batch, n_micro)
+    if not np.allclose(got, expected, rtol=GRAD_RTOL, atol=GRAD_ATOL):
+        mistakes: dict[str, Any] = {
+            f"{what}: the micro-batches' gradients are summed, not averaged ({n_micro} times too large): divide the "
+            "sum by n_micro": n_micro * np.asarray(expected),
+        }
+        if n_micro > 1:
+            dropped = f"{what}: the last micro-batch is dropped: the scan must run over all {n_micro} micro-batches"
+            fail_if_known_mistake(
+                got,
+                {
+                    dropped: lambda: micro_batch_mean(loss_fn, params, batch, n_micro, keep=n_micro - 1),
+                    dropped + f" (and divide by {n_micro}, not {n_micro - 1})": lambda: micro_batch_mean(
+                        loss_fn, params, batch, n_micro, keep=n_micro - 1, divide_by=n_micro - 1
+                    ),
+                },
+                expected=expected,
+                rtol=GRAD_RTOL,
+                atol=GRAD_ATOL,
+            )
+            mistakes[
+                f"{what}: the micro-batches are interleaved (rows k, k + n_micro, ...): reshape every leaf to "
+                "(n_micro, B // n_micro, ...) so that micro-batch k is the contiguous rows k m ... (k + 1) m - 1"
+            ] = lambda: micro_batch_mean(loss_fn, params, batch, n_micro, interleaved=True)
+        fail_if_known_mistake(got, mistakes, expected=expected, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    assert_allclose(got, np.asarray(expected, np.float64), what=what, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+
+
+@check_case(
+    "equals the full-batch gradient of a mean loss for n_micro = 4, 2, 8 and 1 under jax.jit", time_limit=CHECK_S
+)
+def _ag_full_batch(fn: Callable[..., Any]) -> None:
+    import jax
+
+    params, batch = mlp_data(3, batch_size=16)
+    expected = _flat(jax.grad(mlp_loss)(params, batch))
+    for n_micro in (4, 2, 8, 1):
+        what = f"{AG}(MLP, batch of 16, n_micro={n_micro}) vs jax.grad over the whole batch"
+        _ag_compare(fn, mlp_loss, params, batch, n_micro, expected, what)
+
+
+@check_case(
+    "matches a loop over contiguous micro-batches for advantages normalised per micro-batch", time_limit=CHECK_S
+)
+def _ag_contiguous(fn: Callable[..., Any]) -> None:
+    params, batch = pg_data(4)
+    for n_micro in (4, 2):
+        expected = micro_batch_mean(normalized_pg_loss, params, batch, n_micro)
+        what = f"{AG}(normalised policy-gradient loss, batch of 32, n_micro={n_micro}) vs a loop over contiguous slices"
+        _ag_compare(fn, normalized_pg_loss, params, batch, n_micro, expected, what)
+
+
+@check_case("is one lax.scan of length n_micro (no Python loop unrolled into the program)", time_limit=CHECK_S)
+def _ag_structure(fn: Callable[..., Any]) -> None:
+    params, batch = mlp_data(5, batch_size=16)
+    n_micro = 4
+    jaxpr = _jaxpr(
+        lambda p, b: fn(mlp_loss, p, b, n_micro), (params, batch), f"{AG}(loss_fn, params, batch, {n_micro})"
+    )
+    lengths = [int(eqn.params["length"]) for eqn, _, _ in walk_eqns(jaxpr) if eqn.primitive.name == "scan"]
+    if not lengths:
+        fail(
+            f"{AG}'s program holds no lax.scan: a Python loop over micro-batches puts n_micro copies of the gradient "
+            "in the program (it grows with n_micro); scan over the micro-batch axis with jax.lax.scan"
+        )
+    assert_true(
+        n_micro in lengths,
+        f"{AG}'s program scans {lengths} steps for n_micro = {n_micro}; scan once per micro-batch over a leading "
+        "axis of n_micro: reshape every leaf to (n_micro, B // n_micro, ...)",
+    )
+
+
+@check_case("a batch that n_micro does not divide raises ValueError", time_limit=CHECK_S)
+def _ag_indivisible(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    params, batch = mlp_data(6, batch_size=10)
+    text = f"{AG}(loss_fn, params, batch of 10 rows, n_micro=4)"
+    assert_raises(
+        ValueError,
+        fn,
+        mlp_loss,
+        jax.tree.map(jnp.asarray, params),
+        jax.tree.map(jnp.asarray, batch),
+        4,
+        other_error=lambda exc: (
+            f"{text} raised {type(exc).__name__}; check the batch size first and raise ValueError naming it and n_micro"
+        ),
+        no_error=f"{text} returned a gradient; 10 rows do not split into 4 equal micro-batches: raise ValueError",
+    )
+
+
+ACCUMULATE_GRADS = Exercise(
+    name=AG,
+    points=10,
+    title="gradient accumulation: the mean of contiguous micro-batches' gradients by one lax.scan",
+    checks=(_ag_full_batch, _ag_contiguous, _ag_structure, _ag_indivisible),
+    hints=(
+        "B = jax.tree.leaves(batch)[0].shape[0]; reshape every leaf to (n_micro, B // n_micro) + leaf.shape[1:] "
+        "(contiguous micro-batches on a new leading axis)",
+        "jax.lax.scan(step, zeros, micro) with zeros = jax.tree.map(jnp.zeros_like, params); step adds "
+        "jax.grad(loss_fn)(params, mb) to the running sum",
+        "return jax.tree.map(lambda g: g / n_micro, total); raise ValueError first if B % n_micro",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (PARTITION_SPECS, RING_ALLREDUCE, DATA_PARALLEL_GRAD, ACCUMULATE_GRADS)

@@ -1,0 +1,153 @@
+"""Planted bugs in lesson 05's exercises, each a one-place edit of the real solution
+(see `Mutant` in tests/conftest.py); `expected` is a fragment the grader's message must hold."""
+
+from conftest import Mutant
+
+PS, RA, DP, AG = "partition_specs", "ring_allreduce", "data_parallel_grad", "accumulate_grads"
+REPLICATED = '"w1": P(), "b1": P(), "w2": P(), "b2": P()}'
+TENSOR_PARALLEL = '"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P()}'
+REDUCE_SCATTER = (
+    "    for s in range(n - 1):  # reduce-scatter: add the left neighbour's running sum\n"
+    "        recv = jax.lax.ppermute(chunks[(i - s) % n], axis_name, right)\n"
+    "        chunks = chunks.at[(i - s - 1) % n].add(recv)\n"
+)
+ALL_GATHER = (
+    "    for s in range(n - 1):  # all-gather: pass the finished chunks on\n"
+    "        recv = jax.lax.ppermute(chunks[(i + 1 - s) % n], axis_name, right)\n"
+    "        chunks = chunks.at[(i - s) % n].set(recv)\n"
+)
+PMEAN = "return jax.lax.pmean(grads, axis_name)"
+RESHAPE = "x.reshape((n_micro, batch_size // n_micro) + x.shape[1:])"
+SCAN = "total, _ = jax.lax.scan(step, jax.tree.map(jnp.zeros_like, params), micro)"
+
+MUTANTS: list[Mutant] = [
+    # partition_specs
+    Mutant(PS, "obs_replicated", 'obs = P("data", None)', "obs = P()", "obs is replicated"),
+    Mutant(PS, "obs_split_by_features", 'obs = P("data", None)', 'obs = P(None, "data")', "its features are split"),
+    Mutant(
+        PS,
+        "params_split_over_data",
+        REPLICATED,
+        '"w1": P("data", None), "b1": P(), "w2": P("data", None), "b2": P()}',
+        "w1 is split over 'data' (P('data'))",
+    ),
+    Mutant(
+        PS,
+        "w1_w2_swapped",
+        TENSOR_PARALLEL,
+        '"w1": P("model", None), "b1": P("model"), "w2": P(None, "model"), "b2": P()}',
+        "w1 and w2 are swapped",
+    ),
+    Mutant(
+        PS,
+        "b1_replicated",
+        TENSOR_PARALLEL,
+        '"w1": P(None, "model"), "b1": P(), "w2": P("model", None), "b2": P()}',
+        "b1 is replicated but w1's output columns are split",
+    ),
+    Mutant(
+        PS,
+        "b2_split",
+        TENSOR_PARALLEL,
+        '"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P("model")}',
+        "b2 is added once",
+    ),
+    Mutant(
+        PS,
+        "size_dependent_layout",
+        'if "model" not in mesh.axis_names:',
+        'if "model" not in mesh.axis_names or mesh.shape["model"] == 1:',
+        "w1 is replicated on the ('data', 'model') mesh",
+    ),
+    # ring_allreduce
+    Mutant(RA, "psum", "return chunks.reshape(x.shape)", "return jax.lax.psum(x, axis_name)", "uses psum"),
+    Mutant(
+        RA,
+        "all_gather_builtin",
+        ALL_GATHER,
+        "    chunks = jax.lax.all_gather(chunks[(i + 1) % n], axis_name)\n    chunks = jnp.roll(chunks, 1, axis=0)\n",
+        "uses all_gather",
+    ),
+    Mutant(RA, "reduce_scatter_only", ALL_GATHER, "", "it stops after the reduce-scatter"),
+    Mutant(
+        RA,
+        "all_gather_adds",
+        "chunks = chunks.at[(i - s) % n].set(recv)",
+        "chunks = chunks.at[(i - s) % n].add(recv)",
+        "the all-gather adds what it receives",
+    ),
+    Mutant(
+        RA,
+        "whole_array_round_the_ring",
+        "    chunks = x.reshape(n, -1)\n",
+        "    chunks = x.reshape(n, -1)\n"
+        "    total, passing = x, x\n"
+        "    for _ in range(n - 1):\n"
+        "        passing = jax.lax.ppermute(passing, axis_name, [(j, (j + 1) % n) for j in range(n)])\n"
+        "        total = total + passing\n"
+        "    return total\n",
+        "each device sends 36 elements for an x of 12",
+    ),
+    Mutant(
+        RA,
+        "direct_exchange",
+        REDUCE_SCATTER + ALL_GATHER,
+        "    for s in range(1, n):  # reduce-scatter by direct exchange: chunk k goes straight to device k\n"
+        "        recv = jax.lax.ppermute(chunks[(i + s) % n], axis_name, [(j, (j + s) % n) for j in range(n)])\n"
+        "        chunks = chunks.at[i].add(recv)\n"
+        "    for s in range(1, n):  # all-gather by direct exchange\n"
+        "        recv = jax.lax.ppermute(chunks[i], axis_name, [(j, (j + s) % n) for j in range(n)])\n"
+        "        chunks = chunks.at[(i - s) % n].set(recv)\n",
+        "on a ring every device sends to its neighbour",
+    ),
+    Mutant(RA, "hardcoded_axis", "i = jax.lax.axis_index(axis_name)", 'i = jax.lax.axis_index("data")', "raised"),
+    # data_parallel_grad
+    Mutant(DP, "psum_not_pmean", PMEAN, "return jax.lax.psum(grads, axis_name)", "2 times too large: psum"),
+    Mutant(DP, "no_reduction", PMEAN, "return grads", "no reduction"),
+    Mutant(
+        DP,
+        "averaged_twice",
+        PMEAN,
+        "return jax.tree.map(lambda g: g / jax.lax.psum(1, axis_name), jax.lax.pmean(grads, axis_name))",
+        "averaged twice",
+    ),
+    Mutant(DP, "hardcoded_axis", PMEAN, 'return jax.lax.pmean(grads, "data")', "raised"),
+    # accumulate_grads
+    Mutant(
+        AG,
+        "summed_not_averaged",
+        "return jax.tree.map(lambda g: g / n_micro, total)",
+        "return total",
+        "summed, not averaged",
+    ),
+    Mutant(
+        AG,
+        "last_micro_batch_dropped",
+        SCAN,
+        "total, _ = jax.lax.scan(step, jax.tree.map(jnp.zeros_like, params), jax.tree.map(lambda x: x[:-1], micro))",
+        "the last micro-batch is dropped",
+    ),
+    Mutant(
+        AG,
+        "interleaved",
+        RESHAPE,
+        "x.reshape((batch_size // n_micro, n_micro) + x.shape[1:]).swapaxes(0, 1)",
+        "the micro-batches are interleaved",
+    ),
+    Mutant(
+        AG,
+        "python_loop",
+        SCAN,
+        "total = jax.tree.map(jnp.zeros_like, params)\n"
+        "    for k in range(n_micro):\n"
+        "        total, _ = step(total, jax.tree.map(lambda x, k=k: x[k], micro))",
+        "holds no lax.scan",
+    ),
+    Mutant(
+        AG,
+        "no_size_check",
+        "if n_micro < 1 or batch_size % n_micro:",
+        "if n_micro < 1:",
+        "raised TypeError",
+    ),
+]
