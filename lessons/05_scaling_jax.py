@@ -222,11 +222,13 @@ ax.legend()
 plt.show()
 
 # %%
-# The claims the table shows, on any load: the ring is exact, and its time grows with the
-# message (latency-bound at the small end, bandwidth-bound at the large end).
+# The claims the table shows, on any load: the ring is exact, and the cost per byte falls
+# with the message (latency-bound at the small end, bandwidth-bound at the large end:
+# 1000x the bytes for far less than 1000x the time).
 assert max(r.max_abs_diff for r in measured.rows) < 1e-3
-assert measured.rows[-1].ring_s > 5 * measured.rows[0].ring_s
-assert measured.rows[-1].psum_s > 5 * measured.rows[0].psum_s
+small, large = measured.rows[0], measured.rows[-1]
+for name in ("ring_s", "psum_s"):
+    assert getattr(large, name) / large.nbytes < 0.2 * getattr(small, name) / small.nbytes, name
 assert np.median([r.ring_over_psum for r in measured.rows]) > 1  # the next cell's point: XLA's own is faster
 
 # %% [markdown]
@@ -562,6 +564,8 @@ assert speed.bf16_speedup < 1.15  # no bf16 gain on this CPU (XLA converts to fl
 # equal to the full-batch gradient, with the activations of one micro-batch in memory:
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (XLA's buffer assignment, and so the temp bytes, differs by a few percent between compilations)
 from course_lib.grad_accum import accumulated_grad, accumulation_memory
 from course_lib.remat import mlp_loss, mlp_problem
 
