@@ -72,7 +72,7 @@ from course_lib.ppo_jax import (
     advantages_and_targets,
     init_params,
     make_optimizer,
-    policy_value,
+    ppo_loss,
     shuffle_order,
 )
 
@@ -132,28 +132,14 @@ def dp_ppo_loss(
     """Lesson 04's PPO loss (eqs. 04.4-04.6) on a device's share of a minibatch, with the
     advantages normalised by the *global* minibatch's statistics. Returns the local mean
     loss (its pmean over devices is the global minibatch's loss) and its parts."""
-    logits, value = policy_value(params, batch.obs)
-    logp_all = jax.nn.log_softmax(logits)
-    log_prob = jnp.take_along_axis(logp_all, batch.action[..., None], axis=-1)[..., 0]
-    entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
-    eps = config.clip_eps
-    value_clipped = batch.value + jnp.clip(value - batch.value, -eps, eps)
-    value_loss = 0.5 * jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2).mean()
-    log_ratio = log_prob - batch.log_prob
-    ratio = jnp.exp(log_ratio)
-    mean, std = _global_mean_std(advantages, axis)
-    adv = (advantages - mean) / (std + 1e-8)
-    policy_loss = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * adv).mean()
-    total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    parts = {
-        "losses/total": total,
-        "losses/policy": policy_loss,
-        "losses/value": value_loss,
-        "losses/entropy": entropy,
-        "losses/approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-        "losses/clip_frac": (jnp.abs(ratio - 1.0) > eps).mean(),
-    }
-    return total, parts
+
+    def normalize(adv: Array) -> Array:
+        mean, std = _global_mean_std(adv, axis)
+        return (adv - mean) / (std + 1e-8)
+
+    return ppo_loss(
+        params, batch, advantages, targets, config.clip_eps, config.vf_coef, config.ent_coef, normalize=normalize
+    )
 
 
 def _env_noise(

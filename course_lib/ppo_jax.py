@@ -257,8 +257,13 @@ def ppo_loss(
     clip_eps: float,
     vf_coef: float,
     ent_coef: float,
+    normalize: Callable[[Array], Array] | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     r"""PPO's loss on one minibatch (eqs. 04.4-04.6), and its parts.
+
+    ``normalize`` (default: over this minibatch, ``(A - mean A) / (std A + 1e-8)``) is how
+    the advantages are normalised; lesson 05's data-parallel loss passes one that uses the
+    global minibatch's statistics (:func:`course_lib.ppo_dp.dp_ppo_loss`).
 
     ``rho = exp(log pi(a|s) - log pi_old(a|s))``; advantages normalised over the minibatch::
 
@@ -276,7 +281,8 @@ def ppo_loss(
 
     log_ratio = log_prob - batch.log_prob
     ratio = jnp.exp(log_ratio)
-    adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    normalize = normalize or (lambda a: (a - a.mean()) / (a.std() + 1e-8))
+    adv = normalize(advantages)
     policy_loss = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv).mean()
 
     total = policy_loss + vf_coef * value_loss - ent_coef * entropy
