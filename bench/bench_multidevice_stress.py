@@ -11,6 +11,9 @@ outlives ``CHILD_TIMEOUT_S`` (a hang the watchdog did not catch). Programs:
 
 - ``dp_ppo``: data-parallel PPO (:func:`course_lib.ppo_dp.run_dp`) on 2 devices, a small
   config; one program per process (a hang at its start-up is what we look for).
+- ``dp_halves``: the ceiling run of lesson 05's throughput comparison
+  (:func:`course_lib.scaling.two_halves`): two 1-device PPO programs dispatched on device 0
+  and device 1 at once, no collective; one program per process.
 - ``ring_psum``: the ppermute ring all-reduce and XLA's ``psum`` on 4 devices, results compared;
 - ``tp_mlp``: the tensor-parallel MLP's forward and gradient on a 2 x 2 (data x model)
   mesh, compared with the unsharded MLP. ``ring_psum`` and ``tp_mlp`` share a process per
@@ -59,8 +62,12 @@ RUNS = 30
 WATCHDOG_S = 120.0  # per program, inside the child (compiles included: slow on a loaded machine)
 CHILD_TIMEOUT_S = 200.0  # the parent's backstop per child process
 HANG_REPRO_S = 20.0
-CHILDREN: dict[str, tuple[str, ...]] = {"dp_ppo": ("dp_ppo",), "collectives_tp": ("ring_psum", "tp_mlp")}
-PROGRAMS = ("dp_ppo", "ring_psum", "tp_mlp", "mp_psum")
+CHILDREN: dict[str, tuple[str, ...]] = {
+    "dp_ppo": ("dp_ppo",),
+    "dp_halves": ("dp_halves",),
+    "collectives_tp": ("ring_psum", "tp_mlp"),
+}
+PROGRAMS = ("dp_ppo", "dp_halves", "ring_psum", "tp_mlp", "mp_psum")
 OUTCOMES = ("finished", "hung", "failed", "not run")
 
 
@@ -97,6 +104,29 @@ def child_dp_ppo() -> None:
     if not np.isfinite(params).all():
         raise RuntimeError("data-parallel PPO returned non-finite parameters")
     print("DONE dp_ppo", flush=True)
+
+
+def child_dp_halves() -> None:
+    from course_lib.devices import use_cpu_devices
+
+    use_cpu_devices(2)  # before any JAX computation in this process
+    import jax
+    import numpy as np
+
+    from course_lib.ppo_dp import PPOConfig, env_keys, init_flat_params
+    from course_lib.runtime.watchdog import watchdog
+    from course_lib.scaling import two_halves
+
+    config = PPOConfig(
+        num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, num_minibatches=2, update_epochs=2, hidden=16
+    )
+    key = jax.random.key(0)
+    flat0, keys0 = init_flat_params(key, config), env_keys(key, config.num_envs)  # on one device, before
+    with watchdog(WATCHDOG_S, "stress: two 1-device PPO programs at once on 2 CPU devices"):
+        results = jax.block_until_ready(two_halves(config, flat0, keys0, key)())
+    if not all(np.isfinite(np.asarray(params)).all() for params, _ in results):
+        raise RuntimeError("a half returned non-finite parameters")
+    print("DONE dp_halves", flush=True)
 
 
 def child_collectives_tp() -> None:
@@ -173,7 +203,12 @@ def child_qr_hang() -> None:
     print("DONE qr", flush=True)
 
 
-_CHILD_FUNCS = {"dp_ppo": child_dp_ppo, "collectives_tp": child_collectives_tp, "qr": child_qr_hang}
+_CHILD_FUNCS = {
+    "dp_ppo": child_dp_ppo,
+    "dp_halves": child_dp_halves,
+    "collectives_tp": child_collectives_tp,
+    "qr": child_qr_hang,
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,7 +340,8 @@ def result_from(data: dict[str, Any]) -> Result:
             f"{data['runs']} repetitions, each program in a fresh interpreter (ring_psum and tp_mlp share one), "
             f"each under a {data['watchdog_s']:g} s watchdog and a {data['child_timeout_s']:g} s kill; total "
             f"{data['total_s'] / 60:.1f} min.",
-            "dp_ppo: data-parallel PPO on 2 CPU devices (4 envs x 16 steps, 2 updates); ring_psum: the ppermute ring "
+            "dp_ppo: data-parallel PPO on 2 CPU devices (4 envs x 16 steps, 2 updates); dp_halves: the same config's "
+            "two halves as 1-device programs on the 2 devices at once (lesson 05's throughput ceiling); ring_psum: the ppermute ring "
             "and psum on 4 devices; tp_mlp: tensor-parallel MLP forward + grad on a 2 x 2 mesh; mp_psum: psum over "
             "2 processes of 1 device (gloo). 'median s per process' includes interpreter and JAX start-up and compile.",
             f"Load average (1 min): {data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after; "

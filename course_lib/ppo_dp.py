@@ -27,8 +27,16 @@ has to make too:
    (Shuffling across all ``num_envs x T`` samples, as lesson 04 does, would need every
    device's data on every device.)
 3. *Global statistics by collectives.* Advantages are normalised with the global
-   minibatch's mean and standard deviation (two ``pmean``s), losses and metrics are
-   averaged (``pmean``) or summed (``psum``) over devices.
+   minibatch's mean and standard deviation, losses and metrics are averaged (``pmean``)
+   or summed (``psum``) over devices.
+
+**Few collectives.** On CPU host devices every all-reduce is a rendezvous of all devices
+(about 0.1 ms: ``bench/bench_collectives.py``), so the count matters more than the
+bytes. The gradient is one flat vector (one all-reduce per minibatch step), and the
+advantage statistics of *every* minibatch of the update are reduced together before the
+learning epochs (two all-reduces per update, :func:`minibatch_adv_stats`), not two per
+minibatch step; the metrics are reduced once, after the last update. With 4 epochs x 4
+minibatches that is 18 rendezvous per update instead of 50.
 
 **The check_vma trap** (GOTCHAS). ``jax.shard_map`` tracks which values vary across
 devices (``check_vma=True``, the default). Then the gradient of a replicated ``P()``
@@ -119,23 +127,35 @@ def check_dp_config(config: PPOConfig, n_devices: int) -> None:
         )
 
 
-def _global_mean_std(x: Array, axis: str) -> tuple[Array, Array]:
-    """Mean and (population) standard deviation of ``x`` over every device's equal-sized share."""
-    mean = jax.lax.pmean(x.mean(), axis)
-    var = jax.lax.pmean(((x - mean) ** 2).mean(), axis)
+def minibatch_adv_stats(advantages: Array, axis: str) -> tuple[Array, Array]:
+    """Mean and (population) standard deviation of every global minibatch's advantages, at once.
+
+    ``advantages`` is ``[K, n_local]``: ``K`` minibatches (all epochs of an update), each
+    device holding an equal share ``n_local`` of each. Returns ``([K], [K])``, identical on
+    every device, from two all-reduces in all (the two passes of the variance), however
+    many minibatches there are.
+    """
+    mean = jax.lax.pmean(advantages.mean(axis=1), axis)
+    var = jax.lax.pmean(((advantages - mean[:, None]) ** 2).mean(axis=1), axis)
     return mean, jnp.sqrt(var)
 
 
 def dp_ppo_loss(
-    params: Params, batch: Transition, advantages: Array, targets: Array, config: PPOConfig, axis: str
+    params: Params,
+    batch: Transition,
+    advantages: Array,
+    targets: Array,
+    config: PPOConfig,
+    adv_mean: Array,
+    adv_std: Array,
 ) -> tuple[Array, dict[str, Array]]:
     """Lesson 04's PPO loss (eqs. 04.4-04.6) on a device's share of a minibatch, with the
-    advantages normalised by the *global* minibatch's statistics. Returns the local mean
-    loss (its pmean over devices is the global minibatch's loss) and its parts."""
+    advantages normalised by the *global* minibatch's statistics ``adv_mean``, ``adv_std``
+    (:func:`minibatch_adv_stats`). Returns the local mean loss (its pmean over devices is
+    the global minibatch's loss) and its parts."""
 
     def normalize(adv: Array) -> Array:
-        mean, std = _global_mean_std(adv, axis)
-        return (adv - mean) / (std + 1e-8)
+        return (adv - adv_mean) / (adv_std + 1e-8)
 
     return ppo_loss(
         params, batch, advantages, targets, config.clip_eps, config.vf_coef, config.ent_coef, normalize=normalize
@@ -221,8 +241,8 @@ def make_dp_train(
             flat, opt_state = carry
 
             def loss_fn(f: Array) -> tuple[Array, dict[str, Array]]:
-                batch, advantages, targets = mb
-                loss, parts = dp_ppo_loss(unravel(f), batch, advantages, targets, config, axis)
+                batch, advantages, targets, adv_mean, adv_std = mb
+                loss, parts = dp_ppo_loss(unravel(f), batch, advantages, targets, config, adv_mean, adv_std)
                 return loss * loss_scale, parts
 
             grads, parts = jax.grad(loss_fn, has_aux=True)(flat)
@@ -246,19 +266,24 @@ def make_dp_train(
             env, (traj, final_obs) = jax.lax.scan(step, env, (gumbel_t, fresh_t), unroll=config.unroll)
             advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
             minibatches = _stratified_minibatches((traj, advantages, targets), order, config)
+            minibatches = (*minibatches, *minibatch_adv_stats(minibatches[1], axis))
             (flat, opt_state), parts = jax.lax.scan(minibatch_step, (flat, opt_state), minibatches)
-            n_done = jax.lax.psum(traj.done.sum(), axis)
-            return_sum = jax.lax.psum(traj.episode_return.sum(), axis)
-            metrics = {k: jax.lax.pmean(v.mean(), axis) for k, v in parts.items()}
-            metrics["charts/episodes"] = n_done
-            metrics["charts/episode_return"] = jnp.where(n_done > 0, return_sum / n_done, jnp.nan)
-            return (flat, opt_state, env), metrics
+            # this device's share of the metrics; reduced over devices once, after the run
+            local = {k: v.mean() for k, v in parts.items()}
+            local["charts/episodes"] = traj.done.sum()
+            local["charts/episode_return"] = traj.episode_return.sum()  # 0 where no episode ended
+            return (flat, opt_state, env), local
 
         env = EnvCarry(env_state, obs, jnp.zeros(keys.shape[0]))
         if check_vma:  # per-env constants (step counts, zero returns) become per-device values
             env = jax.tree.map(functools.partial(_as_varying, axis=axis), env)
         carry = (flat0, optimizer.init(flat0), env)
-        (flat, _, _), metrics = jax.lax.scan(update_step, carry, jnp.arange(config.num_updates))
+        (flat, _, _), local = jax.lax.scan(update_step, carry, jnp.arange(config.num_updates))
+        n_done = jax.lax.psum(local.pop("charts/episodes"), axis)
+        return_sum = jax.lax.psum(local.pop("charts/episode_return"), axis)
+        metrics = {k: jax.lax.pmean(v, axis) for k, v in local.items()}
+        metrics["charts/episodes"] = n_done
+        metrics["charts/episode_return"] = jnp.where(n_done > 0, return_sum / n_done, jnp.nan)
         return flat, metrics
 
     mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(axis), P()), out_specs=(P(), P()), check_vma=check_vma)

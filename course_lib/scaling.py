@@ -53,7 +53,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import jax
@@ -166,6 +166,105 @@ def allreduce_chain_seconds(mesh: Mesh, n_elements: int, steps: int, repeats: in
         jax.block_until_ready(program(x))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+#: The three runs of :func:`dp_speedup`.
+SPEEDUP_RUNS: tuple[str, ...] = ("1 device", "2 devices", "2 halves, no communication")
+
+
+@dataclass
+class Speedup:
+    """Wall times (seconds, every run blocked) of :func:`dp_speedup`'s three runs of one config."""
+
+    config: PPOConfig
+    times: dict[str, list[float]]
+    cpu_per_wall: dict[str, list[float]]
+    max_abs_diff: float
+
+    def median(self, run: str) -> float:
+        return statistics.median(self.times[run])
+
+    def steps_per_s(self, run: str) -> float:
+        """Env steps per second of the whole run (rollout and learning), from the median time."""
+        return self.config.steps_per_run / self.median(run)
+
+    @property
+    def speedup(self) -> float:
+        """1-device time / 2-device time (medians)."""
+        return self.median(SPEEDUP_RUNS[0]) / self.median(SPEEDUP_RUNS[1])
+
+    @property
+    def ceiling(self) -> float:
+        """1-device time / the two halves' time: the most 2 devices give without communication."""
+        return self.median(SPEEDUP_RUNS[0]) / self.median(SPEEDUP_RUNS[2])
+
+
+def two_halves(config: PPOConfig, flat0: jax.Array, keys0: jax.Array, key: jax.Array) -> Callable[[], list[Any]]:
+    """The ceiling run of :func:`dp_speedup`, compiled: a call that dispatches the 1-device
+    program on the first half of the environments to device 0 and on the second half to
+    device 1, then returns both results without waiting (JAX dispatch is asynchronous, so
+    the two run at the same time; block on the returned list). Two single-device programs
+    that share the CPU's cores and nothing else: no collective, no rendezvous.
+    """
+    if jax.device_count() < 2:
+        raise ValueError(f"two_halves needs 2 devices, JAX has {jax.device_count()}: call use_cpu_devices(2) first")
+    if config.num_envs % 2:
+        raise ValueError(f"num_envs = {config.num_envs} must be even to split over 2 devices")
+    half = replace(config, num_envs=config.num_envs // 2, total_timesteps=config.total_timesteps // 2)
+    halves = []
+    for i, device in enumerate(jax.devices()[:2]):
+        mesh = data_mesh(1, devices=[device])
+        share = keys0[i * half.num_envs : (i + 1) * half.num_envs]
+        args = (*shard_inputs(mesh, flat0, share), jax.device_put(key, NamedSharding(mesh, P())))
+        halves.append(functools.partial(compiled_dp_train(half, mesh), *args))
+    return lambda: [h() for h in halves]  # both dispatched before either is waited for
+
+
+def dp_speedup(config: PPOConfig, repeats: int = 5, seed: int = 0) -> Speedup:
+    """Data-parallel PPO on 1 vs 2 devices, and the ceiling: three runs, timed interleaved.
+
+    - ``"1 device"``: the whole global batch on device 0 (XLA may still spread one
+      device's large operations over several cores);
+    - ``"2 devices"``: the same run data-parallel on a 2-device mesh (same answer up to
+      summation order: ``max_abs_diff``);
+    - ``"2 halves, no communication"``: the 1-device program on *half* the environments,
+      dispatched on device 0 and on device 1 before either is waited for (JAX dispatch is
+      asynchronous), so the two run at the same time. That is the 2-device run's work
+      without its all-reduces -- not a correct training run, but the most the hardware can
+      give it: ``ceiling = t_1 / t_halves``. The gap between ``speedup`` and ``ceiling`` is
+      what synchronising the devices costs.
+
+    Compilation and a warm-up call of each are excluded; then the three are timed in
+    turn, ``repeats`` times. Needs 2 devices; run it under a watchdog.
+    """
+    if jax.device_count() < 2:
+        raise ValueError(f"dp_speedup needs 2 devices, JAX has {jax.device_count()}: call use_cpu_devices(2) first")
+    if config.num_envs % 2:
+        raise ValueError(f"num_envs = {config.num_envs} must be even to split over 2 devices")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    key = jax.random.key(seed)
+    k_init, k_envs = jax.random.split(key)
+    flat0, keys0 = init_flat_params(k_init, config), env_keys(k_envs, config.num_envs)
+    calls: dict[str, Callable[[], Any]] = {}
+    finals = []
+    for n, name in ((1, SPEEDUP_RUNS[0]), (2, SPEEDUP_RUNS[1])):
+        mesh = data_mesh(n)
+        compiled = compiled_dp_train(config, mesh)
+        args = (*shard_inputs(mesh, flat0, keys0), jax.device_put(key, NamedSharding(mesh, P())))
+        calls[name] = functools.partial(compiled, *args)
+        finals.append(np.asarray(jax.block_until_ready(calls[name]())[0]))  # warm-up
+    calls[SPEEDUP_RUNS[2]] = two_halves(config, flat0, keys0, key)
+    jax.block_until_ready(calls[SPEEDUP_RUNS[2]]())
+    times: dict[str, list[float]] = {r: [] for r in SPEEDUP_RUNS}
+    cpu: dict[str, list[float]] = {r: [] for r in SPEEDUP_RUNS}
+    for _ in range(repeats):
+        for run in SPEEDUP_RUNS:
+            t0, c0 = time.perf_counter(), time.process_time()
+            jax.block_until_ready(calls[run]())
+            times[run].append(time.perf_counter() - t0)
+            cpu[run].append((time.process_time() - c0) / times[run][-1])
+    return Speedup(config, times, cpu, float(np.max(np.abs(finals[0] - finals[1]))))
 
 
 def _memory(compiled: Any) -> dict[str, int]:

@@ -498,7 +498,8 @@ for arm in ARMS:
           + f"   | seconds for all {base.n_updates} updates: "
           + ", ".join(f"{r.seconds:.1f}" for r in runs[arm]))
 speedups = [s / p if np.isfinite(p) else 0.0 for s, p in zip(reach["sync"], reach["pipeline"])]
-print("sync time / pipeline time to the target, per seed: " + ", ".join(f"{x:.2f}" for x in speedups)
+print("sync time / pipeline time to the target, per seed: "
+      + ", ".join(f"{x:.2f}" if x > 0 else "never (counted as 0)" for x in speedups)
       + f" (median {np.median(speedups):.2f}); PipelineRL reports about 2x faster learning than conventional RL "
       "on long-form reasoning with 128 H100 GPUs (Piche et al. 2025)")
 
@@ -520,7 +521,8 @@ print("per update, pipeline RL gained no more than the synchronous arm, beyond t
 # synchronous update (asserted, within two standard errors of the difference). Per second (left panel) pipeline RL gets to the same
 # reward first, because it produces and consumes the samples faster: in the median over
 # the seeds (asserted), not necessarily in every seed (a seed whose batch rewards dip at
-# the wrong moment can reach the target later; the per-seed ratios are printed above). On
+# the wrong moment can reach the target later, or not within its 100 updates, which counts
+# as a ratio of 0; the per-seed ratios are printed above). On
 # 128 H100s the PipelineRL paper reports about 2x faster learning than conventional RL;
 # here the per-seed ratios above are the measured figure, on two shared CPU cores.
 
@@ -571,10 +573,12 @@ else:
 
 # %%
 stale_ess = median("pipeline_no_is", lambda r: r.series("ess").mean())
-assert stale_ess < 0.95 and median("pipeline_no_is", lambda r: r.token_lags.mean()) > 3, stale_ess
+stale_lag = median("pipeline_no_is", lambda r: r.token_lags.mean())
+assert stale_ess < 0.95 and stale_lag > 1, (stale_ess, stale_lag)
 assert mean_se(gain["pipeline"])[0] > 0, gain["pipeline"]
-print("the uncorrected arm trained on tokens lagging more than 3 updates on average, whose ignored weights had "
-      "an ESS/N below 0.95: the correction had work to do, and the corrected arm learned (section 4)")
+print("the uncorrected arm trained on tokens lagging more than one update on average (staler than one-step async "
+      "can be), whose ignored weights had an ESS/N below 0.95: the correction had work to do, and the corrected arm "
+      "learned (section 4)")
 
 # %% [markdown]
 # **Takeaway:** read the verdict above, printed from this run's numbers. Said plainly: at

@@ -16,7 +16,7 @@ import pytest
 from course_lib.devices import data_mesh
 from course_lib.ppo_dp import PPOConfig, compiled_dp_train, init_flat_params, run_dp
 from course_lib.runtime.watchdog import watchdog
-from course_lib.scaling import CHECKS, allreduce_chain_seconds, scaling_checklist
+from course_lib.scaling import CHECKS, SPEEDUP_RUNS, allreduce_chain_seconds, dp_speedup, scaling_checklist
 
 CONFIG = PPOConfig(num_envs=8, num_steps=32, total_timesteps=8 * 32 * 4, hidden=32)
 HAS_LR_SCALING = True
@@ -39,7 +39,11 @@ def test_every_check_is_a_row_and_the_table_prints_them(report):
     assert table[0] == "| check | value | verdict | why |"
     assert len([line for line in table if line.startswith("| ")]) == 1 + len(expected)
     assert all(r.verdict in ("ok", "warn") for r in report.rows)
-    assert report.ok, report.table()
+    # every check is ok except perhaps communication, a timing: its verdict must follow its measured share
+    assert all(r.verdict == "ok" for r in report.rows if r.name != "communication"), report.table()
+    comm = report.row("communication")
+    assert comm.verdict == ("ok" if report.measured["overhead"] < 0.2 else "warn"), report.table()
+    assert report.ok == (comm.verdict == "ok")
 
 
 def test_equivalence_row_is_the_real_difference(report):
@@ -110,3 +114,18 @@ def test_bad_inputs_are_refused():
         scaling_checklist(CONFIG, n_devices=jax.device_count() + 1)
     with pytest.raises(ValueError, match="num_envs"):
         scaling_checklist(PPOConfig(num_envs=6, num_steps=32, total_timesteps=6 * 32 * 4, hidden=32), n_devices=4)
+
+
+def test_dp_speedup_times_three_runs_and_the_two_device_run_is_the_same_training():
+    """Behaviour, not speed: three runs timed ``repeats`` times each, ratios from the medians, and
+    the 1- and 2-device parameters equal (the same training)."""
+    with watchdog(180, "dp_speedup: 1 device, 2 devices, 2 halves"):
+        r = dp_speedup(CONFIG, repeats=3, seed=3)
+    assert list(r.times) == list(SPEEDUP_RUNS)
+    assert all(len(t) == 3 and min(t) > 0 for t in r.times.values())
+    assert r.speedup == pytest.approx(r.median("1 device") / r.median("2 devices"))
+    assert r.ceiling == pytest.approx(r.median("1 device") / r.median("2 halves, no communication"))
+    assert r.steps_per_s("1 device") == pytest.approx(CONFIG.steps_per_run / r.median("1 device"))
+    assert 0 <= r.max_abs_diff <= 1e-5  # the 2-device run is the 1-device training, split
+    with pytest.raises(ValueError, match="even"):
+        dp_speedup(PPOConfig(num_envs=7, num_steps=32, total_timesteps=7 * 32 * 4, hidden=32))
