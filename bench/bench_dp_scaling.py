@@ -30,17 +30,15 @@ own JAX settings; the child writes `outputs/bench/dp_scaling.json`, `run()` rend
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import Result
+from run import Result, child_main, measure_in_child
 
 from course_lib.course.paths import output_dir
 from course_lib.ppo_config import PPOConfig
@@ -156,29 +154,14 @@ def result_from(data: dict[str, Any]) -> Result:
 
 
 def run() -> Result:
-    path = json_path()
-    path.unlink(missing_ok=True)
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--measure"], timeout=CHILD_TIMEOUT_S, check=False
+    data = measure_in_child(
+        __file__, json_path(), CHILD_TIMEOUT_S, "data-parallel throughput", "a multi-device run hung"
     )
-    if done.returncode != 0:
-        why = " (the watchdog ended it: a multi-device run hung)" if done.returncode == 124 else ""
-        raise RuntimeError(f"the data-parallel throughput measurement exited with code {done.returncode}{why}")
-    return result_from(json.loads(path.read_text()))
+    return result_from(data)
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["--measure"]:
-        data = measure()
-        path = json_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1))
-        print(f"wrote {path}")
-        return 0
-    from run import render
-
-    print(render("dp_scaling", run()))
-    return 0
+    return child_main(argv, "dp_scaling", measure, json_path(), run)
 
 
 if __name__ == "__main__":

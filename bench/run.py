@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import json
 import os
 import platform
 import re
+import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent / "BENCHMARKS.md"
@@ -71,6 +75,36 @@ def update(name: str, block: str) -> None:
     pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.DOTALL)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block + "\n"
     BENCHMARKS.write_text(text)
+
+
+def measure_in_child(script: str, path: Path, timeout_s: float, what: str, hang: str) -> dict[str, Any]:
+    """Run ``script --measure`` in a fresh interpreter and return the JSON it wrote to ``path``.
+
+    For benchmarks that need several JAX CPU devices: the device count is fixed when JAX
+    starts, so the measurement gets a process of its own. Exit code 124 is the watchdog's
+    (``hang`` says what hung); any other non-zero code is a failure.
+    """
+    path.unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, str(Path(script).resolve()), "--measure"], timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        why = f" (the watchdog ended it: {hang})" if done.returncode == 124 else ""
+        raise RuntimeError(f"the {what} measurement exited with code {done.returncode}{why}")
+    return json.loads(path.read_text())
+
+
+def child_main(
+    argv: list[str], name: str, measure: Callable[[], dict[str, Any]], path: Path, run: Callable[[], Result]
+) -> int:
+    """``main`` of a benchmark measured in a child: ``--measure`` measures and writes ``path``
+    (the child's side); no argument runs the whole benchmark and prints its table."""
+    if argv == ["--measure"]:
+        data = measure()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1))
+        print(f"wrote {path}")
+        return 0
+    print(render(name, run()))
+    return 0
 
 
 def main(names: list[str]) -> int:
