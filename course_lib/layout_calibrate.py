@@ -1,0 +1,243 @@
+"""The layout model (:mod:`course_lib.layout`) calibrated on lesson 07's measured parts (lesson 08).
+
+Lesson 07 runs one generator process (core 0) and one trainer (core 1). The model sees
+that as a cluster of **two GPUs, one sampler and one trainer** (``n_gpus=2,
+n_samplers=1``), mapped part by part:
+
+* **Decode step.** :class:`~course_lib.lm.sampler.SlotSampler` runs one batched forward
+  pass over *all* its ``n_slots`` slots every step, busy or not, so a step costs
+  ``l(n_slots)`` whatever the number of live sequences: in eq. 08.3 that is ``a_s =
+  l(n_slots)`` (measured, :func:`time_decode_steps`) and ``b_s = 0``, and the engine's
+  ``max_batch`` is ``n_slots``.
+* **Lengths.** A sequence occupies its slot for ``PREFILL_STEPS`` prompt steps plus one
+  step per answer token (:func:`sequence_steps`); the model's "tokens" are these slot
+  steps. Answer lengths come from the warm-started policy (:func:`sample_answer_tokens`).
+  Predicted throughput is converted back to *answer* tokens/s, the unit lesson 07 reports.
+* **Trainer.** ``c`` (eq. 08.5) is sequence steps per second of the trainer's update
+  (loss, backward, Adam, publish), fitted on a calibration run's per-update timings
+  (:func:`trainer_timing`): the trainer's forward pass covers prompt and answer, so its
+  cost follows sequence steps rather than answer tokens alone.
+* **Weight sync** ``d = 0``: publishing is part of the trainer's update (timed in ``c``);
+  the generator's pull of 0.13 M parameters takes well under a millisecond.
+* **Regimes**: ``sync`` is ``sync_split``, ``one_step`` is ``one_step``, ``pipeline`` is
+  ``pipeline`` with ``max_lag`` = the run's bound.
+
+Every batch of a run has its own lengths; the synchronous layouts' step depends on the
+batch's longest answer, so :func:`predict_regime` averages the model over many batches
+drawn from the measured lengths: ``tokens/s = sum(answer tokens) / sum(step_s)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from course_lib.layout import Layout, SystemSpec, predict
+from course_lib.layout_sim import SimConfig, simulate
+from course_lib.lm.model import TinyLM
+from course_lib.lm.sampler import SlotSampler, sample_problems
+from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
+from course_lib.pipeline.system import PipelineConfig, RegimeReport
+
+#: Decoding steps a sequence spends on its prompt before its first answer token.
+PREFILL_STEPS = PROMPT_LEN - 1
+#: Lesson 07's regimes as the model's layouts.
+REGIME_LAYOUT: dict[str, Layout] = {"sync": "sync_split", "one_step": "one_step", "pipeline": "pipeline"}
+
+
+def time_decode_steps(
+    model: TinyLM, task: CountdownTask, slot_counts: Sequence[int], n_steps: int = 30, seed: int = 0
+) -> NDArray[np.float64]:
+    """Median seconds of one :meth:`SlotSampler.step` at each slot count, every slot busy
+    (a finished slot is refilled at once), with one torch thread (as lesson 07's generator).
+
+    Returns ``[len(slot_counts)]`` seconds. The slot counts are interleaved step by step
+    (round robin), so a change of the machine's load hits all of them alike.
+    """
+    if n_steps < 1 or not slot_counts:
+        raise ValueError(f"need n_steps >= 1 and at least one slot count, got {n_steps}, {slot_counts}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(seed)
+    prompts = [p.prompt for p in task.sample(rng, 4096)]
+    samplers = [SlotSampler(model, int(s), EOS, torch.Generator().manual_seed(seed)) for s in slot_counts]
+    times = np.zeros((len(samplers), n_steps))
+    i = 0
+    try:
+        for k in range(n_steps + 3):  # 3 untimed steps first
+            for j, sampler in enumerate(samplers):
+                for slot in sampler.free_slots():
+                    sampler.start(slot, prompts[i % len(prompts)])
+                    i += 1
+                t0 = time.perf_counter()
+                sampler.step()
+                if k >= 3:
+                    times[j, k - 3] = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(previous)
+    return np.median(times, axis=1)
+
+
+def sequence_steps(answer_tokens: NDArray[np.integer] | Sequence[int]) -> NDArray[np.int64]:
+    """Slot steps of each sequence: ``PREFILL_STEPS`` + its answer tokens (``<eos>`` included)."""
+    a = np.asarray(answer_tokens, dtype=np.int64)
+    if a.size and a.min() < 1:
+        raise ValueError(f"an answer has at least one token (<eos>), got a minimum of {a.min()}")
+    return a + PREFILL_STEPS
+
+
+def sample_answer_tokens(model: TinyLM, task: CountdownTask, n: int, seed: int = 0) -> NDArray[np.int64]:
+    """Answer lengths (tokens, ``<eos>`` included) of ``n`` answers the policy samples at
+    temperature 1 on fresh prompts, as lesson 07's generator would."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    problems = task.sample(np.random.default_rng(seed), n)
+    results = sample_problems(model, [p.prompt for p in problems], 64, EOS, torch.Generator().manual_seed(seed))
+    return np.array([len(r["tokens"]) - PROMPT_LEN for r in results], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class TrainerTiming:
+    """Per update of a run: the sequence steps trained on and the trainer's busy seconds."""
+
+    steps: NDArray[np.int64]
+    seconds: NDArray[np.float64]
+
+    @property
+    def steps_per_s(self) -> float:
+        """``c`` (eq. 08.5) in sequence steps per trainer second: total steps / total seconds."""
+        return float(self.steps.sum() / self.seconds.sum())
+
+
+def trainer_timing(report: RegimeReport, batch_sequences: int, skip: int = 2) -> TrainerTiming:
+    """The trainer's per-update cost in ``report`` (its busy intervals and tokens), the
+    first ``skip`` updates left out (warm-up of the allocator and caches)."""
+    if len(report.metrics) <= skip:
+        raise ValueError(f"the run has {len(report.metrics)} updates; need more than skip={skip}")
+    answer = report.series("tokens")[skip:].astype(np.int64)
+    steps = answer + PREFILL_STEPS * batch_sequences
+    seconds = np.array([b - a for a, b in report.trainer[skip:]], dtype=np.float64)
+    return TrainerTiming(steps=steps, seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Answer tokens per second and mean per-token lag of a run, a prediction or a simulation."""
+
+    tokens_per_s: float
+    mean_lag: float
+    step_s: float
+
+
+def steady_state(report: RegimeReport, skip: int) -> Throughput:
+    """Updates ``skip + 1 .. n`` of a run: answer tokens consumed over the time they took
+    (from the end of update ``skip`` to the end of the last), the token-weighted mean lag,
+    and seconds per update. Leaves out the start, where the pipeline's queue fills up."""
+    n = len(report.metrics)
+    if not 1 <= skip < n - 1:
+        raise ValueError(f"skip must be in 1 .. {n - 2} for a run of {n} updates, got {skip}")
+    t = report.series("time")
+    tokens = report.series("tokens")[skip:]
+    lag = report.series("lag_mean")[skip:]
+    seconds = float(t[-1] - t[skip - 1])
+    return Throughput(
+        tokens_per_s=float(tokens.sum() / seconds),
+        mean_lag=float((lag * tokens).sum() / tokens.sum()),
+        step_s=seconds / (n - skip),
+    )
+
+
+def lesson07_spec(
+    cfg: PipelineConfig,
+    step_latency_s: float,
+    trainer_steps_per_s: float,
+    steps_batch: Sequence[int] | NDArray[np.integer] | int,
+) -> SystemSpec:
+    """Lesson 07's two processes as a 2-GPU system (1 sampler, 1 trainer; see the module
+    docstring): ``a_s = l(n_slots)``, ``b_s = 0``, ``max_batch = n_slots``, lengths in slot steps."""
+    answer: int | tuple[int, ...] = steps_batch if isinstance(steps_batch, int) else tuple(int(s) for s in steps_batch)
+    return SystemSpec(
+        n_gpus=2,
+        n_samplers=1,
+        batch_samples=cfg.batch_sequences,
+        max_batch=cfg.n_slots,
+        a_s=step_latency_s,
+        b_s=0.0,
+        train_tokens_per_s_per_gpu=trainer_steps_per_s,
+        answer_tokens=answer,
+        weight_sync_s=0.0,
+        max_lag=cfg.lag_bound,
+    )
+
+
+def predict_regime(
+    cfg: PipelineConfig,
+    step_latency_s: float,
+    trainer_steps_per_s: float,
+    answer_tokens: NDArray[np.integer] | Sequence[int],
+    n_batches: int = 200,
+    seed: int = 0,
+) -> Throughput:
+    """The model's prediction for lesson 07's ``cfg.regime``, averaged over ``n_batches``
+    batches drawn (with replacement) from the measured ``answer_tokens``."""
+    if n_batches < 1:
+        raise ValueError(f"n_batches must be >= 1, got {n_batches}")
+    answers = np.asarray(answer_tokens, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    layout = REGIME_LAYOUT[cfg.regime]
+    total_s, total_answer, lags = 0.0, 0, []
+    for _ in range(n_batches):
+        batch = rng.choice(answers, size=cfg.batch_sequences, replace=True)
+        p = predict(layout, lesson07_spec(cfg, step_latency_s, trainer_steps_per_s, sequence_steps(batch)))
+        total_s += p.step_s
+        total_answer += int(batch.sum())
+        lags.append(p.mean_lag_steps)
+    return Throughput(tokens_per_s=total_answer / total_s, mean_lag=float(np.mean(lags)), step_s=total_s / n_batches)
+
+
+def simulate_regime(
+    cfg: PipelineConfig,
+    step_latency_s: float,
+    trainer_steps_per_s: float,
+    answer_tokens: NDArray[np.integer] | Sequence[int],
+    n_steps: int = 60,
+    warmup_steps: int = 20,
+    seed: int = 0,
+) -> Throughput:
+    """The same 2-GPU system in the simulator (:mod:`course_lib.layout_sim`); lengths drawn
+    from the measured ``answer_tokens``; answer tokens/s over the measured steps."""
+    layout = REGIME_LAYOUT[cfg.regime]
+    steps = sequence_steps(answer_tokens)
+    sim = simulate(
+        SimConfig(
+            layout=layout,
+            n_gpus=2,
+            n_samplers=1,
+            batch_samples=cfg.batch_sequences,
+            max_batch=cfg.n_slots,
+            a_s=step_latency_s,
+            b_s=0.0,
+            train_tokens_per_s_per_gpu=trainer_steps_per_s,
+            max_lag=cfg.lag_bound,
+            n_steps=n_steps,
+            warmup_steps=warmup_steps,
+            lengths=tuple(int(s) for s in steps),
+            seed=seed,
+        )
+    )
+    first = warmup_steps * cfg.batch_sequences
+    ids = sim.consumed_ids[first:]
+    answer = int((sim.sample_lengths[ids] - PREFILL_STEPS).sum())
+    return Throughput(tokens_per_s=answer / sim.measured_s, mean_lag=sim.lag_mean, step_s=sim.step_s)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """``(predicted - measured) / measured``; 0 when both are 0 (e.g. the lag of a synchronous run)."""
+    if measured == 0:
+        return 0.0 if predicted == 0 else float("inf")
+    return (predicted - measured) / measured

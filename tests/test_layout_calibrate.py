@@ -1,0 +1,173 @@
+"""Lesson 08: the layout model calibrated on lesson 07's parts (course_lib.layout_calibrate)
+and the calculator (course_lib.layout_calc)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.layout import H100_SXM, QWEN25_7B, QWEN25_32B, predict
+from course_lib.layout_calc import (
+    best_tokens_per_s_vs_lag,
+    recommend,
+    recommendation_text,
+    smallest_tp,
+    tensor_parallel,
+)
+from course_lib.layout_calibrate import (
+    PREFILL_STEPS,
+    lesson07_spec,
+    predict_regime,
+    relative_error,
+    sample_answer_tokens,
+    sequence_steps,
+    simulate_regime,
+    steady_state,
+    time_decode_steps,
+    trainer_timing,
+)
+from course_lib.lm import TinyLM
+from course_lib.lm.task import CountdownTask
+from course_lib.pipeline.system import LM, PipelineConfig, RegimeReport
+
+L32, C = 0.002, 8000.0  # a decode step of 32 slots: 2 ms; the trainer: 8,000 sequence steps/s
+
+
+def _cfg(regime: str) -> PipelineConfig:
+    return PipelineConfig(regime=regime, max_lag=4)  # type: ignore[arg-type]
+
+
+def _report(
+    tokens: list[float], times: list[float], lags: list[float], trainer: list[tuple[float, float]]
+) -> RegimeReport:
+    metrics = [{"tokens": k, "time": t, "lag_mean": g} for k, t, g in zip(tokens, times, lags)]
+    return RegimeReport(
+        regime="pipeline",
+        lag_bound=4,
+        seconds=times[-1],
+        tokens=int(sum(tokens)),
+        samples=32 * len(tokens),
+        metrics=metrics,
+        token_lags=np.zeros(1),
+        generator=[],
+        trainer=trainer,
+        swaps=[],
+        slot_occupancy=1.0,
+        events=[],
+    )
+
+
+def test_sequence_steps_add_the_prompt_steps() -> None:
+    assert list(sequence_steps([1, 10])) == [1 + PREFILL_STEPS, 10 + PREFILL_STEPS]
+    with pytest.raises(ValueError, match="at least one token"):
+        sequence_steps([0])
+
+
+def test_lesson07_is_one_sampler_and_one_trainer_with_a_flat_step_cost() -> None:
+    spec = lesson07_spec(_cfg("pipeline"), L32, C, 20)
+    assert (spec.n_gpus, spec.n_samplers, spec.n_trainers, spec.max_batch, spec.max_lag) == (2, 1, 1, 32, 4)
+    assert spec.latency_s(1) == spec.latency_s(32) == L32  # every slot is computed every step
+    assert lesson07_spec(_cfg("sync"), L32, C, 20).max_lag == 0
+
+
+@pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
+def test_equal_lengths_prediction_is_the_hand_computed_step(regime: str) -> None:
+    """Every answer 17 tokens (20 slot steps): generation 20 l(32), training 32 x 20 / c."""
+    gen_s, train_s = 20 * L32, 32 * 20 / C
+    expected_step = {"sync": gen_s + train_s, "one_step": max(gen_s, train_s), "pipeline": train_s}[regime]
+    if regime == "pipeline":  # trainer-bound: min(production 32/l, consumption c) = c
+        assert 32 / L32 > C
+    p = predict_regime(_cfg(regime), L32, C, np.full(50, 17), n_batches=3)
+    assert p.step_s == pytest.approx(expected_step, rel=1e-9)
+    assert p.tokens_per_s == pytest.approx(32 * 17 / expected_step, rel=1e-9)
+    assert p.mean_lag == {"sync": 0.0, "one_step": 1.0, "pipeline": 4.0}[regime]
+
+
+@pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
+def test_simulator_agrees_with_the_model_on_equal_lengths(regime: str) -> None:
+    model = predict_regime(_cfg(regime), L32, C, np.full(10, 17), n_batches=2)
+    sim = simulate_regime(_cfg(regime), L32, C, np.full(10, 17), n_steps=30, warmup_steps=10)
+    assert sim.tokens_per_s == pytest.approx(model.tokens_per_s, rel=1e-6)
+    assert sim.mean_lag == pytest.approx(model.mean_lag, abs=1e-9)
+
+
+def test_long_tail_costs_sync_more_than_pipeline_in_the_model() -> None:
+    lengths = np.array([5] * 97 + [60] * 3)
+    sync = predict_regime(_cfg("sync"), L32, 1e6, lengths, n_batches=50)
+    pipe = predict_regime(_cfg("pipeline"), L32, 1e6, lengths, n_batches=50)
+    assert pipe.tokens_per_s > 3 * sync.tokens_per_s
+
+
+def test_steady_state_skips_the_start_and_weights_lag_by_tokens() -> None:
+    r = _report([100, 100, 300, 100], [1.0, 2.0, 3.0, 5.0], [0.0, 1.0, 2.0, 6.0], [(0, 0.5)] * 4)
+    s = steady_state(r, skip=2)
+    assert s.tokens_per_s == pytest.approx(400 / 3.0)
+    assert s.mean_lag == pytest.approx((300 * 2 + 100 * 6) / 400)
+    assert s.step_s == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="skip"):
+        steady_state(r, skip=3)
+
+
+def test_trainer_timing_counts_prompt_steps_and_busy_seconds() -> None:
+    r = _report([100, 100, 200], [1, 2, 3], [0, 0, 0], [(0.0, 9.0), (1.0, 1.5), (2.0, 2.5)])
+    t = trainer_timing(r, batch_sequences=32, skip=1)
+    assert list(t.steps) == [100 + 32 * PREFILL_STEPS, 200 + 32 * PREFILL_STEPS]
+    assert t.steps_per_s == pytest.approx((300 + 64 * PREFILL_STEPS) / 1.0)
+
+
+def test_relative_error() -> None:
+    assert relative_error(110.0, 100.0) == pytest.approx(0.1)
+    assert relative_error(0.0, 0.0) == 0.0
+
+
+def test_decode_timing_and_lengths_from_a_policy() -> None:
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    task = CountdownTask()
+    t = time_decode_steps(model, task, [4, 8], n_steps=3)
+    assert t.shape == (2,) and np.all(t > 0)
+    lengths = sample_answer_tokens(model, task, 16, seed=0)
+    assert lengths.shape == (16,) and lengths.min() >= 1 and lengths.max() <= LM.max_len - 4
+    assert np.array_equal(lengths, sample_answer_tokens(model, task, 16, seed=0))  # seeded
+
+
+# ------------------------------------------------------------------------------ calculator
+
+
+def test_tensor_parallel_group_scales_every_resource() -> None:
+    g = tensor_parallel(H100_SXM, 4)
+    assert (g.memory_bytes, g.hbm_bytes_per_s, g.peak_flops) == (
+        4 * H100_SXM.memory_bytes,
+        4 * H100_SXM.hbm_bytes_per_s,
+        4 * H100_SXM.peak_flops,
+    )
+    assert tensor_parallel(H100_SXM, 1) is H100_SXM
+    assert smallest_tp(QWEN25_7B, H100_SXM) == 1 and smallest_tp(QWEN25_32B, H100_SXM) == 2
+
+
+def test_recommend_picks_the_fastest_feasible_layout() -> None:
+    rec = recommend(64, max_lag=2)
+    feasible = [p for p in rec.best.values() if p is not None and p.mean_lag_steps <= 2]
+    assert rec.prediction.tokens_per_s == max(p.tokens_per_s for p in feasible)
+    assert rec.prediction.n_samplers + rec.prediction.n_trainers == 64
+    again = predict(rec.layout, rec.spec.__class__(**{**rec.spec.__dict__, "n_samplers": rec.prediction.n_samplers}))
+    assert again.tokens_per_s == pytest.approx(rec.prediction.tokens_per_s)
+    assert recommendation_text(rec) == recommendation_text(recommend(64, max_lag=2))  # stable text
+    assert "<- recommended" in recommendation_text(rec)
+
+
+def test_recommend_at_lag_zero_has_no_one_step_and_a_synchronous_winner() -> None:
+    rec = recommend(32, max_lag=0)
+    assert rec.best["one_step"] is None
+    assert rec.prediction.mean_lag_steps == 0.0
+    with pytest.raises(ValueError, match="unknown model"):
+        recommend(32, model="GPT-5")
+    with pytest.raises(ValueError, match="at least 2 units"):
+        recommend(2, model=QWEN25_32B.name)
+
+
+def test_more_staleness_never_lowers_the_best_pipeline_throughput() -> None:
+    spec = recommend(32, max_lag=1).spec
+    t = best_tokens_per_s_vs_lag(spec, [0, 1, 2, 4, 8])
+    assert np.all(np.diff(t) >= -1e-9 * t[:-1]), t
