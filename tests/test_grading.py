@@ -147,6 +147,15 @@ CHECK_FIXTURES = (
     "course_lib.devices.check_multidevice_safe",
     "course_lib.devices.MultiDeviceHazard",
     "course_lib.runtime.watchdog.watchdog",
+    # lesson 08's inputs: frozen data containers and the published model / GPU numbers the
+    # learner's functions read (the graded formulas live in functions of course_lib.layout,
+    # which a check never imports)
+    "course_lib.layout.ModelShape",
+    "course_lib.layout.GPU",
+    "course_lib.layout.SystemSpec",
+    "course_lib.layout.QWEN25_7B",
+    "course_lib.layout.QWEN25_32B",
+    "course_lib.layout.H100_SXM",
 )
 
 

@@ -1,0 +1,712 @@
+"""Lesson 08's graded exercises: the largest batch beside the weights, the balanced split of
+the GPUs, the mean lag of a layout, and the continuous-batching schedule of one engine.
+
+The learner writes:
+
+* ``max_batch(shape, gpu, context_tokens, memory_fraction) -> int``  (eq. 08.1-08.2)
+* ``balanced_split(n_gpus, max_batch, a_s, b_s, c) -> (n_star, n_samplers)``  (eq. 08.3, 08.4, 08.6)
+* ``mean_lag(layout, spec) -> float`` (steps)  (eq. 08.11-08.12)
+* ``engine_schedule(lengths, max_batch) -> (start_step, end_step)``  (the slot refill behind eq. 08.7)
+
+The checks never call ``course_lib.layout`` or ``course_lib.layout_sim``: they build the
+inputs with the library's data containers (``ModelShape``, ``GPU``, ``SystemSpec`` and the
+published shapes) and compare with the oracles below, which mirror the lesson's equations
+term by term (the split by trying every split, the schedule by simulating the engine one
+decode step at a time), with hand-computed values and with properties. Each oracle takes
+keyword switches that compute a known slip, so a wrong answer that matches one is named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.course.grading.checks import (
+    CheckFailure,
+    Exercise,
+    LearnerError,
+    assert_array,
+    assert_true,
+    call,
+    check_case,
+    describe_type,
+    fail,
+    fmt_number,
+)
+from course_lib.course.grading.helpers import assert_raises
+from course_lib.layout import GPU, H100_SXM, QWEN25_7B, QWEN25_32B, ModelShape, SystemSpec
+
+LESSON = "08_cluster_layout"
+
+
+def _real(value: Any) -> float | None:
+    """``value`` as a finite float if it is a real number (not a bool), else None."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _finite(value: Any, message: str) -> float:
+    """``value`` as a finite float, or fail with ``message``."""
+    f = _real(value)
+    if f is None:
+        raise CheckFailure(message)
+    return f
+
+
+def _not_value_error(what: str) -> Callable[[Exception], str]:
+    """The message for ``what`` raising something other than ValueError."""
+    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1: max_batch
+# ---------------------------------------------------------------------------------------
+
+MB = "max_batch"
+
+
+def naive_max_batch(
+    shape: ModelShape,
+    gpu: GPU,
+    context_tokens: int,
+    memory_fraction: float,
+    *,
+    k_and_v: bool = True,
+    per_layer: bool = True,
+    bits: bool = False,
+    rounding: str = "floor",
+    use_fraction: bool = True,
+    subtract_weights: bool = True,
+    weights_in_params: bool = False,
+) -> int:
+    """(08.2) with (08.1) written out term by term; the switches compute known slips."""
+    per_elem = shape.kv_bytes_per_elem * (8 if bits else 1)
+    per_token = float((2 if k_and_v else 1) * (shape.n_layers if per_layer else 1) * shape.n_kv_heads * shape.head_dim)
+    per_token *= per_elem
+    usable = (memory_fraction if use_fraction else 1.0) * gpu.memory_bytes
+    weights = shape.n_params * (1.0 if weights_in_params else shape.weight_bytes_per_param)
+    free = usable - (weights if subtract_weights else 0.0)
+    ratio = free / (per_token * context_tokens)
+    if rounding == "round":
+        return round(ratio)
+    if rounding == "ceil":
+        return math.ceil(ratio)
+    return math.floor(ratio)
+
+
+def _mb_mistakes(shape: ModelShape, gpu: GPU, context: int, fraction: float) -> dict[str, int]:
+    def slip(**kw: Any) -> int:
+        return naive_max_batch(shape, gpu, context, fraction, **kw)
+
+    return {
+        "the factor 2 of (08.1) is missing: a key AND a value vector per token, layer and KV head": slip(k_and_v=False),
+        "every layer keeps its own keys and values: multiply by n_layers (08.1)": slip(per_layer=False),
+        "8 times too many bytes a token: that counts bits; sizes are in bytes (kv_bytes_per_elem)": slip(bits=True),
+        "rounded to the nearest; a sequence that fits partly does not fit: round down": slip(rounding="round"),
+        "rounded up; a sequence that fits partly does not fit: round down": slip(rounding="ceil"),
+        "all of the GPU's memory is used; only memory_fraction * memory_bytes is usable": slip(use_fraction=False),
+        "the weights are not subtracted: the cache gets what they leave": slip(subtract_weights=False),
+        "the weights count one byte a parameter; use shape.weight_bytes": slip(weights_in_params=True),
+    }
+
+
+def _mb_text(shape: ModelShape, gpu: GPU, context: int, fraction: float) -> str:
+    return f"{MB}({shape.name}, {gpu.name}, {context}, {fmt_number(fraction)})"
+
+
+def _mb_compare(fn: Callable[..., Any], shape: ModelShape, gpu: GPU, context: int, fraction: float) -> None:
+    expected = naive_max_batch(shape, gpu, context, fraction)
+    what = _mb_text(shape, gpu, context, fraction)
+    try:
+        got = call(fn, shape, gpu, context, fraction)
+    except LearnerError as exc:  # "nothing fits" where something does: name the slip that shrank it
+        if isinstance(exc.error, ValueError):
+            for message, wrong in _mb_mistakes(shape, gpu, context, fraction).items():
+                if wrong < 1:
+                    fail(f"{what} raised ValueError, but {expected} sequences fit: {message}")
+        raise
+    value = _finite(got, f"{what} returned {describe_type(got)}; expected an int (a number of sequences)")
+    if value == expected:
+        assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (whole sequences)")
+        return
+    for message, wrong in _mb_mistakes(shape, gpu, context, fraction).items():
+        if wrong != expected and value == wrong:
+            fail(f"{what} = {fmt_number(got)}: {message}")
+    fail(f"{what} = {fmt_number(got)}; expected {expected} (08.2)")
+
+
+GPU_24GB = GPU("a 24 GB GPU", memory_bytes=24e9, hbm_bytes_per_s=1e12, peak_flops=1e14)
+GPU_40GB = GPU("a 40 GB GPU", memory_bytes=40e9, hbm_bytes_per_s=1.5e12, peak_flops=3e14)
+GPU_141GB = GPU("a 141 GB GPU", memory_bytes=141e9, hbm_bytes_per_s=4.8e12, peak_flops=989e12)
+
+
+@check_case("hand-computed: Qwen2.5-32B and 7B on an H100 (6 and 241 sequences of 4,096 tokens)")
+def _mb_known(fn: Callable[..., Any]) -> None:
+    _mb_compare(fn, QWEN25_32B, H100_SXM, 4096, 0.9)  # 6.03 -> 6 (rounding up gives 7)
+    _mb_compare(fn, QWEN25_7B, H100_SXM, 4096, 0.9)  # 241.6 -> 241 (rounding to the nearest gives 242)
+    _mb_compare(fn, QWEN25_7B, H100_SXM, 32768, 0.9)  # 30.2 -> 30
+    _mb_compare(fn, QWEN25_7B, GPU_24GB, 2048, 0.8)  # 33.7 -> 33
+
+
+def random_shapes(seed: int, n: int) -> list[tuple[ModelShape, GPU, int, float]]:
+    """Random (shape, gpu, context, fraction) with at least one sequence fitting and the
+    quotient of (08.2) away from a whole number (so float rounding cannot flip the floor)."""
+    rng = np.random.default_rng(seed)
+    gpus = (GPU_24GB, GPU_40GB, H100_SXM, GPU_141GB)
+    out: list[tuple[ModelShape, GPU, int, float]] = []
+    while len(out) < n:
+        n_layers = int(rng.integers(4, 96))
+        shape = ModelShape(
+            name=f"a {n_layers}-layer model",
+            n_params=float(rng.uniform(0.3e9, 40e9)),
+            n_layers=n_layers,
+            n_kv_heads=int(rng.choice([1, 2, 4, 8, 16])),
+            head_dim=int(rng.choice([64, 96, 128, 256])),
+            weight_bytes_per_param=float(rng.choice([1.0, 2.0])),
+            kv_bytes_per_elem=float(rng.choice([1.0, 2.0, 4.0])),
+        )
+        gpu = gpus[int(rng.integers(0, len(gpus)))]
+        context = int(rng.choice([512, 1024, 3000, 4096, 8192, 16384]))
+        fraction = float(rng.choice([0.8, 0.85, 0.9, 0.95, 1.0]))
+        per_token = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * shape.kv_bytes_per_elem
+        ratio = (fraction * gpu.memory_bytes - shape.weight_bytes) / (per_token * context)
+        if ratio >= 1 and 0.02 < ratio - math.floor(ratio) < 0.98:
+            out.append((shape, gpu, context, fraction))
+    return out
+
+
+@check_case("random shapes, GPUs and contexts against (08.1)-(08.2) written out term by term")
+def _mb_oracle(fn: Callable[..., Any]) -> None:
+    for shape, gpu, context, fraction in random_shapes(0, 25):
+        _mb_compare(fn, shape, gpu, context, fraction)
+
+
+@check_case("raises ValueError when the weights leave no room for one sequence")
+def _mb_too_big(fn: Callable[..., Any]) -> None:
+    for shape, gpu, context, why in (
+        (QWEN25_32B, GPU_40GB, 1024, "the weights alone (65.5 GB) do not fit"),
+        (QWEN25_32B, H100_SXM, 32768, "0.75 of a sequence fits"),
+    ):
+        what = _mb_text(shape, gpu, context, 0.9)
+        assert_raises(
+            ValueError,
+            fn,
+            shape,
+            gpu,
+            context,
+            0.9,
+            other_error=_not_value_error(what),
+            no_error=f"{what} returned; expected ValueError ({why}): a batch of 0 or fewer is no sampler",
+        )
+
+
+MAX_BATCH = Exercise(
+    name=MB,
+    points=10,
+    title="the largest batch whose KV cache fits beside the weights (eq. 08.1-08.2)",
+    checks=(_mb_known, _mb_oracle, _mb_too_big),
+    hints=(
+        "the bytes one token occupies (08.1: K and V, every layer and KV head), the bytes left beside the weights "
+        "(memory_fraction * gpu.memory_bytes - shape.weight_bytes), then how many whole sequences of "
+        "context_tokens fit",
+        "math.floor(free_bytes / (kv_per_token * context_tokens)) is an int; raise ValueError when it is below 1",
+        "Qwen2.5-7B in bf16: 2 * 28 * 4 * 128 * 2 = 57,344 bytes a token; an H100 leaves 0.9 * 80e9 - 15.24e9 = "
+        "56.76e9 bytes: 241.6 sequences of 4,096 tokens",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: balanced_split
+# ---------------------------------------------------------------------------------------
+
+BS = "balanced_split"
+
+
+def naive_split(
+    n_gpus: int,
+    max_batch: int,
+    a_s: float,
+    b_s: float,
+    c: float,
+    *,
+    pick: str = "best",
+    swapped: bool = False,
+    no_trainer_share: bool = False,
+    per_step: bool = False,
+) -> tuple[float, int]:
+    """``(N_s*, best split)``: (08.6) with ``p`` from (08.3)-(08.4), the split by trying every
+    ``N_s`` in ``1 .. N - 1`` (first best). ``pick`` computes a known slip for the whole split
+    (``"round"``, ``"floor"``, ``"ceil"``: of ``N_s*``, clipped; ``"last"``: ties to more)."""
+    p = (1.0 if per_step else max_batch) / (a_s + b_s * max_batch)
+    if no_trainer_share:
+        n_star = n_gpus * c / p
+    elif swapped:
+        n_star = n_gpus * p / (p + c)
+    else:
+        n_star = n_gpus * c / (p + c)
+    roundings: dict[str, Callable[[float], int]] = {"round": round, "floor": math.floor, "ceil": math.ceil}
+    rounded = roundings.get(pick)
+    if rounded is not None:
+        return n_star, min(max(int(rounded(n_star)), 1), n_gpus - 1)
+    best, best_rate = 1, -math.inf
+    for k in range(1, n_gpus):
+        rate = min(k * p, (n_gpus - k) * c)
+        if rate > best_rate or (pick == "last" and rate == best_rate):
+            best, best_rate = k, rate
+    return n_star, best
+
+
+def _bs_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[float, Any, str]:
+    n, b, a_s, b_s, c = args
+    what = f"{BS}({n}, {b}, {fmt_number(a_s)}, {fmt_number(b_s)}, {fmt_number(c)})"
+    got = call(fn, *args)
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        fail(f"{what} returned {describe_type(got)}; expected a tuple (n_star, n_samplers)")
+    n_star = _finite(got[0], f"{what}: n_star is {describe_type(got[0])}; expected a finite float, N c / (p + c)")
+    return n_star, got[1], what
+
+
+def _bs_compare(fn: Callable[..., Any], *args: Any) -> None:
+    n_star, n_samplers, what = _bs_call(fn, args)
+    want_star, want_n = naive_split(*args)
+    if not math.isclose(n_star, want_star, rel_tol=1e-9, abs_tol=1e-12):
+        star_slips: dict[str, dict[str, Any]] = {
+            "p and c are swapped: N_s* = N c / (p + c)": dict(swapped=True),
+            "this solves N_s p = N c; the trainers are the other N - N_s GPUs": dict(no_trainer_share=True),
+            "p is per decode step; a step makes max_batch tokens: p = max_batch / l(max_batch)": dict(per_step=True),
+        }
+        for message, slip in star_slips.items():
+            wrong = naive_split(*args, **slip)[0]
+            if not math.isclose(wrong, want_star, rel_tol=1e-9) and math.isclose(n_star, wrong, rel_tol=1e-9):
+                fail(f"{what}: n_star = {fmt_number(n_star)}; {message}")
+        fail(f"{what}: n_star = {fmt_number(n_star)}; expected {fmt_number(want_star)} (08.6)")
+    if not _is_int(n_samplers):
+        fail(f"{what}: n_samplers is {describe_type(n_samplers)}; expected an int (whole GPUs)")
+    k = int(n_samplers)
+    if not 1 <= k <= args[0] - 1:
+        fail(f"{what}: n_samplers = {k} leaves the range 1 .. {args[0] - 1}: keep at least one sampler and one trainer")
+    if k == want_n:
+        return
+    pick_slips = {
+        "last": "on a tie, take the fewer samplers (the first best)",
+        "round": "N_s* rounded to the nearest is not always best: compare min(N_s p, (N - N_s) c) on both sides",
+        "floor": "N_s* rounded down is not always best: compare min(N_s p, (N - N_s) c) on both sides",
+        "ceil": "N_s* rounded up is not always best: compare min(N_s p, (N - N_s) c) on both sides",
+    }
+    for pick, message in pick_slips.items():
+        wrong = naive_split(*args, pick=pick)[1]
+        if wrong != want_n and k == wrong:
+            fail(f"{what}: n_samplers = {k}; {message}")
+    fail(f"{what}: n_samplers = {k}; expected {want_n}, the split with the highest min(N_s p, (N - N_s) c)")
+
+
+@check_case("hand-computed splits: the nearest is not always the best; a tie goes to fewer samplers")
+def _bs_known(fn: Callable[..., Any]) -> None:
+    # Qwen2.5-7B on 64 H100s: p = 9,579 tokens/s, c = 8,653 tokens/s; N_s* = 30.37 -> 30
+    _bs_compare(fn, 64, 241, 0.004549253731343283, 8.552324305751324e-05, 8652.668416447945)
+    _bs_compare(fn, 8, 1, 0.25, 0.0, 1.0)  # p = 4: N_s* = 1.6 -> 2 (rounding down loses)
+    _bs_compare(fn, 7, 1, 0.25, 0.0, 1.0)  # N_s* = 1.4 -> 2 (the nearest, 1, loses)
+    _bs_compare(fn, 4, 1, 0.2, 0.0, 2.0)  # p = 5, c = 2: N_s* = 1.14 -> 1 (rounding up loses)
+    _bs_compare(fn, 10, 1, 1.0, 0.0, 2.0)  # p = 1, c = 2: N_s* = 6.67; 6 and 7 both give 6 tokens/s -> 6
+
+
+def random_rates(seed: int, n: int) -> list[tuple[int, int, float, float, float]]:
+    """Random (n_gpus, max_batch, a_s, b_s, c) whose two candidate splits are not (nearly) tied."""
+    rng = np.random.default_rng(seed)
+    out: list[tuple[int, int, float, float, float]] = []
+    while len(out) < n:
+        args = (
+            int(rng.integers(2, 130)),
+            int(rng.integers(1, 512)),
+            float(rng.uniform(1e-3, 2e-2)),
+            float(rng.uniform(0.0, 1e-3)),
+            float(np.exp(rng.uniform(np.log(100.0), np.log(50000.0)))),
+        )
+        n_gpus, b, a_s, b_s, c = args
+        p = b / (a_s + b_s * b)
+        rates = sorted(min(k * p, (n_gpus - k) * c) for k in range(1, n_gpus))
+        if len(rates) < 2 or rates[-1] - rates[-2] > 1e-6 * rates[-1]:
+            out.append(args)
+    return out
+
+
+@check_case("random rates against trying every split 1 .. N - 1")
+def _bs_oracle(fn: Callable[..., Any]) -> None:
+    for args in random_rates(0, 40):
+        _bs_compare(fn, *args)
+
+
+@check_case("extremes: far faster or far slower samplers give 1 or N - 1 (one of each role at least)")
+def _bs_extremes(fn: Callable[..., Any]) -> None:
+    _bs_compare(fn, 16, 256, 0.01, 1e-5, 1.0)  # trainers nearly free: N_s* ~ 0.0001 -> 1
+    _bs_compare(fn, 16, 1, 0.5, 0.0, 1e6)  # samplers nearly idle: N_s* ~ 16 -> 15
+    _bs_compare(fn, 2, 64, 0.01, 1e-4, 5000.0)  # two GPUs: one of each
+    _bs_compare(fn, 3, 1, 1.0, 0.0, 1e-3)  # N_s* = 0.003 -> 1
+
+
+BALANCED_SPLIT = Exercise(
+    name=BS,
+    points=10,
+    title="the split where production meets consumption, real and whole (eq. 08.3, 08.4, 08.6)",
+    checks=(_bs_known, _bs_oracle, _bs_extremes),
+    hints=(
+        "p = max_batch / (a_s + b_s * max_batch), then N_s* = N c / (p + c); for the whole split compare "
+        "min(n * p, (n_gpus - n) * c) of the two whole numbers around N_s*",
+        "candidates: math.floor(n_star) and math.ceil(n_star), each clipped to 1 .. n_gpus - 1; "
+        "max(sorted(candidates), key=...) keeps the fewer samplers on a tie",
+        "p = 4, c = 1, 7 GPUs: N_s* = 1.4; 1 sampler gives min(4, 6) = 4 tokens/s, 2 give min(8, 5) = 5",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: mean_lag
+# ---------------------------------------------------------------------------------------
+
+ML = "mean_lag"
+LAYOUT_NAMES = ("sync_colocated", "sync_split", "one_step", "pipeline")
+
+
+def naive_mean_lag(
+    layout: str,
+    spec: SystemSpec,
+    *,
+    one_step_lag: float = 1.0,
+    cap: bool = True,
+    cap_off_by_one: bool = False,
+    trainer_rule: bool = True,
+    queue: bool = True,
+    sync_term: bool = True,
+    training_batch: bool = False,
+) -> float:
+    """The mean lag of (08.11)-(08.12), written out; the switches compute known slips."""
+    if layout in ("sync_colocated", "sync_split"):
+        return 0.0
+    if layout == "one_step":
+        return one_step_lag
+    lag_cap = float(spec.max_lag + (1 if cap_off_by_one else 0))
+    if spec.max_lag == 0:
+        return 0.0
+    n_s = spec.n_samplers
+    assert n_s is not None
+    n_t = spec.n_gpus - n_s
+    b_eff = min(float(spec.max_batch), spec.max_lag * spec.batch_samples / n_s)
+    production = n_s * b_eff / (spec.a_s + spec.b_s * b_eff)
+    consumption = n_t * spec.train_tokens_per_s_per_gpu
+    if trainer_rule and consumption <= production:
+        return lag_cap
+    tokens_per_s = min(production, consumption) if trainer_rule else production  # the slip runs at production
+    answers = spec.answer_tokens
+    batch_tokens = answers * spec.batch_samples if isinstance(answers, int) else sum(answers)  # G
+    step_s = batch_tokens / tokens_per_s
+    in_system = n_s * b_eff + (spec.batch_samples / 2 if queue else 0.0)
+    little = in_system / spec.batch_samples + (spec.weight_sync_s / step_s if sync_term else 0.0)
+    little += 1.0 if training_batch else 0.0
+    return min(lag_cap, little) if cap else little
+
+
+ML_SLIPS: dict[str, dict[str, Any]] = {
+    "one_step generates batch k + 1 during step k, with the weights before it: lag 1": dict(one_step_lag=0.0),
+    "not capped: backpressure bounds the mean lag by max_lag": dict(cap=False),
+    "off by one: of the max_lag + 1 batches held, one is training; the cap is max_lag": dict(cap_off_by_one=True),
+    "the trainers are the bottleneck (N_t c <= production): the queue fills, the cap binds, lag max_lag": dict(
+        trainer_rule=False
+    ),
+    "the queue is missing: about half a batch waits for the trainer": dict(queue=False),
+    "the weight sync is missing: it adds d / step_s steps": dict(sync_term=False),
+    "off by one: do not add the batch in training; (08.12) counts in flight and queued": dict(training_batch=True),
+}
+
+
+def _ml_text(layout: str, spec: SystemSpec) -> str:
+    return (
+        f"{ML}({layout!r}, N={spec.n_gpus}, N_s={spec.n_samplers}, batch={spec.batch_samples}, "
+        f"max_batch={spec.max_batch}, max_lag={spec.max_lag}, d={fmt_number(spec.weight_sync_s)})"
+    )
+
+
+def _ml_compare(fn: Callable[..., Any], layout: str, spec: SystemSpec) -> None:
+    expected = naive_mean_lag(layout, spec)
+    what = _ml_text(layout, spec)
+    got = call(fn, layout, spec)
+    value = _finite(got, f"{what} returned {describe_type(got)}; expected a finite float (steps)")
+    if math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12):
+        return
+    for message, slip in ML_SLIPS.items():
+        wrong = naive_mean_lag(layout, spec, **slip)
+        if not math.isclose(wrong, expected, rel_tol=1e-9, abs_tol=1e-12) and math.isclose(
+            value, wrong, rel_tol=1e-9, abs_tol=1e-12
+        ):
+            fail(f"{what} = {fmt_number(value)}: {message}")
+    fail(f"{what} = {fmt_number(value)}; expected {fmt_number(expected)}")
+
+
+#: The exercise's worked spec: engines full (B_eff = max_batch = 32), samplers the bottleneck.
+HAND_SPEC = SystemSpec(
+    n_gpus=8,
+    n_samplers=4,
+    batch_samples=64,
+    max_batch=32,
+    a_s=0.01,
+    b_s=0.0005,
+    train_tokens_per_s_per_gpu=5000.0,
+    answer_tokens=256,
+    weight_sync_s=0.5,
+    max_lag=4,
+)
+
+
+@check_case("hand-computed: the four layouts, the cap binding, the trainers the bottleneck")
+def _ml_known(fn: Callable[..., Any]) -> None:
+    for layout in LAYOUT_NAMES:  # 0, 0, 1, 2.5 + 0.5 / 3.328 = 2.650
+        _ml_compare(fn, layout, HAND_SPEC)
+    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=1, weight_sync_s=5.0))  # (08.12) gives 2.59: lag 1
+    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=1))  # B_eff = 16: the cap binds, lag 1
+    _ml_compare(fn, "pipeline", replace(HAND_SPEC, train_tokens_per_s_per_gpu=500.0))  # trainer-bound: 4
+    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=0))  # one batch at a time: 0
+    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=8, weight_sync_s=0.0))  # 2.5
+
+
+def random_specs(seed: int, n: int) -> list[tuple[str, SystemSpec]]:
+    """Random (layout, spec) pairs, half of them pipelines; production and consumption never
+    (nearly) equal, so float rounding cannot flip the trainer-bound rule."""
+    rng = np.random.default_rng(seed)
+    out: list[tuple[str, SystemSpec]] = []
+    while len(out) < n:
+        n_gpus = int(rng.integers(2, 65))
+        n_samplers = int(rng.integers(1, n_gpus))
+        batch = int(rng.integers(4, 513))
+        max_lag = int(rng.integers(0, 5))
+        if max_lag * batch < n_samplers:
+            continue
+        if rng.random() < 0.5:
+            answer: int | tuple[int, ...] = int(rng.integers(16, 4096))
+        else:
+            answer = tuple(int(x) for x in rng.integers(1, 2048, size=batch))
+        spec = SystemSpec(
+            n_gpus=n_gpus,
+            n_samplers=n_samplers,
+            batch_samples=batch,
+            max_batch=int(rng.integers(1, 300)),
+            a_s=float(rng.uniform(1e-3, 2e-2)),
+            b_s=float(rng.uniform(1e-6, 1e-3)),
+            train_tokens_per_s_per_gpu=float(np.exp(rng.uniform(np.log(200.0), np.log(50000.0)))),
+            answer_tokens=answer,
+            weight_sync_s=float(rng.choice([0.0, rng.uniform(0.01, 30.0)])),
+            max_lag=max_lag,
+        )
+        if max_lag > 0:
+            b_eff = min(spec.max_batch, max_lag * batch / n_samplers)
+            production = n_samplers * b_eff / (spec.a_s + spec.b_s * b_eff)
+            consumption = (n_gpus - n_samplers) * spec.train_tokens_per_s_per_gpu
+            if abs(production - consumption) < 1e-6 * consumption:
+                continue
+        layout = "pipeline" if rng.random() < 0.5 else LAYOUT_NAMES[int(rng.integers(0, 3))]
+        out.append((layout, spec))
+    return out
+
+
+@check_case("random specs and layouts against (08.11)-(08.12) written out")
+def _ml_oracle(fn: Callable[..., Any]) -> None:
+    for layout, spec in random_specs(0, 60):
+        _ml_compare(fn, layout, spec)
+
+
+@check_case("an unknown layout raises ValueError")
+def _ml_unknown(fn: Callable[..., Any]) -> None:
+    for name in ("async", "Pipeline", ""):
+        assert_raises(
+            ValueError,
+            fn,
+            name,
+            HAND_SPEC,
+            other_error=_not_value_error(f"{ML}({name!r}, spec)"),
+            no_error=f"{ML}({name!r}, spec) returned; expected ValueError: the layouts are {', '.join(LAYOUT_NAMES)}",
+        )
+
+
+MEAN_LAG = Exercise(
+    name=ML,
+    points=15,
+    title="the mean lag of a layout: 0, 1, or the pipeline's by Little's law under backpressure (eq. 08.11-08.12)",
+    checks=(_ml_known, _ml_oracle, _ml_unknown),
+    hints=(
+        "branch on the layout; for the pipeline compute B_eff, production N_s B_eff / l(B_eff) and consumption "
+        "N_t c; if consumption <= production the answer is max_lag",
+        "otherwise step_s = spec.batch_tokens / production, then (08.12) capped at max_lag; return 0 early when "
+        "max_lag == 0 (nothing is in flight)",
+        "8 GPUs, 4 samplers, 64 answers of 256 tokens, max_batch 32, l(B) = 0.01 + 0.0005 B, c = 5000, max_lag 4, "
+        "d = 0.5: production 4,923 tokens/s, step_s 3.33 s, mean lag 160 / 64 + 0.5 / 3.33 = 2.65",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 4: engine_schedule
+# ---------------------------------------------------------------------------------------
+
+ES = "engine_schedule"
+
+
+def naive_schedule(
+    lengths: Sequence[int],
+    max_batch: int,
+    *,
+    late: int = 0,
+    end_short: bool = False,
+    static: bool = False,
+    extra_slots: int = 0,
+    shortest_first: bool = False,
+) -> tuple[list[int], list[int]]:
+    """The engine simulated one decode step at a time: at each boundary, finished sequences
+    leave and waiting ones take the free slots in order; then every running sequence gets a
+    token. The switches compute known slips (a slot back ``late`` steps after it frees, end
+    steps one short, static batching, more slots, shortest first)."""
+    n = len(lengths)
+    waiting = sorted(range(n), key=lambda j: lengths[j]) if shortest_first else list(range(n))
+    start, end = [-1] * n, [-1] * n
+    free = max_batch + extra_slots
+    returning: list[int] = []  # steps at which a slot freed `late` steps earlier comes back
+    remaining: dict[int, int] = {}
+    step = 0
+    while waiting or remaining:
+        free += returning.count(step)
+        returning = [s for s in returning if s != step]
+        if not (static and remaining):
+            while free > 0 and waiting:
+                j = waiting.pop(0)
+                start[j], remaining[j] = step, int(lengths[j])
+                free -= 1
+        step += 1
+        for j in list(remaining):
+            remaining[j] -= 1
+            if remaining[j] == 0:
+                del remaining[j]
+                end[j] = step - (1 if end_short else 0)
+                if late:
+                    returning.append(step + late)
+                else:
+                    free += 1
+    return start, end
+
+
+ES_SLIPS: dict[str, dict[str, Any]] = {
+    "this is static batching: a freed slot is taken at once, not when the whole group is done": dict(static=True),
+    "a freed slot is taken one step late: the next sequence starts at end_step[j]": dict(late=1),
+    "end_step is one short: end_step - start_step = length": dict(end_short=True),
+    "shortest first; sequences start in the given order": dict(shortest_first=True),
+    "more than max_batch sequences run at once": dict(extra_slots=1),
+}
+
+
+def _es_text(lengths: Sequence[int], max_batch: int) -> str:
+    shown = ", ".join(str(int(x)) for x in list(lengths)[:6])
+    if len(lengths) > 6:
+        shown += f", ... ({len(lengths)} sequences)"
+    return f"{ES}([{shown}], max_batch={max_batch})"
+
+
+def _es_call(fn: Callable[..., Any], lengths: Any, max_batch: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    n = len(lengths)
+    what = _es_text(lengths, max_batch)
+    got = call(fn, lengths.copy() if isinstance(lengths, np.ndarray) else list(lengths), max_batch)
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        fail(f"{what} returned {describe_type(got)}; expected a tuple (start_step, end_step)")
+    out = []
+    for name, x in zip(("start_step", "end_step"), got):
+        arr = assert_array(x, what=f"{what}'s {name}", shape=(n,))
+        if arr.dtype.kind not in "iu":
+            fail(f"{what}'s {name} has dtype {arr.dtype}; steps are whole numbers: return int64 arrays")
+        out.append(arr.astype(np.int64))
+    return out[0], out[1]
+
+
+def _es_compare(fn: Callable[..., Any], lengths: Any, max_batch: int) -> None:
+    start, end = _es_call(fn, lengths, max_batch)
+    want_start, want_end = naive_schedule(list(lengths), max_batch)
+    if start.tolist() == want_start and end.tolist() == want_end:
+        return
+    what = _es_text(lengths, max_batch)
+    for message, slip in ES_SLIPS.items():
+        wrong = naive_schedule(list(lengths), max_batch, **slip)
+        if wrong != (want_start, want_end) and (start.tolist(), end.tolist()) == wrong:
+            fail(f"{what}: {message}")
+    length = np.asarray(lengths, dtype=np.int64)
+    if not np.array_equal(end - start, length):
+        j = int(np.flatnonzero(end - start != length)[0])
+        fail(
+            f"{what}: sequence {j} of length {int(length[j])} runs from step {start[j]} to {end[j]}; "
+            "end_step - start_step must equal its length"
+        )
+    i = int(np.flatnonzero((start != np.asarray(want_start)) | (end != np.asarray(want_end)))[0])
+    fail(
+        f"{what}: sequence {i} starts at step {start[i]} and ends at {end[i]}; expected {want_start[i]} and "
+        f"{want_end[i]} (the next waiting sequence takes a slot at the boundary where it frees)"
+    )
+
+
+@check_case("hand-computed schedules: 2 slots, 1 slot, more slots than sequences")
+def _es_known(fn: Callable[..., Any]) -> None:
+    _es_compare(fn, [3, 1, 2, 4, 1], 2)  # starts [0, 0, 1, 3, 3], ends [3, 1, 3, 7, 4]
+    _es_compare(fn, np.array([2, 3, 1]), 1)  # one after the other: [0, 2, 5] -> [2, 5, 6]
+    _es_compare(fn, [4, 2], 8)  # both at step 0
+
+
+@check_case("random lengths and slot counts against a step-by-step simulation of the engine")
+def _es_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    for i in range(30):
+        n = int(rng.integers(1, 40))
+        if i % 3 == 0:  # a body and a straggler tail
+            lengths = rng.integers(5, 15, size=n)
+            lengths[rng.integers(0, n)] = 60
+        else:
+            lengths = rng.integers(1, 50, size=n)
+        _es_compare(fn, lengths if i % 2 else [int(x) for x in lengths], int(rng.integers(1, 12)))
+
+
+@check_case("properties: an empty batch, the input list left unchanged, never more than max_batch at once")
+def _es_properties(fn: Callable[..., Any]) -> None:
+    start, end = _es_call(fn, [], 4)
+    assert_true(start.size == 0 and end.size == 0, f"{ES}([], 4) must return two empty arrays")
+    lengths = [5, 1, 7, 2, 2, 9, 1, 3]
+    given = list(lengths)
+    call(fn, given, 3)
+    assert_true(given == lengths, f"{ES} changed the lengths list it was given; work on a copy")
+    start, end = _es_call(fn, np.array(lengths), 3)
+    if start.min() < 0 or end.max() > sum(lengths):  # also bounds the loop below
+        fail(
+            f"{_es_text(lengths, 3)} runs from step {start.min()} to {end.max()}; steps count from 0 and no "
+            f"schedule takes more than the {sum(lengths)} steps of one sequence after another"
+        )
+    for t in range(int(end.max())):
+        running = int(((start <= t) & (t < end)).sum())
+        if running > 3:
+            fail(f"{_es_text(lengths, 3)}: {running} sequences run at step {t}; the engine has max_batch = 3 slots")
+    _es_compare(fn, np.array(lengths), 3)
+
+
+ENGINE_SCHEDULE = Exercise(
+    name=ES,
+    points=15,
+    title="the continuous-batching slot refill of one sampler engine (the schedule behind eq. 08.7)",
+    checks=(_es_known, _es_oracle, _es_properties),
+    hints=(
+        "keep, for every slot, the step at which it is next free (all 0 at first); sequence j starts at the "
+        "earliest, and that slot is then free at start + lengths[j]",
+        "a min-heap: free_at = [0] * min(max_batch, n); for each sequence s = heapq.heappop(free_at), record it, "
+        "heapq.heappush(free_at, s + length)",
+        "lengths [3, 1, 2, 4, 1] on 2 slots: starts [0, 0, 1, 3, 3], ends [3, 1, 3, 7, 4]",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (MAX_BATCH, BALANCED_SPLIT, MEAN_LAG, ENGINE_SCHEDULE)

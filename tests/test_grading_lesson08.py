@@ -1,0 +1,302 @@
+"""Lesson 08's graders beyond what tests/test_exercises.py checks for every lesson: the
+reference solutions agree with the library (`course_lib.layout`) on random inputs, so do
+the graders' oracles; bad submissions (wrong types, NaN, an infinite loop) get a report,
+never a crash or a hang; `course grade` end to end on notebooks rendered from
+`exercises/src/08_cluster_layout.py`.
+
+Until `lessons/08_cluster_layout.py` exists the lesson is not "available", so
+tests/test_exercises.py and tests/test_grade_course_notebooks.py do not list it yet; the
+tests marked `generic` here run their checks for lesson 08 meanwhile (solution passes,
+stub "not implemented yet", every planted bug caught, the source's headers and hints,
+the generated notebooks graded) and skip themselves once those files cover it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+import test_exercises as generic
+from conftest import mutant_source, solution_function
+from mutants.l08_cluster_layout import MUTANTS
+
+from course_lib import layout
+from course_lib.course.catalog import get_lesson
+from course_lib.course.grading import cli as grade_cli
+from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.course.grading.lessons import exercises_for
+from course_lib.course.grading.lessons import l08_cluster_layout as l08
+from course_lib.course.notebooks.source import render, targets_for
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = "08_cluster_layout"
+NAMES = ("max_batch", "balanced_split", "mean_lag", "engine_schedule")
+
+generic_check = pytest.mark.skipif(
+    get_lesson(LESSON).available(ROOT),
+    reason="lessons/08_cluster_layout.py exists: tests/test_exercises.py and test_grade_course_notebooks.py cover it",
+)
+
+
+def test_registry_lists_the_four_exercises():
+    exercises = exercises_for(LESSON)
+    assert tuple(e.name for e in exercises) == NAMES
+    assert exercises_for("8") == exercises_for("cluster_layout") == exercises
+    assert sum(e.points for e in exercises) == 50
+    for e in exercises:
+        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+
+
+def test_the_briefs_slips_are_among_the_planted_bugs():
+    ids = {m.id for m in MUTANTS}
+    assert {
+        "max_batch-bits",
+        "max_batch-no_k_and_v",
+        "max_batch-no_layers",
+        "max_batch-round",
+        "max_batch-float_division",
+        "balanced_split-floor",
+        "balanced_split-round",
+        "mean_lag-one_step_lag_0",
+        "mean_lag-cap_off_by_one",
+        "mean_lag-counts_training_batch",
+        "engine_schedule-end_off_by_one",
+        "engine_schedule-slot_taken_late",
+        "engine_schedule-static_batching",
+    } <= ids
+
+
+# ---------------------------------------------------------------------------------------
+# The generic checks of tests/test_exercises.py, for lesson 08 until it is available
+# ---------------------------------------------------------------------------------------
+
+
+@generic_check
+def test_generic_registry_and_source():
+    generic.test_registry_matches_the_functions_the_source_defines(LESSON)
+    generic.test_source_states_difficulty_time_points_grading_and_hints(LESSON)
+    generic.test_enough_planted_bugs_per_exercise(LESSON)
+
+
+@generic_check
+@pytest.mark.parametrize("name", NAMES)
+def test_generic_solution_passes_and_stub_is_not_implemented(name):
+    generic.test_solution_passes_every_check(LESSON, name)
+    generic.test_stub_is_not_implemented(LESSON, name)
+
+
+@generic_check
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_generic_planted_bug_is_caught_with_its_message(mutant):
+    generic.test_every_planted_bug_is_caught_with_its_message(LESSON, mutant)
+
+
+# ---------------------------------------------------------------------------------------
+# The reference solutions agree with the library; so do the graders' oracles
+# ---------------------------------------------------------------------------------------
+
+
+def test_max_batch_solution_and_oracle_equal_the_library():
+    solve = solution_function(LESSON, "max_batch")
+    cases = [(s, g, ctx, f) for s, g, ctx, f in l08.random_shapes(1, 200)]
+    cases += [(layout.QWEN25_7B, layout.H100_SXM, 4096, 0.9), (layout.QWEN25_32B, layout.H100_SXM, 4096, 0.9)]
+    for shape, gpu, context, fraction in cases:
+        expected = layout.max_batch(shape, gpu, context, fraction)
+        assert solve(shape, gpu, context, fraction) == expected
+        assert l08.naive_max_batch(shape, gpu, context, fraction) == expected
+    assert solve(layout.QWEN25_7B, layout.H100_SXM, 4096) == 241
+    for args in ((layout.QWEN25_32B, l08.GPU_40GB, 1024, 0.9), (layout.QWEN25_32B, layout.H100_SXM, 32768, 0.9)):
+        with pytest.raises(ValueError):
+            layout.max_batch(*args)
+        with pytest.raises(ValueError):
+            solve(*args)
+
+
+def test_balanced_split_solution_and_oracle_equal_the_library():
+    """N_s* is `layout.balanced_samplers`; the whole split is `layout.best_split` of a pipeline
+    whose cap never binds (max_lag large), where tokens/s = min(N_s p, N_t c) exactly (08.11)."""
+    solve = solution_function(LESSON, "balanced_split")
+    for n_gpus, b, a_s, b_s, c in l08.random_rates(1, 60):
+        p = layout.engine_tokens_per_s(b, a_s, b_s)
+        spec = layout.SystemSpec(
+            n_gpus=n_gpus,
+            batch_samples=64,
+            max_batch=b,
+            a_s=a_s,
+            b_s=b_s,
+            train_tokens_per_s_per_gpu=c,
+            answer_tokens=100,
+            max_lag=n_gpus * b,
+        )
+        best = layout.best_split("pipeline", spec).n_samplers
+        for n_star, n_samplers in (solve(n_gpus, b, a_s, b_s, c), l08.naive_split(n_gpus, b, a_s, b_s, c)):
+            assert math.isclose(n_star, layout.balanced_samplers(n_gpus, p, c), rel_tol=1e-12)
+            assert n_samplers == best
+
+
+def test_mean_lag_solution_and_oracle_equal_the_library():
+    solve = solution_function(LESSON, "mean_lag")
+    cases = l08.random_specs(1, 300)
+    cases += [(name, l08.HAND_SPEC) for name in l08.LAYOUT_NAMES]
+    cases += [("pipeline", replace(l08.HAND_SPEC, max_lag=k)) for k in (0, 1, 8)]
+    cases += [("pipeline", replace(l08.HAND_SPEC, train_tokens_per_s_per_gpu=500.0))]
+    for name, spec in cases:
+        expected = layout.predict(name, spec).mean_lag_steps
+        assert math.isclose(solve(name, spec), expected, rel_tol=1e-12, abs_tol=1e-12), (name, spec)
+        assert math.isclose(l08.naive_mean_lag(name, spec), expected, rel_tol=1e-12, abs_tol=1e-12), (name, spec)
+    assert math.isclose(solve("pipeline", l08.HAND_SPEC), 2.5 + 0.5 * (128 / 0.026) / 16384, rel_tol=1e-12)
+
+
+def test_engine_schedule_solution_and_oracle_equal_the_library():
+    solve = solution_function(LESSON, "engine_schedule")
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        lengths = rng.integers(1, 60, size=int(rng.integers(0, 50)))
+        max_batch = int(rng.integers(1, 16))
+        start, end = layout.engine_schedule(lengths, max_batch)
+        got_start, got_end = solve(lengths, max_batch)
+        np.testing.assert_array_equal(got_start, start)
+        np.testing.assert_array_equal(got_end, end)
+        assert got_start.dtype == got_end.dtype == np.int64
+        assert l08.naive_schedule(list(lengths), max_batch) == (start.tolist(), end.tolist())
+
+
+def test_each_slip_of_the_oracles_differs_from_the_right_answer_on_the_hand_cases():
+    """A slip the grader can name must change the answer somewhere in the hand-computed cases."""
+    shape, gpu = layout.QWEN25_7B, layout.H100_SXM
+    right = l08.naive_max_batch(shape, gpu, 4096, 0.9)
+    assert all(wrong != right for wrong in l08._mb_mistakes(shape, gpu, 4096, 0.9).values())
+    hand = [
+        l08.HAND_SPEC,
+        replace(l08.HAND_SPEC, max_lag=1),
+        replace(l08.HAND_SPEC, max_lag=1, weight_sync_s=5.0),
+        replace(l08.HAND_SPEC, train_tokens_per_s_per_gpu=500.0),
+    ]
+    for slip in l08.ML_SLIPS.values():
+        assert any(
+            l08.naive_mean_lag(name, spec, **slip) != l08.naive_mean_lag(name, spec)
+            for spec in hand
+            for name in l08.LAYOUT_NAMES
+        ), slip
+    for slip in l08.ES_SLIPS.values():
+        assert l08.naive_schedule([3, 1, 2, 4, 1], 2, **slip) != l08.naive_schedule([3, 1, 2, 4, 1], 2), slip
+
+
+# ---------------------------------------------------------------------------------------
+# Bad submissions: a report, never a crash or a hang
+# ---------------------------------------------------------------------------------------
+
+BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
+    "max_batch": [
+        (lambda shape, gpu, ctx, f=0.9: float("nan"), "expected an int"),
+        (lambda shape, gpu, ctx, f=0.9: "241", "expected an int"),
+        (
+            lambda shape, gpu, ctx, f=0.9: float(
+                (f * gpu.memory_bytes - shape.weight_bytes)
+                // (2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * shape.kv_bytes_per_elem * ctx)
+            ),
+            "return an int",
+        ),
+        (lambda shape, gpu, ctx, f=0.9: None, "expected an int"),
+    ],
+    "balanced_split": [
+        (lambda n, b, a, bb, c: 3, "expected a tuple (n_star, n_samplers)"),
+        (lambda n, b, a, bb, c: (float("nan"), 1), "expected a finite float"),
+        (lambda n, b, a, bb, c: (n * c / (b / (a + bb * b) + c), 2.0), "expected an int"),
+        (lambda n, b, a, bb, c: (n * c / (b / (a + bb * b) + c), 0), "leaves the range"),
+    ],
+    "mean_lag": [
+        (lambda layout, spec: None, "expected a finite float"),
+        (lambda layout, spec: float("inf"), "expected a finite float"),
+        (lambda layout, spec: [0.0], "expected a finite float"),
+    ],
+    "engine_schedule": [
+        (lambda lengths, b: None, "expected a tuple (start_step, end_step)"),
+        (lambda lengths, b: ([0] * len(lengths), [1] * len(lengths)), "expected a numpy array"),
+        (lambda lengths, b: (np.zeros(len(lengths)), np.ones(len(lengths))), "int64"),
+        (lambda lengths, b: (np.zeros(2, dtype=np.int64), np.ones(2, dtype=np.int64)), "expected shape"),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
+)
+def test_bad_submissions_are_reported(name, index):
+    fn, fragment = BAD[name][index]
+    fn.__name__ = name
+    outcome = run_exercise(next(e for e in exercises_for(LESSON) if e.name == name), fn)
+    assert not outcome.passed
+    assert fragment in outcome.message, outcome.message
+    assert NOT_IMPLEMENTED not in outcome.message
+
+
+def test_an_infinite_loop_times_out_and_an_exception_is_reported():
+    def forever(lengths, max_batch):
+        while True:
+            pass
+
+    def broken(layout, spec):
+        return spec.no_such_field
+
+    outcome = run_exercise(l08.ENGINE_SCHEDULE, forever, time_limit_s=0.5)
+    assert [r.status for r in outcome.results] == ["timeout", "skipped", "skipped"]
+    outcome = run_exercise(l08.MEAN_LAG, broken)
+    assert outcome.results[0].status == "error" and "AttributeError" in outcome.message
+
+
+def test_not_a_function_is_reported():
+    outcome = run_exercise(l08.MAX_BATCH, 241)
+    assert not outcome.passed and "not a function" in outcome.message
+
+
+# ---------------------------------------------------------------------------------------
+# End to end through `course grade` (a separate kernel)
+# ---------------------------------------------------------------------------------------
+
+
+def _rendered(kind: str):
+    return render(next(t for t in targets_for(LESSON, ROOT) if t.kind == kind))
+
+
+def _grade(nb, tmp_path: Path, capsys) -> tuple[int, dict]:
+    target = tmp_path / f"{LESSON}.ipynb"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+    report_path = tmp_path / "report.json"
+    rc = grade_cli.main([str(target), "--json", str(report_path)])
+    capsys.readouterr()
+    (report,) = json.loads(report_path.read_text())["notebooks"]
+    return rc, report
+
+
+@generic_check
+def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
+    rc, report = _grade(_rendered("solution"), tmp_path / "solution", capsys)
+    assert rc == 0 and report["score"] == report["max_score"] == 50, report
+    rc, report = _grade(_rendered("exercise"), tmp_path / "exercise", capsys)
+    assert rc != 0 and report["score"] == 0
+    assert [ex["message"] for ex in report["exercises"]] == [NOT_IMPLEMENTED] * 4, report
+
+
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+    """The solution notebook with each exercise's function cell replaced by a planted bug."""
+    picked = ("bits", "floor", "cap_off_by_one", "static_batching")
+    chosen = {m.function: m for m in MUTANTS if m.name in picked}
+    assert len(chosen) == 4
+    nb = _rendered("solution")
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            name = cell.source.split("(")[0].removeprefix("def ")
+            cell.source = mutant_source(LESSON, chosen[name])
+    rc, report = _grade(nb, tmp_path, capsys)
+    assert rc != 0 and report["score"] == 0
+    for ex in report["exercises"]:
+        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
