@@ -5,10 +5,13 @@ that as a cluster of **two GPUs, one sampler and one trainer** (``n_gpus=2,
 n_samplers=1``), mapped part by part:
 
 * **Decode step.** :class:`~course_lib.lm.sampler.SlotSampler` runs one batched forward
-  pass over *all* its ``n_slots`` slots every step, busy or not, so a step costs
+  pass over *all* its ``n_slots`` slots every step, busy or not, so its step costs
   ``l(n_slots)`` whatever the number of live sequences: in eq. 08.3 that is ``a_s =
-  l(n_slots)`` (measured, :func:`time_decode_steps`) and ``b_s = 0``, and the engine's
-  ``max_batch`` is ``n_slots``.
+  l(n_slots)`` (measured, :func:`time_decode_steps`), and the engine's ``max_batch`` is
+  ``n_slots``. The generator loop around it (starting answers, verifying finished ones,
+  pickling groups for the pipe) costs about the same per *sequence*, i.e. per live slot
+  step once spread over its tokens: that is ``b_s`` (:func:`time_generator_steps`,
+  :meth:`GeneratorTiming.per_slot_step_s`).
 * **Lengths.** A sequence occupies its slot for ``PREFILL_STEPS`` prompt steps plus one
   step per answer token (:func:`sequence_steps`); the model's "tokens" are these slot
   steps. Answer lengths come from the warm-started policy (:func:`sample_answer_tokens`).
@@ -29,6 +32,7 @@ drawn from the measured lengths: ``tokens/s = sum(answer tokens) / sum(step_s)``
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +46,8 @@ from course_lib.layout_sim import SimConfig, simulate
 from course_lib.lm.model import TinyLM
 from course_lib.lm.sampler import SlotSampler, sample_problems
 from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
-from course_lib.pipeline.system import PipelineConfig, RegimeReport
+from course_lib.pipeline.system import GroupGenerator, PipelineConfig, RegimeReport
+from course_lib.runtime.weights import SharedWeights
 
 #: Decoding steps a sequence spends on its prompt before its first answer token.
 PREFILL_STEPS = PROMPT_LEN - 1
@@ -83,6 +88,61 @@ def time_decode_steps(
     return np.median(times, axis=1)
 
 
+class _PickleSink:
+    """Stands in for the generator's pipe: pickles every message (a pipe's cost on the
+    sender's side) and drops it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def send(self, message: object) -> None:
+        self.bytes += len(pickle.dumps(message))
+
+
+@dataclass(frozen=True)
+class GeneratorTiming:
+    """Lesson 07's generator loop, timed: wall seconds per decoding step and the mean number
+    of live slots per step (slot steps of real sequences)."""
+
+    step_s: float
+    live_slots: float
+
+    def per_slot_step_s(self, bare_step_s: float) -> float:
+        """``b_s``: what the loop adds to the bare ``l(n_slots)`` per live slot step (starting,
+        verifying and sending answers, spread over their tokens)."""
+        return max(self.step_s - bare_step_s, 0.0) / self.live_slots
+
+
+def time_generator_steps(
+    model: TinyLM, task: CountdownTask, cfg: PipelineConfig, n_steps: int = 300
+) -> GeneratorTiming:
+    """Lesson 07's generator loop (a :class:`~course_lib.pipeline.system.GroupGenerator` in
+    this process, one torch thread, no backpressure, every free slot refilled at once): the
+    sampler's step *plus* starting answers, verifying the finished ones and pickling the
+    finished groups, as the generator process does between two steps."""
+    if n_steps < 1:
+        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sampler = SlotSampler(model, cfg.n_slots, EOS, torch.Generator().manual_seed(cfg.seed))
+        weights = SharedWeights(model)
+        gen = GroupGenerator(cfg, weights, sampler, task, np.random.default_rng(cfg.seed), _PickleSink())
+        unbounded = 10**9  # groups "consumed": backpressure never holds a group back
+        for _ in range(5):  # untimed: fill the slots
+            gen.start_groups(unbounded)
+            gen.decode_step()
+        live = 0
+        t0 = time.perf_counter()
+        for _ in range(n_steps):
+            gen.start_groups(unbounded)
+            live += sampler.n_active
+            gen.decode_step()
+        return GeneratorTiming(step_s=(time.perf_counter() - t0) / n_steps, live_slots=live / n_steps)
+    finally:
+        torch.set_num_threads(previous)
+
+
 def sequence_steps(answer_tokens: NDArray[np.integer] | Sequence[int]) -> NDArray[np.int64]:
     """Slot steps of each sequence: ``PREFILL_STEPS`` + its answer tokens (``<eos>`` included)."""
     a = np.asarray(answer_tokens, dtype=np.int64)
@@ -97,7 +157,12 @@ def sample_answer_tokens(model: TinyLM, task: CountdownTask, n: int, seed: int =
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     problems = task.sample(np.random.default_rng(seed), n)
-    results = sample_problems(model, [p.prompt for p in problems], 64, EOS, torch.Generator().manual_seed(seed))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the generator process; small ops run slower on two contended threads
+    try:
+        results = sample_problems(model, [p.prompt for p in problems], 64, EOS, torch.Generator().manual_seed(seed))
+    finally:
+        torch.set_num_threads(previous)
     return np.array([len(r["tokens"]) - PROMPT_LEN for r in results], dtype=np.int64)
 
 
@@ -152,23 +217,36 @@ def steady_state(report: RegimeReport, skip: int) -> Throughput:
     )
 
 
+@dataclass(frozen=True)
+class Rates:
+    """The measured parts the model needs, in lesson 07's units.
+
+    Attributes:
+        step_s: ``a_s``: the sampler's bare step at ``n_slots`` slots, ``l(n_slots)`` (s).
+        per_slot_step_s: ``b_s``: the generator loop's extra cost per live slot step (s).
+        trainer_steps_per_s: ``c``: sequence steps the trainer consumes per busy second.
+    """
+
+    step_s: float
+    per_slot_step_s: float
+    trainer_steps_per_s: float
+
+
 def lesson07_spec(
-    cfg: PipelineConfig,
-    step_latency_s: float,
-    trainer_steps_per_s: float,
-    steps_batch: Sequence[int] | NDArray[np.integer] | int,
+    cfg: PipelineConfig, rates: Rates, steps_batch: Sequence[int] | NDArray[np.integer] | int
 ) -> SystemSpec:
     """Lesson 07's two processes as a 2-GPU system (1 sampler, 1 trainer; see the module
-    docstring): ``a_s = l(n_slots)``, ``b_s = 0``, ``max_batch = n_slots``, lengths in slot steps."""
+    docstring): ``a_s = l(n_slots)``, ``b_s`` = the loop's cost per live slot step,
+    ``max_batch = n_slots``, lengths in slot steps."""
     answer: int | tuple[int, ...] = steps_batch if isinstance(steps_batch, int) else tuple(int(s) for s in steps_batch)
     return SystemSpec(
         n_gpus=2,
         n_samplers=1,
         batch_samples=cfg.batch_sequences,
         max_batch=cfg.n_slots,
-        a_s=step_latency_s,
-        b_s=0.0,
-        train_tokens_per_s_per_gpu=trainer_steps_per_s,
+        a_s=rates.step_s,
+        b_s=rates.per_slot_step_s,
+        train_tokens_per_s_per_gpu=rates.trainer_steps_per_s,
         answer_tokens=answer,
         weight_sync_s=0.0,
         max_lag=cfg.lag_bound,
@@ -177,8 +255,7 @@ def lesson07_spec(
 
 def predict_regime(
     cfg: PipelineConfig,
-    step_latency_s: float,
-    trainer_steps_per_s: float,
+    rates: Rates,
     answer_tokens: NDArray[np.integer] | Sequence[int],
     n_batches: int = 200,
     seed: int = 0,
@@ -193,7 +270,7 @@ def predict_regime(
     total_s, total_answer, lags = 0.0, 0, []
     for _ in range(n_batches):
         batch = rng.choice(answers, size=cfg.batch_sequences, replace=True)
-        p = predict(layout, lesson07_spec(cfg, step_latency_s, trainer_steps_per_s, sequence_steps(batch)))
+        p = predict(layout, lesson07_spec(cfg, rates, sequence_steps(batch)))
         total_s += p.step_s
         total_answer += int(batch.sum())
         lags.append(p.mean_lag_steps)
@@ -202,8 +279,7 @@ def predict_regime(
 
 def simulate_regime(
     cfg: PipelineConfig,
-    step_latency_s: float,
-    trainer_steps_per_s: float,
+    rates: Rates,
     answer_tokens: NDArray[np.integer] | Sequence[int],
     n_steps: int = 60,
     warmup_steps: int = 20,
@@ -220,9 +296,9 @@ def simulate_regime(
             n_samplers=1,
             batch_samples=cfg.batch_sequences,
             max_batch=cfg.n_slots,
-            a_s=step_latency_s,
-            b_s=0.0,
-            train_tokens_per_s_per_gpu=trainer_steps_per_s,
+            a_s=rates.step_s,
+            b_s=rates.per_slot_step_s,
+            train_tokens_per_s_per_gpu=rates.trainer_steps_per_s,
             max_lag=cfg.lag_bound,
             n_steps=n_steps,
             warmup_steps=warmup_steps,

@@ -70,6 +70,13 @@ Admission (who may start a new sequence, and with which weights):
   ``max_lag`` ((R1) then bounds only the typical lag). With ``max_lag = 0`` the pipeline
   is the synchronous layout (generate a batch, train on it).
 
+  Load balance (R3, ``balance_engines=True``, the default): an engine admits a sequence
+  only while it holds fewer than its fair share, ``ceil((in flight + admissible) /
+  n_engines)``, as a least-loaded router would. Without it the first engines to reach a
+  step boundary fill up to ``max_batch`` and the others idle, which matters when the lag
+  bound admits fewer sequences than all engines could hold (the model's eq. 08.11 spreads
+  them evenly).
+
 Statistics are taken over the measured steps ``warmup_steps + 1 .. n_steps``: the
 window runs from the end of optimizer step ``warmup_steps`` (time 0 if none) to the
 end of step ``n_steps`` (the end of a step = the end of its training), so every
@@ -129,6 +136,7 @@ class SimConfig:
     seed: int = 0
     sync_blocks_trainer: bool | None = None
     enforce_max_lag: bool = True
+    balance_engines: bool = True
     timeline_max_intervals: int = 20_000
 
     def __post_init__(self) -> None:
@@ -382,6 +390,10 @@ class _Sim:
         started: list[tuple[int, int]] = []
         if cfg.layout == "pipeline":
             allowed = (self.visible + cfg.max_lag + 1) * cfg.batch_samples - len(self.samples)  # (R1)
+            if cfg.balance_engines and allowed > 0:  # (R3): no engine above its fair share
+                in_flight = len(self.samples) - self.n_finished
+                share = math.ceil((in_flight + allowed) / cfg.n_engines)
+                allowed = min(allowed, share - (cfg.max_batch - free))
             for _ in range(min(free, allowed)):
                 started.append(self.start(e, self.visible, -1, step))
             return started

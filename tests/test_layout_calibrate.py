@@ -17,6 +17,7 @@ from course_lib.layout_calc import (
 )
 from course_lib.layout_calibrate import (
     PREFILL_STEPS,
+    Rates,
     lesson07_spec,
     predict_regime,
     relative_error,
@@ -25,6 +26,7 @@ from course_lib.layout_calibrate import (
     simulate_regime,
     steady_state,
     time_decode_steps,
+    time_generator_steps,
     trainer_timing,
 )
 from course_lib.lm import TinyLM
@@ -32,6 +34,7 @@ from course_lib.lm.task import CountdownTask
 from course_lib.pipeline.system import LM, PipelineConfig, RegimeReport
 
 L32, C = 0.002, 8000.0  # a decode step of 32 slots: 2 ms; the trainer: 8,000 sequence steps/s
+RATES = Rates(step_s=L32, per_slot_step_s=0.0, trainer_steps_per_s=C)
 
 
 def _cfg(regime: str) -> PipelineConfig:
@@ -65,10 +68,12 @@ def test_sequence_steps_add_the_prompt_steps() -> None:
 
 
 def test_lesson07_is_one_sampler_and_one_trainer_with_a_flat_step_cost() -> None:
-    spec = lesson07_spec(_cfg("pipeline"), L32, C, 20)
+    spec = lesson07_spec(_cfg("pipeline"), RATES, 20)
     assert (spec.n_gpus, spec.n_samplers, spec.n_trainers, spec.max_batch, spec.max_lag) == (2, 1, 1, 32, 4)
     assert spec.latency_s(1) == spec.latency_s(32) == L32  # every slot is computed every step
-    assert lesson07_spec(_cfg("sync"), L32, C, 20).max_lag == 0
+    loop = lesson07_spec(_cfg("pipeline"), Rates(L32, 1e-5, C), 20)
+    assert loop.latency_s(32) == pytest.approx(L32 + 32e-5)  # the loop's bookkeeping per live slot
+    assert lesson07_spec(_cfg("sync"), RATES, 20).max_lag == 0
 
 
 @pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
@@ -78,7 +83,7 @@ def test_equal_lengths_prediction_is_the_hand_computed_step(regime: str) -> None
     expected_step = {"sync": gen_s + train_s, "one_step": max(gen_s, train_s), "pipeline": train_s}[regime]
     if regime == "pipeline":  # trainer-bound: min(production 32/l, consumption c) = c
         assert 32 / L32 > C
-    p = predict_regime(_cfg(regime), L32, C, np.full(50, 17), n_batches=3)
+    p = predict_regime(_cfg(regime), RATES, np.full(50, 17), n_batches=3)
     assert p.step_s == pytest.approx(expected_step, rel=1e-9)
     assert p.tokens_per_s == pytest.approx(32 * 17 / expected_step, rel=1e-9)
     assert p.mean_lag == {"sync": 0.0, "one_step": 1.0, "pipeline": 4.0}[regime]
@@ -86,16 +91,16 @@ def test_equal_lengths_prediction_is_the_hand_computed_step(regime: str) -> None
 
 @pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
 def test_simulator_agrees_with_the_model_on_equal_lengths(regime: str) -> None:
-    model = predict_regime(_cfg(regime), L32, C, np.full(10, 17), n_batches=2)
-    sim = simulate_regime(_cfg(regime), L32, C, np.full(10, 17), n_steps=30, warmup_steps=10)
+    model = predict_regime(_cfg(regime), RATES, np.full(10, 17), n_batches=2)
+    sim = simulate_regime(_cfg(regime), RATES, np.full(10, 17), n_steps=30, warmup_steps=10)
     assert sim.tokens_per_s == pytest.approx(model.tokens_per_s, rel=1e-6)
     assert sim.mean_lag == pytest.approx(model.mean_lag, abs=1e-9)
 
 
 def test_long_tail_costs_sync_more_than_pipeline_in_the_model() -> None:
     lengths = np.array([5] * 97 + [60] * 3)
-    sync = predict_regime(_cfg("sync"), L32, 1e6, lengths, n_batches=50)
-    pipe = predict_regime(_cfg("pipeline"), L32, 1e6, lengths, n_batches=50)
+    sync = predict_regime(_cfg("sync"), Rates(L32, 0.0, 1e6), lengths, n_batches=50)
+    pipe = predict_regime(_cfg("pipeline"), Rates(L32, 0.0, 1e6), lengths, n_batches=50)
     assert pipe.tokens_per_s > 3 * sync.tokens_per_s
 
 
@@ -171,3 +176,15 @@ def test_more_staleness_never_lowers_the_best_pipeline_throughput() -> None:
     spec = recommend(32, max_lag=1).spec
     t = best_tokens_per_s_vs_lag(spec, [0, 1, 2, 4, 8])
     assert np.all(np.diff(t) >= -1e-9 * t[:-1]), t
+
+
+def test_generator_loop_step_costs_at_least_the_bare_decode_step() -> None:
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    task = CountdownTask()
+    cfg = PipelineConfig(regime="pipeline", n_slots=8, max_lag=2)
+    loop = time_generator_steps(model, task, cfg, n_steps=40)
+    bare = float(time_decode_steps(model, task, [8], n_steps=40)[0])
+    assert loop.step_s > 0.8 * bare, (loop, bare)  # the loop does the step and more (0.8: timing noise)
+    assert 1 <= loop.live_slots <= 8
+    assert loop.per_slot_step_s(bare) >= 0.0 and loop.per_slot_step_s(10.0) == 0.0
