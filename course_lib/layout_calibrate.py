@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ from course_lib.layout_sim import SimConfig, simulate
 from course_lib.lm.model import TinyLM
 from course_lib.lm.sampler import SlotSampler, sample_problems
 from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
-from course_lib.pipeline.system import GroupGenerator, PipelineConfig, RegimeReport
+from course_lib.pipeline.system import GroupGenerator, PipelineConfig, PipelineSystem, Regime, RegimeReport
 from course_lib.runtime.weights import SharedWeights
 
 #: Decoding steps a sequence spends on its prompt before its first answer token.
@@ -317,3 +317,92 @@ def relative_error(predicted: float, measured: float) -> float:
     if measured == 0:
         return 0.0 if predicted == 0 else float("inf")
     return (predicted - measured) / measured
+
+
+#: Lesson 07's three regimes, in the order a round runs them.
+REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")
+
+
+def measure_round(
+    model: TinyLM,
+    task: CountdownTask,
+    base: PipelineConfig,
+    init_flat: torch.Tensor,
+    seed: int,
+    skip: int,
+    on_update: Callable[[int, dict[str, float]], None] | None = None,
+) -> tuple[Rates, dict[str, RegimeReport]]:
+    """One round of the validation: time the generator's parts in this process (the bare
+    step at ``base.n_slots`` slots, the loop), then run every regime of :data:`REGIMES` from
+    ``init_flat`` with ``seed``, back to back, so that the calibration and the runs share the
+    machine's load. ``c`` is the median of the three runs' trainer rates (their own busy
+    intervals, the first ``skip`` updates left out). ``on_update`` is passed to ``train``."""
+    bare = float(time_decode_steps(model, task, [base.n_slots], n_steps=60, seed=seed)[0])
+    loop = time_generator_steps(model, task, replace(base, regime="pipeline", seed=seed), n_steps=200)
+    reports: dict[str, RegimeReport] = {}
+    for regime in REGIMES:
+        with PipelineSystem(replace(base, regime=regime, seed=seed), init_flat) as system:
+            reports[regime] = system.train(progress=on_update)
+    c = float(np.median([trainer_timing(r, base.batch_sequences, skip=skip).steps_per_s for r in reports.values()]))
+    return Rates(step_s=bare, per_slot_step_s=loop.per_slot_step_s(bare), trainer_steps_per_s=c), reports
+
+
+@dataclass(frozen=True)
+class RegimeComparison:
+    """One regime over the rounds: measured steady state, the model's and the simulator's
+    predictions from each round's rates (medians over rounds), and the per-round errors."""
+
+    regime: str
+    measured_tokens_per_s: float
+    model_tokens_per_s: float
+    sim_tokens_per_s: float
+    model_errors: tuple[float, ...]
+    sim_errors: tuple[float, ...]
+    measured_lag: float
+    model_lag: float
+    sim_lag: float
+    trainer_busy: float
+
+    @property
+    def model_error(self) -> float:
+        """Median over rounds of ``(model - measured) / measured`` tokens/s."""
+        return float(np.median(self.model_errors))
+
+    @property
+    def sim_error(self) -> float:
+        return float(np.median(self.sim_errors))
+
+
+def compare_regimes(
+    base: PipelineConfig,
+    rates_by_round: Sequence[Rates],
+    reports_by_round: Sequence[dict[str, RegimeReport]],
+    answer_tokens: NDArray[np.integer] | Sequence[int],
+    skip: int,
+) -> dict[str, RegimeComparison]:
+    """Model and simulator against the measured rounds of :func:`measure_round`, per regime
+    (round ``i`` is predicted from its own rates, seed ``i``)."""
+    if len(rates_by_round) != len(reports_by_round) or not rates_by_round:
+        raise ValueError("need one Rates per round of reports, and at least one round")
+    out: dict[str, RegimeComparison] = {}
+    for regime in REGIMES:
+        cfg = replace(base, regime=regime)
+        meas = [steady_state(reports[regime], skip) for reports in reports_by_round]
+        pred = [predict_regime(cfg, r, answer_tokens, n_batches=200, seed=i) for i, r in enumerate(rates_by_round)]
+        sim = [
+            simulate_regime(cfg, r, answer_tokens, n_steps=60, warmup_steps=20, seed=i)
+            for i, r in enumerate(rates_by_round)
+        ]
+        out[regime] = RegimeComparison(
+            regime=regime,
+            measured_tokens_per_s=float(np.median([m.tokens_per_s for m in meas])),
+            model_tokens_per_s=float(np.median([p.tokens_per_s for p in pred])),
+            sim_tokens_per_s=float(np.median([s.tokens_per_s for s in sim])),
+            model_errors=tuple(relative_error(p.tokens_per_s, m.tokens_per_s) for p, m in zip(pred, meas)),
+            sim_errors=tuple(relative_error(s.tokens_per_s, m.tokens_per_s) for s, m in zip(sim, meas)),
+            measured_lag=float(np.median([m.mean_lag for m in meas])),
+            model_lag=float(np.median([p.mean_lag for p in pred])),
+            sim_lag=float(np.median([s.mean_lag for s in sim])),
+            trainer_busy=float(np.median([reports[regime].busy_fraction("trainer") for reports in reports_by_round])),
+        )
+    return out

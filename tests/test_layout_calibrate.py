@@ -17,8 +17,11 @@ from course_lib.layout_calc import (
 )
 from course_lib.layout_calibrate import (
     PREFILL_STEPS,
+    REGIMES,
     Rates,
+    compare_regimes,
     lesson07_spec,
+    measure_round,
     predict_regime,
     relative_error,
     sample_answer_tokens,
@@ -32,6 +35,8 @@ from course_lib.layout_calibrate import (
 from course_lib.lm import TinyLM
 from course_lib.lm.task import CountdownTask
 from course_lib.pipeline.system import LM, PipelineConfig, RegimeReport
+from course_lib.runtime.processes import live_children
+from course_lib.runtime.weights import flat_parameters
 
 L32, C = 0.002, 8000.0  # a decode step of 32 slots: 2 ms; the trainer: 8,000 sequence steps/s
 RATES = Rates(step_s=L32, per_slot_step_s=0.0, trainer_steps_per_s=C)
@@ -188,3 +193,25 @@ def test_generator_loop_step_costs_at_least_the_bare_decode_step() -> None:
     assert loop.step_s > 0.8 * bare, (loop, bare)  # the loop does the step and more (0.8: timing noise)
     assert 1 <= loop.live_slots <= 8
     assert loop.per_slot_step_s(bare) >= 0.0 and loop.per_slot_step_s(10.0) == 0.0
+
+
+def test_a_validation_round_measures_every_regime_and_compares() -> None:
+    """One small round of lesson 07's regimes (real processes): rates measured, every regime
+    run, and the comparison's exact parts hold (sync lag 0 in model and runs, one_step 1)."""
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    task = CountdownTask()
+    base = PipelineConfig(n_updates=12, max_lag=2, lr=0.0)
+    init = flat_parameters(model)
+    updates: list[int] = []
+    rates, reports = measure_round(model, task, base, init, seed=0, skip=3, on_update=lambda u, m: updates.append(u))
+    assert set(reports) == set(REGIMES) and len(updates) == 3 * base.n_updates
+    assert rates.step_s > 0 and rates.per_slot_step_s >= 0 and rates.trainer_steps_per_s > 0
+    answers = sample_answer_tokens(model, task, 64, seed=1)
+    cmp = compare_regimes(base, [rates], [reports], answers, skip=3)
+    assert cmp["sync"].measured_lag == 0.0 == cmp["sync"].model_lag
+    assert cmp["one_step"].model_lag == 1.0 and cmp["pipeline"].model_lag <= 2.0
+    assert all(len(c.model_errors) == 1 and c.measured_tokens_per_s > 0 for c in cmp.values())
+    assert not live_children()
+    with pytest.raises(ValueError, match="one Rates per round"):
+        compare_regimes(base, [], [reports], answers, skip=3)
