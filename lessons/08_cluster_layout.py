@@ -360,9 +360,9 @@ print(f"pipeline lag: model {cmp['pipeline'].model_lag:.2f} (per sample, at the 
 #   groups to come through the pipe), so the model is a little high or low by round. On a
 #   quiet machine (load average below 1) the median error was within a few percent; it is
 #   asserted at 25%, because the two shared cores drift.
-# - **`sync` and `one_step` tokens/s**: within 15% on a quiet machine (in three such runs,
-#   medians of +5% to +9% for `sync` and 0% to +3% for `one_step`; single rounds up to
-#   +16%); **not** under load. With other jobs on the two cores (load average 2-3),
+# - **`sync` and `one_step` tokens/s**: within 15% on a quiet machine (load average about
+#   1: medians of +2% to +9% for `sync` and -1% to +5% for `one_step` over six such runs,
+#   single rounds up to +16%; `bench/bench_layout.py` has five more rounds); **not** under load. With other jobs on the two cores (load average 2-3),
 #   the model was optimistic by 17-47% in the runs made then: the generator's steps ran
 #   slower inside the run than the same step timed alone in this process, and the hand-offs
 #   (a batch through the pipe, a weight pull, waking a process) grow; in the pipeline they
@@ -804,15 +804,18 @@ print(recommendation_text(recommend(128, QWEN25_7B.name, max_lag=1)))
 # |---|---|
 # | tokens/s | generated answer tokens trained on per second (model: steady state; simulator: over its measured steps; runs: answer tokens of the updates after the first 10, over their wall time) |
 # | B_max | sequences one engine can hold: their KV cache fits beside the weights (08.2) |
+# | sequences per engine (B_eff) | sequences an engine runs at once in steady state: B_max, or fewer when the lag bound caps what is in flight (08.11) |
 # | l(B), a_s, b_s | seconds of one decode step with B sequences; its fixed part (the weight read) and per-sequence part (08.3) |
 # | p, c | tokens/s of one full sampler engine (08.4); tokens/s one trainer GPU consumes (08.5) |
 # | production, consumption | N_s p and N_t c: what the samplers can make and the trainers can use (08.6) |
 # | samplers, trainers | GPUs (or tensor-parallel units x their size) per role |
 # | step s | seconds per optimizer step |
-# | lag mean / max | optimizer steps between the weights a sample (model, simulator) or token (lesson 07's runs) was generated with and the update that trains on it (08.12, 08.13) |
+# | lag mean / max, at the bound | optimizer steps between the weights a sample (model, simulator) or token (lesson 07's runs) was generated with and the update that trains on it (08.12, 08.13); at the bound: the share whose lag equals max_lag |
 # | model err | (model - measured) / measured tokens/s of a run, per round of lesson 07 runs |
 # | trainer busy | fraction of wall time the trainer spends in updates (runs) or training (simulator) |
 # | l(32), loop per live slot step | lesson 07's bare sampler step at 32 slots; what the generator loop adds per live slot step |
+# | slot steps | decoding steps a sequence holds a slot: 3 prompt steps + its answer tokens (lesson 07's unit of generation and training work) |
+# | load average | the machine's 1-minute load average (2 cores, shared with other jobs): above 2, timings drift |
 # | max_lag | the staleness bound: backpressure admits no sample while (max_lag + 1) batches are started and not consumed |
 # | off-by-one loss | the tokens/s lost by a split one GPU away from the best |
 #
