@@ -228,9 +228,10 @@ plt.show()
 #
 # To keep the model's inputs still, the validation runs use **`lr = 0`**: the trainer does
 # all its work (loss, backward, Adam step, publish) but the policy, hence the answer lengths,
-# stay those of the warm start. With learning on, lengths drift within a run (lesson 07's
-# runs end with 4 to 16 tokens per answer from the same start): then the model needs the
-# current lengths, which it cannot predict.
+# stay those of the warm start. With learning on, lengths drift within a run (in 60-update
+# runs of lesson 07's regimes made while writing this lesson, the last updates averaged 4
+# to 16 tokens per answer, from the warm start's 11): then the model needs the current
+# lengths, which it cannot predict.
 #
 # First the warm start (lesson 07's, same seeds), the sampler's step against the number of
 # slots (08.3) and the policy's answer lengths:
@@ -358,12 +359,14 @@ print(f"pipeline lag: model {cmp['pipeline'].model_lag:.2f} (per sample, at the 
 #   so tokens/s = $c$. The runs' trainers
 #   are busy most of the time, not all of it (the last column: an update also waits for its
 #   groups to come through the pipe), so the model is a little high or low by round. On a
-#   quiet machine (load average below 1) the median error was within a few percent; it is
+#   quiet machine (load average about 1) the median error was within a few percent; it is
 #   asserted at 25%, because the two shared cores drift.
 # - **`sync` and `one_step` tokens/s**: within 15% on a quiet machine (load average about
 #   1: medians of +2% to +9% for `sync` and -1% to +5% for `one_step` over six such runs,
-#   single rounds up to +16%; `bench/bench_layout.py` has five more rounds); **not** under load. With other jobs on the two cores (load average 2-3),
-#   the model was optimistic by 17-47% in the runs made then: the generator's steps ran
+#   single rounds up to +16%; `bench/bench_layout.py` has five more rounds); **not** under
+#   load. In runs made earlier, while other jobs shared the two cores (the trainer managed
+#   10-14k slot steps/s instead of about 21k; load averages of 1 to 3), the model was
+#   optimistic by 17-47% for these two regimes: the generator's steps ran
 #   slower inside the run than the same step timed alone in this process, and the hand-offs
 #   (a batch through the pipe, a weight pull, waking a process) grow; in the pipeline they
 #   hide behind the trainer, in the synchronous layouts every millisecond of them is on the
@@ -613,8 +616,9 @@ assert measured_lags.max() <= base07.max_lag and sim07.lag_max <= base07.max_lag
 # %% [markdown]
 # **Takeaway:** the model puts every sample at the bound (a trainer-bound pipeline fills its
 # window). The simulator and the runs spread below it, by an amount that varies from run to
-# run (means and shares at the bound printed above): production here is only about 10%
-# above consumption, so the random answer lengths decide how full the window gets. The
+# run (means and shares at the bound printed above): production here is not far above
+# consumption (the rounds' lines in section 2), so the random answer lengths and the
+# machine's load decide how full the window gets. The
 # runs' lags are per token and include each run's start. For lag, the model is an upper
 # bound, not a forecast.
 
@@ -830,8 +834,8 @@ print(recommendation_text(recommend(128, QWEN25_7B.name, max_lag=1)))
 #   that a hard bound can only keep by waiting (the simulator shows the cost).
 # - Calibrated on lesson 07's measured parts, the model predicted the lags of the
 #   synchronous regimes exactly and, on a quiet machine, all three regimes' tokens/s within
-#   15%; under load it was optimistic for the synchronous regimes (by up to 47%), whose
-#   critical path holds overheads the model leaves out. Its pipeline lag is an upper bound.
+#   15%; with other jobs on the machine it was optimistic for the synchronous regimes (by
+#   up to 47%), whose critical path holds overheads the model leaves out. Its pipeline lag is an upper bound.
 # - At full scale (Qwen2.5-7B on 128 H100s, long answers) the model recommends a pipeline
 #   with about four fifths of the GPUs sampling, in the region of AReaL's and verl's
 #   published 75/25 splits.
