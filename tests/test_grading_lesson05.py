@@ -1,13 +1,10 @@
 """Lesson 05's graders beyond what tests/test_exercises.py checks for every lesson: the
 oracles against JAX itself (shard placement, the ring schedule), the check_vma trap the
-exercise text states, a program with a LAPACK call refused before it can deadlock, and
-`course grade` end to end on notebooks rendered from `exercises/src/05_scaling_jax.py`.
+exercise text states, and a program with a LAPACK call refused before it can deadlock.
 
-Until `lessons/05_scaling_jax.py` exists the lesson is not "available", so
-tests/test_exercises.py and tests/test_grade_course_notebooks.py do not list it yet; the
-tests marked `generic` here run their checks for lesson 05 meanwhile (solution passes,
-stub "not implemented yet", every planted bug caught, the source's headers and hints,
-the generated notebooks graded) and skip themselves once those files cover it.
+What every lesson gets (solution passes, stub "not implemented yet", every planted bug caught,
+the generated notebooks graded by `course grade`) is in tests/test_exercises.py and
+tests/test_grade_course_notebooks.py.
 
 The session has 4 CPU devices (tests/conftest.py); every multi-device program the graders
 run is compiled first, refused if it holds a LAPACK call, and runs under the watchdog.
@@ -23,13 +20,11 @@ import jax.numpy as jnp
 import nbformat
 import numpy as np
 import pytest
-import test_exercises as generic
 from conftest import mutant_source, solution_function
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from mutants.l05_scaling_jax import MUTANTS
 
-from course_lib.course.catalog import get_lesson
 from course_lib.course.grading import cli as grade_cli
 from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import exercises_for
@@ -40,11 +35,6 @@ from course_lib.runtime.watchdog import watchdog
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "05_scaling_jax"
 NAMES = ("partition_specs", "ring_allreduce", "data_parallel_grad", "accumulate_grads")
-
-generic_check = pytest.mark.skipif(
-    get_lesson(LESSON).available(ROOT),
-    reason="lessons/05_scaling_jax.py exists: tests/test_exercises.py and test_grade_course_notebooks.py cover it",
-)
 
 
 def test_registry_lists_the_four_exercises():
@@ -67,31 +57,6 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "accumulate_grads-last_micro_batch_dropped",
         "accumulate_grads-interleaved",
     } <= ids
-
-
-# ---------------------------------------------------------------------------------------
-# The generic checks of tests/test_exercises.py, for lesson 05 until it is available
-# ---------------------------------------------------------------------------------------
-
-
-@generic_check
-def test_generic_registry_and_source():
-    generic.test_registry_matches_the_functions_the_source_defines(LESSON)
-    generic.test_source_states_difficulty_time_points_grading_and_hints(LESSON)
-    generic.test_enough_planted_bugs_per_exercise(LESSON)
-
-
-@generic_check
-@pytest.mark.parametrize("name", NAMES)
-def test_generic_solution_passes_and_stub_is_not_implemented(name):
-    generic.test_solution_passes_every_check(LESSON, name)
-    generic.test_stub_is_not_implemented(LESSON, name)
-
-
-@generic_check
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
-def test_generic_planted_bug_is_caught_with_its_message(mutant):
-    generic.test_every_planted_bug_is_caught_with_its_message(LESSON, mutant)
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,15 +208,6 @@ def _grade(nb, tmp_path: Path, capsys) -> tuple[int, dict]:
     capsys.readouterr()
     (report,) = json.loads(report_path.read_text())["notebooks"]
     return rc, report
-
-
-@generic_check
-def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
-    rc, report = _grade(_rendered("solution"), tmp_path / "solution", capsys)
-    assert rc == 0 and report["score"] == report["max_score"] == 50, report
-    rc, report = _grade(_rendered("exercise"), tmp_path / "exercise", capsys)
-    assert rc != 0 and report["score"] == 0
-    assert [ex["message"] for ex in report["exercises"]] == ["not implemented yet"] * 4, report
 
 
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):

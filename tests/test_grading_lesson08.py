@@ -1,14 +1,11 @@
 """Lesson 08's graders beyond what tests/test_exercises.py checks for every lesson: the
 reference solutions agree with the library (`course_lib.layout`) on random inputs, so do
 the graders' oracles; bad submissions (wrong types, NaN, an infinite loop) get a report,
-never a crash or a hang; `course grade` end to end on notebooks rendered from
-`exercises/src/08_cluster_layout.py`.
+never a crash or a hang.
 
-Until `lessons/08_cluster_layout.py` exists the lesson is not "available", so
-tests/test_exercises.py and tests/test_grade_course_notebooks.py do not list it yet; the
-tests marked `generic` here run their checks for lesson 08 meanwhile (solution passes,
-stub "not implemented yet", every planted bug caught, the source's headers and hints,
-the generated notebooks graded) and skip themselves once those files cover it.
+What every lesson gets (solution passes, stub "not implemented yet", every planted bug caught,
+the generated notebooks graded by `course grade`) is in tests/test_exercises.py and
+tests/test_grade_course_notebooks.py.
 """
 
 from __future__ import annotations
@@ -23,12 +20,10 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-import test_exercises as generic
 from conftest import mutant_source, solution_function
 from mutants.l08_cluster_layout import MUTANTS
 
 from course_lib import layout
-from course_lib.course.catalog import get_lesson
 from course_lib.course.grading import cli as grade_cli
 from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.course.grading.lessons import exercises_for
@@ -38,11 +33,6 @@ from course_lib.course.notebooks.source import render, targets_for
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "08_cluster_layout"
 NAMES = ("max_batch", "balanced_split", "mean_lag", "engine_schedule")
-
-generic_check = pytest.mark.skipif(
-    get_lesson(LESSON).available(ROOT),
-    reason="lessons/08_cluster_layout.py exists: tests/test_exercises.py and test_grade_course_notebooks.py cover it",
-)
 
 
 def test_registry_lists_the_four_exercises():
@@ -71,31 +61,6 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "engine_schedule-slot_taken_late",
         "engine_schedule-static_batching",
     } <= ids
-
-
-# ---------------------------------------------------------------------------------------
-# The generic checks of tests/test_exercises.py, for lesson 08 until it is available
-# ---------------------------------------------------------------------------------------
-
-
-@generic_check
-def test_generic_registry_and_source():
-    generic.test_registry_matches_the_functions_the_source_defines(LESSON)
-    generic.test_source_states_difficulty_time_points_grading_and_hints(LESSON)
-    generic.test_enough_planted_bugs_per_exercise(LESSON)
-
-
-@generic_check
-@pytest.mark.parametrize("name", NAMES)
-def test_generic_solution_passes_and_stub_is_not_implemented(name):
-    generic.test_solution_passes_every_check(LESSON, name)
-    generic.test_stub_is_not_implemented(LESSON, name)
-
-
-@generic_check
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
-def test_generic_planted_bug_is_caught_with_its_message(mutant):
-    generic.test_every_planted_bug_is_caught_with_its_message(LESSON, mutant)
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,15 +240,6 @@ def _grade(nb, tmp_path: Path, capsys) -> tuple[int, dict]:
     capsys.readouterr()
     (report,) = json.loads(report_path.read_text())["notebooks"]
     return rc, report
-
-
-@generic_check
-def test_course_grade_solution_full_marks_and_exercise_zero(tmp_path, capsys):
-    rc, report = _grade(_rendered("solution"), tmp_path / "solution", capsys)
-    assert rc == 0 and report["score"] == report["max_score"] == 50, report
-    rc, report = _grade(_rendered("exercise"), tmp_path / "exercise", capsys)
-    assert rc != 0 and report["score"] == 0
-    assert [ex["message"] for ex in report["exercises"]] == [NOT_IMPLEMENTED] * 4, report
 
 
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
