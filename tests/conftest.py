@@ -112,6 +112,29 @@ def mutant_function(lesson_id: str, mutant: Mutant) -> Any:
     return namespace[mutant.function]
 
 
+def grade_with_planted_bugs(lesson_id: str, chosen: dict[str, Mutant], tmp_path: Any) -> tuple[int, dict[str, Any]]:
+    """``course grade`` (its CLI, a separate kernel) on the solution notebook with each
+    exercise's function cell replaced by its planted bug in ``chosen`` (function name ->
+    mutant). Returns the exit code and the notebook's JSON report."""
+    import json
+
+    import nbformat
+
+    from course_lib.course.grading import cli as grade_cli
+
+    nb = _render(lesson_id, "solution")
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            cell.source = mutant_source(lesson_id, chosen[cell.source.split("(")[0].removeprefix("def ")])
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    target, report_path = tmp_path / f"{lesson_id}.ipynb", tmp_path / "report.json"
+    nbformat.write(nb, target)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = grade_cli.main([str(target), "--json", str(report_path)])
+    (report,) = json.loads(report_path.read_text())["notebooks"]
+    return rc, report
+
+
 # ---------------------------------------------------------------------------------------
 # No orphan processes: fixtures for the suites that start real processes (03, 07, 09)
 # ---------------------------------------------------------------------------------------

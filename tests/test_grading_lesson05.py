@@ -12,24 +12,20 @@ run is compiled first, refused if it holds a LAPACK call, and runs under the wat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import nbformat
 import numpy as np
 import pytest
-from conftest import mutant_source, solution_function
+from conftest import grade_with_planted_bugs, solution_function
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from mutants.l05_scaling_jax import MUTANTS
 
-from course_lib.course.grading import cli as grade_cli
 from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import exercises_for
 from course_lib.course.grading.lessons import l05_scaling_jax as l05
-from course_lib.course.notebooks.source import render, targets_for
 from course_lib.runtime.watchdog import watchdog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,32 +191,12 @@ def test_too_few_devices_is_named(monkeypatch):
 # ---------------------------------------------------------------------------------------
 
 
-def _rendered(kind: str):
-    return render(next(t for t in targets_for(LESSON, ROOT) if t.kind == kind))
-
-
-def _grade(nb, tmp_path: Path, capsys) -> tuple[int, dict]:
-    target = tmp_path / f"{LESSON}.ipynb"
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, target)
-    report_path = tmp_path / "report.json"
-    rc = grade_cli.main([str(target), "--json", str(report_path)])
-    capsys.readouterr()
-    (report,) = json.loads(report_path.read_text())["notebooks"]
-    return rc, report
-
-
-def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("obs_replicated", "psum", "psum_not_pmean", "interleaved")
     chosen = {m.function: m for m in MUTANTS if m.name in picked}
     assert len(chosen) == 4
-    nb = _rendered("solution")
-    for cell in nb.cells:
-        if "exercise" in cell.metadata.get("tags", []):
-            name = cell.source.split("(")[0].removeprefix("def ")
-            cell.source = mutant_source(LESSON, chosen[name])
-    rc, report = _grade(nb, tmp_path, capsys)
+    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
     assert rc != 0 and report["score"] == 0
     for ex in report["exercises"]:
         assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])

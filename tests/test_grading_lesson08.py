@@ -10,25 +10,21 @@ tests/test_grade_course_notebooks.py.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
-from conftest import mutant_source, solution_function
+from conftest import grade_with_planted_bugs, solution_function
 from mutants.l08_cluster_layout import MUTANTS
 
 from course_lib import layout
-from course_lib.course.grading import cli as grade_cli
 from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.course.grading.lessons import exercises_for
 from course_lib.course.grading.lessons import l08_cluster_layout as l08
-from course_lib.course.notebooks.source import render, targets_for
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "08_cluster_layout"
@@ -227,32 +223,12 @@ def test_not_a_function_is_reported():
 # ---------------------------------------------------------------------------------------
 
 
-def _rendered(kind: str):
-    return render(next(t for t in targets_for(LESSON, ROOT) if t.kind == kind))
-
-
-def _grade(nb, tmp_path: Path, capsys) -> tuple[int, dict]:
-    target = tmp_path / f"{LESSON}.ipynb"
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, target)
-    report_path = tmp_path / "report.json"
-    rc = grade_cli.main([str(target), "--json", str(report_path)])
-    capsys.readouterr()
-    (report,) = json.loads(report_path.read_text())["notebooks"]
-    return rc, report
-
-
-def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("bits", "floor", "cap_off_by_one", "static_batching")
     chosen = {m.function: m for m in MUTANTS if m.name in picked}
     assert len(chosen) == 4
-    nb = _rendered("solution")
-    for cell in nb.cells:
-        if "exercise" in cell.metadata.get("tags", []):
-            name = cell.source.split("(")[0].removeprefix("def ")
-            cell.source = mutant_source(LESSON, chosen[name])
-    rc, report = _grade(nb, tmp_path, capsys)
+    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
     assert rc != 0 and report["score"] == 0
     for ex in report["exercises"]:
         assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
