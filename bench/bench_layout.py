@@ -36,7 +36,7 @@ from run import Result, render
 from course_lib.layout import QWEN25_7B, best_split
 from course_lib.layout_calc import recommend
 from course_lib.layout_calibrate import REGIMES, compare_regimes, measure_round, sample_answer_tokens
-from course_lib.layout_sim import SimConfig, simulate
+from course_lib.layout_sim import sim_config, simulate
 from course_lib.lm import CountdownTask, TinyLM
 from course_lib.lm.task import warm_start
 from course_lib.pipeline.system import LM, PipelineConfig
@@ -54,17 +54,9 @@ def simulator_speed() -> tuple[list[str], float]:
     rec = recommend(128, QWEN25_7B.name, max_lag=2)
     n_s = best_split("pipeline", rec.spec).n_samplers
     spec = replace(rec.spec, n_samplers=n_s)
-    cfg = SimConfig(
-        layout="pipeline",
-        n_gpus=spec.n_gpus,
-        n_samplers=n_s,
-        batch_samples=spec.batch_samples,
-        max_batch=spec.max_batch,
-        a_s=spec.a_s,
-        b_s=spec.b_s,
-        train_tokens_per_s_per_gpu=spec.train_tokens_per_s_per_gpu,
-        weight_sync_s=spec.weight_sync_s,
-        max_lag=spec.max_lag,
+    cfg = sim_config(
+        spec,
+        "pipeline",
         n_steps=SIM_STEPS,
         warmup_steps=4,
         lengths=rec.lengths.tokens,

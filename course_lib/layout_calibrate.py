@@ -42,7 +42,7 @@ import torch
 from numpy.typing import NDArray
 
 from course_lib.layout import Layout, SystemSpec, predict
-from course_lib.layout_sim import SimConfig, simulate
+from course_lib.layout_sim import sim_config, simulate
 from course_lib.lm.model import TinyLM
 from course_lib.lm.sampler import SlotSampler, sample_problems
 from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
@@ -289,23 +289,9 @@ def simulate_regime(
     from the measured ``answer_tokens``; answer tokens/s over the measured steps."""
     layout = REGIME_LAYOUT[cfg.regime]
     steps = sequence_steps(answer_tokens)
-    sim = simulate(
-        SimConfig(
-            layout=layout,
-            n_gpus=2,
-            n_samplers=1,
-            batch_samples=cfg.batch_sequences,
-            max_batch=cfg.n_slots,
-            a_s=rates.step_s,
-            b_s=rates.per_slot_step_s,
-            train_tokens_per_s_per_gpu=rates.trainer_steps_per_s,
-            max_lag=cfg.lag_bound,
-            n_steps=n_steps,
-            warmup_steps=warmup_steps,
-            lengths=tuple(int(s) for s in steps),
-            seed=seed,
-        )
-    )
+    spec = lesson07_spec(cfg, rates, round(float(steps.mean())))  # the samples draw from all of `steps`
+    lengths = tuple(int(s) for s in steps)
+    sim = simulate(sim_config(spec, layout, n_steps=n_steps, warmup_steps=warmup_steps, lengths=lengths, seed=seed))
     first = warmup_steps * cfg.batch_sequences
     ids = sim.consumed_ids[first:]
     answer = int((sim.sample_lengths[ids] - PREFILL_STEPS).sum())

@@ -96,7 +96,7 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from course_lib.layout import LAYOUTS, Layout
+from course_lib.layout import LAYOUTS, Layout, SystemSpec
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -652,6 +652,28 @@ class _Sim:
             if end > t:
                 out.append(Interval(role, index, t, end, "idle"))
         return out, end, truncated
+
+
+def sim_config(spec: SystemSpec, layout: Layout, **sim: Any) -> SimConfig:
+    """The simulator's twin of the model's ``spec``: the same GPUs, split, batch, engine,
+    trainer rate, weight sync and lag bound, for ``layout``. ``sim`` sets the simulator's
+    own fields (``n_steps``, ``warmup_steps``, ``seed``, ...) and may replace ``lengths``
+    (default: the spec's one batch of answer lengths, drawn from uniformly)."""
+    answer = spec.answer_tokens
+    sim.setdefault("lengths", (answer,) if isinstance(answer, int) else answer)
+    return SimConfig(
+        layout=layout,
+        n_gpus=spec.n_gpus,
+        n_samplers=None if layout == "sync_colocated" else spec.n_samplers,
+        batch_samples=spec.batch_samples,
+        max_batch=spec.max_batch,
+        a_s=spec.a_s,
+        b_s=spec.b_s,
+        train_tokens_per_s_per_gpu=spec.train_tokens_per_s_per_gpu,
+        weight_sync_s=spec.weight_sync_s,
+        max_lag=spec.max_lag,
+        **sim,
+    )
 
 
 def simulate(cfg: SimConfig) -> SimResult:

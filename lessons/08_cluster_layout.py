@@ -397,17 +397,7 @@ print(f"pipeline lag: model {cmp['pipeline'].model_lag:.2f} (per sample, at the 
 
 # %%
 from course_lib.layout import best_split, lognormal_lengths, spec_from_hardware
-from course_lib.layout_sim import SimConfig, simulate
-
-
-def sim_config(spec, layout: str, n_steps: int = 24, warmup: int = 8, **kw) -> SimConfig:
-    """The simulator's twin of a SystemSpec (lengths drawn from `kw['lengths']`)."""
-    split = None if layout == "sync_colocated" else spec.n_samplers
-    return SimConfig(layout=layout, n_gpus=spec.n_gpus, n_samplers=split, batch_samples=spec.batch_samples,
-                     max_batch=spec.max_batch, a_s=spec.a_s, b_s=spec.b_s,
-                     train_tokens_per_s_per_gpu=spec.train_tokens_per_s_per_gpu, weight_sync_s=spec.weight_sync_s,
-                     max_lag=spec.max_lag, n_steps=n_steps, warmup_steps=warmup, **kw)
-
+from course_lib.layout_sim import sim_config, simulate
 
 mild = lognormal_lengths(1000, 2.0, seed=0, max_tokens=4096)
 spec16 = spec_from_hardware(QWEN25_7B, H100_SXM, n_gpus=16, batch_samples=256, answer_tokens=mild.batch(256, seed=0),
@@ -418,7 +408,7 @@ print(f"{'layout':<15} {'samplers':>8} {'model tok/s':>12} {'sim tok/s':>10} {'d
 for layout in ("sync_colocated", "sync_split", "one_step", "pipeline"):
     p = best_split(layout, spec16).prediction
     s = simulate(sim_config(replace(spec16, n_samplers=None if layout == "sync_colocated" else p.n_samplers), layout,
-                            lengths=mild.tokens, seed=1, enforce_max_lag=False))
+                            n_steps=24, warmup_steps=8, lengths=mild.tokens, seed=1, enforce_max_lag=False))
     agree[layout] = relative_error(s.tokens_per_s, p.tokens_per_s)
     print(f"{layout:<15} {p.n_samplers:>8} {p.tokens_per_s:>12,.0f} {s.tokens_per_s:>10,.0f} "
           f"{100 * agree[layout]:>+5.1f}% {p.mean_lag_steps:>12.2f} / {p.max_lag_steps:<4} {s.lag_mean:>11.2f} / {s.lag_max:<4}")
@@ -434,8 +424,8 @@ print("where its assumptions hold (no heavy tail), the model is within 5% of the
 # %%
 spec16_2 = replace(spec16, max_lag=2)
 p2 = best_split("pipeline", spec16_2).prediction
-s2 = simulate(sim_config(replace(spec16_2, n_samplers=p2.n_samplers), "pipeline", lengths=mild.tokens, seed=1,
-                         enforce_max_lag=False))
+s2 = simulate(sim_config(replace(spec16_2, n_samplers=p2.n_samplers), "pipeline", n_steps=24, warmup_steps=8,
+                         lengths=mild.tokens, seed=1, enforce_max_lag=False))
 print(f"pipeline, max_lag 2, {p2.n_samplers} samplers: model {p2.tokens_per_s:,.0f} tokens/s with {p2.engine_batch:.1f} "
       f"sequences per engine; simulator {s2.tokens_per_s:,.0f} tokens/s with {s2.sampler_mean_in_flight:.1f} per engine, "
       f"trainers busy {100 * s2.trainer_busy_frac:.0f}%")
@@ -502,7 +492,7 @@ tail_rows = {}
 with progress(4, "straggler: 4 simulations", unit="run") as bar:
     for layout, enforce in (("sync_split", True), ("one_step", True), ("pipeline", True), ("pipeline", False)):
         p = predict(layout, spec8)
-        s = simulate(sim_config(spec8, layout, n_steps=40, warmup=8, lengths=straggly.tokens, seed=0,
+        s = simulate(sim_config(spec8, layout, n_steps=40, warmup_steps=8, lengths=straggly.tokens, seed=0,
                                 enforce_max_lag=enforce))
         tail_rows[(layout, enforce)] = (p, s)
         bar.update()
@@ -545,9 +535,9 @@ burst = {}
 for d in (0.0, 10.0, 30.0):
     spec_d = replace(spec8, weight_sync_s=d)
     p = predict("pipeline", spec_d)
-    s_free = simulate(sim_config(spec_d, "pipeline", n_steps=30, warmup=8, lengths=straggly.tokens, seed=0,
+    s_free = simulate(sim_config(spec_d, "pipeline", n_steps=30, warmup_steps=8, lengths=straggly.tokens, seed=0,
                                  enforce_max_lag=False))
-    s_block = simulate(sim_config(spec_d, "pipeline", n_steps=30, warmup=8, lengths=straggly.tokens, seed=0,
+    s_block = simulate(sim_config(spec_d, "pipeline", n_steps=30, warmup_steps=8, lengths=straggly.tokens, seed=0,
                                   enforce_max_lag=False, sync_blocks_trainer=True))
     burst[d] = (p.tokens_per_s, s_free.tokens_per_s, s_block.tokens_per_s, p.step_s)
     print(f"weight sync {d:>4.0f} s (step {p.step_s:.0f} s): model {p.tokens_per_s:,.0f} tok/s, simulator "
@@ -573,7 +563,7 @@ print("a blocking 30 s sync costs the pipeline more than 10% of its tokens/s in 
 # %%
 fig, axes = plt.subplots(2, 1, figsize=(11, 6.5))
 for ax, layout in zip(axes, ("sync_split", "pipeline")):
-    r = simulate(sim_config(spec8, layout, n_steps=12, warmup=2, lengths=straggly.tokens, seed=0, enforce_max_lag=False))
+    r = simulate(sim_config(spec8, layout, n_steps=12, warmup_steps=2, lengths=straggly.tokens, seed=0, enforce_max_lag=False))
     from course_lib.layout_sim import gantt
 
     gantt(r, ax=ax, until_s=600.0)
@@ -593,10 +583,8 @@ plt.show()
 # %%
 fig, ax = plt.subplots(figsize=(7.5, 3.4))
 measured_lags = np.concatenate([reports["pipeline"].token_lags for reports in reports_by_round])
-sim07 = simulate(SimConfig("pipeline", n_gpus=2, n_samplers=1, batch_samples=base07.batch_sequences,
-                           max_batch=base07.n_slots, a_s=rates_by_round[0].step_s, b_s=rates_by_round[0].per_slot_step_s,
-                           train_tokens_per_s_per_gpu=rates_by_round[0].trainer_steps_per_s, max_lag=base07.max_lag,
-                           n_steps=60, warmup_steps=10, lengths=tuple(int(x) for x in lengths07.tokens), seed=0))
+spec07 = lesson07_spec(base07, rates_by_round[0], lengths07.batch(base07.batch_sequences))
+sim07 = simulate(sim_config(spec07, "pipeline", n_steps=60, warmup_steps=10, lengths=lengths07.tokens, seed=0))
 bins = np.arange(base07.max_lag + 2) - 0.5
 ax.hist(measured_lags, bins=bins, density=True, alpha=0.6, label="lesson 07 runs (per token, all updates)")
 ax.hist(sim07.lags, bins=bins, density=True, alpha=0.6, label="simulator (per sample, steady state)")
@@ -610,7 +598,7 @@ plt.show()
 # NBVAL_IGNORE_OUTPUT
 print(f"lesson 07 runs: mean {measured_lags.mean():.2f}, at the bound {100 * (measured_lags == base07.max_lag).mean():.0f}% "
       f"of tokens | simulator: mean {sim07.lags.mean():.2f}, at the bound {100 * (sim07.lags == base07.max_lag).mean():.0f}% "
-      f"of samples | model (08.12): {predict('pipeline', lesson07_spec(base07, rates_by_round[0], lengths07.batch(32))).mean_lag_steps:.2f}")
+      f"of samples | model (08.12): {predict('pipeline', spec07).mean_lag_steps:.2f}")
 assert measured_lags.max() <= base07.max_lag and sim07.lag_max <= base07.max_lag
 assert measured_lags.mean() < base07.max_lag  # the model's lag (08.12) is an upper bound here
 

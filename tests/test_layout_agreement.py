@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from course_lib.layout import LAYOUTS, SystemSpec, predict
-from course_lib.layout_sim import SimConfig, simulate
+from course_lib.layout_sim import SimConfig, sim_config, simulate
 
 N_GPUS, N_SAMPLERS, BATCH, MAX_BATCH, A_S, B_S = 8, 4, 64, 16, 0.01, 0.0005
 SAMPLER_BOUND_C = 20_000.0  # 4 trainers x 20,000 tokens/s, far above what 4 engines produce
@@ -33,7 +33,8 @@ def _spec_and_config(
     common: dict[str, Any] = dict(n_gpus=N_GPUS, batch_samples=BATCH, max_batch=MAX_BATCH, a_s=A_S, b_s=B_S)
     common.update(train_tokens_per_s_per_gpu=c, n_samplers=split, weight_sync_s=sync_s, max_lag=max_lag)
     spec = SystemSpec(answer_tokens=lengths if len(lengths) > 1 else lengths[0], **common)
-    cfg = SimConfig(layout=layout, n_steps=40, warmup_steps=warmup_steps, lengths=lengths, **common)  # type: ignore[arg-type]
+    cfg = sim_config(spec, layout, n_steps=40, warmup_steps=warmup_steps)  # type: ignore[arg-type]
+    assert cfg == SimConfig(layout=layout, n_steps=40, warmup_steps=warmup_steps, lengths=lengths, **common)  # type: ignore[arg-type]
     return spec, cfg
 
 
