@@ -484,6 +484,54 @@ def update_metrics(traj: Transition, parts: dict[str, Array]) -> dict[str, Array
     return metrics
 
 
+class UpdateFn(Protocol):
+    """One PPO update as the outer ``lax.scan``'s body (what :func:`make_update_step` returns)."""
+
+    def __call__(self, runner: RunnerState, _step: None) -> tuple[RunnerState, dict[str, Array]]: ...
+
+
+def init_runner(
+    config: PPOConfig,
+    key: Array,
+    lr: Array | float,
+    env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS,
+) -> tuple[RunnerState, Callable[[Array], Params], optax.GradientTransformation]:
+    """Everything a run starts from: the first :class:`RunnerState` (flat parameters,
+    optimizer state, ``num_envs`` reset envs, the run's key), the ``unravel`` of the flat
+    parameters and the optimizer. ``key`` is split three ways: the runner's key, the
+    parameters' and the envs' resets."""
+    key, k_init, k_reset = jax.random.split(key, 3)
+    flat_params, unravel = ravel_pytree(init_params(k_init, hidden=config.hidden))
+    optimizer = make_optimizer(config, lr)
+    obs, env_state = _reset_envs(jax.random.split(k_reset, config.num_envs), env_params)
+    env = EnvCarry(env_state, obs, jnp.zeros(config.num_envs))
+    return RunnerState(flat_params, optimizer.init(flat_params), env, key), unravel, optimizer
+
+
+def make_update_step(
+    config: PPOConfig,
+    unravel: Callable[[Array], Params],
+    optimizer: optax.GradientTransformation,
+    env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS,
+) -> UpdateFn:
+    """One update, ``update_step(runner, None) -> (runner, metrics)``: a rollout, its
+    advantages, every epoch's minibatch steps (the body of :func:`make_train`'s outer scan,
+    and of lesson 10's checkpointed chunks, :mod:`course_lib.checkpoint.ppo_resume`)."""
+    learn = functools.partial(minibatch_update, config, unravel, optimizer)
+
+    def update_step(runner: RunnerState, _step: None) -> tuple[RunnerState, dict[str, Array]]:
+        """One update: a rollout, its advantages, every epoch's minibatch steps."""
+        key, k_rollout, k_shuffle = jax.random.split(runner.key, 3)
+        params = unravel(runner.params)
+        env, (traj, final_obs) = collect_rollout(params, runner.env, k_rollout, config, env_params)
+        advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
+        minibatches = shuffled_minibatches(k_shuffle, (traj, advantages, targets), config)
+        (flat, opt_state), parts = jax.lax.scan(learn, (runner.params, runner.opt_state), minibatches)
+        return RunnerState(flat, opt_state, env, key), update_metrics(traj, parts)
+
+    return update_step
+
+
 def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS) -> TrainFn:
     """The whole PPO run as one pure function ``train(key, lr=None) -> TrainResult``.
 
@@ -493,30 +541,16 @@ def make_train(config: PPOConfig, env_params: cartpole.EnvParams = cartpole.DEFA
 
     Inside, the parameters live in one flat vector (``ravel_pytree``): the optimizer then
     updates one array with a few fused kernels instead of a dozen small tensors, which
-    matters on a CPU where every kernel launch costs about a microsecond.
+    matters on a CPU where every kernel launch costs about a microsecond. The run is
+    :func:`init_runner`, then ``num_updates`` steps of :func:`make_update_step`'s body in
+    one ``lax.scan``.
     """
     check_config(config)
 
     def train(key: Array, lr: Array | float | None = None) -> TrainResult:
         lr = config.lr if lr is None else lr
-        key, k_init, k_reset = jax.random.split(key, 3)
-        flat_params, unravel = ravel_pytree(init_params(k_init, hidden=config.hidden))
-        optimizer = make_optimizer(config, lr)
-        obs, env_state = _reset_envs(jax.random.split(k_reset, config.num_envs), env_params)
-        learn = functools.partial(minibatch_update, config, unravel, optimizer)
-
-        def update_step(runner: RunnerState, _step: None) -> tuple[RunnerState, dict[str, Array]]:
-            """One update: a rollout, its advantages, every epoch's minibatch steps."""
-            key, k_rollout, k_shuffle = jax.random.split(runner.key, 3)
-            params = unravel(runner.params)
-            env, (traj, final_obs) = collect_rollout(params, runner.env, k_rollout, config, env_params)
-            advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
-            minibatches = shuffled_minibatches(k_shuffle, (traj, advantages, targets), config)
-            (flat, opt_state), parts = jax.lax.scan(learn, (runner.params, runner.opt_state), minibatches)
-            return RunnerState(flat, opt_state, env, key), update_metrics(traj, parts)
-
-        env = EnvCarry(env_state, obs, jnp.zeros(config.num_envs))
-        runner = RunnerState(flat_params, optimizer.init(flat_params), env, key)
+        runner, unravel, optimizer = init_runner(config, key, lr, env_params)
+        update_step = make_update_step(config, unravel, optimizer, env_params)
         runner, metrics = jax.lax.scan(update_step, runner, None, config.num_updates)
         return TrainResult(unravel(runner.params), metrics)
 

@@ -20,6 +20,7 @@ import torch
 from course_lib.actor_learner.actor import EpisodeTracker, unroll
 from course_lib.actor_learner.buffers import RolloutBuffers
 from course_lib.actor_learner.envs import SameStepCartPoleVectorEnv, make_envs
+from course_lib.actor_learner.heartbeats import SupervisorConfig
 from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
 from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault, compare_layouts
@@ -264,8 +265,11 @@ def test_crashing_actors_are_restarted_until_the_budget_runs_out(no_orphans):
 
 @pytest.mark.timeout(120)
 def test_the_learner_never_hangs_when_actors_freeze(no_orphans):
+    """With heartbeats off, frozen actors are caught only by the stall timeout: a clean
+    shutdown. (With heartbeats on, the default, they are killed and restarted and training
+    goes on: tests/test_actor_faults.py.)"""
     cfg = SystemConfig(**{**FAST.__dict__, "stall_timeout_s": 1.5, "join_timeout_s": 0.5})
-    system = ActorLearnerSystem(cfg)
+    system = ActorLearnerSystem(cfg, SupervisorConfig(heartbeat_timeout_s=None))
     system.start()
     system.train(n_updates=2)
     pids = system.pids()

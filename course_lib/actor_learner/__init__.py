@@ -10,7 +10,9 @@ Modules, one concept each:
 * :mod:`.seed`: SEED RL's env-only actors and central batched inference;
 * :mod:`.learner`: the V-trace loss, policy-lag accounting, one update;
 * :mod:`.timers`: named per-phase timers;
-* :mod:`.system`: start, train, supervise (restart crashed actors) and stop.
+* :mod:`.system`: start, train, supervise (restart crashed actors) and stop;
+* :mod:`.heartbeats`: how the supervisor tells a frozen actor (lesson 10);
+* :mod:`.faults`: the lag bound, a fault injector, faults vs none (lesson 10).
 
 The package's public pieces, importable from here, are lesson 03's agent: the network
 (:class:`ActorCritic`), its loss (:func:`loss_terms`, :class:`LossConfig`) and the

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from course_lib.actor_learner.heartbeats import beat
 from course_lib.actor_learner.model import sample_actions
 from course_lib.actor_learner.timers import Timings
 from course_lib.runtime.processes import INJECTED_CRASH_EXIT, QUIET_EXIT, child_setup
@@ -106,13 +107,18 @@ def actor_main(
     timing_row: torch.Tensor,
     seed: int,
     crash_after: int | None = None,
+    heartbeat: torch.Tensor | None = None,
 ) -> None:
     """The actor process (see the module docstring).
 
     ``conn`` is this actor's end of its pipe to the learner: it receives ``("free", index)``
     and sends ``("full", index, finished_episode_returns)``. ``config`` is the system's
     :class:`~course_lib.actor_learner.system.SystemConfig`; ``crash_after`` makes the
-    actor raise after that many unrolls (fault injection).
+    actor raise after that many unrolls (fault injection). ``heartbeat`` is its ``[4]`` row
+    of :class:`~course_lib.actor_learner.heartbeats.Heartbeats`, stamped every unroll and
+    every idle poll. It loads the newest published weights as soon as it starts (a
+    restarted actor acts with the learner's current weights, not the initial ones) and again
+    before every unroll.
     """
     from course_lib.actor_learner.envs import make_envs
     from course_lib.actor_learner.model import ActorCritic
@@ -127,21 +133,25 @@ def actor_main(
     model = ActorCritic(buffers.obs_dim, int(action_space.n), config.hidden)
     generator = torch.Generator().manual_seed(seed)
     tracker = EpisodeTracker(config.envs_per_actor)
-    version = -1
+    version = weights.pull(model, -1)
     unrolls = 0
+    beat(heartbeat, unrolls, version, mid_unroll=False)
     try:
         while not stop.is_set():
             with timings.phase("wait for free slot"):
                 if not conn.poll(0.1):
+                    beat(heartbeat, unrolls, version, mid_unroll=False)  # idle, not frozen
                     continue
                 _, index = conn.recv()
             with timings.phase("weight sync"):
                 version = weights.pull(model, version)
+            beat(heartbeat, unrolls, version, mid_unroll=True)
             slot = buffers.slot(index)
             obs = unroll(envs, model, obs, slot, version, generator, timings)
             finished = tracker.update(slot["rewards"].numpy(), slot["dones"].numpy())
             conn.send(("full", index, finished))
             unrolls += 1
+            beat(heartbeat, unrolls, version, mid_unroll=False)
             if crash_after is not None and unrolls >= crash_after:
                 raise SystemExit(INJECTED_CRASH_EXIT)  # no traceback, a recognisable exit code
     except QUIET_EXIT:

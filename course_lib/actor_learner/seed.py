@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from course_lib.actor_learner.actor import EpisodeTracker
+from course_lib.actor_learner.heartbeats import beat
 from course_lib.actor_learner.model import ActorCritic, sample_actions
 from course_lib.actor_learner.timers import Timings
 from course_lib.runtime.processes import INJECTED_CRASH_EXIT, QUIET_EXIT, child_setup
@@ -55,8 +56,15 @@ def seed_actor_main(
     timing_row: torch.Tensor,
     seed: int,
     crash_after: int | None = None,
+    heartbeat: torch.Tensor | None = None,
 ) -> None:
-    """A SEED actor: write the observation, ask for actions, step the envs; no policy here."""
+    """A SEED actor: write the observation, ask for actions, step the envs; no policy here.
+
+    ``heartbeat`` (its row of :class:`~course_lib.actor_learner.heartbeats.Heartbeats`) is
+    stamped every step and every poll while it waits for the server (``unrolls`` counts
+    complete unrolls of ``config.unroll`` steps; the weight version column stays -1: the
+    server holds the policy; once it has asked for actions the server holds a half-written
+    slot of its steps, so it is always mid-unroll)."""
     from course_lib.actor_learner.envs import make_envs
 
     child_setup(seed)
@@ -66,6 +74,7 @@ def seed_actor_main(
     my = {name: t[actor_id] for name, t in channels.items()}
     kind = START
     steps = 0
+    beat(heartbeat, 0, -1, mid_unroll=False)
     try:
         while not stop.is_set():
             my["obs"].copy_(torch.as_tensor(obs))
@@ -74,6 +83,7 @@ def seed_actor_main(
                 while not conn.poll(0.1):
                     if stop.is_set():
                         return
+                    beat(heartbeat, steps // config.unroll, -1, mid_unroll=True)
                 conn.recv_bytes()
             with timings.phase("env step"):
                 obs, reward, terminated, truncated, _ = envs.step(my["actions"].numpy().copy())
@@ -81,6 +91,7 @@ def seed_actor_main(
             my["done"].copy_(torch.as_tensor(np.logical_or(terminated, truncated)))
             kind = STEP
             steps += 1
+            beat(heartbeat, steps // config.unroll, -1, mid_unroll=True)
             if crash_after is not None and steps >= crash_after * config.unroll:
                 raise SystemExit(INJECTED_CRASH_EXIT)
     except QUIET_EXIT:

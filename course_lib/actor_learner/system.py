@@ -24,12 +24,17 @@ for the same two messages: a process killed while it holds a shared queue's inte
 lock would wedge every other process using that queue; a killed process only breaks
 its own pipe.
 
-**Faults.** A child that dies (crash, ``kill -9``) is detected within ``poll_s``,
+**Faults.** A child that dies (crash, ``kill -9``) is detected within ``poll_s``; an
+actor that is alive but silent (``SIGSTOP``, a deadlock) is detected by its heartbeat
+(:mod:`.heartbeats`, ``SupervisorConfig.heartbeat_timeout_s``) and killed. Either is
 reported in :attr:`ActorLearnerSystem.events`, its slots are reclaimed and it is
-restarted, up to ``max_restarts`` times; after that, or if the inference server dies,
-the system shuts down cleanly and raises :class:`SystemFault`. :meth:`stop` (also run
-by the context manager, at interpreter exit, and on any exception) sets the stop event,
-joins with a timeout, then terminates and kills what is left.
+restarted, acting with the learner's current weights, up to ``max_restarts`` times;
+after that, or if the inference server dies, the system shuts down cleanly and raises
+:class:`SystemFault`. If no data arrives for ``stall_timeout_s`` (heartbeats off, or a
+frozen inference server, which has no heartbeat) it shuts down too. :meth:`stop` (also
+run by the context manager, at interpreter exit, and on any exception) sets the stop
+event, joins with a timeout, then terminates and kills what is left. Injected faults
+while training and their cost: :mod:`.faults`.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import torch
 from course_lib.actor_learner.actor import ACTOR_PHASES, actor_main
 from course_lib.actor_learner.buffers import RolloutBuffers
 from course_lib.actor_learner.envs import make_envs
+from course_lib.actor_learner.heartbeats import Heartbeats, SupervisorConfig
 from course_lib.actor_learner.learner import Learner, LossConfig, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
 from course_lib.actor_learner.seed import (
@@ -126,7 +132,14 @@ class SystemReport:
         return_updates: the update each of ``returns`` arrived at.
         metrics: one dict of learner metrics per update.
         timings: ``{process: {phase: seconds}}`` over the same window as ``seconds``.
-        events: the supervisor's log (crashes, restarts, shutdown).
+        events: the supervisor's log (crashes, freezes, restarts, shutdown).
+        queue_lags: ``[n_rollouts]`` the part of each lag spent queued: updates between the
+            unroll's arrival at the learner and its use (at most
+            :func:`~course_lib.actor_learner.faults.lag_bound`; the rest of ``lags`` accrued
+            while it was being written).
+        restarts: actor restarts since the system started.
+        lost_unrolls: half-written slots reclaimed from dead or frozen actors since the start
+            (their steps are thrown away and the slot is written again from scratch).
     """
 
     layout: str
@@ -139,6 +152,9 @@ class SystemReport:
     metrics: list[dict[str, float]]
     timings: dict[str, dict[str, float]]
     events: list[str]
+    queue_lags: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    restarts: int = 0
+    lost_unrolls: int = 0
 
     @property
     def frames_per_second(self) -> float:
@@ -154,10 +170,41 @@ class _Child:
     conn: Connection | None  # the learner's end (IMPALA actors, the SEED server); None for SEED actors
     row: int  # its row in the shared timing table
     outstanding: set[int] = field(default_factory=set)  # slots sent to it, not yet back
+    restart: Restart | None = None  # how it replaced a dead or frozen actor, if it did
 
 
-#: A full slot the learner has received and not yet learned from: (who filled it, slot index, finished returns).
-_Full = tuple[_Child, int, list[float]]
+@dataclass
+class Restart:
+    """One restart of an actor, and the weights its replacement first acted with.
+
+    Attributes:
+        actor: the actor's index.
+        old_pid, new_pid: the dead (or frozen, then killed) process and its replacement.
+        reason: ``"died"`` or ``"frozen"``.
+        learner_version: the learner's (= the published) weight version at the restart.
+        first_version: the oldest weight version in the replacement's first unroll the
+            learner consumed (IMPALA only; ``None`` until then, and for SEED actors, whose
+            policy is the server's): ``>= learner_version`` when it starts from fresh weights.
+        first_lag: the policy lag of that unroll when the learner consumed it.
+        at: ``time.monotonic()`` of the restart.
+        recovery_s: seconds from the restart until the learner consumed the replacement's
+            first unroll (IMPALA only): how long the system ran one actor short.
+    """
+
+    actor: int
+    old_pid: int
+    new_pid: int
+    reason: str
+    learner_version: int
+    first_version: int | None = None
+    first_lag: int | None = None
+    at: float = field(default_factory=time.monotonic)
+    recovery_s: float | None = None
+
+
+#: A full slot the learner has received and not yet learned from: (who filled it, slot index,
+#: finished returns, the learner's version when it arrived).
+_Full = tuple[_Child, int, list[float], int]
 
 
 @dataclass
@@ -166,6 +213,7 @@ class _Run:
 
     last_data: float  # time.monotonic() when the last full slot arrived (for the stall timeout)
     lags: list[int] = field(default_factory=list)
+    queue_lags: list[int] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
     return_updates: list[int] = field(default_factory=list)
     metrics: list[dict[str, float]] = field(default_factory=list)
@@ -188,10 +236,14 @@ MAX_PHASES = 4
 class ActorLearnerSystem(ChildProcessSystem):
     """An IMPALA- or SEED-style system of real processes; see the module docstring."""
 
-    def __init__(self, config: SystemConfig = SystemConfig()) -> None:
+    def __init__(self, config: SystemConfig = SystemConfig(), supervisor: SupervisorConfig | None = None) -> None:
+        """``supervisor``: heartbeat settings (:class:`SupervisorConfig`; its defaults if ``None``)."""
         self.config = config
+        self.supervisor = supervisor if supervisor is not None else SupervisorConfig()
         self.events: list[str] = []
         self.restarts = 0
+        self.restart_log: list[Restart] = []
+        self.lost_unrolls = 0
         self.actors: list[_Child] = []
         self.server: _Child | None = None
 
@@ -214,6 +266,7 @@ class ActorLearnerSystem(ChildProcessSystem):
         self.weights = SharedWeights(self.learner.model)
         self._stop = self._ctx.Event()
         self._timing = torch.zeros(cfg.n_actors + 1, MAX_PHASES, dtype=torch.float64).share_memory_()
+        self.heartbeats = Heartbeats(cfg.n_actors)
         atexit.register(self.stop)
         try:
             if cfg.layout == "impala":
@@ -275,12 +328,9 @@ class ActorLearnerSystem(ChildProcessSystem):
         self, target: Any, name: str, i: int, shared: tuple[Any, ...], actor_end: Connection, crash_after: int | None
     ) -> Any:
         """Start actor ``i`` running ``target`` with the layout's ``shared`` objects; its pipe end stays with it."""
-        process = self._ctx.Process(
-            target=target,
-            name=name,
-            args=(i, self.config, *shared, actor_end, self._stop, self._timing[i], self._child_seed(i), crash_after),
-            daemon=True,
-        )
+        self.heartbeats.spawned(i)
+        args = (i, self.config, *shared, actor_end, self._stop, self._timing[i], self._child_seed(i), crash_after)
+        process = self._ctx.Process(target=target, name=name, args=(*args, self.heartbeats.row(i)), daemon=True)
         process.start()
         actor_end.close()
         return process
@@ -338,41 +388,63 @@ class ActorLearnerSystem(ChildProcessSystem):
         return pid
 
     def _supervise(self) -> None:
-        """Restart dead actors (or give up); a dead inference server is fatal."""
+        """Restart dead and frozen actors (or give up); a dead inference server is fatal."""
         if self.server is not None and not self.server.process.is_alive():
             self.events.append(f"{self.server.name}: {exit_reason(self.server.process.exitcode)}")
             self.stop()
             raise SystemFault("the inference server died; the system was shut down cleanly")
         for i, actor in enumerate(self.actors):
-            if actor.process.is_alive():
-                continue
-            actor.process.join()
-            message = f"{actor.name} (pid {actor.process.pid}) died: {exit_reason(actor.process.exitcode)}"
-            if self.restarts >= self.config.max_restarts:
-                self.events.append(message + f"; {self.restarts} restarts used up: shutting down")
-                self.stop()
-                raise SystemFault(f"{message}; gave up after {self.restarts} restarts (clean shutdown)")
-            self.restarts += 1
-            if self.config.layout == "impala":
-                if actor.conn is not None:
-                    actor.conn.close()
-                new = self._start_impala_actor(i, None)
-                for index in sorted(actor.outstanding):  # its half-written slots: hand them to the new actor
-                    self._send_free(new, index)
-            else:
-                server_end, actor_end = self._ctx.Pipe()
-                try:
-                    self.server.conn.send(("attach", i, server_end))  # type: ignore[union-attr]
-                except (BrokenPipeError, OSError):
-                    self.events.append(message + "; the inference server is gone too: shutting down")
-                    self.stop()
-                    raise SystemFault("the inference server died; the system was shut down cleanly") from None
-                finally:
-                    server_end.close()
-                new = self._start_seed_actor(i, actor_end, None)
-            self.actors[i] = new
+            pid = actor.process.pid
+            if not actor.process.is_alive():
+                actor.process.join()
+                self._restart(i, "died", f"{actor.name} (pid {pid}) died: {exit_reason(actor.process.exitcode)}")
+            elif (silent := self.heartbeats.silent_for(i, self.supervisor)) is not None:
+                os.kill(pid, signal.SIGKILL)  # a stopped process dies of SIGKILL too
+                actor.process.join(self.config.join_timeout_s)
+                self._restart(i, "frozen", f"{actor.name} (pid {pid}) frozen: no heartbeat for {silent:.1f} s")
+
+    def _restart(self, i: int, reason: str, message: str) -> None:
+        """Replace the dead actor ``i`` by a new process and hand it the slots the old one
+        held (its half-written slot is rewritten from scratch); :class:`SystemFault` once
+        ``max_restarts`` are used up."""
+        actor = self.actors[i]
+        if self.restarts >= self.config.max_restarts:
+            self.events.append(message + f"; {self.restarts} restarts used up: shutting down")
+            self.stop()
+            raise SystemFault(f"{message}; gave up after {self.restarts} restarts (clean shutdown)")
+        self.restarts += 1
+        self.lost_unrolls += int(self.heartbeats.mid_unroll(i))
+        if self.config.layout == "impala":
+            if actor.conn is not None:
+                actor.conn.close()
+            new = self._start_impala_actor(i, None)
+            for index in sorted(actor.outstanding):  # its half-written and queued slots go to the new actor
+                self._send_free(new, index)
+        else:
+            new = self._start_seed_actor(i, self._attach_to_server(i, message), None)
+        new.restart = Restart(i, actor.process.pid, new.process.pid, reason, self.learner.version)
+        self.restart_log.append(new.restart)
+        self.actors[i] = new
+        try:
             actor.process.close()
-            self.events.append(message + f"; restarted as pid {new.process.pid}")
+        except ValueError:  # SIGKILL not yet delivered after join_timeout_s: stop() reaps the rest
+            self.events.append(f"{actor.name} (pid {actor.process.pid}) could not be reaped yet")
+        verb = "killed and restarted" if reason == "frozen" else "restarted"
+        self.events.append(message + f"; {verb} as pid {new.process.pid}")
+
+    def _attach_to_server(self, i: int, message: str) -> Connection:
+        """A new pipe for a restarted SEED actor; the server gets its end (and drops the old
+        actor, reclaiming its half-written slot). Returns the actor's end."""
+        server_end, actor_end = self._ctx.Pipe()
+        try:
+            self.server.conn.send(("attach", i, server_end))  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            self.events.append(message + "; the inference server is gone too: shutting down")
+            self.stop()
+            raise SystemFault("the inference server died; the system was shut down cleanly") from None
+        finally:
+            server_end.close()
+        return actor_end
 
     # -- the learner ---------------------------------------------------------------------
 
@@ -401,7 +473,7 @@ class ActorLearnerSystem(ChildProcessSystem):
                     kind, index, finished = conn.recv()
                     if kind == "full":
                         child.outstanding.discard(index)
-                        pending.append((child, index, finished))
+                        pending.append((child, index, finished, self.learner.version))
             except (EOFError, OSError):
                 pass  # it died; _supervise notices
         self._supervise()
@@ -468,7 +540,7 @@ class ActorLearnerSystem(ChildProcessSystem):
     def _hand_back(self, taken: list[_Full], run: _Run) -> None:
         """Free the slots ``taken`` (to the child that filled them, or its replacement) and
         record the returns of the episodes that finished in them."""
-        for child, index, finished in taken:
+        for child, index, finished, _ in taken:
             owner = child if child.conn is not None and child in self.children else None
             if owner is None:  # its actor was restarted meanwhile: give the slot to the new one
                 owner = next(c for c in self.children if c.row == child.row)
@@ -480,10 +552,12 @@ class ActorLearnerSystem(ChildProcessSystem):
         """One update on the slots ``taken``: copy them, hand them back, measure their policy
         lag, update (03.5) and publish the new weights. Returns the update's metrics."""
         cfg = self.config
-        batch = self.buffers.batch([index for _, index, _ in taken])  # copies: the slots can be refilled at once
+        batch = self.buffers.batch([index for _, index, _, _ in taken])  # copies: the slots can be refilled at once
         self._hand_back(taken, run)
         per_column = rollout_lag(self.learner.version, batch["versions"])
         run.lags += per_column[:: cfg.envs_per_actor].tolist()  # one lag per unroll
+        run.queue_lags += [self.learner.version - arrived for *_, arrived in taken]
+        self._note_first_unrolls(taken, batch["versions"])
         m = self.learner.update(batch)
         with self.learner.timings.phase("publish weights"):
             self.weights.publish(self.learner.model, self.learner.version)
@@ -492,6 +566,17 @@ class ActorLearnerSystem(ChildProcessSystem):
         if len(run.metrics) > 1:
             run.frames += batch["actions"].numel()
         return m
+
+    def _note_first_unrolls(self, taken: list[_Full], versions: torch.Tensor) -> None:
+        """For a restarted IMPALA actor's first consumed unroll: the weight version it acted
+        with and its lag (:class:`Restart`). ``versions``: ``[T, len(taken) * B]``."""
+        b = self.config.envs_per_actor
+        for j, (child, _, _, _) in enumerate(taken):
+            record = child.restart
+            if record is not None and record.first_version is None and self.config.layout == "impala":
+                record.first_version = int(versions[:, j * b : (j + 1) * b].min())
+                record.first_lag = self.learner.version - record.first_version
+                record.recovery_s = time.monotonic() - record.at
 
     def _report(self, run: _Run) -> SystemReport:
         """The :class:`SystemReport` of ``run``, its timings counted from the first batch."""
@@ -514,6 +599,9 @@ class ActorLearnerSystem(ChildProcessSystem):
             metrics=run.metrics,
             timings=window,
             events=list(self.events),
+            queue_lags=np.array(run.queue_lags, dtype=np.int64),
+            restarts=self.restarts,
+            lost_unrolls=self.lost_unrolls,
         )
 
 

@@ -1,0 +1,877 @@
+"""Lesson 10's graded exercises: an atomic write-then-rename commit, choosing the newest
+complete checkpoint, the optimal checkpoint interval, and resuming a JAX key stream exactly.
+
+The learner writes:
+
+* ``commit_checkpoint(root, step, files) -> Path``  (write, fsync, os.replace, fsync the folder)
+* ``newest_complete(root) -> (step, path) | None``  (the newest committed checkpoint that verifies)
+* ``optimal_interval(C, M) -> (young, daly)``  (eq. 10.2, 10.3)
+* ``train_until(checkpoint, total_steps, step_fn) -> checkpoint``  (the carried-key split)
+
+The checks never call ``course_lib.checkpoint``: they trace the learner's ``os.fsync``,
+``os.replace`` and ``os.rename`` (patched on the ``os`` module during the call), crash the
+save by raising at each traced call in turn, build checkpoint folders by hand, and compare
+with the oracles below: a verifier written from the manifest format, the interval formulas
+written out (and Young's checked as the numerical minimiser of eq. 10.1), and the key
+stream of ``jax.random.split`` replayed step by step. Each oracle takes keyword switches
+that compute a known slip, so a wrong answer that matches one is named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from course_lib.course.grading.checks import (
+    Exercise,
+    LearnerError,
+    call,
+    check_case,
+    describe_type,
+    fail,
+    fmt_number,
+)
+from course_lib.course.grading.helpers import assert_raises
+
+LESSON = "10_fault_tolerance"
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[Path]:
+    """A fresh folder, removed afterwards whatever the learner's code left in it."""
+    folder = Path(tempfile.mkdtemp(prefix="grade10_"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pass_stub(exc: LearnerError) -> None:
+    """Re-raise the stub's NotImplementedError, so the report says "not implemented yet"."""
+    if isinstance(exc.error, NotImplementedError):
+        raise exc
+
+
+def _real(value: Any) -> float | None:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+# ---------------------------------------------------------------------------------------
+# The manifest format, written and verified independently of the learner
+# ---------------------------------------------------------------------------------------
+
+
+def write_checkpoint(root: Path, step: int, files: dict[str, bytes], *, manifest: Any = None) -> Path:
+    """A committed checkpoint built by hand (no fsync needed in a scratch folder)."""
+    path = root / f"step_{step:08d}"
+    path.mkdir(parents=True)
+    for name, data in files.items():
+        (path / name).write_bytes(data)
+    if manifest is None:
+        entries = {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()}
+        manifest = {"step": step, "files": entries}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def verify(path: Path, *, check_hash: bool = True) -> bool:
+    """Whether ``path``'s manifest parses and every file it lists has that size and sha256."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+        files = manifest["files"]
+        if not isinstance(files, dict):
+            return False
+        for name, entry in files.items():
+            data = (path / name).read_bytes()
+            if len(data) != entry["size"]:
+                return False
+            if check_hash and hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1: commit_checkpoint
+# ---------------------------------------------------------------------------------------
+
+CC = "commit_checkpoint"
+
+
+class _Crash(BaseException):
+    """The injected crash (a BaseException, so a learner's ``except Exception`` cannot hide it)."""
+
+
+@dataclass
+class _Event:
+    kind: str  # "fsync", "replace" or "rename"
+    path: str  # the fsynced file or directory, or the rename's source
+    dst: str = ""
+    listing: tuple[str, ...] = ()  # the source directory's entries at the rename
+
+
+def _real_path(p: Any) -> str:
+    return os.path.realpath(os.fspath(p))
+
+
+def _fd_path(number: int) -> str:
+    """The path a file descriptor refers to (Linux: /proc; macOS: fcntl F_GETPATH)."""
+    try:
+        return os.path.realpath(os.readlink(f"/proc/self/fd/{number}"))
+    except OSError:
+        pass
+    try:
+        import fcntl
+
+        getpath = getattr(fcntl, "F_GETPATH", None)
+        if getpath is not None:
+            raw = fcntl.fcntl(number, getpath, bytes(1024))
+            return os.path.realpath(raw.split(b"\0")[0].decode())
+    except (ImportError, OSError):
+        pass
+    return f"<fd {number}>"
+
+
+@dataclass
+class _Tracer:
+    """Patches os.fsync, os.replace and os.rename to record each call; crashes at call ``crash_at``."""
+
+    crash_at: int | None = None
+    events: list[_Event] = field(default_factory=list)
+
+    def _maybe_crash(self) -> None:
+        if self.crash_at is not None and len(self.events) == self.crash_at:
+            raise _Crash()
+
+    @contextlib.contextmanager
+    def patched(self) -> Iterator[_Tracer]:
+        real_fsync, real_replace, real_rename = os.fsync, os.replace, os.rename
+
+        def fsync(fd: Any) -> None:
+            self._maybe_crash()
+            number = fd if isinstance(fd, int) else fd.fileno()
+            self.events.append(_Event("fsync", _fd_path(number)))
+            real_fsync(fd)
+
+        def mover(kind: str, real: Callable[..., None]) -> Callable[..., None]:
+            def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+                self._maybe_crash()
+                s = _real_path(src)
+                listing = tuple(sorted(os.listdir(s))) if os.path.isdir(s) else ()
+                self.events.append(_Event(kind, s, _real_path(dst), listing))
+                real(src, dst, *args, **kwargs)
+
+            return move
+
+        os.fsync, os.replace, os.rename = fsync, mover("replace", real_replace), mover("rename", real_rename)
+        try:
+            yield self
+        finally:
+            os.fsync, os.replace, os.rename = real_fsync, real_replace, real_rename
+
+
+FILES = {"params.bin": bytes(range(256)) * 3, "opt_state.bin": b"\x00adam\xff" * 11, "rng.bin": b"\x07" * 8}
+
+
+def _cc_text(step: int, files: dict[str, bytes]) -> str:
+    return f"{CC}(root, {step}, {{{', '.join(repr(n) for n in files)}}})"
+
+
+def _cc_traced(fn: Callable[..., Any], root: Path, step: int, files: dict[str, bytes]) -> tuple[Any, list[_Event]]:
+    tracer = _Tracer()
+    with tracer.patched():
+        got = call(fn, root, step, dict(files))
+    return got, tracer.events
+
+
+@check_case("the committed directory: the files, their bytes, and a manifest of each file's sha256 and size")
+def _cc_result(fn: Callable[..., Any]) -> None:
+    for step, files in ((3, FILES), (123456789, {"only.bin": b"x"}), (0, {})):
+        with _scratch() as root:
+            what = _cc_text(step, files)
+            final = root / "ckpt" / f"step_{step:08d}"
+            got = call(fn, str(root / "ckpt"), step, dict(files))  # root as a str, not yet there
+            if not isinstance(got, str | os.PathLike) or _real_path(got) != _real_path(final):
+                fail(f"{what} returned {describe_type(got)}; expected the committed directory {final.name} (a Path)")
+            if not final.is_dir():
+                fail(f"{what}: no directory {final.name} after the call")
+            names = sorted(p.name for p in final.iterdir())
+            if names != sorted([*files, "manifest.json"]):
+                fail(f"{what}: {final.name} holds {names}; expected the files and manifest.json")
+            for name, data in files.items():
+                if (final / name).read_bytes() != data:
+                    fail(f"{what}: {final.name}/{name} does not hold the bytes given")
+            try:
+                manifest = json.loads((final / "manifest.json").read_text())
+            except ValueError:
+                fail(f"{what}: manifest.json is not valid JSON")
+            _cc_manifest(manifest, step, files, what)
+            left = sorted(p.name for p in (root / "ckpt").iterdir() if p.name != final.name)
+            if left:
+                fail(f"{what} left {left} beside {final.name}; the temporary directory is renamed, not copied")
+
+
+def _cc_manifest(manifest: Any, step: int, files: dict[str, bytes], what: str) -> None:
+    """The manifest is {"step": step, "files": {name: {"sha256": hex digest, "size": bytes}}}."""
+    layout = '{"step": step, "files": {name: {"sha256": ..., "size": ...}}}'
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        fail(f"{what}: manifest.json is {describe_type(manifest)} without a files mapping; expected {layout}")
+    if manifest.get("step") != step:
+        fail(f"{what}: manifest.json's step is {manifest.get('step')!r}; expected {step}")
+    if sorted(manifest["files"]) != sorted(files):
+        fail(f"{what}: manifest.json lists {sorted(manifest['files'])}; expected every file, {sorted(files)}")
+    for name, data in files.items():
+        entry = manifest["files"][name]
+        if not isinstance(entry, dict) or entry.get("size") != len(data):
+            fail(f"{what}: manifest.json's entry for {name} is {str(entry)[:60]}; expected its size {len(data)}")
+        if entry.get("sha256") != hashlib.sha256(data).hexdigest():
+            fail(f"{what}: manifest.json's sha256 of {name} is not hashlib.sha256(data).hexdigest() of its bytes")
+
+
+def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, bytes], what: str) -> None:
+    """The traced calls follow the recipe: fsync each file in tmp, rename tmp -> final, fsync root."""
+    root_s, final_s = _real_path(root), _real_path(root / f"step_{step:08d}")
+    if not any(e.kind == "fsync" for e in events):
+        fail(f"{what} never calls os.fsync: without it the bytes may sit in the page cache when the power goes")
+    commits = [i for i, e in enumerate(events) if e.kind in ("replace", "rename") and e.dst == final_s]
+    inside_final = [e.path for e in events if e.kind == "fsync" and os.path.dirname(e.path) == final_s]
+    if not commits or events[commits[0]].path == final_s:
+        where = "straight into" if inside_final or final_s in [e.path for e in events] else "without renaming into"
+        fail(
+            f"{what} writes {where} {Path(final_s).name} (non-atomic): a crash mid-save leaves a half checkpoint "
+            "under the committed name; write into a temporary directory inside root, then os.replace it"
+        )
+    i = commits[0]
+    tmp_s = events[i].path
+    if os.path.dirname(tmp_s) != root_s:
+        fail(f"{what}: the temporary directory must be inside root (a rename is atomic only within one filesystem)")
+    listing = events[i].listing
+    for name in ["manifest.json", *files]:
+        if name not in listing:
+            late = "write the manifest before the rename: the rename is the commit" if name == "manifest.json" else ""
+            fail(f"{what}: {name} was not in the directory when it was renamed; {late or 'write every file first'}")
+    for name in [*files, "manifest.json"]:
+        synced = [k for k, e in enumerate(events) if e.kind == "fsync" and e.path == os.path.join(tmp_s, name)]
+        if not synced:
+            after = any(e.kind == "fsync" and e.path == os.path.join(final_s, name) for e in events[i:])
+            if after:
+                fail(
+                    f"{what}: {name} is fsynced after os.replace (renamed before fsync): a crash can commit a "
+                    "checkpoint whose bytes are not on disk; fsync every file before the rename"
+                )
+            fail(f"{what}: {name} is never fsynced (os.fsync(f.fileno()) after f.flush()) before the rename")
+        if synced[0] > i:
+            fail(f"{what}: {name} is fsynced after os.replace (renamed before fsync); fsync before the rename")
+    if not any(e.kind == "fsync" and e.path == root_s for e in events[i + 1 :]):
+        fail(
+            f"{what}: fsync the root directory after os.replace (fd = os.open(root, os.O_RDONLY); os.fsync(fd)): "
+            "without it the rename itself may be lost on a power cut"
+        )
+
+
+@check_case("traced os calls: every file fsynced in a temporary directory, then os.replace, then the root fsynced")
+def _cc_trace(fn: Callable[..., Any]) -> None:
+    for step, files in ((3, FILES), (12, {"a.bin": b"a"})):
+        with _scratch() as root:
+            _, events = _cc_traced(fn, root, step, files)
+            _cc_order(events, root, step, files, _cc_text(step, files))
+
+
+def _describe_event(e: _Event) -> str:
+    return f"os.fsync of {Path(e.path).name}" if e.kind == "fsync" else f"os.{e.kind} to {Path(e.dst).name}"
+
+
+@check_case("a crash at each traced call in turn: the last good checkpoint survives, no half checkpoint appears")
+def _cc_crash(fn: Callable[..., Any]) -> None:
+    files, what = FILES, _cc_text(2, FILES)
+    with _scratch() as root:
+        _, events = _cc_traced(fn, root, 2, files)
+    for k in range(len(events)):
+        with _scratch() as root:
+            good = write_checkpoint(root, 1, {"params.bin": b"good" * 10})
+            tracer = _Tracer(crash_at=k)
+            try:
+                with tracer.patched():
+                    call(fn, root, 2, dict(files))
+            except _Crash:
+                pass
+            else:
+                continue  # the call path changed under the crash; nothing to judge here
+            at = _describe_event(events[k])
+            if not verify(good):
+                fail(f"{what} crashed at {at} and the previous checkpoint step_00000001 no longer verifies")
+            new = root / "step_00000002"
+            if new.exists() and not verify(new):
+                fail(
+                    f"{what} crashed at {at} and left step_00000002 committed but incomplete (non-atomic): only "
+                    "the final os.replace may create the committed name"
+                )
+            if not new.exists():  # the save is tried again, as a restarted run does
+                try:
+                    call(fn, root, 2, dict(files))
+                except LearnerError as exc:
+                    _pass_stub(exc)
+                    fail(
+                        f"{what} after a crash at {at} raised {type(exc.error).__name__}: remove a leftover "
+                        "temporary directory of a crashed save (shutil.rmtree) before writing again"
+                    )
+            if not verify(new):
+                fail(f"{what} after a crash at {at}: the second try did not commit a checkpoint that verifies")
+
+
+@check_case("an existing step raises FileExistsError and stays as it was; a leftover temporary directory is replaced")
+def _cc_existing(fn: Callable[..., Any]) -> None:
+    with _scratch() as root:
+        old = write_checkpoint(root, 5, {"params.bin": b"old"})
+        what = _cc_text(5, {"params.bin": b"new"})
+        assert_raises(
+            FileExistsError,
+            fn,
+            root,
+            5,
+            {"params.bin": b"new"},
+            other_error=lambda exc: (
+                f"{what} raised {type(exc).__name__} for an existing step; expected FileExistsError"
+            ),
+            no_error=f"{what} returned for a step already committed; expected FileExistsError (never overwrite one)",
+        )
+        if (old / "params.bin").read_bytes() != b"old" or not verify(old):
+            fail(f"{what} changed the committed step_00000005; a committed checkpoint is never touched again")
+    with _scratch() as root:
+        stale = root / ".tmp-step_00000006"
+        stale.mkdir()
+        (stale / "params.bin").write_bytes(b"half")
+        (stale / "junk.bin").write_bytes(b"from a crashed save")
+        what = _cc_text(6, {"params.bin": b"whole"})
+        try:
+            call(fn, root, 6, {"params.bin": b"whole"})
+        except LearnerError as exc:
+            _pass_stub(exc)
+            fail(
+                f"{what} with a leftover .tmp-step_00000006 from a crashed save raised {type(exc.error).__name__}: "
+                "remove it first (shutil.rmtree)"
+            )
+        final = root / "step_00000006"
+        names = sorted(p.name for p in final.iterdir()) if final.is_dir() else []
+        if names != ["manifest.json", "params.bin"] or not verify(final):
+            fail(
+                f"{what} with a leftover .tmp-step_00000006 committed {names}: start from an empty temporary directory"
+            )
+
+
+COMMIT_CHECKPOINT = Exercise(
+    name=CC,
+    points=15,
+    title="an atomic checkpoint commit: write, fsync, os.replace, fsync the folder",
+    checks=(_cc_result, _cc_trace, _cc_crash, _cc_existing),
+    hints=(
+        "six steps in order: the final name (FileExistsError if taken), a fresh temporary directory inside root, "
+        "each file written + flushed + os.fsync'd, manifest.json the same way, os.replace(tmp, final), then fsync "
+        "the root directory",
+        'with open(tmp / name, "wb") as f: f.write(data); f.flush(); os.fsync(f.fileno()); collect '
+        '{"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)} in the same loop',
+        "fd = os.open(root, os.O_RDONLY); try: os.fsync(fd) finally: os.close(fd)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: newest_complete
+# ---------------------------------------------------------------------------------------
+
+NC = "newest_complete"
+
+
+def naive_newest(
+    root: Path, *, string_order: bool = False, check_hash: bool = True, loose_names: bool = False
+) -> tuple[int, Path] | None:
+    """Every entry of ``root`` checked one by one; the switches compute known slips (``loose_names``:
+    any name that contains step_<digits>)."""
+    best: tuple[Any, int, Path] | None = None
+    for path in root.iterdir():
+        match = (re.search if loose_names else re.fullmatch)(r"step_(\d+)", path.name)
+        if not match or not path.is_dir() or not verify(path, check_hash=check_hash):
+            continue
+        step = int(match.group(1))
+        order: Any = path.name if string_order else step
+        if best is None or order > best[0]:
+            best = (order, step, path)
+    return None if best is None else (best[1], best[2])
+
+
+NC_SLIPS: dict[str, dict[str, Any]] = {
+    "steps ordered as strings: step_100000000 is newer than step_99999999; compare int(step)": dict(string_order=True),
+    "a manifest trusted without checking the hashes: a flipped byte keeps the size; compare each file's sha256": dict(
+        check_hash=False
+    ),
+    "its name is not step_<digits> in full (a temporary directory of a save that never reached its rename is not "
+    "committed): match the whole name": dict(loose_names=True),
+}
+
+
+def _nc_compare(fn: Callable[..., Any], root: Path, case: str) -> None:
+    expected = naive_newest(root)
+    what = f"{NC}(root) with {case}"
+    try:
+        got = call(fn, root)
+    except LearnerError as exc:
+        _pass_stub(exc)
+        fail(
+            f"{what} raised {type(exc.error).__name__}: a broken checkpoint (an unreadable manifest, a missing file) "
+            "is not complete; skip it and fall back, never raise"
+        )
+    if expected is None:
+        if got is not None:
+            fail(f"{what} returned {describe_type(got)}; expected None: no checkpoint there verifies")
+        return
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        fail(f"{what} returned {describe_type(got)}; expected a tuple (step, path)")
+    step, path = got
+    if not isinstance(path, str | os.PathLike):
+        fail(f"{what}: the path is {describe_type(path)}; expected the checkpoint directory's Path")
+    if _real_path(path) == _real_path(expected[1]):
+        if not isinstance(step, int | np.integer) or isinstance(step, bool) or int(step) != expected[0]:
+            fail(f"{what}: the step is {describe_type(step)} {step!r}; expected the int {expected[0]}")
+        return
+    for message, slip in NC_SLIPS.items():
+        wrong = naive_newest(root, **slip)
+        if wrong is not None and wrong[1] != expected[1] and _real_path(path) == _real_path(wrong[1]):
+            fail(f"{what} chose {Path(path).name}: {message}")
+    fail(f"{what} chose {Path(path).name}; expected {expected[1].name}, the newest that verifies")
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+#: How the hand-built cases break the newest checkpoint (each leaves an older good one).
+BREAKS: dict[str, Callable[[Path], Any]] = {
+    "a flipped byte of the same size in the newest": lambda p: _flip_byte(p / "params.bin"),
+    "a truncated file in the newest": lambda p: (p / "params.bin").write_bytes((p / "params.bin").read_bytes()[:5]),
+    "a missing file in the newest": lambda p: (p / "params.bin").unlink(),
+    "a missing manifest in the newest": lambda p: (p / "manifest.json").unlink(),
+    "a truncated manifest.json in the newest": lambda p: (p / "manifest.json").write_text(
+        (p / "manifest.json").read_text()[:17]
+    ),
+    "an empty manifest.json in the newest": lambda p: (p / "manifest.json").write_text(""),
+    "a manifest whose files are a list": lambda p: (p / "manifest.json").write_text('{"step": 1, "files": ["x"]}'),
+}
+
+
+def _payload(step: int) -> dict[str, bytes]:
+    return {"params.bin": (b"p%d-" % step) * 20, "opt.bin": b"o" * (step % 7 + 1)}
+
+
+@check_case("hand-built folders: the newest that verifies, falling back past a broken newest; None when none verifies")
+def _nc_known(fn: Callable[..., Any]) -> None:
+    with _scratch() as root:
+        _nc_compare(fn, root, "an empty folder")
+    with _scratch() as root:
+        for step in (1, 2, 3):
+            write_checkpoint(root, step, _payload(step))
+        _nc_compare(fn, root, "steps 1, 2 and 3, all good")
+    for case, damage in BREAKS.items():
+        with _scratch() as root:
+            for step in (4, 5, 6):
+                write_checkpoint(root, step, _payload(step))
+            damage(root / "step_00000006")
+            _nc_compare(fn, root, case)
+    with _scratch() as root:
+        for step in (1, 2):
+            _flip_byte(write_checkpoint(root, step, _payload(step)) / "params.bin")
+        _nc_compare(fn, root, "every checkpoint corrupt")
+
+
+@check_case("temporary directories and stray files are not checkpoints; steps compare as numbers")
+def _nc_names(fn: Callable[..., Any]) -> None:
+    with _scratch() as root:
+        write_checkpoint(root, 5, _payload(5))
+        tmp = write_checkpoint(root, 9, _payload(9))  # complete, but never renamed
+        tmp.rename(root / ".tmp-step_00000009")
+        (root / "step_00000010").write_bytes(b"a stray file, not a directory")
+        _nc_compare(fn, root, "step_00000005, a complete .tmp-step_00000009 and a file step_00000010")
+    with _scratch() as root:
+        write_checkpoint(root, 5, _payload(5))
+        write_checkpoint(root / "x", 11, _payload(11)).rename(root / "step_00000011.old")
+        _nc_compare(fn, root, "step_00000005 and a complete step_00000011.old")
+    with _scratch() as root:
+        for step in (99_999_999, 100_000_000, 7):
+            write_checkpoint(root, step, _payload(step))
+        _nc_compare(fn, root, "step_99999999, step_100000000 and step_00000007")
+    with _scratch() as root:
+        for name in ("step_9", "step_10"):
+            write_checkpoint(root / "x", 1, _payload(1)).rename(root / name)
+        _nc_compare(fn, root, "step_9 and step_10 (not zero-padded)")
+
+
+@check_case("random folders against an oracle that verifies every candidate")
+def _nc_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    damages = list(BREAKS.values())
+    for i in range(12):
+        with _scratch() as root:
+            steps = sorted(
+                {int(s) for s in rng.integers(0, 10**9 if i % 3 == 0 else 200, size=int(rng.integers(1, 7)))}
+            )
+            for step in steps:
+                path = write_checkpoint(root, step, _payload(step))
+                if rng.random() < 0.4:
+                    damages[int(rng.integers(0, len(damages)))](path)
+            if rng.random() < 0.5:
+                (root / f".tmp-step_{steps[-1] + 1:08d}").mkdir()
+            _nc_compare(fn, root, f"random folder {i} (steps {', '.join(map(str, steps))})")
+
+
+NEWEST_COMPLETE = Exercise(
+    name=NC,
+    points=15,
+    title="the newest committed checkpoint whose manifest verifies",
+    checks=(_nc_known, _nc_names, _nc_oracle),
+    hints=(
+        "two passes: collect (int(step), path) of the directories named step_<digits> exactly, then walk them newest "
+        "first and return the first that verifies",
+        "sorted(candidates, reverse=True) orders by the int step; verify inside try/except (OSError, ValueError, "
+        "KeyError, TypeError, AttributeError): a JSON decode error is a ValueError",
+        'for name, entry in manifest["files"].items(): compare len(data) with entry["size"] and '
+        'hashlib.sha256(data).hexdigest() with entry["sha256"]',
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: optimal_interval
+# ---------------------------------------------------------------------------------------
+
+OI = "optimal_interval"
+
+
+def naive_intervals(
+    C: float,
+    M: float,
+    *,
+    factor: float = 2.0,
+    swapped: bool = False,
+    minus_c: bool = True,
+    thirds_ninths: tuple[float, float] = (3.0, 9.0),
+    cap: bool = True,
+) -> tuple[float, float]:
+    """(10.2) and (10.3) written out; the switches compute known slips."""
+    young = math.sqrt(factor * C * M)
+    if cap and C >= 2 * M:
+        return young, float(M)
+    ratio = M / (2 * C) if swapped else C / (2 * M)
+    a, b = thirds_ninths
+    return young, young * (1 + math.sqrt(ratio) / a + ratio / b) - (C if minus_c else 0.0)
+
+
+OI_SLIPS: dict[str, dict[str, Any]] = {
+    "the factor 2 is missing: tau* = sqrt(2 C M) (10.2)": dict(factor=1.0),
+    "C and M are swapped in Daly's correction: it is in C / (2M), small for a short save (10.3)": dict(swapped=True),
+    "Daly's interval subtracts C: ... - C (10.3)": dict(minus_c=False),
+    "1/3 and 1/9 are swapped: 1 + (1/3) sqrt(C/2M) + (1/9) C/2M (10.3)": dict(thirds_ninths=(9.0, 3.0)),
+    "for C >= 2M Daly's interval is M (10.3)": dict(cap=False),
+}
+
+
+def _minimise_first_order(C: float, M: float, R: float) -> float:
+    """The minimiser of (10.1) by golden-section search on log tau (no closed form used)."""
+
+    def waste(log_tau: float) -> float:
+        tau = math.exp(log_tau)
+        return C / tau + (tau + C) / (2 * M) + R / M
+
+    lo, hi = math.log(C) - 10, math.log(M) + 10
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(200):
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        if waste(a) < waste(b):
+            hi = b
+        else:
+            lo = a
+    return math.exp((lo + hi) / 2)
+
+
+def _oi_compare(fn: Callable[..., Any], C: float, M: float) -> None:
+    what = f"{OI}({fmt_number(C)}, {fmt_number(M)})"
+    got = call(fn, C, M)
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        fail(f"{what} returned {describe_type(got)}; expected a tuple (young, daly)")
+    values = [_real(v) for v in got]
+    for name, v, raw in zip(("young", "daly"), values, got, strict=True):
+        if v is None:
+            fail(f"{what}: {name} is {describe_type(raw)}; expected a finite float (seconds)")
+    young, daly = values
+    assert young is not None and daly is not None
+    want = naive_intervals(C, M)
+    for name, v, w, index in (("young", young, want[0], 0), ("daly", daly, want[1], 1)):
+        if math.isclose(v, w, rel_tol=1e-9):
+            continue
+        for message, slip in OI_SLIPS.items():
+            wrong = naive_intervals(C, M, **slip)[index]
+            if not math.isclose(wrong, w, rel_tol=1e-9) and math.isclose(v, wrong, rel_tol=1e-9):
+                fail(f"{what}: {name} = {fmt_number(v)}; {message}")
+        fail(f"{what}: {name} = {fmt_number(v)}; expected {fmt_number(w)}")
+
+
+@check_case("hand-computed: a 60 s save at a one-hour MTBF gives 657.3 s (Young) and 617.9 s (Daly)")
+def _oi_known(fn: Callable[..., Any]) -> None:
+    young, daly = naive_intervals(60.0, 3600.0)
+    assert abs(young - 657.267) < 1e-3 and abs(daly - 617.876) < 1e-3  # the statement's numbers
+    _oi_compare(fn, 60.0, 3600.0)
+    _oi_compare(fn, 600.0, 3600.0)
+    _oi_compare(fn, 30.0, 86400.0)
+    _oi_compare(fn, 1.0, 1.0)  # C < 2M, barely a correction left
+    _oi_compare(fn, 4.0, 2.0)  # C = 2M: Daly's is M
+    _oi_compare(fn, 10.0, 2.0)  # C > 2M
+
+
+@check_case("random C and M over six orders of magnitude against (10.2)-(10.3); Young's minimises (10.1)")
+def _oi_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        C = float(np.exp(rng.uniform(np.log(0.01), np.log(1e4))))
+        M = float(np.exp(rng.uniform(np.log(1.0), np.log(1e6))))
+        _oi_compare(fn, C, M)
+    for C, M, R in ((60.0, 3600.0, 0.0), (5.0, 86400.0, 300.0)):
+        young = _real(call(fn, C, M)[0])
+        best = _minimise_first_order(C, M, R)
+        if young is None or not math.isclose(young, best, rel_tol=1e-6):
+            fail(f"{OI}({fmt_number(C)}, {fmt_number(M)}): young = {young}; (10.1) is smallest at {fmt_number(best)}")
+
+
+def _other_than_value_error(what: str) -> Callable[[Exception], str]:
+    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
+
+
+@check_case("raises ValueError when C or M is not positive")
+def _oi_bad(fn: Callable[..., Any]) -> None:
+    for C, M in ((0.0, 3600.0), (-1.0, 3600.0), (60.0, 0.0), (60.0, -5.0)):
+        what = f"{OI}({fmt_number(C)}, {fmt_number(M)})"
+        assert_raises(
+            ValueError,
+            fn,
+            C,
+            M,
+            other_error=_other_than_value_error(what),
+            no_error=f"{what} returned; expected ValueError: a save cost and an MTBF are positive",
+        )
+
+
+OPTIMAL_INTERVAL = Exercise(
+    name=OI,
+    points=10,
+    title="Young's and Daly's optimal checkpoint intervals (eq. 10.2, 10.3)",
+    checks=(_oi_known, _oi_oracle, _oi_bad),
+    hints=(
+        "young = math.sqrt(2 * C * M); Daly's is Young's times a correction in x = C / (2 * M), minus C",
+        "check C <= 0 or M <= 0 first; return (young, float(M)) when C >= 2 * M",
+        "C = 60, M = 3600: young = 657.27, x = 1/120, daly = 657.27 * (1 + 0.0304 + 0.000926) - 60 = 617.88",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 4: train_until
+# ---------------------------------------------------------------------------------------
+
+TU = "train_until"
+
+KeyBits = tuple[int, ...]
+
+
+def _bits(key: Any) -> KeyBits:
+    """A key's bits as a tuple of ints, for typed keys and raw uint32 keys alike."""
+    import jax
+
+    arr = key
+    if hasattr(key, "dtype") and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        arr = jax.random.key_data(key)
+    return tuple(int(x) for x in np.asarray(arr).ravel())
+
+
+def _params_after(params: np.ndarray, k_batch: KeyBits, k_noise: KeyBits) -> np.ndarray:
+    """The grader's step: any deterministic function of both keys (float64, exact)."""
+    return params * 0.5 + np.array([k_batch[0] % 1000, k_noise[-1] % 1000, (k_batch[-1] ^ k_noise[0]) % 1000]) / 1000
+
+
+@dataclass
+class _Recorder:
+    """A ``step_fn`` that records the keys it is given."""
+
+    calls: list[tuple[KeyBits, KeyBits]] = field(default_factory=list)
+
+    def __call__(self, params: Any, k_batch: Any, k_noise: Any) -> np.ndarray:
+        kb, kn = _bits(k_batch), _bits(k_noise)
+        self.calls.append((kb, kn))
+        return _params_after(np.asarray(params, dtype=np.float64), kb, kn)
+
+
+def naive_keys(seed: int, n_steps: int, *, same_key: bool = False, no_carry: bool = False) -> list[tuple[Any, ...]]:
+    """``[(carried key after step t, k_batch_t, k_noise_t)]`` for t < n_steps, split by split."""
+    import jax
+
+    key = jax.random.key(seed)
+    out = []
+    for _ in range(n_steps):
+        if same_key:
+            new, k = jax.random.split(key)
+            k_batch = k_noise = k
+        else:
+            new, k_batch, k_noise = jax.random.split(key, 3)
+        key = key if no_carry else new
+        out.append((key, k_batch, k_noise))
+    return out
+
+
+def _fresh(seed: int) -> dict[str, Any]:
+    import jax
+
+    return {"seed": seed, "step": 0, "params": np.zeros(3), "key": jax.random.key(seed)}
+
+
+def _expected_calls(stream: list[tuple[Any, ...]], start: int, stop: int) -> list[tuple[KeyBits, KeyBits]]:
+    return [(_bits(b), _bits(n)) for _, b, n in stream[start:stop]]
+
+
+def _tu_run(fn: Callable[..., Any], checkpoint: dict[str, Any], total: int) -> tuple[dict[str, Any], _Recorder, str]:
+    what = f"{TU}(checkpoint at step {checkpoint['step']}, {total}, step_fn)"
+    recorder = _Recorder()
+    given = dict(checkpoint)
+    got = call(fn, given, total, recorder)
+    if not isinstance(got, dict) or not {"seed", "step", "params", "key"} <= set(got):
+        fail(f"{what} returned {describe_type(got)}; expected a dict with seed, step, params and key")
+    if given["step"] != checkpoint["step"] or given["key"] is not checkpoint["key"]:
+        fail(f"{what} changed the checkpoint it was given; return a new dict")
+    return got, recorder, what
+
+
+def _tu_stream_slip(calls: list[tuple[KeyBits, KeyBits]], seed: int, n: int) -> str:
+    """Name the slip whose key stream the learner's calls follow, or ""."""
+    if calls and all(kb == kn for kb, kn in calls):
+        return "the batch and the noise draw with one key: split the carried key 3 ways, one key a draw"
+    if len(calls) > 1 and len(set(calls)) == 1:
+        return "every step draws the same keys: carry the first key of the split forward"
+    if calls == _expected_calls(naive_keys(seed, n, no_carry=True), 0, n):
+        return "every step draws the same keys: carry the first key of the split forward"
+    return ""
+
+
+def _tu_check_stream(calls: list[tuple[KeyBits, KeyBits]], want: list[tuple[KeyBits, KeyBits]], what: str) -> None:
+    if len(calls) != len(want):
+        fail(f"{what} ran {len(calls)} steps; expected total_steps - checkpoint['step'] = {len(want)} (off by one?)")
+    for t, (got, exp) in enumerate(zip(calls, want, strict=True)):
+        if got != exp:
+            fail(f"{what}: step {t} of the call drew different keys from key, k_batch, k_noise = split(key, 3)")
+
+
+@check_case("an uninterrupted run: the keys of the carried split, one batch and one noise key a step")
+def _tu_straight(fn: Callable[..., Any]) -> None:
+    for seed, n in ((0, 6), (7, 1)):
+        stream = naive_keys(seed, n)
+        got, recorder, what = _tu_run(fn, _fresh(seed), n)
+        want = _expected_calls(stream, 0, n)
+        if recorder.calls != want:
+            slip = _tu_stream_slip(recorder.calls, seed, n)
+            if slip:
+                fail(f"{what}: {slip}")
+            _tu_check_stream(recorder.calls, want, what)
+        if got["step"] != n or isinstance(got["step"], bool):
+            fail(f"{what}: the checkpoint's step is {got['step']!r}; expected {n} (steps done; off by one?)")
+        if got["seed"] != seed:
+            fail(f"{what}: the checkpoint's seed is {got['seed']!r}; keep the run's seed {seed}")
+        _tu_check_key(got["key"], stream, n, _fresh(seed)["key"], what)
+
+
+def _tu_check_key(key: Any, stream: list[tuple[Any, ...]], n: int, start_key: Any, what: str) -> None:
+    try:
+        bits = _bits(key)
+    except Exception:  # not a key at all
+        fail(f"{what}: the checkpoint's key is {describe_type(key)}; expected the carried JAX key")
+    if bits == _bits(stream[n - 1][0]):
+        return
+    if bits == _bits(start_key):
+        fail(f"{what}: the checkpoint holds the key the run started from, not the carried key: a resume replays it")
+    if bits == _bits(stream[n - 1][1]) or bits == _bits(stream[n - 1][2]):
+        fail(f"{what}: the checkpoint holds a step's key (k_batch or k_noise), not the carried key")
+    if n >= 2 and bits == _bits(stream[n - 2][0]):
+        fail(f"{what}: the checkpoint holds the carried key of one step earlier: a resume repeats a step (off by one)")
+    fail(f"{what}: the checkpoint's key is not the carried key after the last split; a resume would draw other keys")
+
+
+@check_case("stopped at step k and resumed: exactly the keys and bitwise the params of the uninterrupted run")
+def _tu_resume(fn: Callable[..., Any]) -> None:
+    import jax
+
+    seed, total = 3, 8
+    stream = naive_keys(seed, total)
+    straight = _fresh(seed)["params"]
+    for _, kb, kn in stream:
+        straight = _params_after(straight, _bits(kb), _bits(kn))
+    for k, on_disk in ((1, False), (3, True), (5, False), (7, True)):
+        first, _, _ = _tu_run(fn, _fresh(seed), k)
+        if on_disk:  # as a checkpoint saved to disk comes back: numpy arrays
+            first = dict(
+                first, key=jax.random.wrap_key_data(jax.numpy.asarray(np.asarray(jax.random.key_data(first["key"]))))
+            )
+            first["params"] = np.array(first["params"])
+        got, recorder, what = _tu_run(fn, first, total)
+        what = f"{what} (resumed at step {k}{', the key loaded from disk' if on_disk else ''})"
+        want = _expected_calls(stream, k, total)
+        if recorder.calls != want:
+            if recorder.calls[:1] == _expected_calls(stream, 0, 1):
+                fail(f"{what}: the resumed run draws step 0's keys again: it restarts the key stream from the seed")
+            if recorder.calls[:1] == _expected_calls(stream, k - 1, k):
+                fail(f"{what}: the resumed run repeats step {k - 1}'s keys (off by one): save the carried key")
+            if recorder.calls[:1] == _expected_calls(stream, k + 1, k + 2):
+                fail(f"{what}: the resumed run skips step {k}'s keys (off by one)")
+            first_key = _bits(jax.random.key(seed))
+            if _bits(first["key"]) == first_key:
+                fail(f"{what}: the checkpoint at step {k} holds the key the run started from, not the carried key")
+            _tu_check_stream(recorder.calls, want, what)
+        params = np.asarray(got["params"], dtype=np.float64)
+        if params.shape != straight.shape or not np.array_equal(params, straight):
+            fail(f"{what}: the params differ from the uninterrupted run's; they must be bitwise equal")
+
+
+@check_case("nothing to do at total_steps; a checkpoint's step counts the steps done")
+def _tu_noop(fn: Callable[..., Any]) -> None:
+    seed = 11
+    first, _, _ = _tu_run(fn, _fresh(seed), 4)
+    if first["step"] != 4:
+        fail(f"{TU}(fresh, 4, step_fn): the checkpoint's step is {first['step']!r}; expected 4 (off by one)")
+    again, recorder, what = _tu_run(fn, first, 4)
+    if recorder.calls:
+        fail(f"{what} ran {len(recorder.calls)} steps; at total_steps nothing runs (off by one)")
+    if again["step"] != 4 or _bits(again["key"]) != _bits(first["key"]):
+        fail(f"{what} changed the step or the key with nothing to do")
+
+
+TRAIN_UNTIL = Exercise(
+    name=TU,
+    points=10,
+    title="resume a JAX key stream exactly: carry the split key, save the carried key",
+    checks=(_tu_straight, _tu_resume, _tu_noop),
+    hints=(
+        'loop for _ in range(checkpoint["step"], total_steps), carrying key and params from the checkpoint',
+        "the checkpoint's key is the key after the last step's split, the one the next step would split: save "
+        "the carried key, never k_batch or k_noise",
+        'return {"seed": checkpoint["seed"], "step": total_steps, "params": params, "key": key}',
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (COMMIT_CHECKPOINT, NEWEST_COMPLETE, OPTIMAL_INTERVAL, TRAIN_UNTIL)

@@ -1,0 +1,187 @@
+"""Planted bugs in lesson 10's exercises, each a one-place edit of the real solution
+(see `Mutant` in tests/conftest.py); `expected` is a fragment the grader's message must hold."""
+
+from conftest import Mutant
+
+CC, NC, OI, TU = "commit_checkpoint", "newest_complete", "optimal_interval", "train_until"
+
+FILE_FSYNC = (
+    "            f.write(data)\n            f.flush()\n            os.fsync(f.fileno())  # on disk before the commit\n"
+)
+MANIFEST = (
+    '    with open(tmp / "manifest.json", "w") as f:\n'
+    '        json.dump({"step": step, "files": entries}, f)\n'
+    "        f.flush()\n"
+    "        os.fsync(f.fileno())\n"
+)
+COMMIT = "    os.replace(tmp, final)  # the commit: one atomic rename\n"
+DIR_FSYNC = (
+    "    fd = os.open(root, os.O_RDONLY)\n"
+    "    try:\n"
+    "        os.fsync(fd)  # the rename itself survives a power loss\n"
+    "    finally:\n"
+    "        os.close(fd)\n"
+)
+FSYNC_AFTER_RENAME = (
+    "    for name in files:  # fsync after the rename: too late\n"
+    '        with open(final / name, "rb") as f:\n'
+    "            os.fsync(f.fileno())\n"
+)
+TAIL = (
+    "    for name, data in files.items():\n"
+    '        with open(tmp / name, "wb") as f:\n'
+    + FILE_FSYNC
+    + '        entries[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}\n'
+    + MANIFEST
+    + COMMIT
+    + DIR_FSYNC
+)
+HASH = ' and hashlib.sha256(data).hexdigest() == entry["sha256"]'
+EXCEPT = "except (OSError, ValueError, KeyError, TypeError, AttributeError):"
+SPLIT = "        key, k_batch, k_noise = jax.random.split(key, 3)\n"
+RESULT = '"step": total_steps, "params": params, "key": key}'
+
+MUTANTS: list[Mutant] = [
+    # commit_checkpoint: the order of fsync and rename, the manifest, atomicity, leftovers
+    Mutant(
+        CC,
+        "rename_before_fsync",
+        TAIL,
+        TAIL.replace(FILE_FSYNC, "            f.write(data)\n").replace(COMMIT, COMMIT + FSYNC_AFTER_RENAME),
+        "renamed before fsync",
+    ),
+    Mutant(
+        CC,
+        "manifest_fsync_after_rename",
+        MANIFEST + COMMIT,
+        MANIFEST.replace("        os.fsync(f.fileno())\n", "")
+        + COMMIT
+        + '    with open(final / "manifest.json", "rb") as f:\n        os.fsync(f.fileno())\n',
+        "renamed before fsync",
+    ),
+    Mutant(CC, "files_not_fsynced", FILE_FSYNC, "            f.write(data)\n", "is never fsynced"),
+    Mutant(
+        CC,
+        "no_fsync_at_all",
+        TAIL,
+        TAIL.replace("            os.fsync(f.fileno())  # on disk before the commit\n", "")
+        .replace("        os.fsync(f.fileno())\n", "")
+        .replace(DIR_FSYNC, ""),
+        "never calls os.fsync",
+    ),
+    Mutant(CC, "no_dir_fsync", DIR_FSYNC, "", "fsync the root directory"),
+    Mutant(
+        CC,
+        "manifest_after_rename",
+        MANIFEST + COMMIT,
+        COMMIT + MANIFEST.replace("tmp /", "final /"),
+        "write the manifest before the rename",
+    ),
+    Mutant(
+        CC,
+        "straight_into_final",
+        'final, tmp = root / f"step_{step:08d}", root / f".tmp-step_{step:08d}"',
+        'final = tmp = root / f"step_{step:08d}"',
+        "non-atomic",
+    ),
+    Mutant(
+        CC,
+        "leftover_temporary_kept",
+        "    if tmp.exists():  # a save that crashed before its rename\n        shutil.rmtree(tmp)\n    tmp.mkdir()\n",
+        "    tmp.mkdir(exist_ok=True)\n",
+        "start from an empty temporary directory",
+    ),
+    Mutant(
+        CC,
+        "leftover_temporary_crashes",
+        "    if tmp.exists():  # a save that crashed before its rename\n        shutil.rmtree(tmp)\n",
+        "",
+        "shutil.rmtree",
+    ),
+    Mutant(
+        CC,
+        "hash_of_the_name",
+        '"sha256": hashlib.sha256(data).hexdigest()',
+        '"sha256": hashlib.sha256(name.encode()).hexdigest()',
+        "sha256 of params.bin",
+    ),
+    Mutant(
+        CC,
+        "overwrites",
+        "    if final.exists():\n",
+        "    if False:\n",
+        "expected FileExistsError",
+    ),
+    # newest_complete: ordering, verification, names, robustness
+    Mutant(
+        NC,
+        "string_order",
+        "sorted(committed, reverse=True)",
+        "sorted(committed, key=lambda c: c[1].name, reverse=True)",
+        "ordered as strings",
+    ),
+    Mutant(NC, "no_hash_check", HASH, "", "without checking the hashes"),
+    Mutant(
+        NC,
+        "trusts_the_manifest",
+        '            for name, entry in manifest["files"].items():\n                data = (path / name).read_bytes()\n',
+        '            for name, entry in []:  # the manifest parses: trust it\n                data = b""\n',
+        "without checking the hashes",
+    ),
+    Mutant(
+        NC,
+        "takes_temporary_dirs",
+        're.fullmatch(r"step_(\\d+)", path.name)',
+        're.search(r"step_(\\d+)", path.name)',
+        "not step_<digits> in full",
+    ),
+    Mutant(NC, "crashes_on_unreadable_manifest", EXCEPT, "except OSError:", "never raise"),
+    Mutant(NC, "oldest_first", "sorted(committed, reverse=True)", "sorted(committed)", "the newest that verifies"),
+    # optimal_interval: the formulas
+    Mutant(OI, "no_factor_2", "young = math.sqrt(2 * C * M)", "young = math.sqrt(C * M)", "factor 2 is missing"),
+    Mutant(OI, "c_m_swapped", "x = C / (2 * M)", "x = M / (2 * C)", "C and M are swapped"),
+    Mutant(OI, "no_minus_c", "math.sqrt(x) / 3 + x / 9) - C", "math.sqrt(x) / 3 + x / 9)", "subtracts C"),
+    Mutant(OI, "thirds_ninths", "math.sqrt(x) / 3 + x / 9)", "math.sqrt(x) / 9 + x / 3)", "1/3 and 1/9 are swapped"),
+    Mutant(OI, "no_cap", "    if C >= 2 * M:\n        return young, float(M)\n", "", "for C >= 2M"),
+    Mutant(OI, "no_value_error", "    if C <= 0 or M <= 0:\n", "    if C < 0 and M < 0:\n", "expected ValueError"),
+    # train_until: the key stream and the checkpoint
+    Mutant(
+        TU,
+        "reuses_key",
+        SPLIT,
+        "        key, k_batch = jax.random.split(key)\n        k_noise = k_batch\n",
+        "with one key",
+    ),
+    Mutant(
+        TU,
+        "no_carry",
+        SPLIT,
+        "        _, k_batch, k_noise = jax.random.split(key, 3)\n",
+        "every step draws the same keys",
+    ),
+    Mutant(
+        TU,
+        "restarts_from_seed",
+        'key, params = checkpoint["key"], checkpoint["params"]',
+        'key, params = jax.random.key(checkpoint["seed"]), checkpoint["params"]',
+        "from the seed",
+    ),
+    Mutant(
+        TU,
+        "skips_a_step",
+        'range(checkpoint["step"], total_steps)',
+        'range(checkpoint["step"] + 1, total_steps)',
+        "off by one",
+    ),
+    Mutant(
+        TU, "step_off_by_one", RESULT, RESULT.replace('"step": total_steps', '"step": total_steps - 1'), "off by one"
+    ),
+    Mutant(TU, "saves_a_step_key", RESULT, RESULT.replace('"key": key}', '"key": k_noise}'), "a step's key"),
+    Mutant(
+        TU,
+        "saves_the_start_key",
+        RESULT,
+        RESULT.replace('"key": key}', '"key": checkpoint["key"]}'),
+        "the key the run started from",
+    ),
+]

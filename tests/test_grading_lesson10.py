@@ -1,0 +1,236 @@
+"""Lesson 10's graders: the solutions pass, the stubs are "not implemented yet", every planted
+bug is rejected with its message (tests/test_exercises.py repeats these three for every
+lesson once lessons/10_fault_tolerance.py exists; they are here too so they run before it
+does); the graders' oracles agree with the library (`course_lib.checkpoint.interval`) and
+with hand-made folders; bad submissions get a report, never a crash, a hang or a leftover
+file; one planted bug per exercise is caught end to end through `course grade`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import grade_with_planted_bugs, mutant_function, solution_function, stub_function
+from mutants.l10_fault_tolerance import MUTANTS
+
+from course_lib.checkpoint.interval import daly_interval, waste_fraction, young_interval
+from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_check, run_exercise
+from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.grading.lessons import l10_fault_tolerance as l10
+
+LESSON = "10_fault_tolerance"
+NAMES = ("commit_checkpoint", "newest_complete", "optimal_interval", "train_until")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _grader_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("grade10_*")}
+
+
+def test_registry_lists_the_four_exercises():
+    exercises = exercises_for(LESSON)
+    assert tuple(e.name for e in exercises) == NAMES
+    assert exercises_for("10") == exercises_for("fault_tolerance") == exercises
+    assert sum(e.points for e in exercises) == 50
+    for e in exercises:
+        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes_and_stub_is_not_implemented(name):
+    before = _grader_folders()
+    outcome = run_exercise(get_exercise(LESSON, name), solution_function(LESSON, name))
+    assert outcome.passed, outcome.message
+    stub = run_exercise(get_exercise(LESSON, name), stub_function(LESSON, name))
+    assert not stub.passed and stub.message == NOT_IMPLEMENTED
+    assert _grader_folders() == before  # the graders' scratch folders are removed
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_every_planted_bug_is_caught_with_its_message(mutant):
+    outcome = run_exercise(get_exercise(LESSON, mutant.function), mutant_function(LESSON, mutant))
+    assert not outcome.passed
+    assert mutant.expected in outcome.message, outcome.message
+    assert NOT_IMPLEMENTED not in outcome.message
+
+
+def test_the_briefs_slips_are_among_the_planted_bugs():
+    ids = {m.id for m in MUTANTS}
+    assert {
+        "commit_checkpoint-rename_before_fsync",
+        "commit_checkpoint-no_fsync_at_all",
+        "commit_checkpoint-manifest_after_rename",
+        "commit_checkpoint-straight_into_final",
+        "newest_complete-string_order",
+        "newest_complete-no_hash_check",
+        "newest_complete-takes_temporary_dirs",
+        "newest_complete-crashes_on_unreadable_manifest",
+        "optimal_interval-no_factor_2",
+        "optimal_interval-c_m_swapped",
+        "train_until-skips_a_step",
+        "train_until-reuses_key",
+        "train_until-restarts_from_seed",
+    } <= ids
+    counts = {n: sum(m.function == n for m in MUTANTS) for n in NAMES}
+    assert all(c >= 3 for c in counts.values()), counts
+
+
+# ---------------------------------------------------------------------------------------
+# The graders' oracles agree with the library and with hand-made folders
+# ---------------------------------------------------------------------------------------
+
+
+def test_interval_solution_and_oracle_equal_the_library():
+    solve = solution_function(LESSON, "optimal_interval")
+    rng = np.random.default_rng(0)
+    cases = [(60.0, 3600.0), (2.0, 1.0), (5.0, 1.0), (1.999, 1.0)]
+    cases += [(float(np.exp(rng.uniform(-5, 9))), float(np.exp(rng.uniform(0, 14)))) for _ in range(200)]
+    for C, M in cases:
+        want = (young_interval(C, M), daly_interval(C, M))
+        for got in (solve(C, M), l10.naive_intervals(C, M)):
+            assert math.isclose(got[0], want[0], rel_tol=1e-12) and math.isclose(got[1], want[1], rel_tol=1e-12)
+    for C, M, R in ((60.0, 3600.0, 0.0), (5.0, 86400.0, 300.0)):
+        best = l10._minimise_first_order(C, M, R)
+        assert math.isclose(best, young_interval(C, M), rel_tol=1e-6)
+        assert waste_fraction(best, C, M, R) <= waste_fraction(best * 1.01, C, M, R)
+
+
+def test_each_interval_slip_differs_from_the_right_answer_on_the_hand_cases():
+    hand = [(60.0, 3600.0), (600.0, 3600.0), (4.0, 2.0), (10.0, 2.0)]
+    for slip in l10.OI_SLIPS.values():
+        assert any(l10.naive_intervals(C, M, **slip) != l10.naive_intervals(C, M) for C, M in hand), slip
+
+
+def test_newest_oracle_and_solution_agree_on_the_hand_folders(tmp_path):
+    solve = solution_function(LESSON, "newest_complete")
+    for i, (case, damage) in enumerate(l10.BREAKS.items()):
+        root = tmp_path / f"case{i}"
+        for step in (4, 5, 6):
+            l10.write_checkpoint(root, step, l10._payload(step))
+        damage(root / "step_00000006")
+        assert l10.naive_newest(root) == solve(root) == (5, root / "step_00000005"), case
+    root = tmp_path / "names"
+    for step in (99_999_999, 100_000_000):
+        l10.write_checkpoint(root, step, l10._payload(step))
+    assert l10.naive_newest(root)[0] == solve(root)[0] == 100_000_000
+    assert l10.naive_newest(root, string_order=True)[0] == 99_999_999
+
+
+def test_a_checkpoint_committed_by_the_solution_verifies_and_one_byte_breaks_it(tmp_path):
+    commit = solution_function(LESSON, "commit_checkpoint")
+    path = commit(tmp_path, 4, {"a.bin": b"abc" * 100})
+    assert l10.verify(path)
+    data = bytearray((path / "a.bin").read_bytes())
+    data[7] ^= 1
+    (path / "a.bin").write_bytes(bytes(data))
+    assert not l10.verify(path) and l10.verify(path, check_hash=False)
+
+
+def test_the_tracer_records_the_solutions_calls_in_order(tmp_path):
+    commit = solution_function(LESSON, "commit_checkpoint")
+    _, events = l10._cc_traced(commit, tmp_path, 1, {"x.bin": b"x", "y.bin": b"y"})
+    kinds = [(e.kind, Path(e.path).name) for e in events]
+    assert kinds == [
+        ("fsync", "x.bin"),
+        ("fsync", "y.bin"),
+        ("fsync", "manifest.json"),
+        ("replace", ".tmp-step_00000001"),
+        ("fsync", tmp_path.name),
+    ]
+    assert events[3].listing == ("manifest.json", "x.bin", "y.bin")
+    assert os.fsync.__module__ == "posix" and os.replace.__module__ == "posix"  # restored
+
+
+def test_train_until_solution_matches_the_key_oracle():
+    solve = solution_function(LESSON, "train_until")
+    stream = l10.naive_keys(5, 6)
+    recorder = l10._Recorder()
+    out = solve(l10._fresh(5), 6, recorder)
+    assert recorder.calls == l10._expected_calls(stream, 0, 6)
+    assert l10._bits(out["key"]) == l10._bits(stream[-1][0]) and out["step"] == 6
+
+
+# ---------------------------------------------------------------------------------------
+# Bad submissions: a report, never a crash or a hang
+# ---------------------------------------------------------------------------------------
+
+BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
+    "commit_checkpoint": [
+        (lambda root, step, files: None, "expected the committed directory"),
+        (lambda root, step, files: Path(root) / f"step_{step:08d}", "no directory"),
+    ],
+    "newest_complete": [
+        (lambda root: "step_00000003", "expected None"),
+        (lambda root: "step_00000003" if any(Path(root).iterdir()) else None, "expected a tuple (step, path)"),
+        (lambda root: None, "expected a tuple (step, path)"),
+    ],
+    "optimal_interval": [
+        (lambda C, M: math.sqrt(2 * C * M), "expected a tuple (young, daly)"),
+        (lambda C, M: (float("nan"), 1.0), "expected a finite float"),
+    ],
+    "train_until": [
+        (lambda ckpt, total, step_fn: None, "expected a dict"),
+        (lambda ckpt, total, step_fn: dict(ckpt, step=total), "ran 0 steps"),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
+)
+def test_bad_submissions_are_reported(name, index):
+    fn, fragment = BAD[name][index]
+    fn.__name__ = name
+    before = _grader_folders()
+    outcome = run_exercise(get_exercise(LESSON, name), fn)
+    assert not outcome.passed
+    assert fragment in outcome.message, outcome.message
+    assert NOT_IMPLEMENTED not in outcome.message
+    assert _grader_folders() == before
+
+
+def test_an_infinite_loop_times_out_and_os_is_restored():
+    def forever(root, step, files):
+        os.fsync  # noqa: B018
+        while True:
+            pass
+
+    real = os.fsync
+    outcome = run_exercise(l10.COMMIT_CHECKPOINT, forever, time_limit_s=0.5)
+    assert outcome.results[0].status == "timeout"
+    assert os.fsync is real
+
+
+def test_a_crash_inside_the_traced_call_restores_os():
+    def raises(root, step, files):
+        os.fsync(2**20)  # EBADF inside the patched call
+
+    real = (os.fsync, os.replace, os.rename)
+    result = run_check(l10._cc_trace, raises)
+    assert result.status == "error" and "OSError" in result.message
+    assert (os.fsync, os.replace, os.rename) == real
+
+
+# ---------------------------------------------------------------------------------------
+# End to end through `course grade` (a separate kernel)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
+    """The solution notebook with each exercise's function cell replaced by a planted bug."""
+    picked = ("rename_before_fsync", "string_order", "no_factor_2", "reuses_key")
+    chosen = {m.function: m for m in MUTANTS if m.name in picked}
+    assert len(chosen) == 4
+    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
+    assert rc != 0 and report["score"] == 0
+    for ex in report["exercises"]:
+        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
