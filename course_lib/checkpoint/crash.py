@@ -94,11 +94,9 @@ class ChildOutcome:
 
 
 def _child_main(target: Callable[..., Any], args: tuple[Any, ...], parent_pid: int) -> None:
-    """In the child: exit at once if the parent is already gone (it died while this child
-    was starting), else watch it for the rest of the run, then run the target."""
-    if os.getppid() != parent_pid:
-        os._exit(3)
-    watch_parent(launcher_pid=parent_pid)
+    """In the child: watch the parent that started it (``parent_pid``: exit at once if it
+    already died while this child was starting), then run the target."""
+    watch_parent(launcher_pid=parent_pid, parent_pid=parent_pid)
     target(*args)
 
 

@@ -32,8 +32,6 @@ by itself if its parent dies.
 
 from __future__ import annotations
 
-import atexit
-import datetime as dt
 import math
 import os
 import queue as queue_mod
@@ -46,7 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_lib.runtime.processes import ChildProcessSystem, exit_reason, free_port, stop_processes, watch_parent
+from course_lib.runtime.processes import exit_reason
+from course_lib.runtime.ranks import RankGroup
 
 #: A small model with uneven row counts (7 rows over 2 or 3 ranks; 2 rows leave rank 2 empty).
 SMALL_SHAPES: tuple[tuple[str, tuple[int, ...]], ...] = (("w0", (7, 5)), ("w1", (2, 3)), ("bias", (4,)))
@@ -228,70 +227,52 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _rank_main(rank: int, world_size: int, port: int, task: dict[str, Any], results: Any, parent: int) -> None:
-    """One rank: join a gloo group (collectives time out after ``task["timeout_s"]``), run the task, report."""
-    import torch.distributed as dist
+def _rank_work(rank: int, results: Any, task: dict[str, Any]) -> None:
+    """One rank, in its gloo group (collectives time out after ``task["timeout_s"]``): run the task, report."""
+    report = (_save if task["kind"] == "save" else _load)(task, rank)
+    results.put((rank, report, None))
 
-    watch_parent(launcher_pid=parent)
-    torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    try:
-        dist.init_process_group(
-            "gloo", rank=rank, world_size=world_size, timeout=dt.timedelta(seconds=task["timeout_s"])
-        )
-        report = (_save if task["kind"] == "save" else _load)(task, rank)
-        results.put((rank, report, None))
-    except BaseException as exc:  # DCP's CheckpointException is a BaseException
-        results.put((rank, None, _describe(exc)))
-    finally:
-        try:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:
-            pass
+
+def _rank_failed(rank: int, exc: BaseException) -> tuple[int, None, str]:
+    return (rank, None, _describe(exc))
 
 
 # ----------------------------------------------------------------------------- in the parent
 
 
-class DcpRanks(ChildProcessSystem):
+class DcpRanks(RankGroup):
     """``world_size`` rank processes running one DCP task; ``with DcpRanks(...) as g: g.collect(...)``.
 
     Leaving the block always stops every rank (``stop_processes``: join, terminate, kill).
     """
 
     def __init__(self, world_size: int, task: dict[str, Any]) -> None:
-        self.world_size = world_size
+        super().__init__(
+            world_size,
+            _rank_work,
+            _rank_failed,
+            name="dcp-rank",
+            preload=__name__,
+            timeout_s=task["timeout_s"],
+            catch=BaseException,  # DCP's CheckpointException is a BaseException
+            args=(task,),
+            stop_timeout_s=5.0,
+            kill_wait_s=3.0,
+        )
         self.task = task
-        self.processes: list[Any] = []
-
-    def start(self) -> None:
-        ctx = self._begin("forkserver", __name__)
-        self.results = ctx.Queue()
-        args = (self.world_size, free_port(), self.task, self.results, os.getpid())
-        self.processes = [
-            ctx.Process(target=_rank_main, args=(r, *args), daemon=True, name=f"dcp-rank{r}")
-            for r in range(self.world_size)
-        ]
-        atexit.register(self.stop)
-        try:
-            for p in self.processes:
-                p.start()
-        except BaseException:
-            self.stop()
-            raise
 
     def collect(self, deadline_s: float) -> dict[int, dict[str, Any]]:
         """Every rank's report. Raises :class:`RanksFailed` naming each rank's error or exit (``killed by SIGKILL``)."""
         reports: dict[int, dict[str, Any]] = {}
         failures: dict[int, str] = {}
-        exited: dict[int, float] = {}
         end = time.monotonic() + deadline_s
         while len(reports) + len(failures) < self.world_size:
             try:
                 rank, report, error = self.results.get(timeout=0.2)
             except queue_mod.Empty:
-                self._note_dead(reports, failures, exited)
+                # a rank that exited without a report, 1 s after its exit (a report may still be in the pipe)
+                for r, code in self.silent_exits(reports.keys() | failures.keys(), grace_s=1.0).items():
+                    failures[r] = f"died without a report ({exit_reason(code)})"
                 if time.monotonic() > end:
                     failures[-1] = f"the ranks did not finish within {deadline_s:.0f} s"
                     break
@@ -304,21 +285,6 @@ class DcpRanks(ChildProcessSystem):
             lines = [f"rank {r}: {why}" for r, why in sorted(failures.items())]
             raise RanksFailed("; ".join(lines) + "; every rank was stopped")
         return reports
-
-    def _note_dead(self, reports: dict[int, Any], failures: dict[int, str], exited: dict[int, float]) -> None:
-        """A rank that exited without a report, 1 s after its exit (a report may still be in the pipe)."""
-        now = time.monotonic()
-        for r, p in enumerate(self.processes):
-            if p.exitcode is None or r in reports or r in failures:
-                continue
-            if now - exited.setdefault(r, now) > 1.0:
-                failures[r] = f"died without a report ({exit_reason(p.exitcode)})"
-
-    def stop(self) -> None:
-        if not self._stopping():
-            return
-        stop_processes([(p.name, p) for p in self.processes if p.pid is not None], timeout=5.0, kill_wait=3.0)
-        self.results.close()
 
 
 def _run(world_size: int, task: dict[str, Any], deadline_s: float) -> ShardedRun:

@@ -3,6 +3,8 @@
 - :mod:`course_lib.runtime.processes`: child processes and their lifecycle
   (``ChildProcessSystem``, ``stop_processes``, the parent watchdog, exit reasons,
   ``free_port``, what is still alive).
+- :mod:`course_lib.runtime.ranks`: N torch.distributed ranks on this machine (``RankGroup``:
+  start, join the group with a timeout, report through a queue, always stop).
 - :mod:`course_lib.runtime.weights`: weights shared between processes (flat parameters,
   the versioned seqlock ``SharedWeights``).
 

@@ -42,14 +42,18 @@ def exit_reason(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def child_setup(seed: int) -> None:
+def child_setup(seed: int, parent_pid: int | None = None) -> None:
     """What every torch child process does first: one torch thread (small models; the
-    cores are shared by all processes), a seed, and the parent watchdog."""
+    cores are shared by all processes), a seed, and the parent watchdog.
+
+    ``parent_pid``: the parent the launcher expects (its ``os.getpid()`` for a ``spawn``
+    or ``fork`` child), see :func:`watch_parent`.
+    """
     import torch
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    watch_parent()
+    watch_parent(parent_pid=parent_pid)
 
 
 def port_is_free(port: int, ip: str = "127.0.0.1") -> bool:
@@ -160,17 +164,26 @@ def stop_processes(processes: list[tuple[str, Any]], timeout: float, kill_wait: 
     return events
 
 
-def watch_parent(launcher_pid: int | None = None, poll_s: float = 0.5) -> None:
+def watch_parent(launcher_pid: int | None = None, poll_s: float = 0.5, parent_pid: int | None = None) -> None:
     """In a child process: exit at once (code 3) if its parent dies, or the process that
     launched it (``launcher_pid``, e.g. the notebook kernel behind a forkserver) goes away.
 
     A daemon thread polls every ``poll_s`` seconds, so no orphan survives its parent,
     whatever killed the parent (``kill -9`` included).
+
+    ``parent_pid`` is the parent the launcher expects, passed by the launcher (its own
+    ``os.getpid()`` for a ``spawn`` or ``fork`` child). Without it the parent is read here,
+    when the child has started; a parent that died while the child was still starting has
+    then been replaced already (the child was re-parented), and the watchdog would watch
+    the wrong process for ever. With it the child exits at once if its parent is not, or
+    no longer, ``parent_pid``.
     """
     import threading
     import time
 
-    parent = os.getppid()
+    parent = os.getppid() if parent_pid is None else parent_pid
+    if os.getppid() != parent:  # the parent died while this child was starting
+        os._exit(3)
 
     def watch() -> None:
         while True:

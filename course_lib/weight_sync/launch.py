@@ -12,9 +12,6 @@ every rank that can still do it.
 
 from __future__ import annotations
 
-import atexit
-import datetime as dt
-import os
 import queue as queue_mod
 import shutil
 import statistics
@@ -25,7 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from course_lib.runtime.processes import ChildProcessSystem, free_port, stop_processes, watch_parent
+from course_lib.runtime import ranks
 from course_lib.weight_sync.config import SyncConfig
 from course_lib.weight_sync.endpoints import Receiver, Sender
 from course_lib.weight_sync.faults import Fault
@@ -186,84 +183,55 @@ def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
     return out
 
 
-def _rank_main(
-    rank: int,
-    world_size: int,
-    port: int,
-    backend: str,
-    timeout_s: float,
-    trials: list[Trial],
-    workdir: str,
-    results: Any,
-    parent: int,
-) -> None:
-    """One rank: join the group, run every trial, report, leave the group."""
-    import torch.distributed as dist
+def _rank_work(rank: int, results: Any, trials: list[Trial], workdir: str) -> None:
+    """One rank, in the group: run every trial, report each, then say goodbye."""
+    for i, trial in enumerate(trials):
+        report = _run_trial(trial, rank, workdir)
+        results.put((rank, i, report, None))  # one message per trial: a rank killed later keeps its reports
+        if report["error"] and "SenderLost" in report["error"]:
+            break  # the group is broken: nothing more can be sent
+    results.put((rank, -1, None, None))
 
-    watch_parent(launcher_pid=parent)
-    torch.set_num_threads(1)
-    if backend == "nccl":  # one GPU per rank
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    try:
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=dt.timedelta(seconds=timeout_s))
-        for i, trial in enumerate(trials):
-            report = _run_trial(trial, rank, workdir)
-            results.put((rank, i, report, None))  # one message per trial: a rank killed later keeps its reports
-            if report["error"] and "SenderLost" in report["error"]:
-                break  # the group is broken: nothing more can be sent
-        results.put((rank, -1, None, None))
-    except Exception as exc:
-        results.put((rank, -1, None, f"{type(exc).__name__}: {exc}"))
-    finally:
-        try:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:
-            pass
+
+def _rank_failed(rank: int, exc: BaseException) -> tuple[int, int, None, str]:
+    """The goodbye of a rank that failed outside a trial (joining the group, say)."""
+    return (rank, -1, None, f"{type(exc).__name__}: {exc}")
 
 
 class RanksFailed(RuntimeError):
     """A rank died or the run passed its deadline; every child was stopped."""
 
 
-class RankGroup(ChildProcessSystem):
+class RankGroup(ranks.RankGroup):
     """``world_size`` rank processes (rank 0 sends) running ``trials`` in one process group.
 
-    A context manager on the runtime floor: ``with RankGroup(...) as group:`` starts the
-    ranks, :meth:`collect` gathers their reports, and leaving the block always stops every
-    rank the way every system does (``stop_processes``: join, terminate, kill) and removes
-    the work directory.
+    A context manager on the runtime floor (:class:`course_lib.runtime.ranks.RankGroup`):
+    ``with RankGroup(...) as group:`` starts the ranks, :meth:`collect` gathers their
+    reports, and leaving the block always stops every rank the way every system does
+    (``stop_processes``: join, terminate, kill) and removes the work directory.
     """
 
     def __init__(self, trials: list[Trial], world_size: int, backend: str, timeout_s: float) -> None:
+        super().__init__(
+            world_size,
+            _rank_work,
+            _rank_failed,
+            name="weight-sync-rank",
+            preload=__name__,
+            timeout_s=timeout_s,
+            backend=backend,
+            stop_timeout_s=10.0,
+            kill_wait_s=5.0,
+        )
         self.trials = trials
-        self.world_size = world_size
-        self.backend = backend
-        self.timeout_s = timeout_s
-        self.events: list[str] = []
-        self.processes: list[Any] = []
 
-    def start(self) -> None:
-        """Make the results queue and the work directory, pick a port, start every rank."""
+    def _rank_args(self) -> tuple[Any, ...]:
+        """The trials and a fresh work directory (for the naive method's files)."""
         from course_lib.course.paths import cache_dir
 
-        ctx = self._begin("forkserver", __name__)
-        self.results = ctx.Queue()
         cache_dir().mkdir(parents=True, exist_ok=True)
         self.workdir = tempfile.mkdtemp(prefix="weight-sync-", dir=cache_dir())
-        args = (self.world_size, free_port(), self.backend, self.timeout_s, self.trials, self.workdir, self.results)
-        self.processes = [
-            ctx.Process(target=_rank_main, args=(r, *args, os.getpid()), daemon=True, name=f"weight-sync-rank{r}")
-            for r in range(self.world_size)
-        ]
-        atexit.register(self.stop)
-        try:
-            for p in self.processes:
-                p.start()
-        except BaseException:
-            self.stop()
-            raise
+        return (self.trials, self.workdir)
 
     def collect(self, deadline_s: float) -> dict[int, list[dict[str, Any]]]:
         """Each rank's reports, one per trial it finished, once every rank has said goodbye or died.
@@ -274,13 +242,13 @@ class RankGroup(ChildProcessSystem):
         received: dict[int, dict[int, dict[str, Any]]] = {r: {} for r in range(self.world_size)}
         done: set[int] = set()
         failures: list[str] = []
-        exited: dict[int, float] = {}
         end = time.monotonic() + deadline_s
         while len(done) < self.world_size:
             try:
                 rank, index, report, error = self.results.get(timeout=0.5)
             except queue_mod.Empty:
-                done |= self._died_silently(done, exited)
+                # ranks that exited without saying goodbye (e.g. an injected kill), 3 s after their exit
+                done |= set(self.silent_exits(done, grace_s=3.0))
                 if time.monotonic() > end:
                     raise RanksFailed(f"the ranks did not finish within {deadline_s:.0f} s; all were stopped") from None
                 continue
@@ -294,25 +262,11 @@ class RankGroup(ChildProcessSystem):
             raise RanksFailed("; ".join(failures))
         return {r: [got[i] for i in range(len(got)) if i in got] for r, got in received.items()}
 
-    def _died_silently(self, done: set[int], exited: dict[int, float]) -> set[int]:
-        """Ranks that exited without saying goodbye (e.g. an injected kill), 3 s after their exit
-        (a report can still be in the pipe when its rank has exited)."""
-        now, gone = time.monotonic(), set()
-        for r, p in enumerate(self.processes):
-            if p.exitcode is not None and r not in done:
-                exited.setdefault(r, now)
-                if now - exited[r] > 3.0:
-                    gone.add(r)
-        return gone
-
     def stop(self) -> None:
         """Stop every started rank (join, then terminate, then kill), close the queue, remove the work directory."""
-        if not self._stopping():
-            return
-        started = [(p.name, p) for p in self.processes if p.pid is not None]
-        self.events += stop_processes(started, timeout=10.0, kill_wait=5.0)
-        self.results.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        super().stop()
+        if getattr(self, "workdir", None):
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def run_trials(
