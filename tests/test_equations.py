@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Lessons whose numbered equations are checked, and where their copies may live.
-LESSONS = ("00_welcome", "01_policy_gradients", "02_importance_sampling", "03_impala_vtrace")
+LESSONS = ("00_welcome", "01_policy_gradients", "02_importance_sampling", "03_impala_vtrace", "10_fault_tolerance")
 DOCSTRING_FILES = (
     "course_lib/pg.py",
     "course_lib/bandits.py",
@@ -38,6 +38,8 @@ DOCSTRING_FILES = (
     "course_lib/course/grading/lessons/l01_policy_gradients.py",
     "course_lib/course/grading/lessons/l02_importance_sampling.py",
     "course_lib/course/grading/lessons/l03_impala_vtrace.py",
+    "course_lib/checkpoint/interval.py",
+    "course_lib/course/grading/lessons/l10_fault_tolerance.py",
 )
 
 _TAG = re.compile(r"\\qquad\s*\((\d\d\.\d+)\)\s*$", re.S)
@@ -52,7 +54,7 @@ _NOTATION = (
     (r"\le", "<="),
     (r"\mid", "|"),
 )
-_WORDS = ("rho", "gamma", "delta", "lambda", "pi", "mu", "min", "max", "sum", "prod", "exp", "log")
+_WORDS = ("rho", "gamma", "delta", "lambda", "pi", "mu", "min", "max", "sum", "prod", "exp", "log", "tau", "sqrt")
 _SPACING = re.compile(r"\\[Bb]igg?[lr]?|\\[,;!]|\\quad")
 
 
