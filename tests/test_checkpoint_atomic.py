@@ -38,7 +38,9 @@ from course_lib.checkpoint.crash import (
 )
 from course_lib.runtime.processes import live_children, wait_gone
 
-pytestmark = pytest.mark.timeout(120)
+# every child reaped, and multiprocessing's forkserver and resource tracker stopped after the module:
+# later suites (tests/test_grading_kernel.py) assert the test process has no children at all
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_helpers_left_behind")]
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,9 @@ from course_lib.checkpoint.ppo_resume import (
 from course_lib.ppo_config import PPOConfig
 from course_lib.runtime.processes import live_children
 
-pytestmark = pytest.mark.timeout(240)
+# every child reaped, and multiprocessing's forkserver and resource tracker stopped after the module:
+# later suites (tests/test_grading_kernel.py) assert the test process has no children at all
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_helpers_left_behind")]
 
 #: 8 updates of 4 envs x 16 steps; small nets, so each process compiles in a few seconds.
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=8 * 64, hidden=16)

@@ -26,7 +26,9 @@ from course_lib.checkpoint.sharded import (
 )
 from course_lib.runtime.processes import live_children, wait_gone
 
-pytestmark = pytest.mark.timeout(90)
+# every child reaped, and multiprocessing's forkserver and resource tracker stopped after the module:
+# later suites (tests/test_grading_kernel.py) assert the test process has no children at all
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_helpers_left_behind")]
 
 
 @pytest.fixture(autouse=True)

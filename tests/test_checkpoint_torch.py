@@ -29,7 +29,9 @@ from course_lib.checkpoint.torch_state import MODEL, load_torch_state, save_torc
 from course_lib.reinforce import ReinforceConfig, make_policy
 from course_lib.runtime.processes import live_children, wait_gone
 
-pytestmark = pytest.mark.timeout(180)
+# every child reaped, and multiprocessing's forkserver and resource tracker stopped after the module:
+# later suites (tests/test_grading_kernel.py) assert the test process has no children at all
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("no_helpers_left_behind")]
 
 CONFIG = ReinforceConfig(n_envs=4, n_updates=12, hidden=16, seed=3)
 EVERY = 3

@@ -11,6 +11,10 @@ import pytest
 from course_lib.runtime.processes import live_children, watch_parent
 from course_lib.runtime.ranks import RankGroup
 
+# multiprocessing's forkserver and resource tracker are stopped after the module (later
+# suites assert the test process has no children at all)
+pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")
+
 
 def _sum_ranks(rank: int, results: Any, scale: int) -> None:
     import torch
