@@ -10,6 +10,12 @@ so ``jax.jit``, ``jax.vmap`` and ``jax.lax.scan`` apply to them directly.
 - :mod:`course_lib.envs.interface`: the :class:`~course_lib.envs.interface.JaxEnv`
   protocol and the auto-reset every env's ``step`` is made of.
 - :mod:`course_lib.envs.cartpole`: gymnasium's ``CartPole-v1``, step for step.
+- :mod:`course_lib.envs.driving`: lesson 06's procedurally generated driving simulator
+  (kinematic bicycle ego, IDM traffic, V-Max-style observation and metrics), continuous
+  actions (:class:`~course_lib.envs.interface.ContinuousJaxEnv`); its numpy
+  ``gymnasium.Env`` twin :mod:`~course_lib.envs.driving_numpy`, the top-down picture
+  :mod:`~course_lib.envs.driving_render` and the throughput benchmark
+  :mod:`~course_lib.envs.driving_bench` (``tests/test_envs_driving.py``).
 
 A new environment is a new module here that follows the interface, added to ``ENVS`` in
 ``tests/test_envs_cartpole.py``, which checks every env listed there against it (and, with

@@ -32,6 +32,10 @@ to it directly and a learner (:mod:`course_lib.ppo_jax`) can use any env unchang
 :class:`JaxEnv` states this as a ``typing.Protocol`` that a module satisfies
 structurally: ``env: JaxEnv[EnvState, EnvParams] = cartpole`` type-checks, and
 ``tests/test_envs_cartpole.py`` checks the behaviour of every env it lists.
+:class:`ContinuousJaxEnv` is the same for continuous actions (``ACTION_DIM`` floats in
+``[-1, 1]`` instead of ``N_ACTIONS`` integers; lesson 06's :mod:`course_lib.envs.driving`,
+checked in ``tests/test_envs_driving.py``). An env whose ``info`` carries more than
+``final_obs`` passes ``info_fn`` to :func:`step_with_auto_reset`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from jax import Array
 
 StateT = TypeVar("StateT")
 ParamsT = TypeVar("ParamsT")
+ActionT = TypeVar("ActionT")
 
 #: ``step_env``'s result: ``(obs, next_state, reward, terminated, truncated)``.
 StepResult = tuple[Array, StateT, Array, Array, Array]
@@ -73,13 +78,37 @@ class JaxEnv(Protocol[StateT, ParamsT]):
         ...
 
 
+@runtime_checkable
+class ContinuousJaxEnv(Protocol[StateT, ParamsT]):
+    """A JAX environment module with continuous actions: ``action [ACTION_DIM] float32`` in
+    ``[-1, 1]`` (the env scales it; out-of-range values are clipped). Otherwise the same
+    guarantees as :class:`JaxEnv` (see the module docstring); e.g. :mod:`course_lib.envs.driving`."""
+
+    OBS_DIM: int
+    ACTION_DIM: int
+    DEFAULT_PARAMS: ParamsT
+
+    def reset(self, key: Array, params: ParamsT) -> tuple[Array, StateT]:
+        """A new episode: ``(obs [OBS_DIM] float32, state)``."""
+        ...
+
+    def step_env(self, key: Array | None, state: StateT, action: Array, params: ParamsT) -> StepResult[StateT]:
+        """One transition, no reset: ``(obs, next_state, reward, terminated, truncated)``."""
+        ...
+
+    def step(self, key: Array, state: StateT, action: Array, params: ParamsT) -> AutoResetStepResult[StateT]:
+        """``step_env``, then a reset if the episode ended (:func:`step_with_auto_reset`)."""
+        ...
+
+
 def step_with_auto_reset(
     reset: Callable[[Array, ParamsT], tuple[Array, StateT]],
-    step_env: Callable[[Array, StateT, Array | int, ParamsT], StepResult[StateT]],
+    step_env: Callable[[Array, StateT, ActionT, ParamsT], StepResult[StateT]],
     key: Array,
     state: StateT,
-    action: Array | int,
+    action: ActionT,
     params: ParamsT,
+    info_fn: Callable[[StateT, ParamsT], dict[str, Array]] | None = None,
 ) -> AutoResetStepResult[StateT]:
     """An env's ``step``: ``step_env``, then ``reset`` in the same call where the episode ended.
 
@@ -91,12 +120,17 @@ def step_with_auto_reset(
     Returns:
         ``(obs, state, reward, terminated, truncated, info)``: ``obs`` / ``state`` start
         the next episode when ``terminated | truncated``; ``info["final_obs"]`` is the
-        observation the step reached before any reset.
+        observation the step reached before any reset; with ``info_fn``, also
+        ``info_fn(stepped_state, params)``'s entries (e.g. episode metrics), evaluated on
+        the state the step reached, before any reset.
     """
     key_step, key_reset = jax.random.split(key)
     obs_step, state_step, reward, terminated, truncated = step_env(key_step, state, action, params)
     obs, state_next = auto_reset(terminated | truncated, (obs_step, state_step), reset(key_reset, params))
-    return obs, state_next, reward, terminated, truncated, {"final_obs": obs_step}
+    info = {"final_obs": obs_step}
+    if info_fn is not None:
+        info |= info_fn(state_step, params)
+    return obs, state_next, reward, terminated, truncated, info
 
 
 def auto_reset(done: Array, stepped: tuple[Array, StateT], fresh: tuple[Array, StateT]) -> tuple[Array, StateT]:
@@ -118,4 +152,4 @@ def _expand(done: Array, like: Array) -> Array:
     return jnp.reshape(done, done.shape + (1,) * (like.ndim - done.ndim))
 
 
-__all__ = ["AutoResetStepResult", "JaxEnv", "StepResult", "auto_reset", "step_with_auto_reset"]
+__all__ = ["AutoResetStepResult", "ContinuousJaxEnv", "JaxEnv", "StepResult", "auto_reset", "step_with_auto_reset"]
