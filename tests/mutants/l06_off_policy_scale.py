@@ -1,0 +1,162 @@
+"""Planted bugs in lesson 06's exercises, each a one-place edit of the real solution
+(see `Mutant` in tests/conftest.py); `expected` is a fragment the grader's message must hold."""
+
+from conftest import Mutant
+
+BS, ST, SB, PU = "bicycle_step", "sumtree_find", "soft_bellman_target", "polyak_update"
+
+X_LINE = "    x_new = x + v * jnp.cos(psi + beta) * dt\n"
+Y_LINE = "    y_new = y + v * jnp.sin(psi + beta) * dt\n"
+PSI_LINE = "    psi_new = psi + v / l_r * jnp.sin(beta) * dt\n"
+V_LINE = "    v_new = jnp.clip(v + accel * dt, 0.0, v_max)  # explicit Euler: the position above used the old v\n"
+SOFT = "    soft_value = jnp.minimum(q1_next, q2_next) - alpha * logp_next  # the soft value of s'\n"
+# the last line of a cell ends without a newline
+TARGET = "    return reward + gamma * (1.0 - done) * soft_value  # a terminated s' has no future"
+POLYAK = "    return jax.tree.map(lambda t, o: tau * o + (1.0 - tau) * t, target, online)"
+
+MUTANTS: list[Mutant] = [
+    # bicycle_step: the slip angle, the direction of motion, the yaw rate, the order of the updates, the clip
+    Mutant(
+        BS,
+        "beta_without_ratio",
+        "jnp.arctan(l_r / (l_f + l_r) * jnp.tan(steer))",
+        "jnp.arctan(jnp.tan(steer))",
+        "l_r / (l_f + l_r)",
+    ),
+    Mutant(
+        BS,
+        "moves_along_psi",
+        X_LINE + Y_LINE,
+        X_LINE.replace("psi + beta", "psi") + Y_LINE.replace("psi + beta", "psi"),
+        "not along psi",
+    ),
+    Mutant(
+        BS,
+        "sin_cos_swapped",
+        X_LINE + Y_LINE,
+        X_LINE.replace("cos", "sin") + Y_LINE.replace("sin", "cos"),
+        "x uses cos and y uses sin",
+    ),
+    Mutant(
+        BS, "divides_by_wheelbase", "v / l_r * jnp.sin(beta)", "v / (l_f + l_r) * jnp.sin(beta)", "not by the wheelbase"
+    ),
+    Mutant(BS, "rear_axle_yaw", "v / l_r * jnp.sin(beta)", "v * jnp.tan(steer) / (l_f + l_r)", "rear-axle"),
+    Mutant(
+        BS,
+        "speed_before_position",
+        X_LINE + Y_LINE + PSI_LINE + V_LINE,
+        "    v = jnp.clip(v + accel * dt, 0.0, v_max)\n" + X_LINE + Y_LINE + PSI_LINE + "    v_new = v\n",
+        "used the new speed",
+    ),
+    Mutant(
+        BS,
+        "heading_before_position",
+        X_LINE + Y_LINE + PSI_LINE,
+        PSI_LINE + X_LINE.replace("psi + beta", "psi_new + beta") + Y_LINE.replace("psi + beta", "psi_new + beta"),
+        "the new heading",
+    ),
+    Mutant(
+        BS,
+        "no_clip_at_zero",
+        "jnp.clip(v + accel * dt, 0.0, v_max)",
+        "jnp.minimum(v + accel * dt, v_max)",
+        "not clipped at 0",
+    ),
+    Mutant(
+        BS,
+        "no_clip_at_v_max",
+        "jnp.clip(v + accel * dt, 0.0, v_max)",
+        "jnp.maximum(v + accel * dt, 0.0)",
+        "not clipped at v_max",
+    ),
+    Mutant(BS, "steer_in_degrees", "jnp.tan(steer)", "jnp.tan(jnp.radians(steer))", "already in radians"),
+    Mutant(
+        BS,
+        "python_min_max",
+        "jnp.clip(v + accel * dt, 0.0, v_max)",
+        "max(0.0, min(v + accel * dt, v_max))",
+        "elementwise",
+    ),
+    Mutant(
+        BS,
+        "speed_in_place",
+        V_LINE,
+        "    v += accel * dt  # in place: a numpy array given by the caller changes\n    v_new = jnp.clip(v, 0.0, v_max)\n",
+        "changed the `v` array",
+    ),
+    Mutant(BS, "numpy_functions", "jnp.cos(psi + beta)", "np.cos(psi + beta)", "use jax.numpy (jnp)"),
+    # sumtree_find: the index returned, the comparison, the subtraction, where the descent starts and stops
+    Mutant(ST, "returns_tree_index", "    return i - capacity  #", "    return i  #", "return the item index"),
+    Mutant(ST, "less_or_equal", "if u < tree[left]:", "if u <= tree[left]:", "go left only if u < tree[2i]"),
+    Mutant(
+        ST, "no_subtraction", "            u -= tree[left]  # skip the left subtree's mass\n", "", "forgot to subtract"
+    ),
+    Mutant(ST, "starts_at_index_0", "    i = 1  # the root\n", "    i = 0\n", "start the descent at the root, index 1"),
+    Mutant(ST, "past_the_leaves", "while i < capacity:", "while i <= capacity:", "read past the end of the tree"),
+    Mutant(
+        ST,
+        "leaf_off_by_one",
+        "    return i - capacity  #",
+        "    return i - capacity + 1  #",
+        "off by one at the leaves",
+    ),
+    # soft_bellman_target: the twin critics, the entropy term, the mask, the discount
+    Mutant(
+        SB, "max_of_critics", "jnp.minimum(q1_next, q2_next)", "jnp.maximum(q1_next, q2_next)", "maximum of the critics"
+    ),
+    Mutant(SB, "mean_of_critics", "jnp.minimum(q1_next, q2_next)", "(q1_next + q2_next) / 2", "mean of the critics"),
+    Mutant(SB, "q1_only", "jnp.minimum(q1_next, q2_next)", "q1_next", "only q1_next"),
+    Mutant(SB, "plus_alpha_logp", "- alpha * logp_next", "+ alpha * logp_next", "wrong sign"),
+    Mutant(SB, "no_done_mask", "gamma * (1.0 - done) * soft_value", "gamma * soft_value", "done is ignored"),
+    Mutant(
+        SB,
+        "mask_on_reward",
+        "reward + gamma * (1.0 - done) * soft_value",
+        "(1.0 - done) * (reward + gamma * soft_value)",
+        "multiplies the reward too",
+    ),
+    Mutant(SB, "mask_inverted", "gamma * (1.0 - done) * soft_value", "gamma * done * soft_value", "inverted"),
+    Mutant(
+        SB,
+        "entropy_outside",
+        SOFT + TARGET,
+        "    soft_value = jnp.minimum(q1_next, q2_next)\n"
+        "    return reward + gamma * (1.0 - done) * soft_value - alpha * logp_next",
+        "outside the discount",
+    ),
+    Mutant(SB, "no_gamma", "gamma * (1.0 - done) * soft_value", "(1.0 - done) * soft_value", "gamma is missing"),
+    Mutant(SB, "python_min", "jnp.minimum(q1_next, q2_next)", "min(q1_next, q2_next)", "elementwise"),
+    # polyak_update: the weights, which tree moves, every leaf, no change in place
+    Mutant(PU, "tau_swapped", "tau * o + (1.0 - tau) * t", "(1.0 - tau) * o + tau * t", "swapped"),
+    Mutant(PU, "updates_online", "t, target, online)", "t, online, target)", "swapped"),
+    Mutant(PU, "hard_copy", "lambda t, o: tau * o + (1.0 - tau) * t", "lambda t, o: o", "hard copy"),
+    Mutant(PU, "no_one_minus_tau", "(1.0 - tau) * t", "t", "not scaled by (1 - tau)"),
+    Mutant(
+        PU,
+        "first_leaf_only",
+        POLYAK,
+        "    leaves, treedef = jax.tree.flatten(target)\n"
+        "    leaves[0] = tau * jax.tree.leaves(online)[0] + (1.0 - tau) * leaves[0]\n"
+        "    return jax.tree.unflatten(treedef, leaves)",
+        "only the first leaf",
+    ),
+    Mutant(
+        PU,
+        "flat_dict_only",
+        POLYAK,
+        "    return {k: tau * online[k] + (1.0 - tau) * target[k] for k in target}",
+        "nested pytree",
+    ),
+    Mutant(
+        PU,
+        "in_place",
+        POLYAK,
+        "    def mix(t, o):\n"
+        "        t *= 1.0 - tau  # in place on a numpy leaf\n"
+        "        t += tau * o\n"
+        "        return t\n\n"
+        "    return jax.tree.map(mix, target, online)",
+        "changed the target",
+    ),
+    Mutant(PU, "python_if_on_tau", POLYAK, "    if tau == 0:\n        return target\n" + POLYAK, "fails under jax.jit"),
+]
