@@ -25,7 +25,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Lessons whose numbered equations are checked, and where their copies may live.
-LESSONS = ("00_welcome", "01_policy_gradients", "02_importance_sampling", "03_impala_vtrace", "10_fault_tolerance")
+LESSONS = (
+    "00_welcome",
+    "01_policy_gradients",
+    "02_importance_sampling",
+    "03_impala_vtrace",
+    "06_off_policy_scale",
+    "10_fault_tolerance",
+)
 DOCSTRING_FILES = (
     "course_lib/pg.py",
     "course_lib/bandits.py",
@@ -38,6 +45,10 @@ DOCSTRING_FILES = (
     "course_lib/course/grading/lessons/l01_policy_gradients.py",
     "course_lib/course/grading/lessons/l02_importance_sampling.py",
     "course_lib/course/grading/lessons/l03_impala_vtrace.py",
+    "course_lib/envs/driving.py",
+    "course_lib/replay.py",
+    "course_lib/sac_jax.py",
+    "course_lib/course/grading/lessons/l06_off_policy_scale.py",
     "course_lib/checkpoint/interval.py",
     "course_lib/course/grading/lessons/l10_fault_tolerance.py",
 )
@@ -47,6 +58,15 @@ _DOC_TAG = re.compile(r"^(\s*)(\S.*?)\s{2,}\((\d\d\.\d+)\)\s*$")
 
 #: LaTeX spellings of the library's names, longest first.
 _NOTATION = (
+    (r"\begin{gathered}", ""),
+    (r"\end{gathered}", ""),
+    (r"\\", ","),
+    (r"\bar\theta", "theta_bar"),
+    (r"\mathrm{clip}", "clip"),
+    (r"\bar{\mathcal H}", "H_bar"),
+    (r"\mathcal ", ""),
+    (r"\tilde a", "a~"),
+    (r"\leftarrow", "<-"),
     (r"\bar\rho_{pg}", "pg_rho_bar"),
     (r"\bar\rho", "rho_bar"),
     (r"\bar c", "c_bar"),
@@ -54,7 +74,30 @@ _NOTATION = (
     (r"\le", "<="),
     (r"\mid", "|"),
 )
-_WORDS = ("rho", "gamma", "delta", "lambda", "pi", "mu", "min", "max", "sum", "prod", "exp", "log", "tau", "sqrt")
+_WORDS = (
+    "rho",
+    "gamma",
+    "delta",
+    "lambda",
+    "pi",
+    "mu",
+    "min",
+    "max",
+    "sum",
+    "prod",
+    "exp",
+    "log",
+    "tau",
+    "sqrt",
+    "alpha",
+    "beta",
+    "psi",
+    "theta",
+    "arctan",
+    "tan",
+    "cos",
+    "sin",
+)
 _SPACING = re.compile(r"\\[Bb]igg?[lr]?|\\[,;!]|\\quad")
 
 
@@ -221,4 +264,4 @@ def test_latex_to_plain_spells_the_library_names():
     tex = r"A_s = \min\Big(\bar\rho_{pg}, \frac{\pi(a_s\mid x_s)}{\mu(a_s\mid x_s)}\Big)\,\big(r_s\big)"
     assert canonical(latex_to_plain(tex)) == ("A_s=minpg_rho_bar,pia_s|x_s/mua_s|x_sr_s",)
     with pytest.raises(ValueError, match="no plain spelling"):
-        latex_to_plain(r"\mathcal H")
+        latex_to_plain(r"\mathbb E")

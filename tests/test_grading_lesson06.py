@@ -3,13 +3,6 @@ graders' oracles agree with the reference solutions and with hand-computed value
 slip an oracle can name changes the answer on the grader's own cases, bad submissions get
 a report (never a crash or a hang), and one planted bug per exercise is caught end to end
 through `course grade`.
-
-Until `lessons/06_off_policy_scale.py` exists the lesson is not "available", so
-tests/test_exercises.py and tests/test_grade_course_notebooks.py do not list it yet; the
-tests marked `generic` here run their checks for lesson 06 meanwhile (solution passes,
-stub "not implemented yet", every planted bug caught with its message, the source's
-headers and hints, the committed notebooks graded) and skip themselves once those files
-cover it (then delete them, as was done for lessons 05 and 08).
 """
 
 from __future__ import annotations
@@ -21,12 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import test_exercises as generic
-import test_grade_course_notebooks as generic_grade
 from conftest import grade_with_planted_bugs, solution_function
 from mutants.l06_off_policy_scale import MUTANTS
 
-from course_lib.course.catalog import get_lesson
 from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.course.grading.lessons import exercises_for, get_exercise
 from course_lib.course.grading.lessons import l06_off_policy_scale as l06
@@ -36,11 +26,6 @@ LESSON = "06_off_policy_scale"
 NAMES = ("bicycle_step", "sumtree_find", "soft_bellman_target", "polyak_update")
 
 pytestmark = pytest.mark.timeout(300)
-
-generic_check = pytest.mark.skipif(
-    get_lesson(LESSON).available(ROOT),
-    reason="lessons/06_off_policy_scale.py exists: tests/test_exercises.py and test_grade_course_notebooks.py cover it",
-)
 
 
 def test_registry_lists_the_four_exercises():
@@ -76,38 +61,6 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "polyak_update-first_leaf_only",
         "polyak_update-in_place",
     } <= ids
-
-
-# ---------------------------------------------------------------------------------------
-# The generic checks of tests/test_exercises.py and test_grade_course_notebooks.py, for
-# lesson 06 until it is available
-# ---------------------------------------------------------------------------------------
-
-
-@generic_check
-def test_generic_registry_and_source():
-    generic.test_registry_matches_the_functions_the_source_defines(LESSON)
-    generic.test_source_states_difficulty_time_points_grading_and_hints(LESSON)
-    generic.test_enough_planted_bugs_per_exercise(LESSON)
-
-
-@generic_check
-@pytest.mark.parametrize("name", NAMES)
-def test_generic_solution_passes_and_stub_is_not_implemented(name):
-    generic.test_solution_passes_every_check(LESSON, name)
-    generic.test_stub_is_not_implemented(LESSON, name)
-
-
-@generic_check
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
-def test_generic_planted_bug_is_caught_with_its_message(mutant):
-    generic.test_every_planted_bug_is_caught_with_its_message(LESSON, mutant)
-
-
-@generic_check
-def test_generic_committed_notebooks_are_graded(tmp_path):
-    generic_grade.test_solutions_score_full_marks(LESSON, tmp_path / "solution")
-    generic_grade.test_untouched_exercises_score_zero(LESSON, tmp_path / "exercise")
 
 
 # ---------------------------------------------------------------------------------------
