@@ -188,9 +188,13 @@ def test_generator_loop_step_costs_at_least_the_bare_decode_step() -> None:
     model = TinyLM(LM)
     task = CountdownTask()
     cfg = PipelineConfig(regime="pipeline", n_slots=8, max_lag=2)
-    loop = time_generator_steps(model, task, cfg, n_steps=40)
-    bare = float(time_decode_steps(model, task, [8], n_steps=40)[0])
-    assert loop.step_s > 0.8 * bare, (loop, bare)  # the loop does the step and more (0.8: timing noise)
+    loops, bares = [], []
+    for _ in range(3):  # interleaved, and the fastest of each: a busy machine slows single timings 1.5-2x
+        loops.append(time_generator_steps(model, task, cfg, n_steps=40))
+        bares.append(float(time_decode_steps(model, task, [8], n_steps=40)[0]))
+    loop = min(loops, key=lambda r: r.step_s)
+    bare = min(bares)
+    assert loop.step_s > 0.8 * bare, (loops, bares)  # the loop does the step and more (0.8: timing noise)
     assert 1 <= loop.live_slots <= 8
     assert loop.per_slot_step_s(bare) >= 0.0 and loop.per_slot_step_s(10.0) == 0.0
 
