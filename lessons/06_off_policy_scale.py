@@ -496,8 +496,8 @@ plt.show()
 # large, cheap lesson: progress reward and the off-road penalty); collisions are the slow
 # part, because avoiding a slower leader needs the policy to brake in time, a rarer and
 # later-paid lesson. The evaluation above uses the deterministic policy (`tanh` of the
-# mean), which is why it scores above the last training chunk's sampled actions. The
-# learned driver stays below the hand-written one at this budget: V-Max trains for 25M
+# mean) on fresh episodes, while the curves count the training episodes, driven by
+# sampled actions, so the two need not agree. The learned driver stays below the hand-written one at this budget: V-Max trains for 25M
 # steps, this run for a few hundred thousand.
 #
 # **The learned driver, on the same four scenarios as section 1** (seed 0's actor):
@@ -548,8 +548,8 @@ print("At this scale the gradient updates take more of a step than the simulator
       "ratio, not the env, sets the throughput.")
 
 # %% [markdown]
-# **Takeaway.** With small networks on a CPU, the gradient updates dominate and the
-# simulator is a small share, the opposite of the classic loop of lesson 03 where the
+# **Takeaway.** With small networks on a CPU, the gradient updates are the largest share
+# and the simulator a smaller one, the opposite of the classic loop of lesson 03 where the
 # environments were the bottleneck. This is why `utd` is the first knob of an off-policy
 # system: more updates per transition learn more from each step but slow the data
 # stream; more envs per update feed the buffer faster but each transition is replayed
@@ -645,7 +645,7 @@ plt.show()
 #   about a minute for three seeds, from the random driver's accuracy to well above it.
 # - Where the time goes decides the knobs: the update-to-data ratio trades learning per
 #   transition for throughput, and at this scale the gradient updates, not the
-#   simulator, are the cost.
+#   simulator, are the larger cost.
 #
 # **Full scale.** `COURSE_SCALE=full` evaluates 4096 episodes per driver, measures the env
 # at up to 32,768 envs, trains with `sac_jax.FULL_CONFIG` (thousands of envs, wider
