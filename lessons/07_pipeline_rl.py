@@ -36,7 +36,7 @@
 # 4. Bound the per-token lag with backpressure, and check the bound on every batch.
 # 5. Run the synchronous, one-step asynchronous and pipeline regimes with real processes
 #    on the same hardware, over several seeds, and compare tokens/s, lag, held-out reward,
-#    and the wall-clock time each takes to reach the same reward.
+#    and the reward each policy holds at equal wall-clock time.
 # 6. Measure what the correction buys (pipeline RL without it) and what keeping the KV
 #    cache costs and saves against recomputing it.
 #
@@ -309,7 +309,7 @@ from course_lib import describe
 
 from course_lib.pipeline.system import PipelineConfig, PipelineSystem
 
-base = PipelineConfig(n_updates=pick(cpu=100, full=600), max_lag=8)
+base = PipelineConfig(n_updates=pick(cpu=100, full=600), max_lag=8, snapshot_every=10)
 print(describe(base, exclude=("lm", "task", "start_method")))
 ARMS = {
     "sync": dict(regime="sync"),
@@ -429,7 +429,8 @@ plt.show()
 # **Takeaway:** synchronous: the two processes take turns, and the generator's long bars
 # are mostly padding (its slots wait for the batch's longest answer). One-step async
 # overlaps them, but each batch still waits for its straggler. Pipeline RL keeps the
-# generator decoding with nearly full slots, swapping weights in flight (the ticks), and
+# generator decoding with most slots busy (the table's "slots useful": more than twice
+# the synchronous loop's), swapping weights in flight (the ticks), and
 # the trainer takes the next batch as soon as it is done: the trainer becomes the
 # bottleneck, which is where a real system puts its money. How much faster it is in
 # tokens/s depends on the load the two cores carry from other jobs (the table's load
@@ -472,9 +473,9 @@ print(f"every regime ({', '.join(LEARNING_ARMS)}) raised the held-out reward abo
 # **Reward per second.** The same runs, drawn as the reward of the batches the trainer
 # consumed (a 25-update trailing mean, averaged over the seeds, +- one standard error)
 # against wall-clock time and against updates. The **target** is the warm start's reward
-# plus half the synchronous arm's mean gain: a level every learning arm reaches. Each
-# run's **time to target** is the first time its trailing mean reaches it
-# (`pipeline.timeline.time_to_target`):
+# plus half the synchronous arm's mean gain. Each run's **time to target** is the first
+# time its trailing mean reaches it (`pipeline.timeline.time_to_target`); the mean curves'
+# times are where the left panel's lines cross the dashed line:
 
 # %%
 from course_lib.pipeline.timeline import reward_vs_time, time_to_target
@@ -491,22 +492,55 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 show_source(time_to_target)
+
+
+def seed_mean(arm: str, name: str) -> np.ndarray:
+    return np.mean([r.series(name) for r in runs[arm]], axis=0)
+
+
+def shown_time(t: float) -> str:
+    return f"{t:6.1f}" if np.isfinite(t) else " never"
+
+
 reach = {arm: [time_to_target(r.series("time"), r.series("reward"), target, WINDOW) for r in runs[arm]] for arm in ARMS}
-print(f"target reward {target:.3f}; seconds to reach it, per seed:")
+reach_mean = {arm: time_to_target(seed_mean(arm, "time"), seed_mean(arm, "reward"), target, WINDOW) for arm in ARMS}
+print(f"target reward {target:.3f}; seconds to reach it, per seed and for the mean curve:")
 for arm in ARMS:
-    print(f"  {LABELS[arm]:<30} " + ", ".join(f"{t:6.1f}" for t in reach[arm])
-          + f"   | seconds for all {base.n_updates} updates: "
-          + ", ".join(f"{r.seconds:.1f}" for r in runs[arm]))
-speedups = [s / p if np.isfinite(p) else 0.0 for s, p in zip(reach["sync"], reach["pipeline"])]
-print("sync time / pipeline time to the target, per seed: "
-      + ", ".join(f"{x:.2f}" if x > 0 else "never (counted as 0)" for x in speedups)
-      + f" (median {np.median(speedups):.2f}); PipelineRL reports about 2x faster learning than conventional RL "
-      "on long-form reasoning with 128 H100 GPUs (Piche et al. 2025)")
+    print(f"  {LABELS[arm]:<30} " + ", ".join(shown_time(t) for t in reach[arm]) + f"  | mean curve {shown_time(reach_mean[arm])}"
+          + f"   | seconds for all {base.n_updates} updates: " + ", ".join(f"{r.seconds:.1f}" for r in runs[arm]))
+
+# %% [markdown]
+# These times are read off a noisy signal. A batch holds 4 prompts, and whether they are
+# easy or hard moves its reward by more than the whole gain of a run; a 25-update window
+# still swings by a few hundredths, as much as the target sits above the warm start. So a
+# seed can cross the line early by luck or, with its batches dipping at the end, never
+# (then its time reads "never"). A steadier measure of reward per second uses the held-out
+# prompts: **at equal wall-clock.** When the pipeline run had done all its updates, how
+# far had the synchronous run of the same seed got? The trainer kept a copy of its
+# weights every 10 updates (`PipelineConfig.snapshot_every`); `RegimeReport.state_at`
+# gives the last one taken by then, measured on the same 1024 held-out prompts:
 
 # %%
-assert np.median(speedups) > 1.0, speedups
-print("pipeline RL reached the target reward in less wall-clock time than the synchronous arm (median over the "
-      "seeds of the per-seed ratios printed above)")
+# NBVAL_IGNORE_OUTPUT
+sync_at_pipeline_end, sync_updates_then = [], []
+for s, (sync_run, pipeline_run) in enumerate(zip(runs["sync"], runs["pipeline"])):
+    updates, _, state = sync_run.state_at(pipeline_run.seconds)
+    policy = TinyLM(LM)
+    policy.load_state_dict(state)
+    sync_at_pipeline_end.append(evaluate(policy, task, n=EVAL_PROMPTS, seed=EVAL_SEED))
+    sync_updates_then.append(updates)
+    print(f"seed {s}: pipeline RL finished its {base.n_updates} updates in {pipeline_run.seconds:.1f} s; by then "
+          f"the synchronous run had done {updates} updates. Held-out reward at that moment: "
+          f"synchronous {sync_at_pipeline_end[-1]:.3f}, pipeline RL {held_out['pipeline'][s]:.3f}")
+ahead = np.array(held_out["pipeline"]) - np.array(sync_at_pipeline_end)
+m_ahead, se_ahead = mean_se(ahead)
+print(f"pipeline RL ahead at equal wall-clock by {', '.join(f'{x:+.3f}' for x in ahead)} (median "
+      f"{np.median(ahead):+.3f}; mean {m_ahead:+.3f} +- {se_ahead:.3f} s.e.)")
+
+# %%
+assert np.median(sync_updates_then) < base.n_updates and np.median(ahead) > 0, (sync_updates_then, ahead)
+print("at equal wall-clock (the moment pipeline RL finished), the synchronous run had done fewer updates and its "
+      f"policy scored lower on the held-out prompts than pipeline RL's, in the median over the {len(SEEDS)} seeds")
 (mp, sp), (ms, ss) = mean_se(gain["pipeline"]), mean_se(gain["sync"])
 assert mp - ms <= 2 * np.hypot(sp, ss), (gain["pipeline"], gain["sync"])
 print("per update, pipeline RL gained no more than the synchronous arm, beyond two standard errors of the "
@@ -518,13 +552,20 @@ print("per update, pipeline RL gained no more than the synchronous arm, beyond t
 # least 0.03 on average over the seeds, and by more than two standard errors (asserted; the
 # table gives every seed). Per update (right panel) staleness buys nothing: the pipeline
 # arms' tokens are up to 8 updates old, and an update on them is worth no more than a
-# synchronous update (asserted, within two standard errors of the difference). Per second (left panel) pipeline RL gets to the same
-# reward first, because it produces and consumes the samples faster: in the median over
-# the seeds (asserted), not necessarily in every seed (a seed whose batch rewards dip at
-# the wrong moment can reach the target later, or not within its 100 updates, which counts
-# as a ratio of 0; the per-seed ratios are printed above). On
-# 128 H100s the PipelineRL paper reports about 2x faster learning than conventional RL;
-# here the per-seed ratios above are the measured figure, on two shared CPU cores.
+# synchronous update (asserted, within two standard errors of the difference). Per second
+# pipeline RL is ahead, because it produces and consumes the samples faster: when it had
+# finished, the synchronous run of the same seed was a fraction of the way through its
+# updates, and its policy then scored lower on the held-out prompts (asserted in the
+# median over the seeds). The size of that lead moves from run to run with the machine's
+# load (from about +0.01 to +0.05 on average in our runs; this one's is printed above):
+# most of this task's gain comes in the first 20-40 updates, which the synchronous run
+# has often made by then, and on a machine crowded by other jobs a seed's pipeline run can
+# lose its second core and finish no sooner, so the assertion claims only that the median
+# lead is positive. The time-to-target figures say the same where the noisy batch rewards
+# let them.
+# On 128 H100s the PipelineRL paper reports about 2x faster learning than conventional RL
+# (Piche et al. 2025); here the per-seed figures above are the measured ones, on two
+# shared CPU cores.
 
 # %% [markdown]
 # ## 5. What the correction buys
@@ -705,8 +746,9 @@ for arm in ("sync", "one_step", "pipeline"):
 #   batch, and generation and training wait for each other.
 # - Pipeline RL keeps the generator running: new weights are swapped in between decoding
 #   steps, the KV cache is kept, finished slots are refilled at once. Here it consumed more
-#   tokens per second than the synchronous loop on the same two cores, and reached the same
-#   reward level in less wall-clock time (section 4, median over three seeds).
+#   tokens per second than the synchronous loop on the same two cores, and at the moment
+#   it finished its updates its policy scored higher on held-out prompts than the
+#   synchronous run's at that moment (section 4, over three seeds).
 # - Every regime learned from the same warm start, by the margin asserted in section 4.
 # - A sequence then mixes policy versions; the per-token truncated importance weight
 #   (07.1-07.2) handles it without products of ratios, with the version and log-prob the

@@ -147,6 +147,8 @@ def test_bad_configurations_are_named() -> None:
         PipelineConfig(max_lag=0)
     with pytest.raises(ValueError, match="regime must be"):
         PipelineConfig(regime="async")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="snapshot_every must be >= 0"):
+        PipelineConfig(snapshot_every=-1)
 
 
 # -- the generator's loop, in this process ---------------------------------------------------
@@ -231,11 +233,23 @@ def test_an_in_flight_update_reaches_the_live_answers_between_two_decoding_steps
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
 def test_each_regime_trains_within_its_lag_bound_and_leaves_no_process(regime, no_orphans):
-    cfg = replace(FAST, regime=regime, n_slots=8 if regime != "pipeline" else 6)
+    cfg = replace(FAST, regime=regime, n_slots=8 if regime != "pipeline" else 6, snapshot_every=2)
     with PipelineSystem(cfg, init_flat()) as system:
         pid = system.pid
         report = system.train()
     assert len(report.metrics) == cfg.n_updates and report.tokens > 0
+    # snapshots: the start, then every 2 updates, in time order, copies (the last one is the final state)
+    assert [u for u, _, _ in report.snapshots] == list(range(0, cfg.n_updates + 1, 2))
+    times = [t for _, t, _ in report.snapshots]
+    assert times[0] == 0.0 and times == sorted(times) and times[-1] <= report.seconds
+    start = TinyLM(cfg.lm)
+    load_flat_parameters(start, init_flat())
+    assert all(torch.equal(report.snapshots[0][2][k], v) for k, v in start.state_dict().items())
+    assert all(torch.equal(report.snapshots[-1][2][k], v) for k, v in report.final_state.items())
+    assert all(report.snapshots[-1][2][k].data_ptr() != v.data_ptr() for k, v in report.final_state.items())
+    assert report.state_at(times[2])[0] == 4 and report.state_at(report.seconds)[0] == cfg.n_updates
+    with pytest.raises(ValueError, match="no snapshot at or before"):
+        report.state_at(-1.0)
     assert report.token_lags.max() <= cfg.lag_bound
     if regime == "sync":
         assert report.token_lags.max() == 0 and report.series("ess").min() > 0.999

@@ -98,6 +98,9 @@ class PipelineConfig:
     poll_s: float = field(default=0.05, metadata={"help": "longest single wait before checking on the other process"})
     stall_timeout_s: float = field(default=60.0, metadata={"help": "no data for this long: shut down and raise"})
     join_timeout_s: float = field(default=3.0, metadata={"help": "stop: wait this long before terminate/kill"})
+    snapshot_every: int = field(
+        default=0, metadata={"help": "the trainer keeps a copy of its weights every this many updates (0: none)"}
+    )
     crash_after_groups: int | None = field(
         default=None, metadata={"help": "fault injection: the generator exits after sending this many groups"}
     )
@@ -121,6 +124,8 @@ class PipelineConfig:
             )
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
+        if self.snapshot_every < 0:
+            raise ValueError(f"snapshot_every must be >= 0 (0: no snapshots), got {self.snapshot_every}")
 
     @property
     def batch_sequences(self) -> int:
@@ -381,7 +386,9 @@ class RegimeReport:
     token; ``generator`` / ``trainer``: busy intervals ``[(start, end)]``; ``swaps``:
     ``(time, version)`` of every in-flight weight update the generator applied;
     ``swap_seconds``: the generator's time spent in them (loading, and rebuilding the cache if
-    ``recompute_cache``); ``final_state``: the trainer's weights at the end.
+    ``recompute_cache``); ``final_state``: the trainer's weights at the end; ``snapshots``:
+    ``(updates done, time, weights)`` at the start and every ``snapshot_every`` updates
+    (:meth:`state_at`).
     """
 
     regime: str
@@ -400,6 +407,23 @@ class RegimeReport:
     correction: bool = True
     recompute_cache: bool = False
     final_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    snapshots: list[tuple[int, float, dict[str, torch.Tensor]]] = field(default_factory=list)
+
+    def state_at(self, seconds: float) -> tuple[int, float, dict[str, torch.Tensor]]:
+        """The latest snapshot taken at or before ``seconds`` from the start: ``(updates done,
+        time, weights)``; the policy the trainer had then, to compare runs at equal wall-clock.
+
+        Raises:
+            ValueError: no snapshot that early (run with a smaller ``snapshot_every``).
+        """
+        taken = [snap for snap in self.snapshots if snap[1] <= seconds]
+        if not taken:
+            raise ValueError(
+                f"no snapshot at or before {seconds:.2f} s (the first is at {self.snapshots[0][1]:.2f} s)"
+                if self.snapshots
+                else "this run kept no snapshots: set snapshot_every"
+            )
+        return taken[-1]
 
     @property
     def tokens_per_second(self) -> float:
@@ -433,6 +457,11 @@ class RegimeReport:
         return float(self.series("fresh_gap_sum").sum() / max(self.series("fresh_tokens").sum(), 1.0))
 
 
+def _state_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s weights that later updates leave alone."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 @dataclass
 class _TrainerRun:
     """What one call of :meth:`PipelineSystem.train` accumulates (times in seconds from ``t0``,
@@ -448,6 +477,7 @@ class _TrainerRun:
     swap_seconds: float = 0.0
     busy_slot_steps: int = 0
     steps: int = 0
+    snapshots: list[tuple[int, float, dict[str, torch.Tensor]]] = field(default_factory=list)
 
     def add_timeline(self, timeline: dict[str, Any]) -> None:
         """Add the generator's timeline that came with a group (:meth:`_Timeline.flush`)."""
@@ -562,6 +592,8 @@ class PipelineSystem(ChildProcessSystem):
         opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self._go.set()
         run = _TrainerRun(t0=time.perf_counter())
+        if cfg.snapshot_every:
+            run.snapshots.append((0, 0.0, _state_copy(self.model)))
         try:
             for u in range(cfg.n_updates):
                 groups = self._receive_groups(u, run)
@@ -571,6 +603,8 @@ class PipelineSystem(ChildProcessSystem):
                 run.trainer.append((start - run.t0, end - run.t0))
                 m["time"] = end - run.t0
                 run.metrics.append(m)
+                if cfg.snapshot_every and (u + 1) % cfg.snapshot_every == 0:
+                    run.snapshots.append((u + 1, m["time"], _state_copy(self.model)))
                 if progress is not None:
                     progress(u + 1, m)
         except BaseException:
@@ -613,7 +647,8 @@ class PipelineSystem(ChildProcessSystem):
             swap_seconds=run.swap_seconds,
             correction=cfg.correction,
             recompute_cache=cfg.recompute_cache,
-            final_state={k: v.detach().clone() for k, v in self.model.state_dict().items()},
+            final_state=_state_copy(self.model),
+            snapshots=run.snapshots,
         )
 
     def _update(
