@@ -149,11 +149,11 @@ def run() -> Result:
             "replay; a vectorised step is one step of every env, its transitions stored and utd gradient updates. "
             f"Timed after the warm-up: {CHUNKS} chunks of {c.steps_per_chunk} steps per measurement, {ROUNDS} "
             "interleaved rounds (median, range); more envs per step at the same utd: more env steps/s, fewer updates/s.",
-            f"Seeds: {SEEDS} seeds as one vmapped program run at {vmap_vs_seq:.2f}x the rate of the same seeds one after "
-            f"another, as {SEEDS} threads at {threads_vs_seq:.2f}x (2 cores); with uniform replay the vmapped program "
-            f"ran at {uniform_vmap:.2f}x seeds one after another. A vmapped seed costs about what it costs alone (each "
-            "update's small products already occupy a core) and prioritized replay's sum-tree scatters batch badly, "
-            "so `sac_jax.train` runs seeds as threads by default.",
+            f"Seeds: {SEEDS} seeds as one vmapped program ran at {vmap_vs_seq:.2f}x the rate of the same seeds one "
+            f"after another, as {SEEDS} threads at {threads_vs_seq:.2f}x (2 cores); with uniform replay the vmapped "
+            f"program ran at {uniform_vmap:.2f}x seeds one after another. Vmapping gains little where each update's "
+            "small products already keep a core busy, and loses with prioritized replay, whose sum-tree scatters "
+            "batch badly; threads use the second core, so `sac_jax.train` runs seeds as threads on a CPU.",
             f"Time breakdown of one training step at the cpu config (`sac_jax.time_breakdown`: each part alone, jitted, "
             f"in a scan of {c.steps_per_chunk}; medians of {ROUNDS}): {parts}; the whole training step "
             f"{1e6 * b['train_step']:.0f} us, the parts add up to {1e6 * b['parts_sum']:.0f} us. Shares of the parts: "

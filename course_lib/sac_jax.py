@@ -720,7 +720,7 @@ def make_train_fn(config: SACConfig, env: ContinuousEnv, env_params: Any) -> Cal
     return train_fn
 
 
-def _default_env(env: ContinuousEnv | None, env_params: Any) -> tuple[ContinuousEnv, Any]:
+def default_env(env: ContinuousEnv | None, env_params: Any) -> tuple[ContinuousEnv, Any]:
     """The lesson's driving env and its ``DEFAULT_PARAMS`` where none are given."""
     env = driving if env is None else env
     return env, getattr(env, "DEFAULT_PARAMS", None) if env_params is None else env_params
@@ -748,14 +748,6 @@ def _jitted_programs(
     return jax.jit(init), jax.jit(run_chunk, donate_argnums=0)
 
 
-def compile_together(programs: list[tuple[Any, tuple[Any, ...]]]) -> None:
-    """Compile jitted functions for the given arguments (arrays or ``jax.eval_shape``
-    shapes), one thread each: XLA compiles on both cores at once, and the later calls find
-    the executables in JAX's cache."""
-    with ThreadPoolExecutor(len(programs)) as pool:
-        list(pool.map(lambda p: p[0].lower(*p[1]).compile(), programs))
-
-
 #: How :func:`train` runs several seeds: one vmapped program, or the single-seed program
 #: once per seed, one thread per seed (the calls run side by side on the CPU cores).
 SEED_MODES = ("vmap", "threads")
@@ -767,28 +759,30 @@ def train(
     progress: bool = True,
     env: ContinuousEnv | None = None,
     env_params: Any = None,
-    seeds: str = "threads",
+    seeds: str | None = None,
 ) -> TrainResult:
     """The driver a lesson runs: jitted ``init``, then jitted ``run_chunk`` ``num_chunks`` times
     with a progress bar (:func:`course_lib.progress`) between chunks.
 
     ``key`` is one key (one run) or a ``[S]`` array of keys (``jax.random.split(key, S)``),
     for ``S`` seeds; every array of the result then has a leading ``[S]`` axis. ``seeds``
-    says how they run (:data:`SEED_MODES`): ``"vmap"``, one vmapped program (the GPU's way);
-    ``"threads"``, the one-seed program once per seed, each seed in its own thread between
-    the bar's ticks. On 2 CPU cores the threads are faster: a vmapped seed costs as much as a
-    seed run alone (each update's small products already keep one core busy; prioritized
-    replay's sum-tree writes batch badly and cost 1.6x more vmapped), while threads run
-    side by side on both cores (measured in ``bench/bench_sac.py``). With threads, seed
-    ``i`` of the result is bit for bit the one-seed run of ``key[i]``. ``env`` defaults to
-    :mod:`course_lib.envs.driving` and ``env_params`` to its ``DEFAULT_PARAMS``.
+    says how they run (:data:`SEED_MODES`; default: ``"threads"`` on a CPU, ``"vmap"`` on an
+    accelerator): ``"vmap"``, one vmapped program (the GPU's way); ``"threads"``, the
+    one-seed program once per seed, each seed in its own thread between the bar's ticks.
+    On 2 CPU cores the threads are faster (``bench/bench_sac.py``: 1.7-1.8x the seeds one
+    after another, against 0.65-0.7x for the vmapped program with prioritized replay, whose
+    sum-tree scatters batch badly, and 1.05-1.3x with uniform replay, whose small products
+    already keep a core busy). With threads, seed ``i`` of the result is bit for bit the
+    one-seed run of ``key[i]``. ``env`` defaults to :mod:`course_lib.envs.driving` and
+    ``env_params`` to its ``DEFAULT_PARAMS``.
 
     Returns:
         :class:`TrainResult` with numpy metrics ``[num_chunks]`` (``[S, num_chunks]``).
     """
+    seeds = seeds or ("threads" if jax.default_backend() == "cpu" else "vmap")
     if seeds not in SEED_MODES:
         raise ValueError(f"seeds must be one of {SEED_MODES}, got {seeds!r}")
-    env, env_params = _default_env(env, env_params)
+    env, env_params = default_env(env, env_params)
     init_jit, chunk_jit = jitted_programs(config, env, env_params, vmapped=key.ndim == 1 and seeds == "vmap")
     per_seed = key.ndim == 1 and seeds == "threads"
     states = [init_jit(k) for k in key] if per_seed else [init_jit(key)]
@@ -798,7 +792,7 @@ def train(
         state, metrics = chunk_jit(state)
         return state, jax.device_get(metrics)  # blocks this thread until the chunk is done
 
-    with _maybe_progress(progress, config.num_chunks) as bar, ThreadPoolExecutor(len(states)) as pool:
+    with chunk_progress(progress, config.num_chunks) as bar, ThreadPoolExecutor(len(states)) as pool:
         for _ in range(config.num_chunks):
             results = list(pool.map(one_chunk, states))
             states = [state for state, _ in results]
@@ -823,7 +817,7 @@ class _NoBar:
         return None
 
 
-def _maybe_progress(show: bool, total: int, desc: str = "SAC chunks") -> Any:
+def chunk_progress(show: bool, total: int, desc: str = "SAC chunks") -> Any:
     """:func:`course_lib.progress` over ``total`` chunks, or a bar that shows nothing."""
     if not show:
         return _NoBar()
@@ -977,7 +971,7 @@ def evaluate(
     program per number of actors). ``env`` defaults to the driving env, ``env_params`` to
     its ``DEFAULT_PARAMS``.
     """
-    env, env_params = _default_env(env, env_params)
+    env, env_params = default_env(env, env_params)
     policy = "actor" if deterministic else "actor_sampled"
 
     def one(actor: MLP) -> EvalResult:
@@ -996,7 +990,7 @@ def evaluate_random(
     key: Array, env_params: Any = None, num_episodes: int = 256, env: ContinuousEnv | None = None
 ) -> EvalResult:
     """:func:`evaluate`'s rates for uniformly random actions (the same episodes for the same key)."""
-    env, env_params = _default_env(env, env_params)
+    env, env_params = default_env(env, env_params)
     return _take(evaluate_policies(("random",), None, key, env_params, num_episodes, env), 0)
 
 
@@ -1025,26 +1019,30 @@ def compare_policies(
 # ---------------------------------------------------------------------------------------
 
 
-def _median_time(fn: Callable[..., Any], repeats: int, prepare: Callable[[], tuple[Any, ...]] = tuple) -> float:
-    """Median wall-clock seconds of ``fn(*prepare())`` (blocked until ready; ``prepare`` is not
-    timed) over ``repeats`` calls, after one warm-up call."""
-    jax.block_until_ready(fn(*prepare()))
-    times = []
-    for _ in range(repeats):
-        args = jax.block_until_ready(prepare())
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _time_once(fn: Callable[..., Any], prepare: Callable[[], tuple[Any, ...]]) -> float:
+    """Wall-clock seconds of ``fn(*prepare())``, blocked until ready; ``prepare`` is not timed."""
+    args = jax.block_until_ready(prepare())
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def compile_together(programs: list[tuple[Any, tuple[Any, ...]]]) -> None:
+    """Compile jitted functions for the given arguments (arrays or ``jax.eval_shape``
+    shapes), one thread each: XLA compiles on both cores at once, and the later calls find
+    the executables in JAX's cache."""
+    with ThreadPoolExecutor(len(programs)) as pool:
+        list(pool.map(lambda p: p[0].lower(*p[1]).compile(), programs))
 
 
 def time_breakdown(
     config: SACConfig, env: ContinuousEnv | None = None, env_params: Any = None, repeats: int = 5, chunks: int = 3
 ) -> dict[str, float]:
     """Training throughput and where one vectorised step's time goes, each part jitted and
-    timed on its own in a ``lax.scan`` of ``steps_per_chunk`` repetitions (median of
-    ``repeats`` runs; inputs passed as arguments, the buffer donated where it is written,
-    so that no part pays for copying the buffer).
+    timed on its own in a ``lax.scan`` of ``steps_per_chunk`` repetitions (inputs passed as
+    arguments, the buffer donated where it is written, so that no part pays for copying the
+    buffer). ``repeats`` rounds, each timing ``chunks`` training chunks and then every part
+    once, after a warm-up round; the medians over rounds.
 
     Returns seconds per vectorised env step (``env_step``: stepping the ``num_envs`` envs with
     random actions, auto-reset and episode sums included; ``act``: the actor's sampled
@@ -1055,23 +1053,24 @@ def time_breakdown(
     ``parts_sum`` (env_step + act + replay_add + utd x (replay_sample + update)), to compare
     with ``train_step``. The training program is :func:`jitted_programs`' (compiled once).
     """
-    env, env_params = _default_env(env, env_params)
+    env, env_params = default_env(env, env_params)
     init, chunk = jitted_programs(config, env, env_params)
     state = init(jax.random.key(0))
     for _ in range(-(-config.warmup_steps // config.steps_per_chunk)):
         state, _ = chunk(state)  # past the warm-up: every timed step learns
-    times = []
-    for _ in range(repeats):
+    parts = _part_loops(config, env, env_params, jax.tree.map(jnp.copy, state))  # a copy: chunks donate theirs
+    compile_together([(run, prepare()) for run, prepare in parts.values()])
+    samples: dict[str, list[float]] = {name: [] for name in ["train_step", *parts]}
+    for _ in range(repeats + 1):  # interleaved, so that a change of load hits every part alike
         t0 = time.perf_counter()
         for _ in range(chunks):
             state, metrics = chunk(state)
         jax.block_until_ready(metrics)
-        times.append((time.perf_counter() - t0) / (chunks * config.steps_per_chunk))
-    out = {"train_step": statistics.median(times)}
-    parts = _part_loops(config, env, env_params, state)
-    compile_together([(run, prepare()) for run, prepare in parts.values()])
-    for name, (run, prepare) in parts.items():
-        out[name] = _median_time(run, repeats, prepare) / config.steps_per_chunk
+        samples["train_step"].append((time.perf_counter() - t0) / chunks)
+        for name, (run, prepare) in parts.items():
+            samples[name].append(_time_once(run, prepare))
+    n = config.steps_per_chunk
+    out = {name: statistics.median(times[1:]) / n for name, times in samples.items()}  # the first: warm-up
     out["env_steps_per_s"] = config.num_envs / out["train_step"]
     out["updates_per_s"] = config.utd / out["train_step"]
     per_step = out["env_step"] + out["act"] + out["replay_add"]
@@ -1094,7 +1093,10 @@ def _part_loops(
     opt = make_optimizers(config)
     step_envs = functools.partial(env_step, env, env_params, config.reward_scale)
     actions = jnp.zeros((config.num_envs, env.ACTION_DIM))
-    _, transition, _ = step_envs(state.env, actions, jax.random.key(3))
+    # the add loop stores a batch of transitions of the right shapes (their values do not
+    # change its time): traced, not run, which would dispatch the env step op by op
+    shapes = jax.eval_shape(step_envs, state.env, actions, jax.random.key(3))[1]
+    transition = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
     keys = jax.random.split(jax.random.key(4), n)
 
     def env_loop(envs: EnvCarry, keys: Array) -> Array:

@@ -29,6 +29,7 @@ cores; :data:`FULL_SWEEP` is V-Max's kind of grid for a GPU (not run on CPU mach
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -52,7 +53,7 @@ class SweepConfig:
         default=(16_000, 40_000, 72_000),
         metadata={"help": "env steps (all envs) after which the actors are evaluated; multiples of a chunk's"},
     )
-    num_seeds: int = field(default=2, metadata={"help": "seeds per width, all trained in one vmapped program"})
+    num_seeds: int = field(default=2, metadata={"help": "seeds per width (every run in its own thread)"})
     num_episodes: int = field(default=128, metadata={"help": "evaluation episodes per (width, budget, seed)"})
     sac: SACConfig = field(default=SACConfig(), metadata={"help": "the SAC hyperparameters every cell shares"})
 
@@ -172,35 +173,53 @@ def scaling_sweep(
 
     Every run has the widest network's shapes, so all of them are calls of one compiled
     one-seed ``run_chunk`` (:func:`course_lib.sac_jax.jitted_programs`, shared with
-    :func:`course_lib.sac_jax.train` for the same config), each run in its own thread.
+    :func:`course_lib.sac_jax.train` for the same config), each run in its own thread on a
+    CPU; on an accelerator the runs are stacked and run as one vmapped program.
 
     Returns:
         :class:`SweepResult` (deterministic-policy rates, ``[W, B, S]``).
     """
     check_sweep(sweep)
-    env, env_params = sac_jax._default_env(env, env_params)
+    env, env_params = sac_jax.default_env(env, env_params)
     run = sweep.run_config
     k_init, k_eval = jax.random.split(key)
     states = init_padded(sweep, k_init, env, env_params)
-    n_runs = len(states)
-    _, chunk = sac_jax.jitted_programs(run, env, env_params)  # the one-seed program: one thread per run
+    run_chunks = _threaded_chunks if jax.default_backend() == "cpu" else _vmapped_chunks
     stops = {b // run.steps_per_chunk_env for b in sweep.budgets}
     snapshots: list[MLP] = []
-    with (
-        sac_jax._maybe_progress(progress, run.num_chunks, "sweep chunks") as bar,
-        ThreadPoolExecutor(n_runs) as pool,
-    ):
-        for i in range(1, run.num_chunks + 1):
-            states = list(pool.map(lambda s: jax.block_until_ready(chunk(s)[0]), states))
-            if i in stops:
-                actors_now = [s.learner.actor for s in states]
-                snapshots.append(jax.tree.map(lambda *xs: jnp.stack(xs), *actors_now))
+    with sac_jax.chunk_progress(progress, run.num_chunks, "sweep chunks") as bar:
+        for actors_now in run_chunks(run, env, env_params, states, stops):
+            if actors_now is not None:
+                snapshots.append(actors_now)
             bar.update(1)
     actors = jax.tree.map(lambda *xs: jnp.concatenate(xs), *snapshots)  # [B * W * S]
     result = sac_jax.evaluate(actors, k_eval, env_params, sweep.num_episodes, env=env)
     shape = (len(sweep.budgets), len(sweep.widths), sweep.num_seeds)
     cells = [np.asarray(x).reshape(shape).transpose(1, 0, 2) for x in result]
     return SweepResult(sweep.widths, sweep.budgets, *cells)
+
+
+def _threaded_chunks(
+    run: SACConfig, env: ContinuousEnv, env_params: Any, states: list[TrainState], stops: set[int]
+) -> Iterator[MLP | None]:
+    """Every chunk of every run, one thread per run; yields after each chunk the actors
+    ``[n_runs]`` stacked where the chunk ends a budget (``stops``), else ``None``."""
+    _, chunk = sac_jax.jitted_programs(run, env, env_params)
+    with ThreadPoolExecutor(len(states)) as pool:
+        for i in range(1, run.num_chunks + 1):
+            states = list(pool.map(lambda s: jax.block_until_ready(chunk(s)[0]), states))
+            yield jax.tree.map(lambda *xs: jnp.stack(xs), *[s.learner.actor for s in states]) if i in stops else None
+
+
+def _vmapped_chunks(
+    run: SACConfig, env: ContinuousEnv, env_params: Any, states: list[TrainState], stops: set[int]
+) -> Iterator[MLP | None]:
+    """:func:`_threaded_chunks` as one vmapped program over the stacked runs (for accelerators)."""
+    _, chunk = sac_jax.jitted_programs(run, env, env_params, vmapped=True)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    for i in range(1, run.num_chunks + 1):
+        stacked, _ = chunk(stacked)
+        yield jax.tree.map(jnp.copy, stacked.learner.actor) if i in stops else None
 
 
 def sweep_table(result: SweepResult) -> str:

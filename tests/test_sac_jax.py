@@ -279,12 +279,13 @@ def test_sample_action_log_prob_matches_sample_frequencies():
 
 
 def test_q_values_runs_both_critics_at_once():
-    critics = sac_jax.init_critics(jax.random.key(0), 5, 2, 8, 2)
+    critics = jax.jit(sac_jax.init_critics, static_argnums=(1, 2, 3, 4))(jax.random.key(0), 5, 2, 8, 2)
     obs, action = jnp.ones((7, 5)), jnp.zeros((7, 2))
-    q = q_values(critics, obs, action)
+    q = jax.jit(q_values)(critics, obs, action)
     assert q.shape == (2, 7)
     first = jax.tree.map(lambda x: x[0], critics)
-    np.testing.assert_allclose(q[0], sac_jax.mlp(first, jnp.concatenate([obs, action], -1))[:, 0], rtol=1e-6)
+    one = jax.jit(sac_jax.mlp)(first, jnp.concatenate([obs, action], -1))
+    np.testing.assert_allclose(q[0], one[:, 0], rtol=1e-5)
     assert not np.allclose(q[0], q[1])  # two independently initialised critics
 
 
@@ -373,15 +374,14 @@ def tiny_runs():
     keys = jax.random.split(jax.random.key(0), 2)
     chunked = train(TINY, keys, progress=False, env=PointMass, env_params=PARAMS)
     one_shot = jax.jit(make_train_fn(TINY, PointMass, PARAMS))
-    return keys, chunked, one_shot
+    return keys, chunked, one_shot, one_shot(keys[1])
 
 
 def test_chunked_training_equals_one_shot_training(tiny_runs):
     """Seed 1 of the driver's run (jitted chunks, in its own thread) is bit for bit the
     one-shot program's run of the same key. (Vmapped over seeds, the programs would round
     differently in the last bits, which the learning dynamics amplify after a few chunks.)"""
-    keys, chunked, one_shot = tiny_runs
-    whole = one_shot(keys[1])
+    _, chunked, _, whole = tiny_runs
     for k, v in chunked.metrics.items():
         assert v.shape == (2, TINY.num_chunks)
         np.testing.assert_array_equal(v[1], whole.metrics[k], err_msg=k)
@@ -390,28 +390,31 @@ def test_chunked_training_equals_one_shot_training(tiny_runs):
 
 
 def test_the_run_is_deterministic_under_a_key(tiny_runs):
-    keys, chunked, one_shot = tiny_runs
-    first, again = one_shot(keys[0]), one_shot(keys[0])
+    keys, chunked, one_shot, first = tiny_runs
+    again = one_shot(keys[1])
     for a, b in zip(
         jax.tree.leaves((first.metrics, first.state.learner)), jax.tree.leaves((again.metrics, again.state.learner))
     ):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(first.metrics["losses/critic"], chunked.metrics["losses/critic"][0])
-    assert not np.allclose(chunked.metrics["losses/critic"][0], chunked.metrics["losses/critic"][1])
+    assert not np.allclose(chunked.metrics["losses/critic"][0], chunked.metrics["losses/critic"][1])  # two keys
 
 
-def test_seeds_as_one_vmapped_program():
-    config = dataclasses.replace(TINY, total_env_steps=1600)
-    keys = jax.random.split(jax.random.key(3), 2)
-    result = train(config, keys, progress=False, env=PointMass, env_params=PARAMS, seeds="vmap")
-    assert result.metrics["charts/episodes"].shape == (2, 2)
-    assert result.state.learner.actor[0]["w"].shape[0] == 2
+def test_seeds_as_one_vmapped_program_has_a_seed_axis():
+    """``train(..., seeds="vmap")`` runs jax.vmap of init and run_chunk; their shapes, traced
+    without compiling (the vmapped run itself is timed in bench/bench_sac.py)."""
+    init, run_chunk = make_train(TINY, PointMass, PARAMS)
+    state = jax.eval_shape(jax.vmap(init), jax.random.split(jax.random.key(3), 2))
+    after, metrics = jax.eval_shape(jax.vmap(run_chunk), state)
+    assert metrics["charts/accuracy"].shape == (2,) and after.learner.actor[0]["w"].shape == (2, 6, TINY.width)
+    assert after.buffer.data.obs.shape == (2, TINY.buffer_capacity, PointMass.OBS_DIM)
     with pytest.raises(ValueError, match="seeds"):
-        train(config, keys, progress=False, env=PointMass, env_params=PARAMS, seeds="pmap")
+        train(
+            TINY, jax.random.split(jax.random.key(3), 2), progress=False, env=PointMass, env_params=PARAMS, seeds="pmap"
+        )
 
 
 def test_warmup_then_learning(tiny_runs):
-    _, chunked, _ = tiny_runs
+    _, chunked, _, _ = tiny_runs
     m = {k: v[0] for k, v in chunked.metrics.items()}
     np.testing.assert_array_equal(m["charts/env_steps"], np.arange(1, TINY.num_chunks + 1) * TINY.steps_per_chunk_env)
     assert np.isfinite(m["losses/critic"]).all()  # the first chunk learns after 64 warm-up steps
@@ -423,7 +426,7 @@ def test_warmup_then_learning(tiny_runs):
 def test_sac_learns_the_point_mass(tiny_runs):
     """The trained actor against an untrained one and random actions, on the same episodes;
     ``evaluate`` of actors stacked on a seed axis returns one rate per actor."""
-    _, chunked, _ = tiny_runs
+    _, chunked, _, _ = tiny_runs
     untrained = sac_jax.init_actor(jax.random.key(5), PointMass.OBS_DIM, 2, TINY.width, TINY.depth)
     actors = jax.tree.map(lambda a, b: jnp.stack([a[0], b]), chunked.state.learner.actor, untrained)
     key = jax.random.key(7)
@@ -485,8 +488,9 @@ def test_sweep_budgets_fall_on_chunks():
 
 
 def test_scaling_sweep_runs_every_cell(tiny_runs):
-    """A 2 x 2 grid on the point mass; its runs reuse the compiled chunk of the TINY runs."""
-    sweep = sac_sweep.SweepConfig(widths=(8, 32), budgets=(800, 2400), num_seeds=1, num_episodes=32, sac=TINY)
+    """A 2 x 2 grid on the point mass; its runs reuse the compiled chunk of the TINY runs, its
+    evaluation the compiled program of the learning test (same shapes, 256 episodes)."""
+    sweep = sac_sweep.SweepConfig(widths=(8, 32), budgets=(800, 2400), num_seeds=1, num_episodes=256, sac=TINY)
     result = sac_sweep.scaling_sweep(sweep, jax.random.key(0), progress=False, env=PointMass, env_params=PARAMS)
     assert result.accuracy.shape == (2, 2, 1) and result.widths == (8, 32)
     assert ((result.accuracy >= 0) & (result.accuracy <= 1)).all()
