@@ -19,6 +19,11 @@ softmax over ``[observation, 1]`` whose score has a closed form,
 numpy-vectorised ``CartPoleVectorEnv`` (``n_runs * n_seeds * n_envs`` carts). Adam
 (Kingma & Ba 2015) is elementwise, so one optimizer state for the stacked parameters is
 exactly one optimizer per run.
+
+Correcting is one answer to staleness; *bounding* it is the other, and systems do both.
+:func:`may_start_group` is the bound as a system enforces it (backpressure: a producer waits
+rather than get more than ``bound`` updates ahead), the rule lesson 07's pipeline and lesson
+11's capstone share.
 """
 
 from __future__ import annotations
@@ -103,6 +108,21 @@ class StalenessConfig:
 def label(lag: int, correction: Correction) -> str:
     """``"k = 4, truncated IS"``; lag 0 is ``"on-policy (k = 0)"``."""
     return "on-policy (k = 0)" if lag == 0 else f"k = {lag}, {LABELS[correction]}"
+
+
+# ---------------------------------------------------------------------------------------
+# Bounded staleness: backpressure (lessons 07 and 11)
+# ---------------------------------------------------------------------------------------
+
+
+def may_start_group(k: int, consumed: int, bound: int, groups_per_batch: int) -> bool:
+    """Backpressure: may group ``k`` (numbered as groups start) start, given the groups the
+    trainer has ``consumed`` (read *before* pulling the weights)?
+
+    Update ``u`` consumes groups ``u B .. (u + 1) B - 1`` (``B = groups_per_batch``). A group
+    allowed to start holds weights of version ``>= consumed / B`` and is consumed by an update
+    ``< consumed / B + bound + 1``: no token of it lags more than ``bound`` updates."""
+    return k < consumed + (bound + 1) * groups_per_batch
 
 
 # ---------------------------------------------------------------------------------------

@@ -16,19 +16,20 @@ import torch
 from course_lib.importance import truncated_is_loss
 from course_lib.lm import CountdownTask, SlotSampler, TinyLM
 from course_lib.lm.task import EOS, warm_start
-from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
+from course_lib.pipeline import system as pipeline_system
+from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss, token_ess_fraction, token_lags
 from course_lib.pipeline.system import (
     LM,
     GroupGenerator,
     PipelineConfig,
     PipelineFault,
     PipelineSystem,
-    may_start_group,
 )
 from course_lib.pipeline.timeline import time_to_target
 from course_lib.runtime.processes import live_children
 from course_lib.runtime.processes import wait_gone as gone
 from course_lib.runtime.weights import SharedWeights, flat_parameters, load_flat_parameters
+from course_lib.staleness import may_start_group
 
 FAST = PipelineConfig(
     n_slots=8, group_size=2, groups_per_batch=4, n_updates=6, poll_s=0.05, stall_timeout_s=20.0, join_timeout_s=1.0
@@ -110,7 +111,31 @@ def test_pipeline_loss_equals_the_token_level_truncated_is_loss_and_drops_the_we
     assert not torch.allclose(plain, got)
 
 
+def _answer(tokens, logp, versions, reward):
+    return {"answer": tokens, "logp": logp, "versions": versions, "reward": reward}
+
+
+def test_pad_groups_lays_out_answers_group_after_group_right_padded():
+    groups = [
+        {
+            "prompt": [5, 6],
+            "answers": [_answer([7, 8, 9], [-0.1, -0.2, -0.3], [0, 0, 1], 1.0), _answer([], [], [], 0.0)],
+        },
+        {"prompt": [5], "answers": [_answer([4], [-0.5], [2], 0.0), _answer([3, 3], [-1.0, -2.0], [1, 2], 1.0)]},
+    ]
+    b = pad_groups(groups)
+    assert b["tokens"].tolist() == [[5, 6, 7, 8, 9], [5, 6, 0, 0, 0], [5, 4, 0, 0, 0], [5, 3, 3, 0, 0]]  # PAD = 0
+    assert b["mask"].int().tolist() == [[0, 0, 1, 1, 1], [0] * 5, [0, 1, 0, 0, 0], [0, 1, 1, 0, 0]]
+    assert b["versions"].tolist() == [[0, 0, 0, 0, 1], [0] * 5, [0, 2, 0, 0, 0], [0, 1, 2, 0, 0]]
+    want_logp = [[0, 0, -0.1, -0.2, -0.3], [0] * 5, [0, -0.5, 0, 0, 0], [0, -1.0, -2.0, 0, 0]]
+    torch.testing.assert_close(b["logp"], torch.tensor(want_logp, dtype=torch.float32))
+    assert b["tokens"].dtype == torch.long and b["versions"].dtype == torch.long
+    assert b["rewards"].dtype == np.float64 and b["rewards"].tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert pad_groups(groups, pad=-1)["tokens"][1].tolist() == [5, 6, -1, -1, -1]
+
+
 def test_backpressure_rule_bounds_the_lag_of_every_group():
+    assert pipeline_system.may_start_group is may_start_group  # lesson 07 imports it from the system
     """Simulate the rule: a generator that starts every group it may, a trainer consuming
     B groups per update; a group started at version consumed // B is used by update k // B."""
     for bound in (0, 1, 2, 5):

@@ -7,15 +7,18 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from typing import Any
 
 import psutil
 import pytest
 import torch
 
+from course_lib.runtime import ranks
 from course_lib.runtime.processes import live_children
 from course_lib.weight_sync import scale_model as sm
 from course_lib.weight_sync.buckets import ALIGN, pack, plan_buckets, unpack
 from course_lib.weight_sync.config import Phases
+from course_lib.weight_sync.endpoints import Receiver, Sender
 from course_lib.weight_sync.faults import CorruptBucket, KillSender, ReorderBuckets, StaleVersion
 from course_lib.weight_sync.integrity import (
     HEADER_BYTES,
@@ -469,6 +472,53 @@ def test_in_place_receive_is_exact_and_still_all_or_nothing():
     assert rejected.kept_version == {1: 1} and rejected.final_abs_error == 0.0
     with pytest.raises(ValueError, match="in_place"):
         SyncConfig("bucketed", in_place=True, reshard=True)
+    assert no_children()
+
+
+def _sync_on_subgroups(rank: int, results: Any) -> None:
+    """A world of 3 ranks: group {0, 2} (0 sends, 1 stays out), then group {1, 2} (global rank 1
+    is its rank 0, so it sends; resharded, so the receiver's tensor-parallel rank and size are
+    group ranks). Rank 1 starts on its group while 0 and 2 may still be busy on theirs."""
+    import torch.distributed as dist
+
+    first, second = dist.new_group([0, 2]), dist.new_group([1, 2])
+    plain, resharded = SyncConfig("pipelined", bucket_mb=0.02), SyncConfig("bucketed", bucket_mb=0.02, reshard=True)
+    specs = list(SMALL)
+    w1, w2 = make_weights(specs, seed=1), make_weights(specs, seed=2, version=1)
+    out: dict[str, Any] = {}
+    if rank == 0:
+        Sender(plain, specs, group=first).send(w1, 1)
+    elif rank == 1:
+        with pytest.raises(ValueError, match="not a member"):
+            Receiver(plain, specs, group=first)
+        with pytest.raises(ValueError, match="the sender is group rank 0"):
+            Receiver(resharded, specs, group=second)  # checked before the handshake: nothing is sent
+        Sender(resharded, specs, group=second).send(w2, 1)
+    else:
+        for name, group, config, want in (("first", first, plain, w1), ("second", second, resharded, w2)):
+            end = Receiver(config, specs, group=group)
+            end.receive(1)
+            exact = set(end.store.active) == set(want)
+            exact &= all(torch.equal(end.store.active[n], w) for n, w in want.items())
+            out[name] = (exact, end.store.version, end.tp_rank, end.tp_size)
+    dist.barrier()  # every rank, the default group: nothing was left waiting on a subgroup
+    results.put((rank, out, None))
+
+
+def _subgroup_failed(rank: int, exc: BaseException) -> tuple[int, None, str]:
+    return (rank, None, f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.timeout(90)
+def test_the_engine_runs_on_a_subgroup_and_ranks_outside_it_take_no_part():
+    kw: dict[str, Any] = dict(name="ws-subgroup-rank", preload=__name__, timeout_s=20)
+    with ranks.RankGroup(3, _sync_on_subgroups, _subgroup_failed, **kw) as g:
+        got = {}
+        while len(got) < 3:
+            rank, out, error = g.results.get(timeout=60)
+            got[rank] = (out, error)
+    assert all(error is None for _, error in got.values()), got
+    assert got[2][0] == {"first": (True, 1, 0, 1), "second": (True, 1, 0, 1)}
     assert no_children()
 
 

@@ -9,16 +9,47 @@ ratio (eq. 07.1-07.2), with the group-relative advantage of its sequence (eq. 07
     L    = -(1 / #tokens) sum_{i,t real} sg[w_it] * A_i * log pi_u(y_it)   (07.2)
     A_i  = (r_i - mean_group r) / (std_group r + eps)                      (07.3)
     lag_it = u - v_it,   ESS / N = (sum w)^2 / (N sum w^2)                 (07.4)
+
+The trainer's batch comes from :func:`pad_groups`: finished groups of answers (as the
+generators send them) padded into ``[N, T]`` tensors, one row per answer, group after group.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
 from course_lib.importance import ess_from_log_weights
+from course_lib.lm.task import PAD
 from course_lib.pg import group_relative_advantages
+
+
+def pad_groups(groups: list[dict[str, Any]], pad: int = PAD) -> dict[str, Any]:
+    """Right-padded ``[N, T]`` tensors of the groups' answers, one row per answer, group after group:
+    ``tokens`` (prompt + answer, then ``pad``), behaviour log-probs ``logp``, ``versions``, the answer
+    ``mask``; and ``rewards [n_groups, G]`` (float64).
+
+    A group is ``{"prompt": [...], "answers": [{"answer", "logp", "versions", "reward"}, ...]}``:
+    ``logp`` and ``versions`` hold one entry per answer token (``log mu_it`` and ``v_it``).
+    """
+    rows = [(a, g) for g in groups for a in g["answers"]]
+    n_t = max(len(g["prompt"]) + len(a["answer"]) for a, g in rows)
+    tokens = torch.full((len(rows), n_t), pad, dtype=torch.long)
+    logp = torch.zeros(len(rows), n_t)
+    versions = torch.zeros(len(rows), n_t, dtype=torch.long)
+    mask = torch.zeros(len(rows), n_t, dtype=torch.bool)
+    for i, (a, g) in enumerate(rows):
+        p, n = len(g["prompt"]), len(a["answer"])
+        tokens[i, :p] = torch.as_tensor(g["prompt"])
+        tokens[i, p : p + n] = torch.as_tensor(a["answer"])
+        logp[i, p : p + n] = torch.as_tensor(a["logp"])
+        versions[i, p : p + n] = torch.as_tensor(a["versions"])
+        mask[i, p : p + n] = True
+    rewards = np.array([[a["reward"] for a in g["answers"]] for g in groups], dtype=np.float64)
+    return {"tokens": tokens, "logp": logp, "versions": versions, "mask": mask, "rewards": rewards}
 
 
 def group_token_advantages(rewards: ArrayLike, mask: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -29,7 +29,9 @@ start group ``k`` only when ``k < consumed + (bound + 1) B``, reading ``consumed
 the trainer raises after publishing) *before* it pulls the weights. Then group ``k``
 starts with a version ``>= consumed / B`` and is consumed by update ``<= consumed / B +
 bound``: no token is ever more than ``bound`` updates old (``bound`` = 0, 1 or
-``max_lag``). The trainer checks it on every batch.
+``max_lag``). The trainer checks it on every batch. The rule,
+:func:`~course_lib.staleness.may_start_group`, lives with the other staleness maths (the
+capstone's generators use it too); it is importable from here as well.
 
 **Faults.** Every wait has a timeout (``poll_s``) after which the trainer checks the
 generator; a dead generator is reported in ``events`` and the run ends cleanly with
@@ -52,8 +54,14 @@ import torch
 
 from course_lib.lm.model import LMConfig, TinyLM, sequence_logprobs
 from course_lib.lm.sampler import SlotSampler
-from course_lib.lm.task import EOS, PAD, CountdownTask, Problem, TaskConfig
-from course_lib.pipeline.loss import group_token_advantages, pipeline_loss, token_ess_fraction, token_lags
+from course_lib.lm.task import EOS, CountdownTask, Problem, TaskConfig
+from course_lib.pipeline.loss import (
+    group_token_advantages,
+    pad_groups,
+    pipeline_loss,
+    token_ess_fraction,
+    token_lags,
+)
 from course_lib.runtime.processes import (
     INJECTED_CRASH_EXIT,
     QUIET_EXIT,
@@ -63,6 +71,7 @@ from course_lib.runtime.processes import (
     stop_processes,
 )
 from course_lib.runtime.weights import SharedWeights, load_flat_parameters
+from course_lib.staleness import may_start_group
 
 Regime = Literal["sync", "one_step", "pipeline"]
 REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")
@@ -150,13 +159,6 @@ def _pin(cfg: PipelineConfig, core: int) -> set[int] | None:
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {sorted(previous)[core]})
     return previous
-
-
-def may_start_group(k: int, consumed: int, bound: int, groups_per_batch: int) -> bool:
-    """Backpressure: may group ``k`` (numbered as groups start) start, given the groups the
-    trainer has ``consumed`` (read *before* pulling the weights)? Then no token of group ``k``
-    lags more than ``bound`` updates when it is consumed (see the module docstring)."""
-    return k < consumed + (bound + 1) * groups_per_batch
 
 
 def swap_in_newer_weights(weights: SharedWeights, sampler: SlotSampler, recompute: bool) -> bool:
@@ -556,25 +558,6 @@ class PipelineSystem(ChildProcessSystem):
         self.stop()
         raise PipelineFault(f"waited {timeout:g} s for {what} (clean shutdown)")
 
-    def _batch(self, groups: list[dict[str, Any]]) -> dict[str, Any]:
-        """Right-padded ``[N, T]`` tensors: prompt + answer tokens, behaviour log-probs,
-        versions, the answer mask; ``rewards [n_groups, G]``."""
-        rows = [(ans, g) for g in groups for ans in g["answers"]]
-        n_t = max(len(g["prompt"]) + len(a["answer"]) for a, g in rows)
-        tokens = torch.full((len(rows), n_t), PAD, dtype=torch.long)
-        logp = torch.zeros(len(rows), n_t)
-        versions = torch.zeros(len(rows), n_t, dtype=torch.long)
-        mask = torch.zeros(len(rows), n_t, dtype=torch.bool)
-        for i, (a, g) in enumerate(rows):
-            p, n = len(g["prompt"]), len(a["answer"])
-            tokens[i, :p] = torch.as_tensor(g["prompt"])
-            tokens[i, p : p + n] = torch.as_tensor(a["answer"])
-            logp[i, p : p + n] = torch.as_tensor(a["logp"])
-            versions[i, p : p + n] = torch.as_tensor(a["versions"])
-            mask[i, p : p + n] = True
-        rewards = np.array([[a["reward"] for a in g["answers"]] for g in groups])
-        return {"tokens": tokens, "logp": logp, "versions": versions, "mask": mask, "rewards": rewards}
-
     def train(self, progress: Callable[[int, dict[str, float]], None] | None = None) -> RegimeReport:
         """Run ``n_updates`` updates; returns the :class:`RegimeReport`.
 
@@ -656,7 +639,7 @@ class PipelineSystem(ChildProcessSystem):
     ) -> dict[str, float]:
         """One trainer step at version ``u`` on ``groups`` (07.1-07.4); publishes version ``u + 1``."""
         cfg = self.config
-        batch = self._batch(groups)
+        batch = pad_groups(groups)
         mask = batch["mask"]
         lag = token_lags(u, batch["versions"].numpy(), mask.numpy())
         if lag.max() > cfg.lag_bound:

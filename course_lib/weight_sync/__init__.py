@@ -8,10 +8,11 @@ Modules, one concept each:
 * :mod:`.reshard`: the tensor-parallel shard each receiver keeps (09.5).
 * :mod:`.store`: a receiver's weights, double-buffered so that an update is all-or-nothing.
 * :mod:`.config`: :class:`SyncConfig` (which method, its options) and the timed steps of one update.
-* :mod:`.comm`: the collectives the methods are built from, and the handshake (the plan, sent once).
+* :mod:`.comm`: the collectives the methods are built from, and the handshake (the plan, sent once),
+  on the default process group or the one the endpoints are given.
 * :mod:`.methods`: the weight-sync methods, one class each behind one interface (naive, per-tensor,
   flat, prestaged, bucketed, pipelined, zero-copy pipelined; resharding, bf16 and delta as options).
-* :mod:`.endpoints`: the :class:`Sender` (rank 0) and the :class:`Receiver` s that run them.
+* :mod:`.endpoints`: the :class:`Sender` (group rank 0) and the :class:`Receiver` s that run them.
 * :mod:`.faults`: fault injection for teaching and tests (corrupt, reorder, stale, kill), kept
   out of the production path.
 * :mod:`.launch`: real processes with torch.distributed (gloo on CPU, NCCL when a GPU is there).

@@ -1,6 +1,10 @@
 """The collectives every method is built from, and the handshake that sends the bucket plan once.
 
-Rank 0 is always the source. Under gloo every tensor is on the CPU; under NCCL control
+Every function runs on the process group ``group`` it is given (``None``: the default group,
+every rank of the job), and group rank 0 (:data:`SOURCE`) is always the source. A job with
+more roles than sender and receivers (lesson 11: generators and several trainers) runs the
+engine on a group of its own (``torch.distributed.new_group``), so that ranks outside it
+never wait on a weight transfer. Under gloo every tensor is on the CPU; under NCCL control
 messages live on this rank's GPU, like the buffers, with the same code.
 """
 
@@ -8,7 +12,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed import Work
+from torch.distributed import ProcessGroup, Work
 
 from course_lib.weight_sync.buckets import BucketPlan
 from course_lib.weight_sync.integrity import ShapeMismatchError, WeightSyncError
@@ -17,35 +21,48 @@ from course_lib.weight_sync.specs import TensorSpec
 #: The status codes ranks all-reduce (MAX) after an update.
 STATUS = {0: "ok", 1: "corrupt bucket", 2: "out-of-order or stale bucket", 3: "other error"}
 
+#: The sender's rank in the engine's group.
+SOURCE = 0
 
-def device() -> torch.device:
+
+def rank(group: ProcessGroup | None) -> int:
+    """This process's rank in ``group`` (-1 if it is not a member)."""
+    return dist.get_rank(group)
+
+
+def world_size(group: ProcessGroup | None) -> int:
+    """How many ranks ``group`` holds: the sender and its receivers."""
+    return dist.get_world_size(group)
+
+
+def device(group: ProcessGroup | None) -> torch.device:
     """Where this rank's tensors live: its GPU under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    if dist.is_initialized() and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def broadcast(tensor: torch.Tensor) -> None:
-    """Broadcast ``tensor`` from rank 0 (blocking)."""
-    dist.broadcast(tensor, src=0)
+def broadcast(tensor: torch.Tensor, group: ProcessGroup | None) -> None:
+    """Broadcast ``tensor`` from the sender (group rank 0) to ``group`` (blocking)."""
+    dist.broadcast(tensor, group=group, group_src=SOURCE)
 
 
-def post(tensor: torch.Tensor) -> Work:
-    """Start a broadcast of ``tensor`` from rank 0 and return the handle to wait on."""
-    work = dist.broadcast(tensor, src=0, async_op=True)
+def post(tensor: torch.Tensor, group: ProcessGroup | None) -> Work:
+    """Start a broadcast of ``tensor`` from the sender to ``group`` and return the handle to wait on."""
+    work = dist.broadcast(tensor, group=group, group_src=SOURCE, async_op=True)
     assert work is not None
     return work
 
 
-def small(value: int) -> torch.Tensor:
-    """A one-element int64 tensor on this rank's device (control messages: versions, status codes)."""
-    return torch.tensor([value], dtype=torch.int64, device=device())
+def small(value: int, device: torch.device) -> torch.Tensor:
+    """A one-element int64 tensor on ``device`` (control messages: versions, status codes)."""
+    return torch.tensor([value], dtype=torch.int64, device=device)
 
 
-def all_reduce_status(code: int) -> int:
-    """Every rank's status code in, the worst (largest) out."""
-    status = small(code)
-    dist.all_reduce(status, op=dist.ReduceOp.MAX)
+def all_reduce_status(code: int, group: ProcessGroup | None, device: torch.device) -> int:
+    """Every rank of ``group``: its status code in, the worst (largest) out."""
+    status = small(code, device)
+    dist.all_reduce(status, op=dist.ReduceOp.MAX, group=group)
     return int(status.item())
 
 
@@ -67,23 +84,26 @@ def check_plan(plan: BucketPlan, specs: list[TensorSpec]) -> None:
             )
 
 
-def handshake(plan: BucketPlan | None, specs: list[TensorSpec]) -> BucketPlan:
-    """Rank 0 broadcasts its ``plan`` once; every receiver checks it against its ``specs``; all agree on the outcome.
+def handshake(
+    plan: BucketPlan | None, specs: list[TensorSpec], group: ProcessGroup | None, device: torch.device
+) -> BucketPlan:
+    """The sender (group rank 0) broadcasts its ``plan`` once; every receiver checks it against its
+    ``specs``; every rank of ``group`` agrees on the outcome.
 
     Raises:
         ShapeMismatchError: on every rank, if any receiver's model does not match.
     """
     box: list[object] = [plan]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, group=group, group_src=SOURCE)
     received = box[0]
     assert isinstance(received, BucketPlan)
     error: WeightSyncError | None = None
-    if dist.get_rank() != 0:
+    if rank(group) != SOURCE:
         try:
             check_plan(received, specs)
         except ShapeMismatchError as exc:
             error = exc
-    if all_reduce_status(3 if error else 0):
+    if all_reduce_status(3 if error else 0, group, device):
         if error:
             raise error
         raise ShapeMismatchError(

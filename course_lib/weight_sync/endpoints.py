@@ -1,6 +1,8 @@
 """The two ends of a weight update: a :class:`Sender` on rank 0, a :class:`Receiver` on every other rank.
 
-Both are built from the same :class:`SyncConfig`; on construction they meet (the handshake:
+Both run on one process group, ``group`` (default ``None``: every rank of the job); ranks are
+ranks *in that group*, so the sender is group rank 0 and ranks outside the group take no
+part. Both are built from the same :class:`SyncConfig`; on construction they meet (the handshake:
 the sender's bucket plan is sent once and every receiver checks it against its model), and
 each gets the method object :func:`~course_lib.weight_sync.methods.method_class` picks for the
 config. ``Sender.send(weights, version)`` and ``Receiver.receive(version)`` then run one
@@ -16,7 +18,7 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
+from torch.distributed import ProcessGroup
 
 from course_lib.weight_sync import comm
 from course_lib.weight_sync.buckets import TensorMeta, pack, view
@@ -30,21 +32,31 @@ from course_lib.weight_sync.store import WeightStore
 
 
 class _Endpoint:
-    """What both ends share: the config, the plan agreed in the handshake, and the method."""
+    """What both ends share: the config, the process group, the plan agreed in the handshake, and the method."""
 
     is_sender = False
 
-    def __init__(self, config: SyncConfig, specs: list[TensorSpec]) -> None:
+    def __init__(self, config: SyncConfig, specs: list[TensorSpec], group: ProcessGroup | None = None) -> None:
         self.config = config
         self.specs = list(specs)
-        self.device = comm.device()
+        self.group = group
+        self.rank, self.world_size = comm.rank(group), comm.world_size(group)
+        if self.rank < 0:
+            raise ValueError(f"{type(self).__name__}: this process is not a member of the weight-sync group")
+        if self.is_sender != (self.rank == comm.SOURCE):
+            raise ValueError(
+                f"{type(self).__name__} on group rank {self.rank}: the sender is group rank {comm.SOURCE}, "
+                "every other rank of the group receives"
+            )
+        self.device = comm.device(group)
         cls = method_class(config)
-        self.plan = comm.handshake(cls.make_plan(config, self.specs) if self.is_sender else None, self.specs)
-        self.method = cls(config, self.plan, self.device)
+        plan = cls.make_plan(config, self.specs) if self.is_sender else None
+        self.plan = comm.handshake(plan, self.specs, group, self.device)
+        self.method = cls(config, self.plan, self.device, group)
 
 
 class Sender(_Endpoint):
-    """Rank 0: sends versioned updates of ``weights`` (a dict of tensors matching ``specs``).
+    """Group rank 0: sends versioned updates of ``weights`` (a dict of tensors matching ``specs``).
 
     With ``in_place`` the trainer writes its weights into :attr:`weights` (views of
     bucket-layout storage) and passes that dict to :meth:`send`.
@@ -52,8 +64,8 @@ class Sender(_Endpoint):
 
     is_sender = True
 
-    def __init__(self, config: SyncConfig, specs: list[TensorSpec]) -> None:
-        super().__init__(config, specs)
+    def __init__(self, config: SyncConfig, specs: list[TensorSpec], group: ProcessGroup | None = None) -> None:
+        super().__init__(config, specs, group)
         self.mirror = {s.name: torch.zeros(s.shape, device=self.device) for s in self.specs} if config.delta else None
         self.storage = (
             WeightStore.in_bucket_layout(self.plan, HEADER_BYTES, str(self.device)) if config.in_place else None
@@ -108,15 +120,14 @@ class Sender(_Endpoint):
 
 
 class Receiver(_Endpoint):
-    """Every rank but 0: receives updates into a double-buffered :class:`WeightStore`.
+    """Every group rank but 0: receives updates into a double-buffered :class:`WeightStore`.
 
-    With ``reshard`` the receiver is tensor-parallel rank ``rank - 1`` of ``world - 1``.
+    With ``reshard`` the receiver is tensor-parallel rank ``rank - 1`` of ``world - 1`` (ranks in the group).
     """
 
-    def __init__(self, config: SyncConfig, specs: list[TensorSpec]) -> None:
-        super().__init__(config, specs)
-        rank, world = dist.get_rank(), dist.get_world_size()
-        self.tp_rank, self.tp_size = (rank - 1, world - 1) if config.reshard else (0, 1)
+    def __init__(self, config: SyncConfig, specs: list[TensorSpec], group: ProcessGroup | None = None) -> None:
+        super().__init__(config, specs, group)
+        self.tp_rank, self.tp_size = (self.rank - 1, self.world_size - 1) if config.reshard else (0, 1)
         if config.in_place:
             self.store = WeightStore.in_bucket_layout(self.plan, HEADER_BYTES, str(self.device))
         else:

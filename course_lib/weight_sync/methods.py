@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from torch.distributed import Work
+from torch.distributed import ProcessGroup, Work
 
 from course_lib.weight_sync import comm
 from course_lib.weight_sync.buckets import BucketPlan, plan_buckets
@@ -79,18 +79,38 @@ Weights = dict[str, torch.Tensor]
 class SyncMethod(ABC):
     """One weight-sync method: both sides of one update.
 
-    ``send`` (rank 0) returns the all-reduced status code (0: every receiver accepted);
-    ``receive`` (every other rank) writes into ``receiver.store.staging`` and returns the
-    error that rejects the update, or ``None``. Both add each step's seconds to ``ph``.
+    ``send`` (group rank 0) returns the all-reduced status code (0: every receiver accepted);
+    ``receive`` (every other rank of the group) writes into ``receiver.store.staging`` and
+    returns the error that rejects the update, or ``None``. Both add each step's seconds to
+    ``ph``. Every collective runs on ``group`` (``None``: the default process group).
     """
 
     #: False for a roofline that moves bytes only: the receiver's weights are not written.
     delivers_weights: ClassVar[bool] = True
 
-    def __init__(self, config: SyncConfig, plan: BucketPlan, device: torch.device) -> None:
+    def __init__(
+        self, config: SyncConfig, plan: BucketPlan, device: torch.device, group: ProcessGroup | None = None
+    ) -> None:
         self.config = config
         self.plan = plan
         self.device = device
+        self.group = group
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        """Broadcast ``tensor`` from the sender to the group (blocking)."""
+        comm.broadcast(tensor, self.group)
+
+    def post(self, tensor: torch.Tensor) -> Work:
+        """Start a broadcast of ``tensor`` from the sender; returns the handle to wait on."""
+        return comm.post(tensor, self.group)
+
+    def small(self, value: int) -> torch.Tensor:
+        """A control message (a version, a status code) on this rank's device."""
+        return comm.small(value, self.device)
+
+    def all_reduce_status(self, code: int) -> int:
+        """Every rank's status code in, the worst (largest) out."""
+        return comm.all_reduce_status(code, self.group, self.device)
 
     @classmethod
     def make_plan(cls, config: SyncConfig, specs: list[TensorSpec]) -> BucketPlan:
@@ -146,15 +166,15 @@ class Naive(SyncMethod):
         with ph.timed("stage"):
             path = self.save(weights, version)
         with ph.timed("transfer"):
-            comm.broadcast(comm.small(version))  # "the file is there"
-            status = comm.all_reduce_status(0)  # receivers have read it
+            self.broadcast(self.small(version))  # "the file is there"
+            status = self.all_reduce_status(0)  # receivers have read it
         path.unlink(missing_ok=True)
         return status
 
     def receive(self, receiver: Receiver, version: int, ph: Phases) -> WeightSyncError | None:
         with ph.timed("transfer"):
-            note = comm.small(0)
-            comm.broadcast(note)
+            note = self.small(0)
+            self.broadcast(note)
         error: WeightSyncError | None = None
         with ph.timed("reload"):
             try:
@@ -162,7 +182,7 @@ class Naive(SyncMethod):
             except WeightSyncError as exc:
                 error = exc
         with ph.timed("transfer"):
-            comm.all_reduce_status(3 if error else 0)
+            self.all_reduce_status(3 if error else 0)
         return error
 
 
@@ -171,18 +191,18 @@ class PerTensor(SyncMethod):
 
     def send(self, sender: Sender, weights: Weights, version: int, ph: Phases) -> int:
         with ph.timed("transfer"):
-            comm.broadcast(comm.small(version))
+            self.broadcast(self.small(version))
             for m in self.plan.metas:
-                comm.broadcast(weights[m.name])
+                self.broadcast(weights[m.name])
         return 0
 
     def receive(self, receiver: Receiver, version: int, ph: Phases) -> WeightSyncError | None:
         staging = receiver.store.staging
         with ph.timed("transfer"):
-            note = comm.small(0)
-            comm.broadcast(note)
+            note = self.small(0)
+            self.broadcast(note)
             for m in self.plan.metas:
-                comm.broadcast(staging[m.name])  # straight into the model: no copy
+                self.broadcast(staging[m.name])  # straight into the model: no copy
         if int(note.item()) != version:
             return OutOfOrderBucketError(f"got version {int(note.item())}, expected {version}; rejected")
         return None
@@ -197,8 +217,10 @@ class Flat(SyncMethod):
 
     delivers_weights = False
 
-    def __init__(self, config: SyncConfig, plan: BucketPlan, device: torch.device) -> None:
-        super().__init__(config, plan, device)
+    def __init__(
+        self, config: SyncConfig, plan: BucketPlan, device: torch.device, group: ProcessGroup | None = None
+    ) -> None:
+        super().__init__(config, plan, device, group)
         extra = HEADER_BYTES if config.verify else 0
         self.flat = torch.zeros(plan.total_nbytes + extra, dtype=torch.uint8, device=device)
 
@@ -210,11 +232,11 @@ class Flat(SyncMethod):
     def transfer(self) -> None:
         """The buffer in one message (with ``verify``), else one message per bucket of the plan."""
         if self.config.verify:
-            comm.broadcast(self.flat)
+            self.broadcast(self.flat)
             return
         start = 0
         for size in self.plan.bucket_nbytes:
-            comm.broadcast(self.flat[start : start + size])
+            self.broadcast(self.flat[start : start + size])
             start += size
 
     def send(self, sender: Sender, weights: Weights, version: int, ph: Phases) -> int:
@@ -258,8 +280,10 @@ class BucketMethod(SyncMethod):
     #: Reused bucket-sized buffers per rank (none with ``in_place``: buckets are the weights' storage).
     n_buffers: ClassVar[int] = 1
 
-    def __init__(self, config: SyncConfig, plan: BucketPlan, device: torch.device) -> None:
-        super().__init__(config, plan, device)
+    def __init__(
+        self, config: SyncConfig, plan: BucketPlan, device: torch.device, group: ProcessGroup | None = None
+    ) -> None:
+        super().__init__(config, plan, device, group)
         size = plan.max_bucket_nbytes() + HEADER_BYTES
         n = 0 if config.in_place else self.n_buffers
         self.buffers = [torch.zeros(size, dtype=torch.uint8, device=device) for _ in range(n)]
@@ -315,7 +339,7 @@ class BucketMethod(SyncMethod):
     def agree(self, version: int, error: WeightSyncError | None) -> WeightSyncError | None:
         """Receiver, after the last bucket: all-reduce the status; return this rank's or another's rejection."""
         code = 0 if error is None else 1 if isinstance(error, CorruptBucketError) else 2
-        status = comm.all_reduce_status(code)
+        status = self.all_reduce_status(code)
         if error is None and status:
             error = WeightSyncError(
                 f"another receiver rejected version {version} ({comm.STATUS.get(status, status)}); "
@@ -332,17 +356,17 @@ class Bucketed(BucketMethod):
             with ph.timed("stage"):
                 slot = self.stage(sender, weights, version, b)
             with ph.timed("transfer"):
-                comm.broadcast(slot)
+                self.broadcast(slot)
                 self.posted(sender, b, None)
         with ph.timed("transfer"):
-            status = comm.all_reduce_status(0)
+            status = self.all_reduce_status(0)
         return status
 
     def receive(self, receiver: Receiver, version: int, ph: Phases) -> WeightSyncError | None:
         error = None
         for b in range(self.plan.n_buckets):
             with ph.timed("transfer"):
-                comm.broadcast(self.slot(receiver, b))
+                self.broadcast(self.slot(receiver, b))
             with ph.timed("reload"):
                 error = self.reload(receiver, version, b, error)
         with ph.timed("transfer"):
@@ -363,22 +387,22 @@ class Pipelined(BucketMethod):
             with ph.timed("transfer"):
                 if work is not None:
                     work.wait()
-                work = comm.post(slot)
+                work = self.post(slot)
                 self.posted(sender, b, work)
         with ph.timed("transfer"):
             if work is not None:
                 work.wait()
-            status = comm.all_reduce_status(0)
+            status = self.all_reduce_status(0)
         return status
 
     def receive(self, receiver: Receiver, version: int, ph: Phases) -> WeightSyncError | None:
         n, error = self.plan.n_buckets, None
-        work = comm.post(self.slot(receiver, 0))
+        work = self.post(self.slot(receiver, 0))
         for b in range(n):
             with ph.timed("transfer"):
                 work.wait()
                 if b + 1 < n:
-                    work = comm.post(self.slot(receiver, b + 1))
+                    work = self.post(self.slot(receiver, b + 1))
             with ph.timed("reload"):
                 error = self.reload(receiver, version, b, error)
         with ph.timed("transfer"):
@@ -399,17 +423,17 @@ class ZeroCopyPipelined(BucketMethod):
         for b in range(self.plan.n_buckets):
             with ph.timed("stage"):
                 slot = self.stage(sender, weights, version, b)
-            works.append(comm.post(slot))
+            works.append(self.post(slot))
             self.posted(sender, b, works[-1])
         with ph.timed("transfer"):
             for work in works:
                 work.wait()
-            status = comm.all_reduce_status(0)
+            status = self.all_reduce_status(0)
         return status
 
     def receive(self, receiver: Receiver, version: int, ph: Phases) -> WeightSyncError | None:
         error = None
-        works = [comm.post(self.slot(receiver, b)) for b in range(self.plan.n_buckets)]
+        works = [self.post(self.slot(receiver, b)) for b in range(self.plan.n_buckets)]
         for b, work in enumerate(works):
             with ph.timed("transfer"):
                 work.wait()
