@@ -1,0 +1,399 @@
+"""The capstone job: one script, started by torchrun on every rank; each rank takes its role.
+
+One machine (what ``course capstone`` runs; 4 ranks, restarts on failure)::
+
+    torchrun --standalone --nproc-per-node 4 --max-restarts 2 -m course_lib.capstone.job --run-dir runs/capstone
+
+Two machines (or two agents on one, as the tests do): the same command on each host, with a
+c10d rendezvous on a host both can reach, and the run directory on a filesystem both see
+(checkpoints and the metrics that the sample ledger reads)::
+
+    # on host A (10.0.0.1) and on host B, the same line:
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 \\
+        --rdzv-id capstone-1 --max-restarts 2 -m course_lib.capstone.job --run-dir /shared/runs/capstone
+    # GPUs: add --backend nccl (the default 'auto' picks it when CUDA is there), one GPU per rank
+
+What a rank does (:func:`run_rank`):
+
+1. read torchrun's environment; watch the agent (a rank exits if its agent dies); join the
+   default process group (gloo or NCCL) with a timeout on every collective;
+2. rank 0 prepares and posts the *setup* in the store: the attempt number, then either a
+   restore (``--resume``, or torchrun restarted the job: the newest complete checkpoint, the
+   ledger counting what the dead attempt generated after it as discarded) or a fresh start
+   (lesson 07's warm start, the calibration and lesson 08's layout choice, printed);
+3. every rank reads the setup, takes its role (:mod:`.roles`), makes the trainer group and the
+   sync group (``new_group``), and runs :class:`~.trainer.Trainer` or :class:`~.generator.Generator`;
+4. at the end trainer 0 evaluates (with the other trainers), all ranks meet at a barrier, and
+   rank 0 closes the ledger and writes ``result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from course_lib.capstone.channels import BroadcastChannel, SharedBufferChannel, WeightChannel
+from course_lib.capstone.colocated import SharedBuffer, remove_buffers, run_key, shm_path
+from course_lib.capstone.config import CapstoneConfig, add_arguments, config_differences, from_args
+from course_lib.capstone.context import RankEnv, RunStore
+from course_lib.capstone.generator import Generator
+from course_lib.capstone.ledger import SampleLedger, audit
+from course_lib.capstone.metrics import MetricsWriter
+from course_lib.capstone.plan import Plan, calibrate, choose_layout, given_layout
+from course_lib.capstone.report import RESULT, all_lines, generated_records
+from course_lib.capstone.roles import Roles, assign_roles
+from course_lib.capstone.trainer import Trainer, TrainerState, checkpoint_root, state_digest
+from course_lib.lm.model import TinyLM
+from course_lib.lm.task import CountdownTask, warm_start
+from course_lib.runtime.processes import watch_parent
+from course_lib.weight_sync.config import SyncConfig
+
+ATTEMPTS = "attempts.jsonl"
+PLAN = "plan.json"
+
+
+class SetupError(RuntimeError):
+    """Rank 0 could not start the run (bad input, nothing to resume); every rank exits with its message."""
+
+
+def resolve_backend(name: str) -> str:
+    """``gloo`` or ``nccl``; ``auto`` is ``nccl`` when CUDA is available."""
+    if name == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if name == "nccl" and not torch.cuda.is_available():
+        raise SetupError("--backend nccl needs CUDA GPUs (one per rank); use --backend gloo on CPUs")
+    return name
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from course_lib.checkpoint.atomic import list_steps
+
+    return bool(list_steps(checkpoint_root(run_dir)))
+
+
+def register_attempt(cfg: CapstoneConfig, env: RankEnv) -> int:
+    """Rank 0: number this start of the job (0, 1, ... over the run's launches and restarts).
+
+    Raises:
+        SetupError: ``--resume`` of a missing run or one without a checkpoint; a fresh start in a
+            directory that already holds a run.
+    """
+    run_dir = Path(cfg.run_dir)
+    if not cfg.run_dir:
+        raise SetupError("--run-dir is required: the directory the run writes its metrics and checkpoints to")
+    log = run_dir / ATTEMPTS
+    if cfg.resume and not run_dir.is_dir():
+        raise SetupError(f"--resume: the run directory {run_dir} does not exist; start a run there without --resume")
+    if cfg.resume and not _has_checkpoint(run_dir) and env.restart_count == 0:
+        raise SetupError(f"--resume: {run_dir} holds no checkpoint to resume from (checkpoints/step_*); start afresh")
+    if not cfg.resume and env.restart_count == 0 and log.exists():
+        raise SetupError(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir")
+    earlier = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    if env.restart_count > 0 and not any(a.get("run_id") == env.run_id for a in earlier):
+        raise SetupError(
+            f"torchrun restarted a launch whose first attempt never started (run id {env.run_id!r} not in {log}): "
+            "fix the error the first attempt printed"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempt = len(earlier)
+    record = {"attempt": attempt, "restart_count": env.restart_count, "run_id": env.run_id, "t": time.time()}
+    with open(log, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    return attempt
+
+
+@dataclass
+class Setup:
+    """What rank 0 decided and every rank needs (posted to the store as JSON)."""
+
+    attempt: int
+    plan: Plan
+    step: int
+    shm: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "plan": self.plan.to_json(), "step": self.step, "shm": self.shm}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Setup:
+        return cls(data["attempt"], Plan.from_json(data["plan"]), data["step"], data["shm"])
+
+
+def new_model(cfg: CapstoneConfig, device: torch.device) -> TinyLM:
+    return TinyLM(cfg.lm).to(device)
+
+
+def new_optimizer(model: TinyLM, cfg: CapstoneConfig) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+
+def prepare_rank0(
+    cfg: CapstoneConfig, env: RankEnv, attempt: int, device: torch.device
+) -> tuple[TrainerState, Plan, dict[str, Any]]:
+    """Restore from the newest checkpoint, or start fresh (warm start + layout); see the module docstring.
+
+    Returns the trainer state, the plan and what the ``start`` line records.
+    """
+    from course_lib.checkpoint.atomic import NoCheckpoint, quarantine, restore_latest
+    from course_lib.checkpoint.torch_state import load_torch_state
+
+    run_dir = Path(cfg.run_dir)
+    model = new_model(cfg, device)
+    opt = new_optimizer(model, cfg)
+    restoring = cfg.resume or env.restart_count > 0
+    info: dict[str, Any] = {"restart_count": env.restart_count, "resumed_step": None, "phases": []}
+    if restoring and _has_checkpoint(run_dir):
+        try:
+            restored = restore_latest(checkpoint_root(run_dir), lambda p: load_torch_state(p, model, opt))
+        except NoCheckpoint as exc:
+            raise SetupError(str(exc)) from None
+        for path, _ in restored.skipped:
+            quarantine(path)
+        extra = restored.value
+        diff = config_differences(extra["config"], cfg)
+        if diff:
+            raise SetupError(f"checkpoint {restored.path} was written with another configuration: {'; '.join(diff)}")
+        plan = Plan.from_json(extra["plan"])
+        if plan.world_size != env.world_size:
+            raise SetupError(
+                f"the checkpoint's run has {plan.world_size} ranks, torchrun started {env.world_size}: "
+                f"resume with --nproc-per-node x --nnodes = {plan.world_size}"
+            )
+        ledger = SampleLedger.from_json(extra["ledger"])
+        step, eval_start = restored.step, extra["eval_start"]
+        if step > cfg.n_updates:
+            raise SetupError(f"the checkpoint is at update {step}, past --n-updates {cfg.n_updates}; raise it")
+        info.update(resumed_step=step, checkpoint=str(restored.path), restored_sha256=state_digest(model.state_dict()))
+    else:
+        t0 = time.time()
+        torch.manual_seed(cfg.seed)
+        cpu_model = TinyLM(cfg.lm)
+        warm_start(cpu_model, CountdownTask(), steps=cfg.warm_steps, seed=cfg.seed)
+        model.load_state_dict(cpu_model.state_dict())
+        info["phases"].append(("warm_start", t0, time.time()))
+        plan_file = run_dir / PLAN
+        if plan_file.exists():  # a restart before the first checkpoint keeps the run's layout
+            plan = Plan.from_json(json.loads(plan_file.read_text()))
+        elif cfg.calibrate:
+            t0 = time.time()
+            plan = choose_layout(calibrate(cpu_model, CountdownTask(), cfg, env.world_size), cfg, env.world_size)
+            info["phases"].append(("calibrate", t0, time.time()))
+        else:
+            plan = given_layout(cfg, env.world_size)
+        ledger = SampleLedger(cfg.group_size, cfg.groups_per_batch)
+        step, eval_start = 0, None
+        info.update(resumed_step=0 if restoring else None)
+    if restoring:
+        info["discarded_groups"] = ledger.resume(attempt, step, generated_records(all_lines(run_dir)))
+    assign_roles(env.world_size, plan.n_trainers, cfg.groups_per_batch)  # fail here, with a clear message
+    if not (run_dir / PLAN).exists():
+        (run_dir / PLAN).write_text(json.dumps(plan.to_json(), indent=1))
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    return TrainerState(model, opt, step, ledger, eval_start), plan, info
+
+
+def share_state(
+    state: TrainerState | None, cfg: CapstoneConfig, group: dist.ProcessGroup, device: torch.device
+) -> TrainerState:
+    """Trainer 0's state to every trainer (weights, Adam state, step, ledger): a broadcast of the
+    state dicts over the trainer group, so that only trainer 0 needs the checkpoint files."""
+    box: list[Any] = [None]
+    if state is not None:
+        box = [
+            {
+                "model": state.model.state_dict(),
+                "optimizer": state.optimizer.state_dict(),
+                "step": state.step,
+                "ledger": state.ledger.to_json(),
+                "eval_start": state.eval_start,
+            }
+        ]
+    dist.broadcast_object_list(box, src=0, group=group, device=device if device.type == "cuda" else None)
+    if state is not None:
+        return state
+    data = box[0]
+    model = new_model(cfg, device)
+    model.load_state_dict(data["model"])
+    opt = new_optimizer(model, cfg)
+    opt.load_state_dict(data["optimizer"])
+    return TrainerState(model, opt, data["step"], SampleLedger.from_json(data["ledger"]), data["eval_start"])
+
+
+def make_channel(
+    cfg: CapstoneConfig, env: RankEnv, roles: Roles, setup: Setup, sync_group: dist.ProcessGroup, model: TinyLM
+) -> WeightChannel:
+    """Trainer 0's or a generator's end of the weight channel (building the broadcast one is a handshake)."""
+    if setup.shm is not None:
+        numel = sum(p.numel() for p in model.parameters())
+        return SharedBufferChannel(SharedBuffer(setup.shm, numel, create=False))
+    return BroadcastChannel(
+        sync_group, env.rank == 0, model, SyncConfig(method=cfg.sync_method, bucket_mb=cfg.bucket_mb)
+    )
+
+
+def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.device) -> None:
+    """Everything one rank does (see the module docstring)."""
+    state: TrainerState | None = None
+    if env.rank == 0:
+        try:
+            attempt = register_attempt(cfg, env)
+            state, plan, info = prepare_rank0(cfg, env, attempt, device)
+            shm = None
+            if cfg.colocated:
+                if env.local_world_size != env.world_size:
+                    raise SetupError("--colocated needs every rank on one host (the shared buffer is local memory)")
+                remove_buffers(run_key(cfg.run_dir))  # what dead attempts left behind
+                path = shm_path(run_key(cfg.run_dir), attempt)
+                SharedBuffer(path, sum(p.numel() for p in state.model.parameters()), create=True)
+                shm = str(path)
+            setup = Setup(attempt, plan, state.step, shm)
+        except (SetupError, ValueError) as exc:
+            store.put_json("setup", {"error": str(exc)})
+            raise SetupError(str(exc)) from None
+        B = cfg.groups_per_batch
+        for key, value in (
+            ("stop", 0),
+            ("announced", -1),
+            ("consumed", setup.step * B),
+            ("next_group", setup.step * B),
+        ):
+            store.set_int(key, value)
+        store.put_json("setup", setup.to_json())
+    else:
+        data = store.get_json(
+            "setup", "rank 0 to prepare the run (warm start, calibration or restore)", 10 * cfg.timeout_s
+        )
+        if "error" in data:
+            raise SetupError(f"rank 0 could not start the run: {data['error']}")
+        setup = Setup.from_json(data)
+    roles = assign_roles(env.world_size, setup.plan.n_trainers, cfg.groups_per_batch)
+    role = roles.role(env.rank)
+    trainer_group = dist.new_group(roles.trainers)
+    sync_group = dist.new_group(roles.sync_ranks)
+    metrics = MetricsWriter(cfg.run_dir, env.rank, role, setup.attempt)
+    start = {
+        "restart_count": env.restart_count,
+        "resumed_step": setup.step,
+        "node": env.node,
+        "plan": setup.plan.to_json(),
+    }
+    if env.rank == 0:
+        assert state is not None
+        for name, t0, t1 in info.pop("phases"):
+            metrics.span(name, t0, t1)
+        start.update(info)
+        print(setup.plan.text(cfg), flush=True)
+        if env.restart_count > 0:
+            metrics.event(
+                f"torchrun restarted the job (TORCHELASTIC_RESTART_COUNT={env.restart_count}) after a rank died: "
+                f"attempt {setup.attempt} resumes from checkpoint step {setup.step}; "
+                f"{info.get('discarded_groups', 0)} groups ({info.get('discarded_groups', 0) * cfg.group_size} samples) "
+                "generated after that checkpoint are discarded",
+                restart=True,
+            )
+    metrics.log("start", **start)
+    try:
+        if role == "trainer":
+            state = share_state(state, cfg, trainer_group, device)
+            channel = make_channel(cfg, env, roles, setup, sync_group, state.model) if env.rank == 0 else None
+            trainer = Trainer(
+                cfg, roles, env.rank, setup.attempt, state, store, metrics, trainer_group, channel, device
+            )
+            if state.eval_start is None:
+                state.eval_start = trainer.evaluate("start")
+            trainer.run(setup.plan.to_json())
+        else:
+            with device:  # under NCCL the sampler's tensors live on this rank's GPU (not tested here: no GPU)
+                model = new_model(cfg, device)
+                channel = make_channel(cfg, env, roles, setup, sync_group, model)
+                Generator(cfg, env.rank, setup.attempt, model, setup.plan.n_slots, store, metrics, channel).run()
+        metrics.flush_busy()
+        dist.barrier()
+        if env.rank == 0:
+            assert state is not None
+            finish(cfg, setup, state, metrics)
+    finally:
+        metrics.close()
+
+
+def finish(cfg: CapstoneConfig, setup: Setup, state: TrainerState, metrics: MetricsWriter) -> None:
+    """Rank 0, every rank done: close the ledger (groups left over), audit it, write ``result.json``."""
+    lines = all_lines(cfg.run_dir)
+    generated = generated_records(lines)
+    state.ledger.finish(setup.attempt, generated)
+    checks = audit(state.ledger, generated)
+    ends = [x["reward"] for x in lines if x.get("kind") == "eval" and x.get("when") == "end"]
+    result = {
+        "updates": state.step,
+        "attempts": setup.attempt + 1,
+        "eval_start": state.eval_start,
+        "eval_end": ends[-1] if ends else None,
+        "ledger": state.ledger.to_json(),
+        "audit": checks,
+    }
+    (Path(cfg.run_dir) / RESULT).write_text(json.dumps(result, indent=1))
+    if setup.shm:
+        SharedBuffer(setup.shm, sum(p.numel() for p in state.model.parameters())).unlink()
+    metrics.event(
+        f"finished {state.step} updates in {setup.attempt + 1} attempt(s): held-out reward {state.eval_start:.3f} -> "
+        f"{result['eval_end']:.3f}; ledger {'exact' if checks['ok'] else 'MISMATCH'} (generated "
+        f"{checks['generated_samples']} = consumed {checks['consumed_samples']} + discarded "
+        f"{checks['discarded_samples']} + left over {checks['leftover_samples']})",
+        finished=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of every rank (``python -m course_lib.capstone.job``, under torchrun)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib.capstone.job", description="The capstone job (start it with torchrun)."
+    )
+    add_arguments(parser)
+    try:
+        cfg = from_args(parser.parse_args(argv))
+        env = RankEnv.from_environ()
+    except (ValueError, RuntimeError) as exc:
+        print(f"capstone: {exc}", file=sys.stderr)
+        return 2
+    watch_parent()  # the torchrun agent: no rank outlives it
+    torch.set_num_threads(1)
+    try:
+        backend = resolve_backend(cfg.backend)
+    except SetupError as exc:
+        print(f"capstone: {exc}", file=sys.stderr)
+        return 2
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    store = RunStore(env, cfg.timeout_s)
+    dist.init_process_group(
+        backend,
+        store=store.for_process_group(),
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=dt.timedelta(seconds=cfg.timeout_s),
+    )
+    try:
+        run_rank(cfg, env, store, device)
+    except SetupError as exc:
+        print(f"capstone rank {env.rank}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

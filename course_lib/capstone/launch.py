@@ -1,0 +1,246 @@
+"""Launching the job: the torchrun command line, a subprocess with a deadline, a progress bar.
+
+:func:`torchrun_command` builds the command (no home-made launcher: torchrun starts the ranks,
+restarts them on failure (``--max-restarts``) and tears them down); :func:`run` runs it in a
+process group of its own, shows a progress bar fed by trainer 0's metrics, kills the whole
+group if the deadline passes, checks that no process is left, and returns the run's
+:class:`~course_lib.capstone.report.CapstoneReport`::
+
+    from course_lib.capstone import run
+    report = run("runs/capstone")                       # 4 ranks on this machine, COURSE_SCALE sizes
+    report = run("runs/capstone", kill_rank=3, kill_at_update=60, max_restarts=1)   # a generator dies, the job recovers
+    report = run("runs/capstone-2", agents=2)           # two torchrun agents (two "hosts") on localhost, c10d rendezvous
+
+``agents=2`` starts two torchrun agents on this machine that meet through a c10d rendezvous
+on 127.0.0.1, as two hosts would (:mod:`course_lib.capstone.job` has the real-hosts command).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from course_lib.capstone.colocated import remove_buffers, run_key
+from course_lib.capstone.config import CapstoneConfig, to_argv
+from course_lib.capstone.metrics import metrics_path, read_lines
+from course_lib.capstone.report import CapstoneReport, load
+from course_lib.runtime.processes import free_port
+
+#: Lines of the job's output :func:`run` echoes (the rest goes to ``run_dir/torchrun.log``).
+ECHO = ("layout:", "calibrated in", "lesson 08's model", "[capstone", "capstone:", "capstone rank")
+
+
+class CapstoneFailed(RuntimeError):
+    """The job exited with an error or ran past its deadline (the message has the log's tail)."""
+
+
+def torchrun_command(
+    config: CapstoneConfig,
+    nproc_per_node: int,
+    *,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str = "capstone",
+    max_restarts: int = 0,
+    monitor_interval_s: float = 0.2,
+) -> list[str]:
+    """The torchrun command of one agent (``python -m torch.distributed.run``, this interpreter).
+
+    One node without an endpoint: ``--standalone`` (a rendezvous on a free local port).
+    Otherwise a c10d rendezvous at ``rdzv_endpoint`` (``host:port``) for ``nnodes`` agents.
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd.append("--standalone")
+    else:
+        if rdzv_endpoint is None:
+            raise ValueError("several nodes need a rendezvous endpoint host:port (rdzv_endpoint)")
+        cmd += [
+            f"--nnodes={nnodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={rdzv_id}",
+            "--rdzv-conf=join_timeout=60,last_call_timeout=1",
+        ]
+    cmd += [f"--max-restarts={max_restarts}", f"--monitor-interval={monitor_interval_s}"]
+    return cmd + ["-m", "course_lib.capstone.job", *to_argv(config)]
+
+
+def check_before_launch(config: CapstoneConfig, world_size: int) -> None:
+    """Refuse bad input before starting anything (the job checks again, rank 0 first).
+
+    Raises:
+        ValueError: too few ranks, ``--resume`` without a run or checkpoint, or a fresh start
+            in a directory that already holds a run; the message says what to do.
+    """
+    from course_lib.capstone.job import ATTEMPTS
+    from course_lib.capstone.roles import assign_roles
+    from course_lib.capstone.trainer import checkpoint_root
+
+    if world_size < 3:
+        raise ValueError(f"the capstone needs at least 3 ranks (1 generator + 2 trainers), got {world_size}")
+    if config.n_trainers:
+        assign_roles(world_size, config.n_trainers, config.groups_per_batch)
+    run_dir = Path(config.run_dir)
+    if not config.run_dir:
+        raise ValueError("run_dir is required (where the run writes metrics and checkpoints)")
+    if config.resume:
+        if not run_dir.is_dir():
+            raise ValueError(f"--resume: the run directory {run_dir} does not exist; start a run there without resume")
+        if not any(checkpoint_root(run_dir).glob("step_*")):
+            raise ValueError(f"--resume: {run_dir} holds no checkpoint (checkpoints/step_*); start a fresh run instead")
+    elif (run_dir / ATTEMPTS).exists():
+        raise ValueError(f"{run_dir} already holds a run: resume it (resume=True / --resume) or use another run_dir")
+
+
+def _pump(stream: Any, log: Any, echo: Callable[[str], None] | None) -> None:
+    """Copy a child's output to the log file, echoing the lines that matter."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        log.write(line)
+        log.flush()
+        text = line.split("]:", 1)[-1].strip() if line.startswith("[rank") else line.strip()
+        if echo is not None and (text.startswith(ECHO) or "will restart worker group" in text):
+            echo(text)
+
+
+def _updates_done(run_dir: Path) -> int:
+    """Distinct updates trainer 0 has logged (an update redone after a restart counts once)."""
+    return len({x["update"] for x in read_lines(metrics_path(run_dir, 0)) if x.get("kind") == "update"})
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the child's whole process group (torchrun and every rank), then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            continue
+        if not group_alive(proc.pid):
+            return
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is still alive (zombies do not count)."""
+    import psutil
+
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return False
+
+
+def run(
+    run_dir: str | Path | CapstoneConfig,
+    *,
+    nproc_per_node: int = 4,
+    agents: int = 1,
+    max_restarts: int = 2,
+    deadline_s: float = 600.0,
+    show_progress: bool = True,
+    echo: Callable[[str], None] | None = print,
+    **overrides: Any,
+) -> CapstoneReport:
+    """Run the capstone job under torchrun and return its report (see the module docstring).
+
+    ``run_dir`` is the run directory (or a whole :class:`CapstoneConfig`); ``overrides`` set
+    config fields (``n_updates=60``, ``max_lag=0``, ``resume=True``, ``kill_rank=3``, ...).
+    ``agents`` torchrun agents share the ``nproc_per_node x agents`` ranks (c10d rendezvous on
+    127.0.0.1 when more than one). The job's output goes to ``run_dir/torchrun.log``; the
+    lines that matter (layout, restarts, the end) are passed to ``echo`` (``None``: silent).
+
+    Raises:
+        ValueError: bad input (see :func:`check_before_launch`).
+        CapstoneFailed: the job failed (after its restarts) or ran past ``deadline_s``; every
+            process it started is gone by then.
+    """
+    base = run_dir if isinstance(run_dir, CapstoneConfig) else CapstoneConfig(run_dir=str(run_dir))
+    config = replace(base, **overrides)
+    world = nproc_per_node * agents
+    check_before_launch(config, world)
+    path = Path(config.run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    endpoint = f"127.0.0.1:{free_port()}" if agents > 1 else None
+    commands = [
+        torchrun_command(config, nproc_per_node, nnodes=agents, rdzv_endpoint=endpoint, max_restarts=max_restarts)
+        for _ in range(agents)
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(path / "torchrun.log", "a") as log:
+        try:
+            for cmd in commands:
+                procs.append(
+                    subprocess.Popen(
+                        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                    )
+                )
+            pumps = [threading.Thread(target=_pump, args=(p.stdout, log, echo), daemon=True) for p in procs]
+            for t in pumps:
+                t.start()
+            _wait(procs, path, config, deadline_s, show_progress)
+            for t in pumps:
+                t.join(5.0)
+        finally:
+            for p in procs:
+                kill_group(p)
+            remove_buffers(run_key(config.run_dir))  # colocated mode's /dev/shm files, whatever happened
+    codes = [p.returncode for p in procs]
+    if any(group_alive(p.pid) for p in procs):
+        raise CapstoneFailed(
+            f"processes of the job are still alive after it ended (process groups {[p.pid for p in procs]})"
+        )
+    if any(c != 0 for c in codes):
+        tail = "".join((path / "torchrun.log").read_text().splitlines(keepends=True)[-25:])
+        raise CapstoneFailed(f"the capstone job failed (torchrun exit codes {codes}); last lines of its log:\n{tail}")
+    report = load(path)
+    if echo is not None:
+        echo(report.summary())
+    return report
+
+
+def _wait(
+    procs: list[subprocess.Popen[bytes]], run_dir: Path, config: CapstoneConfig, deadline_s: float, show_progress: bool
+) -> None:
+    """Wait for every agent to exit, with a progress bar of trainer 0's updates; kill all at the deadline."""
+    from course_lib.course.display import progress
+
+    deadline = time.monotonic() + deadline_s
+    done = 0
+    if show_progress:
+        bar_cm: Any = progress(config.n_updates, "capstone updates", unit="update")
+    else:
+        from contextlib import nullcontext
+
+        bar_cm = nullcontext(None)
+    with bar_cm as bar:
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                for p in procs:
+                    kill_group(p)
+                raise CapstoneFailed(
+                    f"the capstone job ran past its {deadline_s:g} s deadline: every process of it was killed"
+                )
+            now = min(_updates_done(run_dir), config.n_updates)
+            if bar is not None and now > done:
+                bar.update(now - done)
+                done = now
+            time.sleep(0.25)
+        now = min(_updates_done(run_dir), config.n_updates)
+        if bar is not None and now > done:
+            bar.update(now - done)

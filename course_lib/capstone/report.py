@@ -1,0 +1,222 @@
+"""Reading a run back: every rank's JSON lines as tidy columns, for a notebook or a summary.
+
+::
+
+    from course_lib.capstone.report import load
+    rep = load("runs/capstone")
+    rep.updates["reward"], rep.updates["t"]      # per update (trainer 0), numpy columns
+    rep.reward_vs_time()                          # (seconds since the first start, reward per update)
+    rep.tokens_per_s, rep.lag_histogram()         # throughput, per-token lags of every update
+    rep.phases                                    # one row per span: rank, role, phase, start, end
+    rep.syncs                                     # weight updates: side, version, seconds per step
+    rep.restarts, rep.events, rep.evals, rep.result
+
+A *table* here is a ``dict`` of equal-length numpy arrays (one per column): what pandas would
+hold, without depending on it. Rows come in file order (time order per rank); columns a
+kind of line lacks are left out. Times are wall-clock seconds since the epoch; ``t0`` (the
+first line of the run) turns them into seconds since the start.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from course_lib.capstone.ledger import Generated
+from course_lib.capstone.metrics import METRICS_DIR, read_lines
+
+Table = dict[str, NDArray[Any]]
+RESULT = "result.json"
+
+
+def table(rows: Iterable[dict[str, Any]], columns: Iterable[str]) -> Table:
+    """Columns of ``rows`` as numpy arrays (a missing value is ``nan`` for numbers, ``None`` otherwise)."""
+    rows = list(rows)
+    out: Table = {}
+    for c in columns:
+        values = [r.get(c) for r in rows]
+        numeric = all((isinstance(v, (int, float)) and not isinstance(v, bool)) or v is None for v in values)
+        if numeric and any(v is not None for v in values):
+            out[c] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        else:
+            out[c] = np.array(values, dtype=object)
+    return out
+
+
+def all_lines(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every rank's lines, rank files in rank order."""
+    files = sorted((Path(run_dir) / METRICS_DIR).glob("rank*.jsonl"), key=lambda p: int(p.stem[4:]))
+    return [line for f in files for line in read_lines(f)]
+
+
+def generated_records(lines: Iterable[dict[str, Any]]) -> list[Generated]:
+    """The generators' ``generated`` lines as ledger records."""
+    return [
+        Generated(int(x["attempt"]), int(x["k"]), int(x["samples"]), int(x["rank"]))
+        for x in lines
+        if x.get("kind") == "generated"
+    ]
+
+
+@dataclass
+class CapstoneReport:
+    """A run's metrics, read back (see the module docstring)."""
+
+    run_dir: Path
+    lines: list[dict[str, Any]]
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def _of(self, kind: str) -> list[dict[str, Any]]:
+        return [x for x in self.lines if x.get("kind") == kind]
+
+    @property
+    def t0(self) -> float:
+        return min((float(x["t"]) for x in self.lines), default=0.0)
+
+    @property
+    def updates(self) -> Table:
+        """Trainer 0's ``update`` lines: attempt, update, t, reward, tokens, samples, lag_mean,
+        lag_max, ess, clipped, loss, time_wait, time_train."""
+        cols = ("attempt", "update", "t", "reward", "tokens", "samples", "lag_mean", "lag_max", "ess", "clipped")
+        return table(self._of("update"), (*cols, "loss", "time_wait", "time_train"))
+
+    def reward_vs_time(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(seconds since the run's first line, batch reward) per update, in time order."""
+        u = self.updates
+        if not len(u.get("t", [])):
+            return np.zeros(0), np.zeros(0)
+        order = np.argsort(u["t"])
+        return u["t"][order] - self.t0, u["reward"][order]
+
+    def lag_histogram(self) -> NDArray[np.int64]:
+        """Tokens per lag (``[max_lag + 2]``: lags 0 .. max_lag, then "more") over every logged update."""
+        hists = [np.asarray(x["lag_hist"], dtype=np.int64) for x in self._of("update")]
+        if not hists:
+            return np.zeros(0, dtype=np.int64)
+        width = max(h.size for h in hists)
+        return np.sum([np.pad(h, (0, width - h.size)) for h in hists], axis=0)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Answer tokens the trainers consumed per second of updating (each attempt from the start
+        of its first update to the end of its last; start-up, evaluation and restarts left out)."""
+        tokens, seconds = 0.0, 0.0
+        for attempt in sorted({x["attempt"] for x in self._of("update")}):
+            ups = [x for x in self._of("update") if x["attempt"] == attempt]
+            first = min(x["t"] - x["time_wait"] - x["time_train"] for x in ups)
+            tokens += sum(x["tokens"] for x in ups)
+            seconds += max(x["t"] for x in ups) - first
+        return tokens / seconds if seconds > 0 else float("nan")
+
+    @property
+    def phases(self) -> Table:
+        """One row per span of work: rank, role, attempt, phase, start, end (for a Gantt chart)."""
+        return table(self._of("phase"), ("rank", "role", "attempt", "phase", "start", "end"))
+
+    @property
+    def syncs(self) -> Table:
+        """Weight updates: rank, side (send/receive), version, total, stage, transfer, reload, load, nbytes, in_flight."""
+        cols = (
+            "rank",
+            "attempt",
+            "side",
+            "version",
+            "total",
+            "stage",
+            "transfer",
+            "reload",
+            "load",
+            "nbytes",
+            "in_flight",
+        )
+        return table(self._of("sync"), cols)
+
+    @property
+    def evals(self) -> Table:
+        """Held-out rewards: when (start/end), reward, prompts, step, attempt."""
+        return table(self._of("eval"), ("when", "reward", "prompts", "step", "attempt", "t"))
+
+    @property
+    def events(self) -> Table:
+        """Lines for humans: restarts, kills, the end."""
+        return table(self._of("event"), ("t", "rank", "role", "attempt", "message"))
+
+    @property
+    def restarts(self) -> list[dict[str, Any]]:
+        """One entry per attempt after the first: its number, torchrun's restart count, the step
+        it resumed from and the groups it counted as discarded."""
+        return [x for x in self._of("start") if x.get("rank") == 0 and x["attempt"] > 0]
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        """The plan rank 0 chose (and its prediction) in the first attempt."""
+        starts = [x for x in self._of("start") if x.get("rank") == 0]
+        return dict(starts[0]["plan"]) if starts else {}
+
+    @property
+    def generated(self) -> list[Generated]:
+        return generated_records(self.lines)
+
+    def held_out(self) -> tuple[float, float]:
+        """(held-out reward at the start, at the end); ``nan`` where missing."""
+        e = self.evals
+        whens = list(e.get("when", []))
+        start = e["reward"][whens.index("start")] if "start" in whens else np.nan
+        end = e["reward"][len(whens) - 1 - whens[::-1].index("end")] if "end" in whens else np.nan
+        return float(start), float(end)
+
+    def summary(self) -> str:
+        """A few lines: learning, throughput, lag, weight sync, restarts, the ledger's audit."""
+        start, end = self.held_out()
+        u = self.updates
+        n = len(set(u["update"].tolist())) if len(u.get("update", [])) else 0
+        lines = [
+            f"run {self.run_dir}: {n} updates ({len(u.get('update', []))} logged, counting those redone after a restart)"
+        ]
+        lines.append(f"held-out reward: {start:.3f} at the start -> {end:.3f} at the end")
+        if len(u.get("update", [])):
+            lines.append(
+                f"throughput: {self.tokens_per_s:,.0f} answer tokens/s; lag: mean {np.nanmean(u['lag_mean']):.2f}, "
+                f"max {int(np.nanmax(u['lag_max']))} updates; ESS/N {np.nanmean(u['ess']):.3f}"
+            )
+        s = self.syncs
+        if len(s.get("side", [])):
+            send = s["total"][s["side"] == "send"]
+            if send.size:
+                lines.append(f"weight sync (trainer 0, per update): median {1e3 * np.median(send):.1f} ms")
+        for r in self.restarts:
+            lines.append(
+                f"restart: attempt {r['attempt']} (torchrun restart {r['restart_count']}) resumed from step "
+                f"{r['resumed_step']}, discarded {r.get('discarded_groups', 0)} groups generated after that checkpoint"
+            )
+        audit = self.result.get("audit")
+        if audit:
+            lines.append(
+                f"ledger: generated {audit['generated_samples']} samples = consumed {audit['consumed_samples']} + "
+                f"discarded {audit['discarded_samples']} + left over {audit['leftover_samples']}: "
+                f"{'exact' if audit['ok'] else 'MISMATCH'}"
+            )
+        return "\n".join(lines)
+
+
+def load(run_dir: str | Path) -> CapstoneReport:
+    """Read every rank's metrics and ``result.json`` (if the run finished) from ``run_dir``.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no metrics (not a capstone run directory).
+    """
+    run_dir = Path(run_dir)
+    lines = all_lines(run_dir)
+    if not lines:
+        raise FileNotFoundError(
+            f"{run_dir} holds no capstone metrics ({METRICS_DIR}/rank*.jsonl): is it a run directory?"
+        )
+    result_path = run_dir / RESULT
+    result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    return CapstoneReport(run_dir, lines, result)

@@ -1,0 +1,300 @@
+"""The trainer ranks: a data-parallel learner with lesson 07's truncated-IS loss.
+
+Every trainer holds the same model and Adam state. Update ``u``::
+
+    wait for my groups of u (store keys g/{k}, k = uB .. (u+1)B-1 routed to me)     phase "wait"
+    n = all_reduce(my answer tokens)                                                   the batch's size
+    loss_t = sum over my tokens of (07.2)'s terms / n;  backward                      phase "train"
+    grads = all_reduce(grads, SUM)                      (sum_t loss_t = (07.2) on the whole batch)
+    Adam step (identical on every trainer: identical gradients, identical state)
+    stats = all_reduce(reward, tokens, lag histogram, sum w, sum w^2, ...)
+    trainer 0: announce u+1, send the weights (lesson 09's engine), consumed = (u+1)B    phase "sync"
+    trainer 0: every checkpoint_every updates, a checkpoint (lesson 10's atomic commit)  phase "checkpoint"
+
+The per-shard loss divides by the *global* token count, so the all-reduced sum of the
+trainers' gradients is exactly the gradient of (07.2) over the whole batch (tested against
+the single-process loss): an explicit all-reduce rather than DDP, which would average and
+needs one forward per step (the trainer runs one forward per chunk of similar lengths).
+
+**Checkpoint** (trainer 0, :func:`~course_lib.checkpoint.torch_state.save_torch_state`, atomic):
+model weights, Adam moments and step counts, the update count, the sample ledger, the layout,
+the config and the held-out reward at the start. **Resume** restores these bit-exactly
+(trainer 0 loads, the others receive them by broadcast); the groups after the checkpoint are
+sampled again, from the same prompts (a group's prompt depends only on ``(seed, k)``) but
+with other sampling noise and other in-flight timing, so the continuation is not bitwise the
+uninterrupted run's (asynchronous RL is not a deterministic function of the seed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from course_lib.capstone.channels import WeightChannel
+from course_lib.capstone.config import CapstoneConfig
+from course_lib.capstone.context import RunStore
+from course_lib.capstone.faults import kill_once
+from course_lib.capstone.ledger import SampleLedger
+from course_lib.capstone.metrics import MetricsWriter
+from course_lib.capstone.roles import Roles
+from course_lib.lm.model import TinyLM, sequence_logprobs
+from course_lib.lm.sampler import sample_problems
+from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
+from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss, token_lags
+
+#: The checkpoints of a run, below its run directory.
+CHECKPOINTS = "checkpoints"
+
+
+def shard_loss(
+    model: TinyLM, batch: dict[str, Any], n_tokens: int, clip_c: float, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This shard's part of (07.2): ``sum over its real tokens of sg[w] A log pi / n_tokens``,
+    where ``n_tokens`` counts the real tokens of the *whole* batch (all shards).
+
+    Sequences go through the model in chunks of ``chunk``, sorted by length and each padded
+    only to its own longest. Returns (the loss to backpropagate, ``log pi - log mu`` of the
+    real tokens, detached, in chunk order).
+    """
+    mask = batch["mask"]
+    adv = group_token_advantages(batch["rewards"], mask)
+    ends = mask.shape[1] - mask.flip(1).float().argmax(1)
+    device = next(model.parameters()).device
+    loss = torch.zeros((), device=device)
+    log_ratios = []
+    for rows in torch.argsort(ends, stable=True).split(chunk):
+        n_t = int(ends[rows].max())
+        m = mask[rows, :n_t].to(device)
+        logp_b = batch["logp"][rows, :n_t].to(device)
+        logp_new = sequence_logprobs(model, batch["tokens"][rows, :n_t].to(device))
+        part = pipeline_loss(logp_new, logp_b, adv[rows, :n_t].to(device), m, clip_c)
+        loss = loss + part * m.sum() / n_tokens
+        log_ratios.append((logp_new.detach() - logp_b)[m])
+    return loss, torch.cat(log_ratios)
+
+
+def heldout_reward(
+    model: TinyLM, task: CountdownTask, n: int, seed: int, shard: int, n_shards: int
+) -> tuple[float, int]:
+    """(sum of rewards, count) of this shard's share of ``n`` fixed held-out prompts (every
+    ``n_shards``-th, from ``shard``), one answer each at temperature 1: lesson 07's measure,
+    split over the trainers."""
+    problems = task.sample(np.random.default_rng(seed), n)[shard::n_shards]
+    if not problems:
+        return 0.0, 0
+    gen = torch.Generator().manual_seed(seed * 1000 + shard)
+    with torch.no_grad():
+        results = sample_problems(model, [p.prompt for p in problems], 128, EOS, gen)
+    return float(sum(task.reward(p, r["tokens"][PROMPT_LEN:].tolist()) for p, r in zip(problems, results))), len(
+        problems
+    )
+
+
+@dataclass
+class TrainerState:
+    """What a trainer starts from: fresh (warm start) or restored from a checkpoint."""
+
+    model: TinyLM
+    optimizer: torch.optim.Optimizer
+    step: int  # updates already done
+    ledger: SampleLedger
+    eval_start: float | None  # held-out reward before any RL update (None until measured)
+    resumed_from: Path | None = None
+
+
+def state_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 of a state dict's bytes (names sorted): equal digests mean bitwise-equal weights."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+class Trainer:
+    """One trainer rank (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: CapstoneConfig,
+        roles: Roles,
+        rank: int,
+        attempt: int,
+        state: TrainerState,
+        store: RunStore,
+        metrics: MetricsWriter,
+        trainer_group: dist.ProcessGroup,
+        channel: WeightChannel | None,
+        device: torch.device,
+    ) -> None:
+        self.cfg, self.roles, self.rank, self.attempt = cfg, roles, rank, attempt
+        self.state, self.store, self.metrics = state, store, metrics
+        self.group, self.channel, self.device = trainer_group, channel, device
+        self.task = CountdownTask()
+        self.index = roles.trainers.index(rank)
+
+    # ---- collectives of the trainer group ------------------------------------------------
+
+    def _sum(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, group=self.group)
+        return [float(x) for x in t.tolist()]
+
+    def _all_reduce_grads(self) -> None:
+        """One all-reduce of every gradient, flattened (one message, as DDP's buckets)."""
+        params = [p for p in self.state.model.parameters()]
+        flat = torch.cat(
+            [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in params]
+        )
+        dist.all_reduce(flat, group=self.group)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+
+    def evaluate(self, when: str) -> float:
+        """Held-out reward, the prompts split over the trainers; trainer 0 logs it."""
+        with self.metrics.phase("eval"), self.device:  # the sampler's tensors beside the model
+            local_total, local_count = heldout_reward(
+                self.state.model,
+                self.task,
+                self.cfg.eval_prompts,
+                self.cfg.eval_seed,
+                self.index,
+                self.roles.n_trainers,
+            )
+            total, count = self._sum([local_total, float(local_count)])
+        reward = total / max(count, 1.0)
+        if self.rank == 0:
+            self.metrics.log("eval", when=when, reward=reward, prompts=int(count), step=self.state.step)
+        return reward
+
+    # ---- one update ----------------------------------------------------------------------
+
+    def _wait_groups(self, u: int) -> list[dict[str, Any]]:
+        """My groups of update ``u`` from the store (deleted once read), in ``k`` order."""
+        out = []
+        for k in self.roles.groups_for(self.rank, u, self.cfg.groups_per_batch):
+            out.append(self.store.get_json(f"g/{k}", f"group {k} (update {u}) from the generators"))
+            self.store.delete(f"g/{k}")
+        return out
+
+    def update(self, u: int, groups: list[dict[str, Any]], opt: torch.optim.Optimizer) -> dict[str, Any]:
+        """One data-parallel step at version ``u`` on my ``groups``; returns the global metrics."""
+        cfg, model = self.cfg, self.state.model
+        batch = pad_groups(groups)
+        mask = batch["mask"]
+        lag = token_lags(u, batch["versions"].numpy(), mask.numpy())[mask.numpy()]
+        (n_tokens,) = self._sum([float(mask.sum())])
+        loss, log_ratio = shard_loss(model, batch, int(n_tokens), cfg.clip_c, cfg.train_chunk)
+        opt.zero_grad()
+        loss.backward()
+        self._all_reduce_grads()
+        opt.step()
+        w = torch.exp(log_ratio.double().clamp(max=50.0))
+        bins = cfg.max_lag + 2  # 0 .. max_lag, and one bin for "more" (never filled if the bound holds)
+        hist = np.bincount(np.minimum(lag, bins - 1), minlength=bins)
+        local = [
+            float(batch["rewards"].sum()),
+            float(batch["rewards"].size),
+            float(w.sum()),
+            float((w * w).sum()),
+            float((log_ratio > math.log(cfg.clip_c)).sum()),
+            float(loss.detach()),
+            float(lag.sum()),
+            *hist.astype(float).tolist(),
+        ]
+        r_sum, n_seq, w_sum, w2_sum, clipped, loss_sum, lag_sum, *hist_sum = self._sum(local)
+        hist_all = [int(h) for h in hist_sum]
+        return {
+            "update": u,
+            "reward": r_sum / n_seq,
+            "tokens": int(n_tokens),
+            "samples": int(n_seq),
+            "groups": [g["k"] for g in groups],
+            "ess": w_sum**2 / (n_tokens * w2_sum),
+            "clipped": clipped / n_tokens,
+            "loss": loss_sum,
+            "lag_mean": lag_sum / n_tokens,
+            "lag_max": max(i for i, h in enumerate(hist_all) if h),
+            "lag_hist": hist_all,
+        }
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def publish(self, version: int) -> None:
+        """Trainer 0: announce ``version`` and send it to every generator (a broadcast is announced
+        first, since the generators must join it; a shared buffer is written first), then let them
+        start the groups it frees by raising ``consumed``."""
+        assert self.channel is not None
+        if self.channel.announce_first:
+            self.store.set_int("announced", version)
+        with self.metrics.phase("sync", version=version):
+            timing = self.channel.send(self.state.model, version)
+        if not self.channel.announce_first:
+            self.store.set_int("announced", version)
+        self.store.set_int("consumed", version * self.cfg.groups_per_batch)
+        self.metrics.log("sync", side="send", **timing.as_dict())
+
+    def save_checkpoint(self, step: int, plan: dict[str, Any]) -> None:
+        from course_lib.checkpoint.atomic import keep_last
+        from course_lib.checkpoint.torch_state import save_torch_state
+
+        extra = {
+            "ledger": self.state.ledger.to_json(),
+            "config": self.cfg.to_dict(),
+            "plan": plan,
+            "eval_start": self.state.eval_start,
+            "attempt": self.attempt,
+        }
+        root = checkpoint_root(self.cfg.run_dir)
+        with self.metrics.phase("checkpoint", step=step):
+            save_torch_state(root, step, self.state.model, self.state.optimizer, extra=extra)
+            keep_last(root, self.cfg.keep_checkpoints)
+        self.metrics.log("checkpoint", step=step)
+
+    def maybe_kill(self, u: int) -> None:
+        """Fault injection: SIGKILL this rank once, after update ``kill_at_update`` (a marker file says it happened)."""
+        cfg = self.cfg
+        if cfg.kill_rank != self.rank or u != cfg.kill_at_update:
+            return
+        kill_once(cfg.run_dir, self.rank, u, self.metrics, "trainer")
+
+    def run(self, plan: dict[str, Any]) -> None:
+        """Updates ``state.step .. n_updates - 1``; trainer 0 publishes and checkpoints; then stop and evaluate."""
+        cfg, st = self.cfg, self.state
+        if self.rank == 0:
+            self.publish(st.step)  # the generators start from the trainer's weights
+        for u in range(st.step, cfg.n_updates):
+            t0 = time.time()
+            groups = self._wait_groups(u)
+            t1 = time.time()
+            m = self.update(u, groups, st.optimizer)
+            t2 = time.time()
+            self.metrics.span("wait", t0, t1, update=u)
+            self.metrics.span("train", t1, t2, update=u)
+            st.ledger.consume(self.attempt, u, m["tokens"])
+            st.step = u + 1
+            if self.rank == 0:
+                if u + 1 < cfg.n_updates:
+                    self.publish(u + 1)
+                self.metrics.log("update", time_wait=t1 - t0, time_train=t2 - t1, **m)
+                if (u + 1) % cfg.checkpoint_every == 0 or u + 1 == cfg.n_updates:
+                    self.save_checkpoint(u + 1, plan)
+            self.maybe_kill(u)
+        if self.rank == 0:
+            self.store.set_int("stop", 1)
+        self.evaluate("end")

@@ -1,0 +1,325 @@
+"""Lesson 11's capstone job: unit tests of its parts, then real torchrun runs on gloo.
+
+The runs are short (a few updates, a tiny warm start and evaluation) and bounded: every
+torchrun runs in a process group of its own under a deadline (``launch.run`` kills the
+group when it passes), and each test checks that no process it started is left. Kill
+tests SIGKILL a generator and, separately, a trainer mid-run; torchrun restarts the job
+from the newest checkpoint and the sample ledger must balance exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.capstone.colocated import SharedBuffer
+from course_lib.capstone.config import CapstoneConfig, add_arguments, from_args, to_argv
+from course_lib.capstone.launch import check_before_launch, run, torchrun_command
+from course_lib.capstone.ledger import Generated, SampleLedger, audit
+from course_lib.capstone.metrics import MetricsWriter
+from course_lib.capstone.report import generated_records, load
+from course_lib.capstone.roles import assign_roles
+from course_lib.capstone.trainer import shard_loss, state_digest
+from course_lib.lm.model import TinyLM, sequence_logprobs
+from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss
+from course_lib.runtime.processes import live_children
+
+#: A short run: a few updates, a tiny warm start and held-out set (seconds, not minutes).
+SHORT = {
+    "n_updates": 16,
+    "warm_steps": 5,
+    "eval_prompts": 32,
+    "checkpoint_every": 5,
+    "keep_checkpoints": 10,
+    "timeout_s": 45.0,
+}
+DEADLINE_S = 120.0
+
+
+# ---- roles, config, bad input ----------------------------------------------------------------------
+
+
+def test_roles_split_ranks_and_route_every_group_to_one_trainer():
+    roles = assign_roles(world_size=5, n_trainers=2, groups_per_batch=4)
+    assert roles.trainers == [0, 1] and roles.generators == [2, 3, 4] and roles.sync_ranks == [0, 2, 3, 4]
+    assert [roles.role(r) for r in range(5)] == ["trainer", "trainer", "generator", "generator", "generator"]
+    for u in range(3):
+        shards = [roles.groups_for(t, u, 4) for t in roles.trainers]
+        assert sorted(k for s in shards for k in s) == list(range(4 * u, 4 * u + 4))  # a partition
+        assert all(len(s) == 2 for s in shards)
+
+
+@pytest.mark.parametrize(
+    ("world", "trainers", "groups", "words"),
+    [(2, 2, 4, "at least 3 ranks"), (4, 1, 4, "at least 2 trainer"), (4, 4, 4, "no generator"), (4, 3, 2, "groups")],
+)
+def test_roles_refuse_layouts_that_cannot_run(world, trainers, groups, words):
+    with pytest.raises(ValueError, match=words):
+        assign_roles(world, trainers, groups)
+
+
+def test_config_rejects_bad_input_and_round_trips_through_argv():
+    with pytest.raises(ValueError, match="--max-lag must be >= 0"):
+        CapstoneConfig(run_dir="x", max_lag=-1)
+    with pytest.raises(ValueError, match="--kill-rank and --kill-at-update"):
+        CapstoneConfig(run_dir="x", kill_rank=2)
+    cfg = CapstoneConfig(run_dir="r", max_lag=0, colocated=True, lr=5e-4, n_trainers=3)
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert from_args(parser.parse_args(to_argv(cfg))) == cfg
+    cmd = torchrun_command(cfg, 4, nnodes=2, rdzv_endpoint="h:1", max_restarts=2)
+    assert "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=h:1" in cmd and "--max-restarts=2" in cmd
+
+
+def test_launch_refuses_bad_input_before_starting_anything(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        check_before_launch(CapstoneConfig(run_dir=str(tmp_path / "nope"), resume=True), 4)
+    with pytest.raises(ValueError, match="no checkpoint"):
+        check_before_launch(CapstoneConfig(run_dir=str(tmp_path), resume=True), 4)
+    with pytest.raises(ValueError, match="at least 3 ranks"):
+        check_before_launch(CapstoneConfig(run_dir=str(tmp_path)), 2)
+    (tmp_path / "attempts.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError, match="already holds a run"):
+        check_before_launch(CapstoneConfig(run_dir=str(tmp_path)), 4)
+
+
+# ---- the ledger --------------------------------------------------------------------------------------
+
+
+def _gen(attempt, ks, samples=8):
+    return [Generated(attempt, k, samples) for k in ks]
+
+
+def test_ledger_balances_across_a_restart_and_refuses_gaps():
+    led = SampleLedger(group_size=8, groups_per_batch=2)
+    for u in range(3):
+        led.consume(attempt=0, update=u, tokens=100)
+    saved = SampleLedger.from_json(json.loads(json.dumps(led.to_json())))  # the checkpoint at step 3
+    # attempt 0 went on: updates 3, 4 (groups 6..9) and groups 10..12 in flight, then died
+    generated = _gen(0, range(13))
+    assert saved.resume(attempt=1, step=3, generated=generated) == 7  # groups 6..12
+    for u in range(3, 6):
+        saved.consume(attempt=1, update=u, tokens=100)
+    generated += _gen(1, range(6, 14))  # attempt 1 made 6..13; 12 and 13 are left over at the end
+    assert saved.finish(attempt=1, generated=generated) == 2
+    result = audit(saved, generated)
+    assert result["ok"], result
+    assert result["generated_samples"] == 8 * (13 + 8) == result["consumed_samples"] + 8 * (7 + 2)
+    assert saved.segments == [[0, 0, 6], [1, 6, 12]]
+    with pytest.raises(ValueError, match="lost or counted twice"):
+        saved.consume(attempt=1, update=7, tokens=1)
+
+
+def test_audit_catches_a_sample_counted_twice_or_never_generated():
+    led = SampleLedger(group_size=8, groups_per_batch=2)
+    led.consume(0, 0, 10)
+    assert not audit(led, _gen(0, [0]))["ok"]  # group 1 consumed but never generated
+    assert not audit(led, _gen(0, [0, 1, 1]))["ok"]  # a group handed over twice
+    assert audit(led, _gen(0, [0, 1]))["ok"]
+
+
+# ---- the data-parallel loss ----------------------------------------------------------------------
+
+
+def _groups(rng, n_groups, group_size=4):
+    groups = []
+    for k in range(n_groups):
+        answers = []
+        for _ in range(group_size):
+            n = int(rng.integers(1, 6))
+            answers.append(
+                {
+                    "answer": rng.integers(4, 60, n).tolist(),
+                    "logp": (-rng.random(n)).tolist(),
+                    "versions": [0] * n,
+                    "reward": float(rng.random() < 0.5),
+                }
+            )
+        groups.append({"k": k, "prompt": [1, 10, 7, 2], "answers": answers})
+    return groups
+
+
+def test_shard_losses_sum_to_the_single_process_loss_gradient():
+    """Two trainers' gradients, summed (the all-reduce), equal the gradient of (07.2) on the whole batch."""
+    torch.manual_seed(0)
+    from course_lib.lm.model import LMConfig
+
+    model = TinyLM(LMConfig(vocab=64, d_model=16, n_layers=1, n_heads=2, max_len=16))
+    groups = _groups(np.random.default_rng(0), 4)
+    full = pad_groups(groups)
+    mask = full["mask"]
+    logp_new = sequence_logprobs(model, full["tokens"])
+    adv = group_token_advantages(full["rewards"], mask)
+    model.zero_grad()
+    pipeline_loss(logp_new, full["logp"], adv, mask, 2.0).backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    n_tokens = int(mask.sum())
+    summed = [torch.zeros_like(p) for p in model.parameters()]
+    for shard in (groups[0::2], groups[1::2]):
+        model.zero_grad()
+        loss, _ = shard_loss(model, pad_groups(shard), n_tokens, 2.0, chunk=3)
+        loss.backward()
+        summed = [s + p.grad for s, p in zip(summed, model.parameters())]
+    for s, w in zip(summed, want):
+        torch.testing.assert_close(s, w, rtol=1e-5, atol=1e-7)
+
+
+# ---- colocated shared buffer ---------------------------------------------------------------------
+
+
+def test_shared_buffer_moves_weights_all_or_nothing(tmp_path):
+    path = tmp_path / "weights"
+    writer = SharedBuffer(path, numel=10, create=True)
+    reader = SharedBuffer(path, numel=10)
+    pieces = [torch.arange(4.0), torch.arange(6.0).reshape(2, 3) + 10]
+    writer.publish(pieces, version=3)
+    out = [torch.zeros(4), torch.zeros(2, 3)]
+    assert reader.pull(out, have_version=-1) == 3
+    assert all(torch.equal(a, b) for a, b in zip(out, pieces))
+    assert reader.pull(out, have_version=3) == 3  # nothing newer: nothing copied
+    writer.header[3] = int(writer.header[1])  # a writer busy in the active slot: a reader must not trust it
+    with pytest.raises(TimeoutError):
+        reader.pull(out, have_version=-1, timeout_s=0.05)
+    with pytest.raises(ValueError, match="bytes of weights"):
+        SharedBuffer(path, numel=11)
+
+
+# ---- the report reader -----------------------------------------------------------------------------
+
+
+def test_report_reads_every_rank_into_tables(tmp_path):
+    for rank, role in ((0, "trainer"), (2, "generator")):
+        m = MetricsWriter(tmp_path, rank, role, attempt=0)
+        if rank == 0:
+            m.log("start", restart_count=0, resumed_step=0, plan={"n_trainers": 2})
+            m.log("eval", when="start", reward=0.1, prompts=8, step=0)
+            for u in range(3):
+                m.log(
+                    "update",
+                    update=u,
+                    reward=0.1 * u,
+                    tokens=100,
+                    samples=8,
+                    lag_mean=1.0,
+                    lag_max=2,
+                    ess=0.9,
+                    clipped=0.0,
+                    loss=0.1,
+                    time_wait=0.01,
+                    time_train=0.02,
+                    lag_hist=[1, 2, 3, 0],
+                )
+            m.log("eval", when="end", reward=0.3, prompts=8, step=3)
+            m.log("sync", side="send", version=1, total=0.01, stage=0.0, transfer=0.01, reload=0.0, load=0.0, nbytes=10)
+        else:
+            m.log("generated", k=0, samples=8, tokens=40, start_version=0)
+            m.busy(1.0, 1.001)
+            m.busy(1.0015, 1.002)  # merged with the previous step
+            m.busy(2.0, 2.1)
+        m.close()
+    (tmp_path / "metrics" / "rank2.jsonl").open("a").write('{"kind": "upd')  # a torn last line
+    rep = load(tmp_path)
+    assert rep.updates["reward"].tolist() == pytest.approx([0.0, 0.1, 0.2])
+    assert rep.lag_histogram().tolist() == [3, 6, 9, 0]
+    assert rep.held_out() == (0.1, 0.3)
+    decode = rep.phases["phase"] == "decode"
+    assert decode.sum() == 2 and rep.phases["end"][decode][0] == pytest.approx(1.002)
+    assert generated_records(rep.lines) == [Generated(0, 0, 8, 2)]
+    assert rep.tokens_per_s > 0 and "held-out reward: 0.100" in rep.summary()
+    with pytest.raises(FileNotFoundError, match="no capstone metrics"):
+        load(tmp_path / "empty")
+
+
+# ---- real runs under torchrun ----------------------------------------------------------------------
+
+
+def _run(run_dir, **overrides):
+    """One job under torchrun, short and silent, within the deadline; checks nothing is left running."""
+    kwargs = {"nproc_per_node": 4, "max_restarts": 0, **overrides}
+    rep = run(run_dir, deadline_s=DEADLINE_S, show_progress=False, echo=None, **kwargs)
+    _no_orphans()
+    return rep
+
+
+def _no_orphans():
+    assert not live_children(), [p.cmdline() for p in live_children()]
+
+
+def _checkpoint_digest(run_dir: Path, step: int) -> str:
+    from safetensors.torch import load_file
+
+    return state_digest(load_file(str(run_dir / "checkpoints" / f"step_{step:08d}" / "model.safetensors")))
+
+
+def _check_run(rep, n_updates):
+    assert rep.result["audit"]["ok"], rep.result["audit"]
+    assert rep.result["updates"] == n_updates
+    lags = rep.lag_histogram()
+    assert lags[-1] == 0  # no token lagged more than max_lag
+    assert set(np.unique(rep.phases["phase"])) >= {"decode", "train", "wait", "sync", "eval", "checkpoint"}
+    sends = rep.syncs["side"] == "send"
+    assert sends.any() and (rep.syncs["total"][sends] > 0).all()
+
+
+def test_short_run_logs_every_rank_and_resumes_bit_exact(tmp_path):
+    run_dir = tmp_path / "run"
+    rep = _run(run_dir, **SHORT)
+    _check_run(rep, SHORT["n_updates"])
+    assert {int(r) for r in np.unique(rep.phases["rank"])} == {0, 1, 2, 3}
+    assert rep.layout["world_size"] == 4 and rep.layout["predicted_tokens_per_s"] > 0
+    # --resume continues from the newest checkpoint, its weights restored bitwise
+    more = dict(SHORT, n_updates=SHORT["n_updates"] + 4)
+    rep = _run(run_dir, resume=True, **more)
+    start = [x for x in rep.lines if x["kind"] == "start" and x["rank"] == 0][-1]
+    assert start["resumed_step"] == SHORT["n_updates"]
+    assert start["restored_sha256"] == _checkpoint_digest(run_dir, SHORT["n_updates"])
+    _check_run(rep, more["n_updates"])
+
+
+@pytest.mark.parametrize(("victim", "role"), [(3, "generator"), (1, "trainer")])
+def test_a_killed_rank_restarts_the_job_from_its_checkpoint_and_the_ledger_balances(tmp_path, victim, role):
+    run_dir = tmp_path / role
+    rep = _run(run_dir, max_restarts=1, kill_rank=victim, kill_at_update=8, calibrate=False, **SHORT)
+    _check_run(rep, SHORT["n_updates"])
+    assert (run_dir / "kills" / f"rank{victim}-update8").exists()
+    (restart,) = rep.restarts
+    assert restart["restart_count"] == 1 and restart["resumed_step"] == 5  # the newest checkpoint before the kill
+    assert restart["restored_sha256"] == _checkpoint_digest(run_dir, 5)
+    audit_ = rep.result["audit"]
+    assert audit_["discarded_groups"] == restart["discarded_groups"] > 0
+    assert (
+        audit_["generated_samples"]
+        == audit_["consumed_samples"] + audit_["discarded_samples"] + audit_["leftover_samples"]
+    )
+    messages = " ".join(rep.events["message"])
+    assert f"{role} rank {victim} kills itself" in messages and "TORCHELASTIC_RESTART_COUNT=1" in messages
+
+
+def test_two_torchrun_agents_meet_through_a_c10d_rendezvous(tmp_path):
+    rep = _run(tmp_path / "two", nproc_per_node=2, agents=2, calibrate=False, **dict(SHORT, n_updates=8))
+    _check_run(rep, 8)
+    nodes = {x["rank"]: x["node"] for x in rep.lines if x["kind"] == "start"}
+    assert sorted(nodes) == [0, 1, 2, 3] and set(nodes.values()) == {0, 1}  # ranks on both agents
+
+
+def test_the_job_refuses_to_start_with_too_few_ranks(tmp_path):
+    """The job itself (not only the launcher) names the problem: 2 ranks cannot hold 2 trainers + 1 generator."""
+    import subprocess
+    import sys
+
+    cfg = CapstoneConfig(run_dir=str(tmp_path / "small"), warm_steps=1, calibrate=False)
+    cmd = torchrun_command(cfg, 2)
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=DEADLINE_S, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
+    assert done.returncode != 0
+    assert "at least 3 ranks" in done.stdout + done.stderr
+    assert sys.executable in cmd[0]
+    _no_orphans()
