@@ -112,7 +112,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # | $\log\pi_u$ of every token, one pass | `lm.model.sequence_logprobs` |
 # | decoding step with a KV cache | `lm.model.TinyLM.step` |
 # | slots, in-flight swap, $\mu_{it}$ and $v_{it}$ | `lm.sampler.SlotSampler` (`step`, `load_weights(..., recompute=)`) |
-# | backpressure (the lag bound) | `pipeline.system.may_start_group` |
+# | backpressure (the lag bound) | `staleness.may_start_group` (shared with lesson 11) |
 # | the in-flight swap in the generator | `pipeline.system.swap_in_newer_weights` |
 # | the three regimes | `pipeline.system.PipelineSystem`, `PipelineConfig` |
 # | timelines, curves, time to a reward level, lag histogram | `pipeline.timeline` (`time_to_target`) |
@@ -123,7 +123,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # %%
 from course_lib import show_source
 from course_lib.pipeline.loss import pipeline_loss
-from course_lib.pipeline.system import may_start_group
+from course_lib.staleness import may_start_group
 
 show_source(pipeline_loss)
 show_source(may_start_group)
