@@ -253,18 +253,11 @@ assert random_rates["accuracy"] < 0.1 < 0.9 < heuristic_rates["accuracy"]
 # learning curves of section 4. Four scenarios, with the hand-written driver's path:
 
 # %%
-from course_lib.envs.driving_render import draw_scenario
+from course_lib.envs.driving_render import draw_episodes
 
 heuristic = lambda k, o: driving.heuristic_policy(o, params)  # noqa: E731
-first, xy, length, last = jax.jit(jax.vmap(lambda k: driving.episode_trajectory(heuristic, k, params)))(
-    jax.random.split(jax.random.key(3), 4)
-)
 fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
-for i, ax in enumerate(axes):
-    one = jax.tree.map(lambda a: a[i], first)
-    outcome = driving.outcome_name(jax.tree.map(lambda a: a[i], last))
-    draw_scenario(ax, one, params, trajectories=[np.asarray(xy[i, : int(length[i]) + 1])], outcomes=[outcome],
-                  title=f"scenario {i}: {outcome} after {int(length[i])} steps")
+draw_episodes(axes, heuristic, jax.random.key(3), params)
 fig.suptitle("Generated scenarios (top-down, metres): road, lanes, agents (IDM), ego path of the hand-written driver")
 fig.tight_layout()
 plt.show()
@@ -399,9 +392,10 @@ assert np.allclose(weights, w_formula, atol=1e-5)
 # transitions here), the networks and the optimizer states are all in the scanned carry.
 # `train` calls the jitted chunk in a Python loop only to draw a progress bar. Several
 # seeds can run as one `jax.vmap`-ed program (`make_train_fn`), but on this CPU the
-# seeds run faster as threads, one compiled chunk each (3 vmapped seeds ran at 0.7x the
-# rate of the same seeds one after another: each update's small products already fill a
-# core; `BENCHMARKS.md`), so `train` runs them as threads. The target and the slow copy,
+# seeds run faster as threads, one compiled chunk each (in `bench/bench_sac.py` 3 vmapped
+# seeds ran at 0.56x the rate of the same seeds one after another, 3 threads at 1.29x:
+# each update's small products already fill a core; `BENCHMARKS.md`), so `train` runs
+# them as threads. The target and the slow copy,
 # as the library writes them:
 
 # %%
@@ -505,15 +499,8 @@ plt.show()
 # %%
 actor0 = jax.tree.map(lambda a: a[0], result.state.learner.actor)
 sac_driver = lambda k, o: sac_jax.deterministic_action(actor0, o)  # noqa: E731
-first, xy, length, last = jax.jit(jax.vmap(lambda k: driving.episode_trajectory(sac_driver, k, params)))(
-    jax.random.split(jax.random.key(3), 4)
-)
 fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
-for i, ax in enumerate(axes):
-    one = jax.tree.map(lambda a: a[i], first)
-    outcome = driving.outcome_name(jax.tree.map(lambda a: a[i], last))
-    draw_scenario(ax, one, params, trajectories=[np.asarray(xy[i, : int(length[i]) + 1])], outcomes=[outcome],
-                  title=f"scenario {i}: {outcome} after {int(length[i])} steps")
+draw_episodes(axes, sac_driver, jax.random.key(3), params)
 fig.suptitle("The learned SAC driver (seed 0, deterministic) on the scenarios of section 1")
 fig.tight_layout()
 plt.show()
@@ -642,7 +629,8 @@ plt.show()
 #   costs no call at all.
 # - SAC is four small equations (06.2)-(06.6) around that buffer; with acting, storing,
 #   sampling and learning in one program it learned the driving task on 2 CPU cores in
-#   about a minute for three seeds, from the random driver's accuracy to well above it.
+#   one to one and a half minutes for three seeds (compilation included), from the random
+#   driver's accuracy to well above it.
 # - Where the time goes decides the knobs: the update-to-data ratio trades learning per
 #   transition for throughput, and at this scale the gradient updates, not the
 #   simulator, are the larger cost.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import jax
@@ -61,17 +62,25 @@ def measure_env_throughput(
 ) -> dict[int, float]:
     """Env steps per second of ``jit(scan(vmap(step)))`` for each env count.
 
-    Each count compiles its own program (a few seconds on 2 CPU cores, not timed), runs
-    it once to warm up, then takes the best of ``repeats`` timed calls of ``steps`` steps.
+    Each count compiles its own program (a few seconds on 2 CPU cores, not timed; all counts
+    compile at once, one thread each), runs it once to warm up, then takes the best of
+    ``repeats`` timed calls of ``steps`` steps, one count after the other.
 
     Returns:
         ``{num_envs: env steps per second}``.
     """
+    key_reset, key_run = jax.random.split(jax.random.key(seed))
+    reset = jax.jit(jax.vmap(driving.reset, in_axes=(0, None)))
+    starts = {n: reset(jax.random.split(key_reset, n), params)[1] for n in num_envs_list}
+
+    def compile_one(num_envs: int) -> jax.stages.Compiled:
+        return make_random_rollout(num_envs, steps, params).lower(starts[num_envs], key_run).compile()
+
+    with ThreadPoolExecutor(len(num_envs_list)) as pool:  # XLA compiles on every core at once
+        programs = dict(zip(num_envs_list, pool.map(compile_one, num_envs_list)))
     rates = {}
-    for num_envs in num_envs_list:
-        key_reset, key_run = jax.random.split(jax.random.key(seed))
-        _, states = jax.jit(jax.vmap(driving.reset, in_axes=(0, None)))(jax.random.split(key_reset, num_envs), params)
-        compiled = make_random_rollout(num_envs, steps, params).lower(states, key_run).compile()
+    for num_envs, compiled in programs.items():  # timed one after the other
+        states = starts[num_envs]
         jax.block_until_ready(compiled(states, key_run))  # warm-up
 
         def run(compiled: jax.stages.Compiled = compiled, states: EnvState = states, key: Array = key_run) -> None:

@@ -2,20 +2,33 @@
 
 The only module of the driving env that imports matplotlib: road edges and dashed lane
 lines, the agents' boxes, the ego's box, the route's target, and optionally ego
-trajectories with a marker where each one ended by a collision or by leaving the road.
+trajectories with a marker where each one ended by a collision or by leaving the road
+(:func:`draw_scenario`); :func:`draw_episodes` runs a policy on a few scenarios and draws them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
+from jax import Array
 from matplotlib.axes import Axes
 from matplotlib.patches import Polygon
 
-from course_lib.envs.driving import DEFAULT_PARAMS, EnvParams, EnvState, agent_boxes, box_corners, ego_box
+from course_lib.envs.driving import (
+    DEFAULT_PARAMS,
+    EnvParams,
+    EnvState,
+    Policy,
+    agent_boxes,
+    box_corners,
+    ego_box,
+    episode_trajectory,
+    outcome_name,
+)
 
 
 def _offset_line(state: EnvState, d: float) -> np.ndarray:
@@ -119,3 +132,29 @@ def draw_scenario(
 
 
 __all__ = ["draw_road", "draw_scenario"]
+
+
+def draw_episodes(axes: Sequence[Axes], policy: Policy, key: Array, params: EnvParams = DEFAULT_PARAMS) -> list[str]:
+    """One episode of ``policy`` per axes, from the scenarios of ``jax.random.split(key, len(axes))``
+    (:func:`~course_lib.envs.driving.episode_trajectory`, all episodes in one vmapped program),
+    each drawn by :func:`draw_scenario` with the ego's path and how the episode ended.
+
+    Returns:
+        The outcome of each episode (:func:`~course_lib.envs.driving.outcome_name`).
+    """
+    keys = jax.random.split(key, len(axes))
+    first, xy, length, last = jax.jit(jax.vmap(lambda k: episode_trajectory(policy, k, params)))(keys)
+    outcomes = []
+    for i, ax in enumerate(axes):
+        outcome = outcome_name(jax.tree.map(lambda a, i=i: a[i], last))
+        steps = int(length[i])
+        draw_scenario(
+            ax,
+            jax.tree.map(lambda a, i=i: a[i], first),
+            params,
+            trajectories=[np.asarray(xy[i, : steps + 1])],
+            outcomes=[outcome],
+            title=f"scenario {i}: {outcome} after {steps} steps",
+        )
+        outcomes.append(outcome)
+    return outcomes
