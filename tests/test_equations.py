@@ -32,6 +32,7 @@ LESSONS = (
     "03_impala_vtrace",
     "06_off_policy_scale",
     "10_fault_tolerance",
+    "11_capstone",
 )
 DOCSTRING_FILES = (
     "course_lib/pg.py",

@@ -1,0 +1,261 @@
+"""Lesson 11's graders: the solutions pass, the stubs are "not implemented yet", every planted
+bug is rejected with its message (tests/test_exercises.py, for every lesson; the first two
+are here too so they run where lessons/11_capstone.py is absent); the
+graders' oracles agree with the library (`course_lib.capstone.roles`, `.ledger`,
+`course_lib.staleness.may_start_group`) and with hand-made cases; the handshake
+simulation catches a trainer that raises `consumed` before it announces; bad submissions
+get a report, never a crash; one planted bug per exercise is caught end to end through
+`course grade`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conftest import grade_with_planted_bugs, solution_function, stub_function
+from mutants.l11_capstone import MUTANTS
+
+from course_lib.capstone.ledger import Generated, SampleLedger, audit
+from course_lib.capstone.roles import Roles
+from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.grading.lessons import l11_capstone as l11
+from course_lib.staleness import may_start_group
+
+LESSON = "11_capstone"
+NAMES = ("assign_roles", "sync_and_admit", "restart_accounting")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_registry_lists_the_three_exercises():
+    exercises = exercises_for(LESSON)
+    assert tuple(e.name for e in exercises) == NAMES
+    assert exercises_for("11") == exercises_for("capstone") == exercises
+    assert sum(e.points for e in exercises) == 45
+    for e in exercises:
+        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes_and_stub_is_not_implemented(name):
+    exercise = get_exercise(LESSON, name)
+    outcome = run_exercise(exercise, solution_function(LESSON, name))
+    assert outcome.passed, outcome.message
+    assert outcome.n_passed == len(exercise.checks)
+    stub = run_exercise(exercise, stub_function(LESSON, name))
+    assert not stub.passed and stub.message == NOT_IMPLEMENTED
+    assert [r.status for r in stub.results][1:] == ["skipped"] * (len(stub.results) - 1)
+
+
+# Every planted bug against its message: tests/test_exercises.py (every lesson).
+
+
+def test_the_briefs_slips_are_among_the_planted_bugs():
+    ids = {m.id for m in MUTANTS}
+    assert {
+        "assign_roles-boundary_off_by_one",
+        "assign_roles-generators_from_the_end",
+        "assign_roles-no_rank_check",
+        "sync_and_admit-pulls_older_version",
+        "sync_and_admit-bound_one_group_over",
+        "restart_accounting-keeps_groups_after_checkpoint",
+        "restart_accounting-first_attempts_copy",
+        "restart_accounting-step_boundary_off_by_one",
+    } <= ids
+    counts = {n: sum(m.function == n for m in MUTANTS) for n in NAMES}
+    assert all(c >= 3 for c in counts.values()), counts
+    assert len(ids) == len(MUTANTS)
+
+
+# ---------------------------------------------------------------------------------------
+# The graders' oracles agree with the library and with hand-made cases
+# ---------------------------------------------------------------------------------------
+
+
+def test_roles_oracle_and_solution_equal_the_library():
+    solve = solution_function(LESSON, "assign_roles")
+    for world_size in range(2, 13):
+        for n_trainers in range(1, world_size):
+            roles, table = Roles(world_size, n_trainers), l11.naive_roles(world_size, n_trainers)
+            for rank in range(world_size):
+                got = solve(rank, world_size, n_trainers)
+                assert got == table[rank]
+                assert got["role"] == roles.role(rank)
+                assert got["trainer_group"] == roles.trainers and got["sync_group"] == roles.sync_ranks
+                members = roles.trainers if got["role"] == "trainer" else roles.generators
+                assert members[got["index"]] == rank
+
+
+def test_each_roles_slip_differs_from_the_right_answer():
+    for slip in l11.AR_SLIPS.values():
+        assert l11.naive_roles(4, 2, **slip) != l11.naive_roles(4, 2), slip
+
+
+def test_handshake_oracle_and_solution_equal_the_library_bound():
+    solve = solution_function(LESSON, "sync_and_admit")
+    for B in (1, 2, 4):
+        for max_lag in (0, 1, 3):
+            for updates in range(4):
+                consumed = updates * B
+                for k in range(consumed, consumed + (max_lag + 3) * B):
+                    for announced, version in ((updates, updates), (updates + 1, updates - 1), (updates, updates + 1)):
+                        want = may_start_group(k, consumed, max_lag, B)
+                        hold = max(announced, version)
+                        assert l11.naive_handshake(announced, consumed, version, k, max_lag, B) == (hold, want)
+                        assert solve(announced, consumed, version, k, max_lag, B) == (hold, want)
+
+
+def test_each_handshake_slip_differs_somewhere_on_the_grid():
+    grid = [
+        (a, c * B, v, k, L, B)
+        for B in (1, 2)
+        for L in (0, 1)
+        for c in (0, 1)
+        for a in range(-1, 3)
+        for v in range(-1, 3)
+        for k in range(c * B, (c + L + 2) * B + 1)
+    ]
+    for slip in l11.SA_SLIPS.values():
+        assert any(l11.naive_handshake(*args, **slip) != l11.naive_handshake(*args) for args in grid), slip
+
+
+def _right(announced: int, consumed: int, version: int, k: int, max_lag: int, B: int) -> tuple[int, bool]:
+    return l11.naive_handshake(announced, consumed, version, k, max_lag, B)
+
+
+@pytest.mark.parametrize("channel", sorted(l11.TRAINER_ORDERS))
+def test_the_simulation_finishes_within_the_bound_with_the_right_order(channel):
+    for seed in range(10):
+        run = l11.simulate_handshake(_right, seed=seed, max_lag=1, B=2, channel=channel)
+        assert run.finished and not run.violation
+        assert len(run.start_version) >= 12
+
+
+@pytest.mark.parametrize("channel", sorted(l11.TRAINER_ORDERS))
+def test_a_trainer_raising_consumed_first_breaks_the_lag_bound(channel):
+    """Why the trainer raises ``consumed`` last: the right generator, the wrong trainer order."""
+    order = ("consumed", *(m for m in l11.TRAINER_ORDERS[channel] if m != "consumed"))
+    runs = [l11.simulate_handshake(_right, seed=s, max_lag=0, B=2, channel=channel, order=order) for s in range(30)]
+    assert any("lags" in r.violation for r in runs)
+
+
+def test_the_shared_buffer_shows_a_version_newer_than_announced():
+    """The case that catches a generator pulling an older version: it happens in the simulation."""
+    seen = []
+
+    def spy(announced: int, consumed: int, version: int, k: int, max_lag: int, B: int) -> tuple[int, bool]:
+        seen.append(version > announced)
+        return _right(announced, consumed, version, k, max_lag, B)
+
+    for seed in range(4):
+        l11.simulate_handshake(spy, seed=seed, max_lag=1, B=2, channel="shared_buffer")
+    assert any(seen)
+
+
+def _ledger_of(sc: l11.Scenario, group_size: int = 1) -> tuple[SampleLedger, list[Generated]]:
+    """The library's ledger driven through the scenario's attempts, as the job drives it."""
+    ledger = SampleLedger(group_size=group_size, groups_per_batch=sc.B)
+    records = [Generated(a, k, group_size) for a, k, _ in sc.lines]
+    for attempt, start in enumerate(sc.resumed_from):
+        if attempt:
+            consumed = [seg for seg in ledger.segments if seg[1] < start * sc.B]
+            ledger.segments = [[a, f, min(e, start * sc.B)] for a, f, e in consumed]
+            ledger.resume(attempt, start, records)
+        last = attempt == len(sc.resumed_from) - 1
+        stop = sc.final_step if last else max((u + 1 for u, a in sc.history.items() if a == attempt), default=start)
+        for u in range(start, stop):
+            ledger.consume(attempt, u, 0)
+    ledger.finish(len(sc.resumed_from) - 1, records)
+    return ledger, records
+
+
+def test_accounting_oracle_agrees_with_the_solution_and_the_library_ledger():
+    solve = solution_function(LESSON, "restart_accounting")
+    for sc in (l11.worked_example(), *l11.SCENARIOS):
+        want = l11.naive_accounting(sc)
+        assert solve(*sc.args()) == want
+        assert sorted(k for _, k in want["consumed"]) == list(range(sc.final_step * sc.B))
+        if all(sc.resumed_from[i] <= sc.resumed_from[i + 1] for i in range(len(sc.resumed_from) - 1)):
+            ledger, records = _ledger_of(sc)
+            report = audit(ledger, records)
+            assert report["ok"], report
+            assert ledger.consumed_keys() == want["consumed"]
+            assert ledger.discarded_groups == len(want["discarded"])
+            assert ledger.leftover_groups == len(want["leftover"])
+
+
+def test_the_scenarios_include_fallbacks_and_every_slip_shows():
+    scenarios = l11.SCENARIOS
+    assert any(any(b < a for a, b in zip(sc.resumed_from, sc.resumed_from[1:], strict=False)) for sc in scenarios)
+    for slip in l11.RA_SLIPS.values():
+        assert any(l11.naive_accounting(sc, **slip) != l11.naive_accounting(sc) for sc in scenarios), slip
+
+
+# ---------------------------------------------------------------------------------------
+# Bad submissions: a report, never a crash or a hang
+# ---------------------------------------------------------------------------------------
+
+BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
+    "assign_roles": [
+        (lambda rank, world_size, n_trainers: None, "expected a dict"),
+        (lambda rank, world_size, n_trainers: {"role": "trainer"}, "expected a dict with keys"),
+        (
+            lambda rank, world_size, n_trainers: {"role": "boss", "index": 0, "trainer_group": [], "sync_group": []},
+            "expected 'trainer' or 'generator'",
+        ),
+    ],
+    "sync_and_admit": [
+        (lambda *args: True, "expected a tuple (version, may_start)"),
+        (lambda *args: (0.5, True), "expected an int"),
+        (lambda *args: (0, "yes"), "expected a bool"),
+    ],
+    "restart_accounting": [
+        (lambda *args: [], "expected a dict"),
+        (lambda *args: {"consumed": 3, "discarded": [], "leftover": [], "samples": {}}, "sorted list"),
+        (
+            lambda *args: {"consumed": [], "discarded": [], "leftover": [], "samples": None},
+            "expected a dict of int totals",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
+)
+def test_bad_submissions_are_reported(name, index):
+    fn, fragment = BAD[name][index]
+    fn.__name__ = name
+    outcome = run_exercise(get_exercise(LESSON, name), fn)
+    assert not outcome.passed
+    assert fragment in outcome.message, outcome.message
+    assert NOT_IMPLEMENTED not in outcome.message
+
+
+def test_an_infinite_loop_times_out():
+    def forever(*args):
+        while True:
+            pass
+
+    outcome = run_exercise(l11.SYNC_AND_ADMIT, forever, time_limit_s=0.5)
+    assert outcome.results[0].status == "timeout"
+
+
+# ---------------------------------------------------------------------------------------
+# End to end through `course grade` (a separate kernel)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
+    """The solution notebook with each exercise's function cell replaced by a planted bug."""
+    picked = ("boundary_off_by_one", "pulls_older_version", "keeps_groups_after_checkpoint")
+    chosen = {m.function: m for m in MUTANTS if m.name in picked}
+    assert len(chosen) == 3
+    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
+    assert rc != 0 and report["score"] == 0
+    for ex in report["exercises"]:
+        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
