@@ -591,7 +591,7 @@ print(f"all {cfg.n_updates} versions reached every generator (a broadcast, no ve
 # on large tensors (lesson 09): at this size (09.1) is all latency, $n\alpha$, and on two
 # oversubscribed cores $\alpha$ includes waiting for every generator to finish its
 # decoding step and be scheduled, since a broadcast starts when its last member joins. The
-# spread of the times, a factor of ten between updates of the same bytes, is that wait. With a 1T-parameter model the
+# spread of the times for updates of the same bytes (the p90 column against the median) is that wait. With a 1T-parameter model the
 # other term dominates, and that is what checkpoint-engine's buckets, double buffer and
 # broadcast are built for (section 8). Every generator received every version with
 # answers in flight, and kept their KV caches.
@@ -697,9 +697,10 @@ plt.show()
 # this machine), which would take this notebook past its time budget, so it is left to the
 # benchmark: `python bench/run.py capstone` runs the asynchronous, synchronous and
 # colocated arms interleaved, three times each, on the layout the model chose
-# (`bench/bench_capstone.py`), and rewrites its table in `BENCHMARKS.md`. Its author
-# measured the asynchronous job at about 3x the tokens/s of the `max_lag 0` job on this
-# machine. (A single 40-update `max_lag 0` run we made at load 5 consumed 639 answer
+# (`bench/bench_capstone.py`), and rewrites its table in `BENCHMARKS.md`. On this machine
+# the asynchronous job consumed 3.0x (at load 3-5) and 3.5x (at load 6-9) the tokens/s
+# of the `max_lag 0` job, medians of three interleaved rounds (`BENCHMARKS.md` holds the
+# latest). (A single 40-update `max_lag 0` run we made at load 5 consumed 639 answer
 # tokens/s; compare it with section 3's asynchronous figure only with care: runs made at
 # different loads do not compare well, which is why the benchmark interleaves the arms.)
 # The model's ratio, for comparison:
