@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
                --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test lint bench install build check clean
+.PHONY: lab test lint bench install build check site clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ build: install
 ## check: only the notebook sync check
 check: install
 	$(BIN)/course build --check
+
+## site: build the course website (offline) into outputs/site; README, "The website"
+site: install
+	$(BIN)/course site
 
 ## bench: run bench/ and rewrite the tables in BENCHMARKS.md
 bench: install

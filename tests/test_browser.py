@@ -23,53 +23,19 @@ from pathlib import Path
 
 import psutil
 import pytest
+from chromium import CHROMIUM_ARGS, require_chromium
 
 from course_lib.course.lab import free_port, lab_url, serve_lab
 from course_lib.course.paths import repo_root
 
 LESSON = "lessons/00_welcome.ipynb"
 EXPECTED = "course_lib 0.1.0 | scale: cpu"
-INSTALL_HINT = "install Chromium: `sudo apt-get install chromium` or run .ci/install-browser"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",  # CI runs as root
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",  # containers often have a 64 MB /dev/shm
-]
 STDERR_MIME = "application/vnd.jupyter.stderr"
 # seconds; together well under the test's 90 s budget (a run here takes ~15 s)
 SERVER_START_S = 30
 PAGE_LOAD_MS = 30_000
 KERNEL_IDLE_MS = 30_000
 CELL_RUN_MS = 30_000
-
-
-def find_chromium() -> str | None:
-    """The system Chromium, or None."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def require_chromium() -> str:
-    """The Chromium to drive; skip without one (fail under CI, where it must run)."""
-    exe = find_chromium()
-    if exe is None:
-        message = f"no Chromium executable found (chromium on PATH, /usr/bin/chromium); {INSTALL_HINT}"
-        if _in_ci():
-            pytest.fail(f"{message}. CI is set, so the browser test must run, not skip.")
-        pytest.skip(message)
-    return exe
 
 
 def _isolated_lab(tmp: Path) -> tuple[list[str], dict[str, str]]:

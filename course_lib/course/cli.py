@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("course_lib.course.notebooks.run", "execute lessons headless and print a timing table"),
     "grade": ("course_lib.course.grading.cli", "grade exercise notebooks in a separate kernel and report the score"),
+    "site": ("course_lib.course.site", "build the course website (offline) into outputs/site; --serve to view it"),
     "capstone": ("course_lib.capstone.cli", "run lesson 11's torchrun job (generators + trainers) and summarise it"),
 }
 
@@ -28,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course",
-        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade, capstone).",
+        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade, site, capstone).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
