@@ -9,9 +9,10 @@ wait while the trainers train). Arms are interleaved A B A B A B; each cell is t
 `REPEATS` runs; the load average is recorded before each run. A third arm, colocated, moves
 the weights through a `/dev/shm` buffer instead of lesson 09's broadcast.
 
-Part 2 times the colocated update itself: trainer side (parameters -> shared buffer) and
-generator side (shared buffer -> parameters) for a `COLOCATED_MIB` MiB model, against one
-in-process `copy_` of the same bytes (memcpy), interleaved, medians.
+Part 2 times the colocated update itself for a `COLOCATED_MIB` MiB model: the trainer's side
+(parameters -> shared slot, one copy) and the generator's (its parameters re-pointed at the
+slot, no copy), against one in-process `copy_` of the same bytes (memcpy), interleaved,
+medians; and, for comparison, a generator that copies the slot into parameters of its own.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from course_lib.capstone.report import CapstoneReport
 N_UPDATES = 120
 REPEATS = 3
 COLOCATED_MIB = 64
-COPY_REPEATS = 7
+COPY_REPEATS = 15
 
 
 def _job(run_dir: Path, **overrides: Any) -> CapstoneReport:
@@ -67,28 +68,40 @@ def measure_jobs(root: Path) -> tuple[dict[str, list[CapstoneReport]], list[floa
 
 
 def measure_colocated() -> dict[str, float]:
-    """Median seconds: memcpy of the model's bytes, the trainer's publish, the generator's pull."""
+    """Median seconds: memcpy of the model's bytes; the trainer's publish (one copy into the shared
+    slot); the generator's attach (its parameters re-pointed at the slot, no copy); and, for
+    comparison, a generator that copied the slot into parameters of its own (a second copy)."""
     numel = COLOCATED_MIB * 2**20 // 4
     params = [torch.randn(numel // 4) for _ in range(4)]  # a model in 4 tensors
     dst = [torch.empty_like(p) for p in params]
+    mine = [torch.nn.Parameter(torch.empty_like(p)) for p in params]
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as d:
         writer = SharedBuffer(Path(d) / "w", numel, create=True)
         reader = SharedBuffer(Path(d) / "w", numel)
-        times: dict[str, list[float]] = {"memcpy": [], "publish": [], "pull": []}
+        times: dict[str, list[float]] = {"memcpy": [], "publish": [], "attach": [], "copy_out": []}
         for v in range(1, COPY_REPEATS + 2):
+            params[0][0] = float(v)
             t0 = time.perf_counter()
             for a, b in zip(dst, params):
                 a.copy_(b)
             t1 = time.perf_counter()
             writer.publish(params, v)
             t2 = time.perf_counter()
-            got = reader.pull(dst, have_version=v - 1)
+            got = reader.attach(mine, reader=0)
             t3 = time.perf_counter()
-            assert got == v and all(torch.equal(a, b) for a, b in zip(dst, params))
-            if v > 1:  # the first round touches fresh pages
+            slot = reader.slots[int(reader.header[1])]
+            offset = 0
+            for a in dst:  # the two-copy reader: slot -> its own parameters
+                a.copy_(slot[offset : offset + a.numel()])
+                offset += a.numel()
+            t4 = time.perf_counter()
+            assert got == v and all(torch.equal(a, b) for a, b in zip(mine, params))
+            assert all(torch.equal(a, b) for a, b in zip(dst, params))
+            if v > 2:  # the first round of each slot touches fresh pages
                 times["memcpy"].append(t1 - t0)
                 times["publish"].append(t2 - t1)
-                times["pull"].append(t3 - t2)
+                times["attach"].append(t3 - t2)
+                times["copy_out"].append(t4 - t3)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -128,7 +141,8 @@ def run() -> Result:
     ratios = [a.tokens_per_s / s.tokens_per_s for a, s in zip(reports["async"], reports["sync (max_lag 0)"])]
     nbytes = COLOCATED_MIB * 2**20
     bw = {k: nbytes / v / 1e9 for k, v in copies.items()}
-    end_to_end = nbytes / (copies["publish"] + copies["pull"]) / 1e9
+    end_to_end = nbytes / (copies["publish"] + copies["attach"]) / 1e9
+    two_copies = nbytes / (copies["publish"] + copies["copy_out"]) / 1e9
     audits = all(r.result["audit"]["ok"] for rs in reports.values() for r in rs)
     return Result(
         title="Lesson 11: the capstone job, asynchronous vs synchronous (same script, --max-lag 0), and colocated "
@@ -159,12 +173,14 @@ def run() -> Result:
             f"{'yes' if audits else 'NO'}.",
             "Weight send: trainer 0's whole update (announce, lesson 09's pipelined checksummed broadcast on the sync "
             "group, or the shared-buffer write); receive: a generator's, from joining to weights loaded (0.5 MB model).",
-            f"Colocated update of a {COLOCATED_MIB} MiB model (4 tensors), medians of {COPY_REPEATS}: memcpy "
-            f"{1e3 * copies['memcpy']:.1f} ms ({bw['memcpy']:.1f} GB/s); trainer's write into the shared buffer "
-            f"{1e3 * copies['publish']:.1f} ms ({bw['publish'] / bw['memcpy']:.2f} of memcpy); generator's read "
-            f"{1e3 * copies['pull']:.1f} ms ({bw['pull'] / bw['memcpy']:.2f} of memcpy); both in turn (end to end) "
+            f"Colocated update of a {COLOCATED_MIB} MiB model (4 tensors), medians of {COPY_REPEATS - 1}: memcpy "
+            f"{1e3 * copies['memcpy']:.1f} ms ({bw['memcpy']:.1f} GB/s); trainer's write into the shared slot "
+            f"{1e3 * copies['publish']:.1f} ms ({bw['publish'] / bw['memcpy']:.2f} of memcpy); generator's attach "
+            f"(parameters re-pointed at the slot, no copy) {1e6 * copies['attach']:.0f} us; end to end "
             f"{end_to_end / bw['memcpy']:.2f} of memcpy (goal >= 0.5: "
-            f"{'met' if end_to_end / bw['memcpy'] >= 0.5 else 'NOT met'}).",
+            f"{'met' if end_to_end / bw['memcpy'] >= 0.5 else 'NOT met'}). A generator copying the slot into "
+            f"parameters of its own (a second copy, {1e3 * copies['copy_out']:.1f} ms) would make it "
+            f"{two_copies / bw['memcpy']:.2f} of memcpy.",
             "Timings depend on the machine's load (4 ranks oversubscribe 2 cores, and other jobs share them); the "
             "ratios are the claim. Same job, plots and a kill-and-recover demo: lesson 11's report notebook.",
         ],

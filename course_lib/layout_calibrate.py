@@ -55,6 +55,11 @@ PREFILL_STEPS = PROMPT_LEN - 1
 REGIME_LAYOUT: dict[str, Layout] = {"sync": "sync_split", "one_step": "one_step", "pipeline": "pipeline"}
 
 
+def _generator(model: TinyLM, seed: int) -> torch.Generator:
+    """A seeded random generator on the model's device (the sampler draws there)."""
+    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+
 def time_decode_steps(
     model: TinyLM, task: CountdownTask, slot_counts: Sequence[int], n_steps: int = 30, seed: int = 0
 ) -> NDArray[np.float64]:
@@ -70,7 +75,7 @@ def time_decode_steps(
     torch.set_num_threads(1)
     rng = np.random.default_rng(seed)
     prompts = [p.prompt for p in task.sample(rng, 4096)]
-    samplers = [SlotSampler(model, int(s), EOS, torch.Generator().manual_seed(seed)) for s in slot_counts]
+    samplers = [SlotSampler(model, int(s), EOS, _generator(model, seed)) for s in slot_counts]
     times = np.zeros((len(samplers), n_steps))
     i = 0
     try:
@@ -160,7 +165,7 @@ def sample_answer_tokens(model: TinyLM, task: CountdownTask, n: int, seed: int =
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # as the generator process; small ops run slower on two contended threads
     try:
-        results = sample_problems(model, [p.prompt for p in problems], 64, EOS, torch.Generator().manual_seed(seed))
+        results = sample_problems(model, [p.prompt for p in problems], 64, EOS, _generator(model, seed))
     finally:
         torch.set_num_threads(previous)
     return np.array([len(r["tokens"]) - PROMPT_LEN for r in results], dtype=np.int64)

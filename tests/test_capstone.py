@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from course_lib.capstone.colocated import SharedBuffer
+from course_lib.capstone.colocated import SharedBuffer, remove_buffers, run_key
 from course_lib.capstone.config import CapstoneConfig, add_arguments, from_args, to_argv
+from course_lib.capstone.job import SetupError, resolve_backend
 from course_lib.capstone.launch import check_before_launch, run, torchrun_command
 from course_lib.capstone.ledger import Generated, SampleLedger, audit
 from course_lib.capstone.metrics import MetricsWriter
@@ -174,21 +176,97 @@ def test_shard_losses_sum_to_the_single_process_loss_gradient():
 # ---- colocated shared buffer ---------------------------------------------------------------------
 
 
-def test_shared_buffer_moves_weights_all_or_nothing(tmp_path):
+def test_backend_and_device_follow_the_gpus_per_rank():
+    assert resolve_backend("auto", False, 4, 0) == ("gloo", "cpu")
+    assert resolve_backend("auto", False, 4, 4) == ("nccl", "cuda")
+    assert resolve_backend("auto", True, 4, 1) == ("gloo", "cuda")  # ranks share the GPU, weights by CUDA IPC
+    assert resolve_backend("gloo", False, 4, 1) == ("gloo", "cpu")
+    with pytest.raises(SetupError, match="one GPU per rank: 4 ranks on this host, 1 GPU"):
+        resolve_backend("nccl", True, 4, 1)
+    with pytest.raises(SetupError, match="needs CUDA GPUs"):
+        resolve_backend("nccl", False, 4, 0)
+
+
+def test_shared_buffer_hands_weights_over_without_a_copy(tmp_path):
     path = tmp_path / "weights"
-    writer = SharedBuffer(path, numel=10, create=True)
+    writer = SharedBuffer(path, numel=10, create=True, readers=2)
     reader = SharedBuffer(path, numel=10)
     pieces = [torch.arange(4.0), torch.arange(6.0).reshape(2, 3) + 10]
+    params = [torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(2, 3))]
+    with pytest.raises(TimeoutError, match="has the writer published"):
+        reader.attach(params, reader=0, timeout_s=0.01)  # nothing published yet
     writer.publish(pieces, version=3)
-    out = [torch.zeros(4), torch.zeros(2, 3)]
-    assert reader.pull(out, have_version=-1) == 3
-    assert all(torch.equal(a, b) for a, b in zip(out, pieces))
-    assert reader.pull(out, have_version=3) == 3  # nothing newer: nothing copied
-    writer.header[3] = int(writer.header[1])  # a writer busy in the active slot: a reader must not trust it
-    with pytest.raises(TimeoutError):
-        reader.pull(out, have_version=-1, timeout_s=0.05)
+    assert reader.attach(params, reader=0) == 3
+    assert all(torch.equal(a, b) for a, b in zip(params, pieces))
+    # zero copy: the parameters are views on the buffer's slot, in publish order
+    assert params[0].data_ptr() == reader.slots[0].data_ptr()
+    assert params[1].data_ptr() == reader.slots[0].data_ptr() + 4 * 4
+    assert writer.held() == {0: 0}
+    # version 4 goes to the other slot; reader 0 keeps decoding with version 3 meanwhile
+    writer.publish([p + 100 for p in pieces], version=4)
+    assert torch.equal(params[0].detach(), torch.arange(4.0))
+    # version 5 would overwrite reader 0's slot: the writer waits, then says who holds it
+    with pytest.raises(TimeoutError, match=r"reader\(s\) \[0\].*still decode with slot 0"):
+        writer.publish([p + 200 for p in pieces], version=5, timeout_s=0.05)
+    assert torch.equal(params[0].detach(), torch.arange(4.0))  # untouched by the refused publish
+    assert reader.attach(params, reader=0) == 4 and writer.held() == {0: 1}
+    writer.publish([p + 200 for p in pieces], version=5)  # slot 0 is free now
+    assert torch.equal(params[0].detach(), torch.arange(4.0) + 100)
+    reader.release(0)
+    assert writer.held() == {}
     with pytest.raises(ValueError, match="bytes of weights"):
         SharedBuffer(path, numel=11)
+    with pytest.raises(ValueError, match="reader 2 out of range"):
+        reader.attach(params, reader=2)
+    with pytest.raises(ValueError, match="float32"):
+        writer.publish([p.double() for p in pieces], version=6)
+
+
+def test_shared_buffer_readers_never_see_a_torn_or_overwritten_slot(tmp_path):
+    """A writer thread publishes versions as fast as it can (every number of version v is v);
+    two readers re-attach in a loop and check their weights are whole and stay unchanged
+    while they hold them (torch's copies release the GIL, so the threads really overlap)."""
+    import threading
+
+    numel = 1 << 18
+    path = tmp_path / "weights"
+    writer = SharedBuffer(path, numel, create=True, readers=2)
+    writer.publish([torch.full((numel,), 1.0)], version=1)
+    stop = threading.Event()
+    errors: list[str] = []
+    published = [1]
+
+    def write() -> None:
+        v = 1
+        while not stop.is_set():
+            v += 1
+            writer.publish([torch.full((numel,), float(v))], version=v, timeout_s=5.0)
+            published.append(v)
+
+    def read(r: int) -> None:
+        buf = SharedBuffer(path, numel)
+        param = torch.nn.Parameter(torch.zeros(numel))
+        last = 0
+        for _ in range(60):
+            v = buf.attach([param], reader=r)
+            for _ in range(3):  # decode a little with it: it must not change under us
+                lo, hi = float(param.detach().min()), float(param.detach().max())
+                if not lo == hi == v or v < last:
+                    errors.append(f"reader {r}: version {v} (after {last}) holds values {lo}..{hi}")
+                time.sleep(0.0002)
+            last = v
+        buf.release(r)
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=read, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join(timeout=60)
+    stop.set()
+    threads[0].join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors[:3]
+    assert len(published) > 10  # the writer really ran beside the readers
 
 
 # ---- the report reader -----------------------------------------------------------------------------
@@ -204,6 +282,7 @@ def test_report_reads_every_rank_into_tables(tmp_path):
                 m.log(
                     "update",
                     update=u,
+                    started=time.time(),
                     reward=0.1 * u,
                     tokens=100,
                     samples=8,
@@ -214,6 +293,7 @@ def test_report_reads_every_rank_into_tables(tmp_path):
                     loss=0.1,
                     time_wait=0.01,
                     time_train=0.02,
+                    time_allreduce=0.005,
                     lag_hist=[1, 2, 3, 0],
                 )
             m.log("eval", when="end", reward=0.3, prompts=8, step=3)
@@ -283,11 +363,18 @@ def test_short_run_logs_every_rank_and_resumes_bit_exact(tmp_path):
     _check_run(rep, more["n_updates"])
 
 
-@pytest.mark.parametrize(("victim", "role"), [(3, "generator"), (1, "trainer")])
-def test_a_killed_rank_restarts_the_job_from_its_checkpoint_and_the_ledger_balances(tmp_path, victim, role):
+@pytest.mark.parametrize(("victim", "role", "colocated"), [(3, "generator", True), (1, "trainer", False)])
+def test_a_killed_rank_restarts_the_job_from_its_checkpoint_and_the_ledger_balances(tmp_path, victim, role, colocated):
+    """The generator's case runs colocated: the dead generator held a slot of the shared buffer,
+    and the restarted attempt must start from a fresh one (and leave none behind)."""
     run_dir = tmp_path / role
-    rep = _run(run_dir, max_restarts=1, kill_rank=victim, kill_at_update=8, calibrate=False, **SHORT)
+    rep = _run(
+        run_dir, max_restarts=1, kill_rank=victim, kill_at_update=8, calibrate=False, colocated=colocated, **SHORT
+    )
     _check_run(rep, SHORT["n_updates"])
+    assert not remove_buffers(run_key(run_dir))  # the launcher removed every attempt's buffer
+    receives = rep.syncs["side"] == "receive"
+    assert receives.any() and (rep.syncs["nbytes"][receives] > 0).all()
     assert (run_dir / "kills" / f"rank{victim}-update8").exists()
     (restart,) = rep.restarts
     assert restart["restart_count"] == 1 and restart["resumed_step"] == 5  # the newest checkpoint before the kill

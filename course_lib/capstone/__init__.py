@@ -26,7 +26,8 @@ Modules, one concept each:
 * :mod:`.config`: :class:`CapstoneConfig`, every knob, and its command line.
 * :mod:`.roles`: which rank does what, the process groups, which trainer gets which group.
 * :mod:`.plan`: the calibration and lesson 08's layout choice (printed with its prediction).
-* :mod:`.channels`, :mod:`.colocated`: how weights reach generators (engine on a group; shared buffer).
+* :mod:`.channels`, :mod:`.colocated`: how weights reach generators (engine on a group; or a
+  shared double buffer whose slots the generators' parameters point at: one copy per update).
 * :mod:`.generator`, :mod:`.trainer`: the two roles' loops.
 * :mod:`.ledger`: every sample generated is consumed once, discarded, or left over.
 * :mod:`.faults`: a rank SIGKILLs itself once (the restart tests and demo).

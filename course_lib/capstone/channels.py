@@ -10,7 +10,8 @@ the weights and goes on decoding with its KV cache kept (the in-flight update of
   all-or-nothing) on the *sync group* (trainer 0 + generators, ``torch.distributed.new_group``),
   so that the other trainers never wait on a weight transfer.
 * :class:`SharedBufferChannel`: colocated mode (:mod:`course_lib.capstone.colocated`): no
-  collective, the trainer writes, generators on the same host read when they notice.
+  collective, the trainer writes, generators on the same host re-point their parameters at
+  the new slot when they notice (one copy per update in all).
 
 **The engine on a process group.** Lesson 09's endpoints take the process group they run on
 (``Sender(config, specs, group=sync_group)``); every collective of the engine then runs on
@@ -50,6 +51,7 @@ class SyncTiming:
     load: float = 0.0  # receiver: copying the committed weights into the model
     nbytes: int = 0
     version: int = -1  # the policy version the receiver now holds (colocated: possibly newer than announced)
+    wait: float = 0.0  # colocated sender: waiting for the generators to leave the slot it overwrites
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -95,7 +97,9 @@ class BroadcastChannel:
         assert isinstance(self.end, Sender)
         weights = {name: p.detach() for name, p in model.named_parameters()}
         ph = self.end.send(weights, version + 1)
-        return SyncTiming(ph.total, ph.stage, ph.transfer, ph.reload, nbytes=self.nbytes, version=version)
+        return SyncTiming(
+            ph.total, stage=ph.stage, transfer=ph.transfer, reload=ph.reload, nbytes=self.nbytes, version=version
+        )
 
     def receive(self, model: nn.Module, version: int) -> SyncTiming:
         """Receive ``version`` into ``model`` (all-or-nothing: a rejected update raises and the model is untouched)."""
@@ -106,27 +110,43 @@ class BroadcastChannel:
             for name, p in model.named_parameters():
                 p.copy_(self.end.store.active[name])
         load = time.perf_counter() - t0
-        return SyncTiming(ph.total + load, ph.stage, ph.transfer, ph.reload, load, self.nbytes, version)
+        return SyncTiming(
+            ph.total + load,
+            stage=ph.stage,
+            transfer=ph.transfer,
+            reload=ph.reload,
+            load=load,
+            nbytes=self.nbytes,
+            version=version,
+        )
 
 
 class SharedBufferChannel:
-    """Colocated mode: trainer 0 writes its parameters into a :class:`SharedBuffer`, same-host
-    generators copy them out when they notice the announcement (no collective). The buffer
-    holds ``v + 1`` for policy version ``v`` (0: nothing published yet)."""
+    """Colocated mode: trainer 0 writes its parameters into a :class:`SharedBuffer`; a same-host
+    generator points its own parameters at the new slot when it notices the announcement (no
+    collective, no copy on its side). The buffer holds ``v + 1`` for policy version ``v``
+    (0: nothing published yet). ``reader``: the generator's index among the generators
+    (``None`` on trainer 0)."""
 
     announce_first = False
 
-    def __init__(self, buffer: SharedBuffer) -> None:
-        self.buffer = buffer
+    def __init__(self, buffer: SharedBuffer, reader: int | None, timeout_s: float) -> None:
+        self.buffer, self.reader, self.timeout_s = buffer, reader, timeout_s
 
     def send(self, model: nn.Module, version: int) -> SyncTiming:
-        seconds = self.buffer.publish(list(model.parameters()), version + 1)
-        return SyncTiming(seconds, stage=seconds, nbytes=self.buffer.nbytes, version=version)
+        wait, copy = self.buffer.publish(list(model.parameters()), version + 1, self.timeout_s)
+        return SyncTiming(wait + copy, stage=copy, wait=wait, nbytes=self.buffer.nbytes, version=version)
 
     def receive(self, model: nn.Module, version: int) -> SyncTiming:
+        assert self.reader is not None
         t0 = time.perf_counter()
-        got = self.buffer.pull(list(model.parameters()), have_version=-1) - 1
+        got = self.buffer.attach(list(model.parameters()), self.reader, self.timeout_s) - 1
         seconds = time.perf_counter() - t0
         if got < version:
             raise RuntimeError(f"the shared buffer holds version {got}, older than the announced {version}")
         return SyncTiming(seconds, reload=seconds, nbytes=self.buffer.nbytes, version=got)
+
+    def close(self) -> None:
+        """A generator leaving: its slot is free for the writer."""
+        if self.reader is not None:
+            self.buffer.release(self.reader)

@@ -54,7 +54,11 @@ class CapstoneConfig:
     eval_seed: int = _f(123, "seed of the held-out prompts (lesson 07's)")
     checkpoint_every: int = _f(pick(cpu=40, full=200), "updates between checkpoints (and one at the end)")
     keep_checkpoints: int = _f(3, "committed checkpoints kept (the newest that verifies is always kept)")
-    backend: str = _f("auto", "'gloo' (CPU), 'nccl' (one GPU per rank) or 'auto' (nccl when CUDA is available)")
+    backend: str = _f(
+        "auto",
+        "'gloo' (CPU, or GPUs shared with --colocated), 'nccl' (one GPU per rank) or 'auto' (nccl when "
+        "there is a GPU per rank)",
+    )
     colocated: bool = _f(False, "weights to same-host generators through a shared buffer, not the broadcast")
     sync_method: str = _f("pipelined", "lesson 09's method for the broadcast ('bucketed' or 'pipelined')")
     bucket_mb: float = _f(0.25, "bucket size of the weight broadcast in MiB")

@@ -11,7 +11,8 @@ c10d rendezvous on a host both can reach, and the run directory on a filesystem 
     # on host A (10.0.0.1) and on host B, the same line:
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 \\
         --rdzv-id capstone-1 --max-restarts 2 -m course_lib.capstone.job --run-dir /shared/runs/capstone
-    # GPUs: add --backend nccl (the default 'auto' picks it when CUDA is there), one GPU per rank
+    # GPUs: one per rank, NCCL (the default '--backend auto' picks it); fewer GPUs than ranks:
+    # --colocated --backend gloo (ranks share GPUs, weights through CUDA IPC); see resolve_backend
 
 What a rank does (:func:`run_rank`):
 
@@ -43,7 +44,14 @@ import torch
 import torch.distributed as dist
 
 from course_lib.capstone.channels import BroadcastChannel, SharedBufferChannel, WeightChannel
-from course_lib.capstone.colocated import SharedBuffer, remove_buffers, run_key, shm_path
+from course_lib.capstone.colocated import (
+    SharedBuffer,
+    cuda_ipc_handles,
+    cuda_slots_from_handles,
+    remove_buffers,
+    run_key,
+    shm_path,
+)
 from course_lib.capstone.config import CapstoneConfig, add_arguments, config_differences, from_args
 from course_lib.capstone.context import RankEnv, RunStore
 from course_lib.capstone.generator import Generator
@@ -66,13 +74,32 @@ class SetupError(RuntimeError):
     """Rank 0 could not start the run (bad input, nothing to resume); every rank exits with its message."""
 
 
-def resolve_backend(name: str) -> str:
-    """``gloo`` or ``nccl``; ``auto`` is ``nccl`` when CUDA is available."""
+def resolve_backend(name: str, colocated: bool, local_ranks: int, n_gpus: int) -> tuple[str, str]:
+    """(process-group backend, device type) for ``--backend name`` on a host with ``local_ranks``
+    ranks and ``n_gpus`` GPUs.
+
+    * ``nccl``: one GPU per rank (NCCL refuses two ranks of one communicator on one GPU);
+    * fewer GPUs than ranks: ``--colocated`` with ``gloo``; ranks share the GPUs (rank ``r``
+      on GPU ``r mod n_gpus``), the weights go through CUDA IPC, and gloo carries the
+      trainers' all-reduce of CUDA tensors through host memory (not run here: no GPU);
+    * no GPU: ``gloo`` on CPUs;
+    * ``auto``: ``nccl`` when there is a GPU per rank, else ``gloo`` (on the GPUs if colocated).
+
+    Raises:
+        SetupError: the backend cannot run on this host, with what to use instead.
+    """
     if name == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    if name == "nccl" and not torch.cuda.is_available():
-        raise SetupError("--backend nccl needs CUDA GPUs (one per rank); use --backend gloo on CPUs")
-    return name
+        name = "nccl" if n_gpus >= local_ranks else "gloo"
+    if name == "nccl":
+        if n_gpus == 0:
+            raise SetupError("--backend nccl needs CUDA GPUs (one per rank); use --backend gloo on CPUs")
+        if n_gpus < local_ranks:
+            raise SetupError(
+                f"--backend nccl needs one GPU per rank: {local_ranks} ranks on this host, {n_gpus} GPU(s); "
+                "start fewer ranks, or share the GPUs with --colocated --backend gloo"
+            )
+        return "nccl", "cuda"
+    return "gloo", "cuda" if colocated and n_gpus > 0 else "cpu"
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
@@ -186,7 +213,9 @@ def prepare_rank0(
             plan = Plan.from_json(json.loads(plan_file.read_text()))
         elif cfg.calibrate:
             t0 = time.time()
-            plan = choose_layout(calibrate(cpu_model, CountdownTask(), cfg, env.world_size), cfg, env.world_size)
+            with device:  # timed where the ranks will run (a GPU's decode step is not a CPU's)
+                rates = calibrate(model, CountdownTask(), cfg, env.world_size)
+            plan = choose_layout(rates, cfg, env.world_size)
             info["phases"].append(("calibrate", t0, time.time()))
         else:
             plan = given_layout(cfg, env.world_size)
@@ -230,12 +259,27 @@ def share_state(
 
 
 def make_channel(
-    cfg: CapstoneConfig, env: RankEnv, roles: Roles, setup: Setup, sync_group: dist.ProcessGroup, model: TinyLM
+    cfg: CapstoneConfig,
+    env: RankEnv,
+    roles: Roles,
+    setup: Setup,
+    sync_group: dist.ProcessGroup,
+    model: TinyLM,
+    store: RunStore,
+    device: torch.device,
 ) -> WeightChannel:
-    """Trainer 0's or a generator's end of the weight channel (building the broadcast one is a handshake)."""
+    """Trainer 0's or a generator's end of the weight channel (building the broadcast one is a
+    handshake; in colocated mode on a GPU, trainer 0 posts its slots' CUDA IPC handles)."""
     if setup.shm is not None:
         numel = sum(p.numel() for p in model.parameters())
-        return SharedBufferChannel(SharedBuffer(setup.shm, numel, create=False))
+        buffer = SharedBuffer(setup.shm, numel, create=False)
+        if env.rank == 0:
+            if device.type == "cuda":  # the slots in GPU memory, shared by CUDA IPC (not run here: no GPU)
+                store.put_json("cuda_slots", cuda_ipc_handles(buffer.cuda_slots(device)))
+            return SharedBufferChannel(buffer, None, cfg.timeout_s)
+        if device.type == "cuda":
+            buffer.use_cuda_slots(cuda_slots_from_handles(store.get_json("cuda_slots", "trainer 0's CUDA IPC handles")))
+        return SharedBufferChannel(buffer, roles.generators.index(env.rank), cfg.timeout_s)
     return BroadcastChannel(
         sync_group, env.rank == 0, model, SyncConfig(method=cfg.sync_method, bucket_mb=cfg.bucket_mb)
     )
@@ -254,7 +298,8 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
                     raise SetupError("--colocated needs every rank on one host (the shared buffer is local memory)")
                 remove_buffers(run_key(cfg.run_dir))  # what dead attempts left behind
                 path = shm_path(run_key(cfg.run_dir), attempt)
-                SharedBuffer(path, sum(p.numel() for p in state.model.parameters()), create=True)
+                n_generators = env.world_size - plan.n_trainers
+                SharedBuffer(path, sum(p.numel() for p in state.model.parameters()), create=True, readers=n_generators)
                 shm = str(path)
             setup = Setup(attempt, plan, state.step, shm)
         except (SetupError, ValueError) as exc:
@@ -305,7 +350,9 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
     try:
         if role == "trainer":
             state = share_state(state, cfg, trainer_group, device)
-            channel = make_channel(cfg, env, roles, setup, sync_group, state.model) if env.rank == 0 else None
+            channel = (
+                make_channel(cfg, env, roles, setup, sync_group, state.model, store, device) if env.rank == 0 else None
+            )
             trainer = Trainer(
                 cfg, roles, env.rank, setup.attempt, state, store, metrics, trainer_group, channel, device
             )
@@ -313,10 +360,14 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
                 state.eval_start = trainer.evaluate("start")
             trainer.run(setup.plan.to_json())
         else:
-            with device:  # under NCCL the sampler's tensors live on this rank's GPU (not tested here: no GPU)
+            with device:  # on a GPU the sampler's tensors live on this rank's GPU (not run here: no GPU)
                 model = new_model(cfg, device)
-                channel = make_channel(cfg, env, roles, setup, sync_group, model)
-                Generator(cfg, env.rank, setup.attempt, model, setup.plan.n_slots, store, metrics, channel).run()
+                channel = make_channel(cfg, env, roles, setup, sync_group, model, store, device)
+                try:
+                    Generator(cfg, env.rank, setup.attempt, model, setup.plan.n_slots, store, metrics, channel).run()
+                finally:
+                    if isinstance(channel, SharedBufferChannel):
+                        channel.close()
         metrics.flush_busy()
         dist.barrier()
         if env.rank == 0:
@@ -367,14 +418,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     watch_parent()  # the torchrun agent: no rank outlives it
     torch.set_num_threads(1)
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
-        backend = resolve_backend(cfg.backend)
+        backend, device_type = resolve_backend(cfg.backend, cfg.colocated, env.local_world_size, n_gpus)
     except SetupError as exc:
         print(f"capstone: {exc}", file=sys.stderr)
         return 2
     device = torch.device("cpu")
-    if backend == "nccl":
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+    if device_type == "cuda":
+        device = torch.device("cuda", env.local_rank % n_gpus)
         torch.cuda.set_device(device)
     store = RunStore(env, cfg.timeout_s)
     dist.init_process_group(

@@ -15,7 +15,8 @@ onto the model is lesson 08's for lesson 07's processes
 * lengths are sequence steps (:func:`~course_lib.layout_calibrate.sequence_steps`) of answers
   sampled from the warm-started policy; predictions are turned back into answer tokens/s;
 * ``W`` ranks on fewer cores share them: every rate is scaled by ``cpu_share = min(1,
-  cores / W)`` (an honest prediction for an oversubscribed laptop; 1 on a GPU per rank).
+  cores / W)`` (an honest prediction for an oversubscribed laptop); on GPUs, ``min(1,
+  GPUs / W)`` (1 with a GPU per rank), the parts timed on the GPU.
 
 With ``max_lag = 0`` the model's pipeline *is* the synchronous split layout (eq. 08.9), so
 the same call predicts the synchronous baseline the benchmark measures.
@@ -97,18 +98,24 @@ def _train_steps_per_s(model: TinyLM, task: CountdownTask, n_sequences: int, see
     problems = task.sample(np.random.default_rng(seed), n_sequences)
     tokens, mask = teacher_forcing_batch(problems, model.cfg.max_len)
     steps = int(mask.sum()) + n_sequences * 3  # answer tokens + prefill positions
+    device = next(model.parameters()).device
+    tokens, mask = tokens.to(device), mask.to(device)
     best = np.inf
     for _ in range(reps):
         t0 = time.perf_counter()
         model.zero_grad()
         (sequence_logprobs(model, tokens) * mask).sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t0)
     model.zero_grad()
     return steps / best
 
 
 def calibrate(model: TinyLM, task: CountdownTask, cfg: CapstoneConfig, world_size: int) -> Rates:
-    """Time the parts of a run on this machine (one torch thread, as every rank runs)."""
+    """Time the parts of a run on this machine (one torch thread, as every rank runs), on the
+    device ``model`` is on (the ranks' device: a CPU core, or a GPU under NCCL or colocated).
+    The rates are per core (CPU) or per GPU, scaled by the ranks' share of them."""
     t0 = time.perf_counter()
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -120,12 +127,16 @@ def calibrate(model: TinyLM, task: CountdownTask, cfg: CapstoneConfig, world_siz
         c = _train_steps_per_s(model, task, per_trainer, cfg.seed)
     finally:
         torch.set_num_threads(previous)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    device = next(model.parameters()).device
+    if device.type == "cuda":  # ranks share the GPUs (colocated) or have one each
+        units = torch.cuda.device_count()
+    else:
+        units = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return Rates(
         decode_step_s={int(n): float(s) for n, s in zip(slots, step_s)},
         train_steps_per_s=float(c),
         answer_tokens=tuple(int(a) for a in answers),
-        cpu_share=min(1.0, cores / world_size),
+        cpu_share=min(1.0, units / world_size),
         seconds=time.perf_counter() - t0,
     )
 

@@ -81,10 +81,11 @@ class CapstoneReport:
 
     @property
     def updates(self) -> Table:
-        """Trainer 0's ``update`` lines: attempt, update, t, reward, tokens, samples, lag_mean,
-        lag_max, ess, clipped, loss, time_wait, time_train."""
-        cols = ("attempt", "update", "t", "reward", "tokens", "samples", "lag_mean", "lag_max", "ess", "clipped")
-        return table(self._of("update"), (*cols, "loss", "time_wait", "time_train"))
+        """Trainer 0's ``update`` lines: attempt, update, started, t (logged, after the weight send),
+        reward, tokens, samples, lag_mean, lag_max, ess, clipped, loss, time_wait, time_train
+        (forward, backward, Adam), time_allreduce (the update's three all-reduces)."""
+        cols = ("attempt", "update", "started", "t", "reward", "tokens", "samples", "lag_mean", "lag_max", "ess")
+        return table(self._of("update"), (*cols, "clipped", "loss", "time_wait", "time_train", "time_allreduce"))
 
     def reward_vs_time(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(seconds since the run's first line, batch reward) per update, in time order."""
@@ -109,7 +110,7 @@ class CapstoneReport:
         tokens, seconds = 0.0, 0.0
         for attempt in sorted({x["attempt"] for x in self._of("update")}):
             ups = [x for x in self._of("update") if x["attempt"] == attempt]
-            first = min(x["t"] - x["time_wait"] - x["time_train"] for x in ups)
+            first = min(x["started"] for x in ups)
             tokens += sum(x["tokens"] for x in ups)
             seconds += max(x["t"] for x in ups) - first
         return tokens / seconds if seconds > 0 else float("nan")
@@ -121,7 +122,8 @@ class CapstoneReport:
 
     @property
     def syncs(self) -> Table:
-        """Weight updates: rank, side (send/receive), version, total, stage, transfer, reload, load, nbytes, in_flight."""
+        """Weight updates: rank, side (send/receive), version, total, stage, transfer, reload, load,
+        wait (colocated: the sender waiting for generators to leave a slot), nbytes, in_flight."""
         cols = (
             "rank",
             "attempt",
@@ -132,6 +134,7 @@ class CapstoneReport:
             "transfer",
             "reload",
             "load",
+            "wait",
             "nbytes",
             "in_flight",
         )

@@ -3,11 +3,11 @@
 Every trainer holds the same model and Adam state. Update ``u``::
 
     wait for my groups of u (store keys g/{k}, k = uB .. (u+1)B-1 routed to me)     phase "wait"
-    n = all_reduce(my answer tokens)                                                   the batch's size
+    n = all_reduce(my answer tokens)                    the batch's size                phase "allreduce"
     loss_t = sum over my tokens of (07.2)'s terms / n;  backward                      phase "train"
-    grads = all_reduce(grads, SUM)                      (sum_t loss_t = (07.2) on the whole batch)
-    Adam step (identical on every trainer: identical gradients, identical state)
-    stats = all_reduce(reward, tokens, lag histogram, sum w, sum w^2, ...)
+    grads = all_reduce(grads, SUM)                      (sum_t loss_t = (07.2) on the whole batch)  "allreduce"
+    Adam step (identical on every trainer: identical gradients, identical state)      "train"
+    stats = all_reduce(reward, tokens, lag histogram, sum w, sum w^2, ...)            "allreduce"
     trainer 0: announce u+1, send the weights (lesson 09's engine), consumed = (u+1)B    phase "sync"
     trainer 0: every checkpoint_every updates, a checkpoint (lesson 10's atomic commit)  phase "checkpoint"
 
@@ -144,13 +144,17 @@ class Trainer:
         self.group, self.channel, self.device = trainer_group, channel, device
         self.task = CountdownTask()
         self.index = roles.trainers.index(rank)
+        self._spans: list[tuple[str, float, float]] = []  # this update's all-reduces (name, start, end)
 
     # ---- collectives of the trainer group ------------------------------------------------
 
     def _sum(self, values: list[float]) -> list[float]:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        t0 = time.time()
         dist.all_reduce(t, group=self.group)
-        return [float(x) for x in t.tolist()]
+        out = [float(x) for x in t.tolist()]
+        self._spans.append(("allreduce", t0, time.time()))
+        return out
 
     def _all_reduce_grads(self) -> None:
         """One all-reduce of every gradient, flattened (one message, as DDP's buckets)."""
@@ -158,7 +162,11 @@ class Trainer:
         flat = torch.cat(
             [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in params]
         )
+        t0 = time.time()
         dist.all_reduce(flat, group=self.group)
+        if flat.is_cuda:
+            torch.cuda.synchronize(flat.device)
+        self._spans.append(("allreduce", t0, time.time()))
         offset = 0
         for p in params:
             n = p.numel()
@@ -282,16 +290,31 @@ class Trainer:
             t0 = time.time()
             groups = self._wait_groups(u)
             t1 = time.time()
+            self._spans.clear()
             m = self.update(u, groups, st.optimizer)
             t2 = time.time()
             self.metrics.span("wait", t0, t1, update=u)
-            self.metrics.span("train", t1, t2, update=u)
+            # train = the update minus its all-reduces (where a trainer also waits for the others)
+            start = t1
+            for name, a, b in self._spans:
+                self.metrics.span("train", start, a, update=u)
+                self.metrics.span(name, a, b, update=u)
+                start = b
+            self.metrics.span("train", start, t2, update=u)
+            t_reduce = sum(b - a for _, a, b in self._spans)
             st.ledger.consume(self.attempt, u, m["tokens"])
             st.step = u + 1
             if self.rank == 0:
                 if u + 1 < cfg.n_updates:
                     self.publish(u + 1)
-                self.metrics.log("update", time_wait=t1 - t0, time_train=t2 - t1, **m)
+                self.metrics.log(
+                    "update",
+                    started=t0,
+                    time_wait=t1 - t0,
+                    time_train=t2 - t1 - t_reduce,
+                    time_allreduce=t_reduce,
+                    **m,
+                )
                 if (u + 1) % cfg.checkpoint_every == 0 or u + 1 == cfg.n_updates:
                     self.save_checkpoint(u + 1, plan)
             self.maybe_kill(u)
