@@ -1,6 +1,6 @@
 """`course grade` (the console script) on the committed notebooks of every lesson with
-exercises: solutions score 100% and exit 0; untouched exercises score 0, say
-"not implemented yet" for each exercise and exit non-zero."""
+exercises: solutions score 100% with no notes and exit 0; untouched exercises score 0, say
+"not implemented yet" for each exercise and exit non-zero; both print their total."""
 
 import json
 import subprocess
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from course_lib.course.catalog import available_lessons
+from course_lib.course.grading.checks import NOT_IMPLEMENTED
 from course_lib.course.paths import repo_root
 
 ROOT = repo_root()
@@ -41,7 +42,8 @@ def test_solutions_score_full_marks(lesson_id, tmp_path):
     (nb,) = report["notebooks"]
     assert rc == 0, out
     assert nb["score"] == nb["max_score"] > 0, out
-    assert all(ex["passed"] for ex in nb["exercises"]), out
+    assert nb["passed"] and all(ex["passed"] for ex in nb["exercises"]) and nb["notes"] == [], out
+    assert f"total: {nb['max_score']:g}/{nb['max_score']:g} points (100%)" in out, out
 
 
 @pytest.mark.parametrize("lesson_id", GRADED)
@@ -49,6 +51,7 @@ def test_untouched_exercises_score_zero(lesson_id, tmp_path):
     rc, report, out = grade(ROOT / "exercises" / f"{lesson_id}.ipynb", tmp_path)
     (nb,) = report["notebooks"]
     assert rc != 0
-    assert nb["score"] == 0 and nb["exercises"], out
+    assert nb["score"] == 0 and not nb["passed"] and nb["exercises"], out
     for ex in nb["exercises"]:
-        assert "not implemented yet" in ex["message"], (ex["name"], ex["message"])
+        assert ex["message"] == NOT_IMPLEMENTED, (ex["name"], ex["message"])
+    assert f"total: 0/{nb['max_score']:g} points (0%)" in out, out

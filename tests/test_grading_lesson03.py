@@ -6,16 +6,14 @@ among the planted bugs, the library's own reference implementations pass the gra
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
-import nbformat
+import grading_helpers as gh
 import numpy as np
 import torch
-from conftest import mutant_source, solution_function
+from conftest import solution_function
 
-from course_lib.course.grading import cli as grade_cli
 from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import exercises_for, get_exercise
 from course_lib.course.grading.lessons import l03_impala_vtrace as l03
@@ -38,12 +36,8 @@ MUTANTS = load_mutants()
 
 
 def test_registry_lists_the_four_exercises():
-    exercises = exercises_for(LESSON)
-    assert tuple(e.name for e in exercises) == NAMES
-    assert exercises_for("3") == exercises_for("impala_vtrace") == exercises
-    assert sum(e.points for e in exercises) == 50
-    for e in exercises:
-        assert len(e.hints) == 3 and e.title and len(e.checks) >= 6
+    gh.assert_registry(LESSON, NAMES, ("3", "impala_vtrace"), points=50, min_checks=6)
+    for e in exercises_for(LESSON):
         descriptions = [c.description for c in e.checks]
         assert len(set(descriptions)) == len(descriptions)
     assert get_exercise(LESSON, "rollout_lag") is l03.ROLLOUT_LAG
@@ -114,20 +108,7 @@ def test_naive_nstep_return_agrees_with_discounted_returns():
 # ---------------------------------------------------------------------------------------
 
 
-def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path, capsys):
+def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    chosen = {m.function: m for m in MUTANTS if m.name in ("inclusive_product", "uses_v_s", "newest_version", "greedy")}
-    nb = nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4)
-    for cell in nb.cells:
-        if "exercise" in cell.metadata.get("tags", []):
-            name = cell.source.split("(")[0].removeprefix("def ")
-            cell.source = mutant_source(LESSON, chosen[name])
-    target = tmp_path / f"{LESSON}.ipynb"
-    nbformat.write(nb, target)
-    report_path = tmp_path / "report.json"
-    rc = grade_cli.main([str(target), "--json", str(report_path)])
-    capsys.readouterr()
-    (report,) = json.loads(report_path.read_text())["notebooks"]
-    assert rc != 0 and report["score"] == 0
-    for ex in report["exercises"]:
-        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
+    picked = ("inclusive_product", "uses_v_s", "newest_version", "greedy")
+    gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grading_helpers as gh
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import grade_with_planted_bugs, solution_function
+from conftest import solution_function
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from mutants.l05_scaling_jax import MUTANTS
 
 from course_lib.course.grading.checks import run_exercise
-from course_lib.course.grading.lessons import exercises_for
 from course_lib.course.grading.lessons import l05_scaling_jax as l05
 from course_lib.runtime.watchdog import watchdog
 
@@ -34,17 +34,11 @@ NAMES = ("partition_specs", "ring_allreduce", "data_parallel_grad", "accumulate_
 
 
 def test_registry_lists_the_four_exercises():
-    exercises = exercises_for(LESSON)
-    assert tuple(e.name for e in exercises) == NAMES
-    assert exercises_for("5") == exercises_for("scaling_jax") == exercises
-    assert sum(e.points for e in exercises) == 50
-    for e in exercises:
-        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+    gh.assert_registry(LESSON, NAMES, ("5", "scaling_jax"), points=50)
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
-    ids = {m.id for m in MUTANTS}
-    assert {
+    slips = {
         "ring_allreduce-psum",
         "data_parallel_grad-psum_not_pmean",
         "data_parallel_grad-no_reduction",
@@ -52,7 +46,8 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "accumulate_grads-summed_not_averaged",
         "accumulate_grads-last_micro_batch_dropped",
         "accumulate_grads-interleaved",
-    } <= ids
+    }
+    gh.assert_slips_planted(MUTANTS, slips)
 
 
 # ---------------------------------------------------------------------------------------
@@ -194,9 +189,4 @@ def test_too_few_devices_is_named(monkeypatch):
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("obs_replicated", "psum", "psum_not_pmean", "interleaved")
-    chosen = {m.function: m for m in MUTANTS if m.name in picked}
-    assert len(chosen) == 4
-    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
-    assert rc != 0 and report["score"] == 0
-    for ex in report["exercises"]:
-        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
+    gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grading_helpers as gh
 import numpy as np
 import pytest
-from conftest import grade_with_planted_bugs, solution_function
+from conftest import solution_function
 from mutants.l06_off_policy_scale import MUTANTS
 
-from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
-from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import l06_off_policy_scale as l06
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,17 +29,11 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_registry_lists_the_four_exercises():
-    exercises = exercises_for(LESSON)
-    assert tuple(e.name for e in exercises) == NAMES
-    assert exercises_for("6") == exercises_for("off_policy_scale") == exercises
-    assert sum(e.points for e in exercises) == 50
-    for e in exercises:
-        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+    gh.assert_registry(LESSON, NAMES, ("6", "off_policy_scale"), points=50)
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
-    ids = {m.id for m in MUTANTS}
-    assert {
+    slips = {
         "bicycle_step-beta_without_ratio",
         "bicycle_step-moves_along_psi",
         "bicycle_step-divides_by_wheelbase",
@@ -60,7 +54,8 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "polyak_update-updates_online",
         "polyak_update-first_leaf_only",
         "polyak_update-in_place",
-    } <= ids
+    }
+    gh.assert_slips_planted(MUTANTS, slips)
 
 
 # ---------------------------------------------------------------------------------------
@@ -180,21 +175,13 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
-)
-def test_bad_submissions_are_reported(name, index):
-    fn, fragment = BAD[name][index]
-    fn.__name__ = name
-    outcome = run_exercise(get_exercise(LESSON, name), fn)
-    assert not outcome.passed
-    assert fragment in outcome.message, outcome.message
-    assert NOT_IMPLEMENTED not in outcome.message
+@pytest.mark.parametrize(("name", "fn", "fragment"), gh.bad_submissions(BAD))
+def test_bad_submissions_are_reported(name, fn, fragment):
+    gh.assert_bad_submission_reported(LESSON, name, fn, fragment)
 
 
 def test_an_infinite_loop_times_out_and_an_exception_is_reported():
-    outcome = run_exercise(l06.SUMTREE_FIND, _forever, time_limit_s=0.5)
-    assert [r.status for r in outcome.results] == ["timeout", "skipped", "skipped", "skipped"]
+    gh.assert_infinite_loop_times_out(l06.SUMTREE_FIND, _forever, ["timeout", "skipped", "skipped", "skipped"])
 
     def broken(target, online, tau):
         return target.no_such_attribute
@@ -217,9 +204,4 @@ def test_not_a_function_is_reported():
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("speed_before_position", "less_or_equal", "max_of_critics", "in_place")
-    chosen = {m.function: m for m in MUTANTS if m.name in picked}
-    assert len(chosen) == 4
-    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
-    assert rc != 0 and report["score"] == 0
-    for ex in report["exercises"]:
-        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
+    gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -16,14 +16,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import grading_helpers as gh
 import numpy as np
 import pytest
-from conftest import grade_with_planted_bugs, solution_function
+from conftest import solution_function
 from mutants.l08_cluster_layout import MUTANTS
 
 from course_lib import layout
-from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
-from course_lib.course.grading.lessons import exercises_for
+from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import l08_cluster_layout as l08
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,17 +32,11 @@ NAMES = ("max_batch", "balanced_split", "mean_lag", "engine_schedule")
 
 
 def test_registry_lists_the_four_exercises():
-    exercises = exercises_for(LESSON)
-    assert tuple(e.name for e in exercises) == NAMES
-    assert exercises_for("8") == exercises_for("cluster_layout") == exercises
-    assert sum(e.points for e in exercises) == 50
-    for e in exercises:
-        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+    gh.assert_registry(LESSON, NAMES, ("8", "cluster_layout"), points=50)
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
-    ids = {m.id for m in MUTANTS}
-    assert {
+    slips = {
         "max_batch-bits",
         "max_batch-no_k_and_v",
         "max_batch-no_layers",
@@ -56,7 +50,8 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "engine_schedule-end_off_by_one",
         "engine_schedule-slot_taken_late",
         "engine_schedule-static_batching",
-    } <= ids
+    }
+    gh.assert_slips_planted(MUTANTS, slips)
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,16 +182,9 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
-)
-def test_bad_submissions_are_reported(name, index):
-    fn, fragment = BAD[name][index]
-    fn.__name__ = name
-    outcome = run_exercise(next(e for e in exercises_for(LESSON) if e.name == name), fn)
-    assert not outcome.passed
-    assert fragment in outcome.message, outcome.message
-    assert NOT_IMPLEMENTED not in outcome.message
+@pytest.mark.parametrize(("name", "fn", "fragment"), gh.bad_submissions(BAD))
+def test_bad_submissions_are_reported(name, fn, fragment):
+    gh.assert_bad_submission_reported(LESSON, name, fn, fragment)
 
 
 def test_an_infinite_loop_times_out_and_an_exception_is_reported():
@@ -207,8 +195,7 @@ def test_an_infinite_loop_times_out_and_an_exception_is_reported():
     def broken(layout, spec):
         return spec.no_such_field
 
-    outcome = run_exercise(l08.ENGINE_SCHEDULE, forever, time_limit_s=0.5)
-    assert [r.status for r in outcome.results] == ["timeout", "skipped", "skipped"]
+    gh.assert_infinite_loop_times_out(l08.ENGINE_SCHEDULE, forever, ["timeout", "skipped", "skipped"])
     outcome = run_exercise(l08.MEAN_LAG, broken)
     assert outcome.results[0].status == "error" and "AttributeError" in outcome.message
 
@@ -226,9 +213,4 @@ def test_not_a_function_is_reported():
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("bits", "floor", "cap_off_by_one", "static_batching")
-    chosen = {m.function: m for m in MUTANTS if m.name in picked}
-    assert len(chosen) == 4
-    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
-    assert rc != 0 and report["score"] == 0
-    for ex in report["exercises"]:
-        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
+    gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

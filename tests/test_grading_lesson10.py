@@ -15,14 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grading_helpers as gh
 import numpy as np
 import pytest
-from conftest import grade_with_planted_bugs, solution_function, stub_function
+from conftest import solution_function, stub_function
 from mutants.l10_fault_tolerance import MUTANTS
 
 from course_lib.checkpoint.interval import daly_interval, waste_fraction, young_interval
 from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_check, run_exercise
-from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l10_fault_tolerance as l10
 
 LESSON = "10_fault_tolerance"
@@ -36,12 +37,7 @@ def _grader_folders() -> set[str]:
 
 
 def test_registry_lists_the_four_exercises():
-    exercises = exercises_for(LESSON)
-    assert tuple(e.name for e in exercises) == NAMES
-    assert exercises_for("10") == exercises_for("fault_tolerance") == exercises
-    assert sum(e.points for e in exercises) == 50
-    for e in exercises:
-        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+    gh.assert_registry(LESSON, NAMES, ("10", "fault_tolerance"), points=50)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,8 +54,7 @@ def test_solution_passes_and_stub_is_not_implemented(name):
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
-    ids = {m.id for m in MUTANTS}
-    assert {
+    slips = {
         "commit_checkpoint-rename_before_fsync",
         "commit_checkpoint-no_fsync_at_all",
         "commit_checkpoint-manifest_after_rename",
@@ -73,9 +68,8 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "train_until-skips_a_step",
         "train_until-reuses_key",
         "train_until-restarts_from_seed",
-    } <= ids
-    counts = {n: sum(m.function == n for m in MUTANTS) for n in NAMES}
-    assert all(c >= 3 for c in counts.values()), counts
+    }
+    gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,18 +172,11 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
-)
-def test_bad_submissions_are_reported(name, index):
-    fn, fragment = BAD[name][index]
-    fn.__name__ = name
+@pytest.mark.parametrize(("name", "fn", "fragment"), gh.bad_submissions(BAD))
+def test_bad_submissions_are_reported(name, fn, fragment):
     before = _grader_folders()
-    outcome = run_exercise(get_exercise(LESSON, name), fn)
-    assert not outcome.passed
-    assert fragment in outcome.message, outcome.message
-    assert NOT_IMPLEMENTED not in outcome.message
-    assert _grader_folders() == before
+    gh.assert_bad_submission_reported(LESSON, name, fn, fragment)
+    assert _grader_folders() == before  # no scratch folder left behind
 
 
 def test_an_infinite_loop_times_out_and_os_is_restored():
@@ -199,8 +186,7 @@ def test_an_infinite_loop_times_out_and_os_is_restored():
             pass
 
     real = os.fsync
-    outcome = run_exercise(l10.COMMIT_CHECKPOINT, forever, time_limit_s=0.5)
-    assert outcome.results[0].status == "timeout"
+    gh.assert_infinite_loop_times_out(l10.COMMIT_CHECKPOINT, forever)
     assert os.fsync is real
 
 
@@ -223,9 +209,4 @@ def test_a_crash_inside_the_traced_call_restores_os():
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("rename_before_fsync", "string_order", "no_factor_2", "reuses_key")
-    chosen = {m.function: m for m in MUTANTS if m.name in picked}
-    assert len(chosen) == 4
-    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
-    assert rc != 0 and report["score"] == 0
-    for ex in report["exercises"]:
-        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
+    gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import grading_helpers as gh
 import pytest
-from conftest import grade_with_planted_bugs, solution_function, stub_function
+from conftest import solution_function, stub_function
 from mutants.l11_capstone import MUTANTS
 
 from course_lib.capstone.ledger import Generated, SampleLedger, audit
 from course_lib.capstone.roles import Roles
 from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
-from course_lib.course.grading.lessons import exercises_for, get_exercise
+from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l11_capstone as l11
 from course_lib.staleness import may_start_group
 
@@ -31,12 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_registry_lists_the_three_exercises():
-    exercises = exercises_for(LESSON)
-    assert tuple(e.name for e in exercises) == NAMES
-    assert exercises_for("11") == exercises_for("capstone") == exercises
-    assert sum(e.points for e in exercises) == 45
-    for e in exercises:
-        assert len(e.hints) == 3 and e.title and len(e.checks) >= 3
+    gh.assert_registry(LESSON, NAMES, ("11", "capstone"), points=45)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -54,8 +50,7 @@ def test_solution_passes_and_stub_is_not_implemented(name):
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
-    ids = {m.id for m in MUTANTS}
-    assert {
+    slips = {
         "assign_roles-boundary_off_by_one",
         "assign_roles-generators_from_the_end",
         "assign_roles-no_rank_check",
@@ -64,10 +59,9 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "restart_accounting-keeps_groups_after_checkpoint",
         "restart_accounting-first_attempts_copy",
         "restart_accounting-step_boundary_off_by_one",
-    } <= ids
-    counts = {n: sum(m.function == n for m in MUTANTS) for n in NAMES}
-    assert all(c >= 3 for c in counts.values()), counts
-    assert len(ids) == len(MUTANTS)
+    }
+    gh.assert_slips_planted(MUTANTS, slips, NAMES)
+    assert len({m.id for m in MUTANTS}) == len(MUTANTS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,16 +217,9 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("name", "index"), [(name, i) for name, bad in BAD.items() for i in range(len(bad))], ids=lambda x: str(x)
-)
-def test_bad_submissions_are_reported(name, index):
-    fn, fragment = BAD[name][index]
-    fn.__name__ = name
-    outcome = run_exercise(get_exercise(LESSON, name), fn)
-    assert not outcome.passed
-    assert fragment in outcome.message, outcome.message
-    assert NOT_IMPLEMENTED not in outcome.message
+@pytest.mark.parametrize(("name", "fn", "fragment"), gh.bad_submissions(BAD))
+def test_bad_submissions_are_reported(name, fn, fragment):
+    gh.assert_bad_submission_reported(LESSON, name, fn, fragment)
 
 
 def test_an_infinite_loop_times_out():
@@ -240,8 +227,7 @@ def test_an_infinite_loop_times_out():
         while True:
             pass
 
-    outcome = run_exercise(l11.SYNC_AND_ADMIT, forever, time_limit_s=0.5)
-    assert outcome.results[0].status == "timeout"
+    gh.assert_infinite_loop_times_out(l11.SYNC_AND_ADMIT, forever)
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,9 +239,4 @@ def test_an_infinite_loop_times_out():
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = ("boundary_off_by_one", "pulls_older_version", "keeps_groups_after_checkpoint")
-    chosen = {m.function: m for m in MUTANTS if m.name in picked}
-    assert len(chosen) == 3
-    rc, report = grade_with_planted_bugs(LESSON, chosen, tmp_path)
-    assert rc != 0 and report["score"] == 0
-    for ex in report["exercises"]:
-        assert chosen[ex["name"]].expected in ex["message"], (ex["name"], ex["message"])
+    gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)
