@@ -180,9 +180,13 @@ def test_backend_and_device_follow_the_gpus_per_rank():
     assert resolve_backend("auto", False, 4, 0) == ("gloo", "cpu")
     assert resolve_backend("auto", False, 4, 4) == ("nccl", "cuda")
     assert resolve_backend("auto", True, 4, 1) == ("gloo", "cuda")  # ranks share the GPU, weights by CUDA IPC
+    assert resolve_backend("auto", True, 4, 8) == ("gloo", "cuda")  # colocated: one GPU, whatever the count
+    assert resolve_backend("auto", True, 4, 0) == ("gloo", "cpu")  # colocated on CPUs: /dev/shm
     assert resolve_backend("gloo", False, 4, 1) == ("gloo", "cpu")
     with pytest.raises(SetupError, match="one GPU per rank: 4 ranks on this host, 1 GPU"):
-        resolve_backend("nccl", True, 4, 1)
+        resolve_backend("nccl", False, 4, 1)
+    with pytest.raises(SetupError, match="--colocated puts every rank on one GPU"):
+        resolve_backend("nccl", True, 4, 4)
     with pytest.raises(SetupError, match="needs CUDA GPUs"):
         resolve_backend("nccl", False, 4, 0)
 

@@ -56,10 +56,12 @@ class CapstoneConfig:
     keep_checkpoints: int = _f(3, "committed checkpoints kept (the newest that verifies is always kept)")
     backend: str = _f(
         "auto",
-        "'gloo' (CPU, or GPUs shared with --colocated), 'nccl' (one GPU per rank) or 'auto' (nccl when "
-        "there is a GPU per rank)",
+        "'gloo' (CPUs, or one GPU shared with --colocated), 'nccl' (one GPU per rank) or 'auto' (nccl when "
+        "there is a GPU per rank and not --colocated)",
     )
-    colocated: bool = _f(False, "weights to same-host generators through a shared buffer, not the broadcast")
+    colocated: bool = _f(
+        False, "weights to the generators through a shared buffer on the host, not the broadcast (GPUs: all on one)"
+    )
     sync_method: str = _f("pipelined", "lesson 09's method for the broadcast ('bucketed' or 'pipelined')")
     bucket_mb: float = _f(0.25, "bucket size of the weight broadcast in MiB")
     calibrate: bool = _f(True, "time the parts on this machine and let lesson 08's model choose the layout")

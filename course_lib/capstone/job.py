@@ -11,8 +11,8 @@ c10d rendezvous on a host both can reach, and the run directory on a filesystem 
     # on host A (10.0.0.1) and on host B, the same line:
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 \\
         --rdzv-id capstone-1 --max-restarts 2 -m course_lib.capstone.job --run-dir /shared/runs/capstone
-    # GPUs: one per rank, NCCL (the default '--backend auto' picks it); fewer GPUs than ranks:
-    # --colocated --backend gloo (ranks share GPUs, weights through CUDA IPC); see resolve_backend
+    # GPUs: one per rank, NCCL (the default '--backend auto' picks it); or every rank on one
+    # GPU with --colocated (gloo, weights through CUDA IPC); see resolve_backend
 
 What a rank does (:func:`run_rank`):
 
@@ -78,25 +78,31 @@ def resolve_backend(name: str, colocated: bool, local_ranks: int, n_gpus: int) -
     """(process-group backend, device type) for ``--backend name`` on a host with ``local_ranks``
     ranks and ``n_gpus`` GPUs.
 
-    * ``nccl``: one GPU per rank (NCCL refuses two ranks of one communicator on one GPU);
-    * fewer GPUs than ranks: ``--colocated`` with ``gloo``; ranks share the GPUs (rank ``r``
-      on GPU ``r mod n_gpus``), the weights go through CUDA IPC, and gloo carries the
-      trainers' all-reduce of CUDA tensors through host memory (not run here: no GPU);
-    * no GPU: ``gloo`` on CPUs;
-    * ``auto``: ``nccl`` when there is a GPU per rank, else ``gloo`` (on the GPUs if colocated).
+    * no GPU: ``gloo`` on CPUs (``--colocated``: the weights through ``/dev/shm``);
+    * ``--colocated`` with GPUs: every rank on GPU 0, as checkpoint-engine's colocated mode
+      puts the inference engine beside the trainer; the weights go through CUDA IPC (the
+      generators' parameters are views on trainer 0's slots, which must be on their GPU),
+      and ``gloo`` carries the trainers' all-reduce of CUDA tensors through host memory
+      (NCCL refuses two ranks of one communicator on one GPU). Not run here: no GPU;
+    * otherwise ``nccl``, one GPU per rank;
+    * ``auto``: ``nccl`` when there is a GPU per rank and not ``--colocated``, else ``gloo``.
 
     Raises:
         SetupError: the backend cannot run on this host, with what to use instead.
     """
     if name == "auto":
-        name = "nccl" if n_gpus >= local_ranks else "gloo"
+        name = "nccl" if n_gpus >= local_ranks and n_gpus > 0 and not colocated else "gloo"
     if name == "nccl":
         if n_gpus == 0:
             raise SetupError("--backend nccl needs CUDA GPUs (one per rank); use --backend gloo on CPUs")
+        if colocated:
+            raise SetupError(
+                "--colocated puts every rank on one GPU, and NCCL needs one GPU per rank: use --backend gloo"
+            )
         if n_gpus < local_ranks:
             raise SetupError(
                 f"--backend nccl needs one GPU per rank: {local_ranks} ranks on this host, {n_gpus} GPU(s); "
-                "start fewer ranks, or share the GPUs with --colocated --backend gloo"
+                "start fewer ranks, or share one GPU with --colocated --backend gloo"
             )
         return "nccl", "cuda"
     return "gloo", "cuda" if colocated and n_gpus > 0 else "cpu"
@@ -426,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device("cpu")
     if device_type == "cuda":
-        device = torch.device("cuda", env.local_rank % n_gpus)
+        device = torch.device("cuda", 0 if cfg.colocated else env.local_rank % n_gpus)
         torch.cuda.set_device(device)
     store = RunStore(env, cfg.timeout_s)
     dist.init_process_group(
