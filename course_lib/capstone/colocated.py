@@ -37,7 +37,9 @@ leave. The price of the zero-copy reader is that the writer may wait: a reader k
 slot until it notices the next announcement (one decoding step here), and a reader that
 died holding a slot makes the writer time out (torchrun then restarts the job, with a new
 buffer). On a GPU a reader synchronizes its stream before leaving a slot, so that no queued
-kernel still reads it.
+kernel still reads it. (The header is plain shared memory, without fences: on x86 a
+reader's mark may reach the writer a few nanoseconds after the reader's own check, a window
+far shorter than the milliseconds a publish takes; a production engine would use atomics.)
 """
 
 from __future__ import annotations
