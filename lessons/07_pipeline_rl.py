@@ -490,10 +490,10 @@ fig.tight_layout()
 plt.show()
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 show_source(time_to_target)
 
-
+# %%
+# NBVAL_IGNORE_OUTPUT
 def seed_mean(arm: str, name: str) -> np.ndarray:
     return np.mean([r.series(name) for r in runs[arm]], axis=0)
 
@@ -705,6 +705,12 @@ lag_histogram(ax, [runs[arm][0] for arm in ("sync", "one_step", "pipeline")])
 plt.show()
 for arm in ("sync", "one_step", "pipeline"):
     print(f"{arm:<9} bound {runs[arm][0].lag_bound}: observed max {max(int(r.token_lags.max()) for r in runs[arm])}")
+
+# %%
+assert all(int(r.token_lags.max()) <= r.lag_bound for arm in ("sync", "one_step", "pipeline") for r in runs[arm])
+assert max(int(r.token_lags.max()) for r in runs["pipeline"]) > runs["one_step"][0].lag_bound
+print("no token lagged more than its regime's bound, and the pipeline used more of its window than one-step "
+      "off-policy allows")
 
 # %% [markdown]
 # **Takeaway:** the bound is a hard guarantee of the backpressure rule, checked on every
