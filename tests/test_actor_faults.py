@@ -57,6 +57,14 @@ def test_bad_settings_are_named():
         FaultInjector(ActorLearnerSystem(FAST), kill_every_s=0.0)
     with pytest.raises(ValueError, match="repeats"):
         compare_faults(FAST, seconds=1.0, repeats=0)
+    with pytest.raises(ValueError, match="exactly one of kill_every_s"):
+        FaultInjector(ActorLearnerSystem(FAST), kill_every_s=1.0, kill_every_updates=10)
+    with pytest.raises(ValueError, match="kill_every_updates must be >= 1"):
+        FaultInjector(ActorLearnerSystem(FAST), kill_every_updates=0)
+    with pytest.raises(ValueError, match="not both"):
+        compare_faults(FAST, seconds=1.0, kill_every_updates=10)
+    with pytest.raises(ValueError, match="the faults arm needs one"):
+        compare_faults(FAST, seconds=1.0, kill_every_s=None)
 
 
 def test_lag_bound_counts_the_slots_ahead_in_the_queue():
@@ -84,17 +92,51 @@ def test_a_frozen_actor_is_killed_and_restarted_and_training_goes_on(layout, fro
         for pid in stopped.values():
             os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
-        report = system.train(seconds=2.5)  # longer than the heartbeat timeout
+        report = system.train_until(  # an event after a time: not a window that must hold N updates
+            lambda: (
+                len(system.restart_log) == len(frozen)
+                and (layout == "seed" or all(r.first_version is not None for r in system.restart_log))
+            ),
+            "every frozen actor replaced (and, IMPALA, its replacement learned from)",
+            timeout_s=30.0,
+        )
         took = time.monotonic() - start
         after = system.train(n_updates=10)  # and on, with the replacements
         pids = system.pids()
-    assert report.updates >= 10 and after.updates == 10 and took < 30
+    assert report.updates >= 1 and after.updates == 10 and QUICK_HEARTBEAT.heartbeat_timeout_s <= took < 30
     found = {int(m[1]): m for e in report.events if (m := FROZEN.fullmatch(e))}
     assert set(found) == set(frozen), report.events
     for i, m in found.items():
         assert int(m[2]) == stopped[i] and float(m[3]) >= 1.0 and int(m[4]) == pids[i] != stopped[i]
     assert system.restarts == len(frozen) and [r.reason for r in system.restart_log] == ["frozen"] * len(frozen)
     assert gone(pids + list(stopped.values())) and not live_children()
+
+
+@pytest.mark.timeout(90)
+def test_train_until_waits_for_a_timed_event_and_names_it_when_it_never_comes(no_orphans):
+    """Lesson 10's frozen-actor demo waits for the restart (an event after the heartbeat
+    *time*) instead of a fixed number of updates, which a fast CPU finished first."""
+    with ActorLearnerSystem(FAST, QUICK_HEARTBEAT) as system:
+        system.train(n_updates=3)
+        os.kill(system.actors[1].process.pid, signal.SIGSTOP)
+        start = time.monotonic()
+        report = system.train_until(
+            lambda: bool(system.restart_log) and system.restart_log[0].first_version is not None,
+            "the frozen actor's replacement learned from",
+            timeout_s=30.0,
+        )
+        waited = time.monotonic() - start
+        (restart,) = system.restart_log
+    assert restart.reason == "frozen" and restart.first_version is not None and report.updates >= 1
+    assert waited >= QUICK_HEARTBEAT.heartbeat_timeout_s  # it waited for the time, whatever the CPU's speed
+    with ActorLearnerSystem(FAST) as system:
+        with pytest.raises(
+            TimeoutError, match=r"^never: did not happen within 0.5 s \(\d+ updates ran\); the system's"
+        ):
+            system.train_until(lambda: False, "never", timeout_s=0.5)
+        with pytest.raises(ValueError, match="timeout_s must be > 0"):
+            system.train_until(lambda: True, "x", timeout_s=0)
+    assert not live_children()
 
 
 @pytest.mark.timeout(90)
@@ -116,10 +158,13 @@ def test_a_restarted_actor_acts_with_the_current_weights(no_orphans):
 
 @pytest.mark.timeout(90)
 def test_the_injector_kills_actors_every_update_is_done_and_queued_lag_stays_bounded(no_orphans):
-    run = fault_run(FAST, seconds=None, n_updates=300, kill_every_s=0.2)
+    # kills on an update schedule: 3 (after updates 100, 200 and 300) on any machine; a
+    # clock (kill_every_s) would give fewer on a machine that does 300 updates quickly
+    run = fault_run(FAST, seconds=None, n_updates=300, kill_every_s=None, kill_every_updates=100)
     r = run.report
     assert r.updates == 300 and run.arm == "faults"
-    assert run.kills >= 2, r.events
+    assert run.kills == 3, r.events
+    assert [int(e.rsplit(" ", 1)[1]) for e in r.events if e.startswith("fault injector")] == [100, 200, 300]
     assert run.kills - 1 <= r.restarts <= run.kills  # the last kill may land after the last update
     assert sum(e.startswith("fault injector: SIGKILL actor") for e in r.events) == run.kills
     assert sum("died: killed by SIGKILL; restarted as pid" in e for e in r.events) == r.restarts
@@ -129,6 +174,15 @@ def test_the_injector_kills_actors_every_update_is_done_and_queued_lag_stays_bou
     assert r.queue_lags.min() >= 0 and run.queue_lag_max <= run.lag_bound == 1
     assert (r.queue_lags <= r.lags).all()
     assert not live_children()
+
+
+@pytest.mark.timeout(120)
+def test_compare_faults_on_an_update_schedule_gives_every_run_the_same_updates_and_kills(no_orphans):
+    result = compare_faults(FAST, seconds=None, n_updates=120, kill_every_s=None, kill_every_updates=50, repeats=1)
+    (none,), (faults,) = result.runs["none"], result.runs["faults"]
+    assert none.report.updates == faults.report.updates == 120
+    assert (none.kills, faults.kills) == (0, 2) and faults.report.restarts == 2
+    assert 0 < result.throughput_ratio() < 10 and not live_children()
 
 
 @pytest.mark.timeout(120)

@@ -277,6 +277,16 @@ def _ready_then_sleep(ready_file: str) -> None:
     time.sleep(60)
 
 
+def test_run_in_child_kills_after_an_event_whatever_the_start_up_takes(tmp_path):
+    """``kill_when``: the kill lands after the child did something, not after a fixed time
+    that a slow machine spends starting the child (lesson 10's killed writers)."""
+    ready = tmp_path / "ready"
+    outcome = run_in_child(_ready_then_sleep, str(ready), timeout_s=30, kill_after_s=0.1, kill_when=ready.exists)
+    assert ready.read_text() == "running" and outcome.killed and not outcome.timed_out and outcome.seconds < 20
+    never = run_in_child(time.sleep, 60, timeout_s=1.0, kill_when=lambda: False)
+    assert never.killed and never.timed_out and 1.0 <= never.seconds < 10
+
+
 def _start_grandchild_then_die(pid_file: str) -> None:
     import multiprocessing as mp
 

@@ -63,33 +63,56 @@ def lag_bound(config: SystemConfig) -> int:
 
 
 class FaultInjector:
-    """``SIGKILL`` a random actor of ``system`` every ``kill_every_s`` seconds (seeded).
+    """``SIGKILL`` a random actor of ``system`` every ``kill_every_s`` seconds, or every
+    ``kill_every_updates`` learner updates (seeded; give exactly one).
 
     Call it from the learner loop (it is a ``progress`` callback of
-    :meth:`ActorLearnerSystem.train`: ``injector(n_updates, metrics)``); the first call
-    starts the clock, every call after the next deadline kills one actor and logs
-    ``"fault injector: SIGKILL actor 1 (pid N)"`` in ``system.events``.
+    :meth:`ActorLearnerSystem.train`: ``injector(n_updates, metrics)``). On a clock, the
+    first call starts it and every call after the next deadline kills one actor; on an
+    update schedule, the call after update ``k * kill_every_updates`` kills one, so the
+    number of kills in a run of ``n`` updates is the same on a fast and a slow machine.
+    Each kill logs ``"fault injector: SIGKILL actor 1 (pid N) after update U"`` in
+    ``system.events``.
     """
 
-    def __init__(self, system: ActorLearnerSystem, kill_every_s: float, seed: int = 0) -> None:
-        if kill_every_s <= 0:
+    def __init__(
+        self,
+        system: ActorLearnerSystem,
+        kill_every_s: float | None = None,
+        seed: int = 0,
+        kill_every_updates: int | None = None,
+    ) -> None:
+        if (kill_every_s is None) == (kill_every_updates is None):
+            raise ValueError("give exactly one of kill_every_s (a clock) and kill_every_updates (a schedule)")
+        if kill_every_s is not None and kill_every_s <= 0:
             raise ValueError(f"kill_every_s must be > 0, got {kill_every_s}")
+        if kill_every_updates is not None and kill_every_updates < 1:
+            raise ValueError(f"kill_every_updates must be >= 1, got {kill_every_updates}")
         self.system = system
         self.kill_every_s = kill_every_s
+        self.kill_every_updates = kill_every_updates
         self.rng = np.random.default_rng(seed)
         self.next_kill: float | None = None
         self.killed: list[int] = []  # pids, in order
 
     def __call__(self, n_updates: int = 0, metrics: dict[str, float] | None = None) -> None:
+        if self.kill_every_updates is not None:
+            if n_updates > 0 and n_updates % self.kill_every_updates == 0:
+                self._kill(n_updates)
+            return
+        assert self.kill_every_s is not None
         now = time.monotonic()
         if self.next_kill is None:
             self.next_kill = now + self.kill_every_s
         elif now >= self.next_kill:
-            i = int(self.rng.integers(self.system.config.n_actors))
-            pid = self.system.kill_actor(i)
-            self.killed.append(pid)
-            self.system.events.append(f"fault injector: SIGKILL actor {i} (pid {pid}) after update {n_updates}")
+            self._kill(n_updates)
             self.next_kill = now + self.kill_every_s
+
+    def _kill(self, n_updates: int) -> None:
+        i = int(self.rng.integers(self.system.config.n_actors))
+        pid = self.system.kill_actor(i)
+        self.killed.append(pid)
+        self.system.events.append(f"fault injector: SIGKILL actor {i} (pid {pid}) after update {n_updates}")
 
 
 @dataclass
@@ -200,12 +223,15 @@ def fault_run(
     n_updates: int | None,
     kill_every_s: float | None,
     supervisor: SupervisorConfig | None = None,
+    kill_every_updates: int | None = None,
 ) -> FaultRun:
-    """Start a system, train it (killing an actor every ``kill_every_s`` seconds unless
-    ``None``), stop it; restarts are unlimited (``max_restarts = 10**6``)."""
+    """Start a system, train it (killing an actor every ``kill_every_s`` seconds or every
+    ``kill_every_updates`` updates; no faults if both are ``None``), stop it; restarts are
+    unlimited (``max_restarts = 10**6``)."""
     config = replace(config, max_restarts=10**6)
     with ActorLearnerSystem(config, supervisor) as system:
-        injector = FaultInjector(system, kill_every_s, seed=config.seed) if kill_every_s is not None else None
+        faulty = kill_every_s is not None or kill_every_updates is not None
+        injector = FaultInjector(system, kill_every_s, config.seed, kill_every_updates) if faulty else None
         report = system.train(n_updates=n_updates, seconds=seconds, progress=injector)
     arm = "none" if injector is None else "faults"
     kills = len(injector.killed) if injector else 0
@@ -217,30 +243,46 @@ def compare_faults(
     config: SystemConfig,
     seconds: float | None = 5.0,
     n_updates: int | None = None,
-    kill_every_s: float = 1.0,
+    kill_every_s: float | None = 1.0,
     repeats: int = 3,
     supervisor: SupervisorConfig | None = None,
     progress: Callable[[FaultRun], None] | None = None,
+    kill_every_updates: int | None = None,
 ) -> FaultComparison:
     """Train the same system with no faults and with an actor killed every
-    ``kill_every_s`` seconds, interleaved: ``none, faults, none, faults, ...``.
+    ``kill_every_s`` seconds (or, with ``kill_every_s=None``, every ``kill_every_updates``
+    updates), interleaved: ``none, faults, none, faults, ...``.
 
     Repeat ``r`` runs both arms with seed ``config.seed + r`` (paired: same model init,
     same env seeds), so the spread over repeats is over seeds and machine load. Each run
     is a fresh system, trained for ``seconds`` (after the first batch) or ``n_updates``,
-    whichever comes first.
+    whichever comes first. ``n_updates`` with ``kill_every_updates`` (and ``seconds=None``)
+    makes every run the same amount of learning with the same number of kills, whatever
+    the machine's speed; the throughput (frames/s) is still measured on the clock.
 
     Returns:
         :class:`FaultComparison` (``runs["none"]``, ``runs["faults"]``, ``summary()``).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if kill_every_s is not None and kill_every_updates is not None:
+        raise ValueError("give kill_every_s or kill_every_updates, not both (kill_every_s=None for a schedule)")
+    if kill_every_s is None and kill_every_updates is None:
+        raise ValueError("give kill_every_s (a clock) or kill_every_updates (a schedule): the faults arm needs one")
     runs: dict[str, list[FaultRun]] = {arm: [] for arm in ARMS}
     for r in range(repeats):
         seeded = replace(config, seed=config.seed + r)
         for arm in ARMS:
-            run = fault_run(seeded, seconds, n_updates, kill_every_s if arm == "faults" else None, supervisor)
+            faults = arm == "faults"
+            run = fault_run(
+                seeded,
+                seconds,
+                n_updates,
+                kill_every_s if faults else None,
+                supervisor,
+                kill_every_updates if faults else None,
+            )
             runs[arm].append(run)
             if progress is not None:
                 progress(run)
-    return FaultComparison(runs, kill_every_s)
+    return FaultComparison(runs, kill_every_s if kill_every_s is not None else float("nan"))

@@ -483,9 +483,11 @@ class ActorLearnerSystem(ChildProcessSystem):
         n_updates: int | None = None,
         seconds: float | None = None,
         progress: Callable[[int, dict[str, float]], None] | None = None,
+        until: Callable[[], bool] | None = None,
     ) -> SystemReport:
         """Learn until ``n_updates`` updates or ``seconds`` of wall-clock time (after the
-        first batch), whichever comes first.
+        first batch), or until ``until()`` is true (checked after each update), whichever
+        comes first.
 
         Each update: wait for ``batch_size`` full slots (:meth:`_wait_for_batch`), copy them
         out and hand them back (:meth:`_hand_back`), learn and publish (:meth:`_learn`).
@@ -496,13 +498,13 @@ class ActorLearnerSystem(ChildProcessSystem):
         if not self._started or self._stopped:
             raise RuntimeError("start() the system first (or use it as a context manager)")
         if n_updates is None and seconds is None:
-            raise ValueError("give n_updates, seconds or both")
+            raise ValueError("give n_updates or seconds (a bound), with until= or without")
         run = _Run(last_data=time.monotonic())
         pending: list[_Full] = []
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a tiny net: more threads only spin against the actors for the 2 cores
         try:
-            while not run.finished(n_updates, seconds):
+            while not run.finished(n_updates, seconds) and not (until is not None and run.metrics and until()):
                 taken = self._wait_for_batch(pending, run)
                 if run.first_batch is None:  # measure from here: start-up is not throughput
                     run.first_batch = time.perf_counter()
@@ -516,6 +518,29 @@ class ActorLearnerSystem(ChildProcessSystem):
         finally:
             torch.set_num_threads(previous_threads)
         return self._report(run)
+
+    def train_until(self, event: Callable[[], bool], what: str, timeout_s: float) -> SystemReport:
+        """Learn until ``event()`` is true (checked after each update, so at least one update
+        runs), for at most ``timeout_s`` seconds. A demo of something that happens after a
+        *time* (a heartbeat timeout, a restart) waits for that event instead of doing a
+        fixed amount of work, which a fast machine finishes first and a slow one overruns.
+
+        Raises:
+            TimeoutError: ``event()`` was still false after ``timeout_s`` seconds; the
+                message says that ``what`` did not happen and how many updates ran. The
+                system is stopped first (no process is left behind).
+        """
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        report = self.train(seconds=timeout_s, until=event)
+        if not event():
+            recent = self.events[-3:] or ["none"]
+            self.stop()
+            raise TimeoutError(
+                f"{what}: did not happen within {timeout_s:g} s ({report.updates} updates ran); "
+                f"the system's last events: {'; '.join(recent)}"
+            )
+        return report
 
     def _wait_for_batch(self, pending: list[_Full], run: _Run) -> list[_Full]:
         """Receive until ``batch_size`` full slots are pending; take them out of ``pending``.

@@ -105,14 +105,19 @@ def run_in_child(
     *args: Any,
     timeout_s: float,
     kill_after_s: float | None = None,
+    kill_when: Callable[[], bool] | None = None,
     start_method: str = "spawn",
 ) -> ChildOutcome:
-    """Run ``target(*args)`` in a new process; SIGKILL it after ``kill_after_s`` seconds.
+    """Run ``target(*args)`` in a new process; SIGKILL it ``kill_after_s`` seconds after
+    it starts or, with ``kill_when``, that long after ``kill_when()`` is first true.
 
+    ``kill_when`` is polled every 5 ms: a kill that must land while the child is *doing*
+    something (committing checkpoints, say) waits for a sign of that work, instead of a
+    fixed time that a slow machine spends starting the child and a fast one finishing it.
     ``target`` must be a module-level function (a ``spawn`` child imports it by name).
-    Without ``kill_after_s`` the child runs to its end. Either way it is SIGKILLed at
-    ``timeout_s`` if still alive (``timed_out``): this never hangs, and it returns only
-    once the child is gone (reaped).
+    Without ``kill_after_s`` and ``kill_when`` the child runs to its end. Either way it is
+    SIGKILLed at ``timeout_s`` if still alive (``timed_out``; also when ``kill_when()`` never
+    became true): this never hangs, and it returns only once the child is gone (reaped).
 
     Raises:
         ValueError: for a ``timeout_s <= 0`` or a ``kill_after_s`` outside ``[0, timeout_s]``.
@@ -130,7 +135,15 @@ def run_in_child(
     process.start()
     timed_out = False
     try:
-        if kill_after_s is not None:
+        if kill_when is not None:
+            while process.is_alive() and time.monotonic() - start < timeout_s and not kill_when():
+                time.sleep(0.005)
+            event_seen = time.monotonic() - start < timeout_s
+            if event_seen and process.is_alive():
+                process.join(kill_after_s or 0.0)
+                if process.is_alive():
+                    process.kill()
+        elif kill_after_s is not None:
             process.join(kill_after_s)
             if process.is_alive():
                 process.kill()
