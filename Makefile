@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
                --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test lint bench install build check site clean
+.PHONY: lab test lint bench install build check site portability clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ check: install
 ## site: build the course website (offline) into outputs/site; README, "The website"
 site: install
 	$(BIN)/course site
+
+## portability: strict nbval on every notebook under another instruction set, then under a CPU hog; prints what differs (README, "Platforms")
+portability: install
+	$(BIN)/course portability
 
 ## bench: run bench/ and rewrite the tables in BENCHMARKS.md
 bench: install

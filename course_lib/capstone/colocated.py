@@ -49,6 +49,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,7 +71,9 @@ def shm_path(run_key: str, attempt: int) -> Path:
 
 
 def _shm_dir() -> Path:
-    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+    """``/dev/shm`` (Linux: memory); elsewhere (macOS) the system's temporary folder, whose
+    pages the processes share through the page cache all the same."""
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
 def remove_buffers(run_key: str) -> list[Path]:

@@ -23,13 +23,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "grade": ("course_lib.course.grading.cli", "grade exercise notebooks in a separate kernel and report the score"),
     "site": ("course_lib.course.site", "build the course website (offline) into outputs/site; --serve to view it"),
     "capstone": ("course_lib.capstone.cli", "run lesson 11's torchrun job (generators + trainers) and summarise it"),
+    "portability": (
+        "course_lib.course.portability",
+        "re-run strict nbval under another instruction set and under a CPU hog; print what differs",
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course",
-        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade, site, capstone).",
+        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade, site, capstone, portability).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():

@@ -1,7 +1,7 @@
 """The run contract: ``COURSE_SCALE`` is read here and nowhere else.
 
 ``cpu`` (default) is what the committed notebook outputs show and what CI verifies:
-every notebook in at most 3 minutes on a 2-core CPU. ``full`` picks the sizes that show
+every notebook in at most 150 s on a 2-core CPU. ``full`` picks the sizes that show
 the real effect on a GPU. Lessons take their sizes from :func:`pick`::
 
     n_episodes = pick(cpu=200, full=2_000)
