@@ -50,6 +50,9 @@ import course_lib
 from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
+# every multi-process run below gives up with its own error (naming the stuck process) before
+# the notebook's 300 s cell limit would kill the kernel with none
+DEADLINE_S = pick(cpu=240, full=1800)
 
 # %% [markdown]
 # ## Key equations
@@ -242,7 +245,7 @@ results = {}
 with progress(len(sizes_mb), "model sizes", unit="size") as bar:
     for mb in sizes_mb:
         trials = {name: Trial(cfg, models[mb], updates=1, warmup=1) for name, cfg in methods.items()}
-        for name, res in run_interleaved(trials, ROUNDS, timeout_s=120, deadline_s=600).items():
+        for name, res in run_interleaved(trials, ROUNDS, timeout_s=120, deadline_s=DEADLINE_S).items():
             results[mb, name] = res
         bar.update()
 print(f"load average (1 min) of this {os.cpu_count()}-core machine: {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
@@ -387,7 +390,7 @@ plt.show()
 # NBVAL_IGNORE_OUTPUT
 bucket_sizes = pick(cpu=[0.0625, 0.25, 1.0, 4.0, 16.0, 64.0], full=[0.25, 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0])
 sweep_trials = {b: Trial(SyncConfig("bucketed", bucket_mb=b), models[64], updates=1, warmup=1) for b in bucket_sizes}
-sweep = run_interleaved(sweep_trials, ROUNDS, timeout_s=120, deadline_s=600)
+sweep = run_interleaved(sweep_trials, ROUNDS, timeout_s=120, deadline_s=DEADLINE_S)
 for b, r in sweep.items():
     n = plan_buckets(specs64, int(b * 2**20)).n_buckets
     print(f"bucket {b:>7.4g} MiB: {n:>4} buckets, {r.median_s * 1e3:>6.1f} ms, {r.gb_per_s:.2f} GB/s")
@@ -420,7 +423,7 @@ print("buckets under 1 MiB are never the fastest here, and 64 KiB buckets are mo
 # NBVAL_IGNORE_OUTPUT
 shard_trials = [Trial(SyncConfig("pipelined", bucket_mb=16), models[64], updates=2),
                 Trial(SyncConfig("pipelined", bucket_mb=16, reshard=True), models[64], updates=2)]
-full_copy, resharded = run_trials(shard_trials, world_size=3, timeout_s=120, deadline_s=600)
+full_copy, resharded = run_trials(shard_trials, world_size=3, timeout_s=120, deadline_s=DEADLINE_S)
 print(f"whole model on each receiver: {full_copy.median_s * 1e3:.0f} ms; "
       f"resharded (tp = 2): {resharded.median_s * 1e3:.0f} ms per update")
 
@@ -459,7 +462,7 @@ precision = {
     "bf16 delta": SyncConfig("bucketed", bucket_mb=16, wire_dtype="bf16", delta=True),
 }
 prec_trials = [Trial(cfg, models[16], updates=5, warmup=0, drift=True) for cfg in precision.values()]
-prec = dict(zip(precision, run_trials(prec_trials, timeout_s=120, deadline_s=600)))
+prec = dict(zip(precision, run_trials(prec_trials, timeout_s=120, deadline_s=DEADLINE_S)))
 wire = {name: plan_buckets(list(models[16]), 2**24, torch.bfloat16 if "bf16" in name else None).total_nbytes
         for name in precision}
 print(f"{'wire format':<11} {'MiB sent':>9}   max |error| after versions 1..5 (weights ~ 0.02 scale)")
@@ -512,7 +515,7 @@ faults = {"corrupt bucket": dict(fault=CorruptBucket(2)), "out-of-order bucket":
           "sender killed": dict(fault=KillSender(after_bucket=1))}
 fault_trials = [Trial(SyncConfig("pipelined", bucket_mb=1), models[16], updates=2, warmup=1, drift=True, **kw)
                 for kw in faults.values()]
-outcomes = dict(zip(faults, run_trials(fault_trials, timeout_s=20, deadline_s=300)))
+outcomes = dict(zip(faults, run_trials(fault_trials, timeout_s=20, deadline_s=DEADLINE_S)))
 print(f"{'fault':<20} {'receiver':<24} {'sender':<20} {'kept version':>12} {'weights exact':>14}")
 for name, r in outcomes.items():
     receiver = r.errors.get(1, "-").split(":")[0]

@@ -59,6 +59,9 @@ from course_lib import current_scale, describe, pick, show_source
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 WORK = Path(tempfile.mkdtemp(prefix="lesson11-"))  # the runs of this lesson write here
+# every multi-process run below gives up with its own error (naming the stuck process) before
+# the notebook's 300 s cell limit would kill the kernel with none
+DEADLINE_S = pick(cpu=240, full=1800)
 
 # %% [markdown]
 # ## The system
@@ -210,7 +213,7 @@ print(describe(CapstoneConfig(), exclude=("run_dir", "resume", "kill_rank", "kil
 from course_lib.capstone import run
 
 load_before = os.getloadavg()[0]
-rep = run(WORK / "run", max_restarts=0, deadline_s=600)
+rep = run(WORK / "run", max_restarts=0, deadline_s=DEADLINE_S)
 load_after = os.getloadavg()[0]
 plan = rep.layout
 print(f"\nload average (1 min, 2 cores shared with other jobs): {load_before:.1f} before, {load_after:.1f} after")
@@ -395,15 +398,21 @@ print(f"load average now: {os.getloadavg()[0]:.1f} (2 cores; the 4 ranks alone w
 
 # %%
 covered0 = sum(rows[0].values()) / span_s
-assert predicted > 2 * measured, (predicted, measured)
 assert 0.9 < covered0 < 1.02, covered0
-assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.05 * span_s, rows[0]
-assert c_model > 1.5 * c_with_reduce, (c_model, c_with_reduce, c_run)
-assert rows[0]["wait"] < 0.3 * span_s, rows[0]
-print("the model is optimistic by more than 2x; trainer 0's phases cover its whole time per update (11.4); "
-      "it spent more than 5% of it in all-reduces and more than 5% sending weights, its compute and "
-      "all-reduces together ran more than 1.5x slower than the model assumed, and it waited for data less "
-      "than 30% of the time (the run is trainer-bound; the model's verdict is printed above)")
+oversubscribed = rates.cpu_share < 1  # 4 ranks on fewer than 4 cores: what the claims below are about
+if oversubscribed:
+    assert predicted > 2 * measured, (predicted, measured)
+    assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.05 * span_s, rows[0]
+    assert c_model > 1.5 * c_with_reduce, (c_model, c_with_reduce, c_run)
+    assert rows[0]["wait"] < 0.3 * span_s, rows[0]
+    print("the model is optimistic by more than 2x; trainer 0's phases cover its whole time per update (11.4); "
+          "it spent more than 5% of it in all-reduces and more than 5% sending weights, its compute and "
+          "all-reduces together ran more than 1.5x slower than the model assumed, and it waited for data less "
+          "than 30% of the time (the run is trainer-bound; the model's verdict is printed above)")
+else:
+    print(f"trainer 0's phases cover its whole time per update (11.4). This machine gives each of the 4 ranks a "
+          f"core (cpu share {rates.cpu_share:.2f}): the oversubscription costs discussed below are not expected "
+          "here, so they are printed above but not asserted")
 
 # %% [markdown]
 # **Why the model is optimistic here.** (11.3) knows one cost per rank: its compute, at
@@ -473,9 +482,11 @@ print(f"mean lag {float((lags[:-1] * hist[:-1]).sum() / hist.sum()):.2f} updates
 # %%
 assert hist.sum() == int(u["tokens"].sum())
 assert hist[-1] == 0 and int(np.nanmax(u["lag_max"])) <= cfg.max_lag
-assert hist[cfg.max_lag] > 0 and hist[2:].sum() > hist.sum() / 2
-print(f"every one of the consumed tokens lagged at most max_lag = {cfg.max_lag} updates (11.2), and most of "
-      "them lagged 2 or more: the pipeline uses its window")
+if oversubscribed:  # trainer-bound on shared cores: answers wait in the window
+    assert hist[cfg.max_lag] > 0 and hist[2:].sum() > hist.sum() / 2
+print(f"every one of the consumed tokens lagged at most max_lag = {cfg.max_lag} updates (11.2)"
+      + (", and most of them lagged 2 or more: the pipeline uses its window" if oversubscribed else
+         " (a core per rank: how much of the window the run uses is printed above, not asserted)"))
 
 # %% [markdown]
 # **Takeaway:** the bound holds across processes, on every token (asserted), and the
@@ -631,7 +642,7 @@ from course_lib.runtime.processes import live_children
 KILL = dict(n_updates=pick(cpu=80, full=400), checkpoint_every=pick(cpu=20, full=100),
             kill_rank=3, kill_at_update=pick(cpu=50, full=250), eval_prompts=pick(cpu=128, full=512))
 echoed: list[str] = []
-rep_kill = run(WORK / "killed", max_restarts=1, deadline_s=600, show_progress=False, echo=echoed.append,
+rep_kill = run(WORK / "killed", max_restarts=1, deadline_s=DEADLINE_S, show_progress=False, echo=echoed.append,
                calibrate=False, n_trainers=plan["n_trainers"], n_slots=plan["n_slots"], **KILL)
 for line in echoed:
     if "kills itself" in line or "restarted" in line or "finished" in line:
