@@ -431,6 +431,20 @@ def test_a_bad_bucket_is_rejected_and_the_old_weights_stay(fault, error):
 
 
 @pytest.mark.timeout(180)
+def test_a_rejected_delta_update_leaves_the_mirror_on_what_the_receivers_kept():
+    """With delta, the sender tracks what the receivers hold; a rejected update (they kept the
+    previous weights) must not move that mirror, or every later delta is taken against weights
+    nobody holds, and its checksums, which cover the delta, still pass."""
+    config = SyncConfig("pipelined", bucket_mb=0.02, wire_dtype="bf16", delta=True)
+    trial = Trial(config, SMALL, updates=3, warmup=1, fault=CorruptBucket(2), drift=True, go_on_after_rejection=True)
+    (r,) = run_trials([trial], timeout_s=20, deadline_s=120)
+    assert r.errors[1].startswith("CorruptBucketError") and "rejected version 2" in r.errors[0], r.errors
+    assert r.kept_version == {1: 4}  # versions 3 and 4 committed after the rejected 2
+    assert len(r.max_abs_error) == 2 and max(r.max_abs_error) < 1e-5, r.max_abs_error  # a delta's bf16 rounding
+    assert no_children()
+
+
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("method,in_place", [("bucketed", False), ("pipelined", False), ("pipelined", True)])
 def test_a_sender_killed_mid_transfer_leaves_the_receiver_on_its_old_weights(method, in_place):
     trial = Trial(

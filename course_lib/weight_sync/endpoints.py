@@ -66,7 +66,11 @@ class Sender(_Endpoint):
 
     def __init__(self, config: SyncConfig, specs: list[TensorSpec], group: ProcessGroup | None = None) -> None:
         super().__init__(config, specs, group)
+        # delta: ``mirror`` is what every receiver holds; an update is packed against it into
+        # ``pending``, which becomes the mirror only once every receiver accepted the update (a
+        # rejected one leaves the receivers, and so the mirror, where they were)
         self.mirror = {s.name: torch.zeros(s.shape, device=self.device) for s in self.specs} if config.delta else None
+        self.pending = {s.name: torch.zeros(s.shape, device=self.device) for s in self.specs} if config.delta else None
         self.storage = (
             WeightStore.in_bucket_layout(self.plan, HEADER_BYTES, str(self.device)) if config.in_place else None
         )
@@ -86,16 +90,18 @@ class Sender(_Endpoint):
 
     def pack_bucket(self, weights: dict[str, torch.Tensor], metas: list[TensorMeta], payload: torch.Tensor) -> None:
         """Copy these tensors into a bucket's ``payload`` (cast to the wire dtype); with ``delta`` send
-        ``W - (what receivers hold)`` and track it; with ``in_place`` nothing (they are views of it)."""
+        ``W - (what receivers hold)`` and note what they will hold if the update commits (``pending``);
+        with ``in_place`` nothing (they are views of it)."""
         if self.config.in_place:
             return
         if self.mirror is None:
             pack(weights, metas, payload)
             return
+        assert self.pending is not None
         for m in metas:
             out = view(payload, m)
             out.copy_(weights[m.name] - self.mirror[m.name])
-            self.mirror[m.name] += out.float()
+            torch.add(self.mirror[m.name], out.float(), out=self.pending[m.name])
 
     def send(self, weights: dict[str, torch.Tensor], version: int) -> Phases:
         """Send version ``version`` of ``weights`` to every receiver.
@@ -116,6 +122,8 @@ class Sender(_Endpoint):
                 f"a receiver rejected version {version} ({comm.STATUS.get(status, status)}); "
                 "every receiver kept its previous weights"
             )
+        if self.mirror is not None and self.pending is not None:  # committed everywhere: the receivers hold pending
+            self.mirror, self.pending = self.pending, self.mirror
         return ph
 
 

@@ -26,6 +26,7 @@ from course_lib.runtime import ranks
 from course_lib.weight_sync.config import SyncConfig
 from course_lib.weight_sync.endpoints import Receiver, Sender
 from course_lib.weight_sync.faults import Fault
+from course_lib.weight_sync.integrity import SenderLostError, WeightSyncError
 from course_lib.weight_sync.specs import TensorSpec, make_weights, total_bytes
 
 K = TypeVar("K")
@@ -38,7 +39,8 @@ class Trial:
     ``fault`` (a :class:`~course_lib.weight_sync.faults.Fault`, e.g. ``CorruptBucket(2)``)
     breaks the sender's first timed update; ``receiver_specs`` gives receivers another model
     (shape mismatch); ``drift`` makes every version different (``specs.make_weights``) and
-    has the receivers report their error against the exact weights.
+    has the receivers report their error against the exact weights. ``go_on_after_rejection``
+    sends the following updates after a rejected one (its error is kept), as a trainer does.
     """
 
     config: SyncConfig
@@ -49,6 +51,7 @@ class Trial:
     receiver_specs: tuple[TensorSpec, ...] | None = None
     drift: bool = False
     seed: int = 0
+    go_on_after_rejection: bool = False
 
     def __post_init__(self) -> None:
         if self.fault is not None:
@@ -167,7 +170,13 @@ def _run_trial(trial: Trial, rank: int, workdir: str) -> dict[str, Any]:
         try:
             phases = endpoint.send(weights, version) if isinstance(endpoint, Sender) else endpoint.receive(version)
         except Exception as exc:
-            out["error"] = f"{type(exc).__name__}: {exc}"
+            out["error"] = out["error"] or f"{type(exc).__name__}: {exc}"
+            if (
+                trial.go_on_after_rejection
+                and isinstance(exc, WeightSyncError)
+                and not isinstance(exc, SenderLostError)
+            ):
+                continue  # every receiver kept its previous weights: the next version goes out as usual
             break
         elapsed = time.perf_counter() - start
         if k < trial.warmup:
