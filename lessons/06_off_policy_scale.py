@@ -288,8 +288,8 @@ best_jax, best_numpy = max(jax_rates.values()), max(numpy_rates.values())
 print(f"best JAX / best numpy: {best_jax / best_numpy:.0f}x   (load average 1/5/15 min: {load})")
 
 # %%
-assert best_jax > 5 * best_numpy  # measured 20-30x on 2 cores
-assert best_jax > 1.5 * jax_rates[1]  # batching pays until the cores are full (measured 2.5-3.5x)
+assert best_jax > 5 * best_numpy  # the ratio is printed above
+assert best_jax > 1.5 * jax_rates[1]  # batching pays until the cores are full
 fig, ax = plt.subplots(figsize=(7, 4))
 ax.loglog(list(jax_rates), list(jax_rates.values()), "o-", label="JAX: jit + vmap + scan")
 ax.loglog(list(numpy_rates), list(numpy_rates.values()), "s--", label="numpy: gymnasium SyncVectorEnv")
@@ -389,8 +389,8 @@ assert w_error < 1e-6
 # `course_lib.sac_jax` follows lesson 04's shape: `make_train(config, env, env_params)`
 # returns `init(key)` and `run_chunk(state)`, pure functions of arrays. One chunk is a
 # `lax.scan` over vectorised env steps, each followed by `utd` gradient updates in an
-# inner scan (the pseudocode above); the env states, the replay buffer (a ring of 65,536
-# transitions here), the networks and the optimizer states are all in the scanned carry.
+# inner scan (the pseudocode above); the env states, the replay buffer (65,536 transitions
+# on a sum-tree here: `prioritized=True`), the networks and the optimizer states are all in the scanned carry.
 # `train` calls the jitted chunk in a Python loop only to draw a progress bar. Several
 # seeds can run as one `jax.vmap`-ed program (`make_train_fn`), but on this CPU the
 # seeds run faster as threads, one compiled chunk each (in `bench/bench_sac.py` 3 vmapped
@@ -492,7 +492,7 @@ plt.show()
 # later-paid lesson. The evaluation above uses the deterministic policy (`tanh` of the
 # mean) on fresh episodes, while the curves count the training episodes, driven by
 # sampled actions, so the two need not agree. The learned driver stays below the hand-written one at this budget: V-Max trains for 25M
-# steps, this run for a few hundred thousand.
+# steps, this run for the number printed in the training cell.
 #
 # **The learned driver, on the same four scenarios as section 1** (seed 0's actor):
 
@@ -540,7 +540,7 @@ print("At this scale the gradient updates take more of a step than the simulator
 # environments were the bottleneck. This is why `utd` is the first knob of an off-policy
 # system: more updates per transition learn more from each step but slow the data
 # stream; more envs per update feed the buffer faster but each transition is replayed
-# fewer times. V-Max's GPU runs sit at the other end: thousands of envs per step.
+# fewer times. (V-Max's repository defaults to 16 envs and 4 updates per env step.)
 #
 # ## 6 · Model size x data size
 #
@@ -564,7 +564,6 @@ print(sweep_table(grid))
 # %%
 acc_grid = grid.accuracy.mean(-1)  # [widths, budgets]
 assert np.all(acc_grid[:, -1] > random_rates["accuracy"] + 0.2)  # every width learns with the most data
-assert np.all(acc_grid[:, -1] >= acc_grid[:, 0] - 0.1)  # more data does not hurt beyond noise
 fig, ax = plt.subplots(figsize=(7, 4))
 for i, w in enumerate(grid.widths):
     ax.errorbar(np.array(grid.budgets) / 1000, acc_grid[i], yerr=grid.accuracy[i].std(-1), marker="o", capsize=3,
@@ -577,11 +576,13 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# **What the grid shows, and what it does not.** Every width learns, and more experience
-# helps (both asserted). Which width is better at a given budget is not settled at this
-# scale: with two seeds per cell, the ranking at the smaller budgets changed from one of
-# our runs to the next (once the narrow network led clearly at the middle budget, once the
-# wide one did), so read the table with its min-max ranges and claim no ordering. V-Max's
+# **What the grid shows, and what it does not.** Every width learns: with the most
+# experience each is more than 20 points above the random driver (asserted). The rest is
+# not settled at this scale. Each budget is a snapshot of one run, so more experience and
+# more gradient updates move together; with two seeds per cell the differences between
+# budgets and between widths are within the min-max ranges of the table, and a training run
+# this short changes with the machine's arithmetic (its instruction set, its thread
+# count). So read the table with its ranges and claim no ordering, of widths or of budgets. V-Max's
 # pattern, larger models behind on little data and ahead with more, needs budgets the
 # cpu scale cannot afford: the `full` sweep (widths 32-512, up to 16M env steps, 4
 # seeds) is the one to run on a GPU.
@@ -628,8 +629,8 @@ plt.show()
 #   Called one at a time from Python on a CPU, numpy is faster; inside the jitted step it
 #   costs no call at all.
 # - SAC is four small equations (06.2)-(06.6) around that buffer; with acting, storing,
-#   sampling and learning in one program it learned the driving task on 2 CPU cores in
-#   one to one and a half minutes for three seeds (compilation included), from the random
+#   sampling and learning in one program it learned the driving task on 2 CPU cores, three
+#   seeds in the time printed in section 4 (compilation included), from the random
 #   driver's accuracy to well above it.
 # - Where the time goes decides the knobs: the update-to-data ratio trades learning per
 #   transition for throughput, and at this scale the gradient updates, not the

@@ -312,7 +312,7 @@ from course_lib.pipeline.system import PipelineConfig, PipelineSystem
 base = PipelineConfig(n_updates=pick(cpu=100, full=600), max_lag=8, snapshot_every=10)
 print(describe(base, exclude=("lm", "task", "start_method")))
 ARMS = {
-    "sync": dict(regime="sync"),
+    "sync": dict(regime="sync", snapshot_every=1),  # weights after every update: section 4 compares at equal wall-clock
     "one_step": dict(regime="one_step"),
     "pipeline": dict(regime="pipeline"),
     "pipeline_no_is": dict(regime="pipeline", correction=False),
@@ -402,12 +402,14 @@ for arm in ARMS:
           f"{100 * median(arm, lambda r: r.busy_fraction('trainer')):>10.0f}% "
           f"{max(int(r.token_lags.max()) for r in runs[arm]):>8} {median(arm, lambda r: r.token_lags.mean()):>9.2f} "
           f"{median(arm, lambda r: r.series('ess').mean()):>6.3f} {median(arm, lambda r: r.seconds):>8.1f}")
+print("pipeline / sync tokens/s per seed (each seed's pair run back to back): "
+      + ", ".join(f"{p.tokens_per_second / s.tokens_per_second:.2f}" for p, s in zip(runs["pipeline"], runs["sync"])))
 
 # %%
 ratios = [p.tokens_per_second / s.tokens_per_second for p, s in zip(runs["pipeline"], runs["sync"])]
 assert np.median(ratios) > 1.0, ratios
 print("pipeline RL consumed more answer tokens per second than the synchronous loop (median of the per-seed "
-      "ratios, each seed's pair run back to back; the ratios are in the table above)")
+      "ratios, each seed's pair run back to back; the per-seed ratios are printed under the table)")
 
 # %% [markdown]
 # **Where the hardware idles.** One second from the middle of each run (seed 0); a
@@ -461,9 +463,9 @@ for arm in ARMS:
     print(f"{LABELS[arm]:<30} {', '.join(f'{x:.3f}' for x in held_out[arm]):<26} {m:>+27.3f} +- {se:.3f}")
 
 # %%
-# The margin: a mean over 3 seeds of a 1024-prompt measurement is off by about 0.013 / sqrt(3) = 0.008, so a
-# mean gain of 0.02 is learning, not measurement noise. A stricter "mean - 2 s.e. > 0" with the s.e. estimated
-# from 3 seeds fails in a fair share of runs on any machine: one seed of the pipeline can end near the warm start.
+# The margin: a mean gain is off by about 0.014 from measurement alone (each policy's 1024 prompts, 0.0125 / sqrt(3),
+# plus the warm start's own measurement, which every seed shares); 0.02 is above that. No "mean - 2 s.e. > 0": an s.e.
+# estimated from 3 seeds is itself very noisy, and one seed of an asynchronous arm can end near the warm start.
 MARGIN = 0.02
 LEARNING_ARMS = ("sync", "one_step", "pipeline", "pipeline_recompute")
 for arm in LEARNING_ARMS:
@@ -518,9 +520,11 @@ for arm in ARMS:
 # seed can cross the line early by luck or, with its batches dipping at the end, never
 # (then its time reads "never"). A steadier measure of reward per second uses the held-out
 # prompts: **at equal wall-clock.** When the pipeline run had done all its updates, how
-# far had the synchronous run of the same seed got? The trainer kept a copy of its
-# weights every 10 updates (`PipelineConfig.snapshot_every`); `RegimeReport.state_at`
-# gives the last one taken by then, measured on the same 1024 held-out prompts:
+# far had the synchronous run of the same seed got? Its trainer kept a copy of its
+# weights after every update (`PipelineConfig.snapshot_every=1`); `RegimeReport.state_at`
+# gives the one it had then, measured on the same 1024 held-out prompts. A difference of
+# two such measurements is itself off by about 0.018 (each 0.0125), so the cell says
+# whether the lead is beyond that noise:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -538,11 +542,16 @@ ahead = np.array(held_out["pipeline"]) - np.array(sync_at_pipeline_end)
 m_ahead, se_ahead = mean_se(ahead)
 print(f"pipeline RL ahead at equal wall-clock by {', '.join(f'{x:+.3f}' for x in ahead)} (median "
       f"{np.median(ahead):+.3f}; mean {m_ahead:+.3f} +- {se_ahead:.3f} s.e.)")
+noise = 0.018 / np.sqrt(len(SEEDS))  # the measurement error of the mean lead over the seeds
+print("verdict: " + (f"pipeline RL's mean lead is beyond twice its measurement error ({2 * noise:.3f})"
+                     if m_ahead > 2 * noise else
+                     f"the mean lead is within twice its measurement error ({2 * noise:.3f}): at this scale and load, "
+                     "doing the updates sooner bought no measurable reward at equal wall-clock"))
 
 # %%
-assert np.median(sync_updates_then) < base.n_updates and np.median(ahead) > 0, (sync_updates_then, ahead)
-print("at equal wall-clock (the moment pipeline RL finished), the synchronous run had done fewer updates and its "
-      f"policy scored lower on the held-out prompts than pipeline RL's, in the median over the {len(SEEDS)} seeds")
+assert max(sync_updates_then) < base.n_updates, sync_updates_then
+print("at equal wall-clock (the moment pipeline RL finished), the synchronous run of every seed had done fewer "
+      "updates; whether that bought reward is the verdict above, read against the measurement's noise")
 (mp, sp), (ms, ss) = mean_se(gain["pipeline"]), mean_se(gain["sync"])
 assert mp - ms <= 2 * np.hypot(sp, ss), (gain["pipeline"], gain["sync"])
 print("per update, pipeline RL gained no more than the synchronous arm, beyond two standard errors of the "
@@ -556,15 +565,15 @@ print("per update, pipeline RL gained no more than the synchronous arm, beyond t
 # lags, and so its updates, depend on how the two processes were scheduled). Per update (right panel) staleness buys nothing: the pipeline
 # arms' tokens are up to 8 updates old, and an update on them is worth no more than a
 # synchronous update (asserted, within two standard errors of the difference). Per second
-# pipeline RL is ahead, because it produces and consumes the samples faster: when it had
-# finished, the synchronous run of the same seed was a fraction of the way through its
-# updates, and its policy then scored lower on the held-out prompts (asserted in the
-# median over the seeds). The size of that lead moves from run to run with the machine's
-# load (this run's is printed above): most of this task's gain comes in the first 20-40 updates, which the synchronous run
-# has often made by then, and on a machine crowded by other jobs a seed's pipeline run can
-# lose its second core and finish no sooner, so the assertion claims only that the median
-# lead is positive. The time-to-target figures say the same where the noisy batch rewards
-# let them.
+# pipeline RL does its updates sooner, because it produces and consumes the samples
+# faster: when it had finished, the synchronous run of every seed was only part of the way
+# through its updates (asserted). Whether that is reward per second depends on how much
+# the synchronous run's remaining updates would have added, and the held-out measurement
+# is itself noisy: the verdict above reads the lead against that noise, from this run's
+# numbers. The lead moves from run to run with the machine's load (on a machine crowded
+# by other jobs a seed's pipeline run can lose its second core and finish no sooner), so
+# it is printed, not asserted. The time-to-target figures say the same where the noisy
+# batch rewards let them.
 # On 128 H100s the PipelineRL paper reports about 2x faster learning than conventional RL
 # (Piche et al. 2025); here the per-seed figures above are the measured ones, on two
 # shared CPU cores.
@@ -617,10 +626,10 @@ else:
 # %%
 stale_ess = median("pipeline_no_is", lambda r: r.series("ess").mean())
 stale_lag = median("pipeline_no_is", lambda r: r.token_lags.mean())
-assert stale_ess < 0.95 and stale_lag > 1, (stale_ess, stale_lag)
+assert stale_ess < 0.98 and stale_lag > 1, (stale_ess, stale_lag)
 assert mean_se(gain["pipeline"])[0] > 0, gain["pipeline"]
 print("the uncorrected arm trained on tokens lagging more than one update on average (staler than one-step async "
-      "can be), whose ignored weights had an ESS/N below 0.95: the correction had work to do, and the corrected arm "
+      "can be), whose ignored weights had an ESS/N below 0.98: the correction had work to do, and the corrected arm "
       "learned (section 4)")
 
 # %% [markdown]
@@ -689,11 +698,12 @@ print("recomputing removes the log-prob gap (to rounding) in every run and costs
 # above; in the multi-process runs it shows only on lag-0 tokens of sequences whose cache
 # older weights wrote, so its size there depends on timing and can be zero), which (07.1) treats like any other mismatch between $\mu$ and $\pi_u$; the
 # held-out gains of the two arms, side by side above, say whether it cost reward here.
-# Recomputing costs a forward pass over every slot's whole prefix at every update: it
-# costs tokens/s only when the generator is the bottleneck (the verdict above says which
-# it was in this run; `bench/bench_pipeline_rl.py` measures it too). With a large model
-# and long prefixes the recompute grows with the prefix length, the case where keeping
-# the cache pays.
+# Recomputing costs a forward pass over the slots' prefixes at every swap (here, for
+# simplicity, over every slot at the full context length, busy or not): it costs tokens/s
+# only when the generator is the bottleneck (the verdict above says which it was in this
+# run; `bench/bench_pipeline_rl.py` measures it too). An engine that recomputes only the
+# busy slots' prefixes pays in proportion to the tokens in flight, which long answers and
+# large models make expensive: the case where keeping the cache pays.
 
 # %% [markdown]
 # ## 7. The lag, per token
@@ -754,9 +764,9 @@ print("no token lagged more than its regime's bound, and the pipeline used more 
 #   batch, and generation and training wait for each other.
 # - Pipeline RL keeps the generator running: new weights are swapped in between decoding
 #   steps, the KV cache is kept, finished slots are refilled at once. Here it consumed more
-#   tokens per second than the synchronous loop on the same two cores, and at the moment
-#   it finished its updates its policy scored higher on held-out prompts than the
-#   synchronous run's at that moment (section 4, over three seeds).
+#   tokens per second than the synchronous loop on the same two cores, and when it had
+#   finished its updates the synchronous run had not (section 4 reads the reward lead at
+#   that moment against the measurement's noise).
 # - Every regime learned from the same warm start, by the margin asserted in section 4.
 # - A sequence then mixes policy versions; the per-token truncated importance weight
 #   (07.1-07.2) handles it without products of ratios, with the version and log-prob the
@@ -769,11 +779,10 @@ print("no token lagged more than its regime's bound, and the pipeline used more 
 #   left behind.
 #
 # **Full scale.** `COURSE_SCALE=full` runs 600 updates per arm from a 60-step warm
-# start; on a GPU, the same classes take a larger `LMConfig` (e.g. `d_model=256,
-# n_layers=4`) and more slots (`n_slots=256`), where a decoding step costs nearly the
-# same for 8 or 256 busy slots and the stragglers' waste grows with the batch. Run it with
-# `.venv/bin/course run 07 --scale full`. No GPU was available when this lesson was
-# written, so no full-scale figures are quoted; one generator process is implemented
+# start, on the CPU: the sampler, its KV cache and the shared weights are host tensors,
+# and no device path is implemented (lesson 11's capstone runs on GPUs). Run it with
+# `.venv/bin/course run 07 --scale full`; `BENCHMARKS.md` ("Full scale on a GPU") records
+# the run made on a GPU machine, seed 0 only. One generator process is implemented
 # (several generators sharing the group numbering are left for lesson 11). The throughput
 # and lag figures, keep vs recompute included, are also measured by
 # `python bench/run.py pipeline_rl` (see `BENCHMARKS.md`).

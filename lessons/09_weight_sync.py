@@ -50,9 +50,9 @@ import course_lib
 from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
-# every multi-process run below gives up with its own error (naming the stuck process) before
-# the notebook's 300 s cell limit would kill the kernel with none
-DEADLINE_S = pick(cpu=240, full=1800)
+# every multi-process run below gives up with its own error before the notebook's cell limit
+# (300 s under nbval, 1800 s under `course run`) would kill the kernel with none
+DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at full scale
 
 # %% [markdown]
 # ## Key equations
@@ -593,6 +593,9 @@ def paired_ratio(mb, overlap):  # median over rounds of predicted / measured, ea
 staged = {mb: paired_ratio(mb, eta) for mb in sizes_mb}
 ideal = {mb: paired_ratio(mb, 1.0) for mb in sizes_mb}
 print(f"overlap efficiency fitted to the pipelined times: eta = {eta:.2f}")
+print("verdict: " + (f"here the pipeline falls short of the ideal overlap (eta = {eta:.2f} < 1): the stages could "
+                     "not run fully side by side" if eta < 0.995 else
+                     "here the pipeline reached the ideal overlap (eta = 1): the stages ran side by side"))
 print(f"{'MiB':>5} {'buckets':>8} {'stage ms':>9} {'flat ms':>8} {'reload ms':>10} {'pipelined ms':>13} "
       f"{'(09.3) / measured':>18} {'eta = 1 / measured':>19}")
 for mb, (stage_s, flat_s, reload_s, n) in zip(sizes_mb, stages):
@@ -623,21 +626,23 @@ for mb, nb, k in zip(sizes_mb, nbytes, n_tensors):
 several = [mb for mb, st in zip(sizes_mb, stages) if st[3] > 1]  # the models of several buckets
 assert all(1 / 1.5 < staged[mb] < 1.5 for mb in several), staged
 assert all(1 / 2 < staged[mb] < 2 for mb in sizes_mb), staged  # a single bucket: fixed costs, see below
-assert eta < 1 and all(ideal[mb] < staged[mb] for mb in several), (eta, ideal)
+assert eta <= 1 and all(ideal[mb] <= staged[mb] + 1e-12 for mb in several), (eta, ideal)  # eta = 1 is the bound
 print("with the fitted overlap, (09.3) is within 1.5x of the pipelined method's measured time for every model "
-      "of several buckets (within 2x for the single bucket); on this machine the pipeline falls short of the "
-      "ideal overlap (eta < 1), and the ideal eta = 1 would predict every update of several buckets faster")
+      "of several buckets (within 2x for the single bucket); the ideal overlap (eta = 1) predicts every update of "
+      "several buckets no slower than the fitted one: it is the bound (the verdict above says how close this "
+      "machine came)")
 
 # %% [markdown]
 # The pipelined method is the one we extrapolate, so its equation is the one held to
 # 1.5x where it has something to overlap (several buckets). A single bucket's update is a
 # few tens of milliseconds in which the pipeline's fixed costs (starting the stages,
 # handing the buffer over) weigh as much as its bytes; (09.3) has no term for them, and
-# on a loaded machine they grew to 1.5x its prediction in one CI run, hence the looser 2x
-# there. With the ideal $\eta = 1$ of the ping-pong buffer instead, (09.3) would predict
-# the models of several buckets faster (the last column; the 16 MiB model is a single
-# bucket, where $\eta$ plays no part): two cores cannot run the stages fully side by
-# side, and the fitted $\eta$ says how far they fall short. The rate model goes one step
+# on a loaded machine they can exceed it by half, hence the looser 2x there. With the
+# ideal $\eta = 1$ of the ping-pong buffer instead, (09.3) predicts the models of several
+# buckets no slower (the last column; the 16 MiB model is a single bucket, where $\eta$
+# plays no part): on two busy cores the stages cannot run fully side by side, and the
+# fitted $\eta$ says how far they fall short (on a machine with cores to spare it can
+# reach 1). The rate model goes one step
 # further and predicts from the bytes alone, with one rate per stage; its rows show what
 # that leaves out. Fixed costs of an update (an `fsync`, opening a file, a barrier)
 # matter most for the small models, and one $\beta$, $\sigma$ or $\rho$ cannot follow
@@ -661,8 +666,8 @@ for (name, published, piped, naive), (_, _, piped_here, _) in kimi:
 
 # %%
 for (name, published, piped, naive), (_, _, piped_here, _) in kimi:
-    assert published / 2 < piped < published * 2 and piped_here > piped and naive > 60
-print("at 1T parameters: the ideal pipelined broadcast within 2x of the published times, slower with this "
+    assert published / 2 < piped < published * 2 and piped_here >= piped and naive > 60
+print("at 1T parameters: the ideal pipelined broadcast within 2x of the published times, no faster with this "
       "machine's overlap, the naive path over a minute")
 
 # %%

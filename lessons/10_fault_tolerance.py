@@ -38,7 +38,7 @@
 #    in the middle of a save, to parameters **bitwise** equal to an uninterrupted run.
 # 5. Supervise workers: heartbeats catch a frozen actor, a dead one is restarted with the
 #    current weights, and the learner keeps going within its lag bound; measure what
-#    faults every few seconds cost.
+#    an actor killed every second or so costs.
 # 6. Choose the checkpoint interval: measure the cost of a blocking and an asynchronous
 #    save, derive Young's and Daly's optimum, and check it against a simulation.
 #
@@ -512,8 +512,9 @@ print(f"every fault run survived its {n_fault_updates // kill_every} kills (rest
       "and the faults kept more than half the throughput")
 
 # %% [markdown]
-# **Takeaway.** A replacement actor starts in a few hundredths of a second (forked from a
-# warm `forkserver`) and a kill loses at most the unroll being written, so at a kill every
+# **Takeaway.** A replacement actor is forked from a warm `forkserver`, and its first
+# unroll reaches the learner within the recovery time printed above; a kill loses at most
+# the unroll being written, so at a kill every
 # second or so the system keeps most of its throughput (the ratio printed above varies from
 # run to run on a shared machine; `bench/bench_actor_faults.py` measures it at fixed kill
 # intervals in `BENCHMARKS.md`; the cell above asserts more than half), learning goes on
@@ -648,7 +649,7 @@ print("an asynchronous save lets the run checkpoint more often and waste less (w
 # | first / final return | mean episode return in the first and last quarter of a run's updates |
 # | waste | extra wall-clock seconds per second of useful work: saves, lost work, restarts (10.1) |
 # | MTBF | mean time between failures of the whole job (a job of N machines fails N times as often as one) |
-# | load average | the 1-minute average of runnable processes on this 2-core machine; above 2, timings drift |
+# | load average | the 1-minute average of runnable processes; above the number of cores, timings drift |
 #
 # ## Summary
 #
@@ -669,7 +670,8 @@ print("an asynchronous save lets the run checkpoint more often and waste less (w
 #   so the run checkpoints more often and wastes less; restarts set a floor $R/M$.
 #
 # **Full scale.** `COURSE_SCALE=full` kills the writer 30 times, runs 100 REINFORCE and
-# 100 PPO updates, saves a 256 MiB state, and runs the fault comparison 30 s per run.
+# 100 PPO updates, saves a 256 MiB state, and runs the fault comparison for 4,000 updates
+# per run with an actor killed every 900.
 # The side-by-side figures for a 256 MiB state (Orbax blocking and asynchronous,
 # safetensors, DCP, torch.save) and the throughput under injected faults are in
 # `BENCHMARKS.md`: `python bench/run.py checkpoint` and `python bench/run.py actor_faults`.

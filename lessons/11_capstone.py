@@ -59,9 +59,9 @@ from course_lib import current_scale, describe, pick, show_source
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 WORK = Path(tempfile.mkdtemp(prefix="lesson11-"))  # the runs of this lesson write here
-# every multi-process run below gives up with its own error (naming the stuck process) before
-# the notebook's 300 s cell limit would kill the kernel with none
-DEADLINE_S = pick(cpu=240, full=1800)
+# every multi-process run below gives up with its own error before the notebook's cell
+# limit (300 s under nbval, 1800 s under `course run`) would kill the kernel with none
+DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at full scale
 
 # %% [markdown]
 # ## The system
@@ -216,7 +216,7 @@ load_before = os.getloadavg()[0]
 rep = run(WORK / "run", max_restarts=0, deadline_s=DEADLINE_S)
 load_after = os.getloadavg()[0]
 plan = rep.layout
-print(f"\nload average (1 min, 2 cores shared with other jobs): {load_before:.1f} before, {load_after:.1f} after")
+print(f"\nload average (1 min, {os.cpu_count()} cores shared with other jobs): {load_before:.1f} before, {load_after:.1f} after")
 
 # %%
 from course_lib.capstone.config import SLOT_CHOICES
@@ -230,7 +230,7 @@ print(f"the run finished its {cfg.n_updates} updates in one attempt, on 4 ranks 
 
 # %% [markdown]
 # **The layout the model chose.** Rank 0 timed a decoding step of 16, 32 and 64 slots and
-# a trainer's forward and backward pass, alone, in about a second; `choose_layout` then
+# a trainer's forward and backward pass, alone (the calibration's time is printed above); `choose_layout` then
 # asks lesson 08's `predict` for every split (2 or 3 trainers, the rest generators) and
 # every slot count, and keeps the fastest. We redo its table from the rates it saved, and
 # check that the run used the argmax:
@@ -270,11 +270,12 @@ print("the run's layout is the argmax of the model's table (recomputed from the 
       "predicts the pipeline faster than synchronous RL on the same split")
 
 # %% [markdown]
-# **Takeaway:** on 4 ranks and 2 cores every rank gets half a core ($\sigma$ = 0.5), and the
+# **Takeaway:** on 4 ranks and 2 cores every rank gets half a core ($\sigma$ = 0.5; the
+# calibration printed this machine's), and the
 # model's table says where the run is bounded: a column (production or consumption) is
 # the smaller one for each row, and that one is the throughput (11.3). The choice moves
-# with the calibration's timings from run to run (in our runs mostly 2 trainers and 2
-# generators of 32 slots, sometimes 64 slots or 3 trainers); the run uses whatever rank 0
+# with the calibration's timings from run to run (2 or 3 trainers, 16 to 64 slots); the
+# run uses whatever rank 0
 # measured, and every later run that resumes it keeps that layout.
 
 # %% [markdown]
@@ -322,12 +323,8 @@ print(f"the held-out reward rose by more than {MARGIN} (about two standard error
 
 # %% [markdown]
 # **Takeaway:** the run learns: the held-out reward ends clearly above where the warm start
-# left it (asserted: by more than 0.05). Over the default runs we made before this
-# execution (seeds 0-3, seed 0 several times, in executions of this notebook and outside it;
-# machine load 2 to 9; both layouts the model picks) it went from 0.12-0.18 at the start to
-# 0.25-0.30 at the end, gains between +0.088 and +0.166, after 20-45 s of updating (this
-# run's figures are printed above); the margin is a little over half the smallest gain,
-# and about two standard errors of a difference measured on 512 prompts. The
+# left it (asserted: by more than 0.05, about two standard errors of a difference measured
+# on 512 prompts; this run's figures are printed above). The
 # batch reward is much noisier (4 prompts per update), which is why the claim rests on the
 # held-out prompts.
 
@@ -394,9 +391,12 @@ model_bound = "consumption (the trainers)" if n_t * chosen.train_tokens_per_s_pe
 run_bound = "the trainers" if rows[0]["wait"] < 0.3 * span_s else "the generators"
 print(f"the model said the run is bounded by {model_bound}; trainer 0 waited for groups "
       f"{100 * rows[0]['wait'] / span_s:.0f}% of the time, so the run was bounded by {run_bound}")
-print(f"load average now: {os.getloadavg()[0]:.1f} (2 cores; the 4 ranks alone would make 4)")
+print(f"load average now: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores; the 4 ranks alone would make 4)")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (what is claimed depends on the machine's cores: the claims of a 2-core run are asserted only where 4 ranks share
+# fewer than 4 cores; the assert lines run either way)
 covered0 = sum(rows[0].values()) / span_s
 assert 0.9 < covered0 < 1.02, covered0
 oversubscribed = rates.cpu_share < 1  # 4 ranks on fewer than 4 cores: what the claims below are about
@@ -480,6 +480,8 @@ print(f"mean lag {float((lags[:-1] * hist[:-1]).sum() / hist.sum()):.2f} updates
       f"tokens with a clipped weight: {100 * np.nanmean(u['clipped']):.2f}%")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (the window's use depends on the machine's cores; the asserts run either way)
 assert hist.sum() == int(u["tokens"].sum())
 assert hist[-1] == 0 and int(np.nanmax(u["lag_max"])) <= cfg.max_lag
 if oversubscribed:  # trainer-bound on shared cores: answers wait in the window
@@ -594,21 +596,26 @@ print(f"answers in flight when a generator swapped weights: median {np.median(in
       f"(their KV caches kept); weight sync in all: {s['total'][send].sum():.1f} s of trainer 0's {span_s:.1f} s")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (the latency claim is a 2-core run's: asserted only where 4 ranks share fewer cores; the other asserts run always)
 for r in range(n_t, 4):
     mine = (s["side"] == "receive") & (s["rank"] == r)
     assert sorted(s["version"][mine].astype(int)) == sorted(s["version"][send].astype(int)), r
 assert int(send.sum()) == cfg.n_updates and (s["nbytes"] == nbytes).all()
 bw_send = nbytes / np.median(s["transfer"][send])
-assert bw_send < 5e8, bw_send  # gloo moves large tensors at 2-4 GB/s on this machine (lesson 09)
-assert np.median(in_flight) > 0
-print(f"all {cfg.n_updates} versions reached every generator (a broadcast, no version skipped); the effective "
-      "bandwidth of a half-megabyte update is below 0.5 GB/s, a fraction of what gloo reaches on large "
-      "tensors: latency-bound; generators swapped with "
-      "answers in flight")
+print(f"all {cfg.n_updates} versions reached every generator (a broadcast, no version skipped)")
+if oversubscribed:  # on shared cores a broadcast waits for every member to be scheduled: latency, not bandwidth
+    assert bw_send < 5e8, bw_send  # gloo moves large tensors at 2-4 GB/s on this machine (lesson 09)
+    assert np.median(in_flight) > 0
+    print("the effective bandwidth of a half-megabyte update is below 0.5 GB/s, a fraction of what gloo reaches "
+          "on large tensors: latency-bound; generators swapped with answers in flight")
+else:
+    print(f"effective bandwidth {bw_send / 1e6:,.0f} MB/s and answers in flight at a swap (median "
+          f"{np.median(in_flight):.0f}) are printed, not asserted: a core per rank")
 
 # %% [markdown]
 # **Takeaway:** a weight update here is a few to a few tens of milliseconds for half a
-# megabyte, so the effective bandwidth (11.5) is tens of MB/s, not the GB/s gloo reaches
+# megabyte, so the effective bandwidth (11.5) is a hundred MB/s or less (the table above), not the GB/s gloo reaches
 # on large tensors (lesson 09): at this size (09.1) is all latency, $n\alpha$, and on two
 # oversubscribed cores $\alpha$ includes waiting for every generator to finish its
 # decoding step and be scheduled, since a broadcast starts when its last member joins. The
@@ -719,13 +726,11 @@ plt.show()
 # benchmark: `python bench/run.py capstone` runs the asynchronous, synchronous and
 # colocated arms interleaved, three times each, on the layout the model chose
 # (`bench/bench_capstone.py`), and rewrites its table in `BENCHMARKS.md`. On this machine
-# the asynchronous job consumed 2.0x to 3.5x the tokens/s of the `max_lag 0` job over four
-# benchmark runs at load 3-9, each a median of three interleaved rounds (`BENCHMARKS.md`
-# holds the latest). The colocated arm, whose weight send is a 0.5 ms write into shared
-# memory instead of a 10-25 ms broadcast, did better still (3.45x in the latest run): the
-# send is on trainer 0's critical path (section 3). (A single 40-update `max_lag 0` run we made at load 5 consumed 639 answer
-# tokens/s; compare it with section 3's asynchronous figure only with care: runs made at
-# different loads do not compare well, which is why the benchmark interleaves the arms.)
+# the asynchronous job's tokens/s against the `max_lag 0` job's, median and per round,
+# with the load, are in `BENCHMARKS.md` ("Lesson 11: the capstone job"); that block
+# also times the colocated arm, whose weight send is a write into shared memory instead of
+# a broadcast (section 6) on trainer 0's critical path (section 3). Runs made at
+# different loads do not compare well, which is why the benchmark interleaves the arms.
 # The model's ratio, for comparison:
 
 # %%
@@ -790,10 +795,10 @@ print("the model predicts the pipeline several times faster than synchronous RL 
 # - One script, every rank: torchrun starts the ranks, each takes its role from its rank,
 #   and the rendezvous store carries the setup, the groups, the announced version and the
 #   backpressure counter; the run's every claim is read back from per-rank JSON lines.
-# - Lesson 08's model chose the layout from a one-second calibration, and the run learned:
+# - Lesson 08's model chose the layout from a short calibration, and the run learned:
 #   the held-out reward rose clearly above the warm start's (asserted: by more than 0.05).
-# - The model was optimistic by several times on 4 ranks over 2 shared cores (asserted:
-#   more than 2x), and the phases say why: oversubscribed cores slow the train phase and
+# - The model was optimistic by several times on 4 ranks over 2 shared cores (asserted,
+#   more than 2x, where the ranks share cores), and the phases say why: oversubscribed cores slow the train phase and
 #   its all-reduces well below the calibrated rate, and the weight send sits in series
 #   with training on trainer 0. The generators were not the bottleneck: trainer 0 seldom
 #   waited for data.
