@@ -22,7 +22,9 @@ from course_lib.runtime.processes import wait_gone as gone
 FAST = SystemConfig(
     n_actors=2, envs_per_actor=4, unroll=8, batch_size=2, poll_s=0.05, stall_timeout_s=20.0, join_timeout_s=2.0
 )
-QUICK_HEARTBEAT = SupervisorConfig(heartbeat_timeout_s=1.0)
+# 2 s: on a loaded 2-core machine a just-restarted actor can be descheduled for over a second, and a
+# 1 s heartbeat then restarts it again (an extra restart the exact asserts below would reject)
+QUICK_HEARTBEAT = SupervisorConfig(heartbeat_timeout_s=2.0)
 
 pytestmark = pytest.mark.usefixtures("no_helpers_left_behind")
 
@@ -107,8 +109,11 @@ def test_a_frozen_actor_is_killed_and_restarted_and_training_goes_on(layout, fro
     found = {int(m[1]): m for e in report.events if (m := FROZEN.fullmatch(e))}
     assert set(found) == set(frozen), report.events
     for i, m in found.items():
-        assert int(m[2]) == stopped[i] and float(m[3]) >= 1.0 and int(m[4]) == pids[i] != stopped[i]
-    assert system.restarts == len(frozen) and [r.reason for r in system.restart_log] == ["frozen"] * len(frozen)
+        assert int(m[2]) == stopped[i] and float(m[3]) >= QUICK_HEARTBEAT.heartbeat_timeout_s
+        assert int(m[4]) == pids[i] != stopped[i], report.events
+    assert system.restarts == len(frozen) and [r.reason for r in system.restart_log] == ["frozen"] * len(frozen), (
+        system.events
+    )
     assert gone(pids + list(stopped.values())) and not live_children()
 
 
