@@ -163,7 +163,9 @@ print(f"scan of 200 steps x 3 envs: rewards {rewards.shape}, episodes ended: {in
 # scanned `step` (random actions drawn inside the program), against gymnasium's own
 # numpy-vectorised CartPole (`gym.make_vec(..., vectorization_mode="vector_entry_point")`,
 # the fastest classic vector env: one numpy call steps every env) and a `SyncVectorEnv`
-# (one Python env object per env), measured here one after the other.
+# (one Python env object per env). Each measurement is a few tens of milliseconds, so a
+# single one can land in another process's time slice: the three are interleaved five
+# times (JAX, numpy, sync, JAX, ...) and each reports its fastest.
 
 # %%
 N_ENVS, N_STEPS = pick(cpu=(256, 400), full=(65_536, 1000))
@@ -202,15 +204,18 @@ run_random = jax_random_steps(N_ENVS, N_STEPS)
 t0 = time.perf_counter()
 jax.block_until_ready(run_random(jax.random.key(0)))  # the first call compiles
 compile_s = time.perf_counter() - t0
-t0 = time.perf_counter()
-jax.block_until_ready(run_random(jax.random.key(1)))
-jax_sps = N_ENVS * N_STEPS / (time.perf_counter() - t0)
-numpy_sps = gym_random_steps(N_ENVS, N_STEPS // 4, "vector_entry_point")
-sync_sps = gym_random_steps(16, 200, "sync")
+jax_runs, numpy_runs, sync_runs = [], [], []
+for r in range(5):  # interleaved; each arm's fastest of 5
+    t0 = time.perf_counter()
+    jax.block_until_ready(run_random(jax.random.key(1 + r)))
+    jax_runs.append(N_ENVS * N_STEPS / (time.perf_counter() - t0))
+    numpy_runs.append(gym_random_steps(N_ENVS, N_STEPS // 4, "vector_entry_point"))
+    sync_runs.append(gym_random_steps(16, 200, "sync"))
+jax_sps, numpy_sps, sync_sps = max(jax_runs), max(numpy_runs), max(sync_runs)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"{'env':<48}{'steps/s':>14}")
+print(f"{'env':<48}{'steps/s':>14}   (each the fastest of 5 interleaved measurements)")
 print(f"{f'JAX jit + vmap + scan, {N_ENVS} envs':<48}{jax_sps:>14,.0f}   (first call incl. compile: {compile_s:.1f} s)")
 print(f"{f'gymnasium numpy vector env, {N_ENVS} envs':<48}{numpy_sps:>14,.0f}")
 print(f"{'gymnasium SyncVectorEnv, 16 envs':<48}{sync_sps:>14,.0f}")
