@@ -364,6 +364,23 @@ def test_a_frozen_generator_times_out_instead_of_hanging(no_orphans):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP])
+def test_stop_returns_when_the_generator_left_the_stop_events_lock_held(how, no_orphans):
+    """A generator SIGKILLed (or frozen) inside the stop event's is_set() leaves the event's
+    shared lock held; stop() used to block forever in set() (a clean-clone CI run hung in lesson
+    10's killed-generator demo). Held here by the test, deterministically."""
+    with PipelineSystem(replace(FAST, join_timeout_s=0.5), init_flat()) as system:
+        pid = system.pid
+        assert system._stop._cond.acquire(timeout=5)  # as the generator would hold it inside is_set()
+        os.kill(pid, how)
+        start = time.monotonic()
+        system.stop()
+        took = time.monotonic() - start
+        system._stop._cond.release()
+    assert took < 10 and gone([pid]) and not live_children()
+
+
+@pytest.mark.timeout(120)
 def test_an_exception_in_the_with_block_leaves_no_process(no_orphans):
     with pytest.raises(KeyboardInterrupt), PipelineSystem(FAST, init_flat()) as system:
         pid = system.pid

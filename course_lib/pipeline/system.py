@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -532,7 +533,14 @@ class PipelineSystem(ChildProcessSystem):
         """Stop event, join with a timeout, then terminate, then kill. Idempotent."""
         if not self._stopping():
             return
-        self._stop.set()
+        # The stop event's lock is shared with the generator: one SIGKILLed inside is_set() dies
+        # holding it, and set() would then block forever (a clean-clone CI run hung so). A dead
+        # generator needs no signal; a live one (perhaps frozen holding the lock) is signalled from
+        # a helper thread for at most 1 s, and stop_processes below escalates to a kill anyway.
+        if self.process is not None and self.process.pid is not None and self.process.is_alive():
+            signaller = threading.Thread(target=self._stop.set, daemon=True)
+            signaller.start()
+            signaller.join(1.0)
         if self.process is not None and self.process.pid is not None:
             self.events += stop_processes([("the generator", self.process)], self.config.join_timeout_s)
             self.process.close()
