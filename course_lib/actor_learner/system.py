@@ -521,7 +521,8 @@ class ActorLearnerSystem(ChildProcessSystem):
 
     def train_until(self, event: Callable[[], bool], what: str, timeout_s: float) -> SystemReport:
         """Learn until ``event()`` is true (checked after each update, so at least one update
-        runs), for at most ``timeout_s`` seconds. A demo of something that happens after a
+        runs), for at most ``timeout_s`` seconds after the first batch (before it, a system
+        that sends no data raises :class:`SystemFault` after ``stall_timeout_s``). A demo of something that happens after a
         *time* (a heartbeat timeout, a restart) waits for that event instead of doing a
         fixed amount of work, which a fast machine finishes first and a slow one overruns.
 
