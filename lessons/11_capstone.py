@@ -238,7 +238,7 @@ print(f"the run finished its {cfg.n_updates} updates in one attempt, on 4 ranks 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from course_lib.capstone.plan import Rates, choose_layout, spec_for
-from course_lib.layout import predict
+from course_lib.layout.model import predict
 
 rates = Rates(**{**plan["rates"], "decode_step_s": {int(k): v for k, v in plan["rates"]["decode_step_s"].items()}})
 answer = np.asarray(rates.answer_tokens, dtype=np.float64)

@@ -148,14 +148,14 @@ CHECK_FIXTURES = (
     "course_lib.devices.MultiDeviceHazard",
     "course_lib.runtime.watchdog.watchdog",
     # lesson 08's inputs: frozen data containers and the published model / GPU numbers the
-    # learner's functions read (the graded formulas live in functions of course_lib.layout,
+    # learner's functions read (the graded formulas live in functions of course_lib.layout.model,
     # which a check never imports)
-    "course_lib.layout.ModelShape",
-    "course_lib.layout.GPU",
-    "course_lib.layout.SystemSpec",
-    "course_lib.layout.QWEN25_7B",
-    "course_lib.layout.QWEN25_32B",
-    "course_lib.layout.H100_SXM",
+    "course_lib.layout.model.ModelShape",
+    "course_lib.layout.model.GPU",
+    "course_lib.layout.model.SystemSpec",
+    "course_lib.layout.model.QWEN25_7B",
+    "course_lib.layout.model.QWEN25_32B",
+    "course_lib.layout.model.H100_SXM",
 )
 
 

@@ -1,5 +1,5 @@
 """Lesson 08: the analytic layout model (course_lib.layout) and the SimPy simulator
-(course_lib.layout_sim) describe one system; where the model's assumptions hold they must agree.
+(course_lib.layout.sim) describe one system; where the model's assumptions hold they must agree.
 
 The model is steady-state algebra (eqs. 08.7-08.12); the simulator plays the same system
 out event by event (continuous batching, a FIFO of finished samples, weight versions,
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from course_lib.layout import LAYOUTS, SystemSpec, predict
-from course_lib.layout_sim import SimConfig, sim_config, simulate
+from course_lib.layout.model import LAYOUTS, SystemSpec, predict
+from course_lib.layout.sim import SimConfig, sim_config, simulate
 
 N_GPUS, N_SAMPLERS, BATCH, MAX_BATCH, A_S, B_S = 8, 4, 64, 16, 0.01, 0.0005
 SAMPLER_BOUND_C = 20_000.0  # 4 trainers x 20,000 tokens/s, far above what 4 engines produce

@@ -1,21 +1,22 @@
-"""Lesson 08: the layout model calibrated on lesson 07's parts (course_lib.layout_calibrate)
-and the calculator (course_lib.layout_calc)."""
+"""Lesson 08: the layout model calibrated on lesson 07's parts (course_lib.layout.calibrate)
+and the calculator (course_lib.layout.calc)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from course_lib.layout import H100_SXM, QWEN25_7B, QWEN25_32B, predict
-from course_lib.layout_calc import (
+from course_lib.layout.calc import (
     best_tokens_per_s_vs_lag,
     recommend,
     recommendation_text,
     smallest_tp,
     tensor_parallel,
 )
-from course_lib.layout_calibrate import (
+from course_lib.layout.calibrate import (
     PREFILL_STEPS,
     REGIMES,
     Rates,
@@ -32,6 +33,7 @@ from course_lib.layout_calibrate import (
     time_generator_steps,
     trainer_timing,
 )
+from course_lib.layout.model import H100_SXM, QWEN25_7B, QWEN25_32B, predict
 from course_lib.lm import TinyLM
 from course_lib.lm.task import CountdownTask
 from course_lib.pipeline.system import LM, PipelineConfig, RegimeReport
@@ -158,19 +160,31 @@ def test_tensor_parallel_group_scales_every_resource() -> None:
 
 def test_recommend_picks_the_fastest_feasible_layout() -> None:
     rec = recommend(64, max_lag=2)
-    feasible = [p for p in rec.best.values() if p is not None and p.mean_lag_steps <= 2]
+    feasible = [p for p in rec.best.values() if p is not None and p.feasible]
     assert rec.prediction.tokens_per_s == max(p.tokens_per_s for p in feasible)
     assert rec.prediction.n_samplers + rec.prediction.n_trainers == 64
-    again = predict(rec.layout, rec.spec.__class__(**{**rec.spec.__dict__, "n_samplers": rec.prediction.n_samplers}))
+    assert all(p.max_lag_steps <= 2 for p in feasible)  # the bound is on the maximum
+    again = predict(rec.layout, replace(rec.spec, n_samplers=rec.prediction.n_samplers))
     assert again.tokens_per_s == pytest.approx(rec.prediction.tokens_per_s)
-    assert recommendation_text(rec) == recommendation_text(recommend(64, max_lag=2))  # stable text
-    assert "<- recommended" in recommendation_text(rec)
+    text = recommendation_text(rec)
+    assert text == recommendation_text(recommend(64, max_lag=2))  # stable text
+    assert "<- recommended" in text and "lag max" in text and "admission 'wait'" in text
+
+
+def test_recommend_names_the_constraint_a_layout_breaks() -> None:
+    rec = recommend(128, max_lag=2, admission="fifo")  # 1% stragglers: every FIFO split runs past the bound
+    assert rec.best["pipeline"] is None and "max lag" in rec.why_not["pipeline"]
+    assert rec.layout != "pipeline"
+    text = recommendation_text(rec)
+    assert "pipeline        infeasible: " in text and "max lag" in text
+    with pytest.raises(ValueError, match="no layout is feasible"):
+        recommend(4, QWEN25_32B.name, max_lag=2)  # 2 TP pairs: 32B Adam state needs >= 4 pairs
 
 
 def test_recommend_at_lag_zero_has_no_one_step_and_a_synchronous_winner() -> None:
     rec = recommend(32, max_lag=0)
-    assert rec.best["one_step"] is None
-    assert rec.prediction.mean_lag_steps == 0.0
+    assert rec.best["one_step"] is None and "max lag 1 > max_lag 0" in rec.why_not["one_step"]
+    assert rec.prediction.max_lag_steps == 0
     with pytest.raises(ValueError, match="unknown model"):
         recommend(32, model="GPT-5")
     with pytest.raises(ValueError, match="at least 2 units"):

@@ -1,6 +1,7 @@
 """The SimPy layout simulator (lesson 08) against hand-computed schedules and the spec's
-steady-state formulas: step times of the synchronous layouts exactly, pipeline
-throughput min(production, consumption), lag bounds, conservation of samples and tokens."""
+steady-state formulas: step times of the synchronous layouts exactly (the linear step and
+the roofline step (08.3)), pipeline throughput min(production, consumption), lag bounds
+under the admission rules ("fifo", "wait", "drop"), conservation of samples and tokens."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import matplotlib
 matplotlib.use("Agg")
 
 import itertools
+import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
-from course_lib.layout_sim import SimConfig, SimResult, gantt, simulate
+from course_lib.layout.model import SystemSpec, generation_time_s
+from course_lib.layout.sim import SimConfig, SimResult, gantt, sim_config, simulate
 
 A_S, B_S = 0.01, 0.0005  # l(B) = 0.01 + 0.0005 B seconds
 L = 100  # every answer has 100 tokens unless a test says otherwise
@@ -37,6 +41,7 @@ def cfg(layout, **kw) -> SimConfig:
         n_steps=8,
         warmup_steps=2,
         lengths=(L,),
+        admission="wait",  # the hard bound by waiting unless a test says otherwise
     )
     if layout != "sync_colocated":
         base["n_samplers"] = 2
@@ -146,22 +151,26 @@ def test_pipeline_sync_that_does_not_block_the_trainer():
     assert blocking.tokens_per_s == pytest.approx(6400 / (6.4 + 1.0), rel=0.02)
 
 
-def test_pipeline_with_max_lag_zero_is_synchronous():
+@pytest.mark.parametrize("admission", ["fifo", "wait", "drop"])
+def test_pipeline_with_max_lag_zero_is_synchronous(admission):
     sync = simulate(cfg("sync_split", weight_sync_s=0.2))
-    pipe = simulate(cfg("pipeline", max_lag=0, weight_sync_s=0.2))
+    pipe = simulate(cfg("pipeline", max_lag=0, weight_sync_s=0.2, admission=admission))
     assert pipe.step_s == pytest.approx(sync.step_s, rel=1e-9)
     assert np.all(pipe.lags == 0)
+    assert pipe.n_dropped == 0
 
 
 def heavy_tail(rng: np.random.Generator) -> int:
     return int(rng.integers(20, 60)) if rng.random() > 0.05 else int(rng.integers(300, 600))
 
 
+@pytest.mark.parametrize("admission", ["wait", "drop"])
 @pytest.mark.parametrize("max_lag", [0, 1, 2, 3, 5])
 @pytest.mark.parametrize("c_per_gpu", [5000.0, 300.0])
-def test_pipeline_lag_never_exceeds_max_lag(max_lag, c_per_gpu):
+def test_pipeline_lag_never_exceeds_max_lag(max_lag, c_per_gpu, admission):
     c = cfg(
         "pipeline",
+        admission=admission,
         max_lag=max_lag,
         lengths=heavy_tail,
         batch_samples=16,
@@ -180,7 +189,7 @@ def test_pipeline_lag_never_exceeds_max_lag(max_lag, c_per_gpu):
 def test_pipeline_fifo_without_r2_lets_stragglers_exceed_max_lag():
     kw = dict(lengths=heavy_tail, batch_samples=16, max_batch=8, n_steps=25, warmup_steps=0, max_lag=2, seed=2)
     strict = simulate(cfg("pipeline", **kw))
-    fifo = simulate(cfg("pipeline", enforce_max_lag=False, **kw))
+    fifo = simulate(cfg("pipeline", **{**kw, "admission": "fifo"}))
     assert strict.lag_max <= 2 < fifo.lag_max
     assert fifo.tokens_per_s >= strict.tokens_per_s  # the strict trainer waits for stragglers
 
@@ -211,14 +220,33 @@ def test_tail_slows_sync_split_more_than_pipeline():
 # ------------------------------------------------------------------------ conservation
 
 
-@pytest.mark.parametrize("layout", ["sync_colocated", "sync_split", "one_step", "pipeline"])
-def test_samples_consumed_at_most_once_and_tokens_counted_once(layout):
-    c = cfg(layout, lengths=heavy_tail, batch_samples=24, max_batch=16, n_steps=12, seed=3, max_lag=3)
+@pytest.mark.parametrize(
+    "layout, kw",
+    [
+        ("sync_colocated", {}),
+        ("sync_split", {}),
+        ("one_step", {}),
+        ("pipeline", {}),
+        ("pipeline", {"admission": "fifo"}),
+        ("pipeline", {"admission": "drop", "max_lag": 1}),
+        ("pipeline", {"admission": "drop", "max_lag": 1, "r_s": 1e-5, "f_s": 2e-4, "prompt_tokens": 100}),
+        ("sync_split", {"r_s": 1e-5, "f_s": 2e-4, "prompt_tokens": 100}),
+    ],
+)
+def test_samples_consumed_at_most_once_and_tokens_counted_once(layout, kw):
+    c = cfg(layout, lengths=heavy_tail, batch_samples=24, max_batch=16, n_steps=12, seed=3, **{"max_lag": 3, **kw})
     r = simulate(c)
     ids = r.consumed_ids
     assert len(np.unique(ids)) == len(ids) == r.n_consumed == c.n_steps * c.batch_samples
     assert np.all(r.sample_consumed_version[ids] >= 0)
     assert np.sum(r.sample_consumed_version >= 0) == r.n_consumed
+    # every sample started is consumed, dropped or still unconsumed; never consumed and dropped
+    dropped = r.sample_dropped_version >= 0
+    assert not np.any(dropped[ids])
+    assert r.n_dropped == dropped.sum()
+    assert r.dropped_tokens == r.sample_progress_tokens[dropped].sum()
+    if kw.get("admission") != "drop":
+        assert r.n_dropped == r.dropped_tokens == 0
     # consumed samples were finished: all their tokens were decoded
     assert np.all(r.sample_progress_tokens[ids] == r.sample_lengths[ids])
     assert np.all(r.sample_progress_tokens <= r.sample_lengths)
@@ -289,10 +317,21 @@ def test_timeline_is_bounded():
         ("pipeline", {"n_gpus": 1, "n_samplers": 1}, "needs >= 2 GPUs"),
         ("pipeline", {"batch_samples": 0}, "batch_samples must be an int >= 1"),
         ("pipeline", {"max_batch": 2.5}, "max_batch must be an int"),
-        ("pipeline", {"max_lag": -1}, "max_lag must be an int >= 0"),
+        ("pipeline", {"max_lag": -1}, "max_lag must be a number >= 0"),
+        ("pipeline", {"max_lag": float("nan")}, "max_lag must be a number >= 0"),
+        ("pipeline", {"max_lag": True}, "max_lag must be a number >= 0"),
+        ("pipeline", {"admission": "lifo"}, "admission must be one of \\('fifo', 'wait', 'drop'\\)"),
+        ("pipeline", {"admission": "wait", "max_lag": 0.5}, "floor\\(max_lag\\) = 0"),
+        ("pipeline", {"admission": "drop", "max_lag": 0.99}, "max_lag=0.99 with admission='drop'"),
+        ("pipeline", {"admission": "drop", "max_lag": math.inf}, "needs a finite max_lag"),
+        ("pipeline", {"admission": "wait", "max_lag": math.inf}, "use admission='fifo' for no window"),
+        ("pipeline", {"r_s": -1e-6}, "r_s must be a finite number >= 0"),
+        ("pipeline", {"f_s": float("inf")}, "f_s must be a finite number >= 0"),
+        ("pipeline", {"prompt_tokens": -5}, "prompt_tokens must be a finite number >= 0 \\(tokens\\)"),
+        ("pipeline", {"prompt_tokens": float("nan")}, "prompt_tokens must be a finite number"),
         ("pipeline", {"warmup_steps": 8}, "warmup_steps=8 must be < n_steps=8"),
         ("pipeline", {"a_s": -0.1}, "a_s must be a finite number >= 0"),
-        ("pipeline", {"a_s": 0.0, "b_s": 0.0}, "a_s \\+ b_s must be > 0"),
+        ("pipeline", {"a_s": 0.0, "b_s": 0.0}, "a_s \\+ b_s \\+ f_s must be > 0"),
         ("pipeline", {"train_tokens_per_s_per_gpu": 0.0}, "train_tokens_per_s_per_gpu must be"),
         ("pipeline", {"weight_sync_s": float("nan")}, "weight_sync_s must be a finite number"),
         ("pipeline", {"lengths": []}, "non-empty 1-D"),
@@ -327,3 +366,159 @@ def test_pipeline_admission_spreads_sequences_over_engines():
     assert greedy.sampler_mean_in_flight > share + 1
     assert balanced.tokens_per_s > 1.2 * greedy.tokens_per_s
     assert balanced.lag_max <= 1 and greedy.lag_max <= 1
+
+
+# ------------------------------------------------------------------ the decode step (08.3)
+
+R_S, F_S, P = 1e-5, 4e-4, 100  # seconds per resident KV token, per token processed; 100-token prompts
+
+
+def naive_generation_s(lengths, max_batch: int, a: float, b: float, r: float, f: float, prompt: float):
+    """One engine, token by token: fill free slots in order, then one step of (08.3), each running
+    sequence of length L carrying P / L prompt tokens of prefill (chunked prefill).
+    Returns (seconds, steps, steps where the compute term bound)."""
+    pending = [int(x) for x in lengths]
+    running: list[list[int]] = []  # [length, tokens generated so far]
+    t, steps, compute_bound = 0.0, 0, 0
+    while pending or running:
+        while pending and len(running) < max_batch:
+            running.append([pending.pop(0), 0])
+        n = len(running)
+        resident = sum(prompt + generated for _, generated in running)
+        prefill = sum(prompt / length for length, _ in running)
+        memory_s, compute_s = a + b * n + r * resident, f * (n + prefill)
+        t += max(memory_s, compute_s)
+        steps += 1
+        compute_bound += compute_s > memory_s
+        for seq in running:
+            seq[1] += 1
+        running = [seq for seq in running if seq[1] < seq[0]]
+    return t, steps, compute_bound
+
+
+def test_decode_step_s_is_the_roofline_step():
+    linear = cfg("pipeline")
+    assert linear.decode_step_s(10) == A_S + B_S * 10
+    assert linear.decode_step_s(10, 5000.0, 300.0) == A_S + B_S * 10  # r_s = f_s = 0: R and prefill do not matter
+    c = cfg("pipeline", r_s=R_S, f_s=F_S, prompt_tokens=P)
+    assert c.decode_step_s(4, 450.0, 0.0) == pytest.approx(A_S + B_S * 4 + R_S * 450)  # memory-bound
+    assert c.decode_step_s(4, 450.0, 200.0) == pytest.approx(F_S * (4 + 200))  # prefill: compute-bound
+
+
+def test_sync_split_step_with_the_roofline_decode_step():
+    # one engine, 2 slots, 5 samples per batch: slots refill mid-batch, so steps with and without prefill
+    kw: dict[str, Any] = dict(n_samplers=1, n_gpus=2, batch_samples=5, max_batch=2, lengths=(3, 7, 12), n_steps=5)
+    c = cfg("sync_split", r_s=R_S, f_s=F_S, prompt_tokens=P, **kw)
+    r = simulate(c)
+    gens, bound_steps, all_steps = [], 0, 0
+    for k in range(c.n_steps - 1):
+        batch = r.sample_lengths[5 * (k + 1) : 5 * (k + 2)]  # step k + 1 trains on batch k + 1
+        gen_s, steps, compute_bound = naive_generation_s(batch, 2, A_S, B_S, R_S, F_S, P)
+        bound_steps, all_steps = bound_steps + compute_bound, all_steps + steps
+        model_s = generation_time_s(batch, 1, 2, A_S, B_S, r_s=R_S, f_s=F_S, prompt_tokens=P)
+        assert gen_s == pytest.approx(model_s, rel=1e-12)  # the model's (08.7) on one engine
+        train_s = batch.sum() / 5000.0
+        assert r.step_end_s[k + 1] - r.step_end_s[k] == pytest.approx(0.1 + gen_s + train_s, rel=1e-9)
+        gens.append(gen_s)
+    assert 0 < bound_steps < all_steps  # both terms of the max bind somewhere
+    measured = sum(gens[c.warmup_steps - 1 :])  # batches warmup_steps .. n_steps - 1
+    assert r.sampler_busy_frac == pytest.approx(measured / r.measured_s, rel=1e-9)
+    linear = simulate(cfg("sync_split", **kw))  # same seed, same lengths; the linear step is faster
+    assert np.array_equal(linear.sample_lengths, r.sample_lengths)
+    assert linear.step_s < r.step_s
+
+
+# ------------------------------------------------------------------ admission rules
+
+
+TAIL = tuple(range(20, 60)) + (350, 500)  # a long-tailed length list: 2 answers in 42 are ~10x longer
+
+
+def all_lags(r: SimResult) -> np.ndarray:
+    ids = r.consumed_ids
+    return r.sample_consumed_version[ids] - r.sample_start_version[ids]
+
+
+@pytest.mark.parametrize("max_lag, sync_s", [(1, 0.1), (1.5, 0.1), (2, 0.1), (1.5, 3.0)])
+def test_hard_rules_bound_every_lag_where_fifo_exceeds_it(max_lag, sync_s):
+    # sync_s = 3.0 (non-blocking): the weights reach the samplers steps late, samples start stale
+    kw: dict[str, Any] = dict(lengths=TAIL, batch_samples=16, max_batch=8, n_steps=25, warmup_steps=0, seed=2)
+    runs = {
+        a: simulate(cfg("pipeline", admission=a, max_lag=max_lag, weight_sync_s=sync_s, **kw))
+        for a in ("fifo", "wait", "drop")
+    }
+    bound = math.floor(max_lag)
+    assert all_lags(runs["fifo"]).max() > bound
+    assert all_lags(runs["wait"]).max() <= bound and runs["wait"].lag_max <= bound
+    assert all_lags(runs["drop"]).max() <= bound and runs["drop"].lag_max <= bound
+    assert runs["fifo"].n_dropped == runs["wait"].n_dropped == 0 < runs["drop"].n_dropped
+    assert runs["fifo"].tokens_per_s > runs["wait"].tokens_per_s  # the waiting trainer idles on stragglers
+    if max_lag == 1.5 and sync_s == 0.1:  # "wait" needs whole batches: its window is floor(max_lag) + 1
+        whole = simulate(cfg("pipeline", admission="wait", max_lag=1, weight_sync_s=sync_s, **kw))
+        assert np.array_equal(whole.step_end_s, runs["wait"].step_end_s)
+
+
+def test_drop_refuses_stale_samples_and_accounts_for_them():
+    kw: dict[str, Any] = dict(lengths=TAIL, batch_samples=16, max_batch=8, n_steps=25, warmup_steps=2, seed=2)
+    c = cfg("pipeline", admission="drop", train_tokens_per_s_per_gpu=300.0, **kw)
+    r = simulate(c)
+    lens, prog = r.sample_lengths, r.sample_progress_tokens
+    dropped = r.sample_dropped_version >= 0
+    consumed = r.sample_consumed_version >= 0
+    unconsumed = ~dropped & ~consumed  # running or queued when the run stopped
+    assert r.n_dropped == dropped.sum() > 0
+    assert not np.any(dropped & consumed)
+    assert r.n_started == r.n_consumed + r.n_dropped + unconsumed.sum()
+    assert r.n_consumed == c.n_steps * c.batch_samples  # every update still gets a full batch
+    # dropped because it would have been consumed past the bound: start + floor(max_lag) < version
+    assert np.all(r.sample_dropped_version[dropped] - r.sample_start_version[dropped] > 2)
+    # both ways: finished ones taken off the queue, running ones aborted part way
+    assert np.any(prog[dropped] == lens[dropped]) and np.any(prog[dropped] < lens[dropped])
+    assert r.dropped_tokens == prog[dropped].sum() > 0
+    # the decode ledger holds the wasted tokens: decoded = consumed + dropped + still unconsumed
+    assert r.decoded_tokens == lens[consumed].sum() + r.dropped_tokens + prog[unconsumed].sum()
+    assert np.sum(prog == lens) == r.n_finished  # a dropped sample that got its last token counts as finished
+    assert r.measured_tokens == lens[r.consumed_ids[c.warmup_steps * c.batch_samples :]].sum()  # useful tokens only
+    ax = gantt(r)
+    assert f"{r.n_dropped} dropped" in ax.get_title(loc="left") and "(drop)" in ax.get_title(loc="left")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+@pytest.mark.parametrize("c_per_gpu", [5000.0, 300.0])
+def test_fifo_fractional_window_holds_at_most_one_and_a_half_batches(c_per_gpu):
+    def run(max_lag: float) -> tuple[int, SimResult]:
+        kw: dict[str, Any] = dict(max_lag=max_lag, train_tokens_per_s_per_gpu=c_per_gpu, lengths=(50, 100, 150))
+        r = simulate(cfg("pipeline", admission="fifo", n_steps=10, **kw))
+        # (R1): when sample i started (at version s), i + 1 samples were started and 64 s released
+        return int(np.max(np.arange(r.n_started) + 1 - 64 * r.sample_start_version)), r
+
+    (zero, r_zero), (half, r_half), (one, r_one) = run(0), run(0.5), run(1)
+    assert (zero, half, one) == (64, 96, 128)  # the windows fill up to (max_lag + 1) batches, no further
+    if c_per_gpu == 5000.0:  # production-bound: half a batch of overlap is between synchronous and max_lag = 1
+        assert r_zero.tokens_per_s < r_half.tokens_per_s < r_one.tokens_per_s
+
+
+def test_fifo_without_a_window_keeps_the_engines_full():
+    r = simulate(cfg("pipeline", admission="fifo", max_lag=math.inf, train_tokens_per_s_per_gpu=300.0, n_steps=6))
+    assert r.sampler_busy_frac == pytest.approx(1.0)
+    assert r.sampler_mean_in_flight == pytest.approx(32.0)
+    assert r.lag_max > 2  # nothing holds the samplers back: the queue (and the lag) grows
+
+
+def test_sim_config_copies_the_spec():
+    spec = SystemSpec(
+        n_gpus=4, batch_samples=16, max_batch=8, a_s=A_S, b_s=B_S, train_tokens_per_s_per_gpu=5000.0, answer_tokens=L,
+        n_samplers=2, weight_sync_s=0.1, max_lag=1.5, admission="drop", r_s=R_S, f_s=F_S, prompt_tokens=P, min_trainers=2,
+    )  # fmt: skip
+    c = sim_config(spec, "pipeline", n_steps=6)
+    assert (c.r_s, c.f_s, c.prompt_tokens, c.admission, c.max_lag) == (R_S, F_S, P, "drop", 1.5)
+    assert (c.n_samplers, c.n_trainers, c.lengths, c.n_steps) == (2, 2, (L,), 6)
+    assert sim_config(spec, "pipeline", admission="wait", max_lag=2).admission == "wait"  # the caller overrides
+    several = replace(spec, batches_per_generation=2)
+    with pytest.raises(ValueError, match=r"spec\.batches_per_generation=2: the simulator generates one batch"):
+        sim_config(several, "sync_split")
+    assert sim_config(several, "sync_split", batches_per_generation=1).batch_samples == 16
+    with pytest.raises(ValueError, match="batches_per_generation=3"):
+        sim_config(spec, "sync_split", batches_per_generation=3)

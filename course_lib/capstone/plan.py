@@ -5,14 +5,14 @@ every split of the ``W`` ranks it may use (``n_trainers >= 2``, at least one gen
 every slot count of :data:`~course_lib.capstone.config.SLOT_CHOICES`, and keeps the one
 with the most predicted answer tokens/s (:func:`choose_layout`). The mapping of the parts
 onto the model is lesson 08's for lesson 07's processes
-(:mod:`course_lib.layout_calibrate`):
+(:mod:`course_lib.layout.calibrate`):
 
 * a generator is an engine with ``max_batch = n_slots``; its
   :class:`~course_lib.lm.sampler.SlotSampler` computes every slot at every step, so
-  ``a_s = l(n_slots)``, measured (:func:`~course_lib.layout_calibrate.time_decode_steps`), ``b_s = 0``;
+  ``a_s = l(n_slots)``, measured (:func:`~course_lib.layout.calibrate.time_decode_steps`), ``b_s = 0``;
 * a trainer consumes ``c`` sequence steps per second (prompt + answer positions: its
   forward pass covers both), timed on a batch of the warm-started policy's own answers;
-* lengths are sequence steps (:func:`~course_lib.layout_calibrate.sequence_steps`) of answers
+* lengths are sequence steps (:func:`~course_lib.layout.calibrate.sequence_steps`) of answers
   sampled from the warm-started policy; predictions are turned back into answer tokens/s;
 * ``W`` ranks on fewer cores share them: every rate is scaled by ``cpu_share = min(1,
   cores / W)`` (an honest prediction for an oversubscribed laptop); on GPUs, ``min(1,
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from course_lib.capstone.config import SLOT_CHOICES, CapstoneConfig
-from course_lib.layout import SystemSpec, predict
-from course_lib.layout_calibrate import sample_answer_tokens, sequence_steps, time_decode_steps
+from course_lib.layout.calibrate import sample_answer_tokens, sequence_steps, time_decode_steps
+from course_lib.layout.model import SystemSpec, predict
 from course_lib.lm.model import TinyLM, sequence_logprobs
 from course_lib.lm.task import CountdownTask, teacher_forcing_batch
 
@@ -154,6 +154,7 @@ def spec_for(rates: Rates, cfg: CapstoneConfig, world_size: int, n_trainers: int
         train_tokens_per_s_per_gpu=rates.train_steps_per_s * share,
         answer_tokens=tuple(int(s) for s in sequence_steps(rates.answer_tokens)),
         max_lag=cfg.max_lag,
+        admission="fifo",  # the capstone's trainer consumes finished samples in order (11.2)
     )
 
 

@@ -22,16 +22,18 @@
 # course grade exercises/08_cluster_layout.ipynb
 # ```
 #
-# The equations are numbered as in `lessons/08_cluster_layout.ipynb`. These are the four
-# pen-and-paper pieces of the lesson's throughput model: how many sequences one sampler
-# GPU holds, how to split the GPUs so production meets consumption, how stale a layout's
-# samples are, and the continuous-batching schedule behind the straggler.
+# The equations are numbered as in `lessons/08_cluster_layout.ipynb` and the docstring of
+# `course_lib/layout/model.py`. These are the four pen-and-paper pieces of the lesson's
+# throughput model: how many sequences one sampler GPU holds, how to split the GPUs so
+# production meets consumption, how stale the pipeline's slowest sample is under an
+# admission rule (and what a hard bound costs), and the continuous-batching schedule
+# behind the straggler.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `max_batch`: the largest batch beside the weights | 10 | ★☆☆ | 15 min |
 # | 2. `balanced_split`: production meets consumption | 10 | ★★☆ | 15 min |
-# | 3. `mean_lag`: how stale a layout's samples are | 15 | ★★☆ | 25 min |
+# | 3. `max_lag_steps` and `hard_bound_step_s`: the maximum lag under an admission rule | 15 | ★★☆ | 25 min |
 # | 4. `engine_schedule`: the continuous-batching slot refill | 15 | ★★☆ | 20 min |
 
 # %%
@@ -41,7 +43,7 @@ import math
 import numpy as np
 
 from course_lib import check
-from course_lib.layout import H100_SXM, QWEN25_7B, QWEN25_32B, SystemSpec
+from course_lib.layout.model import H100_SXM, QWEN25_7B, QWEN25_32B
 
 # %% [markdown]
 # ## Exercise 1 · The largest batch beside the weights (★☆☆, 15 min, 10 points)
@@ -53,14 +55,16 @@ from course_lib.layout import H100_SXM, QWEN25_7B, QWEN25_32B, SystemSpec
 # $$\text{kv\_bytes\_per\_token} = 2 \cdot n_{layers} \cdot n_{kv\_heads} \cdot \text{head\_dim} \cdot \text{kv\_bytes\_per\_elem} \qquad (08.1)$$
 #
 # Only `memory_fraction` of the GPU's memory is usable (the rest: activations, the CUDA
-# context, fragmentation), and the weights take `weight_bytes` of it; a sequence reserves
-# the cache of `context_tokens` tokens. The sequences that fit:
+# context, fragmentation), and the weights take `weight_bytes` of it; `context_tokens` is
+# what one sequence holds (the mean resident tokens of a paged cache, which keeps only the
+# tokens written so far, or the full context when every sequence reserves it). The
+# sequences that fit:
 #
 # $$\text{max\_batch} = \left\lfloor \frac{\text{memory\_fraction} \cdot \text{memory\_bytes} - \text{weight\_bytes}}{\text{kv\_bytes\_per\_token} \cdot \text{context\_tokens}} \right\rfloor \qquad (08.2)$$
 #
-# Inputs: `shape`, a `course_lib.layout.ModelShape` (attributes `n_params`, `n_layers`,
+# Inputs: `shape`, a `course_lib.layout.model.ModelShape` (attributes `n_params`, `n_layers`,
 # `n_kv_heads`, `head_dim`, `weight_bytes_per_param`, `kv_bytes_per_elem`, and the property
-# `weight_bytes = n_params * weight_bytes_per_param`); `gpu`, a `course_lib.layout.GPU`
+# `weight_bytes = n_params * weight_bytes_per_param`); `gpu`, a `course_lib.layout.model.GPU`
 # (attribute `memory_bytes`); `context_tokens` and `memory_fraction`. Every size is in
 # **bytes**. Return an `int`. If not even one sequence fits (or the weights alone do not),
 # raise `ValueError`: a batch of 0 is no sampler.
@@ -95,7 +99,7 @@ def max_batch(shape, gpu, context_tokens, memory_fraction=0.9):
     Args:
         shape: a ModelShape (n_layers, n_kv_heads, head_dim, kv_bytes_per_elem, weight_bytes).
         gpu: a GPU (memory_bytes).
-        context_tokens: the KV cache reserved per sequence, in tokens.
+        context_tokens: the KV cache one sequence holds, in tokens.
         memory_fraction: the usable share of the GPU's memory.
 
     Returns:
@@ -191,106 +195,147 @@ print(balanced_split(10, 1, 1.0, 0.0, 2.0), " (by hand: (6.67, 6): 6 and 7 sampl
 check("08_cluster_layout", "balanced_split", balanced_split)
 
 # %% [markdown]
-# ## Exercise 3 · How stale a layout's samples are (★★☆, 25 min, 15 points)
+# ## Exercise 3 · The maximum lag under an admission rule (★★☆, 25 min, 15 points)
 #
 # The **lag** of a sample is the number of optimizer steps between the weights that
-# generated it and the step that trains on it. The synchronous layouts (`"sync_colocated"`,
-# `"sync_split"`) have lag 0; `"one_step"` generates batch `k + 1` while the trainer works
-# on batch `k`, so its lag is 1. The `"pipeline"` never waits: its backpressure admits a
-# new sequence only while fewer than `(max_lag + 1)` batches are held, which leaves
-# `max_lag * batch_samples` sequences in flight over `N_s` engines, so each engine runs
+# generated it (its first token) and the update that trains on it. The lesson's pipeline
+# gives the *mean* lag (08.12); a staleness bound `max_lag` is a promise about *every*
+# sample, so what it has to hold is the *maximum*. Lag grows with length: every decode
+# step takes `l` seconds (`l = l(B_eff)`, the step time at the pipeline's engine batch) and
+# gives each answer one token, so the longest answer, `max(L)` tokens, finishes
+# `(max(L) - mean(L)) * l` seconds after the mean one. Divided by the optimizer step time
+# `step_s`, that is how many more updates it misses; a sample that misses part of an update
+# misses it, so round **up**:
 #
-# $$B_{eff} = \min\Big(\text{max\_batch},\ \frac{\text{max\_lag} \cdot \text{batch\_samples}}{N_s}\Big), \qquad \text{tokens\_per\_s} = \min\Big(\frac{N_s B_{eff}}{l(B_{eff})},\ N_t c\Big) \qquad (08.11)$$
+# $$\text{lag}_{max} = \Big\lceil \overline{\text{lag}} + \frac{(L_{max} - \bar L)\, l}{t_{step}} \Big\rceil \qquad (08.13)$$
 #
-# Little's law gives its mean lag: a sample waits in flight (`N_s B_eff` sequences) and in
-# the queue (about half a batch), and the weight sync adds `d / step_s`, with `d =
-# weight_sync_s` and `step_s = G / tokens_per_s` (`G` = generated tokens per batch):
+# Whether that is the answer depends on the **admission rule**, what the trainer does with
+# a straggler:
 #
-# $$\text{mean\_lag} = \min\Big(\text{max\_lag},\ \frac{N_s B_{eff} + \text{batch\_samples}/2}{\text{batch\_samples}} + \frac{d}{\text{step\_s}}\Big) \qquad (08.12)$$
+# * `"fifo"`: the trainer takes finished samples first come, first served. Nothing stops
+#   the straggler: its lag is (08.13), past `max_lag` when the longest answer is long.
+# * `"wait"`: when a deadline comes, the trainer takes the oldest sample first and waits
+#   for it if it is still generating. Every lag is at most `floor(max_lag)` (lags are whole
+#   steps: a bound of 2.5 steps allows 2).
+# * `"drop"`: a sample that would break the bound is aborted (its tokens are wasted, a cost
+#   the lesson's (08.15) prices). Every lag is at most `floor(max_lag)` too.
 #
-# When the trainers are the bottleneck (`N_t c <= N_s B_eff / l(B_eff)`), the queue fills
-# until the cap binds: the system holds exactly `max_lag + 1` batches and the mean lag is
-# `max_lag`. With `max_lag = 0` the pipeline admits one batch at a time: lag 0.
+# So under `"wait"` and `"drop"` the maximum lag is `min((08.13), floor(max_lag))`; under
+# `"fifo"` it is (08.13) itself.
 #
-# Inputs: `layout`, one of the four names above (anything else: raise `ValueError`);
-# `spec`, a `course_lib.layout.SystemSpec` with `n_gpus` (`N`), `n_samplers` (`N_s`;
-# `n_trainers = N - N_s`), `batch_samples`, `max_batch`, `a_s`, `b_s`,
-# `train_tokens_per_s_per_gpu` (`c`), `batch_tokens` (`G`), `weight_sync_s` and `max_lag`.
-# In every graded spec, `max_lag * batch_samples >= n_samplers` (each engine holds at
-# least one sequence). Return a float (steps).
+# **What waiting costs.** A straggler that starts on weights version `s` must be finished,
+# and the weights trained on it synced to the samplers (`d = weight_sync_s` seconds),
+# before update `s + floor(max_lag)` starts. So `floor(max_lag)` steps must cover the
+# straggler's `L_max * l` seconds and one sync:
 #
-# **How it is graded:** hand-computed lags of the four layouts on one spec (engines full,
-# the cap binding, the trainers the bottleneck, a weight sync), then random specs against
-# the two equations written out; an unknown layout must raise `ValueError`. One-step at lag
-# 0, a pipeline without the cap `max_lag`, without the trainer-bound rule, without the
-# queued half batch or the weight sync, with engines always at `max_batch` (no
-# backpressure), or counting the batch in training as one more step are named in the message.
+# $$t_{step} \ge \frac{L_{max}\, l + d}{\lfloor \text{max\_lag} \rfloor} \qquad (08.14)$$
+#
+# The right side is the shortest step a `"wait"` trainer can keep: if its trainers could go
+# faster, the straggler sets the pace instead. A bound below one whole step
+# (`floor(max_lag) = 0`) is synchronous RL, not a pipeline: raise `ValueError`.
+#
+# Write both functions in the cell below:
+#
+# * `max_lag_steps(mean_lag, lengths_tokens, step_latency_s, step_s, max_lag, admission)`:
+#   `mean_lag` (steps, a float from (08.12)), `lengths_tokens` (one batch's answer lengths, a
+#   list or an array: leave it unchanged), `step_latency_s` (`l`, seconds a decode step),
+#   `step_s` (seconds an optimizer step), `max_lag` (the bound, maybe fractional) and
+#   `admission` (`"fifo"`, `"wait"` or `"drop"`; anything else: raise `ValueError` whose
+#   message names the three). Return an `int`. Subtract a tiny `1e-9` inside the ceiling,
+#   as the lesson's model does, so float noise such as `4.000000000000001` is not a fifth step.
+# * `hard_bound_step_s(lengths_tokens, step_latency_s, weight_sync_s, max_lag)`: (08.14), in
+#   seconds (a float); `ValueError` when `max_lag < 1`.
+#
+# Worked example: a batch of 8 answers, seven of 100 tokens and one of 900 (mean 200),
+# `l = 0.02` s, `step_s = 4` s, mean lag 1.3, `max_lag = 3`, `d = 1` s. The straggler
+# finishes `700 * 0.02 = 14` s, 3.5 steps, after the mean answer: under `"fifo"` its lag is
+# `ceil(1.3 + 3.5) = 5`, past the bound; `"wait"` and `"drop"` hold it to 3. Waiting costs:
+# `(900 * 0.02 + 1) / 3 = 6.33` s a step instead of 4, 37% fewer tokens/s. With
+# `max_lag = 3.5` the answers are the same (`floor(3.5) = 3`).
+#
+# **How it is graded:** the worked example under the three rules and a fractional
+# `max_lag` (hand-computed), then random batches, latencies, step times and rules against
+# (08.13) written out term by term; the result must be an `int`, the lengths left unchanged,
+# and an unknown rule must raise `ValueError` naming `fifo`, `wait` and `drop`. Then
+# `hard_bound_step_s`: hand-computed values and random batches against (08.14), and
+# `ValueError` for `max_lag < 1`. Returning the mean lag (or its ceiling) for the maximum,
+# the FIFO value under a hard rule, a cap under `"fifo"`, an unfloored `max_lag`, the whole
+# longest answer instead of its lead over the mean, seconds instead of steps, rounding to the
+# nearest or down; in the hard bound, the mean answer for the longest, the sync forgotten or
+# paid every step, an unfloored `max_lag`, or `floor(max_lag) + 1` steps are named in the message.
 #
 # <details><summary>Hint 1</summary>
-# Branch on the layout first. For the pipeline: <code>B_eff</code>, then production
-# <code>N_s * B_eff / (a_s + b_s * B_eff)</code> and consumption <code>N_t * c</code> (tokens/s);
-# if consumption is at most production, the answer is <code>max_lag</code>.
+# Check <code>admission</code> first. Then the straggler's lead in seconds,
+# <code>(max(L) - mean(L)) * step_latency_s</code>, over <code>step_s</code>, added to the mean lag
+# and rounded up; under a hard rule (<code>"wait"</code>, <code>"drop"</code>) take the smaller of that
+# and <code>math.floor(max_lag)</code>.
 # </details>
 # <details><summary>Hint 2</summary>
-# Otherwise the pipeline runs at the production rate: <code>step_s = spec.batch_tokens /
-# production</code>; then (08.12), capped at <code>max_lag</code>. Return early when
-# <code>max_lag == 0</code> (there is no sequence in flight to divide by).
+# <code>math.ceil(mean_lag + lead_s / step_s - 1e-9)</code> is an <code>int</code>, and so is
+# <code>min(lag, math.floor(max_lag))</code>. For (08.14): <code>steps = math.floor(max_lag)</code>
+# (raise when it is below 1), then <code>(max(lengths) * step_latency_s + weight_sync_s) / steps</code>.
 # </details>
 # <details><summary>Hint 3</summary>
-# 8 GPUs, 4 samplers, batches of 64 answers of 256 tokens, <code>max_batch = 32</code>,
-# <code>l(B) = 0.01 + 0.0005 B</code>, <code>c = 5000</code>, <code>max_lag = 4</code>,
-# <code>d = 0.5</code>: <code>B_eff = 32</code>, production 4,923 tokens/s (consumption 20,000),
-# <code>step_s = 3.33</code> s, mean lag <code>(128 + 32) / 64 + 0.5 / 3.33 = 2.65</code>.
+# <code>np.asarray(lengths_tokens)</code> gives <code>.max()</code> and <code>.mean()</code> for a list or
+# an array alike. In the worked example: lead <code>(900 - 200) * 0.02 = 14</code> s, 3.5 steps;
+# <code>ceil(4.8) = 5</code> under <code>"fifo"</code>, <code>min(5, 3) = 3</code> under the hard
+# rules; hard bound <code>19 / 3 = 6.33</code> s.
 # </details>
 
 
 # %% tags=["exercise"]
-def mean_lag(layout, spec):
-    """The mean lag, in optimizer steps, of ``layout`` on ``spec`` (eq. 08.11-08.12).
+def max_lag_steps(mean_lag, lengths_tokens, step_latency_s, step_s, max_lag, admission):
+    """The largest lag, in optimizer steps, of a batch under ``admission`` (eq. 08.13).
+
+    Args:
+        mean_lag: the pipeline's mean lag in steps (08.12).
+        lengths_tokens: one batch's answer lengths (a list or an array; left unchanged).
+        step_latency_s: l, seconds per decode step at the engines' batch.
+        step_s: seconds per optimizer step.
+        max_lag: the staleness bound in steps (may be fractional).
+        admission: "fifo", "wait" or "drop".
 
     Returns:
-        a float: 0 for the synchronous layouts, 1 for one_step, (08.12) for the pipeline.
+        an int: (08.13), capped at floor(max_lag) under "wait" and "drop".
     """
     ### BEGIN SOLUTION
-    if layout in ("sync_colocated", "sync_split"):
-        return 0.0
-    if layout == "one_step":
-        return 1.0
-    if layout != "pipeline":
-        raise ValueError(f"unknown layout {layout!r}")
-    if spec.max_lag == 0:  # one batch at a time: the synchronous split
-        return 0.0
-    n_s = spec.n_samplers
-    b_eff = min(spec.max_batch, spec.max_lag * spec.batch_samples / n_s)  # backpressure
-    production = n_s * b_eff / (spec.a_s + spec.b_s * b_eff)
-    consumption = (spec.n_gpus - n_s) * spec.train_tokens_per_s_per_gpu
-    if consumption <= production:  # the trainers are the bottleneck: the cap binds
-        return float(spec.max_lag)
-    step_s = spec.batch_tokens / production
-    little = (n_s * b_eff + spec.batch_samples / 2) / spec.batch_samples + spec.weight_sync_s / step_s
-    return min(float(spec.max_lag), little)
+    if admission not in ("fifo", "wait", "drop"):
+        raise ValueError(f"unknown admission {admission!r}: use 'fifo', 'wait' or 'drop'")
+    lengths = np.asarray(lengths_tokens, dtype=np.float64)
+    lead_s = (lengths.max() - lengths.mean()) * step_latency_s  # the longest answer after the mean one
+    lag = math.ceil(mean_lag + lead_s / step_s - 1e-9)  # (08.13); 1e-9: float noise is no extra step
+    if admission == "fifo":  # first come, first served: nothing stops the straggler
+        return lag
+    return min(lag, math.floor(max_lag))  # a hard rule: every lag within floor(max_lag)
+    ### END SOLUTION
+
+
+def hard_bound_step_s(lengths_tokens, step_latency_s, weight_sync_s, max_lag):
+    """The shortest optimizer step, in seconds, a "wait" trainer can keep (eq. 08.14).
+
+    Returns:
+        (max(L) * l + d) / floor(max_lag); raises ValueError if floor(max_lag) < 1.
+    """
+    ### BEGIN SOLUTION
+    steps = math.floor(max_lag)  # lags are whole steps
+    if steps < 1:
+        raise ValueError(f"max_lag={max_lag} bounds every lag by 0 steps: that is synchronous RL, not a pipeline")
+    longest = max(lengths_tokens)  # the straggler sets the pace
+    return (longest * step_latency_s + weight_sync_s) / steps
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-spec = SystemSpec(
-    n_gpus=8,
-    n_samplers=4,
-    batch_samples=64,
-    max_batch=32,
-    a_s=0.01,
-    b_s=0.0005,
-    train_tokens_per_s_per_gpu=5000.0,
-    answer_tokens=256,
-    weight_sync_s=0.5,
-    max_lag=4,
-)
-for layout in ("sync_colocated", "sync_split", "one_step", "pipeline"):
-    print(f"{layout:15s} mean lag {mean_lag(layout, spec):.3f}")
-print("(by hand: 0, 0, 1 and 2.650)")
+lengths = [100] * 7 + [900]
+for rule in ("fifo", "wait", "drop"):
+    print(f"{rule}: max lag {max_lag_steps(1.3, lengths, 0.02, 4.0, 3, rule)} steps")
+print(f"a 'wait' trainer's shortest step: {hard_bound_step_s(lengths, 0.02, 1.0, 3):.2f} s")
+lag, step = max_lag_steps(1.3, lengths, 0.02, 4.0, 3.5, "wait"), hard_bound_step_s(lengths, 0.02, 1.0, 3.5)
+print(f"max_lag 3.5, 'wait': max lag {lag} steps, shortest step {step:.2f} s")
+print("(by hand: 5, 3, 3; 6.33 s; 3 steps, 6.33 s)")
 
 # %% tags=["exercise-check"]
-check("08_cluster_layout", "mean_lag", mean_lag)
+check("08_cluster_layout", "max_lag_steps", max_lag_steps)
 
 # %% [markdown]
 # ## Exercise 4 · The continuous-batching slot refill (★★☆, 20 min, 15 points)

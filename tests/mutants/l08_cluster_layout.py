@@ -3,18 +3,16 @@
 
 from conftest import Mutant
 
-MB, BS, ML, ES = "max_batch", "balanced_split", "mean_lag", "engine_schedule"
+MB, BS, MX, ES = "max_batch", "balanced_split", "max_lag_steps", "engine_schedule"
 KV = "kv_per_token = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * shape.kv_bytes_per_elem"
 FLOOR = "n = math.floor(free_bytes / (kv_per_token * context_tokens))"
 FREE = "free_bytes = memory_fraction * gpu.memory_bytes - shape.weight_bytes"
 PICK = "n_samplers = max(sorted(candidates), key=lambda n: min(n * p, (n_gpus - n) * c))"
 STAR = "n_star = n_gpus * c / (p + c)"
-LITTLE = "little = (n_s * b_eff + spec.batch_samples / 2) / spec.batch_samples + spec.weight_sync_s / step_s"
-CAPPED = "return min(float(spec.max_lag), little)"
-TRAINER_BOUND = (
-    "    if consumption <= production:  # the trainers are the bottleneck: the cap binds\n"
-    "        return float(spec.max_lag)\n"
-)
+CEIL = "lag = math.ceil(mean_lag + lead_s / step_s - 1e-9)"
+LEAD = "lead_s = (lengths.max() - lengths.mean()) * step_latency_s"
+CAPPED = "return min(lag, math.floor(max_lag))"
+HARD = "return (longest * step_latency_s + weight_sync_s) / steps"
 REFILL = "heapq.heappush(free_at, int(start[j]) + int(length))"
 LOOP = (
     "    for j, length in enumerate(lengths):\n"
@@ -54,28 +52,48 @@ MUTANTS: list[Mutant] = [
     Mutant(BS, "floor", PICK, "n_samplers = min(max(int(n_star), 1), n_gpus - 1)", "rounded down"),
     Mutant(BS, "ceil", PICK, "n_samplers = min(max(math.ceil(n_star), 1), n_gpus - 1)", "rounded up"),
     Mutant(BS, "ties_to_more", "max(sorted(candidates),", "max(sorted(candidates, reverse=True),", "fewer samplers"),
-    # mean_lag: off-by-one in lag, the cap, the trainer-bound rule, the terms of Little's law
+    # max_lag_steps (08.13): the mean lag for the max, the FIFO value under a hard rule, the cap,
+    # the straggler's lead, its units, the rounding; the admission names
+    Mutant(MX, "mean_lag_rounded_up", CEIL, "lag = math.ceil(mean_lag - 1e-9)", "the mean sample's lag"),
+    Mutant(MX, "mean_lag_returned", CEIL, "lag = mean_lag", "that is the mean lag"),
+    Mutant(MX, "mean_length_for_longest", LEAD, LEAD.replace("lengths.max()", "lengths.mean()"), "mean sample's lag"),
+    Mutant(MX, "fifo_under_hard_rule", CAPPED, "return lag", "FIFO"),
+    Mutant(MX, "cap_under_fifo", 'if admission == "fifo":', "if False:", "'fifo' bounds nothing"),
+    Mutant(MX, "cap_not_floored", CAPPED, "return min(lag, max_lag)", "caps them at floor(max_lag)"),
+    Mutant(MX, "whole_longest_answer", LEAD, LEAD.replace(" - lengths.mean()", ""), "not max(L) l"),
+    Mutant(MX, "seconds_not_steps", CEIL, CEIL.replace("lead_s / step_s", "lead_s"), "divide by step_s"),
+    Mutant(MX, "round_not_ceil", CEIL, CEIL.replace("math.ceil(", "round("), "rounded to the nearest"),
+    Mutant(MX, "rounded_down", CEIL, CEIL.replace("math.ceil(", "math.floor("), "rounded down"),
     Mutant(
-        ML,
-        "one_step_lag_0",
-        'if layout == "one_step":\n        return 1.0',
-        'if layout == "one_step":\n        return 0.0',
-        "lag 1",
+        MX,
+        "unknown_admission_accepted",
+        'if admission not in ("fifo", "wait", "drop"):',
+        "if False:",
+        "expected ValueError",
     ),
-    Mutant(ML, "no_cap", CAPPED, "return little", "not capped"),
-    Mutant(ML, "cap_off_by_one", CAPPED, "return min(float(spec.max_lag + 1), little)", "one is training"),
     Mutant(
-        ML,
-        "trainer_bound_off_by_one",
-        "        return float(spec.max_lag)\n",
-        "        return float(spec.max_lag + 1)\n",
-        "one is training",
+        MX,
+        "unknown_admission_unnamed",
+        "use 'fifo', 'wait' or 'drop'",
+        "use a known rule",
+        "name the accepted rules",
     ),
-    Mutant(ML, "no_trainer_rule", TRAINER_BOUND, "", "the trainers are the bottleneck"),
-    Mutant(ML, "no_queue", LITTLE, LITTLE.replace(" + spec.batch_samples / 2", ""), "half a batch"),
-    Mutant(ML, "no_weight_sync", LITTLE, LITTLE.replace(" + spec.weight_sync_s / step_s", ""), "weight sync"),
-    Mutant(ML, "counts_training_batch", LITTLE, LITTLE + " + 1", "do not add the batch in training"),
-    Mutant(ML, "unknown_layout_accepted", 'if layout != "pipeline":', "if False:", "expected ValueError"),
+    # hard_bound_step_s (08.14), in the same cell: the sync, the floor, the straggler, the steps
+    Mutant(MX, "sync_forgotten", HARD, "return longest * step_latency_s / steps", "weight sync is missing"),
+    Mutant(
+        MX, "max_lag_not_floored", "steps = math.floor(max_lag)", "steps = max_lag", "divide by floor(max_lag), not"
+    ),
+    Mutant(
+        MX,
+        "mean_length_for_straggler",
+        "longest = max(lengths_tokens)",
+        "longest = sum(lengths_tokens) / len(lengths_tokens)",
+        "not the mean one",
+    ),
+    Mutant(MX, "hard_bound_not_divided", HARD, HARD.replace(" / steps", ""), "not one"),
+    Mutant(MX, "sync_every_step", HARD, "return longest * step_latency_s / steps + weight_sync_s", "paid once"),
+    Mutant(MX, "hard_bound_off_by_one", HARD, HARD.replace("/ steps", "/ (steps + 1)"), "off by one"),
+    Mutant(MX, "hard_bound_no_value_error", "if steps < 1:", "if steps < 0:", "expected ValueError"),
     # engine_schedule: the slot refill rule
     Mutant(ES, "end_off_by_one", "return start, start + lengths", "return start, start + lengths - 1", "one short"),
     Mutant(ES, "slot_taken_late", REFILL, REFILL.replace("int(length))", "int(length) + 1)"), "one step late"),

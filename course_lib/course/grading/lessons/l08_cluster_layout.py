@@ -1,16 +1,19 @@
 """Lesson 08's graded exercises: the largest batch beside the weights, the balanced split of
-the GPUs, the mean lag of a layout, and the continuous-batching schedule of one engine.
+the GPUs, the pipeline's maximum lag under an admission rule (and the step a hard bound
+costs), and the continuous-batching schedule of one engine.
 
 The learner writes:
 
 * ``max_batch(shape, gpu, context_tokens, memory_fraction) -> int``  (eq. 08.1-08.2)
 * ``balanced_split(n_gpus, max_batch, a_s, b_s, c) -> (n_star, n_samplers)``  (eq. 08.3, 08.4, 08.6)
-* ``mean_lag(layout, spec) -> float`` (steps)  (eq. 08.11-08.12)
+* ``max_lag_steps(mean_lag, lengths_tokens, step_latency_s, step_s, max_lag, admission) -> int``  (eq. 08.13),
+  and in the same cell ``hard_bound_step_s(lengths_tokens, step_latency_s, weight_sync_s, max_lag) -> float``
+  (eq. 08.14), which the exercise's checks find beside it (the function's globals: the notebook's namespace)
 * ``engine_schedule(lengths, max_batch) -> (start_step, end_step)``  (the slot refill behind eq. 08.7)
 
-The checks never call ``course_lib.layout`` or ``course_lib.layout_sim``: they build the
-inputs with the library's data containers (``ModelShape``, ``GPU``, ``SystemSpec`` and the
-published shapes) and compare with the oracles below, which mirror the lesson's equations
+The checks never call ``course_lib.layout`` or ``course_lib.layout.sim``: they build the
+inputs with the library's data containers (``ModelShape``, ``GPU`` and the published
+shapes) and compare with the oracles below, which mirror the lesson's equations
 term by term (the split by trying every split, the schedule by simulating the engine one
 decode step at a time), with hand-computed values and with properties. Each oracle takes
 keyword switches that compute a known slip, so a wrong answer that matches one is named.
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,12 +36,14 @@ from course_lib.course.grading.checks import (
     assert_true,
     call,
     check_case,
+    copy_input,
     describe_type,
     fail,
     fmt_number,
+    short_repr,
 )
 from course_lib.course.grading.helpers import assert_raises
-from course_lib.layout import GPU, H100_SXM, QWEN25_7B, QWEN25_32B, ModelShape, SystemSpec
+from course_lib.layout.model import GPU, H100_SXM, QWEN25_7B, QWEN25_32B, ModelShape
 
 LESSON = "08_cluster_layout"
 
@@ -370,183 +374,335 @@ BALANCED_SPLIT = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 3: mean_lag
+# Exercise 3: max_lag_steps, with hard_bound_step_s written in the same cell
 # ---------------------------------------------------------------------------------------
 
-ML = "mean_lag"
-LAYOUT_NAMES = ("sync_colocated", "sync_split", "one_step", "pipeline")
+MX = "max_lag_steps"
+HB = "hard_bound_step_s"
+ADMISSION_NAMES = ("fifo", "wait", "drop")
+#: A batch, as the checks pass it: a list of ints or an int array.
+Lengths = list[int] | NDArray[np.int64]
 
 
-def naive_mean_lag(
-    layout: str,
-    spec: SystemSpec,
+def naive_max_lag(
+    mean_lag: float,
+    lengths: Sequence[int],
+    latency_s: float,
+    step_s: float,
+    max_lag: float,
+    admission: str,
     *,
-    one_step_lag: float = 1.0,
-    cap: bool = True,
-    cap_off_by_one: bool = False,
-    trainer_rule: bool = True,
-    queue: bool = True,
-    sync_term: bool = True,
-    training_batch: bool = False,
+    lead: str = "excess",
+    in_steps: bool = True,
+    rounding: str = "ceil",
+    cap: str = "hard rules",
 ) -> float:
-    """The mean lag of (08.11)-(08.12), written out; the switches compute known slips."""
-    if layout in ("sync_colocated", "sync_split"):
-        return 0.0
-    if layout == "one_step":
-        return one_step_lag
-    lag_cap = float(spec.max_lag + (1 if cap_off_by_one else 0))
-    if spec.max_lag == 0:
-        return 0.0
-    n_s = spec.n_samplers
-    assert n_s is not None
-    n_t = spec.n_gpus - n_s
-    b_eff = min(float(spec.max_batch), spec.max_lag * spec.batch_samples / n_s)
-    production = n_s * b_eff / (spec.a_s + spec.b_s * b_eff)
-    consumption = n_t * spec.train_tokens_per_s_per_gpu
-    if trainer_rule and consumption <= production:
-        return lag_cap
-    tokens_per_s = min(production, consumption) if trainer_rule else production  # the slip runs at production
-    answers = spec.answer_tokens
-    batch_tokens = answers * spec.batch_samples if isinstance(answers, int) else sum(answers)  # G
-    step_s = batch_tokens / tokens_per_s
-    in_system = n_s * b_eff + (spec.batch_samples / 2 if queue else 0.0)
-    little = in_system / spec.batch_samples + (spec.weight_sync_s / step_s if sync_term else 0.0)
-    little += 1.0 if training_batch else 0.0
-    return min(lag_cap, little) if cap else little
+    """(08.13) written out, capped at ``floor(max_lag)`` under the hard rules ("wait", "drop").
+
+    The switches compute known slips: ``lead`` ``"none"`` (the mean lag: the mean length
+    used for the longest) or ``"whole"`` (``max(L) l``, not ``(max(L) - mean(L)) l``);
+    ``in_steps=False`` (the lead's seconds added as steps); ``rounding`` ``"round"``,
+    ``"floor"`` or ``"none"``; ``cap`` ``"never"``, ``"always"`` or ``"unfloored"``.
+    """
+    longest = float(max(lengths))
+    mean_length = float(sum(lengths)) / len(lengths)
+    lead_tokens = {"excess": longest - mean_length, "none": 0.0, "whole": longest}[lead]
+    lead_s = lead_tokens * latency_s  # seconds the longest answer runs after the mean one
+    total = mean_lag + (lead_s / step_s if in_steps else lead_s)
+    lag: float
+    if rounding == "ceil":
+        lag = math.ceil(total - 1e-9)  # 1e-9: float noise is no extra step
+    elif rounding == "round":
+        lag = round(total)
+    elif rounding == "floor":
+        lag = math.floor(total)
+    else:
+        lag = total
+    hard = admission in ("wait", "drop")
+    if (cap == "hard rules" and hard) or cap == "always":
+        return min(lag, math.floor(max_lag))
+    if cap == "unfloored" and hard:
+        return min(lag, max_lag)
+    return lag
 
 
-ML_SLIPS: dict[str, dict[str, Any]] = {
-    "one_step generates batch k + 1 during step k, with the weights before it: lag 1": dict(one_step_lag=0.0),
-    "not capped: backpressure bounds the mean lag by max_lag": dict(cap=False),
-    "off by one: of the max_lag + 1 batches held, one is training; the cap is max_lag": dict(cap_off_by_one=True),
-    "the trainers are the bottleneck (N_t c <= production): the queue fills, the cap binds, lag max_lag": dict(
-        trainer_rule=False
+#: Each slip the grader names, with the switches of :func:`naive_max_lag` that compute it
+#: (the first that matches a wrong answer is named).
+MX_SLIPS: dict[str, dict[str, Any]] = {
+    "that is ceil(mean_lag), the mean sample's lag (08.12); the maximum is the longest answer's, max(lengths), "
+    "(max(L) - mean(L)) l / step_s steps later (08.13)": dict(lead="none"),
+    "that is the mean lag (08.12); the maximum adds the longest answer's (max(L) - mean(L)) l / step_s steps "
+    "and rounds up (08.13)": dict(lead="none", rounding="none", cap="never"),
+    "that is the FIFO value; under 'wait' and 'drop' (hard rules) every lag is at most floor(max_lag)": dict(
+        cap="never"
     ),
-    "the queue is missing: about half a batch waits for the trainer": dict(queue=False),
-    "the weight sync is missing: it adds d / step_s steps": dict(sync_term=False),
-    "off by one: do not add the batch in training; (08.12) counts in flight and queued": dict(training_batch=True),
+    "'fifo' bounds nothing: a straggler taken first come, first served keeps its lag (08.13), even past "
+    "max_lag; only 'wait' and 'drop' cap it": dict(cap="always"),
+    "lags are whole steps: a hard rule caps them at floor(max_lag), not max_lag": dict(cap="unfloored"),
+    "the longest answer runs (max(L) - mean(L)) l seconds after the mean one, not max(L) l: the mean lag "
+    "already counts the mean answer": dict(lead="whole"),
+    "(max(L) - mean(L)) l is in seconds: divide by step_s for optimizer steps": dict(in_steps=False),
+    "rounded to the nearest; a sample that misses part of an update misses it: round up (math.ceil)": dict(
+        rounding="round"
+    ),
+    "rounded down; a sample that misses part of an update misses it: round up (math.ceil)": dict(rounding="floor"),
 }
 
 
-def _ml_text(layout: str, spec: SystemSpec) -> str:
-    return (
-        f"{ML}({layout!r}, N={spec.n_gpus}, N_s={spec.n_samplers}, batch={spec.batch_samples}, "
-        f"max_batch={spec.max_batch}, max_lag={spec.max_lag}, d={fmt_number(spec.weight_sync_s)})"
+def _lengths_text(lengths: Sequence[int]) -> str:
+    mean_length = float(sum(lengths)) / len(lengths)
+    return f"<{len(lengths)} lengths, mean {fmt_number(mean_length)}, max {int(max(lengths))}>"
+
+
+def _same_lengths(given: Any, lengths: Lengths) -> bool:
+    """``given`` still holds ``lengths`` (the learner's function left its input alone)."""
+    try:
+        return bool(np.array_equal(np.asarray(given), np.asarray(lengths)))
+    except Exception:
+        return False
+
+
+def _mx_compare(
+    fn: Callable[..., Any],
+    mean_lag: float,
+    lengths: Lengths,
+    latency_s: float,
+    step_s: float,
+    max_lag: float,
+    admission: str,
+) -> None:
+    args = (mean_lag, [int(x) for x in lengths], latency_s, step_s, max_lag, admission)
+    expected = naive_max_lag(*args)
+    what = (
+        f"{MX}({fmt_number(mean_lag)}, {_lengths_text(args[1])}, {fmt_number(latency_s)}, {fmt_number(step_s)}, "
+        f"{fmt_number(max_lag)}, {admission!r})"
     )
-
-
-def _ml_compare(fn: Callable[..., Any], layout: str, spec: SystemSpec) -> None:
-    expected = naive_mean_lag(layout, spec)
-    what = _ml_text(layout, spec)
-    got = call(fn, layout, spec)
-    value = _finite(got, f"{what} returned {describe_type(got)}; expected a finite float (steps)")
-    if math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12):
+    given = copy_input(lengths)
+    got = call(fn, mean_lag, given, latency_s, step_s, max_lag, admission)
+    assert_true(_same_lengths(given, lengths), f"{what} changed the lengths it was given; work on a copy")
+    value = _finite(got, f"{what} returned {describe_type(got)}; expected an int (whole optimizer steps)")
+    if value == expected:
+        assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (lags are whole steps)")
         return
-    for message, slip in ML_SLIPS.items():
-        wrong = naive_mean_lag(layout, spec, **slip)
-        if not math.isclose(wrong, expected, rel_tol=1e-9, abs_tol=1e-12) and math.isclose(
-            value, wrong, rel_tol=1e-9, abs_tol=1e-12
-        ):
-            fail(f"{what} = {fmt_number(value)}: {message}")
-    fail(f"{what} = {fmt_number(value)}; expected {fmt_number(expected)}")
+    for message, slip in MX_SLIPS.items():
+        wrong = naive_max_lag(*args, **slip)
+        if wrong != expected and math.isclose(value, wrong, rel_tol=1e-12, abs_tol=1e-12):
+            fail(f"{what} = {fmt_number(got)}: {message}")
+    rule = ", capped at floor(max_lag)" if admission in ("wait", "drop") else ""
+    fail(f"{what} = {fmt_number(got)}; expected {expected} (08.13{rule})")
 
 
-#: The exercise's worked spec: engines full (B_eff = max_batch = 32), samplers the bottleneck.
-HAND_SPEC = SystemSpec(
-    n_gpus=8,
-    n_samplers=4,
-    batch_samples=64,
-    max_batch=32,
-    a_s=0.01,
-    b_s=0.0005,
-    train_tokens_per_s_per_gpu=5000.0,
-    answer_tokens=256,
-    weight_sync_s=0.5,
-    max_lag=4,
+#: The exercise's worked example: 7 answers of 100 tokens and one of 900 (mean 200).
+WORKED_LENGTHS = (100,) * 7 + (900,)
+#: (mean_lag, lengths, l, step_s, max_lag, admission) checked by hand; the comments give the answers.
+MX_HAND_CASES: tuple[tuple[float, Lengths, float, float, float, str], ...] = (
+    (1.3, list(WORKED_LENGTHS), 0.02, 4.0, 3, "fifo"),  # 1.3 + 700 * 0.02 / 4 = 4.8 -> 5
+    (1.3, list(WORKED_LENGTHS), 0.02, 4.0, 3, "wait"),  # min(5, 3) = 3
+    (1.3, np.array(WORKED_LENGTHS), 0.02, 4.0, 3, "drop"),  # 3
+    (1.3, list(WORKED_LENGTHS), 0.02, 4.0, 3.5, "wait"),  # floor(3.5) = 3
+    (1.3, list(WORKED_LENGTHS), 0.02, 4.0, 2.5, "fifo"),  # 5: fifo bounds nothing
+    (0.9, list(WORKED_LENGTHS), 0.02, 4.0, 8, "wait"),  # 0.9 + 3.5 = 4.4 -> 5, under the bound
+    (2.0, [256, 256, 256, 256], 0.01, 2.0, 3, "fifo"),  # no straggler: the mean lag, 2
+    (0.5, np.array([40, 60, 500, 80, 120]), 0.05, 10.0, 1, "drop"),  # 0.5 + 340 * 0.05 / 10 = 2.2 -> 3; 1
 )
 
 
-@check_case("hand-computed: the four layouts, the cap binding, the trainers the bottleneck")
-def _ml_known(fn: Callable[..., Any]) -> None:
-    for layout in LAYOUT_NAMES:  # 0, 0, 1, 2.5 + 0.5 / 3.328 = 2.650
-        _ml_compare(fn, layout, HAND_SPEC)
-    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=1, weight_sync_s=5.0))  # (08.12) gives 2.59: lag 1
-    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=1))  # B_eff = 16: the cap binds, lag 1
-    _ml_compare(fn, "pipeline", replace(HAND_SPEC, train_tokens_per_s_per_gpu=500.0))  # trainer-bound: 4
-    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=0))  # one batch at a time: 0
-    _ml_compare(fn, "pipeline", replace(HAND_SPEC, max_lag=8, weight_sync_s=0.0))  # 2.5
+@check_case("hand-computed: the worked example under fifo, wait and drop; a fractional max_lag; no straggler")
+def _mx_known(fn: Callable[..., Any]) -> None:
+    for case in MX_HAND_CASES:
+        _mx_compare(fn, *case)
 
 
-def random_specs(seed: int, n: int) -> list[tuple[str, SystemSpec]]:
-    """Random (layout, spec) pairs, half of them pipelines; production and consumption never
-    (nearly) equal, so float rounding cannot flip the trainer-bound rule."""
+def random_lag_cases(seed: int, n: int) -> list[tuple[float, Lengths, float, float, float, str]]:
+    """Random (mean_lag, lengths, l, step_s, max_lag, admission), lists and arrays, some with a
+    long straggler; (08.13)'s quotient away from a whole number (float noise cannot flip the
+    ceiling) and ``mean_lag <= max_lag`` as in the model."""
     rng = np.random.default_rng(seed)
-    out: list[tuple[str, SystemSpec]] = []
+    bounds: tuple[float, ...] = (1, 2, 3, 4, 6, 8, 1.5, 2.5, 3.25)
+    out: list[tuple[float, Lengths, float, float, float, str]] = []
     while len(out) < n:
-        n_gpus = int(rng.integers(2, 65))
-        n_samplers = int(rng.integers(1, n_gpus))
-        batch = int(rng.integers(4, 513))
-        max_lag = int(rng.integers(0, 5))
-        if max_lag * batch < n_samplers:
-            continue
+        size = int(rng.integers(1, 65))
         if rng.random() < 0.5:
-            answer: int | tuple[int, ...] = int(rng.integers(16, 4096))
-        else:
-            answer = tuple(int(x) for x in rng.integers(1, 2048, size=batch))
-        spec = SystemSpec(
-            n_gpus=n_gpus,
-            n_samplers=n_samplers,
-            batch_samples=batch,
-            max_batch=int(rng.integers(1, 300)),
-            a_s=float(rng.uniform(1e-3, 2e-2)),
-            b_s=float(rng.uniform(1e-6, 1e-3)),
-            train_tokens_per_s_per_gpu=float(np.exp(rng.uniform(np.log(200.0), np.log(50000.0)))),
-            answer_tokens=answer,
-            weight_sync_s=float(rng.choice([0.0, rng.uniform(0.01, 30.0)])),
-            max_lag=max_lag,
-        )
-        if max_lag > 0:
-            b_eff = min(spec.max_batch, max_lag * batch / n_samplers)
-            production = n_samplers * b_eff / (spec.a_s + spec.b_s * b_eff)
-            consumption = (n_gpus - n_samplers) * spec.train_tokens_per_s_per_gpu
-            if abs(production - consumption) < 1e-6 * consumption:
-                continue
-        layout = "pipeline" if rng.random() < 0.5 else LAYOUT_NAMES[int(rng.integers(0, 3))]
-        out.append((layout, spec))
+            lengths = rng.integers(1, 2048, size=size)
+        else:  # a body and one straggler
+            lengths = rng.integers(50, 400, size=size)
+            lengths[rng.integers(0, size)] = rng.integers(1000, 8000)
+        latency_s = float(rng.uniform(1e-3, 0.05))
+        step_s = float(np.exp(rng.uniform(np.log(0.5), np.log(60.0))))
+        max_lag = bounds[int(rng.integers(0, len(bounds)))]
+        mean_lag = float(rng.uniform(0.05, max_lag))
+        admission = ADMISSION_NAMES[int(rng.integers(0, 3))]
+        total = mean_lag + (float(lengths.max()) - float(lengths.mean())) * latency_s / step_s
+        if abs(total - round(total)) < 1e-6:
+            continue
+        batch: Lengths = lengths.astype(np.int64) if len(out) % 2 else [int(x) for x in lengths]
+        out.append((mean_lag, batch, latency_s, step_s, max_lag, admission))
     return out
 
 
-@check_case("random specs and layouts against (08.11)-(08.12) written out")
-def _ml_oracle(fn: Callable[..., Any]) -> None:
-    for layout, spec in random_specs(0, 60):
-        _ml_compare(fn, layout, spec)
+@check_case("random batches, latencies, step times and rules against (08.13) written out term by term")
+def _mx_oracle(fn: Callable[..., Any]) -> None:
+    for case in random_lag_cases(0, 40):
+        _mx_compare(fn, *case)
 
 
-@check_case("an unknown layout raises ValueError")
-def _ml_unknown(fn: Callable[..., Any]) -> None:
-    for name in ("async", "Pipeline", ""):
-        assert_raises(
-            ValueError,
-            fn,
-            name,
-            HAND_SPEC,
-            other_error=_not_value_error(f"{ML}({name!r}, spec)"),
-            no_error=f"{ML}({name!r}, spec) returned; expected ValueError: the layouts are {', '.join(LAYOUT_NAMES)}",
-        )
+@check_case("an unknown admission rule raises ValueError naming fifo, wait and drop")
+def _mx_unknown(fn: Callable[..., Any]) -> None:
+    for name in ("async", "hard", ""):
+        what = f"{MX}(1.3, <8 lengths>, 0.02, 4.0, 3, {name!r})"
+        try:
+            fn(1.3, list(WORKED_LENGTHS), 0.02, 4.0, 3, name)
+        except ValueError as exc:
+            if any(rule not in str(exc) for rule in ADMISSION_NAMES):
+                fail(
+                    f"{what} raised ValueError({short_repr(str(exc), max_chars=60)}); its message should name "
+                    f"the accepted rules: {', '.join(ADMISSION_NAMES)}"
+                )
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            fail(f"{what} raised {type(exc).__name__}; expected ValueError")
+        fail(f"{what} returned; expected ValueError: the rules are {', '.join(ADMISSION_NAMES)}")
 
 
-MEAN_LAG = Exercise(
-    name=ML,
+# The hard bound (08.14): graded through the same exercise, found beside max_lag_steps.
+
+
+def naive_hard_bound(
+    lengths: Sequence[int],
+    latency_s: float,
+    sync_s: float,
+    max_lag: float,
+    *,
+    longest: str = "max",
+    sync: str = "once",
+    steps: str = "floor",
+) -> float:
+    """(08.14) written out: ``(max(L) l + d) / floor(max_lag)``. The switches compute known
+    slips: ``longest="mean"``; ``sync`` ``"none"`` or ``"every step"``; ``steps``
+    ``"unfloored"``, ``"one"`` or ``"plus one"``."""
+    straggler = float(max(lengths)) if longest == "max" else float(sum(lengths)) / len(lengths)
+    k = {
+        "floor": math.floor(max_lag),
+        "unfloored": max_lag,
+        "one": 1,
+        "plus one": math.floor(max_lag) + 1,
+    }[steps]
+    generate_s = straggler * latency_s  # the straggler's time on the engine
+    if sync == "none":
+        return generate_s / k
+    if sync == "every step":
+        return generate_s / k + sync_s
+    return (generate_s + sync_s) / k
+
+
+HB_SLIPS: dict[str, dict[str, Any]] = {
+    "the weight sync is missing: the update trained on the straggler must also reach the samplers, "
+    "(L_max l + d) / floor(max_lag)": dict(sync="none"),
+    "the bound is floor(max_lag) whole steps (lags are whole steps): divide by floor(max_lag), not max_lag": dict(
+        steps="unfloored"
+    ),
+    "the longest answer, max(lengths), is the straggler that must finish in time, not the mean one": dict(
+        longest="mean"
+    ),
+    "the straggler has floor(max_lag) steps to finish in, not one: divide by floor(max_lag)": dict(steps="one"),
+    "the sync is paid once within the floor(max_lag) steps: (L_max l + d) / floor(max_lag), not "
+    "L_max l / floor(max_lag) + d": dict(sync="every step"),
+    "off by one: a lag of at most floor(max_lag) gives the straggler floor(max_lag) steps, not "
+    "floor(max_lag) + 1": dict(steps="plus one"),
+}
+
+
+def _companion(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The learner's ``hard_bound_step_s``: defined beside ``max_lag_steps`` (same globals)."""
+    namespace = getattr(fn, "__globals__", None)
+    companion = namespace.get(HB) if isinstance(namespace, dict) else None
+    if not callable(companion):
+        fail(f"{HB} is not defined beside {MX}: this exercise grades both; write it in the same cell (08.14)")
+    assert companion is not None
+    return companion
+
+
+def _hb_call(companion: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return call(companion, *args)
+    except LearnerError as exc:
+        if isinstance(exc.error, NotImplementedError):
+            fail(f"{HB} still raises NotImplementedError: write it too, this exercise grades both functions (08.14)")
+        raise
+
+
+def _hb_compare(fn: Callable[..., Any], lengths: Lengths, latency_s: float, sync_s: float, max_lag: float) -> None:
+    companion = _companion(fn)
+    batch = [int(x) for x in lengths]
+    expected = naive_hard_bound(batch, latency_s, sync_s, max_lag)
+    what = f"{HB}({_lengths_text(batch)}, {fmt_number(latency_s)}, {fmt_number(sync_s)}, {fmt_number(max_lag)})"
+    given = copy_input(lengths)
+    got = _hb_call(companion, given, latency_s, sync_s, max_lag)
+    assert_true(_same_lengths(given, lengths), f"{what} changed the lengths it was given; work on a copy")
+    value = _finite(got, f"{what} returned {describe_type(got)}; expected a finite float (seconds)")
+    if math.isclose(value, expected, rel_tol=1e-9):
+        return
+    for message, slip in HB_SLIPS.items():
+        wrong = naive_hard_bound(batch, latency_s, sync_s, max_lag, **slip)
+        if not math.isclose(wrong, expected, rel_tol=1e-9) and math.isclose(value, wrong, rel_tol=1e-9):
+            fail(f"{what} = {fmt_number(value)}: {message}")
+    fail(f"{what} = {fmt_number(value)}; expected {fmt_number(expected)} s, (max(L) l + d) / floor(max_lag) (08.14)")
+
+
+#: (lengths, l, d, max_lag) checked by hand; the comments give the answers.
+HB_HAND_CASES: tuple[tuple[Lengths, float, float, float], ...] = (
+    (list(WORKED_LENGTHS), 0.02, 1.0, 3),  # (900 * 0.02 + 1) / 3 = 6.333 s
+    (list(WORKED_LENGTHS), 0.02, 1.0, 2),  # 19 / 2 = 9.5 s
+    (np.array(WORKED_LENGTHS), 0.02, 1.0, 3.5),  # floor(3.5) = 3: 6.333 s
+    (list(WORKED_LENGTHS), 0.02, 1.0, 1),  # one step: 19 s
+    (np.array([300, 1200, 450]), 0.01, 0.0, 4),  # no sync: 12 / 4 = 3 s
+)
+
+
+@check_case(f"{HB}: hand-computed (08.14), a fractional max_lag, then random batches against it written out")
+def _hb_values(fn: Callable[..., Any]) -> None:
+    for case in HB_HAND_CASES:
+        _hb_compare(fn, *case)
+    rng = np.random.default_rng(1)
+    for i in range(20):
+        lengths = rng.integers(1, 4000, size=int(rng.integers(1, 65)))
+        batch: Lengths = lengths.astype(np.int64) if i % 2 else [int(x) for x in lengths]
+        sync_s = 0.0 if i % 5 == 0 else float(rng.uniform(0.01, 30.0))
+        max_lag = (1, 2, 3, 4, 8, 1.5, 2.75)[i % 7]
+        _hb_compare(fn, batch, float(rng.uniform(1e-3, 0.05)), sync_s, max_lag)
+
+
+@check_case(f"{HB} raises ValueError when max_lag < 1 (a bound below one step is synchronous RL)")
+def _hb_invalid(fn: Callable[..., Any]) -> None:
+    companion = _companion(fn)
+    for max_lag in (0, 0.5):
+        what = f"{HB}(<8 lengths>, 0.02, 1.0, {fmt_number(max_lag)})"
+        try:
+            companion(list(WORKED_LENGTHS), 0.02, 1.0, max_lag)
+        except ValueError:
+            continue
+        except NotImplementedError:
+            fail(f"{HB} still raises NotImplementedError: write it too, this exercise grades both functions (08.14)")
+        except Exception as exc:
+            fail(f"{what} raised {type(exc).__name__}; expected ValueError: floor(max_lag) = 0 steps is synchronous RL")
+        fail(f"{what} returned; expected ValueError: floor(max_lag) = 0 steps bounds every lag by 0, synchronous RL")
+
+
+MAX_LAG_STEPS = Exercise(
+    name=MX,
     points=15,
-    title="the mean lag of a layout: 0, 1, or the pipeline's by Little's law under backpressure (eq. 08.11-08.12)",
-    checks=(_ml_known, _ml_oracle, _ml_unknown),
+    title="the maximum lag under an admission rule, and the step a hard bound costs (eq. 08.13-08.14)",
+    checks=(_mx_known, _mx_oracle, _mx_unknown, _hb_values, _hb_invalid),
     hints=(
-        "branch on the layout; for the pipeline compute B_eff, production N_s B_eff / l(B_eff) and consumption "
-        "N_t c; if consumption <= production the answer is max_lag",
-        "otherwise step_s = spec.batch_tokens / production, then (08.12) capped at max_lag; return 0 early when "
-        "max_lag == 0 (nothing is in flight)",
-        "8 GPUs, 4 samplers, 64 answers of 256 tokens, max_batch 32, l(B) = 0.01 + 0.0005 B, c = 5000, max_lag 4, "
-        "d = 0.5: production 4,923 tokens/s, step_s 3.33 s, mean lag 160 / 64 + 0.5 / 3.33 = 2.65",
+        "check admission first; then the longest answer's lead (max(L) - mean(L)) * step_latency_s over step_s, "
+        "added to the mean lag and rounded up; under 'wait' and 'drop' take the smaller of that and "
+        "math.floor(max_lag)",
+        "math.ceil(mean_lag + lead_s / step_s - 1e-9) is an int, so is min(lag, math.floor(max_lag)); the hard "
+        "bound: steps = math.floor(max_lag) (ValueError below 1), then (max(lengths) * l + d) / steps",
+        "7 answers of 100 tokens and one of 900, l = 0.02 s, step 4 s, mean lag 1.3, max_lag 3, d = 1 s: "
+        "ceil(1.3 + 700 * 0.02 / 4) = 5 under fifo, 3 under wait and drop; the hard bound 19 / 3 = 6.33 s",
     ),
 )
 
@@ -709,4 +865,4 @@ ENGINE_SCHEDULE = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (MAX_BATCH, BALANCED_SPLIT, MEAN_LAG, ENGINE_SCHEDULE)
+EXERCISES: tuple[Exercise, ...] = (MAX_BATCH, BALANCED_SPLIT, MAX_LAG_STEPS, ENGINE_SCHEDULE)

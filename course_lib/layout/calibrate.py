@@ -1,4 +1,4 @@
-"""The layout model (:mod:`course_lib.layout`) calibrated on lesson 07's measured parts (lesson 08).
+"""The layout model (:mod:`course_lib.layout.model`) calibrated on lesson 07's measured parts (lesson 08).
 
 Lesson 07 runs one generator process (core 0) and one trainer (core 1). The model sees
 that as a cluster of **two GPUs, one sampler and one trainer** (``n_gpus=2,
@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from course_lib.layout import Layout, SystemSpec, predict
-from course_lib.layout_sim import sim_config, simulate
+from course_lib.layout.model import Layout, SystemSpec, predict
+from course_lib.layout.sim import sim_config, simulate
 from course_lib.lm.model import TinyLM
 from course_lib.lm.sampler import SlotSampler, sample_problems
 from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
@@ -255,6 +255,7 @@ def lesson07_spec(
         answer_tokens=answer,
         weight_sync_s=0.0,
         max_lag=cfg.lag_bound,
+        admission="fifo",  # lesson 07's trainer takes finished groups in order; its bound is per token
     )
 
 
@@ -290,7 +291,7 @@ def simulate_regime(
     warmup_steps: int = 20,
     seed: int = 0,
 ) -> Throughput:
-    """The same 2-GPU system in the simulator (:mod:`course_lib.layout_sim`); lengths drawn
+    """The same 2-GPU system in the simulator (:mod:`course_lib.layout.sim`); lengths drawn
     from the measured ``answer_tokens``; answer tokens/s over the measured steps."""
     layout = REGIME_LAYOUT[cfg.regime]
     steps = sequence_steps(answer_tokens)

@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.layout import (
+from course_lib.layout.model import (
     GPU,
     H100_SXM,
     LAYOUTS,
     QWEN25_7B,
     QWEN25_32B,
+    Admission,
     Layout,
     LengthDist,
     ModelShape,
@@ -69,8 +70,8 @@ class Recommendation:
         spec: the system (``n_gpus`` counts tensor-parallel units of ``tp`` GPUs).
         tp: GPUs per unit.
         lengths: the answer-length distribution.
-        best: each layout's best feasible prediction, ``None`` where no split keeps the
-            mean lag within ``spec.max_lag`` (e.g. one_step at a bound of 0).
+        best: each layout's best feasible prediction, ``None`` where no split is feasible.
+        why_not: for each layout without a feasible split, the constraint that failed.
         layout: the layout with the most tokens/s among the feasible ones.
     """
 
@@ -78,6 +79,7 @@ class Recommendation:
     tp: int
     lengths: LengthDist
     best: dict[Layout, Prediction | None]
+    why_not: dict[Layout, str]
     layout: Layout
 
     @property
@@ -98,14 +100,18 @@ def recommend(
     prompt_tokens: int = 1024,
     gpu: GPU = H100_SXM,
     mfu: float = 0.4,
+    efficiency: float = 0.7,
+    admission: Admission = "wait",
+    extra_forward_passes: int = 0,
     sync_bytes_per_s: float = 125e9,
     seed: int = 0,
 ) -> Recommendation:
-    """The best layout and split for ``n_gpus`` GPUs training ``model`` (see the module docstring).
+    """The best feasible layout and split for ``n_gpus`` GPUs training ``model`` (module docstring).
 
-    Lengths are log-normal (:func:`~course_lib.layout.lognormal_lengths`) with ``mean_tokens``
-    and ``p99_over_median``, capped at ``max_tokens``; the KV cache reserves ``prompt_tokens
-    + max_tokens`` per sequence.
+    Lengths are log-normal (:func:`~course_lib.layout.model.lognormal_lengths`) with
+    ``mean_tokens`` and ``p99_over_median``, capped at ``max_tokens``; the KV cache is paged
+    (08.2); ``admission`` decides how the pipeline keeps every lag within ``max_lag``. Raises
+    ValueError naming every layout's failed constraint if no layout is feasible.
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
@@ -121,46 +127,67 @@ def recommend(
         n_gpus=units,
         batch_samples=batch_samples,
         answer_tokens=lengths.batch(batch_samples, seed=seed),
-        context_tokens=prompt_tokens + max_tokens,
+        prompt_tokens=prompt_tokens,
+        generation_limit=max_tokens,
         mfu=mfu,
+        efficiency=efficiency,
+        extra_forward_passes=extra_forward_passes,
         weight_sync_s=shape.weight_bytes / sync_bytes_per_s,
         max_lag=max_lag,
+        admission=admission,
     )
     best: dict[Layout, Prediction | None] = {}
+    why_not: dict[Layout, str] = {}
     for layout in LAYOUTS:
         try:
             best[layout] = best_split(layout, spec).prediction
-        except ValueError:  # no split keeps this layout's lag within the bound
+        except ValueError as exc:  # no split keeps this layout feasible
             best[layout] = None
-    feasible = {k: p for k, p in best.items() if p is not None and p.mean_lag_steps <= max_lag + 1e-9}
+            why_not[layout] = str(exc)
+    feasible = {k: p for k, p in best.items() if p is not None and p.feasible}
+    if not feasible:
+        raise ValueError("no layout is feasible: " + " | ".join(f"{k}: {v}" for k, v in why_not.items()))
     winner = max(feasible, key=lambda k: feasible[k].tokens_per_s)
-    return Recommendation(spec=spec, tp=tp, lengths=lengths, best=best, layout=winner)
+    return Recommendation(spec=spec, tp=tp, lengths=lengths, best=best, why_not=why_not, layout=winner)
 
 
 def recommendation_text(rec: Recommendation) -> str:
-    """A fixed-width table of every layout's best split, the recommended one marked ``<-``.
-    Rounded figures only, so the text is the same on every machine."""
+    """A fixed-width table of every layout's best feasible split, the recommended one marked ``<-``,
+    with each layout's mean and maximum lag and the admission rule; a layout with no feasible split
+    is listed with the constraint that failed. Rounded figures only (the same text on every machine)."""
     s, tp = rec.spec, rec.tp
     head = (
         f"{s.n_gpus * tp} GPUs = {s.n_gpus} units of TP{tp} | batch {s.batch_samples} samples, "
-        f"mean answer {s.mean_answer_tokens:,.0f} tokens (longest {int(s.lengths_tokens.max()):,}) | "
-        f"max_lag {s.max_lag} | engine: max_batch {s.max_batch}, l(B) = {1e3 * s.a_s:.2f} ms + "
-        f"{1e3 * s.b_s:.3f} ms x B | trainer {s.train_tokens_per_s_per_gpu:,.0f} tokens/s per unit"
+        f"mean answer {s.mean_answer_tokens:,.0f} tokens (longest {int(s.lengths_tokens.max()):,}), "
+        f"prompt {s.prompt_tokens:,.0f} | max_lag {s.max_lag:g}, pipeline admission '{s.admission}' | engine: "
+        f"B_max {s.max_batch} (paged KV), {s.engine_full_tokens_per_s:,.0f} tokens/s full | trainer "
+        f"{s.train_tokens_per_s_per_gpu:,.0f} tokens/s per unit, >= {s.min_trainers} unit(s) to hold the model"
     )
-    lines = [head, f"{'layout':<15} {'samplers':>9} {'trainers':>9} {'tokens/s':>10} {'step s':>8} {'mean lag':>9}"]
+    lines = [
+        head,
+        f"{'layout':<15} {'samplers':>9} {'trainers':>9} {'tokens/s':>10} {'step s':>8} {'lag mean':>9} {'lag max':>8}",
+    ]
     for layout in LAYOUTS:
         p = rec.best[layout]
         if p is None:
-            lines.append(f"{layout:<15} {'infeasible at this max_lag':>48}")
+            reason = rec.why_not.get(layout, "infeasible").split(": ", 1)[-1]
+            lines.append(f"{layout:<15} infeasible: {reason}")
             continue
         mark = "  <- recommended" if layout == rec.layout else ""
         lines.append(
             f"{layout:<15} {p.n_samplers * tp:>9} {p.n_trainers * tp:>9} {p.tokens_per_s:>10,.0f} "
-            f"{p.step_s:>8.1f} {p.mean_lag_steps:>9.2f}{mark}"
+            f"{p.step_s:>8.1f} {p.mean_lag_steps:>9.2f} {p.max_lag_steps:>8}{mark}"
         )
     return "\n".join(lines)
 
 
 def best_tokens_per_s_vs_lag(spec: SystemSpec, max_lags: NDArray[np.integer] | list[int]) -> NDArray[np.float64]:
-    """``[len(max_lags)]`` best pipeline tokens/s at each staleness bound (0 = synchronous)."""
-    return np.array([best_split("pipeline", replace(spec, max_lag=int(k))).prediction.tokens_per_s for k in max_lags])
+    """``[len(max_lags)]`` best feasible pipeline tokens/s at each staleness bound (0 = synchronous;
+    NaN where no split is feasible)."""
+    out = []
+    for k in max_lags:
+        try:
+            out.append(best_split("pipeline", replace(spec, max_lag=int(k))).prediction.tokens_per_s)
+        except ValueError:
+            out.append(float("nan"))
+    return np.array(out)

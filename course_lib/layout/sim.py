@@ -1,6 +1,6 @@
 """A discrete-event simulator of an async-RL cluster layout (lesson 08), built on SimPy.
 
-The analytic model (:mod:`course_lib.layout`) predicts the throughput of a layout from
+The analytic model (:mod:`course_lib.layout.model`) predicts the throughput of a layout from
 steady-state rates; this module *runs* the same system, one decode step at a time, so
 the model can be checked where its assumptions hold and trusted less where they do
 not (length tails, stragglers, start-up, backpressure). Both follow the lesson's shared
@@ -8,18 +8,27 @@ semantics; the rules below are the ones this simulator implements.
 
 The system::
 
-    decode step of an engine with B sequences in flight:  l(B) = a_s + b_s * B   seconds
+    decode step of an engine (08.3):  l = max(a_s + b_s * B + r_s * R,  f_s * (B + P * sum 1/L))   seconds
     optimizer step on a batch of G generated tokens:      T = G / (n_trainers * c) seconds
     weights of version v + 1 reach the samplers:          weight_sync_s after step v ends
     lag of a sample = (trainer version when it is consumed) - (version it started with)
 
+with ``B`` sequences running in the step, ``R`` KV tokens resident (every running sequence
+holds its ``P = prompt_tokens`` prompt tokens plus the tokens it has generated so far: 0 at
+its first step) and the prompts' prefill spread over the answers (chunked prefill: a running
+sequence of ``L`` answer tokens carries ``P / L`` prompt tokens of compute into each of its
+steps, so the sum runs over the running sequences). With ``r_s = f_s = 0`` the step is
+linear, ``l(B) = a_s + b_s * B``.
+
 * **Sampler engine** (one per sampler GPU): continuous batching with at most
-  ``max_batch`` sequences in flight. Each decode step takes ``l(B)`` and gives every
+  ``max_batch`` sequences in flight. Each decode step takes ``l`` and gives every
   in-flight sequence one token; a sequence of length ``L`` finishes after ``L`` decode
   steps and goes to the sample queue (a :class:`simpy.FilterStore`). Free slots are
   refilled at step boundaries, if the layout's admission rule lets a new sequence start.
   An engine never creates per-token objects: it keeps a heap of finish steps (O(log B)
-  per finished sequence, O(1) per decode step besides the SimPy event).
+  per finished sequence) and the count and sum of the start steps of its running
+  sequences, so ``R = B (P + t) - sum(start steps)`` at step ``t`` is O(1) per decode
+  step besides the SimPy event (as the model's ``_step_clock_s``).
 * **Trainer** (all trainer GPUs, data parallel): takes ``batch_samples`` finished
   samples, trains for ``T`` seconds, increments the version, then syncs the weights.
   With ``sync_blocks_trainer=True`` the trainer GPUs are busy sending the weights for
@@ -46,29 +55,46 @@ Admission (who may start a new sequence, and with which weights):
 * ``"pipeline"`` (in-flight weight updates: a running sequence keeps generating across
   updates, its lag counts from its start version ``s``). Backpressure (R1)::
 
-      start a new sequence only while  n_started - s_vis * batch_samples < (max_lag + 1) * batch_samples
+      start a new sequence only while  n_started - n_dropped - s_vis * batch_samples < (max_lag + 1) * batch_samples
 
   with ``s_vis`` the version the samplers hold. ``s_vis * batch_samples`` is the number
   of samples consumed by the optimizer steps whose weights the samplers have received:
   what a sampler can know about consumption. (Counting a batch as consumed as soon as
   the trainer takes it would let ``max_lag = 0`` start the next batch during training,
-  at lag 1.) With (R1) every sample that starts at version ``s`` is one of the first
-  ``(s + max_lag + 1) * batch_samples`` samples ever started.
-  With equal lengths samples finish in start order and (R1) alone bounds the lag by
-  ``max_lag``. With unequal lengths a long sample can be overtaken, so the trainer,
-  which otherwise takes the oldest finished samples (FIFO), takes the sample with the
-  oldest start version first whenever (R2) requires it::
+  at lag 1.) ``max_lag`` may be fractional (verl's ``staleness_threshold``: ``0.5`` holds
+  at most 1.5 batches) or ``math.inf`` (no window: the engines stay full; ``"fifo"``
+  only). With ``max_lag = 0`` the pipeline is the synchronous layout (generate a batch,
+  train on it) under every rule. With (R1) every sample that starts at version ``s`` is
+  one of the first ``(s + max_lag + 1) * batch_samples`` samples ever started (dropped
+  ones aside). With equal lengths samples finish in start order and (R1) alone bounds
+  the lag by ``max_lag``; with unequal lengths a long sample can be overtaken. What the
+  trainer does about it is ``admission`` (the model's section 7); the hard rules bound
+  every consumed sample's lag by ``floor(max_lag)`` and need ``max_lag >= 1`` (or 0):
 
-      need_w = #{unconsumed samples with s + max_lag <= w} - (w - v) * batch_samples  for w >= v
+  - ``"fifo"``: the trainer takes the oldest finished samples first come, first served
+    and never waits for a straggler, whose lag can exceed ``max_lag`` ((R1) then bounds
+    only the typical lag).
+  - ``"wait"`` (a hard bound by waiting): the trainer takes the sample with the oldest
+    start version first whenever (R2) requires it::
 
-  (at trainer version ``v``: if ``need_w > 0`` for some ``w``, the next pick must have a
-  deadline ``s + max_lag <= w``, and the oldest does). If that sample is still being
-  generated the trainer waits for it. (R1) guarantees ``need_w <= batch_samples``, so the
-  lag never exceeds ``max_lag``; the price is that the trainer can wait for a straggler,
-  which is rare when ``max_lag`` is large. ``enforce_max_lag=False`` drops (R2): the
-  trainer is plain FIFO, never waits for a straggler, and a straggler's lag can exceed
-  ``max_lag`` ((R1) then bounds only the typical lag). With ``max_lag = 0`` the pipeline
-  is the synchronous layout (generate a batch, train on it).
+        need_w = #{unconsumed samples with s + floor(max_lag) <= w} - (w - v) * batch_samples  for w >= v
+
+    (at trainer version ``v``: if ``need_w > 0`` for some ``w``, the next pick must have a
+    deadline ``s + floor(max_lag) <= w``, and the oldest does). If that sample is still
+    being generated the trainer waits for it. (R1) guarantees ``need_w <= batch_samples``
+    when its window is ``(floor(max_lag) + 1)`` batches, so under ``"wait"`` the window
+    is that (a fractional part would start more samples at a version than the updates up
+    to their deadline can consume); the lag never exceeds ``floor(max_lag)``, and the
+    price is that the trainer can wait for a straggler.
+  - ``"drop"`` (a hard bound by refusing): the trainer is FIFO, but before each pick for
+    update ``v`` every unconsumed sample with ``s + floor(max_lag) < v`` is dropped: a
+    finished one is removed from the queue, a running one is aborted (its slot frees at
+    its engine's next step boundary; the tokens of the step in progress count as
+    generated, and all its tokens are wasted). A sample taken from the queue that is
+    already too old (possible when the weights reach the samplers late) is dropped too.
+    Dropped samples are never consumed; they leave the (R1) window at once (the trainer
+    aborts them, so the samplers know), which wakes idle engines. The window stays
+    ``(max_lag + 1)`` batches.
 
   Load balance (R3, ``balance_engines=True``, the default): an engine admits a sequence
   only while it holds fewer than its fair share, ``ceil((in flight + admissible) /
@@ -87,6 +113,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -96,7 +123,7 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from course_lib.layout import LAYOUTS, Layout, SystemSpec
+from course_lib.layout.model import ADMISSIONS, LAYOUTS, Admission, Layout, SystemSpec
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -116,7 +143,9 @@ class SimConfig:
     :class:`numpy.random.Generator` seeded by ``seed``) or a sequence of answer lengths
     in tokens that samples draw from uniformly (``(L,)``: every answer has ``L`` tokens).
     For the split layouts give ``n_samplers`` (``n_trainers`` defaults to the rest of
-    ``n_gpus``); for ``"sync_colocated"`` both are ``n_gpus``.
+    ``n_gpus``); for ``"sync_colocated"`` both are ``n_gpus``. ``r_s``, ``f_s`` and
+    ``prompt_tokens`` make the decode step (08.3) (0: linear); ``admission`` is the
+    pipeline's rule for stragglers (``"fifo"``, ``"wait"`` or ``"drop"``, module docstring).
     """
 
     layout: Layout
@@ -129,14 +158,17 @@ class SimConfig:
     b_s: float = 0.0005
     train_tokens_per_s_per_gpu: float = 5000.0
     weight_sync_s: float = 0.0
-    max_lag: int = 1
+    max_lag: float = 1
     n_steps: int = 20
     warmup_steps: int = 2
     lengths: Sequence[int] | NDArray[np.integer] | LengthSampler = (256,)
     seed: int = 0
     sync_blocks_trainer: bool | None = None
-    enforce_max_lag: bool = True
+    admission: Admission = "fifo"
     balance_engines: bool = True
+    r_s: float = 0.0
+    f_s: float = 0.0
+    prompt_tokens: float = 0.0
     timeline_max_intervals: int = 20_000
 
     def __post_init__(self) -> None:
@@ -172,7 +204,22 @@ class SimConfig:
             object.__setattr__(self, "n_trainers", nt)
         _check_int("batch_samples", self.batch_samples, 1)
         _check_int("max_batch", self.max_batch, 1)
-        _check_int("max_lag", self.max_lag, 0)
+        ml = self.max_lag
+        if isinstance(ml, bool) or not isinstance(ml, int | float | np.integer | np.floating) or not ml >= 0:
+            raise ValueError(f"max_lag must be a number >= 0 (optimizer steps; math.inf: no window), got {ml!r}")
+        if self.admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {ADMISSIONS}, got {self.admission!r}")
+        if self.admission != "fifo" and math.isinf(ml):
+            raise ValueError(
+                f"max_lag=inf with admission={self.admission!r}: a hard rule needs a finite max_lag to bound lags "
+                "by; use admission='fifo' for no window"
+            )
+        if self.admission != "fifo" and 0 < ml < 1:
+            raise ValueError(
+                f"max_lag={ml!r} with admission={self.admission!r}: the hard rules bound every lag by "
+                f"floor(max_lag) = 0, which is synchronous RL (max_lag=0); use max_lag >= 1, or "
+                "admission='fifo' for a fractional window"
+            )
         _check_int("n_steps", self.n_steps, 1)
         _check_int("warmup_steps", self.warmup_steps, 0)
         _check_int("timeline_max_intervals", self.timeline_max_intervals, 0)
@@ -180,12 +227,15 @@ class SimConfig:
             raise ValueError(
                 f"warmup_steps={self.warmup_steps} must be < n_steps={self.n_steps}: at least one step is measured"
             )
-        for name in ("a_s", "b_s", "weight_sync_s"):
+        for name in ("a_s", "b_s", "weight_sync_s", "r_s", "f_s", "prompt_tokens"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0 (seconds), got {value!r}")
-        if self.a_s + self.b_s <= 0:
-            raise ValueError("a_s + b_s must be > 0: a decode step l(B) = a_s + b_s * B must take time")
+            if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                unit = "tokens" if name == "prompt_tokens" else "seconds"
+                raise ValueError(f"{name} must be a finite number >= 0 ({unit}), got {value!r}")
+        if self.a_s + self.b_s + self.f_s <= 0:
+            raise ValueError(
+                "a_s + b_s + f_s must be > 0: a decode step max(a_s + b_s B + r_s R, f_s (B + P S)) must take time"
+            )
         c = self.train_tokens_per_s_per_gpu
         if not (isinstance(c, int | float) and math.isfinite(c) and c > 0):
             raise ValueError(f"train_tokens_per_s_per_gpu must be a finite number > 0, got {c!r}")
@@ -221,9 +271,26 @@ class SimConfig:
         assert self.n_trainers is not None
         return self.n_trainers
 
-    def decode_step_s(self, in_flight: int) -> float:
-        """``l(B) = a_s + b_s * B``: seconds of one decode step with ``B`` sequences in flight."""
-        return self.a_s + self.b_s * in_flight
+    @property
+    def lag_bound(self) -> int:
+        """``floor(max_lag)``: the lag every consumed sample keeps under ``"wait"`` and ``"drop"``."""
+        return sys.maxsize if math.isinf(self.max_lag) else math.floor(self.max_lag + 1e-9)
+
+    @property
+    def linear_step(self) -> bool:
+        """Whether the decode step is ``a_s + b_s * B`` (``r_s = f_s = 0``)."""
+        return self.r_s == 0 and self.f_s == 0
+
+    def decode_step_s(self, in_flight: int, resident_tokens: float = 0.0, prefill_tokens: float = 0.0) -> float:
+        """(08.3): seconds of one decode step with ``B = in_flight`` sequences running,
+        ``R = resident_tokens`` KV tokens resident and ``S = starting`` sequences started at
+        this step boundary: ``max(a_s + b_s B + r_s R, f_s (B + P S))`` (``a_s + b_s B`` when
+        ``r_s = f_s = 0``)."""
+        memory_s = self.a_s + self.b_s * in_flight
+        if self.linear_step:
+            return memory_s
+        memory_s += self.r_s * resident_tokens
+        return max(memory_s, self.f_s * (in_flight + prefill_tokens))
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
@@ -246,7 +313,9 @@ class SimResult:
     """What :func:`simulate` measured (fractions and rates over the measured steps).
 
     Per-sample arrays are indexed by sample id (start order); ``consumed_version`` is -1
-    for samples not consumed when the run stopped.
+    for samples not consumed when the run stopped, ``dropped_version`` -1 for samples not
+    dropped (else the trainer version that dropped them: ``"drop"`` only). Every sample
+    started is consumed, dropped, or still unconsumed at the end (running or queued).
     """
 
     config: SimConfig
@@ -267,13 +336,16 @@ class SimResult:
     n_decode_steps: int  # all engines, the whole run
     decoded_tokens: int  # sum of B over all decode steps, the whole run
     n_started: int
-    n_finished: int
+    n_finished: int  # samples whose last token was generated (a dropped one too, if it got there)
     n_consumed: int
+    n_dropped: int  # samples dropped by the "drop" rule (never consumed)
+    dropped_tokens: int  # tokens generated for the dropped samples: wasted decode work
     consumed_ids: NDArray[np.int64]  # sample ids in the order the trainer took them
     sample_lengths: NDArray[np.int64]
     sample_start_version: NDArray[np.int64]
     sample_consumed_version: NDArray[np.int64]
     sample_progress_tokens: NDArray[np.int64]  # tokens generated so far (= length when finished)
+    sample_dropped_version: NDArray[np.int64]  # trainer version that dropped the sample, -1 if not
     version_visible_s: NDArray[np.float64]  # [k - 1]: when version k reached the samplers
     timeline: list[Interval] = field(repr=False)
     timeline_end_s: float = 0.0  # the timeline (idle gaps included) covers [0, timeline_end_s]
@@ -325,7 +397,7 @@ class _Sim:
         self.done = self.env.event()
         self.version = 0  # trainer's version (optimizer steps completed)
         self.visible = 0  # version the samplers hold
-        self.version_event = self.env.event()  # succeeds (and is replaced) when a new version arrives
+        self.wake_event = self.env.event()  # succeeds (and is replaced) when a version arrives or samples drop
         self.version_visible_s: list[float] = []
         self.lengths = _Lengths(cfg)
         self.samples: list[_Sample] = []
@@ -338,6 +410,17 @@ class _Sim:
         self.step_end_s: list[float] = []
         self.unconsumed_by_version: dict[int, int] = {}
         self.n_finished = 0
+        # pipeline window (R1) in batches: None = no window; "wait" needs whole batches (module docstring)
+        ml = cfg.max_lag
+        self.window: float | None = None if math.isinf(ml) else (cfg.lag_bound if cfg.admission == "wait" else ml) + 1
+        # the "drop" rule
+        self.drop = cfg.layout == "pipeline" and cfg.admission == "drop"
+        self.dropped_version: list[int] = []
+        self.n_dropped = 0
+        self.ids_by_version: dict[int, list[int]] = {}  # "drop" only: sample ids by start version
+        self.abort_pending: list[list[int]] = [[] for _ in range(cfg.n_engines)]  # dropped while running
+        self.abort_progress: dict[int, int] = {}  # aborted sample -> tokens generated when its slot freed
+        self.n_aborted = 0  # aborted samples whose slots have been freed
         ne = cfg.n_engines
         self.colocated = cfg.layout == "sync_colocated"
         # sync / one_step: engine e's share of every batch, and the batch it is working on
@@ -389,11 +472,16 @@ class _Sim:
         cfg = self.cfg
         started: list[tuple[int, int]] = []
         if cfg.layout == "pipeline":
-            allowed = (self.visible + cfg.max_lag + 1) * cfg.batch_samples - len(self.samples)  # (R1)
-            if cfg.balance_engines and allowed > 0:  # (R3): no engine above its fair share
-                in_flight = len(self.samples) - self.n_finished
-                share = math.ceil((in_flight + allowed) / cfg.n_engines)
-                allowed = min(allowed, share - (cfg.max_batch - free))
+            if self.window is None:  # no window: the engines stay full
+                allowed = free
+            else:  # (R1); dropped samples have left the window
+                held = len(self.samples) - self.n_dropped
+                limit = (self.visible + self.window) * cfg.batch_samples
+                allowed = limit - held if isinstance(limit, int) else math.ceil(limit - held - 1e-9)
+                if cfg.balance_engines and allowed > 0:  # (R3): no engine above its fair share
+                    in_flight = len(self.samples) - self.n_finished - self.n_aborted
+                    share = math.ceil((in_flight + allowed) / cfg.n_engines)
+                    allowed = min(allowed, share - (cfg.max_batch - free))
             for _ in range(min(free, allowed)):
                 started.append(self.start(e, self.visible, -1, step))
             return started
@@ -420,31 +508,40 @@ class _Sim:
         self.engine_of.append(e)
         self.finished.append(False)
         self.consumed_version.append(-1)
+        self.dropped_version.append(-1)
         self.unconsumed_by_version[version] = self.unconsumed_by_version.get(version, 0) + 1
+        if self.drop:
+            self.ids_by_version.setdefault(version, []).append(sid)
         return (step + length, sid)
 
     # ------------------------------------------------------------------------------ engines
     def engine(self, e: int) -> _Proc:
         env, cfg = self.env, self.cfg
         a, b, max_batch = cfg.a_s, cfg.b_s, cfg.max_batch
+        linear = cfg.linear_step
         heap: list[tuple[int, int]] = []  # (finish step, sample id): no per-token state
+        start_sum = 0  # sum of the start steps of the running sequences: R = B (P + step) - start_sum
+        inv_len_sum = 0.0  # sum of 1 / L of the running sequences: their spread prefill is P * inv_len_sum
         step = 0
         while True:
             free = max_batch - len(heap)
             if free > 0:
                 for item in self.admit(e, free, step):
                     heapq.heappush(heap, item)
+                    start_sum += step
+                    inv_len_sum += 1.0 / self.samples[item[1]].length
             if not heap:
                 since = self.open_since[e]
                 if since is not None:  # one coalesced bar per busy period
                     self.record(self.sampler_role, e, since, env.now, "decode")
                     self.open_since[e] = None
-                yield self.version_event  # the only thing that can let an idle engine start
+                yield self.wake_event  # a new version or a drop: the only things that can let an idle engine start
                 continue
             if self.open_since[e] is None:
                 self.open_since[e] = env.now
             n = len(heap)
-            dt = a + b * n
+            resident = 0.0 if linear else n * (cfg.prompt_tokens + step) - start_sum
+            dt = a + b * n if linear else cfg.decode_step_s(n, resident, cfg.prompt_tokens * inv_len_sum)
             self.eng_cur[e] = (env.now, dt, n)
             yield env.timeout(dt)
             self.eng_cur[e] = (env.now, 0.0, 0)
@@ -456,9 +553,23 @@ class _Sim:
             self.eng_step_now[e] = step
             while heap and heap[0][0] == step:
                 sid = heapq.heappop(heap)[1]
+                start_sum -= self.start_step[sid]
+                inv_len_sum -= 1.0 / self.samples[sid].length
                 self.finished[sid] = True
                 self.n_finished += 1
-                self.queue.put(self.samples[sid])  # unbounded store: the put succeeds at once
+                if self.dropped_version[sid] < 0:
+                    self.queue.put(self.samples[sid])  # unbounded store: the put succeeds at once
+            if self.abort_pending[e]:  # "drop": free the slots of the sequences aborted during this step
+                aborted = {sid for sid in self.abort_pending[e] if not self.finished[sid]}
+                self.abort_pending[e] = []
+                if aborted:
+                    heap = [item for item in heap if item[1] not in aborted]
+                    heapq.heapify(heap)
+                    for sid in aborted:
+                        start_sum -= self.start_step[sid]
+                        inv_len_sum -= 1.0 / self.samples[sid].length
+                        self.abort_progress[sid] = step - self.start_step[sid]
+                    self.n_aborted += len(aborted)
 
     # ------------------------------------------------------------------------------ trainer
     def take_batch(self, v: int) -> Generator[simpy.Event, Any, list[_Sample]]:
@@ -468,14 +579,52 @@ class _Sim:
             if cfg.layout != "pipeline":
                 get = self.queue.get(lambda s: s.batch == v)
             else:
-                oldest = self.forced_oldest(v) if cfg.enforce_max_lag else None  # (R2)
+                if self.drop:
+                    self.drop_stale(v)
+                oldest = self.forced_oldest(v) if cfg.admission == "wait" else None  # (R2)
                 get = self.queue.get() if oldest is None else self.queue.get(partial(_has_version, oldest))
             sample: _Sample = yield get
-            self.unconsumed_by_version[sample.start_version] -= 1
-            if self.unconsumed_by_version[sample.start_version] == 0:
-                del self.unconsumed_by_version[sample.start_version]
+            self.release(sample.start_version)
+            if self.drop and sample.start_version + cfg.lag_bound < v:  # started after the sweep, too old already
+                self.mark_dropped(sample.sid, v)
+                self.wake()
+                continue
+            self.consumed_version[sample.sid] = v  # taken: no later sweep of this update may drop it
             batch.append(sample)
         return batch
+
+    def release(self, version: int) -> None:
+        """One sample of start version ``version`` leaves the unconsumed ones (consumed or dropped)."""
+        by_v = self.unconsumed_by_version
+        by_v[version] -= 1
+        if by_v[version] == 0:
+            del by_v[version]
+
+    def mark_dropped(self, sid: int, v: int) -> None:
+        self.dropped_version[sid] = v
+        self.n_dropped += 1
+
+    def drop_stale(self, v: int) -> None:
+        """``"drop"``: drop every unconsumed sample that would be consumed at a lag above the bound."""
+        bound = self.cfg.lag_bound
+        stale = [s for s in self.unconsumed_by_version if s + bound < v]
+        if not stale:
+            return
+        queued: set[int] = set()
+        for version in stale:
+            for sid in self.ids_by_version.pop(version, []):
+                if self.consumed_version[sid] >= 0 or self.dropped_version[sid] >= 0:
+                    continue
+                self.mark_dropped(sid, v)
+                self.release(version)
+                if self.finished[sid]:
+                    queued.add(sid)
+                else:  # running: abort it, its slot frees at its engine's next step boundary
+                    self.abort_pending[self.engine_of[sid]].append(sid)
+        if queued:
+            items = self.queue.items
+            items[:] = [s for s in items if s.sid not in queued]
+        self.wake()
 
     def forced_oldest(self, v: int) -> int | None:
         """(R2): the oldest start version if some deadline forces the next pick, else None."""
@@ -483,11 +632,12 @@ class _Sim:
         if not by_v:
             return None
         cfg = self.cfg
+        bound = cfg.lag_bound
         lo, hi = min(by_v), max(by_v)
         cum = 0
         for s in range(lo, hi + 1):
             cum += by_v.get(s, 0)
-            if cum - (s + cfg.max_lag - v) * cfg.batch_samples > 0:
+            if cum - (s + bound - v) * cfg.batch_samples > 0:
                 return lo
         return None
 
@@ -501,7 +651,6 @@ class _Sim:
             tokens = 0
             for s in batch:
                 tokens += s.length
-                self.consumed_version[s.sid] = v
                 self.consumed_ids.append(s.sid)
                 self.lags.append(v - s.start_version)
             train_s = tokens / rate
@@ -534,8 +683,12 @@ class _Sim:
     def publish(self, version: int) -> None:
         self.visible = version
         self.version_visible_s.append(self.env.now)
-        event, self.version_event = self.version_event, self.env.event()
-        event.succeed(version)
+        self.wake()
+
+    def wake(self) -> None:
+        """Let the idle engines look at admission again (a new version, or dropped samples)."""
+        event, self.wake_event = self.wake_event, self.env.event()
+        event.succeed()
 
     # -------------------------------------------------------------------------- accounting
     def snapshot(self) -> None:
@@ -582,13 +735,8 @@ class _Sim:
         lengths = np.asarray([s.length for s in self.samples], dtype=np.int64)
         measured_tokens = int(lengths[measured_ids].sum())
         lags = np.asarray(self.lags[first:], dtype=np.int64)
-        progress = np.asarray(
-            [
-                s.length if self.finished[s.sid] else self.eng_step_now[self.engine_of[s.sid]] - self.start_step[s.sid]
-                for s in self.samples
-            ],
-            dtype=np.int64,
-        )
+        progress = np.asarray([self.progress(s) for s in self.samples], dtype=np.int64)
+        dropped_version = np.asarray(self.dropped_version, dtype=np.int64)
         timeline, end_s, truncated = self.finish_timeline()
         n_steps = cfg.n_steps - cfg.warmup_steps
         return SimResult(
@@ -612,16 +760,26 @@ class _Sim:
             n_started=len(self.samples),
             n_finished=self.n_finished,
             n_consumed=len(self.consumed_ids),
+            n_dropped=self.n_dropped,
+            dropped_tokens=int(progress[dropped_version >= 0].sum()),
             consumed_ids=np.asarray(self.consumed_ids, dtype=np.int64),
             sample_lengths=lengths,
             sample_start_version=np.asarray([s.start_version for s in self.samples], dtype=np.int64),
             sample_consumed_version=np.asarray(self.consumed_version, dtype=np.int64),
             sample_progress_tokens=progress,
+            sample_dropped_version=dropped_version,
             version_visible_s=np.asarray(self.version_visible_s),
             timeline=timeline,
             timeline_end_s=end_s,
             timeline_truncated=truncated,
         )
+
+    def progress(self, s: _Sample) -> int:
+        """Tokens generated for sample ``s``: all if finished, up to its abort if its slot was freed."""
+        if self.finished[s.sid]:
+            return s.length
+        done = self.abort_progress.get(s.sid)
+        return self.eng_step_now[self.engine_of[s.sid]] - self.start_step[s.sid] if done is None else done
 
     def finish_timeline(self) -> tuple[list[Interval], float, bool]:
         """Close the decode bars still open, then add the idle gaps of every row."""
@@ -655,25 +813,42 @@ class _Sim:
 
 
 def sim_config(spec: SystemSpec, layout: Layout, **sim: Any) -> SimConfig:
-    """The simulator's twin of the model's ``spec``: the same GPUs, split, batch, engine,
-    trainer rate, weight sync and lag bound, for ``layout``. ``sim`` sets the simulator's
-    own fields (``n_steps``, ``warmup_steps``, ``seed``, ...) and may replace ``lengths``
-    (default: the spec's one batch of answer lengths, drawn from uniformly)."""
+    """The simulator's twin of the model's ``spec``: the same GPUs, split, batch, engine
+    (08.3: ``a_s``, ``b_s``, ``r_s``, ``f_s``, ``prompt_tokens``), trainer rate, weight sync,
+    lag bound and admission rule, for ``layout``. ``sim`` sets the simulator's own fields
+    (``n_steps``, ``warmup_steps``, ``seed``, ...) and may replace any copied one, ``lengths``
+    included (default: the spec's one batch of answer lengths, drawn from uniformly).
+
+    The simulator generates one batch per weight version: a spec with
+    ``batches_per_generation != 1`` raises unless the caller passes
+    ``batches_per_generation=1`` (simulate it with one batch per round anyway).
+    ``min_trainers`` (a memory constraint) plays no part in the simulation."""
+    given = "batches_per_generation" in sim
+    k = sim.pop("batches_per_generation") if given else spec.batches_per_generation
+    if k != 1:
+        raise ValueError(
+            f"{'' if given else 'spec.'}batches_per_generation={k!r}: the simulator generates one batch per "
+            "weight version; pass batches_per_generation=1 to sim_config to simulate the spec that way anyway"
+        )
     answer = spec.answer_tokens
-    sim.setdefault("lengths", (answer,) if isinstance(answer, int) else answer)
-    return SimConfig(
-        layout=layout,
+    fields: dict[str, Any] = dict(
         n_gpus=spec.n_gpus,
         n_samplers=None if layout == "sync_colocated" else spec.n_samplers,
         batch_samples=spec.batch_samples,
         max_batch=spec.max_batch,
         a_s=spec.a_s,
         b_s=spec.b_s,
+        r_s=spec.r_s,
+        f_s=spec.f_s,
+        prompt_tokens=spec.prompt_tokens,
         train_tokens_per_s_per_gpu=spec.train_tokens_per_s_per_gpu,
         weight_sync_s=spec.weight_sync_s,
         max_lag=spec.max_lag,
-        **sim,
+        admission=spec.admission,
+        lengths=(answer,) if isinstance(answer, int) else answer,
     )
+    fields.update(sim)
+    return SimConfig(layout=layout, **fields)
 
 
 def simulate(cfg: SimConfig) -> SimResult:
@@ -716,7 +891,11 @@ def gantt(result: SimResult, ax: Axes | None = None, until_s: float | None = Non
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("GPU (role, index)")
     cfg = result.config
-    ax.set_title(f"{cfg.layout}: {result.tokens_per_s:,.0f} tokens/s, mean lag {result.lag_mean:.2f}", loc="left")
+    name = f"{cfg.layout} ({cfg.admission})" if cfg.layout == "pipeline" else cfg.layout
+    title = f"{name}: {result.tokens_per_s:,.0f} tokens/s, mean lag {result.lag_mean:.2f}"
+    if result.n_dropped:
+        title += f", {result.n_dropped} dropped"
+    ax.set_title(title, loc="left")
     kinds = [k for k in KIND_COLOURS if any(kk == k for _, kk in by_row_kind)]
     handles = [Patch(facecolor=KIND_COLOURS[k], label=k) for k in kinds]
     if len(result.version_visible_s):
