@@ -27,7 +27,7 @@
 # 1. Derive what bounds a sampler GPU (a paged KV cache caps the batch; the step is the
 #    longer of its memory time and its compute time) and a trainer GPU (FLOPs over prompt
 #    and answer, the extra forward passes, and the memory of sharded Adam), from a model's
-#    shape and a GPU's datasheet (H100, H800, H20).
+#    shape and a GPU's datasheet (H100 and H20; an H800 has the H100's figures here).
 # 2. State the two invariants of an asynchronous RL cluster, production = consumption and
 #    **every sample's** lag within the bound, and find the best split that keeps both.
 # 3. Tell apart what an admission rule bounds: AReaL's rule bounds what *starts*; whether
@@ -144,7 +144,12 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 #   deadline forces it, and waits for it. A straggler started at version $s$ must be done
 #   before update $s + k_{max}$ starts, so the step can be no shorter than
 #
-# $$t_{step} \ge \frac{L_{max}\, l(B_{eff}) + d}{\lfloor k_{max} \rfloor} \qquad (08.14)$$
+# $$t_{step} \ge \frac{L_{max}\, l(B_w) + d}{\lfloor k_{max} \rfloor} \qquad (08.14)$$
+#
+#   While it waits, the window fills with finished samples and the engines run only what is
+#   consumed: $B_w$ is the batch at which $N_s B_w / l(B_w)$ equals the throughput, so the
+#   straggler decodes faster than in a full engine. $L_{max}$ is the generation limit: any
+#   batch may hold an answer that reaches it, so a bound that must hold plans for it.
 #
 # - **drop** (a hard bound by refusing): a sample that cannot be consumed in time is
 #   aborted and its tokens wasted; answers longer than
@@ -154,7 +159,8 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # $$\text{useful tokens/s} = \min\Big(\text{production} \cdot \frac{E[L;\ L \le L_{cut}]}{E[\min(L, L_{cut})]},\ N_t c\Big) \qquad (08.15)$$
 #
 #   Dropping the long answers biases the training sample towards short ones, a cost this
-#   model does not price: it calls a split that drops more than 1% infeasible.
+#   model does not price: it calls a split that drops more than 2% infeasible (a straggler
+#   tail of about 1%, the talk's, may go whole).
 #
 # ### The two invariants, and where the best split comes from
 #
@@ -428,9 +434,9 @@ print("asserted: the lags of sync (0) and one_step (1) are what the model says; 
       "(median over rounds)")
 
 # %% [markdown]
-# **What holds, what does not.** The table varies from run to run of this notebook; the
-# assertions above are what held on every re-run while it was written. The verdict for
-# this run, against the 15% goal:
+# **What holds, what does not.** The table varies from run to run of this notebook (the
+# processes share two cores with whatever else runs); the assertions above are the claims
+# this lesson makes about it. The verdict for this run, against a 15% goal:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -446,26 +452,32 @@ print(f"pipeline lag: model {cmp['pipeline'].model_lag:.2f} (per sample, at the 
 #
 # - **Lag of the synchronous layouts**: exact. `sync` has lag 0 and `one_step` lag 1 (after
 #   the first update) in the model, the simulator and every run (asserted).
-# - **Pipeline tokens/s**: the model says the trainer is the bottleneck when the rounds'
-#   production exceeds their consumption (the lines above), so tokens/s = $c$; the runs'
-#   trainers are busy most of the time, not all of it (the last column), so the model is
-#   a little high or low by round. Asserted within 25% (median over rounds): the two
-#   shared cores drift.
-# - **`sync` and `one_step` tokens/s**: the model leaves out the hand-offs on the critical
-#   path (a batch through the pipe, a weight pull, waking a process), which a pipeline hides
-#   behind its trainer; the verdict above says how far off it was in this run. Under load
-#   these grow and the model becomes optimistic for the synchronous regimes; interleaving
-#   the calibration with the runs shares the load between them, but does not make a
-#   process that is preempted mid-step predictable.
+# - **Pipeline tokens/s: a consistency check, not a forecast.** $c$ is measured from the
+#   same runs' trainer busy intervals, and when production exceeds consumption (the lines
+#   above) the model's pipeline is trainer-bound, tokens/s = $c$: it can only be off by the
+#   share of time the runs' trainer was not busy (the last column: it waits for groups to
+#   come through the pipe). Asserted within 25% (median over rounds).
+# - **`sync` and `one_step` tokens/s: the real test.** Here the generation phase (08.7),
+#   predicted from the separately timed sampler step, is on the critical path, with the
+#   hand-offs the model leaves out (a batch through the pipe, a weight pull, waking a
+#   process); the verdict above says how far off it was in this run, round by round. A
+#   round whose calibration or runs were preempted mid-step can err either way; the
+#   generator loop's extra cost per slot is below the timing noise in some rounds and is
+#   then measured as 0 (clamped: it cannot be negative).
 # - **Pipeline lag**: a trainer-bound pipeline fills its window, so the model says the bound,
 #   $k_{max} = 8$. The runs' lag is per *token* (tokens sampled after an in-flight update
 #   carry the newer version) and below it; the simulator plays the same system per sample.
 #   For the mean lag the model is an upper bound here, not a forecast (section 3 compares
 #   the distributions).
 # - **The simulator** agrees with the model on `sync` and `pipeline` tokens/s (the same
-#   assumptions, played out). On `one_step` it can be faster: its engines start the next
-#   batch in the slots the current batch's short answers free while the long ones finish;
-#   lesson 07's generator, like (08.10), waits until every slot is free.
+#   assumptions, played out; asserted within 10% below). On `one_step` it can be faster: its
+#   engines start the next batch in the slots the current batch's short answers free while
+#   the long ones finish; lesson 07's generator, like (08.10), waits until every slot is free.
+
+# %%
+for regime in ("sync", "pipeline"):
+    assert abs(relative_error(cmp[regime].sim_tokens_per_s, cmp[regime].model_tokens_per_s)) < 0.10, cmp[regime]
+print("asserted: from the same measured rates, the simulator is within 10% of the model for sync and pipeline")
 
 # %% [markdown]
 # ## 3. Simulator and model at full scale: the admission rules and the maximum lag
@@ -531,9 +543,12 @@ assert p2.cap_binds and abs(tight) < 0.10, (p2, tight)
 
 # %% [markdown]
 # **Takeaway:** where its assumptions hold the model is within a few percent of the
-# simulator (asserted: 5% with the window open, 10% with it binding). Counting everything
-# the window holds, not only the sequences in flight, is what keeps a tight bound honest:
-# a model that gave the whole window to generation would overstate the engines' batch.
+# simulator (asserted: 5% with the window open, 10% with it binding). Read the rows with
+# care: a trainer-bound row (here the open-window pipeline) agrees by construction, both
+# give $N_t c$; the tests of the engine model are the synchronous rows and the sampler-bound
+# pipeline with the tight window. Counting everything the window holds, not only the
+# sequences in flight, is what keeps a tight bound honest: a model that gave the whole
+# window to generation would overstate the engines' batch.
 #
 # ### The straggler
 #
@@ -574,7 +589,6 @@ ax.set_title("One engine's batch with a 1% tail: the last answer alone takes the
 ax.legend(loc="lower right")
 plt.show()
 
-# %% [markdown]
 # %%
 assert finish[int(0.99 * len(share)) - 1] < 40 and abs(finish[-1] - finish[-2] - 80) < 8
 print("asserted: 99% of the engine's answers are done in under 40 s, the last one about 80 s later (within 10%)")
@@ -598,7 +612,7 @@ with progress(5, "straggler: 5 simulations", unit="run") as bar:
                               ("pipeline", "wait"), ("pipeline", "drop")):
         spec_r = replace(spec8, admission=admission)
         p = predict(layout, spec_r)
-        s = simulate(sim_config(spec_r, layout, n_steps=40, warmup_steps=8, lengths=straggly.tokens, seed=0))
+        s = simulate(sim_config(spec_r, layout, n_steps=30, warmup_steps=8, lengths=straggly.tokens, seed=0))
         rules[(layout, admission)] = (p, s)
         bar.update()
 print(f"{'layout':<10} {'rule':<5} {'model tok/s':>11} {'sim tok/s':>10} {'model lag mean/max':>19} "
@@ -630,18 +644,20 @@ print("asserted: sync_split, model = simulator within 5% (08.7 is exact for the 
 # %% [markdown]
 # **Takeaway:** this is the invariant as a constraint. Under FIFO the pipeline's throughput
 # holds, but the stragglers are consumed with a lag past the bound (the model's (08.13) and
-# the simulator's maximum, printed). The two hard rules keep every lag within it, at a
-# price: **waiting** lets a straggler set the trainer's pace (08.14), **dropping** wastes the
-# tokens of what it aborts and trains on shorter answers (08.15). The rows above give the
-# size of each in this run, in the model and in the simulator. A layout is only as good as
-# the rule that keeps its staleness honest.
+# the simulator's maximum, printed; (08.13) is the more conservative of the two). The two
+# hard rules keep every lag within it, at a price: **waiting** lets a straggler set the
+# trainer's pace (08.14), **dropping** wastes the tokens of what it aborts and trains on
+# shorter answers (08.15): here the 1% tail, and a little more in the simulator, whose
+# batches draw their own stragglers (printed). The FIFO and drop rows are trainer-bound, so
+# their tokens/s agree by construction; the waiting row is the test of (08.14). A layout is
+# only as good as the rule that keeps its staleness honest.
 #
 # **The best split under each rule.** The model's sweep of a bigger cluster (24 GPUs,
 # batches of 1,024, the same straggly lengths): throughput at every split, the infeasible
 # splits (a lag past the bound, or trainers that cannot hold the model) hollow.
 
 # %%
-from course_lib.layout.model import ADMISSIONS, sweep
+from course_lib.layout.model import ADMISSIONS, balanced_samplers, sweep
 
 spec24 = spec_from_hardware(QWEN25_7B, H100_SXM, n_gpus=24, batch_samples=1024, prompt_tokens=PROMPT,
                             answer_tokens=straggly.batch(1024, seed=0), max_lag=2)
@@ -657,11 +673,14 @@ for admission, colour in zip(ADMISSIONS, ("tab:red", "tab:blue", "tab:green")):
         best_by_rule[admission] = best_split("pipeline", replace(spec24, admission=admission)).prediction
     except ValueError as exc:
         best_by_rule[admission] = str(exc)
+n_bal = balanced_samplers(24, spec24.engine_full_tokens_per_s, spec24.train_tokens_per_s_per_gpu)
+ax.axvline(n_bal, color="k", ls=":", lw=1, label=f"balance (08.6): {n_bal:.1f}")
 ax.set_xlabel("sampler GPUs N_s (of 24)")
 ax.set_ylabel("generated tokens/s (thousands)")
 ax.set_title("Pipeline, max_lag 2, 1% stragglers: throughput against the split, by rule")
 ax.legend(fontsize=8, ncol=3)
 plt.show()
+print(f"balance with full engines (08.6): N_s* = {n_bal:.1f}")
 for admission, b in best_by_rule.items():
     if isinstance(b, str):
         print(f"{admission:<5}: {b}")
@@ -684,8 +703,17 @@ print("asserted: under FIFO no split of this cluster keeps every lag within 2 (t
 # **Takeaway:** with a 1% tail no FIFO split keeps the stragglers within the bound: a
 # calculator that checked only the mean lag would have recommended one anyway. The hard
 # rules keep the bound, and their best splits differ (printed): a waiting trainer idles
-# while a straggler finishes, so more GPUs go to sampling; dropping never waits, its
-# trainers stay busy, and its best split sits near the balance of production and consumption.
+# while a straggler finishes, and a straggler decodes faster on a lightly loaded engine,
+# so more GPUs go to sampling; dropping never waits and its trainers stay busy: its best
+# split is the one closer to the balance of full engines (08.6, printed). The simulator's
+# side of the rules, the trainer's pick when a deadline forces it (wait) and the sweep that
+# aborts what can no longer make its deadline (drop):
+
+# %%
+from course_lib.layout.sim import _Sim
+
+show_source(_Sim.forced_oldest)
+show_source(_Sim.drop_stale)
 #
 # **Bursty weight updates.** The model's pipeline overlaps the weight sync $d$ with
 # generation (it only enters the window, (08.11)). If sending the weights blocks the
@@ -774,7 +802,9 @@ assert measured_lags.mean() < base07.max_lag  # the model's lag (08.12) is an up
 # at the bound (08.12). The runs and the simulator (round 0's measured rates, the hard
 # bound) put fewer samples there (printed above): the runs' lag is per token (a token
 # sampled after an in-flight update carries the newer version) and their histogram
-# includes each run's start, when the queue fills. For the mean lag the model is an upper
+# includes each run's start, when the queue fills (so its mean is not section 2's median of
+# the steady state; the simulator here runs round 0's rates under the hard bound, section 2's
+# each round's under FIFO). For the mean lag the model is an upper
 # bound here, not a forecast; the *maximum*, which is what the bound constrains, stays within
 # it in the runs and in the simulator (asserted).
 
@@ -826,8 +856,10 @@ misses = [r for r in comparisons if not r.within_25_percent]
 assert "PipelineRL, 128 H100" in hits
 assert all(r.case.known_gap for r in misses)
 assert all(r.predicted_speedup < r.case.published_speedup for r in misses)
+slower = [r.case.name for r in comparisons if r.predicted_speedup < 1]
 print(f"within 25%: {len(hits)} of {len(comparisons)} ({', '.join(hits)}); every miss predicts less than was published, "
-      "and names what the model lacks (below)")
+      f"and names what the model lacks (below); the model even predicts a slowdown for {len(slower)}: "
+      + ", ".join(slower))
 
 # %% [markdown]
 # The stage times the verl documents publish say where the misses come from. The model's
@@ -869,21 +901,28 @@ print("asserted: the model's colocated 128-GPU step is within 25% of verl's publ
 #   the model's colocated verl step at 128 GPUs is close to the published one (asserted):
 #   generation there is the straggler's (08.7), training is FLOPs.
 # - **Where it does not.** The other verl cases miss (the FSDP2 one-step case is just
-#   inside 25%), all in the same direction: the model predicts *less* speedup. The stage times say why: verl's separated trainers updated as
-#   fast on half the GPUs as the colocated ones on all of them, which needs an MFU above
-#   what the colocated runs show, and at 16 and 32 trainers an impossible one. Those runs'
-#   answers were shorter than their colocated baselines' (verl's own notes say response
-#   lengths changed with the asynchrony settings), so the published ratio mixes a systems
-#   speedup with a workload that drifted; a model of a fixed workload cannot reproduce
-#   that part and should not. On the compute-poor H20 the model's trainer is the
-#   bottleneck of both one-step arms, so moving 4 GPUs to generation buys nothing in the
-#   model; the published stage times show generation and training of similar length.
+#   inside 25%), all in the same direction: the model predicts *less* speedup, and for
+#   some a slowdown (printed). The stage times say why: verl's separated trainers
+#   updated as fast on half the GPUs as the colocated ones on all of them, which needs an
+#   MFU above what the colocated runs show, and at 16 and 32 trainers an impossible one.
+#   So those runs processed fewer tokens per step than the shared lengths give, or their
+#   trainers ran far more efficiently than their colocated baselines' (verl's own notes say
+#   response lengths changed with the asynchrony settings). Either way the published ratio
+#   holds something a fixed-workload, FLOP-charged model does not. On the compute-poor H20
+#   the model's trainer is the bottleneck of both one-step arms, so moving 4 GPUs to
+#   generation buys nothing in the model; the published stage times show generation and
+#   training of similar length.
 # - **What the model lacks**, then: the workload's drift over a run (lengths grow or shrink
-#   with the policy), a trainer whose efficiency depends on where it runs (colocated with
-#   an engine, or alone), and the start-up and evaluation time of a real run. The first
-#   version of this lesson's model, which reserved the full context per sequence and
-#   charged the trainer for answer tokens only, overpredicted these speedups; this one is
-#   closer to the physics and errs the other way on the H20.
+#   with the policy); a trainer whose efficiency depends on where it runs (a colocated one
+#   shares its memory with the engine's weights and cache, offloads, and pays the switch
+#   between generating and training every step); the engine-side pause while in-flight
+#   weights are loaded; a paged engine that runs out of blocks and preempts when long
+#   answers cluster; the start-up and evaluation time of a real run. Most of these cost the
+#   colocated baselines more than the separated systems, the direction of the misses.
+#
+# PipelineRL's own analytic estimate (its appendix A.4) gives up to 1.57x at 128 GPUs with
+# a batch of 128 and 44 generating GPUs, a different setting from its measured run; the
+# model's figure above is for the measured one, against its conventional baseline.
 #
 # Not listed above, so not modelled here: AReaL's up to 2.77x (its setting is in the paper,
 # not in our references), ROLL Flash's 2.24-2.72x, LlamaRL's 10.7x at 405B (an MoE or
@@ -924,9 +963,11 @@ print("pipeline over the best synchronous or one-step layout: "
 # **Takeaway:** with a long tail the synchronous layouts are bound by their stragglers (a
 # step of over a minute for the 7B model, most of it one long answer per engine); the
 # pipeline keeps the engines busy, and with every lag held within 2 by waiting for
-# stragglers it is faster by the ratios printed above: the same order as PipelineRL's ~2x
-# and verl's 1.9-2.7x. Each table prints the maximum lag beside the mean: the bound is on
-# the maximum.
+# stragglers it is faster by the ratios printed above. Do not read them as a match for the
+# published ~2x: under waiting the pipeline's step is the straggler's time over the bound
+# (08.14), so the ratio is set by the bound and grows with it (the sensitivity curve
+# below), and PipelineRL ran with no bound at all. Each table prints the maximum lag beside
+# the mean: the bound is on the maximum.
 #
 # **The split.** For the 7B case the pipeline's tokens/s at every split, with the balance
 # point (08.6):
@@ -1064,7 +1105,7 @@ SIZES = [32, 64, 128, 256]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
 grid = {}
 for ax, name in zip(axes, (QWEN25_7B.name, QWEN25_32B.name)):
-    for lag, style in ((1, "^-"), (2, "o-"), (4, "s-")):
+    for lag, style in ((1, "^-"), (4, "s-")):
         grid[(name, lag)] = [recommend(n, name, max_lag=lag) for n in SIZES]
         ax.plot(SIZES, [r.prediction.tokens_per_s / 1e3 for r in grid[(name, lag)]], style, label=f"max_lag {lag}")
     ax.set_xscale("log", base=2)
@@ -1075,18 +1116,16 @@ axes[0].legend(fontsize=8)
 fig.tight_layout()
 plt.show()
 for (name, lag), rs in grid.items():
-    if lag in (1, 4):
-        print(f"{name}, max_lag {lag}: " + ", ".join(f"{n} GPUs {r.prediction.tokens_per_s / 1e3:,.0f}k ({r.layout})"
-                                                    for n, r in zip(SIZES, rs)))
+    print(f"{name}, max_lag {lag}: " + ", ".join(f"{n} GPUs {r.prediction.tokens_per_s / 1e3:,.0f}k ({r.layout})"
+                                                for n, r in zip(SIZES, rs)))
 
-# %% [markdown]
 # %%
 for name in (QWEN25_7B.name, QWEN25_32B.name):
     tight = [r.prediction.tokens_per_s for r in grid[(name, 1)]]
     loose = [r.prediction.tokens_per_s for r in grid[(name, 4)]]
-    assert tight[-1] < 1.25 * tight[0] and loose[-1] > 1.25 * loose[0] and min(loose) > max(tight)
-print("asserted: at a bound of 1, 8x the GPUs buy less than 25% more tokens/s; at a bound of 4 they buy more than "
-      "25%, and every cluster size is faster than at 1")
+    assert tight[-1] < 1.15 * tight[0] and loose[-1] / loose[0] > tight[-1] / tight[0] and min(loose) > 2 * max(tight)
+print("asserted: at a bound of 1, 8x the GPUs buy less than 15% more tokens/s; at a bound of 4 they buy more than "
+      "at 1, and every cluster size is more than twice as fast as any at 1")
 
 # %% [markdown]
 # **Takeaway:** with stragglers waited for, the bound matters more than the cluster: at a
@@ -1114,7 +1153,7 @@ print("asserted: at a bound of 1, 8x the GPUs buy less than 25% more tokens/s; a
 # | lag mean / max | optimizer steps between the weights a sample's first token (model, simulator) or a token (lesson 07's runs) was generated with and the update that trains on it (08.12, 08.13) |
 # | admission rule: fifo, wait, drop | what the trainer does with a sample that would break the bound: take it late, wait for it, abort it (08.14, 08.15) |
 # | dropped | the share of started samples a drop pipeline aborts |
-# | feasible | trainers hold the model (08.5b), every lag within max_lag, at most 1% dropped |
+# | feasible | trainers hold the model (08.5b), every lag within max_lag, at most 2% dropped |
 # | model err | (model - measured) / measured tokens/s of a run, per round of lesson 07 runs |
 # | trainer busy | fraction of wall time the trainer spends in updates (runs) or training (simulator) |
 # | l(32), loop per live slot step | lesson 07's bare sampler step at 32 slots; what the generator loop adds per live slot step |
@@ -1135,18 +1174,24 @@ print("asserted: at a bound of 1, 8x the GPUs buy less than 25% more tokens/s; a
 #   straggler sets. AReaL's admission rule bounds what starts; the trainer must also wait for
 #   or drop what would exceed the bound, and both cost tokens/s (08.14, 08.15).
 # - The model agrees with the simulator where its assumptions hold (section 3), predicted
-#   the lags of lesson 07's synchronous regimes exactly and its pipeline's tokens/s within
-#   the asserted 25% (section 2), and lands on PipelineRL's published ~2x; it predicts less
-#   than verl published, and the published stage times show those runs' workloads changed
-#   between arms (section 4).
-# - At full scale, with every lag held within 2, a pipeline is between 1.2x and 3x the
-#   best synchronous layout (section 5), the range the published systems report.
+#   the lags of lesson 07's synchronous regimes exactly (section 2; its pipeline tokens/s
+#   there is a consistency check, not a forecast), and lands on PipelineRL's published ~2x;
+#   it predicts less than verl published, and the published stage times show those runs'
+#   separated trainers did a step's work in less time than FLOPs at the shared lengths allow
+#   (section 4).
+# - At full scale, with every lag held within the bound by waiting for stragglers, the
+#   bound sets the pipeline's pace (08.14): its gain over the best synchronous layout grows
+#   with the bound, and with a 1% tail most of the cluster waits for one answer per batch
+#   (section 5). Capping the answer length, loosening the bound or dropping stragglers are
+#   the levers.
 #
-# **Full scale.** `COURSE_SCALE=full` runs 200 updates per lesson 07 run (the analytic and
-# simulated sections do not change with the scale). On a GPU machine the same calibration
-# applies to a real inference engine: time its decode step at several batch sizes and
-# resident lengths (`model.fit_decode_latency` for the linear part) and the trainer's
-# tokens/s, then `model.best_split`.
+# **Full scale.** `COURSE_SCALE=full` runs 200 updates per lesson 07 run; nothing in this
+# lesson uses a GPU (the analytic and simulated sections do not change with the scale, and
+# lesson 07's processes are CPU processes). Calibrating the model on a real inference engine
+# is not part of the course code: it means timing the engine's decode step at several batch
+# sizes and resident lengths (with the device synchronised around each timing) and the
+# trainer's tokens/s, fitting $a_s$, $r_s$ and $f_s$ (`model.fit_decode_latency` fits the
+# linear part), and handing a `SystemSpec` to `model.best_split`.
 #
 # **References.** Applied Compute, "Efficient RL" (talk: throughput under a compute budget
 # and a staleness bound, production = consumption, the straggler example). W. Kwon et al.,

@@ -550,3 +550,18 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="kv must be"):
         spec_from_hardware(QWEN25_7B, H100_SXM, n_gpus=8, batch_samples=8, answer_tokens=100, kv="full")
     assert set(LAYOUTS) == {"sync_colocated", "sync_split", "one_step", "pipeline"}
+
+
+def test_a_planned_batch_holds_an_answer_at_the_generation_limit():
+    lengths = lognormal_lengths(2000, 8.0, n_samples=4096, seed=0, max_tokens=16384)
+    batch = lengths.batch(1024, seed=0)
+    assert max(batch) < 16384  # this draw missed the tail...
+    spec = spec_from_hardware(
+        QWEN25_7B, H100_SXM, n_gpus=8, batch_samples=1024, answer_tokens=batch, generation_limit=16384
+    )
+    assert spec.lengths_tokens.max() == 16384  # ...the planner's batch does not
+    assert sorted(spec.lengths_tokens.tolist())[:-1] == sorted(batch)[:-1]
+    with pytest.raises(ValueError, match="past generation_limit"):
+        spec_from_hardware(
+            QWEN25_7B, H100_SXM, n_gpus=8, batch_samples=1024, answer_tokens=batch, generation_limit=1000
+        )

@@ -94,7 +94,8 @@ Little's law (samples in the system = rate x time in the system)::
 
     mean_lag = min(eta_s, (N_s B_eff + B/2) / B + d / step)                       (08.12)
 
-A sample's lag grows with its length: the longest answer is ``(L_max - E[L]) l(B_eff)``
+A sample's lag grows with its length: the longest answer (``L_max``; a planner's batch holds
+one at the generation limit, :func:`spec_from_hardware`) is ``(L_max - E[L]) l(B_eff)``
 seconds behind the mean one, so if nothing stops it::
 
     lag_max = ceil(mean_lag + (L_max - E[L]) l(B_eff) / step)                     (08.13)
@@ -858,7 +859,18 @@ def spec_from_hardware(
     """A :class:`SystemSpec` from first principles: (08.2) ``B_max`` from the paged resident tokens
     (or, ``kv="reserve"``, the full context ``prompt_tokens + generation_limit``), capped at
     ``max_num_seqs``; (08.3) step terms at ``efficiency`` of peak; (08.5) ``c`` over prompt and answer
-    tokens with ``extra_forward_passes``; (08.5b) the fewest trainers that hold the Adam state."""
+    tokens with ``extra_forward_passes``; (08.5b) the fewest trainers that hold the Adam state.
+
+    With a ``generation_limit`` and a batch of lengths, the batch's longest answer is raised to
+    the limit: a planner sizes a layout for the batch that holds an answer at the limit, which
+    any batch may (with a tail that reaches the limit, a large batch nearly always does).
+    """
+    if generation_limit is not None and not isinstance(answer_tokens, int):
+        raised = list(answer_tokens)
+        if max(raised) > generation_limit:
+            raise ValueError(f"an answer of {max(raised)} tokens is past generation_limit={generation_limit}")
+        raised[int(np.argmax(raised))] = generation_limit
+        answer_tokens = tuple(int(t) for t in raised)
     probe = SystemSpec(
         n_gpus=n_gpus, batch_samples=batch_samples, max_batch=1, a_s=1.0, b_s=0.0,
         train_tokens_per_s_per_gpu=1.0, answer_tokens=answer_tokens,
@@ -963,8 +975,9 @@ def _split(spec: SystemSpec, layout: Layout) -> tuple[int, int]:
     return spec.n_samplers, spec.n_gpus - spec.n_samplers
 
 
-#: The most a "drop" pipeline may abort: past it, it trains on a sample biased towards short answers.
-MAX_DROPPED_FRACTION = 0.01
+#: The most a "drop" pipeline may abort: past it, it trains on a sample biased towards short answers
+#: (2%: a straggler tail of about 1%, the talk's, may be dropped whole, with room for the variation).
+MAX_DROPPED_FRACTION = 0.02
 
 
 def _infeasible(spec: SystemSpec, n_trainers: int, max_lag_steps: int, dropped: float = 0.0) -> str | None:
