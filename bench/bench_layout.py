@@ -123,10 +123,12 @@ def run() -> Result:
             f"{', '.join(f'{x:.1f}' for x in loads)}.",
             f"Bare sampler step at 32 slots per round (ms): {', '.join(steps)}; trainer rate per round (slot steps/s): "
             f"{', '.join(f'{r.trainer_steps_per_s:,.0f}' for r in rates)}.",
-            "The lesson's notebook states what holds: the synchronous lags exactly; tokens/s within 15% on a quiet "
-            "machine, optimistic for sync and one_step under load; the pipeline's mean lag is an upper bound "
-            "(per-sample start version in the model, per token in the runs). The simulator's one_step starts the "
-            "next batch in freed slots (lesson 07's waits for all), hence faster.",
+            "What holds in every round: the synchronous lags exactly. Tokens/s: a round's error follows how its "
+            "calibration and its runs were scheduled on the shared cores (see the bare step per round); the medians "
+            "are the claim. The pipeline's tokens/s is a consistency check (c comes from the same runs) and its mean "
+            "lag an upper bound (per-sample start version in the model, per token in the runs). The simulator's "
+            "one_step starts the next batch in freed slots (lesson 07's waits for all), hence faster. The last row "
+            "simulates the calculator's recommended 7B layout (wait rule) at full scale.",
         ],
     )
 
