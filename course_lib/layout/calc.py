@@ -1,11 +1,13 @@
 """The cluster-layout calculator (lesson 08): from a few numbers to a recommended layout.
 
 Inputs a planner knows: GPUs, model, training batch, the staleness the algorithm
-tolerates, and the shape of the answer lengths. :func:`recommend` builds the
-:class:`~course_lib.layout.SystemSpec` from first principles (eqs. 08.1-08.5), finds
-each layout's best split (:func:`~course_lib.layout.best_split`) and picks the layout
-with the most tokens/s whose mean lag is within the bound. The notebook's widgets only
-call :func:`recommend` and print :func:`recommendation_text`.
+tolerates, the admission rule that enforces it, and the shape of the answer lengths.
+:func:`recommend` builds the :class:`~course_lib.layout.model.SystemSpec` from first
+principles (eqs. 08.1-08.5b), finds each layout's best *feasible* split
+(:func:`~course_lib.layout.model.best_split`: trainers that hold the model, every sample's
+lag, the maximum, within the bound under the rule) and picks the layout with the most
+tokens/s. A layout with no feasible split is shown with the constraint that failed. The
+notebook's widgets only call :func:`recommend` and print :func:`recommendation_text`.
 
 A model too large for one GPU's memory runs on **tensor-parallel groups**
 (:func:`tensor_parallel`): ``tp`` GPUs act as one unit with ``tp`` times the memory,
@@ -118,6 +120,8 @@ def recommend(
     shape = MODELS[model]
     tp = smallest_tp(shape, gpu)
     units = n_gpus // tp
+    if n_gpus % tp:
+        raise ValueError(f"{n_gpus} GPUs do not divide into TP{tp} units for {model}: use a multiple of {tp}")
     if units < 2:
         raise ValueError(f"{n_gpus} GPUs make {units} unit(s) of TP{tp} for {model}: need at least 2 units")
     lengths = lognormal_lengths(mean_tokens, p99_over_median, seed=seed, max_tokens=max_tokens)
