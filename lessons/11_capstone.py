@@ -123,8 +123,10 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 #
 # $$\widehat{T} = \frac{\bar L}{\bar L + P}\,\min\Big(\frac{N_s\, S\, \sigma}{l_1(S)},\ N_t\, c_1\, \sigma\Big) \qquad (11.3)$$
 #
-# answer tokens per second, for $N_s = W - N_t$ generators of $S$ slots (when the window
-# $k_{max} B$ holds at least $N_s S$ sequences, as here).
+# answer tokens per second, for $N_s = W - N_t$ generators of $S$ slots, when the admission
+# window leaves room for all $N_s S$ sequences. Lesson 08's (08.11) counts what else the
+# window holds (the queue, the batch in training, the weights on their way), so where it
+# binds the model's prediction falls below both terms (the table below prints all three).
 #
 # **What an update costs, measured.** Trainer 0 does everything of an update in series:
 #
@@ -272,8 +274,9 @@ print("the run's layout is the argmax of the model's table (recomputed from the 
 # %% [markdown]
 # **Takeaway:** on 4 ranks and 2 cores every rank gets half a core ($\sigma$ = 0.5; the
 # calibration printed this machine's), and the
-# model's table says where the run is bounded: a column (production or consumption) is
-# the smaller one for each row, and that one is the throughput (11.3). The choice moves
+# model's table says where the run is bounded: the prediction is at most the smaller column
+# (production or consumption, (11.3)), and below it where the admission window (08.11)
+# keeps the generators under their slots. The choice moves
 # with the calibration's timings from run to run (2 or 3 trainers, 16 to 64 slots); the
 # run uses whatever rank 0
 # measured, and every later run that resumes it keeps that layout.
@@ -387,8 +390,10 @@ print(f"trainer 0 spent {100 * rows[0]['sync'] / span_s:.0f}% of the time sendin
       f"{100 * rows[0]['wait'] / span_s:.0f}% waiting for groups; the generators decoded {decoding} of it "
       f"and received weights {receiving}")
 chosen = spec_for(rates, cfg, 4, n_t, plan["n_slots"])
-model_bound = "consumption (the trainers)" if n_t * chosen.train_tokens_per_s_per_gpu <= (4 - n_t) * plan[
-    "n_slots"] / chosen.a_s else "production (the generators)"
+chosen_p = predict("pipeline", chosen)
+model_bound = ("the admission window (08.11)" if chosen_p.cap_binds else
+               "consumption (the trainers)" if n_t * chosen.train_tokens_per_s_per_gpu <= (4 - n_t) * plan[
+                   "n_slots"] / chosen.a_s else "production (the generators)")
 run_bound = "the trainers" if rows[0]["wait"] < 0.3 * span_s else "the generators"
 print(f"the model said the run is bounded by {model_bound}; trainer 0 waited for groups "
       f"{100 * rows[0]['wait'] / span_s:.0f}% of the time, so the run was bounded by {run_bound}")
@@ -447,7 +452,7 @@ else:
 #
 # On GPUs with one device per rank, $\sigma = 1$ and the first cost disappears; the second
 # is why production systems overlap the weight transfer with the next update
-# (checkpoint-engine's pipelined buckets, section 8) or accept a lag of one step. Lesson
+# (checkpoint-engine's pipelined buckets, section 9) or accept a lag of one step. Lesson
 # 08 found the same direction on lesson 07's two processes: the model is close when a rank
 # has a core of its own, and optimistic by an amount that grows with the load.
 
@@ -493,10 +498,9 @@ print(f"every one of the consumed tokens lagged at most max_lag = {cfg.max_lag} 
 
 # %% [markdown]
 # **Takeaway:** the bound holds across processes, on every token (asserted), and the
-# distribution piles up near it: a trainer-bound pipeline fills its backpressure window,
-# as lesson 08's model says ((08.12) gives $k_{max}$ for a trainer-bound pipeline; the
-# measured mean is lower because tokens sampled after an in-flight update carry the
-# newer version). The per-token importance weights stay close to 1 at this lag (ESS/N
+# distribution piles up near it: a pipeline whose window is full runs at its bound, as
+# lesson 08's model says ((08.12) gives $k_{max}$ when the window fills; the measured mean
+# is lower because tokens sampled after an in-flight update carry the newer version). The per-token importance weights stay close to 1 at this lag (ESS/N
 # above), so the truncation at $c = 2$ rarely bites.
 
 # %% [markdown]
@@ -622,7 +626,7 @@ else:
 # decoding step and be scheduled, since a broadcast starts when its last member joins. The
 # spread of the times for updates of the same bytes (the p90 column against the median) is that wait. With a 1T-parameter model the
 # other term dominates, and that is what checkpoint-engine's buckets, double buffer and
-# broadcast are built for (section 8). Every generator received every version with
+# broadcast are built for (section 9). Every generator received every version with
 # answers in flight, and kept their KV caches.
 
 # %% [markdown]

@@ -154,7 +154,10 @@ def spec_for(rates: Rates, cfg: CapstoneConfig, world_size: int, n_trainers: int
         train_tokens_per_s_per_gpu=rates.train_steps_per_s * share,
         answer_tokens=tuple(int(s) for s in sequence_steps(rates.answer_tokens)),
         max_lag=cfg.max_lag,
-        admission="fifo",  # the capstone's trainer consumes finished samples in order (11.2)
+        # The capstone's trainer takes groups in ticket order and waits for them, which bounds every
+        # lag; the planner keeps lesson 08's FIFO rule, which does not charge that wait, so its
+        # prediction is optimistic where a straggler is long (lesson 11, section 3).
+        admission="fifo",
     )
 
 
