@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from course_lib.capstone.channels import WeightChannel
 from course_lib.capstone.config import CapstoneConfig
@@ -38,7 +37,7 @@ from course_lib.capstone.context import RunStore
 from course_lib.capstone.faults import kill_once
 from course_lib.capstone.metrics import MetricsWriter
 from course_lib.lm.model import TinyLM
-from course_lib.lm.sampler import SlotSampler
+from course_lib.lm.sampler import SlotSampler, generator_for
 from course_lib.lm.task import EOS, CountdownTask, Problem
 from course_lib.staleness import may_start_group
 
@@ -65,8 +64,7 @@ class Generator:
         self.cfg, self.rank, self.attempt = cfg, rank, attempt
         self.model, self.store, self.metrics, self.channel = model, store, metrics, channel
         self.task = CountdownTask()
-        gen = torch.Generator(device=next(model.parameters()).device.type)
-        gen.manual_seed(cfg.seed * 1_000_003 + rank * 1009 + attempt)
+        gen = generator_for(model, cfg.seed * 1_000_003 + rank * 1009 + attempt)  # on the model's device
         self.sampler = SlotSampler(model, n_slots, EOS, gen, version=-1)
         self.groups: dict[int, dict[str, Any]] = {}
         self.owner: dict[int, int] = {}  # slot -> group

@@ -14,16 +14,27 @@ onto the model is lesson 08's for lesson 07's processes
   forward pass covers both), timed on a batch of the warm-started policy's own answers;
 * lengths are sequence steps (:func:`~course_lib.layout.calibrate.sequence_steps`) of answers
   sampled from the warm-started policy; predictions are turned back into answer tokens/s;
-* ``W`` ranks on fewer cores share them: every rate is scaled by ``cpu_share = min(1,
-  cores / W)`` (an honest prediction for an oversubscribed laptop); on GPUs, ``min(1,
-  GPUs / W)`` (1 with a GPU per rank), the parts timed on the GPU.
+* ranks share compute units (:func:`rank_share`): on CPUs a rank gets ``min(1, cores /
+  busy ranks)`` of a core, the cores and ranks of its own host; on GPUs with one per rank
+  (NCCL) a whole GPU; colocated, every rank of a host is on its GPU 0, ``1 / busy ranks``
+  each. The parts are timed alone, on the ranks' device, and scaled by the share;
+* *busy ranks* depend on the regime: in the pipeline every local rank works at once; in
+  synchronous RL (``max_lag = 0``) the generators decode while the trainers wait and the
+  other way round, so each phase has its side's ranks alone (:func:`spec_for`);
+* the trainers split each batch of ``B`` groups; with ``T`` trainers the update lasts as
+  long as the trainer with ``ceil(B / T)`` groups, so they consume as ``B / ceil(B / T)``
+  whole trainers (``T`` is capped at ``B``: a trainer with no group is a wasted rank);
+* the capstone's trainer takes its groups in ticket order and waits for a straggler
+  (lesson 08's ``admission="wait"``, eq. 08.14); a split the model calls infeasible is
+  never chosen.
 
 With ``max_lag = 0`` the model's pipeline *is* the synchronous split layout (eq. 08.9), so
-the same call predicts the synchronous baseline the benchmark measures.
+the same call predicts the synchronous baseline (the lesson and the benchmark measure both).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, replace
@@ -34,7 +45,7 @@ import torch
 
 from course_lib.capstone.config import SLOT_CHOICES, CapstoneConfig
 from course_lib.layout.calibrate import sample_answer_tokens, sequence_steps, time_decode_steps
-from course_lib.layout.model import SystemSpec, predict
+from course_lib.layout.model import Prediction, SystemSpec, predict
 from course_lib.lm.model import TinyLM, sequence_logprobs
 from course_lib.lm.task import CountdownTask, teacher_forcing_batch
 
@@ -46,8 +57,16 @@ class Rates:
     decode_step_s: dict[int, float]  # n_slots -> l(n_slots), one thread, this machine
     train_steps_per_s: float  # c: sequence steps one trainer consumes per second
     answer_tokens: tuple[int, ...]  # one batch of the policy's answer lengths (tokens, <eos> included)
-    cpu_share: float  # min(1, cores / ranks)
+    cpu_share: float  # the pipeline's share of a compute unit per rank (rank_share with every local rank busy)
     seconds: float  # how long the calibration took
+    device: str = "cpu"  # where the parts were timed: "cpu" or "cuda"
+    units: int = 1  # compute units of a host: cores (cpu) or GPUs (cuda)
+    local_ranks: int = 1  # ranks on one host (torchrun's LOCAL_WORLD_SIZE)
+    colocated: bool = False  # every rank of a host on one GPU
+
+    def share(self, busy_ranks: int) -> float:
+        """A rank's share of its compute unit while ``busy_ranks`` ranks of its host work (:func:`rank_share`)."""
+        return rank_share(self.device, self.units, busy_ranks, self.colocated)
 
 
 @dataclass(frozen=True)
@@ -86,11 +105,29 @@ class Plan:
         steps = ", ".join(f"{n} slots {1e3 * s:.2f} ms" for n, s in sorted(r["decode_step_s"].items()))
         return (
             f"{head}\ncalibrated in {r['seconds']:.1f} s: decode step {steps}; trainer {r['train_steps_per_s']:,.0f} "
-            f"sequence steps/s; cpu share {r['cpu_share']:.2f} per rank\n"
+            f"sequence steps/s; share of a {'core' if r.get('device', 'cpu') == 'cpu' else 'GPU'} "
+            f"{r['cpu_share']:.2f} per rank\n"
             f"lesson 08's model predicts {self.predicted_tokens_per_s:,.0f} answer tokens/s "
             f"(mean lag {self.predicted_mean_lag:.1f} updates); synchronous (max_lag 0) on the same split: "
             f"{self.predicted_sync_tokens_per_s:,.0f}"
         )
+
+
+def rank_share(device: str, units: int, busy_ranks: int, colocated: bool) -> float:
+    """The share of a compute unit one rank gets while ``busy_ranks`` ranks of its host work.
+
+    * CPUs (``units`` cores): ``min(1, units / busy_ranks)``;
+    * GPUs, colocated: every rank on GPU 0 whatever ``units`` is: ``1 / busy_ranks``;
+    * GPUs, one per rank (NCCL): 1.
+
+    Raises:
+        ValueError: no unit or no busy rank.
+    """
+    if units < 1 or busy_ranks < 1:
+        raise ValueError(f"need at least one compute unit and one busy rank, got {units} and {busy_ranks}")
+    if device == "cuda":
+        return 1.0 / busy_ranks if colocated else 1.0
+    return min(1.0, units / busy_ranks)
 
 
 def _train_steps_per_s(model: TinyLM, task: CountdownTask, n_sequences: int, seed: int, reps: int = 3) -> float:
@@ -112,10 +149,11 @@ def _train_steps_per_s(model: TinyLM, task: CountdownTask, n_sequences: int, see
     return steps / best
 
 
-def calibrate(model: TinyLM, task: CountdownTask, cfg: CapstoneConfig, world_size: int) -> Rates:
+def calibrate(model: TinyLM, task: CountdownTask, cfg: CapstoneConfig, local_ranks: int) -> Rates:
     """Time the parts of a run on this machine (one torch thread, as every rank runs), on the
     device ``model`` is on (the ranks' device: a CPU core, or a GPU under NCCL or colocated).
-    The rates are per core (CPU) or per GPU, scaled by the ranks' share of them."""
+    The rates are per core (CPU) or per GPU alone; ``local_ranks`` (the ranks of one host)
+    and the host's cores or GPUs give each rank's share of them (:func:`rank_share`)."""
     t0 = time.perf_counter()
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -127,71 +165,160 @@ def calibrate(model: TinyLM, task: CountdownTask, cfg: CapstoneConfig, world_siz
         c = _train_steps_per_s(model, task, per_trainer, cfg.seed)
     finally:
         torch.set_num_threads(previous)
-    device = next(model.parameters()).device
-    if device.type == "cuda":  # ranks share the GPUs (colocated) or have one each
-        units = torch.cuda.device_count()
-    else:
-        units = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    device = next(model.parameters()).device.type
+    units = compute_units(device)
     return Rates(
         decode_step_s={int(n): float(s) for n, s in zip(slots, step_s)},
         train_steps_per_s=float(c),
         answer_tokens=tuple(int(a) for a in answers),
-        cpu_share=min(1.0, units / world_size),
+        cpu_share=rank_share(device, units, local_ranks, cfg.colocated),
         seconds=time.perf_counter() - t0,
+        device=device,
+        units=units,
+        local_ranks=local_ranks,
+        colocated=cfg.colocated,
     )
 
 
-def spec_for(rates: Rates, cfg: CapstoneConfig, world_size: int, n_trainers: int, n_slots: int) -> SystemSpec:
-    """Lesson 08's :class:`~course_lib.layout.SystemSpec` of one candidate layout (see the module docstring)."""
-    share = rates.cpu_share
+def compute_units(device: str) -> int:
+    """This host's compute units: the GPUs torch sees (``"cuda"``), else the cores this process may use."""
+    if device == "cuda":
+        return torch.cuda.device_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def trainer_capacity(n_trainers: int, groups_per_batch: int) -> float:
+    """Whole trainers' worth of consumption: the update lasts as long as the trainer with
+    ``ceil(B / T)`` groups, so ``T`` trainers consume as ``B / ceil(B / T)`` of them."""
+    return groups_per_batch / math.ceil(groups_per_batch / n_trainers)
+
+
+def spec_for(
+    rates: Rates,
+    cfg: CapstoneConfig,
+    world_size: int,
+    n_trainers: int,
+    n_slots: int,
+    *,
+    max_lag: int | None = None,
+    answer_tokens: tuple[int, ...] | None = None,
+) -> SystemSpec:
+    """Lesson 08's :class:`~course_lib.layout.SystemSpec` of one candidate layout (see the module docstring).
+
+    ``max_lag`` (default ``cfg.max_lag``) 0 is synchronous RL: generators and trainers take
+    turns, so each side's rate is scaled by its share with its own side's ranks busy;
+    otherwise every local rank is busy. ``answer_tokens`` replaces the calibration's answer
+    lengths (to re-predict with the lengths a run really produced).
+    """
+    lag = cfg.max_lag if max_lag is None else max_lag
+    local = rates.local_ranks
+    n_generators = world_size - n_trainers
+    if lag == 0:  # per node: the side's share of this host's ranks (rounded up), the other side idle
+        gen_busy = max(1, math.ceil(local * n_generators / world_size))
+        train_busy = max(1, math.ceil(local * n_trainers / world_size))
+        gen_share, train_share = rates.share(gen_busy), rates.share(train_busy)
+    else:
+        gen_share = train_share = rates.share(local)
+    per_trainer = trainer_capacity(n_trainers, cfg.groups_per_batch) / n_trainers
     return SystemSpec(
         n_gpus=world_size,
-        n_samplers=world_size - n_trainers,
+        n_samplers=n_generators,
         batch_samples=cfg.batch_sequences,
         max_batch=n_slots,
-        a_s=rates.decode_step_s[n_slots] / share,
+        a_s=rates.decode_step_s[n_slots] / gen_share,
         b_s=0.0,
-        train_tokens_per_s_per_gpu=rates.train_steps_per_s * share,
-        answer_tokens=tuple(int(s) for s in sequence_steps(rates.answer_tokens)),
-        max_lag=cfg.max_lag,
-        # The capstone's trainer takes groups in ticket order and waits for them, which bounds every
-        # lag; the planner keeps lesson 08's FIFO rule, which does not charge that wait, so its
-        # prediction is optimistic where a straggler is long (lesson 11, section 3).
-        admission="fifo",
+        train_tokens_per_s_per_gpu=rates.train_steps_per_s * train_share * per_trainer,
+        answer_tokens=tuple(int(s) for s in sequence_steps(batch_of(answer_tokens or rates.answer_tokens, cfg))),
+        max_lag=lag,
+        # The capstone's trainer takes groups in ticket order and waits for a straggler: lesson
+        # 08's "wait" rule (08.14), which also charges the wait for the longest answer.
+        admission="wait" if lag >= 1 else "fifo",
     )
+
+
+def batch_of(answer_tokens: tuple[int, ...], cfg: CapstoneConfig) -> tuple[int, ...]:
+    """``answer_tokens`` as one batch of ``cfg.batch_sequences`` lengths: the same lengths when
+    there are that many, else their quantiles (the distribution kept, its longest included)."""
+    n = cfg.batch_sequences
+    if len(answer_tokens) == n:
+        return tuple(answer_tokens)
+    if not answer_tokens:
+        raise ValueError("no answer lengths to predict with")
+    ordered = np.sort(np.asarray(answer_tokens))
+    picks = np.round(np.linspace(0, len(ordered) - 1, n)).astype(int)
+    return tuple(int(x) for x in ordered[picks])
+
+
+def answer_rate(
+    rates: Rates,
+    cfg: CapstoneConfig,
+    world_size: int,
+    n_trainers: int,
+    n_slots: int,
+    *,
+    max_lag: int | None = None,
+    answer_tokens: tuple[int, ...] | None = None,
+) -> Prediction:
+    """Lesson 08's prediction for one layout, its ``tokens_per_s`` in *answer* tokens/s (the unit
+    the run reports; the model counts sequence steps, prompt included)."""
+    answers = batch_of(answer_tokens or rates.answer_tokens, cfg)
+    spec = spec_for(rates, cfg, world_size, n_trainers, n_slots, max_lag=max_lag, answer_tokens=answers)
+    p = predict("pipeline", spec)
+    to_answer = float(np.sum(answers) / sequence_steps(answers).sum())
+    return replace(p, tokens_per_s=p.tokens_per_s * to_answer)
+
+
+def trainer_choices(cfg: CapstoneConfig, world_size: int) -> list[int]:
+    """Trainer counts the layout may use: ``cfg.n_trainers`` if set, else ``2 .. min(W - 1, B)``
+    (at least one generator; no more trainers than groups per batch)."""
+    if cfg.n_trainers:
+        return [cfg.n_trainers]
+    return list(range(min(world_size - 1, cfg.groups_per_batch), 1, -1))
 
 
 def choose_layout(rates: Rates, cfg: CapstoneConfig, world_size: int) -> Plan:
-    """The candidate with the most predicted answer tokens/s (ties: fewer generators, then fewer slots).
+    """The feasible candidate with the most predicted answer tokens/s (ties: more trainers, then
+    fewer slots); candidates: :func:`trainer_choices` x (``cfg.n_slots`` or :data:`SLOT_CHOICES`).
 
-    Candidates: ``n_trainers`` = ``cfg.n_trainers`` if set, else ``2 .. W - 1``; ``n_slots`` =
-    ``cfg.n_slots`` if set, else :data:`SLOT_CHOICES`.
+    Raises:
+        ValueError: no candidate is feasible (the message has the model's reasons).
     """
-    answer = np.asarray(rates.answer_tokens, dtype=np.float64)
-    to_answer = answer.sum() / sequence_steps(rates.answer_tokens).sum()  # steps/s -> answer tokens/s
-    trainers = [cfg.n_trainers] if cfg.n_trainers else list(range(world_size - 1, 1, -1))
     best: tuple[float, int, int] | None = None
-    for n_trainers in trainers:
+    reasons = []
+    for n_trainers in trainer_choices(cfg, world_size):
         for n_slots in sorted(rates.decode_step_s):
-            p = predict("pipeline", spec_for(rates, cfg, world_size, n_trainers, n_slots))
+            p = answer_rate(rates, cfg, world_size, n_trainers, n_slots)
+            if p.infeasible:
+                reasons.append(f"{n_trainers} trainers x {n_slots} slots: {p.infeasible}")
+                continue
             if best is None or p.tokens_per_s > best[0] * (1 + 1e-9):
                 best = (p.tokens_per_s, n_trainers, n_slots)
-    assert best is not None
+    if best is None:
+        raise ValueError("lesson 08's model finds no feasible layout: " + "; ".join(reasons))
     _, n_trainers, n_slots = best
-    spec = spec_for(rates, cfg, world_size, n_trainers, n_slots)
-    chosen = predict("pipeline", spec)
-    sync = predict("pipeline", replace(spec, max_lag=0))
+    chosen = answer_rate(rates, cfg, world_size, n_trainers, n_slots)
+    sync = answer_rate(rates, cfg, world_size, n_trainers, n_slots, max_lag=0)
     rates_json = asdict(rates)
     rates_json["decode_step_s"] = {str(k): v for k, v in rates.decode_step_s.items()}
     return Plan(
         world_size=world_size,
         n_trainers=n_trainers,
         n_slots=n_slots,
-        predicted_tokens_per_s=float(chosen.tokens_per_s * to_answer),
-        predicted_sync_tokens_per_s=float(sync.tokens_per_s * to_answer),
+        predicted_tokens_per_s=float(chosen.tokens_per_s),
+        predicted_sync_tokens_per_s=float(sync.tokens_per_s),
         predicted_mean_lag=float(chosen.mean_lag_steps),
         rates=rates_json,
     )
+
+
+def rates_from_plan(plan: dict[str, Any]) -> Rates:
+    """The :class:`Rates` a plan saved (``plan.json``, a report's ``layout``)."""
+    if plan.get("rates") is None:
+        raise ValueError("this run's layout was given, not calibrated: it saved no rates (run with --calibrate)")
+    data = dict(plan["rates"])
+    data["decode_step_s"] = {int(k): float(v) for k, v in data["decode_step_s"].items()}
+    data["answer_tokens"] = tuple(data["answer_tokens"])
+    return Rates(**data)
 
 
 def given_layout(cfg: CapstoneConfig, world_size: int) -> Plan:

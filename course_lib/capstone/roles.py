@@ -12,9 +12,11 @@ in ascending order), the source lesson 09's engine expects.
 
 **Routing.** Groups (one prompt, ``G`` answers) are numbered ``k = 0, 1, ...`` in the order
 generators start them; update ``u`` consumes ``k = uB .. (u+1)B - 1`` (lesson 07's rule), and
-trainer ``t`` takes the ones with ``(k - uB) mod T == t``: a data-parallel shard of the
-batch, the same for every run, so the accounting is exact and no trainer waits on another's
-groups.
+trainer ``t`` takes the ones with ``T - 1 - ((k - uB) mod T) == t``: a data-parallel shard of
+the batch, the same for every run, so the accounting is exact and no trainer waits on
+another's groups. Every trainer gets ``floor(B / T)`` or ``ceil(B / T)`` groups, and the
+extra ones go to the *last* trainers: trainer 0 also sends the weights and writes the
+checkpoints, so it gets the fewest.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Roles:
 
     def trainer_of(self, k: int, groups_per_batch: int) -> int:
         """The trainer rank that consumes group ``k`` (see "Routing")."""
-        return (k % groups_per_batch) % self.n_trainers
+        return self.n_trainers - 1 - (k % groups_per_batch) % self.n_trainers
 
     def groups_for(self, trainer: int, update: int, groups_per_batch: int) -> list[int]:
         """Group numbers trainer ``trainer`` consumes in update ``update``, ascending."""

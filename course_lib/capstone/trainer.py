@@ -46,7 +46,7 @@ from course_lib.capstone.ledger import SampleLedger
 from course_lib.capstone.metrics import MetricsWriter
 from course_lib.capstone.roles import Roles
 from course_lib.lm.model import TinyLM, sequence_logprobs
-from course_lib.lm.sampler import sample_problems
+from course_lib.lm.sampler import generator_for, sample_problems
 from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
 from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss, token_lags
 
@@ -90,7 +90,7 @@ def heldout_reward(
     problems = task.sample(np.random.default_rng(seed), n)[shard::n_shards]
     if not problems:
         return 0.0, 0
-    gen = torch.Generator().manual_seed(seed * 1000 + shard)
+    gen = generator_for(model, seed * 1000 + shard)  # on the model's device, as the sampler's tensors
     with torch.no_grad():
         results = sample_problems(model, [p.prompt for p in problems], 128, EOS, gen)
     return float(sum(task.reward(p, r["tokens"][PROMPT_LEN:].tolist()) for p, r in zip(problems, results))), len(
@@ -215,6 +215,15 @@ class Trainer:
         w = torch.exp(log_ratio.double().clamp(max=50.0))
         bins = cfg.max_lag + 2  # 0 .. max_lag, and one bin for "more" (never filled if the bound holds)
         hist = np.bincount(np.minimum(lag, bins - 1), minlength=bins)
+        # the groups' own identities (generation attempt, k, answers), from every trainer: the ledger's record
+        per = math.ceil(cfg.groups_per_batch / self.roles.n_trainers)
+        if len(groups) > per:
+            raise RuntimeError(
+                f"trainer {self.rank} got {len(groups)} groups in update {u}, at most {per} routed to it"
+            )
+        ids = np.zeros((self.roles.n_trainers, per, 3))
+        for i, g in enumerate(groups):
+            ids[self.index, i] = (g["attempt"] + 1, g["k"] + 1, len(g["answers"]))  # 0 = no group
         local = [
             float(batch["rewards"].sum()),
             float(batch["rewards"].size),
@@ -224,15 +233,18 @@ class Trainer:
             float(loss.detach()),
             float(lag.sum()),
             *hist.astype(float).tolist(),
+            *ids.reshape(-1).tolist(),
         ]
-        r_sum, n_seq, w_sum, w2_sum, clipped, loss_sum, lag_sum, *hist_sum = self._sum(local)
-        hist_all = [int(h) for h in hist_sum]
+        r_sum, n_seq, w_sum, w2_sum, clipped, loss_sum, lag_sum, *rest = self._sum(local)
+        hist_all = [int(h) for h in rest[:bins]]
+        consumed = [(int(a) - 1, int(k) - 1, int(n)) for a, k, n in np.reshape(rest[bins:], (-1, 3)) if a > 0]
         return {
             "update": u,
             "reward": r_sum / n_seq,
             "tokens": int(n_tokens),
             "samples": int(n_seq),
             "groups": [g["k"] for g in groups],
+            "consumed": consumed,
             "ess": w_sum**2 / (n_tokens * w2_sum),
             "clipped": clipped / n_tokens,
             "loss": loss_sum,
@@ -302,7 +314,7 @@ class Trainer:
                 start = b
             self.metrics.span("train", start, t2, update=u)
             t_reduce = sum(b - a for _, a, b in self._spans)
-            st.ledger.consume(self.attempt, u, m["tokens"])
+            st.ledger.consume(self.attempt, u, m.pop("consumed"), m["tokens"])
             st.step = u + 1
             if self.rank == 0:
                 if u + 1 < cfg.n_updates:

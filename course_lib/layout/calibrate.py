@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 from course_lib.layout.model import Layout, SystemSpec, predict
 from course_lib.layout.sim import sim_config, simulate
 from course_lib.lm.model import TinyLM
-from course_lib.lm.sampler import SlotSampler, sample_problems
+from course_lib.lm.sampler import SlotSampler, generator_for, sample_problems
 from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
 from course_lib.pipeline.system import GroupGenerator, PipelineConfig, PipelineSystem, Regime, RegimeReport
 from course_lib.runtime.weights import SharedWeights
@@ -53,11 +53,6 @@ from course_lib.runtime.weights import SharedWeights
 PREFILL_STEPS = PROMPT_LEN - 1
 #: Lesson 07's regimes as the model's layouts.
 REGIME_LAYOUT: dict[str, Layout] = {"sync": "sync_split", "one_step": "one_step", "pipeline": "pipeline"}
-
-
-def _generator(model: TinyLM, seed: int) -> torch.Generator:
-    """A seeded random generator on the model's device (the sampler draws there)."""
-    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
 
 
 def time_decode_steps(
@@ -75,7 +70,7 @@ def time_decode_steps(
     torch.set_num_threads(1)
     rng = np.random.default_rng(seed)
     prompts = [p.prompt for p in task.sample(rng, 4096)]
-    samplers = [SlotSampler(model, int(s), EOS, _generator(model, seed)) for s in slot_counts]
+    samplers = [SlotSampler(model, int(s), EOS, generator_for(model, seed)) for s in slot_counts]
     times = np.zeros((len(samplers), n_steps))
     i = 0
     try:
@@ -130,7 +125,7 @@ def time_generator_steps(
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        sampler = SlotSampler(model, cfg.n_slots, EOS, torch.Generator().manual_seed(cfg.seed))
+        sampler = SlotSampler(model, cfg.n_slots, EOS, generator_for(model, cfg.seed))
         weights = SharedWeights(model)
         gen = GroupGenerator(cfg, weights, sampler, task, np.random.default_rng(cfg.seed), _PickleSink())
         unbounded = 10**9  # groups "consumed": backpressure never holds a group back
@@ -165,7 +160,7 @@ def sample_answer_tokens(model: TinyLM, task: CountdownTask, n: int, seed: int =
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # as the generator process; small ops run slower on two contended threads
     try:
-        results = sample_problems(model, [p.prompt for p in problems], 64, EOS, _generator(model, seed))
+        results = sample_problems(model, [p.prompt for p in problems], 64, EOS, generator_for(model, seed))
     finally:
         torch.set_num_threads(previous)
     return np.array([len(r["tokens"]) - PROMPT_LEN for r in results], dtype=np.int64)

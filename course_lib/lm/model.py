@@ -102,10 +102,11 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
 
     def new_cache(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zeroed keys and values ``[L, B, H, max_len, dh]`` for :meth:`step`."""
+        """Zeroed keys and values ``[L, B, H, max_len, dh]`` for :meth:`step`, on the model's device."""
         c = self.cfg
         shape = (c.n_layers, batch, c.n_heads, c.max_len, c.head_dim)
-        return torch.zeros(shape), torch.zeros(shape)
+        device = self.head.weight.device
+        return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens [B, T] -> logits [B, T, V]``."""

@@ -28,12 +28,19 @@ from course_lib.lm.model import TinyLM
 from course_lib.runtime.weights import load_flat_parameters
 
 
+def generator_for(model: TinyLM, seed: int) -> torch.Generator:
+    """A random generator seeded with ``seed`` on ``model``'s device (where the sampler draws)."""
+    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+
 class SlotSampler:
     """``n_slots`` decoding slots over one :class:`TinyLM` and its KV cache.
 
     Per slot (``M = max_len``): ``tokens [S, M]``, ``logp [S, M]`` and ``versions [S, M]``
     (-1 where no token was sampled: the prompt, unused positions), ``pos [S]`` the
     position of the token fed at the next step, ``prompt_len [S]``, ``active [S]``.
+    Every tensor lives on the model's device; a ``generator`` must be on that device too
+    (``torch.multinomial`` refuses a CPU generator for CUDA probabilities).
     """
 
     def __init__(
@@ -41,18 +48,25 @@ class SlotSampler:
     ) -> None:
         if n_slots < 1:
             raise ValueError(f"n_slots must be >= 1, got {n_slots}")
+        device = next(model.parameters()).device
+        if generator is not None and generator.device.type != device.type:
+            raise ValueError(
+                f"the sampler's random generator is on {generator.device}, the model on {device}: "
+                f"make it with torch.Generator(device={str(device)!r})"
+            )
         self.model = model
+        self.device = device
         self.n_slots = n_slots
         self.eos = eos
         self.generator = generator
         self.version = version
         m = model.cfg.max_len
-        self.tokens = torch.zeros(n_slots, m, dtype=torch.long)
-        self.logp = torch.zeros(n_slots, m)
-        self.versions = torch.full((n_slots, m), -1, dtype=torch.long)
-        self.pos = torch.zeros(n_slots, dtype=torch.long)
-        self.prompt_len = torch.ones(n_slots, dtype=torch.long)
-        self.active = torch.zeros(n_slots, dtype=torch.bool)
+        self.tokens = torch.zeros(n_slots, m, dtype=torch.long, device=device)
+        self.logp = torch.zeros(n_slots, m, device=device)
+        self.versions = torch.full((n_slots, m), -1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(n_slots, dtype=torch.long, device=device)
+        self.prompt_len = torch.ones(n_slots, dtype=torch.long, device=device)
+        self.active = torch.zeros(n_slots, dtype=torch.bool, device=device)
         self.cache = model.new_cache(n_slots)
         self.swaps = 0
 
@@ -70,7 +84,7 @@ class SlotSampler:
         if not 1 <= len(prompt) < self.model.cfg.max_len:
             raise ValueError(f"the prompt must have 1..{self.model.cfg.max_len - 1} tokens, got {len(prompt)}")
         self.tokens[slot] = 0
-        self.tokens[slot, : len(prompt)] = torch.as_tensor(prompt)
+        self.tokens[slot, : len(prompt)] = torch.as_tensor(prompt, device=self.device)
         self.logp[slot] = 0.0
         self.versions[slot] = -1
         self.pos[slot] = 0
@@ -84,7 +98,7 @@ class SlotSampler:
         A slot still in its prompt only writes the cache; a slot at its last prompt token or
         later samples the next token, recording its log-prob and ``self.version``.
         """
-        rows = torch.arange(self.n_slots)
+        rows = torch.arange(self.n_slots, device=self.device)
         logits = self.model.step(self.tokens[rows, self.pos], self.pos, self.cache)
         logp_all = F.log_softmax(logits, dim=-1)
         sample = torch.multinomial(logp_all.exp(), 1, generator=self.generator).squeeze(1)
@@ -100,14 +114,14 @@ class SlotSampler:
         return [int(i) for i in torch.nonzero(done).flatten()]
 
     def result(self, slot: int) -> dict[str, torch.Tensor]:
-        """The finished sequence of ``slot``: ``tokens`` (prompt + answer), and for the answer
-        positions ``logp`` and ``versions`` (prompt positions: 0 and -1)."""
+        """The finished sequence of ``slot``, on the CPU: ``tokens`` (prompt + answer), and for
+        the answer positions ``logp`` and ``versions`` (prompt positions: 0 and -1)."""
         end = int(self.pos[slot]) + 1
         return {
-            "tokens": self.tokens[slot, :end].clone(),
-            "logp": self.logp[slot, :end].clone(),
-            "versions": self.versions[slot, :end].clone(),
-            "prompt_len": torch.tensor(int(self.prompt_len[slot])),
+            "tokens": self.tokens[slot, :end].to("cpu", copy=True),
+            "logp": self.logp[slot, :end].to("cpu", copy=True),
+            "versions": self.versions[slot, :end].to("cpu", copy=True),
+            "prompt_len": torch.tensor(int(self.prompt_len[slot]), device="cpu"),
         }
 
     @torch.no_grad()

@@ -167,8 +167,8 @@ def evaluate(model: TinyLM, task: CountdownTask, n: int, seed: int, n_slots: int
     The same ``seed`` draws the same problems and sampling noise, so two policies compared
     on it differ by their weights, not by the prompts; the estimate's standard error is
     about ``sqrt(r (1 - r) / n)`` (0.014 for r = 0.2, n = 1024)."""
-    from course_lib.lm.sampler import sample_problems
+    from course_lib.lm.sampler import generator_for, sample_problems
 
     problems = task.sample(np.random.default_rng(seed), n)
-    results = sample_problems(model, [p.prompt for p in problems], n_slots, EOS, torch.Generator().manual_seed(seed))
+    results = sample_problems(model, [p.prompt for p in problems], n_slots, EOS, generator_for(model, seed))
     return float(np.mean([task.reward(p, r["tokens"][PROMPT_LEN:].tolist()) for p, r in zip(problems, results)]))
