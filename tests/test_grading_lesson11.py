@@ -2,19 +2,25 @@
 bug is rejected with its message (tests/test_exercises.py, for every lesson; the first two
 are here too so they run where lessons/11_capstone.py is absent); the
 graders' oracles agree with the library (`course_lib.capstone.roles`, `.ledger`,
-`course_lib.staleness.may_start_group`) and with hand-made cases; the handshake
+`course_lib.staleness.may_start_group`, `course_lib.pipeline.loss.pipeline_loss` rescaled
+as `capstone.trainer.shard_loss` does) and with hand-made cases; the handshake
 simulation catches a trainer that raises `consumed` before it announces; bad submissions
-get a report, never a crash; one planted bug per exercise is caught end to end through
+get a report, never a crash; an answer that calls course_lib's loss is named however it
+imports it, and the library is restored afterwards; one planted bug per exercise is caught end to end through
 `course grade`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import grading_helpers as gh
+import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 from conftest import solution_function, stub_function
 from mutants.l11_capstone import MUTANTS
 
@@ -23,16 +29,17 @@ from course_lib.capstone.roles import Roles
 from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l11_capstone as l11
+from course_lib.pipeline.loss import pipeline_loss
 from course_lib.staleness import may_start_group
 
 LESSON = "11_capstone"
-NAMES = ("assign_roles", "sync_and_admit", "restart_accounting")
+NAMES = ("assign_roles", "sync_and_admit", "restart_accounting", "data_parallel_losses")
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_registry_lists_the_three_exercises():
-    gh.assert_registry(LESSON, NAMES, ("11", "capstone"), points=45)
+def test_registry_lists_the_four_exercises():
+    gh.assert_registry(LESSON, NAMES, ("11", "capstone"), points=60)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -59,6 +66,11 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "restart_accounting-keeps_groups_after_checkpoint",
         "restart_accounting-first_attempts_copy",
         "restart_accounting-step_boundary_off_by_one",
+        "data_parallel_losses-local_token_count",
+        "data_parallel_losses-per_rank_mean",
+        "data_parallel_losses-no_stop_gradient",
+        "data_parallel_losses-padding_in_the_count",
+        "data_parallel_losses-calls_the_library",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
     assert len({m.id for m in MUTANTS}) == len(MUTANTS)
@@ -156,12 +168,13 @@ def _ledger_of(sc: l11.Scenario, group_size: int = 1) -> tuple[SampleLedger, lis
     for attempt, start in enumerate(sc.resumed_from):
         if attempt:
             consumed = [seg for seg in ledger.segments if seg[1] < start * sc.B]
-            ledger.segments = [[a, f, min(e, start * sc.B)] for a, f, e in consumed]
+            ledger.segments = [[a, f, min(e, start * sc.B), n] for a, f, e, n in consumed]
+            ledger.updates = start  # the checkpoint restored: its ledger holds `start` updates
             ledger.resume(attempt, start, records)
         last = attempt == len(sc.resumed_from) - 1
         stop = sc.final_step if last else max((u + 1 for u, a in sc.history.items() if a == attempt), default=start)
         for u in range(start, stop):
-            ledger.consume(attempt, u, 0)
+            ledger.consume(attempt, u, [(attempt, k, group_size) for k in range(u * sc.B, (u + 1) * sc.B)], 0)
     ledger.finish(len(sc.resumed_from) - 1, records)
     return ledger, records
 
@@ -186,6 +199,128 @@ def test_the_scenarios_include_fallbacks_and_every_slip_shows():
     assert any(any(b < a for a, b in zip(sc.resumed_from, sc.resumed_from[1:], strict=False)) for sc in scenarios)
     for slip in l11.RA_SLIPS.values():
         assert any(l11.naive_accounting(sc, **slip) != l11.naive_accounting(sc) for sc in scenarios), slip
+
+
+def _pad(shards: list[dict[str, Any]], key: str) -> torch.Tensor:
+    """The shards' ``key`` tensors as one batch, right-padded to the widest shard."""
+    width = max(s["mask"].shape[1] for s in shards)
+    return torch.cat([F.pad(s[key], (0, width - s[key].shape[1])) for s in shards])
+
+
+def _split_rows(grad: torch.Tensor, shards: list[dict[str, Any]]) -> list[np.ndarray]:
+    out, row = [], 0
+    for s in shards:
+        n, t = s["mask"].shape
+        out.append(grad[row : row + n, :t].detach().numpy())
+        row += n
+    return out
+
+
+@pytest.mark.parametrize("n_shards", [1, 2, 3, 4])
+def test_loss_oracles_agree_with_pipeline_loss_and_the_solution(n_shards):
+    """The whole-batch reference is `pipeline_loss` on the padded batch; the shard-by-shard
+    oracle and the solution equal it summed, and equal the library's rescaled shard terms."""
+    solve = solution_function(LESSON, "data_parallel_losses")
+    for seed in range(4):
+        shards = l11.dp_batch(seed, n_shards)
+        leaf = _pad(shards, "logp_new").requires_grad_(True)
+        mask = _pad(shards, "mask")
+        adv = torch.cat([s["adv"] for s in shards])[:, None] * mask
+        lib = pipeline_loss(leaf, _pad(shards, "logp_behaviour"), adv, mask, l11.CLIP_C)
+        lib_grads = _split_rows(torch.autograd.grad(lib, leaf)[0], shards)
+        value, grads = l11.whole_batch_loss(shards, l11.CLIP_C)
+        assert value == pytest.approx(float(lib.detach()), rel=1e-12)
+        assert all(np.allclose(g, h, rtol=1e-12) for g, h in zip(grads, lib_grads, strict=True))
+        values, naive_grads = l11.naive_shard_losses(shards, l11.CLIP_C)
+        assert sum(values) == pytest.approx(value, rel=1e-12)
+        assert all(np.allclose(g, h, rtol=1e-12) for g, h in zip(naive_grads, grads, strict=True))
+        n_tokens = sum(int(s["mask"].sum()) for s in shards)
+        got = solve([dict(s, logp_new=s["logp_new"].clone().requires_grad_(True)) for s in shards], l11.CLIP_C)
+        for s, loss in zip(shards, got, strict=True):
+            m = s["mask"]
+            part = pipeline_loss(s["logp_new"], s["logp_behaviour"], s["adv"][:, None] * m, m, l11.CLIP_C)
+            assert float(loss.detach()) == pytest.approx(float(part * m.sum() / n_tokens), rel=1e-12)  # as shard_loss
+
+
+def _differs(shards: list[dict[str, Any]], slip: dict[str, Any]) -> bool:
+    (a, ga), (b, gb) = l11.naive_shard_losses(shards, l11.CLIP_C, **slip), l11.naive_shard_losses(shards, l11.CLIP_C)
+    return not np.isclose(sum(a), sum(b)) or not all(np.allclose(g, h) for g, h in zip(ga, gb, strict=True))
+
+
+def test_each_loss_slip_differs_from_the_right_answer_on_the_checks_shards():
+    cases = [l11.worked_shards(), *(l11.dp_batch(seed, 2 + seed % 3) for seed in range(6))]
+    for name, slip in l11.DP_SLIPS.items():
+        assert any(_differs(shards, slip) for shards in cases), name
+    values, _ = l11.naive_shard_losses(l11.worked_shards(), l11.CLIP_C)
+    assert values[0] == pytest.approx(-3 * math.log(0.5) / 12)
+
+
+def test_the_worked_example_gives_the_short_shard_three_times_the_weight_locally():
+    """The statement's numbers: 3 and 9 tokens, local counts weigh shard 0's tokens 3x."""
+    shards = l11.worked_shards()
+    _, right = l11.naive_shard_losses(shards, l11.CLIP_C)
+    for slip in ("local", "per_rank_mean"):
+        _, grads = l11.naive_shard_losses(shards, l11.CLIP_C, **{slip: True})
+        token0 = grads[0][0, l11.PROMPT] / right[0][0, l11.PROMPT]
+        token1 = grads[1][0, l11.PROMPT] / right[1][0, l11.PROMPT]
+        assert token0 / token1 == pytest.approx(3.0)
+    assert right[0][0, l11.PROMPT] == pytest.approx(-1 / 12)
+
+
+def test_ragged_batches_are_ragged_and_equal_ones_equal():
+    for seed in range(6):
+        counts = [int(s["mask"].sum()) for s in l11.dp_batch(seed, 2 + seed % 3)]
+        assert len(set(counts)) == len(counts)
+    assert len({int(s["mask"].sum()) for s in l11.dp_batch(11, 3, ragged=False)}) == 1
+
+
+def _shard_terms(shards: list[dict[str, Any]], clip_c: float, lib: Callable[..., Any]) -> list[torch.Tensor]:
+    n_tokens = sum(int(s["mask"].sum()) for s in shards)
+    return [
+        lib(s["logp_new"], s["logp_behaviour"], s["adv"][:, None] * s["mask"], s["mask"], clip_c)
+        * s["mask"].sum()
+        / n_tokens
+        for s in shards
+    ]
+
+
+def test_calling_the_library_is_named_however_it_is_imported():
+    from course_lib import importance
+    from course_lib.pipeline import loss as loss_module
+
+    exercise = get_exercise(LESSON, "data_parallel_losses")
+    namespace: dict[str, Any] = {"_shard_terms": _shard_terms, "pipeline_loss": loss_module.pipeline_loss}
+    exec(
+        "def from_globals(shards, clip_c):\n    return _shard_terms(shards, clip_c, pipeline_loss)\n"
+        "def via_module(shards, clip_c):\n"
+        "    import course_lib.pipeline.loss as L\n    return _shard_terms(shards, clip_c, L.pipeline_loss)\n"
+        "def swallowed(shards, clip_c):\n"
+        "    try:\n        pipeline_loss(None, None, None, None, clip_c)\n    except Exception:\n        pass\n"
+        "    return [s['logp_new'].sum() * 0 for s in shards]\n",
+        namespace,
+    )
+
+    def truncated(shards, clip_c):
+        n_tokens = sum(int(s["mask"].sum()) for s in shards)
+        return [
+            importance.truncated_is_loss(s["logp_new"], s["logp_behaviour"], s["adv"][:, None], clip_c, s["mask"])
+            * s["mask"].sum()
+            / n_tokens
+            for s in shards
+        ]
+
+    for fn, name in (
+        (namespace["from_globals"], "pipeline_loss"),
+        (namespace["via_module"], "pipeline_loss"),
+        (namespace["swallowed"], "pipeline_loss"),
+        (truncated, "truncated_is_loss"),
+    ):
+        outcome = run_exercise(exercise, fn)
+        assert not outcome.passed and f"calls course_lib's {name}" in outcome.message, outcome.message
+    # the tripwires are gone afterwards
+    assert namespace["pipeline_loss"] is loss_module.pipeline_loss
+    assert loss_module.pipeline_loss.__module__ == "course_lib.pipeline.loss"
+    assert importance.truncated_is_loss.__name__ == "truncated_is_loss"
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,6 +349,17 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
             "expected a dict of int totals",
         ),
     ],
+    "data_parallel_losses": [
+        (lambda shards, clip_c: None, "expected a list of"),
+        (lambda shards, clip_c: [torch.zeros(())], "expected a list of 3 losses"),
+        (lambda shards, clip_c: [1.0 for _ in shards], "expected a torch tensor"),
+        (lambda shards, clip_c: [s["logp_new"].sum(1) for s in shards], "expected a scalar"),
+        (lambda shards, clip_c: [s["logp_new"].detach().sum() for s in shards], "does not require grad"),
+        (
+            lambda shards, clip_c: [sum(t["logp_new"].sum() for t in shards) for _ in shards],
+            "depends on shard 1's log-probs",
+        ),
+    ],
 }
 
 
@@ -238,5 +384,5 @@ def test_an_infinite_loop_times_out():
 @pytest.mark.usefixtures("no_orphans")
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("boundary_off_by_one", "pulls_older_version", "keeps_groups_after_checkpoint")
+    picked = ("boundary_off_by_one", "pulls_older_version", "keeps_groups_after_checkpoint", "local_token_count")
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -27,16 +27,20 @@
 # on every rank. Three small decisions hold it together, and each is a pure function you
 # can write and test without a cluster: which rank does what, when a generator may take
 # new weights and start a new group, and, after a crash and a restore, which generated
-# samples count.
+# samples count. A fourth exercise is the one equation that makes the trainers' data
+# parallelism exact: each trainer's share of the loss (11.1).
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `assign_roles`: a rank's role and its process groups | 10 | ★☆☆ | 10 min |
 # | 2. `sync_and_admit`: the weight-version handshake | 15 | ★★☆ | 20 min |
 # | 3. `restart_accounting`: which samples count after a restore | 20 | ★★☆ | 25 min |
+# | 4. `data_parallel_losses`: each trainer's loss, over the global token count (11.1) | 15 | ★★☆ | 20 min |
 
 # %%
 import random
+
+import torch
 
 from course_lib import check
 
@@ -327,3 +331,117 @@ print("samples:", out["samples"])
 
 # %% tags=["exercise-check"]
 check("11_capstone", "restart_accounting", restart_accounting)
+
+# %% [markdown]
+# ## Exercise 4 · Each trainer's loss: the global token count (★★☆, 20 min, 15 points)
+#
+# The `n_trainers` trainers share an update data-parallel: trainer `r` takes its shard
+# $S_r$ of the update's groups, computes a loss $L_r$ on it, backpropagates, and an
+# all-reduce **sums** the trainers' gradients. The update must be the one a single process
+# would make on the whole batch: the gradient of lesson 07's loss (07.2), the mean over all
+# $N_{tok}$ real tokens of $-\mathrm{sg}[w_{it}]\, A_i \log\pi$. So each trainer divides its
+# sum by the token count of the **whole** batch, every shard's real tokens together (the
+# lesson's equation (11.1)):
+#
+# $$L_r = -\frac{1}{N_{tok}} \sum_{(i,t) \in S_r} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_u(y_{it}\mid x, y_{i,<t}),
+#   \qquad \nabla L = \sum_{r=1}^{N_t} \nabla L_r$$
+#
+# with $w_{it} = \min(c, \pi_u / \mu)$ the truncated per-token weight (07.1), a constant
+# for the gradient ($\mathrm{sg}$, stop-gradient). $N_{tok}$ costs the job one all-reduce
+# of a single number before the backward pass.
+#
+# **Why not each shard's own count?** Answers have ragged lengths, so shards hold different
+# numbers of tokens. Say shard 0 holds 3 tokens and shard 1 holds 9 ($N_{tok} = 12$). With
+# the global count every token's term is divided by 12 in both shards, exactly as in the
+# single-process loss. Dividing by the local count (shard 0 by 3, shard 1 by 9), the summed
+# gradient weighs each of shard 0's tokens by 1/3 and each of shard 1's by 1/9: the short
+# shard's tokens count **3x** as much, and the whole gradient is twice too large. Taking
+# each shard's mean and averaging over the ranks (what averaging the gradients, DDP's
+# default, does with per-shard means) fixes the scale, 1/6 and 1/18, but not the 3x. The
+# local answers agree with (07.2) only when every shard holds the same number of tokens,
+# which ragged answers never promise.
+#
+# Write `data_parallel_losses(shards, clip_c)`, playing every trainer in one process. Each
+# shard is a dict of tensors as one trainer holds them, its rows padded to its own longest
+# (prompt positions and padding have `mask` False):
+#
+# - `"logp_new"` `[n_r, T_r]`: $\log\pi_u$ per position, requires grad;
+# - `"logp_behaviour"` `[n_r, T_r]`: $\log\mu$, the generator's log-probs (garbage outside the mask);
+# - `"adv"` `[n_r]`: $A_i$, one advantage per answer;
+# - `"mask"` `[n_r, T_r]` bool: True at the real answer tokens.
+#
+# Return the list `[L_0, ..., L_{N_t - 1}]`, one scalar tensor per shard. Compute $L_r$ from
+# shard `r`'s tensors and $N_{tok}$ only (that number is all the trainers share), and write
+# it from its terms, without course_lib's `pipeline_loss`.
+#
+# **How it is graded:** random batches of 1 to 4 shards with ragged masks and token counts:
+# the sum of the shards' values must equal the whole batch's (07.2), computed in one
+# process, and the sum of the shards' gradients (each shard's `logp_new`, torch autograd)
+# its gradient; the worked example (3 and 9 tokens, every weight 1: each token's gradient
+# is $-A_i / 12$); equal shards; padding values changing nothing; each shard's loss
+# depending only on its own shard. Dividing by the local token count, averaging the
+# shards' means over the ranks, a weight without sg, padding counted in $N_{tok}$, an
+# unmasked sum, untruncated weights and calling course_lib's loss are named in the message.
+#
+# (At full size: `course_lib.capstone.trainer.shard_loss` and `Trainer.update`, which
+# all-reduce the count first.)
+#
+# <details><summary>Hint 1</summary>
+# Two steps, as on the cluster: first the one number the trainers all-reduce, the real
+# tokens of every shard, <code>sum(int(s["mask"].sum()) for s in shards)</code>; then each
+# shard's sum of sg[w] A log pi over its real tokens, divided by that number.
+# </details>
+# <details><summary>Hint 2</summary>
+# The weight is <code>torch.clamp(torch.exp(logp_new.detach() - logp_behaviour), max=clip_c)</code>:
+# <code>.detach()</code> is the sg[]. The advantage is per answer: <code>adv[:, None]</code>
+# broadcasts it over the answer's tokens.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>m = mask.to(logp_new.dtype)</code>;
+# <code>-(w * adv[:, None] * logp_new * m).sum() / n_tokens</code>, with the same
+# <code>n_tokens</code> for every shard.
+# </details>
+
+
+# %% tags=["exercise"]
+def data_parallel_losses(shards, clip_c):
+    """Each trainer's term ``L_r`` of (11.1): its shard's sum of sg[w] A log pi over the
+    global token count, so that the sum of the shards' gradients is (07.2)'s on the whole batch.
+
+    Args:
+        shards: one dict per trainer: ``"logp_new"`` [n_r, T_r] (requires grad),
+            ``"logp_behaviour"`` [n_r, T_r], ``"adv"`` [n_r], ``"mask"`` [n_r, T_r] bool.
+        clip_c: the truncation c of the weight (07.1).
+
+    Returns:
+        [L_0, ..., L_{N_t - 1}]: one scalar tensor per shard.
+    """
+    ### BEGIN SOLUTION
+    n_tokens = sum(int(s["mask"].sum()) for s in shards)  # the all-reduce of one number
+    losses = []
+    for s in shards:
+        logp_new, m = s["logp_new"], s["mask"].to(s["logp_new"].dtype)
+        w = torch.clamp(torch.exp(logp_new.detach() - s["logp_behaviour"]), max=clip_c)  # sg[w]
+        losses.append(-(w * s["adv"][:, None] * logp_new * m).sum() / n_tokens)
+    return losses
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+def toy_shard(n_answers, n_tokens):
+    """n_answers answers of n_tokens tokens each, on-policy (every weight 1), advantage 1."""
+    logp = torch.full((n_answers, n_tokens), -0.5, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(n_answers, n_tokens, dtype=torch.bool)
+    adv = torch.ones(n_answers, dtype=torch.float64)
+    return {"logp_new": logp, "logp_behaviour": logp.detach().clone(), "adv": adv, "mask": mask}
+
+
+shards = [toy_shard(1, 3), toy_shard(3, 3)]  # 3 and 9 tokens
+losses = data_parallel_losses(shards, clip_c=2.0)
+sum(losses).backward()  # what the all-reduce adds up
+for r, s in enumerate(shards):
+    print(f"shard {r}: {int(s['mask'].sum())} tokens, gradient per token {s['logp_new'].grad[0, 0].item():+.4f}")
+print("each token's gradient in (07.2) over all 12 tokens: -A / 12 =", f"{-1 / 12:+.4f}")
+
+# %% tags=["exercise-check"]
+check("11_capstone", "data_parallel_losses", data_parallel_losses)

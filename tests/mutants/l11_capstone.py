@@ -4,9 +4,12 @@
 from conftest import Mutant
 
 AR, SA, RA = "assign_roles", "sync_and_admit", "restart_accounting"
+DP = "data_parallel_losses"
 
 SYNC_GROUP = "sync_group = [0] + list(range(n_trainers, world_size))"
 BOUND = "k < consumed + (max_lag + 1) * B"
+NORM = "/ n_tokens)"
+LOSS_LINE = 'losses.append(-(w * s["adv"][:, None] * logp_new * m).sum() / n_tokens)'
 TOTALS = '        samples[kind] += n\n        samples["generated"] += n\n'
 
 MUTANTS: list[Mutant] = [
@@ -82,5 +85,27 @@ MUTANTS: list[Mutant] = [
         "    for attempt, k, n in generated:\n",
         "    generated.sort()\n    for attempt, k, n in generated:\n",
         "changed its inputs",
+    ),
+    # data_parallel_losses: the normaliser (local, per-rank mean, padding), sg[], the mask, the clip, the library
+    Mutant(DP, "local_token_count", NORM, "/ m.sum())", "its own (local) token count"),
+    Mutant(DP, "per_rank_mean", NORM, "/ (m.sum() * len(shards)))", "averaged over the ranks"),
+    Mutant(DP, "no_stop_gradient", "logp_new.detach() - ", "logp_new - ", "sg[w] is a constant"),
+    Mutant(DP, "padding_in_the_count", 'int(s["mask"].sum())', 's["mask"].numel()', "includes padding"),
+    Mutant(DP, "unmasked_sum", "* logp_new * m).sum()", "* logp_new).sum()", "multiply every term by the mask"),
+    Mutant(
+        DP,
+        "untruncated_weights",
+        'torch.clamp(torch.exp(logp_new.detach() - s["logp_behaviour"]), max=clip_c)',
+        'torch.exp(logp_new.detach() - s["logp_behaviour"])',
+        "not truncated",
+    ),
+    Mutant(
+        DP,
+        "calls_the_library",
+        LOSS_LINE,
+        "from course_lib.pipeline.loss import pipeline_loss\n\n"
+        '        part = pipeline_loss(logp_new, s["logp_behaviour"], s["adv"][:, None] * m, m, clip_c)\n'
+        "        losses.append(part * m.sum() / n_tokens)",
+        "calls course_lib's pipeline_loss",
     ),
 ]

@@ -1,10 +1,11 @@
-"""Lesson 11's graded exercises: the capstone job's three small decisions.
+"""Lesson 11's graded exercises: the capstone job's three small decisions and its loss (11.1).
 
 The learner writes:
 
 * ``assign_roles(rank, world_size, n_trainers) -> dict``  (role, index within the role, process groups)
 * ``sync_and_admit(announced, consumed, version, k, max_lag, B) -> (version, may_start)``  (the handshake)
 * ``restart_accounting(generated, resumed_from, final_step, B) -> dict``  (the ledger after restores)
+* ``data_parallel_losses(shards, clip_c) -> [loss per shard]``  (11.1: the global token count)
 
 The checks never call ``course_lib.capstone``: they compare with the oracles below, each
 written a different way from the statement's rule. The roles oracle hands the ranks out
@@ -13,28 +14,39 @@ max_lag``) and a small event simulation (trainer 0 publishing, two generators, r
 interleavings) checks the lag guarantee, monotone versions and progress on the learner's
 own decisions; the accounting oracle simulates runs attempt by attempt (checkpoints as
 copies of the update history, a corrupt newest checkpoint sometimes skipped) and reads the
-truth off the final history. Each oracle takes keyword switches that compute a known slip,
-so a wrong answer that matches one is named.
+truth off the final history; the data-parallel loss is checked against lesson 07's (07.2)
+written for the whole batch in one process (torch autograd), and its slips are computed
+shard by shard, while course_lib's own losses (``pipeline_loss``, ``truncated_is_loss``,
+``capstone.trainer.shard_loss``) are replaced by tripwires, so an answer that calls them is
+named. Each oracle takes keyword switches that compute a known slip, so a wrong answer that
+matches one is named.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import math
 import random
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from course_lib.course.grading.checks import (
     Exercise,
+    LearnerError,
     call,
     check_case,
     describe_type,
     fail,
+    fmt_number,
     short_repr,
 )
-from course_lib.course.grading.helpers import assert_raises
+from course_lib.course.grading.helpers import assert_raises, assert_scalar_tensor
 
 LESSON = "11_capstone"
 
@@ -752,4 +764,330 @@ RESTART_ACCOUNTING = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (ASSIGN_ROLES, SYNC_AND_ADMIT, RESTART_ACCOUNTING)
+# ---------------------------------------------------------------------------------------
+# Exercise 4: data_parallel_losses
+# ---------------------------------------------------------------------------------------
+
+DP = "data_parallel_losses"
+CLIP_C = 2.0
+PROMPT = 2  # positions before each answer (mask False), as pad_groups lays a row out
+
+Shard = dict[str, Any]
+
+
+def dp_batch(seed: int, n_shards: int, *, ragged: bool = True) -> list[Shard]:
+    """Random shards (one per trainer), each padded to its own longest row: a prompt of
+    ``PROMPT`` positions, then an answer of 1-7 tokens, then padding; ratios crossing
+    ``CLIP_C``; garbage behaviour log-probs outside the answers. With ``ragged`` (retried
+    until so) the shards hold different token counts; else every shard holds the same."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    while True:
+        shards, counts = [], []
+        lengths_all = (
+            [rng.integers(1, 8, size=int(rng.integers(1, 4))) for _ in range(n_shards)]
+            if ragged
+            else [rng.permutation(np.array([2, 3, 5]))] * n_shards
+        )
+        for lengths in lengths_all:
+            n, t = len(lengths), PROMPT + int(max(lengths)) + int(rng.integers(0, 2))
+            logp_new = np.log(rng.uniform(0.05, 0.95, size=(n, t)))
+            logp_mu = logp_new + rng.normal(0.0, 0.8, size=(n, t))
+            mask = np.zeros((n, t), dtype=bool)
+            for i, length in enumerate(lengths):
+                mask[i, PROMPT : PROMPT + int(length)] = True
+            logp_mu[~mask] = -50.0  # garbage: a weight of c wherever the mask is not applied
+            counts.append(int(mask.sum()))
+            shards.append(
+                {
+                    "logp_new": torch.tensor(logp_new, dtype=torch.float64),
+                    "logp_behaviour": torch.tensor(logp_mu, dtype=torch.float64),
+                    "adv": torch.tensor(rng.normal(size=n), dtype=torch.float64),
+                    "mask": torch.tensor(mask),
+                }
+            )
+        if not ragged or len(set(counts)) == n_shards:
+            return shards
+
+
+def whole_batch_loss(shards: list[Shard], c: float) -> tuple[float, list[NDArray[np.float64]]]:
+    """The single-process reference: lesson 07's (07.2) on the whole batch (every shard's rows
+    padded to one width), its value and its gradient, split back into the shards' rows."""
+    import torch
+
+    width = max(s["mask"].shape[1] for s in shards)
+
+    def padded(key: str) -> Any:
+        return torch.cat([torch.nn.functional.pad(s[key], (0, width - s[key].shape[1])) for s in shards])
+
+    logp_new = padded("logp_new").detach().clone().requires_grad_(True)
+    mask = padded("mask").to(torch.float64)
+    adv = torch.cat([s["adv"] for s in shards])
+    w = torch.clamp(torch.exp(logp_new.detach() - padded("logp_behaviour")), max=c)
+    loss = -(w * adv[:, None] * logp_new * mask).sum() / mask.sum()
+    (grad,) = torch.autograd.grad(loss, logp_new)
+    out, row = [], 0
+    for s in shards:
+        n, t = s["mask"].shape
+        out.append(grad[row : row + n, :t].numpy())
+        row += n
+    return float(loss.detach()), out
+
+
+def naive_shard_losses(
+    shards: list[Shard],
+    c: float,
+    *,
+    local: bool = False,
+    per_rank_mean: bool = False,
+    no_sg: bool = False,
+    padded_count: bool = False,
+    unmasked_sum: bool = False,
+    no_clip: bool = False,
+) -> tuple[list[float], list[NDArray[np.float64]]]:
+    """Each shard's term of (11.1), computed shard by shard (one "rank" at a time): the values
+    and each shard's gradient with respect to its own ``logp_new``. The switches compute known
+    slips, to name them in messages."""
+    import torch
+
+    global_count = sum(int(s["mask"].numel() if padded_count else s["mask"].sum()) for s in shards)
+    values, grads = [], []
+    for s in shards:
+        logp_new = s["logp_new"].detach().clone().requires_grad_(True)
+        m = s["mask"].to(torch.float64)
+        ratio = torch.exp((logp_new if no_sg else logp_new.detach()) - s["logp_behaviour"])
+        w = ratio if no_clip else torch.clamp(ratio, max=c)
+        terms = w * s["adv"][:, None] * logp_new * (1.0 if unmasked_sum else m)
+        if local:
+            norm = m.sum()
+        elif per_rank_mean:
+            norm = m.sum() * len(shards)
+        else:
+            norm = torch.tensor(float(global_count), dtype=torch.float64)
+        loss = -terms.sum() / norm
+        (grad,) = torch.autograd.grad(loss, logp_new)
+        values.append(float(loss.detach()))
+        grads.append(grad.numpy())
+    return values, grads
+
+
+DP_SLIPS: dict[str, dict[str, Any]] = {
+    "each shard divides by its own (local) token count: after the all-reduce a short shard's tokens weigh more; "
+    "divide by the token count of the whole batch, all shards (11.1)": dict(local=True),
+    "each shard's mean averaged over the ranks (n_local * n_ranks): with ragged shards a short shard's tokens "
+    "still weigh more; divide by the whole batch's token count (11.1)": dict(per_rank_mean=True),
+    "the gradient flows through the weight: sg[w] is a constant, compute the ratio from logp_new.detach()": dict(
+        no_sg=True
+    ),
+    "the token count includes padding (and prompt) positions: count the real tokens, mask.sum(), over all shards": dict(
+        padded_count=True
+    ),
+    "the sum runs over padded positions too: multiply every term by the mask": dict(unmasked_sum=True),
+    "the weights are not truncated: w = min(c, pi/mu), torch.clamp(..., max=clip_c)": dict(no_clip=True),
+}
+
+#: course_lib's own implementations of the loss, which the learner's function must not call.
+LIBRARY_LOSSES = (
+    ("course_lib.pipeline.loss", "pipeline_loss"),
+    ("course_lib.importance", "truncated_is_loss"),
+    ("course_lib.capstone.trainer", "shard_loss"),
+)
+LIBRARY_MESSAGE = (
+    "calls course_lib's {name} (the library's answer): write the shard's term of (11.1) from its pieces "
+    "(the weight, the advantage, the mask, the global count)"
+)
+
+
+class _LibraryCalled(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _library_blocked(fn: Callable[..., Any]) -> Iterator[list[str]]:
+    """Replace course_lib's loss functions (in every loaded ``course_lib`` module and in
+    ``fn``'s globals) by tripwires while the block runs; yields the names that were called."""
+    originals = {}
+    for module, name in LIBRARY_LOSSES:
+        if module.startswith("course_lib.capstone") and module not in sys.modules:
+            continue  # heavy to import; a learner who imports it loads it inside the block, below
+        obj = getattr(importlib.import_module(module), name, None)
+        if obj is not None:
+            originals[id(obj)] = (obj, name)
+    called: list[str] = []
+
+    def tripwire(name: str) -> Callable[..., Any]:
+        def blocked(*args: Any, **kwargs: Any) -> Any:
+            called.append(name)
+            raise _LibraryCalled(name)
+
+        return blocked
+
+    spaces = [vars(m) for n, m in list(sys.modules.items()) if n.startswith("course_lib") and m is not None]
+    spaces.append(getattr(fn, "__globals__", {}))
+    patched = []
+    for space in spaces:
+        for key, value in list(space.items()):
+            if id(value) in originals and originals[id(value)][0] is value:
+                patched.append((space, key, value))
+                space[key] = tripwire(originals[id(value)][1])
+    try:
+        yield called
+    finally:
+        for space, key, value in patched:
+            space[key] = value
+
+
+def _dp_answer(fn: Callable[..., Any], shards: list[Shard], c: float) -> tuple[list[float], list[Any], list[Any]]:
+    """The learner's losses on copies of ``shards``: (values, the losses, the fresh leaves)."""
+    leaves = [s["logp_new"].detach().clone().requires_grad_(True) for s in shards]
+    given = [
+        {
+            "logp_new": leaf,
+            "logp_behaviour": s["logp_behaviour"].clone(),
+            "adv": s["adv"].clone(),
+            "mask": s["mask"].clone(),
+        }
+        for leaf, s in zip(leaves, shards, strict=True)
+    ]
+    what = f"{DP}({len(shards)} shards, clip_c={fmt_number(c)})"
+    with _library_blocked(fn) as called:
+        try:
+            got = call(fn, given, c)
+        except LearnerError:
+            if called:
+                fail(f"{what} {LIBRARY_MESSAGE.format(name=called[0])}")
+            raise
+    if called:
+        fail(f"{what} {LIBRARY_MESSAGE.format(name=called[0])}")
+    if not isinstance(got, list | tuple) or len(got) != len(shards):
+        fail(f"{what} returned {describe_type(got)}; expected a list of {len(shards)} losses, one per shard")
+    for r, loss in enumerate(got):
+        assert_scalar_tensor(loss, what=f"{what}[{r}]", advice="one scalar loss per shard, keep the graph")
+        if not loss.requires_grad:
+            fail(f"{what}[{r}] does not require grad: compute it from the shard's logp_new (not a detached copy)")
+    return [float(loss.detach()) for loss in got], list(got), leaves
+
+
+def _dp_compare(fn: Callable[..., Any], shards: list[Shard], c: float = CLIP_C) -> None:
+    """The learner's shard losses against the whole batch's (07.2): the values sum to its value,
+    each shard's gradient is its rows of the whole batch's gradient; a known slip is named."""
+    import torch
+
+    values, losses, leaves = _dp_answer(fn, shards, c)
+    counts = [int(s["mask"].sum()) for s in shards]
+    what = f"{DP}(shards of {', '.join(map(str, counts))} tokens)"
+    grads = []
+    for r, loss in enumerate(losses):
+        parts = torch.autograd.grad(loss, leaves, allow_unused=True, retain_graph=True)
+        for s, part in enumerate(parts):
+            if s != r and part is not None and bool(part.abs().max() > 0):
+                fail(
+                    f"{what}: shard {r}'s loss depends on shard {s}'s log-probs: a rank sees only its own shard "
+                    "(the token count is all it shares)"
+                )
+        grads.append(np.zeros(leaves[r].shape) if parts[r] is None else parts[r].detach().numpy())
+    want_value, want_grads = whole_batch_loss(shards, c)
+
+    def close(a: list[Any], b: list[Any]) -> bool:
+        return all(np.allclose(x, y, rtol=1e-7, atol=1e-10) for x, y in zip(a, b, strict=True))
+
+    def right(vals: list[float], grs: list[Any]) -> bool:
+        return math.isclose(sum(vals), want_value, rel_tol=1e-7, abs_tol=1e-10) and close(grs, want_grads)
+
+    if right(values, grads):
+        return
+    for message, slip in DP_SLIPS.items():
+        slip_values, slip_grads = naive_shard_losses(shards, c, **slip)
+        if not right(slip_values, slip_grads) and close(values, slip_values) and close(grads, slip_grads):
+            fail(f"{what}: {message}")
+    if not math.isclose(sum(values), want_value, rel_tol=1e-7, abs_tol=1e-10):
+        fail(
+            f"{what}: the shards' losses sum to {sum(values):.6g}; expected {want_value:.6g}, "
+            "the single-process loss (07.2) of the whole batch"
+        )
+    r = next(r for r, (g, h) in enumerate(zip(grads, want_grads, strict=True)) if not np.allclose(g, h, rtol=1e-7))
+    fail(
+        f"{what}: shard {r}'s gradient is not its rows of the whole batch's (07.2) gradient, "
+        "so the all-reduced sum is not that gradient"
+    )
+
+
+@check_case("returns one scalar loss per shard, each requiring grad, written without course_lib's loss")
+def _dp_shape(fn: Callable[..., Any]) -> None:
+    _dp_answer(fn, dp_batch(0, 3), CLIP_C)
+
+
+def worked_shards() -> list[Shard]:
+    """The statement's example: shard 0 holds one answer of 3 tokens, shard 1 three answers of
+    3 tokens (12 tokens in all); every weight 1 (on-policy)."""
+    import torch
+
+    def shard(advantages: list[float]) -> Shard:
+        n = len(advantages)
+        mask = torch.zeros(n, PROMPT + 3, dtype=torch.bool)
+        mask[:, PROMPT:] = True
+        logp = torch.log(torch.full((n, PROMPT + 3), 0.5, dtype=torch.float64))
+        return {
+            "logp_new": logp,
+            "logp_behaviour": logp.clone(),
+            "adv": torch.tensor(advantages, dtype=torch.float64),
+            "mask": mask,
+        }
+
+    return [shard([1.0]), shard([1.0, -1.0, 0.5])]
+
+
+@check_case("the worked example: shards of 3 and 9 tokens, every token's gradient -A / 12")
+def _dp_known(fn: Callable[..., Any]) -> None:
+    import torch
+
+    shards = worked_shards()
+    _dp_compare(fn, shards)
+    _, losses, leaves = _dp_answer(fn, shards, CLIP_C)
+    (grad,) = torch.autograd.grad(losses[0], leaves[0])
+    got = float(grad[0, PROMPT])
+    if not math.isclose(got, -1.0 / 12.0, rel_tol=1e-9):
+        fail(f"{DP}: the gradient at shard 0's first token is {got:.6g}; expected -A / N_tok = -1/12")
+
+
+@check_case("random ragged batches over 2, 3 and 4 shards: the shards' gradients and values sum to (07.2)'s")
+def _dp_oracle(fn: Callable[..., Any]) -> None:
+    for seed in range(6):
+        _dp_compare(fn, dp_batch(seed, 2 + seed % 3))
+
+
+@check_case("one shard is (07.2) itself; equal shards; padding values change nothing")
+def _dp_properties(fn: Callable[..., Any]) -> None:
+    import torch
+
+    _dp_compare(fn, dp_batch(10, 1))
+    _dp_compare(fn, dp_batch(11, 3, ragged=False))
+    shards = dp_batch(12, 2)
+    values, _, _ = _dp_answer(fn, shards, CLIP_C)
+    moved = [
+        dict(s, logp_behaviour=torch.where(s["mask"], s["logp_behaviour"], torch.tensor(7.0, dtype=torch.float64)))
+        for s in shards
+    ]
+    again, _, _ = _dp_answer(fn, moved, CLIP_C)
+    if not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(values, again, strict=True)):
+        fail(f"{DP} changed when only the padding of logp_behaviour changed: apply the mask to every term")
+
+
+DATA_PARALLEL_LOSSES = Exercise(
+    name=DP,
+    points=15,
+    title="the data-parallel loss (11.1): each shard divides by the whole batch's token count",
+    checks=(_dp_shape, _dp_known, _dp_oracle, _dp_properties),
+    hints=(
+        "two steps, as on the cluster: first the one number the trainers all-reduce, the real tokens of every "
+        'shard, sum(int(s["mask"].sum()) for s in shards); then each shard\'s sum of sg[w] A log pi over its '
+        "real tokens, divided by that number",
+        "the weight is torch.clamp(torch.exp(logp_new.detach() - logp_behaviour), max=clip_c): .detach() is the "
+        "sg[]; the advantage is per answer, adv[:, None] broadcasts it over the answer's tokens",
+        "m = mask.to(logp_new.dtype); -(w * adv[:, None] * logp_new * m).sum() / n_tokens, with the same n_tokens "
+        "for every shard",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (ASSIGN_ROLES, SYNC_AND_ADMIT, RESTART_ACCOUNTING, DATA_PARALLEL_LOSSES)
