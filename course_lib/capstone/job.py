@@ -4,24 +4,30 @@ One machine (what ``course capstone`` runs; 4 ranks, restarts on failure)::
 
     torchrun --standalone --nproc-per-node 4 --max-restarts 2 -m course_lib.capstone.job --run-dir runs/capstone
 
-Two machines (or two agents on one, as the tests do): the same command on each host, with a
-c10d rendezvous on a host both can reach, and the run directory on a filesystem both see
-(checkpoints and the metrics that the sample ledger reads)::
+Two machines: the same command on each host, with a c10d rendezvous on a host both can
+reach, a ``--rdzv-id`` of its own for each launch, and the run directory on a filesystem both
+see (checkpoints and the metrics that the sample ledger reads). It is the command
+:func:`~.launch.torchrun_command` builds, which ``tests/test_capstone_multinode.py`` runs as
+two agents on localhost, killing a rank under one of them::
 
     # on host A (10.0.0.1) and on host B, the same line:
-    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 \\
-        --rdzv-id capstone-1 --max-restarts 2 -m course_lib.capstone.job --run-dir /shared/runs/capstone
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:29400 \\
+        --rdzv-id=capstone-1 --rdzv-conf=join_timeout=60,last_call_timeout=1 --max-restarts=2 \\
+        --monitor-interval=0.2 -m course_lib.capstone.job --run-dir /shared/runs/capstone
     # GPUs: one per rank, NCCL (the default '--backend auto' picks it); or every rank on one
     # GPU with --colocated (gloo, weights through CUDA IPC); see resolve_backend
 
 What a rank does (:func:`run_rank`):
 
-1. read torchrun's environment; watch the agent (a rank exits if its agent dies); join the
-   default process group (gloo or NCCL) with a timeout on every collective;
+1. read torchrun's environment; watch the agent (a rank exits if its agent dies); agree with
+   every rank, on every node, on this attempt through the store
+   (:func:`~.context.join_attempt`: not torchrun's restart count, which each agent keeps for
+   itself); join the default process group (gloo or NCCL) with a timeout on every collective;
 2. rank 0 prepares and posts the *setup* in the store: the attempt number, then either a
-   restore (``--resume``, or torchrun restarted the job: the newest complete checkpoint, the
-   ledger counting what the dead attempt generated after it as discarded) or a fresh start
-   (lesson 07's warm start, the calibration and lesson 08's layout choice, printed);
+   restore (``--resume``, or this launch already registered an attempt, i.e. torchrun
+   restarted it: the newest complete checkpoint, the ledger counting what the dead attempt
+   generated after it as discarded) or a fresh start (lesson 07's warm start, the calibration
+   and lesson 08's layout choice, printed);
 3. every rank reads the setup, takes its role (:mod:`.roles`), makes the trainer group and the
    sync group (``new_group``), and runs :class:`~.trainer.Trainer` or :class:`~.generator.Generator`;
 4. at the end trainer 0 evaluates (with the other trainers), all ranks meet at a barrier, and
@@ -53,7 +59,7 @@ from course_lib.capstone.colocated import (
     shm_path,
 )
 from course_lib.capstone.config import CapstoneConfig, add_arguments, config_differences, from_args
-from course_lib.capstone.context import RankEnv, RunStore
+from course_lib.capstone.context import Attempt, AttemptSuperseded, RankEnv, RunStore
 from course_lib.capstone.generator import Generator
 from course_lib.capstone.ledger import SampleLedger, audit
 from course_lib.capstone.metrics import MetricsWriter
@@ -114,35 +120,44 @@ def _has_checkpoint(run_dir: Path) -> bool:
     return bool(list_steps(checkpoint_root(run_dir)))
 
 
-def register_attempt(cfg: CapstoneConfig, env: RankEnv) -> int:
-    """Rank 0: number this start of the job (0, 1, ... over the run's launches and restarts).
+def register_attempt(cfg: CapstoneConfig, env: RankEnv, launch: Attempt) -> tuple[int, bool]:
+    """Rank 0: number this start of the job (0, 1, ... over the run's launches and restarts) and
+    decide whether it restores: ``--resume``, or this launch already registered an attempt in
+    ``attempts.jsonl`` (torchrun restarted it). ``launch`` is the attempt every rank agreed on
+    through the store (:func:`~.context.join_attempt`); torchrun's restart count is not used,
+    since the agents do not keep it in step.
+
+    Returns (the attempt's number in the run, restoring).
 
     Raises:
         SetupError: ``--resume`` of a missing run or one without a checkpoint; a fresh start in a
-            directory that already holds a run.
+            directory that already holds a run (of another launch).
     """
     run_dir = Path(cfg.run_dir)
     if not cfg.run_dir:
         raise SetupError("--run-dir is required: the directory the run writes its metrics and checkpoints to")
     log = run_dir / ATTEMPTS
+    earlier = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    this_launch = any(a.get("launch") == launch.launch for a in earlier)
     if cfg.resume and not run_dir.is_dir():
         raise SetupError(f"--resume: the run directory {run_dir} does not exist; start a run there without --resume")
-    if cfg.resume and not _has_checkpoint(run_dir) and env.restart_count == 0:
+    if cfg.resume and not this_launch and not _has_checkpoint(run_dir):
         raise SetupError(f"--resume: {run_dir} holds no checkpoint to resume from (checkpoints/step_*); start afresh")
-    if not cfg.resume and env.restart_count == 0 and log.exists():
+    if not cfg.resume and not this_launch and log.exists():
         raise SetupError(f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir")
-    earlier = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    if env.restart_count > 0 and not any(a.get("run_id") == env.run_id for a in earlier):
-        raise SetupError(
-            f"torchrun restarted a launch whose first attempt never started (run id {env.run_id!r} not in {log}): "
-            "fix the error the first attempt printed"
-        )
     run_dir.mkdir(parents=True, exist_ok=True)
     attempt = len(earlier)
-    record = {"attempt": attempt, "restart_count": env.restart_count, "run_id": env.run_id, "t": time.time()}
+    record = {
+        "attempt": attempt,
+        "launch": launch.launch,
+        "launch_attempt": launch.number,
+        "restart_count": env.restart_count,
+        "run_id": env.run_id,
+        "t": time.time(),
+    }
     with open(log, "a") as f:
         f.write(json.dumps(record) + "\n")
-    return attempt
+    return attempt, cfg.resume or this_launch
 
 
 @dataclass
@@ -171,9 +186,10 @@ def new_optimizer(model: TinyLM, cfg: CapstoneConfig) -> torch.optim.Optimizer:
 
 
 def prepare_rank0(
-    cfg: CapstoneConfig, env: RankEnv, attempt: int, device: torch.device
+    cfg: CapstoneConfig, env: RankEnv, attempt: int, restoring: bool, device: torch.device
 ) -> tuple[TrainerState, Plan, dict[str, Any]]:
-    """Restore from the newest checkpoint, or start fresh (warm start + layout); see the module docstring.
+    """Restore from the newest checkpoint (``restoring``: see :func:`register_attempt`), or start
+    fresh (warm start + layout); see the module docstring.
 
     Returns the trainer state, the plan and what the ``start`` line records.
     """
@@ -183,8 +199,7 @@ def prepare_rank0(
     run_dir = Path(cfg.run_dir)
     model = new_model(cfg, device)
     opt = new_optimizer(model, cfg)
-    restoring = cfg.resume or env.restart_count > 0
-    info: dict[str, Any] = {"restart_count": env.restart_count, "resumed_step": None, "phases": []}
+    info: dict[str, Any] = {"resumed_step": None, "phases": []}
     if restoring and _has_checkpoint(run_dir):
         try:
             restored = restore_latest(checkpoint_root(run_dir), lambda p: load_torch_state(p, model, opt))
@@ -220,7 +235,7 @@ def prepare_rank0(
         elif cfg.calibrate:
             t0 = time.time()
             with device:  # timed where the ranks will run (a GPU's decode step is not a CPU's)
-                rates = calibrate(model, CountdownTask(), cfg, env.world_size)
+                rates = calibrate(model, CountdownTask(), cfg, env.local_world_size)
             plan = choose_layout(rates, cfg, env.world_size)
             info["phases"].append(("calibrate", t0, time.time()))
         else:
@@ -294,10 +309,11 @@ def make_channel(
 def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.device) -> None:
     """Everything one rank does (see the module docstring)."""
     state: TrainerState | None = None
+    launch = store.attempt
     if env.rank == 0:
         try:
-            attempt = register_attempt(cfg, env)
-            state, plan, info = prepare_rank0(cfg, env, attempt, device)
+            attempt, restoring = register_attempt(cfg, env, launch)
+            state, plan, info = prepare_rank0(cfg, env, attempt, restoring, device)
             shm = None
             if cfg.colocated:
                 if env.local_world_size != env.world_size:
@@ -333,7 +349,9 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
     sync_group = dist.new_group(roles.sync_ranks)
     metrics = MetricsWriter(cfg.run_dir, env.rank, role, setup.attempt)
     start = {
-        "restart_count": env.restart_count,
+        "restart_count": launch.restarts,  # this launch's restarts, the same on every node
+        "torchelastic_restart_count": env.restart_count,  # this rank's agent's own count
+        "launch": launch.launch,
         "resumed_step": setup.step,
         "node": env.node,
         "plan": setup.plan.to_json(),
@@ -344,9 +362,10 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
             metrics.span(name, t0, t1)
         start.update(info)
         print(setup.plan.text(cfg), flush=True)
-        if env.restart_count > 0:
+        if launch.restarts > 0:
             metrics.event(
-                f"torchrun restarted the job (TORCHELASTIC_RESTART_COUNT={env.restart_count}) after a rank died: "
+                f"torchrun restarted the job (restart {launch.restarts} of this launch; "
+                f"TORCHELASTIC_RESTART_COUNT={env.restart_count} on rank 0's node) after a rank died: "
                 f"attempt {setup.attempt} resumes from checkpoint step {setup.step}; "
                 f"{info.get('discarded_groups', 0)} groups ({info.get('discarded_groups', 0) * cfg.group_size} samples) "
                 "generated after that checkpoint are discarded",
@@ -435,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cuda", 0 if cfg.colocated else env.local_rank % n_gpus)
         torch.cuda.set_device(device)
     store = RunStore(env, cfg.timeout_s)
+    try:
+        store.join()  # the attempt every rank of this start agrees on (context.join_attempt)
+    except (TimeoutError, AttemptSuperseded) as exc:
+        print(f"capstone rank {env.rank}: {exc}", file=sys.stderr, flush=True)
+        return 1
     dist.init_process_group(
         backend,
         store=store.for_process_group(),

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -176,8 +177,11 @@ def run(
     path = Path(config.run_dir)
     path.mkdir(parents=True, exist_ok=True)
     endpoint = f"127.0.0.1:{free_port()}" if agents > 1 else None
+    rdzv_id = f"capstone-{uuid.uuid4().hex[:8]}"  # one per launch, as on real hosts
     commands = [
-        torchrun_command(config, nproc_per_node, nnodes=agents, rdzv_endpoint=endpoint, max_restarts=max_restarts)
+        torchrun_command(
+            config, nproc_per_node, nnodes=agents, rdzv_endpoint=endpoint, rdzv_id=rdzv_id, max_restarts=max_restarts
+        )
         for _ in range(agents)
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
