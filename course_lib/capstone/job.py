@@ -252,30 +252,47 @@ def prepare_rank0(
     return TrainerState(model, opt, step, ledger, eval_start), plan, info
 
 
+def to_cpu(obj: Any) -> Any:
+    """A copy of ``obj`` (nested dicts, lists, tuples) with every tensor moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
 def share_state(
     state: TrainerState | None, cfg: CapstoneConfig, group: dist.ProcessGroup, device: torch.device
 ) -> TrainerState:
     """Trainer 0's state to every trainer (weights, Adam state, step, ledger): a broadcast of the
-    state dicts over the trainer group, so that only trainer 0 needs the checkpoint files."""
+    state dicts over the trainer group, so that only trainer 0 needs the checkpoint files.
+
+    The state dicts travel as CPU copies (a pickled CUDA tensor would come back on the GPU it
+    was saved from, trainer 0's, on every trainer); each trainer loads them onto ``device``,
+    its own. The pickled bytes go through ``device`` only where the group needs it (NCCL).
+    """
     box: list[Any] = [None]
     if state is not None:
         box = [
             {
-                "model": state.model.state_dict(),
-                "optimizer": state.optimizer.state_dict(),
+                "model": to_cpu(state.model.state_dict()),
+                "optimizer": to_cpu(state.optimizer.state_dict()),
                 "step": state.step,
                 "ledger": state.ledger.to_json(),
                 "eval_start": state.eval_start,
             }
         ]
-    dist.broadcast_object_list(box, src=0, group=group, device=device if device.type == "cuda" else None)
+    nccl = dist.get_backend(group) == "nccl"
+    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group, device=device if nccl else None)
     if state is not None:
         return state
     data = box[0]
     model = new_model(cfg, device)
     model.load_state_dict(data["model"])
     opt = new_optimizer(model, cfg)
-    opt.load_state_dict(data["optimizer"])
+    opt.load_state_dict(data["optimizer"])  # Adam's moments follow the parameters onto ``device``
     return TrainerState(model, opt, data["step"], SampleLedger.from_json(data["ledger"]), data["eval_start"])
 
 
