@@ -46,7 +46,11 @@ class CapstoneConfig:
     max_lag: int = _f(4, "most updates a consumed token may lag (backpressure); 0 = synchronous RL")
     n_trainers: int = _f(0, "trainer ranks (>= 2); 0 = chosen by lesson 08's layout model")
     n_slots: int = _f(0, f"decoding slots per generator; 0 = chosen by the layout model among {SLOT_CHOICES}")
-    lr: float = _f(1e-3, "Adam learning rate (lesson 07's; 3e-3 learned less in 400 updates)")
+    lr: float = _f(
+        pick(cpu=1e-3, full=1e-4),
+        "Adam learning rate (cpu: lesson 07's; full, a 4-layer 256-wide TinyLM on an H200: 1e-3 collapsed, "
+        "3e-4 held still, 1e-4 learned; BENCHMARKS.md)",
+    )
     clip_c: float = _f(2.0, "truncation level c of the per-token importance weights (eq. 07.1)")
     train_chunk: int = _f(8, "trainer: sequences per forward pass, sorted by length")
     warm_steps: int = _f(pick(cpu=30, full=60), "supervised warm-start steps before RL (lesson 07's)")

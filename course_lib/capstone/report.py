@@ -103,17 +103,32 @@ class CapstoneReport:
         width = max(h.size for h in hists)
         return np.sum([np.pad(h, (0, width - h.size)) for h in hists], axis=0)
 
-    @property
-    def tokens_per_s(self) -> float:
-        """Answer tokens the trainers consumed per second of updating (each attempt from the start
-        of its first update to the end of its last; start-up, evaluation and restarts left out)."""
-        tokens, seconds = 0.0, 0.0
+    def _rate(self, field: str | None) -> float:
+        """``field`` summed over the updates (``None``: the updates themselves) per second of
+        updating: each attempt from the start of its first update to the end of its last
+        (start-up, evaluation and restarts left out)."""
+        amount, seconds = 0.0, 0.0
         for attempt in sorted({x["attempt"] for x in self._of("update")}):
             ups = [x for x in self._of("update") if x["attempt"] == attempt]
             first = min(x["started"] for x in ups)
-            tokens += sum(x["tokens"] for x in ups)
+            amount += len(ups) if field is None else sum(x[field] for x in ups)
             seconds += max(x["t"] for x in ups) - first
-        return tokens / seconds if seconds > 0 else float("nan")
+        return amount / seconds if seconds > 0 else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Answer tokens the trainers consumed per second of updating (moves with the policy's answer length)."""
+        return self._rate("tokens")
+
+    @property
+    def updates_per_s(self) -> float:
+        """Updates per second of updating: the fair rate between runs whose answers differ in length."""
+        return self._rate(None)
+
+    @property
+    def samples_per_s(self) -> float:
+        """Answers trained on per second of updating (every update is exactly one batch of them)."""
+        return self._rate("samples")
 
     @property
     def phases(self) -> Table:
