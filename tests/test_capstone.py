@@ -430,6 +430,32 @@ def test_a_killed_rank_restarts_the_job_from_its_checkpoint_and_the_ledger_balan
     assert f"{role} rank {victim} kills itself" in messages and "TORCHELASTIC_RESTART_COUNT=1" in messages
 
 
+def test_arms_run_in_turn_in_one_launch_each_a_run_of_its_own(tmp_path):
+    """async, sync, colocated in one torchrun launch: each arm its directory, store keys and ledger."""
+    from course_lib.capstone.launch import run_arms
+
+    arms = run_arms(
+        tmp_path / "arms", ["async", "sync", "colocated"], deadline_s=DEADLINE_S, show_progress=False, echo=None,
+        calibrate=False, n_trainers=2, n_slots=16, **dict(SHORT, n_updates=6),
+    )  # fmt: skip
+    _no_orphans()
+    assert [name for name, _ in arms] == ["async", "sync", "colocated"]
+    for name, rep in arms:
+        _check_run(rep, 6)
+        assert rep.run_dir.name.endswith(name) and rep.result["attempts"] == 1
+        assert rep.answer_lengths().size == rep.result["audit"]["generated_samples"]
+    assert int(np.nanmax(arms[1][1].updates["lag_max"])) == 0  # sync: every token sampled by the version it trains
+    assert not remove_buffers(run_key(arms[2][1].run_dir))
+    with pytest.raises(ValueError, match="--arms takes async, sync, colocated"):
+        CapstoneConfig(run_dir="x", arms="async,fast")
+    with pytest.raises(ValueError, match="give the async arms --max-lag >= 1"):
+        CapstoneConfig(run_dir="x", arms="async,sync", max_lag=0)
+    with pytest.raises(ValueError, match="already holds a run"):
+        run_arms(tmp_path / "arms", ["async"], echo=None, show_progress=False)
+    with pytest.raises(ValueError, match=r"use capstone\.launch\.run_arms"):
+        run(tmp_path / "x", arms="async")
+
+
 def test_two_torchrun_agents_meet_through_a_c10d_rendezvous(tmp_path):
     rep = _run(tmp_path / "two", nproc_per_node=2, agents=2, calibrate=False, **dict(SHORT, n_updates=8))
     _check_run(rep, 8)

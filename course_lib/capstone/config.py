@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from course_lib.course.scale import pick
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from course_lib.lm.model import LMConfig
 
 BACKENDS = ("auto", "gloo", "nccl")
+#: Arms one launch may run in turn (``--arms``): the config as given, synchronous, colocated.
+ARMS = ("async", "sync", "colocated")
 #: Decoding slots per generator the layout model chooses among (``--n-slots 0``).
 SLOT_CHOICES = (16, 32, 64)
 
@@ -76,6 +79,12 @@ class CapstoneConfig:
     timeout_s: float = _f(60.0, "longest wait for any one thing (a collective, a group, a rank) before failing")
     kill_rank: int = _f(-1, "fault injection: this rank SIGKILLs itself once (-1: none)")
     kill_at_update: int = _f(-1, "... when it reaches this update (trainer: after it; generator: on its weights)")
+    arms: str = _f(
+        "",
+        "run these arms one after another in this one launch (one start-up), each in run_dir/NN-ARM: "
+        "'async' (as configured, the broadcast), 'sync' (--max-lag 0), 'colocated' (the shared buffer); "
+        "comma-separated, e.g. async,sync,colocated,async,sync,colocated (interleaved rounds)",
+    )
 
     def __post_init__(self) -> None:
         problems = []
@@ -102,6 +111,14 @@ class CapstoneConfig:
             problems.append("--timeout-s, --lr, --clip-c and --bucket-mb must be > 0")
         if (self.kill_rank >= 0) != (self.kill_at_update >= 0):
             problems.append("fault injection needs both --kill-rank and --kill-at-update (or neither)")
+        if self.arms:
+            unknown = [a for a in self.arm_list if a not in ARMS]
+            if unknown:
+                problems.append(f"--arms takes {', '.join(ARMS)} (comma-separated), got {', '.join(unknown)}")
+            if self.resume or self.kill_rank >= 0 or self.colocated:
+                problems.append("--arms runs fresh arms without faults: leave out --resume, --kill-rank, --colocated")
+            if self.max_lag < 1:
+                problems.append("--arms compares against synchronous RL: give the async arms --max-lag >= 1")
         if problems:
             raise ValueError("bad capstone configuration: " + "; ".join(problems))
         if self.d_model % self.n_heads or min(self.d_model, self.n_layers, self.n_heads) < 1:
@@ -119,6 +136,22 @@ class CapstoneConfig:
         task = TaskConfig()
         return LMConfig(
             vocab=task.vocab, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads, max_len=task.max_len
+        )
+
+    @property
+    def arm_list(self) -> list[str]:
+        """``--arms`` as a list (empty: one run, this config)."""
+        return [a.strip() for a in self.arms.split(",") if a.strip()]
+
+    def arm(self, index: int) -> CapstoneConfig:
+        """The config of arm ``index`` of ``--arms``: its own run directory ``run_dir/NN-ARM``."""
+        name = self.arm_list[index]
+        return dataclasses.replace(
+            self,
+            arms="",
+            run_dir=str(Path(self.run_dir) / f"{index:02d}-{name}"),
+            max_lag=0 if name == "sync" else self.max_lag,
+            colocated=name == "colocated",
         )
 
     @property

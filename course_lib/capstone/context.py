@@ -43,6 +43,7 @@ after ``timeout_s`` naming it, not a hang). All keys of attempt ``n`` then live 
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import os
@@ -220,6 +221,12 @@ class RunStore:
         if self._store is None:
             raise RuntimeError("RunStore.join() first: the attempt is not agreed yet")
         return self._store
+
+    def sub(self, name: str) -> RunStore:
+        """The same store under ``capstone/a{n}/{name}/`` (one arm of ``--arms``: keys of its own)."""
+        child = copy.copy(self)
+        child._store = dist.PrefixStore(name, self.store)
+        return child
 
     def for_process_group(self) -> dist.Store:
         """A store of its own for ``init_process_group`` (``capstone/a{n}/pg/``): torchrun's agent

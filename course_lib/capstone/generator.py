@@ -123,7 +123,14 @@ class Generator:
     def hand_over(self, k: int) -> None:
         g = self.groups.pop(k)
         n_tokens = sum(len(a["answer"]) for a in g["answers"])
-        self.metrics.log("generated", k=k, samples=len(g["answers"]), tokens=n_tokens, start_version=g["start_version"])
+        self.metrics.log(
+            "generated",
+            k=k,
+            samples=len(g["answers"]),
+            tokens=n_tokens,
+            lengths=[len(a["answer"]) for a in g["answers"]],
+            start_version=g["start_version"],
+        )
         payload = {
             "k": k,
             "rank": self.rank,

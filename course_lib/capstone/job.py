@@ -466,6 +466,16 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as exc:
         print(f"capstone: {exc}", file=sys.stderr)
         return 2
+    if cfg.arms and any(
+        resolve_backend(cfg.backend, cfg.arm(i).colocated, env.local_world_size, n_gpus) != (backend, device_type)
+        for i in range(len(cfg.arm_list))
+    ):
+        print(
+            "capstone: --arms mixes colocated and broadcast arms, which run on different backends or devices on "
+            "this host (GPUs): launch them separately",
+            file=sys.stderr,
+        )
+        return 2
     device = torch.device("cpu")
     if device_type == "cuda":
         device = torch.device("cuda", 0 if cfg.colocated else env.local_rank % n_gpus)
@@ -484,7 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         timeout=dt.timedelta(seconds=cfg.timeout_s),
     )
     try:
-        run_rank(cfg, env, store, device)
+        if cfg.arms:  # several runs in turn, one start-up: each arm its directory and store keys
+            for i in range(len(cfg.arm_list)):
+                run_rank(cfg.arm(i), env, store.sub(f"arm{i}"), device)
+        else:
+            run_rank(cfg, env, store, device)
     except SetupError as exc:
         print(f"capstone rank {env.rank}: {exc}", file=sys.stderr, flush=True)
         return 2

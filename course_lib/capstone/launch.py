@@ -98,7 +98,7 @@ def check_before_launch(config: CapstoneConfig, world_size: int) -> None:
             raise ValueError(f"--resume: the run directory {run_dir} does not exist; start a run there without resume")
         if not any(checkpoint_root(run_dir).glob("step_*")):
             raise ValueError(f"--resume: {run_dir} holds no checkpoint (checkpoints/step_*); start a fresh run instead")
-    elif (run_dir / ATTEMPTS).exists():
+    elif any((Path(d) / ATTEMPTS).exists() for d in _run_dirs(config)):
         raise ValueError(f"{run_dir} already holds a run: resume it (resume=True / --resume) or use another run_dir")
 
 
@@ -113,9 +113,20 @@ def _pump(stream: Any, log: Any, echo: Callable[[str], None] | None) -> None:
             echo(text)
 
 
-def _updates_done(run_dir: Path) -> int:
-    """Distinct updates trainer 0 has logged (an update redone after a restart counts once)."""
-    return len({x["update"] for x in read_lines(metrics_path(run_dir, 0)) if x.get("kind") == "update"})
+def _run_dirs(config: CapstoneConfig) -> list[str]:
+    """The run directories of a launch: its own, or one per arm of ``--arms``."""
+    if not config.arms:
+        return [config.run_dir]
+    return [config.arm(i).run_dir for i in range(len(config.arm_list))]
+
+
+def _updates_done(config: CapstoneConfig) -> int:
+    """Distinct updates trainer 0 has logged, over the launch's run directories (an update redone
+    after a restart counts once)."""
+    return sum(
+        len({x["update"] for x in read_lines(metrics_path(d, 0)) if x.get("kind") == "update"})
+        for d in _run_dirs(config)
+    )
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -172,6 +183,48 @@ def run(
     """
     base = run_dir if isinstance(run_dir, CapstoneConfig) else CapstoneConfig(run_dir=str(run_dir))
     config = replace(base, **overrides)
+    if config.arms:
+        raise ValueError("a config with arms runs several jobs: use capstone.launch.run_arms")
+    _launch(config, nproc_per_node, agents, max_restarts, deadline_s, show_progress, echo)
+    report = load(config.run_dir)
+    if echo is not None:
+        echo(report.summary())
+    return report
+
+
+def run_arms(
+    run_dir: str | Path,
+    arms: list[str],
+    *,
+    nproc_per_node: int = 4,
+    deadline_s: float = 600.0,
+    show_progress: bool = True,
+    echo: Callable[[str], None] | None = print,
+    **overrides: Any,
+) -> list[tuple[str, CapstoneReport]]:
+    """Run ``arms`` (``"async"``, ``"sync"``, ``"colocated"``; e.g. two rounds of the three,
+    interleaved) one after another in **one** torchrun launch (``--arms``): one start-up for
+    all, each arm a fresh run in ``run_dir/NN-ARM`` from the same seed and warm start.
+    Returns ``(arm, report)`` in the order run. No restarts: a failure fails the launch.
+
+    Raises:
+        ValueError, CapstoneFailed: as :func:`run`.
+    """
+    config = replace(CapstoneConfig(run_dir=str(run_dir)), arms=",".join(arms), **overrides)
+    _launch(config, nproc_per_node, 1, 0, deadline_s, show_progress, echo)
+    return [(name, load(config.arm(i).run_dir)) for i, name in enumerate(config.arm_list)]
+
+
+def _launch(
+    config: CapstoneConfig,
+    nproc_per_node: int,
+    agents: int,
+    max_restarts: int,
+    deadline_s: float,
+    show_progress: bool,
+    echo: Callable[[str], None] | None,
+) -> None:
+    """Start the torchrun agent(s), wait (progress bar, deadline), leave no process; raise on failure."""
     world = nproc_per_node * agents
     check_before_launch(config, world)
     path = Path(config.run_dir)
@@ -203,7 +256,8 @@ def run(
         finally:
             for p in procs:
                 kill_group(p)
-            remove_buffers(run_key(config.run_dir))  # colocated mode's /dev/shm files, whatever happened
+            for d in _run_dirs(config):
+                remove_buffers(run_key(d))  # colocated mode's /dev/shm files, whatever happened
     codes = [p.returncode for p in procs]
     if any(group_alive(p.pid) for p in procs):
         raise CapstoneFailed(
@@ -212,10 +266,6 @@ def run(
     if any(c != 0 for c in codes):
         tail = "".join((path / "torchrun.log").read_text().splitlines(keepends=True)[-25:])
         raise CapstoneFailed(f"the capstone job failed (torchrun exit codes {codes}); last lines of its log:\n{tail}")
-    report = load(path)
-    if echo is not None:
-        echo(report.summary())
-    return report
 
 
 def _wait(
@@ -226,8 +276,9 @@ def _wait(
 
     deadline = time.monotonic() + deadline_s
     done = 0
+    total = config.n_updates * len(_run_dirs(config))
     if show_progress:
-        bar_cm: Any = progress(config.n_updates, "capstone updates", unit="update")
+        bar_cm: Any = progress(total, "capstone updates", unit="update")
     else:
         from contextlib import nullcontext
 
@@ -240,11 +291,11 @@ def _wait(
                 raise CapstoneFailed(
                     f"the capstone job ran past its {deadline_s:g} s deadline: every process of it was killed"
                 )
-            now = min(_updates_done(run_dir), config.n_updates)
+            now = min(_updates_done(config), total)
             if bar is not None and now > done:
                 bar.update(now - done)
                 done = now
             time.sleep(0.25)
-        now = min(_updates_done(run_dir), config.n_updates)
+        now = min(_updates_done(config), total)
         if bar is not None and now > done:
             bar.update(now - done)

@@ -77,7 +77,10 @@ class CapstoneReport:
 
     @property
     def t0(self) -> float:
-        return min((float(x["t"]) for x in self.lines), default=0.0)
+        """The run's first moment: its first log line, or an earlier phase's start (rank 0's warm
+        start is logged as a phase once it ended), so that no time since ``t0`` is negative."""
+        starts = [float(x["start"]) for x in self._of("phase")]
+        return min([float(x["t"]) for x in self.lines] + starts, default=0.0)
 
     @property
     def updates(self) -> Table:
@@ -180,6 +183,11 @@ class CapstoneReport:
     @property
     def generated(self) -> list[Generated]:
         return generated_records(self.lines)
+
+    def answer_lengths(self) -> NDArray[np.int64]:
+        """Every generated answer's length in tokens (``<eos>`` included), from the generators' lines."""
+        lengths = [n for x in self._of("generated") for n in x.get("lengths", [])]
+        return np.asarray(lengths, dtype=np.int64)
 
     def held_out(self) -> tuple[float, float]:
         """(held-out reward at the start, at the end); ``nan`` where missing."""
