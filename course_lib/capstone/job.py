@@ -185,6 +185,27 @@ def new_optimizer(model: TinyLM, cfg: CapstoneConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=cfg.lr)
 
 
+#: Warm starts this process made: (TinyLM sizes, steps, seed) -> (weights, torch's RNG state after).
+_WARM: dict[tuple[str, int, int], tuple[dict[str, torch.Tensor], torch.Tensor]] = {}
+
+
+def warm_started(cfg: CapstoneConfig) -> dict[str, torch.Tensor]:
+    """Lesson 07's supervised warm start of a fresh TinyLM (seeded: the same weights every time).
+
+    A process that runs several arms (``--arms``) makes it once and reuses it, with torch's
+    random state as the warm start left it: an arm then starts exactly as its own launch would.
+    """
+    key = (repr(cfg.lm), cfg.warm_steps, cfg.seed)
+    if key not in _WARM:
+        torch.manual_seed(cfg.seed)
+        cpu_model = TinyLM(cfg.lm)
+        warm_start(cpu_model, CountdownTask(), steps=cfg.warm_steps, seed=cfg.seed)
+        _WARM[key] = ({k: v.clone() for k, v in cpu_model.state_dict().items()}, torch.get_rng_state())
+    weights, rng = _WARM[key]
+    torch.set_rng_state(rng)
+    return weights
+
+
 def prepare_rank0(
     cfg: CapstoneConfig, env: RankEnv, attempt: int, restoring: bool, device: torch.device
 ) -> tuple[TrainerState, Plan, dict[str, Any]]:
@@ -224,10 +245,7 @@ def prepare_rank0(
         info.update(resumed_step=step, checkpoint=str(restored.path), restored_sha256=state_digest(model.state_dict()))
     else:
         t0 = time.time()
-        torch.manual_seed(cfg.seed)
-        cpu_model = TinyLM(cfg.lm)
-        warm_start(cpu_model, CountdownTask(), steps=cfg.warm_steps, seed=cfg.seed)
-        model.load_state_dict(cpu_model.state_dict())
+        model.load_state_dict(warm_started(cfg))
         info["phases"].append(("warm_start", t0, time.time()))
         plan_file = run_dir / PLAN
         if plan_file.exists():  # a restart before the first checkpoint keeps the run's layout
