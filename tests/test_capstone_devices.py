@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.capstone.config import SLOT_CHOICES, CapstoneConfig
-from course_lib.capstone.job import SetupError, resolve_backend
+from course_lib.capstone.job import SetupError, rank_device, resolve_backend
 from course_lib.capstone.ledger import SampleLedger
 from course_lib.capstone.plan import (
     Rates,
@@ -76,6 +76,25 @@ def _rates(device="cpu", units=2, local_ranks=4, colocated=False, step_s=1e-3, c
 )
 def test_backend_for_1_4_and_8_gpus(backend, colocated, ranks, gpus, expected):
     assert resolve_backend(backend, colocated, ranks, gpus) == expected
+
+
+@pytest.mark.parametrize(
+    ("device_type", "colocated", "local_rank", "gpus", "expected"),
+    [
+        ("cpu", False, 3, 0, "cpu"),
+        ("cuda", True, 3, 1, "cuda:0"),  # colocated: every rank on GPU 0
+        ("cuda", True, 7, 8, "cuda:0"),
+        ("cuda", False, 3, 4, "cuda:3"),  # one GPU per rank, by its rank on the host (not its global rank)
+        ("cuda", False, 7, 8, "cuda:7"),
+    ],
+)
+def test_each_rank_gets_its_device(device_type, colocated, local_rank, gpus, expected):
+    assert rank_device(device_type, colocated, local_rank, gpus) == torch.device(expected)
+
+
+def test_a_rank_without_a_gpu_of_its_own_is_refused():
+    with pytest.raises(SetupError, match="local rank 4 has no GPU of its own"):
+        rank_device("cuda", False, 4, 4)
 
 
 @pytest.mark.parametrize(("ranks", "gpus"), [(4, 1), (8, 4)])

@@ -114,6 +114,22 @@ def resolve_backend(name: str, colocated: bool, local_ranks: int, n_gpus: int) -
     return "gloo", "cuda" if colocated and n_gpus > 0 else "cpu"
 
 
+def rank_device(device_type: str, colocated: bool, local_rank: int, n_gpus: int) -> torch.device:
+    """The device of the rank with ``local_rank`` on its host (``device_type`` from :func:`resolve_backend`):
+    the CPU; GPU 0 for every rank when colocated; else the rank's own GPU, ``local_rank``.
+
+    Raises:
+        SetupError: a GPU per rank was asked for and this rank has none.
+    """
+    if device_type != "cuda":
+        return torch.device("cpu")
+    if colocated:
+        return torch.device("cuda", 0)
+    if local_rank >= n_gpus:
+        raise SetupError(f"local rank {local_rank} has no GPU of its own ({n_gpus} on this host): start fewer ranks")
+    return torch.device("cuda", local_rank)
+
+
 def _has_checkpoint(run_dir: Path) -> bool:
     from course_lib.checkpoint.atomic import list_steps
 
@@ -481,22 +497,18 @@ def main(argv: list[str] | None = None) -> int:
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     try:
         backend, device_type = resolve_backend(cfg.backend, cfg.colocated, env.local_world_size, n_gpus)
+        arms = [resolve_backend(cfg.backend, cfg.arm(i).colocated, env.local_world_size, n_gpus) for i in
+                range(len(cfg.arm_list))]  # fmt: skip
+        if any(arm != (backend, device_type) for arm in arms):
+            raise SetupError(
+                "--arms mixes colocated and broadcast arms, which run on different backends or devices on this "
+                "host (GPUs): launch them separately"
+            )
+        device = rank_device(device_type, cfg.colocated, env.local_rank, n_gpus)
     except SetupError as exc:
         print(f"capstone: {exc}", file=sys.stderr)
         return 2
-    if cfg.arms and any(
-        resolve_backend(cfg.backend, cfg.arm(i).colocated, env.local_world_size, n_gpus) != (backend, device_type)
-        for i in range(len(cfg.arm_list))
-    ):
-        print(
-            "capstone: --arms mixes colocated and broadcast arms, which run on different backends or devices on "
-            "this host (GPUs): launch them separately",
-            file=sys.stderr,
-        )
-        return 2
-    device = torch.device("cpu")
-    if device_type == "cuda":
-        device = torch.device("cuda", 0 if cfg.colocated else env.local_rank % n_gpus)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
     store = RunStore(env, cfg.timeout_s)
     try:
