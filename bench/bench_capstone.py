@@ -175,7 +175,8 @@ def run() -> Result:
             f"max_lag 4 (async) or 0 (sync); arms interleaved, median of {REPEATS} runs (seeds 0..{REPEATS - 1}); "
             f"load average (1 min) before each run: {', '.join(f'{x:.1f}' for x in loads)}.",
             f"async / sync updates/s per round: {', '.join(f'{x:.2f}' for x in ratios)} (median "
-            f"{statistics.median(ratios):.2f}; goal >= 1.5: {'met' if statistics.median(ratios) >= 1.5 else 'NOT met'}); "
+            f"{statistics.median(ratios):.2f}; goal > 1.1, lesson 11's claim: "
+            f"{'met' if statistics.median(ratios) > 1.1 else 'NOT met'}); "
             f"colocated / async per round: {', '.join(f'{x:.2f}' for x in colocated)}. Rates are per second of "
             "updating (first update's start to the last one's end; start-up, warm start and evaluation left out); "
             "every update is one batch of 32 answers, so updates/s and samples/s compare the arms, while answer "

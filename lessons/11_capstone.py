@@ -88,11 +88,16 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # ```
 #
 # Every rank runs the same script (`python -m course_lib.capstone.job`). Rank 0 prepares
-# the run (a short supervised warm start, a one-second calibration of this machine, the
+# the run (a short supervised warm start, a calibration of this machine that takes a second or less, the
 # layout that lesson 08's model predicts to be fastest) and posts it in the store; then
 # ranks `0 .. T-1` train and ranks `T .. W-1` generate. Every rank appends JSON lines
 # (phases, updates, weight transfers, evaluations, events) to its own file under
 # `run_dir/metrics/`; everything below is read from those files.
+#
+# A simplification to know: the groups themselves travel as JSON through torchrun's TCP
+# store, and every generator polls the store once per decoding step. That is enough for a
+# TinyLM on one host and naive at scale, where rollouts move through a queue or an object
+# store (Ray's, Redis) or straight into the trainers' memory, and control through RPC.
 
 # %% [markdown]
 # ## Key equations
@@ -132,7 +137,12 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # and what binds): the admission window (08.11) counts what else it holds (the queue, the
 # batch in training, the weights on their way); and the capstone's trainer takes its groups
 # in ticket order and **waits** for a straggler, so an update is at least the longest
-# answer's decoding divided by `max_lag` (08.14). The share $\sigma$ is per regime: in the
+# answer's decoding divided by `max_lag` (08.14):
+#
+# $$t_{step} \ge \frac{L_{max}\, l(B_w) + d}{\lfloor k_{max} \rfloor} \qquad (08.14)$$
+#
+# with $L_{max}$ the batch's longest answer in decoding steps, $l(B_w)$ a step of the
+# engines' batch while they wait, $d$ the weight update. The share $\sigma$ is per regime: in the
 # pipeline every rank is busy, in synchronous RL one side at a time (section 8); on GPUs it
 # is 1 with a GPU per rank and 1/4 with four ranks colocated on one (`capstone.plan.rank_share`).
 # With $N_t$ trainers that do not divide the $B$ groups, the update waits for the one with
@@ -200,6 +210,7 @@ from course_lib.capstone.generator import Generator
 from course_lib.capstone.trainer import Trainer
 
 show_source(Trainer.run)
+show_source(Trainer._all_reduce_grads)  # (11.1): the shards' gradients summed, one flat message
 show_source(Generator.run)
 
 # %% [markdown]
@@ -301,10 +312,9 @@ print("the run's layout is the argmax of the model's table (recomputed from the 
 # model's table says where the run is bounded: the prediction is at most the smaller column
 # (production or consumption, (11.3)), and below it where the admission window (08.11)
 # keeps the generators under their slots or where the trainer waits for the longest answer
-# (08.14: the `bound` column). The choice moves
-# with the calibration's timings from run to run (2 or 3 trainers, 16 to 64 slots); the
-# run uses whatever rank 0
-# measured, and every later run that resumes it keeps that layout.
+# (08.14: the `bound` column). The choice depends on the calibration's timings, which vary
+# from run to run; the run uses whatever rank 0 measured, and every later run that
+# resumes it keeps that layout.
 
 # %% [markdown]
 # ## 2. Learning: reward against wall-clock time
@@ -337,7 +347,9 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-se = np.sqrt(2 * held_start * (1 - held_start) / int(evals["prompts"][0]))  # both measurements, same prompts
+# the standard error of a difference of two independent measurements of this size (the same prompts make the two
+# correlated, which the stored totals cannot correct for: an approximation)
+se = np.sqrt(2 * held_start * (1 - held_start) / int(evals["prompts"][0]))
 print(f"held-out reward: {held_start:.3f} at the start -> {held_end:.3f} at the end ({held_end - held_start:+.3f}; "
       f"one standard error of the difference about {se:.3f}); updates took {t_upd[-1] - t_upd[0]:.0f} s of the run")
 print(f"batch reward, mean of the first and the last {WINDOW} updates: {r_upd[:WINDOW].mean():.3f} -> "
@@ -345,17 +357,19 @@ print(f"batch reward, mean of the first and the last {WINDOW} updates: {r_upd[:W
 
 # %%
 MARGIN = 0.03  # held-out reward: one asynchronous run, whose gain varies with the ranks' timing (see the text)
-assert 0.08 < held_start < 0.3, held_start
+low, high = pick(cpu=(0.08, 0.3), full=(0.5, 0.95))  # the warm start's reward: a 2-layer TinyLM, or a 4-layer one
+assert low < held_start < high, held_start
 assert held_end - held_start > MARGIN, (held_start, held_end)
 print(f"the held-out reward rose by more than {MARGIN} from the warm start (its standard error is printed above)")
 
 # %% [markdown]
-# **Takeaway:** the run learns: the held-out reward ends clearly above where the warm start
-# left it (asserted: by more than 0.03; a difference measured on 512 prompts has the
-# standard error printed above, and one asynchronous run's gain varies with how its ranks
-# were scheduled, so a single run is held to less than two of them). The
-# batch reward is much noisier (4 prompts per update), which is why the claim rests on the
-# held-out prompts.
+# **Takeaway:** the held-out reward ends above where the warm start left it: the gain and
+# its approximate standard error are printed above. The assert is weak on purpose
+# (more than 0.03, about 1.3 standard errors of 512 prompts): one asynchronous run's gain
+# varies with how its ranks were scheduled, and this is one run, not several seeds, so it
+# is evidence that the run learned, not a measure of how much. The batch reward (4 prompts
+# per update) is too noisy to show it: its first and last 25 updates are printed above,
+# and they need not rise. Lesson 07 makes the learning claim with several seeds.
 
 # %% [markdown]
 # ## 3. Throughput: measured against lesson 08's prediction
@@ -397,8 +411,8 @@ print(f"answers: the calibration's batch averaged {np.mean(rates.answer_tokens):
       f"{max(rates.answer_tokens)}), this run's {np.mean(run_lengths):.1f} (longest {max(run_lengths)})")
 print(f"updates/s: predicted {1 / p_cal.step_s:.1f} (calibration's answers), {1 / p_run.step_s:.1f} (this run's "
       f"answers), measured {ups:.1f}")
-print(f"  length drift: {p_run.step_s / p_cal.step_s:.2f}x the predicted step; system error (what the model does "
-      f"not count): predicted / measured = {1 / p_run.step_s / ups:.2f}")
+print(f"  length drift: {p_run.step_s / p_cal.step_s:.2f}x the predicted step; model / measured with this run's "
+      f"answers (the system error): {1 / p_run.step_s / ups:.2f}")
 print(f"per update: the model's step {1e3 * p_run.step_s:.0f} ms (this run's answers), measured "
       f"{1e3 / ups:.0f} ms; answer tokens/s: predicted {predicted:,.0f} (plan), measured {measured:,.0f}")
 print(f"\nseconds per update, by phase, in the {span_s:.1f} s of updating (11.4):")
@@ -464,9 +478,12 @@ else:
 #   step: that factor is not the model's error, and in answer tokens/s it looks much
 #   larger, since tokens per update move with the length too (the plan's tokens/s against
 #   the measured ones above). Updates/s is the fair unit: every update is one batch.
-# - **What the model does not count** (the system error: the model with the run's answers
-#   against the measurement). Trainer 0 does everything of an update in series (11.4),
-#   and the phase table shows what (11.3) leaves out:
+# - **The system error** (the model with the run's answers over the measurement). Above 1
+#   the model is optimistic: it leaves out costs the run paid. Below 1 it charges a cost
+#   the run did not pay in full: the straggler rule (08.14) charges every update with a
+#   typical batch's longest answer, while the run's trainer waits only when that answer
+#   is late. Trainer 0 does everything of an update in series (11.4), and the phase table
+#   shows what (11.3) leaves out:
 #   - the **all-reduces** (token count, gradients, metrics), where a trainer also waits for
 #     the other to arrive; trainer 1's all-reduce time is larger than trainer 0's by about
 #     trainer 0's weight send: it reaches the next update's first all-reduce while trainer 0
@@ -511,7 +528,8 @@ plt.show()
 # NBVAL_IGNORE_OUTPUT
 print(f"{int(hist.sum()):,} consumed tokens; per lag 0..{cfg.max_lag}: "
       + ", ".join(f"{100 * h / hist.sum():.1f}%" for h in hist[:-1]) + f"; above the bound: {hist[-1]}")
-print(f"mean lag {float((lags[:-1] * hist[:-1]).sum() / hist.sum()):.2f} updates (the model's (08.12): "
+print(f"mean lag over the tokens {float((lags[:-1] * hist[:-1]).sum() / hist.sum()):.2f} updates (the run's "
+      "summary averages the updates' means instead; the model's (08.12): "
       f"{plan['predicted_mean_lag']:.1f}); ESS/N mean {np.nanmean(u['ess']):.3f}; "
       f"tokens with a clipped weight: {100 * np.nanmean(u['clipped']):.2f}%")
 
@@ -631,7 +649,8 @@ for label, sel in [("send (trainer 0)", send)] + [
     print(f"{label:<22} {int(sel.sum()):>4} {med['total']:>10.1f} {1e3 * np.percentile(s['total'][sel], 90):>8.1f} "
           f"{med['stage']:>7.1f} {med['transfer']:>9.1f} {med['reload']:>7.1f} {med['load']:>6.1f} {bw:>11.0f} MB/s")
 in_flight = s["in_flight"][s["side"] == "receive"]
-print(f"answers in flight when a generator swapped weights: median {np.median(in_flight):.0f} "
+print(f"answers in flight when a generator swapped weights: median {np.median(in_flight):.0f}, in "
+      f"{100 * np.mean(in_flight > 0):.0f}% of the swaps "
       f"(their KV caches kept); weight sync in all: {s['total'][send].sum():.1f} s of trainer 0's {span_s:.1f} s")
 
 # %%
@@ -645,23 +664,26 @@ bw_send = nbytes / np.median(s["transfer"][send])
 print(f"all {cfg.n_updates} versions reached every generator (a broadcast, no version skipped)")
 if oversubscribed:  # on shared cores a broadcast waits for every member to be scheduled: latency, not bandwidth
     assert bw_send < 5e8, bw_send  # gloo moves large tensors at 2-4 GB/s on this machine (lesson 09)
-    assert np.median(in_flight) > 0
+    assert (in_flight > 0).any()  # how often depends on the layout: generators at the window's bound swap idle
     print("the effective bandwidth of a half-megabyte update is below 0.5 GB/s, a fraction of what gloo reaches "
-          "on large tensors: latency-bound; generators swapped with answers in flight")
+          "on large tensors: latency-bound; generators swapped weights with answers in flight (how often is printed "
+          "above)")
 else:
-    print(f"effective bandwidth {bw_send / 1e6:,.0f} MB/s and answers in flight at a swap (median "
-          f"{np.median(in_flight):.0f}) are printed, not asserted: a core per rank")
+    print(f"effective bandwidth {bw_send / 1e6:,.0f} MB/s and answers in flight at a swap are printed above, "
+          "not asserted: a core per rank")
 
 # %% [markdown]
 # **Takeaway:** a weight update here is a few to a few tens of milliseconds for half a
-# megabyte, so the effective bandwidth (11.5) is a hundred MB/s or less (the table above), not the GB/s gloo reaches
+# megabyte, so the effective bandwidth (11.5) is of the order of a hundred MB/s (the table above), not the GB/s gloo reaches
 # on large tensors (lesson 09): at this size (09.1) is all latency, $n\alpha$, and on two
 # oversubscribed cores $\alpha$ includes waiting for every generator to finish its
 # decoding step and be scheduled, since a broadcast starts when its last member joins. The
-# spread of the times for updates of the same bytes (the p90 column against the median) is that wait. With a 1T-parameter model the
-# other term dominates, and that is what checkpoint-engine's buckets, double buffer and
-# broadcast are built for (section 9). Every generator received every version with
-# answers in flight, and kept their KV caches.
+# spread of the times for updates of the same bytes (the p90 column against the median)
+# is, we believe, mostly that wait (the logs do not separate it). With a 1T-parameter model
+# the other term dominates, and that is what checkpoint-engine's buckets, double buffer and
+# broadcast are built for (section 9). Every generator received every version; in the
+# share of swaps printed above it had answers in flight and kept their KV caches (a
+# generator waiting at the window's bound swaps with none: how often depends on the layout).
 
 # %% [markdown]
 # ## 7. Kill a rank, recover, audit
@@ -686,6 +708,20 @@ else:
 # The audit is not true by construction: `tests/test_capstone.py` plants a group consumed
 # twice, one never consumed, an answer lost on the way, a group of a dead attempt trained
 # on, and sees it fail each time.
+#
+# Two pieces make this work across processes and hosts. The ranks of a restarted job
+# must agree on which attempt they are in (their store keys and their process group are
+# per attempt), and torchrun's restart counter is per agent, not kept in step between the
+# agents of several hosts; so the ranks agree through the store: rank 0 takes the launch's
+# next attempt number, and every other rank waits for a welcome at a key only it knows.
+# And the audit holds two independent records against each other:
+
+# %%
+from course_lib.capstone.context import join_attempt
+from course_lib.capstone.ledger import audit as audit_ledger
+
+show_source(join_attempt)
+show_source(audit_ledger)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -781,15 +817,20 @@ plt.show()
 # are taken **per round**, then their median.
 #
 # **Which rate.** Every update trains on one batch of exactly $B \times G$ = 32 answers, so
-# updates/s (and samples/s, 32 times it) compare the arms fairly. Answer tokens/s also
-# moves with how long the policy's answers are, which differs between arms and drifts
-# during a run; it is printed beside them, not compared.
+# updates/s (and samples/s, 32 times it) compare the arms batch for batch; a batch of
+# shorter answers is still less work, so the arms' answer lengths are printed beside them.
+# Answer tokens/s moves with those lengths too, which differ between arms and drift during
+# a run; it is printed, not compared.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from course_lib.capstone.launch import run_arms
 
-ARMS = ("async", "sync", "colocated")
+import torch
+
+# On a GPU host the colocated arm (every rank on GPU 0) and the others (the CPUs, or a GPU per rank) need different
+# devices and backends, which one launch cannot mix (the job refuses): there the comparison is async against sync.
+ARMS = ("async", "sync") if torch.cuda.is_available() else ("async", "sync", "colocated")
 ROUNDS = 3
 COMPARE = dict(n_updates=pick(cpu=60, full=200), eval_prompts=pick(cpu=64, full=512), calibrate=False,
                n_trainers=plan["n_trainers"], n_slots=plan["n_slots"])
@@ -821,10 +862,11 @@ for arm in ARMS:
     print(f"{arm:<10} {'median':>5}" + "".join(f"{med[arm][c]:>17,.1f}" for c in columns))
 pair = {
     "async / sync": [a["updates/s"] / b["updates/s"] for a, b in zip(figs["async"], figs["sync"])],
-    "colocated / async": [a["updates/s"] / b["updates/s"] for a, b in zip(figs["colocated"], figs["async"])],
     "async / sync, answer tokens/s": [a["answer tokens/s"] / b["answer tokens/s"]
                                       for a, b in zip(figs["async"], figs["sync"])],
 }
+if "colocated" in ARMS:
+    pair["colocated / async"] = [a["updates/s"] / b["updates/s"] for a, b in zip(figs["colocated"], figs["async"])]
 print()
 for name, values in pair.items():
     rate = "" if "tokens" in name else ", updates/s"
@@ -858,13 +900,14 @@ plt.show()
 # the per-round ratios)
 for name, r in arm_runs:
     assert r.result["audit"]["ok"] and r.result["updates"] == COMPARE["n_updates"], name
-    assert figs["sync"][0]["max lag"] == 0 if name == "sync" else True
 assert all(f["max lag"] == 0 for f in figs["sync"]) and all(f["max lag"] <= cfg.max_lag for f in figs["async"])
-assert np.median(pair["async / sync"]) > 1.2, pair["async / sync"]
-assert med["colocated"]["send ms"] < 0.5 * med["async"]["send ms"], (med["colocated"], med["async"])
-print("every arm's ledger is exact and its lags within its bound (0 for sync); the pipeline ran more than 1.2x "
-      "the updates per second of synchronous RL (median of the per-round ratios), and the colocated write took "
-      "less than half the broadcast's time on trainer 0")
+assert np.median(pair["async / sync"]) > 1.1, pair["async / sync"]
+if "colocated" in ARMS:
+    assert med["colocated"]["send ms"] < 0.5 * med["async"]["send ms"], (med["colocated"], med["async"])
+print("every arm's ledger is exact and its lags within its bound (0 for sync); the pipeline ran more than 1.1x "
+      "the updates per second of synchronous RL (median of the per-round ratios)"
+      + (", and the colocated write took less than half the broadcast's time on trainer 0" if "colocated" in ARMS
+         else ""))
 
 # %% [markdown]
 # **What the model says for each regime.** Lesson 08's model, with the calibration of
@@ -878,14 +921,16 @@ print("every arm's ledger is exact and its lags within its bound (0 for sync); t
 #   make synchronous RL twice as slow as it is here;
 # - **the answers.** The calibration sampled one batch of the warm-started policy's answers;
 #   each arm's policy then made its own, of another length (the table above). The model,
-#   fed each arm's own answer lengths (`answer_tokens=`), separates that *length drift* from
-#   what the model does not count (the **system error**: all-reduces, weight sends, cores
-#   not shared evenly, section 3).
+#   fed each arm's own answer lengths (`answer_tokens=`, a typical batch of them), separates
+#   that *length drift* from the **system error** (model / measured: above 1, costs the
+#   model leaves out, the all-reduces, weight sends and cores shared unevenly of section 3;
+#   below 1, a cost it charges in full that the run paid in part, such as the straggler
+#   wait (08.14)).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"{'arm':<10} {'share (gen, train)':>19} {'predicted, calibration lengths':>31} "
-      f"{'predicted, arm lengths':>23} {'measured':>9} {'length drift':>13} {'system error':>13}")
+      f"{'predicted, arm lengths':>23} {'measured':>9} {'length drift':>13} {'model/measured':>15}")
 predicted_ups = {}
 for arm in ARMS:
     lag = 0 if arm == "sync" else cfg.max_lag
@@ -924,11 +969,20 @@ print("with a share per regime the model's async/sync ratio is within 2x of the 
 # %% [markdown]
 # **Takeaway.** Measured here, in the same launch and rounds: the pipeline ran more
 # updates per second than synchronous RL (the per-round ratios and their median are
-# printed above; asserted above 1.2x), with every token within its lag bound. The
-# published systems report the same direction at scale (section 9: about 2x for PipelineRL,
-# up to 2.77x for AReaL, 2.35-2.67x for verl's fully-async trainer), for the same reason:
-# synchronous RL leaves the generators idle while the trainers train and the other way
-# round.
+# printed above; asserted above 1.1x, a margin a loaded machine keeps), with every token
+# within its lag bound. Why, here:
+# synchronous RL hands each side all the cores while the other waits, so idle ranks cost
+# it little; what it pays is the **tail**. A generator's decoding step computes every slot
+# (lesson 07's sampler), and a synchronous batch keeps stepping until its longest answer
+# ends, most slots empty; the pipeline refills a freed slot at once with the next batch's
+# prompt. The published systems report gains in the same direction at scale (section 9:
+# about 2x faster learning for PipelineRL, up to 2.77x for AReaL, 2.35-2.67x for verl's
+# fully-async trainer), but against *colocated* synchronous baselines and with long-tailed
+# answers of thousands of tokens, where the tail and partial rollouts do much of the work
+# (verl's streaming alone gives about 1.6x). Lesson 08's model reproduces PipelineRL's 2x
+# and misses verl's fully-async figures by predicting less (`BENCHMARKS.md`, "the layout
+# model against published async-vs-sync speedups": 1.37x against 2.35x at 128 GPUs); that
+# lesson says why (the published runs' answers drifted between the arms).
 #
 # The colocated arm's weight send is a copy into shared memory instead of a broadcast, a
 # fraction of a millisecond against several (asserted: under half). Taking the broadcast
@@ -941,21 +995,24 @@ print("with a share per regime the model's async/sync ratio is within 2x of the 
 # The model, told that synchronous RL gives each side the cores to itself, predicts an
 # async/sync ratio within 2x of the measured one (asserted; both printed); with one share
 # for both regimes it misses by 1.5x more (asserted where the ranks share cores). In
-# absolute terms its error is the *system error* column: the all-reduces, the weight sends
-# and the uneven sharing of two cores by four ranks that section 3 measured, which
-# differs between regimes (synchronous RL runs half the ranks at a time, so its cores are
-# less contended). Answer tokens/s would tell another story: the arms' answers differ in
-# length (the *answer length* column), so their ratio (printed) is not the ratio of the
-# work done.
+# absolute terms its error is the *model/measured* column, and it differs between
+# regimes: the pipeline pays the all-reduces, sends and uneven sharing of four ranks on
+# the cores (above 1 when those dominate), synchronous RL runs half the ranks at a time
+# (less contention), and the straggler charge can make the model pessimistic (below 1).
+# Answer tokens/s would tell another story: the arms' answers differ in length (the
+# *answer length* column), so their ratio (printed) is not the ratio of the work done.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 update_ms = 1e3 / med["async"]["updates/s"]
-saved_ms = med["async"]["send ms"] - med["colocated"]["send ms"]
-print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['async']['send ms']:.1f} ms; the "
-      f"colocated write {med['colocated']['send ms']:.2f} ms: taking the difference off the update would give "
-      f"{update_ms / (update_ms - saved_ms):.2f}x; measured colocated / async per round: "
-      + ", ".join(f"{v:.2f}" for v in pair["colocated / async"]))
+saved_ms = med["async"]["send ms"] - med.get("colocated", med["async"])["send ms"]
+if "colocated" not in ARMS:
+    print("no colocated arm on this host (a GPU host: see the comparison's first cell)")
+else:
+    print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['async']['send ms']:.1f} ms; the "
+          f"colocated write {med['colocated']['send ms']:.2f} ms: taking the difference off the update would give "
+          f"{update_ms / (update_ms - saved_ms):.2f}x; measured colocated / async per round: "
+          + ", ".join(f"{v:.2f}" for v in pair["colocated / async"]))
 
 # %% [markdown]
 # ## 9. Where production systems put each part
@@ -1004,7 +1061,7 @@ print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['as
 # | arm | one run of section 8's comparison: async (as configured), sync (`max_lag` 0), colocated (shared buffer) |
 # | resumed step | the checkpoint's update count a restarted attempt continued from |
 # | generated, consumed, discarded, left over | samples handed over by generators (their lines); trained on, as the trainers recorded from the groups themselves; generated after the resumed checkpoint by a dead attempt; handed over but never trained on at the end (11.6) |
-# | load average | the machine's 1-minute load average (2 cores, shared with other jobs); above 2, timings drift |
+# | load average | the machine's 1-minute load average (its cores are shared with other jobs); above the number of cores, timings drift |
 #
 # ## Summary
 #
@@ -1018,14 +1075,15 @@ print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['as
 #   all-reduces, the weight send in series with training, and four ranks sharing two cores
 #   unevenly (the trainers' compute and all-reduces asserted more than 1.5x slower than the
 #   calibrated rate). Updates/s, with the run's own answers, separates the two.
-# - Measured side by side in one launch, interleaved: the pipeline ran about twice the
-#   updates per second of synchronous RL (asserted above 1.2x, median of the per-round
-#   ratios), as the published systems report at scale; the colocated weight write took a
-#   fraction of the broadcast's time. The model's async/sync ratio, with a share of the
-#   cores per regime, is within 1.5x of the measured one.
+# - Measured side by side in one launch, interleaved: the pipeline ran more updates per
+#   second than synchronous RL (the median of the per-round ratios printed in section 8;
+#   asserted above 1.1x), the direction the published systems report at scale; the
+#   colocated weight write took a fraction of the broadcast's time. The model's async/sync
+#   ratio, with a share of the cores per regime, is within 2x of the measured one
+#   (asserted), and a single share would miss by 1.5x more.
 # - No consumed token lagged more than `max_lag` (11.2), checked on every update, and most
 #   tokens lagged 2 or more: the pipeline fills its window.
-# - Every weight update reached every generator, with answers in flight and their KV
+# - Every weight update reached every generator, often with answers in flight and their KV
 #   caches kept; at half a megabyte, a transfer is latency, not bandwidth (11.5).
 # - A generator killed mid-run cost a restart of every rank and the updates since the
 #   last checkpoint; the ledger (11.6), the trainers' record of the groups they trained on
@@ -1035,8 +1093,11 @@ print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['as
 # a 60-step warm start at a learning rate of 1e-4, evaluates on 2048 held-out prompts and
 # checkpoints every 200 updates; the kill demonstration runs 400 updates, checkpoints every
 # 100 and kills rank 3 at update 250; section 8's arms run 200 updates each. Rank 0
-# calibrates on the ranks' device, so on GPUs the layout and the prediction describe the
-# GPUs. Two ways to run on GPUs:
+# calibrates on the ranks' device, so where the ranks run on GPUs the layout and the
+# prediction describe the GPUs. As written, this notebook's runs take `--backend auto`:
+# with fewer GPUs than 4 ranks (one GPU, say) they run on the CPUs, and the job says so in
+# a printed line; on a GPU host section 8 compares async with sync only (the colocated arm
+# would need another backend). Two ways to run on GPUs:
 #
 # - **one GPU per rank**: `--backend auto` picks NCCL (the oversubscription of section 3
 #   goes away); more ranks are `--nproc-per-node 8` on one host, or several hosts meeting

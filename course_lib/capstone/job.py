@@ -444,7 +444,12 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
                 finally:
                     if isinstance(channel, SharedBufferChannel):
                         channel.close()
-        metrics.flush_busy()
+        if role == "trainer" and env.rank == 0:
+            store.set_int("evaluated", 1)
+        elif role == "generator":  # the trainers evaluate after the stop: wait for them here, not in the
+            # barrier, whose timeout is the process group's (a 2048-prompt evaluation may take longer)
+            store.get_json("evaluated", "the trainers' final evaluation", 20 * cfg.timeout_s)
+        metrics.sync()  # every line on disk before rank 0 reads them all (a shared filesystem of several hosts)
         dist.barrier()
         if env.rank == 0:
             assert state is not None
@@ -505,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
                 "host (GPUs): launch them separately"
             )
         device = rank_device(device_type, cfg.colocated, env.local_rank, n_gpus)
+        if device.type == "cpu" and n_gpus and env.rank == 0:
+            print(
+                f"capstone: {n_gpus} GPU(s) for {env.local_world_size} ranks on this host: the ranks run on the "
+                "CPUs (gloo). Start one rank per GPU (NCCL), or put every rank on GPU 0 with --colocated",
+                flush=True,
+            )
     except SetupError as exc:
         print(f"capstone: {exc}", file=sys.stderr)
         return 2

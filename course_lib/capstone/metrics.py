@@ -88,6 +88,13 @@ class MetricsWriter:
             self.span(phase, self._busy[0], self._busy[1])
             self._busy = None
 
+    def sync(self) -> None:
+        """Flush the decode interval and ``fsync`` the file: rank 0 reads every rank's lines at the
+        end, and on a shared filesystem of several hosts (NFS: close-to-open) unsynced lines may
+        not be there yet."""
+        self.flush_busy()
+        os.fsync(self._fd)
+
     def close(self) -> None:
         self.flush_busy()
         os.close(self._fd)

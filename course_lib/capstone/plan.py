@@ -238,15 +238,17 @@ def spec_for(
 
 def batch_of(answer_tokens: tuple[int, ...], cfg: CapstoneConfig) -> tuple[int, ...]:
     """``answer_tokens`` as one batch of ``cfg.batch_sequences`` lengths: the same lengths when
-    there are that many, else their quantiles (the distribution kept, its longest included)."""
+    there are that many; else a *typical* batch of their distribution, its ``i``-th answer at
+    the quantile ``(i + 1/2) / n``. (Not the extreme ones: a run's single longest answer among
+    thousands would charge every update of the straggler rule (08.14) with it; the typical
+    batch's longest sits near the expected longest of ``n`` draws.)"""
     n = cfg.batch_sequences
     if len(answer_tokens) == n:
         return tuple(answer_tokens)
     if not answer_tokens:
         raise ValueError("no answer lengths to predict with")
-    ordered = np.sort(np.asarray(answer_tokens))
-    picks = np.round(np.linspace(0, len(ordered) - 1, n)).astype(int)
-    return tuple(int(x) for x in ordered[picks])
+    levels = (np.arange(n) + 0.5) / n
+    return tuple(int(x) for x in np.quantile(np.asarray(answer_tokens), levels, method="inverted_cdf"))
 
 
 def answer_rate(

@@ -162,6 +162,8 @@ class Trainer:
         flat = torch.cat(
             [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in params]
         )
+        if flat.is_cuda:  # the backward pass is asynchronous: let it finish before the all-reduce's clock starts
+            torch.cuda.synchronize(flat.device)
         t0 = time.time()
         dist.all_reduce(flat, group=self.group)
         if flat.is_cuda:
