@@ -41,6 +41,9 @@ from course_lib.lm.sampler import SlotSampler, generator_for
 from course_lib.lm.task import EOS, CountdownTask, Problem
 from course_lib.staleness import may_start_group
 
+#: How often an idle generator (at the backpressure bound, or waiting for weights) asks the store again.
+IDLE_POLL_S = 0.002
+
 
 def problem_for(task: CountdownTask, seed: int, k: int) -> Problem:
     """Group ``k``'s prompt: a function of ``(seed, k)`` only."""
@@ -159,7 +162,9 @@ class Generator:
             if self.sampler.version >= 0:
                 self.refill(consumed)
             if self.sampler.n_active == 0:
-                time.sleep(0.0005)  # backpressure, or waiting for the first weights
+                # backpressure, or waiting for weights: poll the store every 2 ms, not in a tight loop (an idle
+                # generator must leave its core to the ranks that work, synchronous RL's trainers above all)
+                time.sleep(IDLE_POLL_S)
                 continue
             t0 = time.time()
             finished = self.sampler.step()

@@ -456,6 +456,8 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
             finish(cfg, setup, state, metrics)
     finally:
         metrics.close()
+    for group in (trainer_group, sync_group):  # an arm of --arms makes its own: free these (NCCL communicators)
+        dist.destroy_process_group(group)
 
 
 def finish(cfg: CapstoneConfig, setup: Setup, state: TrainerState, metrics: MetricsWriter) -> None:

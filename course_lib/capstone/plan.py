@@ -11,7 +11,12 @@ onto the model is lesson 08's for lesson 07's processes
   :class:`~course_lib.lm.sampler.SlotSampler` computes every slot at every step, so
   ``a_s = l(n_slots)``, measured (:func:`~course_lib.layout.calibrate.time_decode_steps`), ``b_s = 0``;
 * a trainer consumes ``c`` sequence steps per second (prompt + answer positions: its
-  forward pass covers both), timed on a batch of the warm-started policy's own answers;
+  forward pass covers both), timed as one forward and backward pass over teacher-forced
+  reference answers of half a batch (:func:`_train_steps_per_s`): the run's update also
+  holds Adam, chunking by length and the loss's bookkeeping, which this leaves out;
+* the weight update's time ``d`` is not given to the model (0): the calibration runs
+  before the other ranks join, so nothing can be sent yet; a run's sends are in its phases
+  (lesson 11, section 3), and the capstone's trainer 0 waits for its own send;
 * lengths are sequence steps (:func:`~course_lib.layout.calibrate.sequence_steps`) of answers
   sampled from the warm-started policy; predictions are turned back into answer tokens/s;
 * ranks share compute units (:func:`rank_share`): on CPUs a rank gets ``min(1, cores /
