@@ -4,9 +4,9 @@ A SAC-sized transition (``obs`` and ``next_obs`` [40] float32, ``action`` [2], `
 ``done``: 336 bytes), buffers of ``CAPACITY`` = 2**18 items filled before timing. Measured,
 in one process, for three implementations of each buffer:
 
-- ours: :mod:`course_lib.replay` (``uniform_*``, ``per_*``), each function ``jax.jit``-ed,
+- ours: :mod:`course_lib.offpolicy.replay` (``uniform_*``, ``per_*``), each function ``jax.jit``-ed,
   the buffer donated to ``add`` and ``update`` (so XLA writes it in place);
-- numpy: :class:`course_lib.replay.NumpyReplay` / :class:`NumpyPrioritizedReplay`, the
+- numpy: :class:`course_lib.offpolicy.replay.NumpyReplay` / :class:`NumpyPrioritizedReplay`, the
   same algorithms on preallocated host arrays (slice writes, ``rng.integers``, one
   vectorised numpy step per sum-tree level);
 - flashbax 0.1.3: ``make_item_buffer`` / ``make_prioritised_item_buffer`` (the flashbax
@@ -138,7 +138,7 @@ def _fill(add: Callable[[Any], None]) -> None:
 def _ours(prioritized: bool) -> list[Case]:
     import jax
 
-    from course_lib import replay
+    from course_lib.offpolicy import replay
 
     example = {k: v[0] for k, v in _transitions(1, 0).items()}
     if not prioritized:
@@ -175,7 +175,7 @@ def _ours_extra(box: _Box, prioritized: bool) -> list[Case]:
     import jax
     import numpy as np
 
-    from course_lib import replay
+    from course_lib.offpolicy import replay
 
     if not prioritized:
         draw = jax.jit(lambda k, n: jax.random.randint(k, (SAMPLE_SIZE,), 0, n))
@@ -231,7 +231,7 @@ def _flashbax(prioritized: bool) -> list[Case]:
 def _numpy(prioritized: bool) -> list[Case]:
     import numpy as np
 
-    from course_lib.replay import NumpyPrioritizedReplay, NumpyReplay
+    from course_lib.offpolicy.replay import NumpyPrioritizedReplay, NumpyReplay
 
     example = {k: v[0] for k, v in _transitions(1, 0).items()}
     buf = NumpyPrioritizedReplay(example, CAPACITY, ALPHA) if prioritized else NumpyReplay(example, CAPACITY)
@@ -377,7 +377,7 @@ def run() -> Result:
             f"Items: SAC-sized transitions (obs, next_obs [{OBS_DIM}] float32, action [{ACTION_DIM}], reward, done; "
             f"336 bytes); capacity {CAPACITY:,} (2^{CAPACITY.bit_length() - 1}), full before timing; PER alpha {ALPHA}, beta {BETA}. Rates "
             "count the items added, sampled or re-prioritised per second; the learner-step row counts sampled items.",
-            "ours: `course_lib.replay`, jitted, buffer donated to add/update. numpy: `NumpyReplay` / "
+            "ours: `course_lib.offpolicy.replay`, jitted, buffer donated to add/update. numpy: `NumpyReplay` / "
             "`NumpyPrioritizedReplay` (same algorithms, vectorised, float64 sum-tree). flashbax: `make_item_buffer` / "
             '`make_prioritised_item_buffer(device="cpu")`, jitted and donated the same way; its learner step computes '
             "the importance weights itself (flashbax returns probabilities only).",

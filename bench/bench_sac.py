@@ -1,14 +1,14 @@
 """SAC on the driving env, lesson 06: how fast the one-program loop runs on the CPU, and where its time goes.
 
 1. **Throughput at a few ``num_envs``** (the cpu-scale `CPU_CONFIG`, then the same with more
-   envs, `utd` unchanged): env steps/s and gradient updates/s of the jitted `run_chunk`
+   envs, `updates_per_step` unchanged): env steps/s and gradient updates/s of the jitted `run_chunk`
    after the warm-up (one seed; the state donated between chunks). Every run is compiled
    first; then `ROUNDS` interleaved rounds (each run timed for `CHUNKS` chunks in each
    round), the median and the range over rounds.
 2. **Seeds: one after another, one thread each, or one vmapped program.** `SEEDS` seeds of
    the cpu config, in the same rounds: env steps/s of all seeds together; and the same
    vmapped-vs-single comparison with uniform replay.
-3. **Time breakdown** (`course_lib.sac_jax.time_breakdown`, cpu config): each part of a
+3. **Time breakdown** (`course_lib.offpolicy.sac.time_breakdown`, cpu config): each part of a
    training step jitted and timed alone in a `lax.scan` (the difference of `2n` and `n`
    iterations, medians of `ROUNDS` runs), against the whole training step.
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import Result, render
 
-from course_lib.sac_jax import CPU_CONFIG, SACConfig, jitted_programs, time_breakdown
+from course_lib.offpolicy.sac import CPU_CONFIG, SACConfig, jitted_programs, time_breakdown
 
 ROUNDS = 3
 CHUNKS = 3
@@ -110,7 +110,7 @@ def _row(label: str, rates: tuple[float, float, float], config: SACConfig, n_sta
     return [
         label,
         f"{med:,.0f} ({lo:,.0f}-{hi:,.0f})",
-        f"{med / config.num_envs * config.utd:,.0f}",
+        f"{med / config.num_envs * config.updates_per_step:,.0f}",
         f"{per_step_ms:.2f}",
     ]
 
@@ -133,7 +133,7 @@ def run() -> Result:
         for name in ("env_step", "act", "replay_add", "replay_sample", "update")
     )
     scaled = {
-        n: b[n] * (c.utd if n in ("replay_sample", "update") else 1) for n in ("env_step", "replay_sample", "update")
+        n: b[n] * (c.updates_per_step if n in ("replay_sample", "update") else 1) for n in ("env_step", "replay_sample", "update")
     }
     share = {n: v / b["parts_sum"] for n, v in scaled.items()}
     vmap_vs_seq = m["seeds-vmap"][0] / m["seeds-sequential"][0]
@@ -144,17 +144,17 @@ def run() -> Result:
         columns=["run", "env steps/s (range)", "updates/s", "ms per vectorised step (all seeds)"],
         rows=rows,
         notes=[
-            f"cpu config (`sac_jax.CPU_CONFIG`): {c.num_envs} envs, utd {c.utd}, batch {c.batch_size}, width "
+            f"cpu config (`sac.CPU_CONFIG`): {c.num_envs} envs, {c.updates_per_step} update(s) per vectorised step (UTD {c.utd:g}), batch {c.batch_size}, width "
             f"{c.width} x depth {c.depth}, buffer {c.buffer_capacity:,}, {'prioritized' if c.prioritized else 'uniform'} "
-            "replay; a vectorised step is one step of every env, its transitions stored and utd gradient updates. "
+            "replay; a vectorised step is one step of every env, its transitions stored and updates_per_step gradient updates. "
             f"Timed after the warm-up: {CHUNKS} chunks of {c.steps_per_chunk} steps per measurement, {ROUNDS} "
-            "interleaved rounds (median, range); more envs per step at the same utd: more env steps/s, fewer updates/s.",
+            "interleaved rounds (median, range); more envs per step at the same updates_per_step: more env steps/s, fewer updates/s.",
             f"Seeds: {SEEDS} seeds as one vmapped program ran at {vmap_vs_seq:.2f}x the rate of the same seeds one "
             f"after another, as {SEEDS} threads at {threads_vs_seq:.2f}x (2 cores); with uniform replay the vmapped "
             f"program ran at {uniform_vmap:.2f}x seeds one after another. Vmapping gains little where each update's "
             "small products already keep a core busy, and loses with prioritized replay, whose sum-tree scatters "
-            "batch badly; threads use the second core, so `sac_jax.train` runs seeds as threads on a CPU.",
-            f"Time breakdown of one training step at the cpu config (`sac_jax.time_breakdown`: each part alone, jitted, "
+            "batch badly; threads use the second core, so `sac.train` runs seeds as threads on a CPU.",
+            f"Time breakdown of one training step at the cpu config (`sac.time_breakdown`: each part alone, jitted, "
             f"in a scan of {c.steps_per_chunk}; medians of {ROUNDS}): {parts}; the whole training step "
             f"{1e6 * b['train_step']:.0f} us, the parts add up to {1e6 * b['parts_sum']:.0f} us. Shares of the parts: "
             f"gradient update {share['update']:.0%}, replay sampling {share['replay_sample']:.0%}, env stepping "

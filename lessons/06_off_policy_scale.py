@@ -38,7 +38,7 @@
 # 3. Build replay buffers that live on the device: a uniform ring buffer and prioritized
 #    replay on a sum-tree (O(log N) sampling and updates), with importance weights.
 # 4. Read SAC as equations (soft Bellman target, twin critics, policy and temperature
-#    losses, Polyak targets) and find each in `course_lib.sac_jax`, an end-to-end jitted
+#    losses, Polyak targets) and find each in `course_lib.offpolicy.sac`, an end-to-end jitted
 #    learner with an update-to-data ratio knob.
 # 5. Train it on the driving task over several seeds, and read
 #    accuracy, collision and off-road rates against a random and a hand-written driver.
@@ -115,7 +115,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | JAX bac
 # the $p_i^\alpha$ at its leaves and the sum of its children at every node, so drawing from
 # $P$ and changing one $p_i$ both take $O(\log N)$.
 #
-# **The whole loop, one program** (`sac_jax.make_train`; every line runs on the device):
+# **The whole loop, one program** (`sac.make_train`; every line runs on the device):
 # ```
 # state = init(key)                        # networks, optimizers, num_envs envs, empty buffer
 # for chunk in 1..num_chunks:              # Python: a progress bar between chunks
@@ -141,11 +141,11 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | JAX bac
 # | a uniform ring buffer on the device | `replay.uniform_init`, `uniform_add`, `uniform_sample` |
 # | the sum-tree | `replay.sumtree_update`, `sumtree_find` |
 # | (06.7), (06.8) prioritized sampling and weights | `replay.per_sample`, `per_probabilities`, `importance_weights`, `per_update` |
-# | (06.2) soft Bellman target | `sac_jax.soft_bellman_target` |
-# | (06.3), (06.4), (06.5) the three losses | `sac_jax.critic_loss`, `policy_loss`, `temperature_loss` |
-# | (06.6) Polyak targets | `sac_jax.polyak_update` |
-# | the whole loop | `sac_jax.make_train` (`init`, `run_chunk`), `train` (with a progress bar), `make_train_fn` |
-# | evaluation, time breakdown | `sac_jax.evaluate`, `time_breakdown` |
+# | (06.2) soft Bellman target | `sac.soft_bellman_target` |
+# | (06.3), (06.4), (06.5) the three losses | `sac.critic_loss`, `policy_loss`, `temperature_loss` |
+# | (06.6) Polyak targets | `sac.polyak_update` |
+# | the whole loop | `sac.make_train` (`init`, `run_chunk`), `train` (with a progress bar), `make_train_fn` |
+# | evaluation, time breakdown | `sac.evaluate`, `time_breakdown` |
 
 # %% [markdown]
 # ## 1 · A driving simulator as pure JAX functions
@@ -318,7 +318,7 @@ print("The JAX env is more than 5x the classic simulator at its best (already at
 # and overwrites the oldest item.
 
 # %%
-from course_lib import replay
+from course_lib.offpolicy import replay
 
 buf = replay.uniform_init({"step": jnp.int32(0)}, capacity=8)
 for first_step in (0, 3, 6):
@@ -386,7 +386,7 @@ assert w_error < 1e-6
 # %% [markdown]
 # ## 4 · SAC, the whole loop one program
 #
-# `course_lib.sac_jax` follows lesson 04's shape: `make_train(config, env, env_params)`
+# `course_lib.offpolicy.sac` follows lesson 04's shape: `make_train(config, env, env_params)`
 # returns `init(key)` and `run_chunk(state)`, pure functions of arrays. One chunk is a
 # `lax.scan` over vectorised env steps, each followed by `utd` gradient updates in an
 # inner scan (the pseudocode above); the env states, the replay buffer (65,536 transitions
@@ -400,10 +400,10 @@ assert w_error < 1e-6
 # as the library writes them:
 
 # %%
-from course_lib import sac_jax
+from course_lib.offpolicy import sac
 
-show_source(sac_jax.soft_bellman_target)
-show_source(sac_jax.polyak_update)
+show_source(sac.soft_bellman_target)
+show_source(sac.polyak_update)
 
 # %% [markdown]
 # The critic's target needs $\min(Q_1', Q_2')$: one critic alone overestimates, because
@@ -415,7 +415,7 @@ show_source(sac_jax.polyak_update)
 # **The run.** The configuration of this scale, every field with its meaning:
 
 # %%
-config = pick(cpu=sac_jax.CPU_CONFIG, full=sac_jax.FULL_CONFIG)
+config = pick(cpu=sac.CPU_CONFIG, full=sac.FULL_CONFIG)
 SEEDS = pick(cpu=3, full=4)
 print(describe(config))
 print(f"\n{SEEDS} seeds: {config.env_steps_per_run:,} env steps and "
@@ -425,9 +425,9 @@ print(f"\n{SEEDS} seeds: {config.env_steps_per_run:,} env steps and "
 # NBVAL_IGNORE_OUTPUT
 load_before = np.round(np.array(__import__("os").getloadavg()), 1)
 t0 = time.perf_counter()
-result = sac_jax.train(config, jax.random.split(jax.random.key(0), SEEDS))
+result = sac.train(config, jax.random.split(jax.random.key(0), SEEDS))
 train_s = time.perf_counter() - t0
-learned = sac_jax.evaluate(result.state.learner.actor, jax.random.key(7), params, EVAL_EPISODES)
+learned = sac.evaluate(result.state.learner.actor, jax.random.key(7), params, EVAL_EPISODES)
 print(f"trained {SEEDS} seeds in {train_s:.0f} s (compilation included; load average before: {load_before})")
 for s in range(SEEDS):
     print(f"seed {s}: accuracy {float(learned.accuracy[s]):6.1%}  collision {float(learned.collision_rate[s]):6.1%}  "
@@ -498,7 +498,7 @@ plt.show()
 
 # %%
 actor0 = jax.tree.map(lambda a: a[0], result.state.learner.actor)
-sac_driver = lambda k, o: sac_jax.deterministic_action(actor0, o)  # noqa: E731
+sac_driver = lambda k, o: sac.deterministic_action(actor0, o)  # noqa: E731
 fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
 draw_episodes(axes, sac_driver, jax.random.key(3), params)
 fig.suptitle("The learned SAC driver (seed 0, deterministic) on the scenarios of section 1")
@@ -508,19 +508,19 @@ plt.show()
 # %% [markdown]
 # ## 5 · Where the time goes
 #
-# `sac_jax.time_breakdown` times one training step of the run above, and then each of its
+# `sac.time_breakdown` times one training step of the run above, and then each of its
 # parts jitted on its own in a scan: stepping the envs, the actor's sampling, adding to the
 # buffer, drawing a batch and one gradient update (critics, actor, temperature, targets).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-parts = sac_jax.time_breakdown(config, repeats=3, chunks=1)
+parts = sac.time_breakdown(config, repeats=3, chunks=1)
 per_step = {
     "env step (all envs)": parts["env_step"],
     "actor sampling": parts["act"],
     "replay add": parts["replay_add"],
-    f"replay sample x {config.utd}": config.utd * parts["replay_sample"],
-    f"gradient update x {config.utd}": config.utd * parts["update"],
+    f"replay sample x {config.updates_per_step}": config.updates_per_step * parts["replay_sample"],
+    f"gradient update x {config.updates_per_step}": config.updates_per_step * parts["update"],
 }
 for name, s in per_step.items():
     print(f"{name:<22} {s * 1e3:7.3f} ms per vectorised step  ({s / parts['parts_sum']:5.1%} of the parts)")
@@ -528,9 +528,9 @@ print(f"whole training step    {parts['train_step'] * 1e3:7.3f} ms  -> {parts['e
       f"{parts['updates_per_s']:,.0f} updates/s   (load average: {np.round(__import__('os').getloadavg(), 1)})")
 
 # %%
-update_share = config.utd * parts["update"] / parts["parts_sum"]
+update_share = config.updates_per_step * parts["update"] / parts["parts_sum"]
 assert update_share > 0.4  # the learner, not the simulator, is the cost at this scale
-assert parts["env_step"] < config.utd * parts["update"]
+assert parts["env_step"] < config.updates_per_step * parts["update"]
 print("At this scale the gradient updates take more of a step than the simulator: the update-to-data "
       "ratio, not the env, sets the throughput.")
 
@@ -552,7 +552,7 @@ print("At this scale the gradient updates take more of a step than the simulator
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.sac_sweep import CPU_SWEEP, FULL_SWEEP, scaling_sweep, sweep_table
+from course_lib.offpolicy.sweep import CPU_SWEEP, FULL_SWEEP, scaling_sweep, sweep_table
 
 sweep = pick(cpu=CPU_SWEEP, full=FULL_SWEEP)
 t0 = time.perf_counter()
@@ -637,7 +637,7 @@ plt.show()
 #   simulator, are the larger cost.
 #
 # **Full scale.** `COURSE_SCALE=full` evaluates 4096 episodes per driver, measures the env
-# at up to 32,768 envs, trains with `sac_jax.FULL_CONFIG` (thousands of envs, wider
+# at up to 32,768 envs, trains with `sac.FULL_CONFIG` (thousands of envs, wider
 # networks, millions of steps) and runs the full sweep; V-Max's own run is 25M steps in
 # 36 h on one L4. The side-by-side figures (env vs numpy, replay vs numpy and flashbax,
 # SAC steps/s) are in `BENCHMARKS.md`: `python bench/run.py replay`, `python bench/run.py sac`.

@@ -9,7 +9,7 @@ The learner writes:
 * ``soft_bellman_target(reward, done, q1_next, q2_next, logp_next, alpha, gamma) -> y [B]``  (eq. 06.2)
 * ``polyak_update(target, online, tau) -> pytree``  (eq. 06.6)
 
-The checks never call ``course_lib.envs``, ``course_lib.replay`` or ``course_lib.sac_jax``.
+The checks never call ``course_lib.envs``, ``course_lib.offpolicy.replay`` or ``course_lib.offpolicy.sac``.
 The oracles: (06.1) evaluated one car at a time with ``math`` in float64, and a circle whose
 closure depends only on the yaw rate; a cumulative sum and ``np.searchsorted`` for the
 sum tree (its leaves are multiples of 1/8, so every sum is exact and boundaries can be hit

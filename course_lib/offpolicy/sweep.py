@@ -2,7 +2,7 @@ r"""Model size x data size for SAC on the driving env (lesson 06), after V-Max's
 
 V-Max (Charraut et al. 2025, arXiv 2503.08388) reports that larger networks do worse than
 small ones when trained on little data and overtake them with more. :func:`scaling_sweep`
-measures the same grid for :mod:`course_lib.sac_jax`: a few network widths (actor and
+measures the same grid for :mod:`course_lib.offpolicy.sac`: a few network widths (actor and
 critics) against a few amounts of experience (env steps), each cell the deterministic
 policy's accuracy over ``num_episodes`` evaluation episodes, for several seeds.
 
@@ -16,7 +16,7 @@ Two things make the whole grid **one** compiled training program and one evaluat
   its training step for step (:func:`pad_learner`; tested), so every (width, seed) run has
   the same shapes: one compiled one-seed ``run_chunk`` serves them all (and the lesson's
   main run of the same config), each run in its own thread (on 2 CPU cores that is faster
-  than one vmapped program: :func:`course_lib.sac_jax.train`). On a GPU, ``jax.vmap`` over
+  than one vmapped program: :func:`course_lib.offpolicy.sac.train`). On a GPU, ``jax.vmap`` over
   the runs is the natural form. The price: every width costs what the widest does.
 - **Every data size is a snapshot of one run.** The learning rates are constant, so the
   first ``n`` env steps of a long run are exactly a run of ``n`` env steps; the actors are
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from course_lib import sac_jax
-from course_lib.sac_jax import MLP, ContinuousEnv, Learner, SACConfig, TrainState
+from course_lib.offpolicy import sac
+from course_lib.offpolicy.sac import MLP, ContinuousEnv, Learner, SACConfig, TrainState
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ FULL_SWEEP = SweepConfig(
     budgets=(1_024_000, 4_096_000, 16_384_000),
     num_seeds=4,
     num_episodes=1024,
-    sac=dataclasses.replace(sac_jax.FULL_CONFIG, num_envs=512, steps_per_chunk=500),
+    sac=dataclasses.replace(sac.FULL_CONFIG, num_envs=512, steps_per_chunk=500),
 )
 
 
@@ -111,7 +111,7 @@ def pad_mlp(layers: MLP, width: int) -> MLP:
     return out
 
 
-def pad_learner(narrow: Learner, width: int, opt: sac_jax.Optimizers) -> Learner:
+def pad_learner(narrow: Learner, width: int, opt: sac.Optimizers) -> Learner:
     """A learner of ``width`` hidden units that computes, and trains exactly like, ``narrow``
     (its extra units' weights are 0 and stay 0: see the module docstring). Fresh optimizer
     states, as at the start of a run."""
@@ -127,17 +127,17 @@ def init_padded(sweep: SweepConfig, key: Array, env: ContinuousEnv, env_params: 
     same envs at every width (``init`` of the shared one-seed program), and each width's
     networks are initialised at that width (``fan_in`` scaling included), then padded."""
     run = sweep.run_config
-    init, _ = sac_jax.jitted_programs(run, env, env_params)
-    opt = sac_jax.make_optimizers(run)
+    init, _ = sac.jitted_programs(run, env, env_params)
+    opt = sac.make_optimizers(run)
     keys = jax.random.split(key, sweep.num_seeds)
     states = []
     for width in sweep.widths:
         narrow_config = dataclasses.replace(run, width=width)
-        narrow_opt = sac_jax.make_optimizers(narrow_config)
+        narrow_opt = sac.make_optimizers(narrow_config)
 
         @jax.jit
-        def padded(k: Array, config: SACConfig = narrow_config, o: sac_jax.Optimizers = narrow_opt) -> Learner:
-            narrow = sac_jax.init_learner(jax.random.fold_in(k, 1), config, env.OBS_DIM, env.ACTION_DIM, o)
+        def padded(k: Array, config: SACConfig = narrow_config, o: sac.Optimizers = narrow_opt) -> Learner:
+            narrow = sac.init_learner(jax.random.fold_in(k, 1), config, env.OBS_DIM, env.ACTION_DIM, o)
             return pad_learner(narrow, run.width, opt)
 
         states += [init(k)._replace(learner=padded(k)) for k in keys]
@@ -172,28 +172,28 @@ def scaling_sweep(
     then evaluate them all on the same episodes in one program.
 
     Every run has the widest network's shapes, so all of them are calls of one compiled
-    one-seed ``run_chunk`` (:func:`course_lib.sac_jax.jitted_programs`, shared with
-    :func:`course_lib.sac_jax.train` for the same config), each run in its own thread on a
+    one-seed ``run_chunk`` (:func:`course_lib.offpolicy.sac.jitted_programs`, shared with
+    :func:`course_lib.offpolicy.sac.train` for the same config), each run in its own thread on a
     CPU; on an accelerator the runs are stacked and run as one vmapped program.
 
     Returns:
         :class:`SweepResult` (deterministic-policy rates, ``[W, B, S]``).
     """
     check_sweep(sweep)
-    env, env_params = sac_jax.default_env(env, env_params)
+    env, env_params = sac.default_env(env, env_params)
     run = sweep.run_config
     k_init, k_eval = jax.random.split(key)
     states = init_padded(sweep, k_init, env, env_params)
     run_chunks = _threaded_chunks if jax.default_backend() == "cpu" else _vmapped_chunks
     stops = {b // run.steps_per_chunk_env for b in sweep.budgets}
     snapshots: list[MLP] = []
-    with sac_jax.chunk_progress(progress, run.num_chunks, "sweep chunks") as bar:
+    with sac.chunk_progress(progress, run.num_chunks, "sweep chunks") as bar:
         for actors_now in run_chunks(run, env, env_params, states, stops):
             if actors_now is not None:
                 snapshots.append(actors_now)
             bar.update(1)
     actors = jax.tree.map(lambda *xs: jnp.concatenate(xs), *snapshots)  # [B * W * S]
-    result = sac_jax.evaluate(actors, k_eval, env_params, sweep.num_episodes, env=env)
+    result = sac.evaluate(actors, k_eval, env_params, sweep.num_episodes, env=env)
     shape = (len(sweep.budgets), len(sweep.widths), sweep.num_seeds)
     cells = [np.asarray(x).reshape(shape).transpose(1, 0, 2) for x in result]
     return SweepResult(sweep.widths, sweep.budgets, *cells)
@@ -204,7 +204,7 @@ def _threaded_chunks(
 ) -> Iterator[MLP | None]:
     """Every chunk of every run, one thread per run; yields after each chunk the actors
     ``[n_runs]`` stacked where the chunk ends a budget (``stops``), else ``None``."""
-    _, chunk = sac_jax.jitted_programs(run, env, env_params)
+    _, chunk = sac.jitted_programs(run, env, env_params)
     with ThreadPoolExecutor(len(states)) as pool:
         for i in range(1, run.num_chunks + 1):
             states = list(pool.map(lambda s: jax.block_until_ready(chunk(s)[0]), states))
@@ -215,7 +215,7 @@ def _vmapped_chunks(
     run: SACConfig, env: ContinuousEnv, env_params: Any, states: list[TrainState], stops: set[int]
 ) -> Iterator[MLP | None]:
     """:func:`_threaded_chunks` as one vmapped program over the stacked runs (for accelerators)."""
-    _, chunk = sac_jax.jitted_programs(run, env, env_params, vmapped=True)
+    _, chunk = sac.jitted_programs(run, env, env_params, vmapped=True)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
     for i in range(1, run.num_chunks + 1):
         stacked, _ = chunk(stacked)

@@ -5,7 +5,7 @@ SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXi
 targets, a tanh-squashed Gaussian actor and a learned entropy temperature. Written in the
 PureJaxRL style of :mod:`course_lib.ppo_jax` and in the spirit of V-Max (Valeo AI, arXiv
 2503.08388: SAC on Waymax, JAX end to end), *acting, storing, sampling and learning compile
-into one program*: the replay buffer (:mod:`course_lib.replay`) is a pytree of device
+into one program*: the replay buffer (:mod:`course_lib.offpolicy.replay`) is a pytree of device
 arrays carried through ``lax.scan`` like the env states and the parameters. One call of
 ``run_chunk`` (:func:`make_train`) is::
 
@@ -13,7 +13,7 @@ arrays carried through ``lax.scan`` like the env states and the parameters. One 
         a ~ pi(.|s) for num_envs envs                              (sample_action)
         s', r, terminated, truncated, info = step(s, a)            vmapped env, auto-reset
         buffer <- (s, a, r, terminated, info["final_obs"])        (replay add)
-        for u in 1..utd:                                           lax.scan  (learn_step)
+        for u in 1..updates_per_step:                                           lax.scan  (learn_step)
             batch ~ buffer                                         (uniform or prioritized)
             critics <- Adam(grad critic loss)                      (06.2, 06.3)
             actor   <- Adam(grad policy loss)                      (06.4)
@@ -56,7 +56,7 @@ import numpy as np
 import optax
 from jax import Array
 
-from course_lib import replay
+from course_lib.offpolicy import replay
 from course_lib.envs import driving
 from course_lib.ppo_jax import use_reliable_xla_cpu_flags
 
@@ -113,9 +113,9 @@ class SACConfig:
     )
     buffer_capacity: int = field(default=2**16, metadata={"help": "replay buffer size in transitions (a power of 2)"})
     batch_size: int = field(default=64, metadata={"help": "transitions per gradient update"})
-    utd: int = field(
+    updates_per_step: int = field(
         default=1,
-        metadata={"help": "gradient updates per vectorised env step (update-to-data ratio = utd / num_envs)"},
+        metadata={"help": "gradient updates after each vectorised env step (one step of every env)"},
     )
     width: int = field(default=64, metadata={"help": "hidden units per layer, actor and both critics"})
     depth: int = field(default=2, metadata={"help": "hidden layers (ReLU), actor and both critics"})
@@ -136,6 +136,12 @@ class SACConfig:
     steps_per_chunk: int = field(
         default=100, metadata={"help": "vectorised env steps per run_chunk call (one progress-bar tick)"}
     )
+
+    @property
+    def utd(self) -> float:
+        """The update-to-data ratio: gradient updates per environment transition,
+        ``updates_per_step / num_envs``."""
+        return self.updates_per_step / self.num_envs
 
     @property
     def warmup_steps(self) -> int:
@@ -160,7 +166,7 @@ class SACConfig:
     @property
     def updates_per_run(self) -> int:
         """Gradient updates of one run (none in the warm-up)."""
-        return max(self.num_chunks * self.steps_per_chunk - self.warmup_steps, 0) * self.utd
+        return max(self.num_chunks * self.steps_per_chunk - self.warmup_steps, 0) * self.updates_per_step
 
 
 def check_config(config: SACConfig) -> None:
@@ -194,7 +200,7 @@ FULL_CONFIG = SACConfig(
     learning_starts=131_072,
     buffer_capacity=2**22,
     batch_size=1024,
-    utd=4,
+    updates_per_step=4,
     width=256,
     depth=3,
     steps_per_chunk=100,
@@ -516,9 +522,9 @@ def learn_step(
 def learn_updates(
     config: SACConfig, opt: Optimizers, buffer: Any, learner: Learner, priorities: Any, key: Array
 ) -> tuple[Learner, Any, dict[str, Array]]:
-    """``utd`` :func:`learn_step` in a ``lax.scan``; metrics averaged over them."""
+    """``updates_per_step`` :func:`learn_step` in a ``lax.scan``; metrics averaged over them."""
     step = functools.partial(learn_step, config, opt, buffer)
-    (learner, priorities), metrics = jax.lax.scan(step, (learner, priorities), jax.random.split(key, config.utd))
+    (learner, priorities), metrics = jax.lax.scan(step, (learner, priorities), jax.random.split(key, config.updates_per_step))
     return learner, priorities, {k: v.mean() for k, v in metrics.items()}
 
 
@@ -666,7 +672,7 @@ def make_train(
 
     ``init(key) -> TrainState``: networks, optimizers, ``num_envs`` reset envs, an empty buffer.
     ``run_chunk(state) -> (state, metrics)``: ``steps_per_chunk`` vectorised env steps, each
-    followed by ``utd`` gradient updates, in one ``lax.scan`` (metrics: :func:`chunk_metrics`).
+    followed by ``updates_per_step`` gradient updates, in one ``lax.scan`` (metrics: :func:`chunk_metrics`).
     While fewer than ``learning_starts`` env steps are taken, the actions are uniformly
     random and the updates are skipped (SAC's warm-up, in the same program as learning).
     """
@@ -731,7 +737,7 @@ def jitted_programs(
 ) -> tuple[Callable[[Array], TrainState], Callable[[TrainState], tuple[TrainState, dict[str, Array]]]]:
     """``jax.jit`` of :func:`make_train`'s ``(init, run_chunk)`` (``run_chunk`` donates the
     state), vmapped over seeds if ``vmapped``; kept per (config, env, env_params), so runs of
-    the same shape (:func:`train`, :func:`course_lib.sac_sweep.scaling_sweep`) compile once.
+    the same shape (:func:`train`, :func:`course_lib.offpolicy.sweep.scaling_sweep`) compile once.
     ``total_env_steps`` only tells the driver how many chunks to run: it is left out of the key.
     """
     one_chunk = dataclasses.replace(config, total_env_steps=config.steps_per_chunk_env)
@@ -1048,9 +1054,9 @@ def time_breakdown(
     random actions, auto-reset and episode sums included; ``act``: the actor's sampled
     actions; ``replay_add``), per gradient update (``replay_sample``: one batch;
     ``update``: one :func:`sac_update` on a fresh batch each time), ``train_step`` (one step
-    of ``run_chunk`` after the warm-up, its ``utd`` updates included; ``chunks`` chunks in a
+    of ``run_chunk`` after the warm-up, its ``updates_per_step`` updates included; ``chunks`` chunks in a
     row, the state donated), ``env_steps_per_s`` and ``updates_per_s`` of training, and
-    ``parts_sum`` (env_step + act + replay_add + utd x (replay_sample + update)), to compare
+    ``parts_sum`` (env_step + act + replay_add + updates_per_step x (replay_sample + update)), to compare
     with ``train_step``. The training program is :func:`jitted_programs`' (compiled once).
     """
     env, env_params = default_env(env, env_params)
@@ -1072,9 +1078,9 @@ def time_breakdown(
     n = config.steps_per_chunk
     out = {name: statistics.median(times[1:]) / n for name, times in samples.items()}  # the first: warm-up
     out["env_steps_per_s"] = config.num_envs / out["train_step"]
-    out["updates_per_s"] = config.utd / out["train_step"]
+    out["updates_per_s"] = config.updates_per_step / out["train_step"]
     per_step = out["env_step"] + out["act"] + out["replay_add"]
-    out["parts_sum"] = per_step + config.utd * (out["replay_sample"] + out["update"])
+    out["parts_sum"] = per_step + config.updates_per_step * (out["replay_sample"] + out["update"])
     return out
 
 

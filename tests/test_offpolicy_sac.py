@@ -1,4 +1,4 @@
-"""course_lib.sac_jax: SAC's maths against naive numpy formulas, the tanh-Gaussian density
+"""course_lib.offpolicy.sac: SAC's maths against naive numpy formulas, the tanh-Gaussian density
 against the change of variables, and the training program's contract (deterministic under
 a key, chunked = one-shot, warm-up, truncation bootstraps, metrics from the episode ends,
 learns) on a tiny 2-D point-mass env with the driving env's interface."""
@@ -16,9 +16,9 @@ import optax
 import pytest
 from jax import Array
 
-from course_lib import sac_jax, sac_sweep
+from course_lib.offpolicy import sac, sweep as sac_sweep
 from course_lib.envs.interface import step_with_auto_reset
-from course_lib.sac_jax import (
+from course_lib.offpolicy.sac import (
     SACConfig,
     chunk_metrics,
     critic_loss,
@@ -264,7 +264,7 @@ def test_tanh_gaussian_density_integrates_to_one():
 
 def test_sample_action_log_prob_matches_sample_frequencies():
     """Samples of a = tanh(u): their histogram matches exp(log pi) (change of variables by sampling)."""
-    actor = sac_jax.init_actor(jax.random.key(0), 3, 1, 16, 2)
+    actor = sac.init_actor(jax.random.key(0), 3, 1, 16, 2)
     obs = jnp.tile(jnp.array([[0.5, -1.0, 2.0]]), (200_000, 1))
     action, logp = sample_action(actor, obs, jax.random.key(1))
     assert action.shape == (200_000, 1) and logp.shape == (200_000,)
@@ -279,12 +279,12 @@ def test_sample_action_log_prob_matches_sample_frequencies():
 
 
 def test_q_values_runs_both_critics_at_once():
-    critics = jax.jit(sac_jax.init_critics, static_argnums=(1, 2, 3, 4))(jax.random.key(0), 5, 2, 8, 2)
+    critics = jax.jit(sac.init_critics, static_argnums=(1, 2, 3, 4))(jax.random.key(0), 5, 2, 8, 2)
     obs, action = jnp.ones((7, 5)), jnp.zeros((7, 2))
     q = jax.jit(q_values)(critics, obs, action)
     assert q.shape == (2, 7)
     first = jax.tree.map(lambda x: x[0], critics)
-    one = jax.jit(sac_jax.mlp)(first, jnp.concatenate([obs, action], -1))
+    one = jax.jit(sac.mlp)(first, jnp.concatenate([obs, action], -1))
     np.testing.assert_allclose(q[0], one[:, 0], rtol=1e-5)
     assert not np.allclose(q[0], q[1])  # two independently initialised critics
 
@@ -320,8 +320,8 @@ def test_episode_end_sums_read_the_info_flags_at_episode_ends():
 def test_evaluate_scripted_policies_on_the_same_episodes():
     """Two scripted policies, one group of envs each, in one program: rates read at each
     episode's end; every episode ends by success, collision or off-road within 40 steps."""
-    both = sac_jax.evaluate_policies((_go_to_target, _drive_out), None, jax.random.key(0), PARAMS, 64, PointMass)
-    towards, outward = sac_jax._take(both, 0), sac_jax._take(both, 1)
+    both = sac.evaluate_policies((_go_to_target, _drive_out), None, jax.random.key(0), PARAMS, 64, PointMass)
+    towards, outward = sac._take(both, 0), sac._take(both, 1)
     assert float(towards.accuracy) > 0.6 and float(towards.offroad_rate) == 0.0
     np.testing.assert_allclose(towards.accuracy + towards.collision_rate, 1.0, atol=1e-6)  # only the obstacle stops it
     assert float(outward.offroad_rate) > 0.7  # (a target on the way up-right is a success)
@@ -355,10 +355,10 @@ def test_config_is_checked():
 def test_env_step_stores_terminated_and_bootstraps_truncated_from_the_final_obs():
     params = PARAMS._replace(max_steps=3, goal_radius=0.0, obstacle_radius=0.0)  # only the time limit ends it
     obs, state = jax.vmap(PointMass.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), 4), params)
-    carry = sac_jax.EnvCarry(state, obs, jnp.zeros(4))
+    carry = sac.EnvCarry(state, obs, jnp.zeros(4))
     still = jnp.zeros((4, 2))
     for t in range(3):
-        carry, transition, sums = sac_jax.env_step(PointMass, params, 2.0, carry, still, jax.random.key(t))
+        carry, transition, sums = sac.env_step(PointMass, params, 2.0, carry, still, jax.random.key(t))
     # the third step truncates every env: stored as not terminated, next_obs the observation reached
     assert not bool(transition.terminated.any())
     np.testing.assert_allclose(transition.next_obs, transition.obs, atol=1e-6)  # standing still
@@ -418,7 +418,7 @@ def test_warmup_then_learning(tiny_runs):
     m = {k: v[0] for k, v in chunked.metrics.items()}
     np.testing.assert_array_equal(m["charts/env_steps"], np.arange(1, TINY.num_chunks + 1) * TINY.steps_per_chunk_env)
     assert np.isfinite(m["losses/critic"]).all()  # the first chunk learns after 64 warm-up steps
-    assert TINY.updates_per_run == (TINY.num_chunks * TINY.steps_per_chunk - TINY.warmup_steps) * TINY.utd
+    assert TINY.updates_per_run == (TINY.num_chunks * TINY.steps_per_chunk - TINY.warmup_steps) * TINY.updates_per_step
     assert (m["losses/alpha"] > 0).all() and np.isfinite(m["losses/entropy"]).all()
     assert np.nanmean(m["charts/accuracy"][-5:]) > np.nanmean(m["charts/accuracy"][:2]) + 0.3
 
@@ -427,11 +427,11 @@ def test_sac_learns_the_point_mass(tiny_runs):
     """The trained actor against an untrained one and random actions, on the same episodes;
     ``evaluate`` of actors stacked on a seed axis returns one rate per actor."""
     _, chunked, _, _ = tiny_runs
-    untrained = sac_jax.init_actor(jax.random.key(5), PointMass.OBS_DIM, 2, TINY.width, TINY.depth)
+    untrained = sac.init_actor(jax.random.key(5), PointMass.OBS_DIM, 2, TINY.width, TINY.depth)
     actors = jax.tree.map(lambda a, b: jnp.stack([a[0], b]), chunked.state.learner.actor, untrained)
     key = jax.random.key(7)
     random = evaluate_random(key, PARAMS, 256, env=PointMass)
-    trained, before = (sac_jax._take(evaluate(actors, key, PARAMS, 256, env=PointMass), i) for i in (0, 1))
+    trained, before = (sac._take(evaluate(actors, key, PARAMS, 256, env=PointMass), i) for i in (0, 1))
     assert float(random.accuracy) < 0.1 and float(before.accuracy) < 0.2
     assert float(trained.accuracy) > 0.6, trained
     assert float(trained.episode_return) > float(random.episode_return) + 3.0
@@ -458,16 +458,16 @@ def test_prioritized_replay_path_runs_and_rewrites_priorities():
 
 def test_a_padded_narrow_network_trains_exactly_like_the_narrow_one():
     narrow_cfg, wide = dataclasses.replace(TINY, width=8), 32
-    opt_n, opt_w = sac_jax.make_optimizers(narrow_cfg), sac_jax.make_optimizers(dataclasses.replace(TINY, width=wide))
-    narrow = sac_jax.init_learner(jax.random.key(0), narrow_cfg, 6, 2, opt_n)
+    opt_n, opt_w = sac.make_optimizers(narrow_cfg), sac.make_optimizers(dataclasses.replace(TINY, width=wide))
+    narrow = sac.init_learner(jax.random.key(0), narrow_cfg, 6, 2, opt_n)
     padded = sac_sweep.pad_learner(narrow, wide, opt_w)
-    update_n = jax.jit(lambda lr, b, k: sac_jax.sac_update(lr, b, jnp.ones(64), k, narrow_cfg, opt_n))
-    update_w = jax.jit(lambda lr, b, k: sac_jax.sac_update(lr, b, jnp.ones(64), k, narrow_cfg, opt_w))
+    update_n = jax.jit(lambda lr, b, k: sac.sac_update(lr, b, jnp.ones(64), k, narrow_cfg, opt_n))
+    update_w = jax.jit(lambda lr, b, k: sac.sac_update(lr, b, jnp.ones(64), k, narrow_cfg, opt_w))
     rng = np.random.default_rng(0)
     for i in range(5):
         obs, nxt = (jnp.asarray(rng.normal(size=(64, 6)), jnp.float32) for _ in range(2))
         action = jnp.asarray(rng.uniform(-1, 1, size=(64, 2)), jnp.float32)
-        batch = sac_jax.Transition(obs, action, jnp.asarray(rng.normal(size=64), jnp.float32), jnp.zeros(64, bool), nxt)
+        batch = sac.Transition(obs, action, jnp.asarray(rng.normal(size=64), jnp.float32), jnp.zeros(64, bool), nxt)
         narrow, _, m_n = update_n(narrow, batch, jax.random.key(i))
         padded, _, m_w = update_w(padded, batch, jax.random.key(i))
         np.testing.assert_allclose(m_n["losses/critic"], m_w["losses/critic"], rtol=1e-4)

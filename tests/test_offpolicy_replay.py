@@ -1,4 +1,4 @@
-"""course_lib.replay against naive oracles written here and against flashbax 0.1.3.
+"""course_lib.offpolicy.replay against naive oracles written here and against flashbax 0.1.3.
 
 The oracles are deliberately plain: the numbers of the last ``capacity`` items added for the
 ring, a sum-tree rebuilt from its leaves bottom-up in float32 numpy, a cumulative-sum
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from course_lib import replay
-from course_lib.replay import (
+from course_lib.offpolicy import replay
+from course_lib.offpolicy.replay import (
     NumpyPrioritizedReplay,
     NumpyReplay,
     importance_weights,
