@@ -133,7 +133,8 @@ def run() -> Result:
         for name in ("env_step", "act", "replay_add", "replay_sample", "update")
     )
     scaled = {
-        n: b[n] * (c.updates_per_step if n in ("replay_sample", "update") else 1) for n in ("env_step", "replay_sample", "update")
+        n: b[n] * (c.updates_per_step if n in ("replay_sample", "update") else 1)
+        for n in ("env_step", "replay_sample", "update")
     }
     share = {n: v / b["parts_sum"] for n, v in scaled.items()}
     vmap_vs_seq = m["seeds-vmap"][0] / m["seeds-sequential"][0]

@@ -16,8 +16,9 @@ import optax
 import pytest
 from jax import Array
 
-from course_lib.offpolicy import sac, sweep as sac_sweep
 from course_lib.envs.interface import step_with_auto_reset
+from course_lib.offpolicy import sac
+from course_lib.offpolicy import sweep as sac_sweep
 from course_lib.offpolicy.sac import (
     SACConfig,
     chunk_metrics,

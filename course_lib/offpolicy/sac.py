@@ -56,8 +56,8 @@ import numpy as np
 import optax
 from jax import Array
 
-from course_lib.offpolicy import replay
 from course_lib.envs import driving
+from course_lib.offpolicy import replay
 from course_lib.ppo_jax import use_reliable_xla_cpu_flags
 
 use_reliable_xla_cpu_flags()
@@ -524,7 +524,9 @@ def learn_updates(
 ) -> tuple[Learner, Any, dict[str, Array]]:
     """``updates_per_step`` :func:`learn_step` in a ``lax.scan``; metrics averaged over them."""
     step = functools.partial(learn_step, config, opt, buffer)
-    (learner, priorities), metrics = jax.lax.scan(step, (learner, priorities), jax.random.split(key, config.updates_per_step))
+    (learner, priorities), metrics = jax.lax.scan(
+        step, (learner, priorities), jax.random.split(key, config.updates_per_step)
+    )
     return learner, priorities, {k: v.mean() for k, v in metrics.items()}
 
 
