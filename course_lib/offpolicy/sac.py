@@ -1055,10 +1055,12 @@ def time_breakdown(
     Returns seconds per vectorised env step (``env_step``: stepping the ``num_envs`` envs with
     random actions, auto-reset and episode sums included; ``act``: the actor's sampled
     actions; ``replay_add``), per gradient update (``replay_sample``: one batch;
-    ``update``: one :func:`sac_update` on a fresh batch each time), ``train_step`` (one step
+    ``update``: one :func:`sac_update` on a fresh batch each time; prioritized replay only,
+    ``priority_update``: the batch's new priorities written into the sum-tree), ``train_step`` (one step
     of ``run_chunk`` after the warm-up, its ``updates_per_step`` updates included; ``chunks`` chunks in a
     row, the state donated), ``env_steps_per_s`` and ``updates_per_s`` of training, and
-    ``parts_sum`` (env_step + act + replay_add + updates_per_step x (replay_sample + update)), to compare
+    ``parts_sum`` (env_step + act + replay_add + updates_per_step x (replay_sample + update
+    + priority_update)), to compare
     with ``train_step``. The training program is :func:`jitted_programs`' (compiled once).
     """
     env, env_params = default_env(env, env_params)
@@ -1082,7 +1084,51 @@ def time_breakdown(
     out["env_steps_per_s"] = config.num_envs / out["train_step"]
     out["updates_per_s"] = config.updates_per_step / out["train_step"]
     per_step = out["env_step"] + out["act"] + out["replay_add"]
-    out["parts_sum"] = per_step + config.updates_per_step * (out["replay_sample"] + out["update"])
+    per_update = out["replay_sample"] + out["update"] + out.get("priority_update", 0.0)
+    out["parts_sum"] = per_step + config.updates_per_step * per_update
+    return out
+
+
+def training_rates(
+    configs: list[SACConfig], env: ContinuousEnv | None = None, env_params: Any = None, rounds: int = 3
+) -> list[dict[str, float]]:
+    """Env steps/s and gradient updates/s of the training program of each config, side by
+    side: the programs compiled together (one thread each), each run past its warm-up, then
+    one chunk of each in turn (A B C A B C ...: a change of load hits every config alike) for
+    ``rounds`` rounds after a warm-up round; medians. For a knob such as ``updates_per_step``
+    (the update-to-data ratio) or ``num_envs``.
+
+    Returns one dict per config: ``env_steps_per_s``, ``updates_per_s``, ``utd`` (updates
+    per env transition), ``step_ms`` (one vectorised step).
+    """
+    env, env_params = default_env(env, env_params)
+    programs = [jitted_programs(c, env, env_params) for c in configs]
+    shapes = [jax.eval_shape(init, jax.random.key(0)) for init, _ in programs]
+    compile_together([(chunk, (shape,)) for (_, chunk), shape in zip(programs, shapes)])
+    states = []
+    for c, (init, chunk) in zip(configs, programs):
+        state = init(jax.random.key(0))
+        for _ in range(-(-c.warmup_steps // c.steps_per_chunk)):
+            state, _ = chunk(state)  # past the warm-up: every timed step learns
+        states.append(jax.block_until_ready(state))
+    times: list[list[float]] = [[] for _ in configs]
+    for _ in range(rounds + 1):
+        for i, (_, chunk) in enumerate(programs):
+            t0 = time.perf_counter()
+            states[i], metrics = chunk(states[i])
+            jax.block_until_ready(metrics)
+            times[i].append(time.perf_counter() - t0)
+    out = []
+    for c, t in zip(configs, times):
+        step = statistics.median(t[1:]) / c.steps_per_chunk  # the first round: warm-up
+        out.append(
+            {
+                "env_steps_per_s": c.num_envs / step,
+                "updates_per_s": c.updates_per_step / step,
+                "utd": c.utd,
+                "step_ms": step * 1e3,
+            }
+        )
     return out
 
 
@@ -1136,11 +1182,24 @@ def _part_loops(
 
         return jax.lax.scan(body, learner, (batches, keys))[0].log_alpha
 
+    def priority_loop(priorities: Any, indices: Array, td: Array) -> Any:
+        def body(pr: Any, xs: tuple[Array, Array]) -> tuple[Any, None]:
+            idx, err = xs
+            buffer = replay.per_update(set_priorities(config, state.buffer, pr), idx, err + config.per_eps)
+            return get_priorities(config, buffer), None
+
+        return jax.lax.scan(body, priorities, (indices, td))[0]
+
     batches = jax.jit(jax.vmap(lambda k: buffer_sample(config, state.buffer, k)))(keys)  # fresh batch per update
-    return {
+    td_errors = jax.random.uniform(jax.random.key(5), (n, config.batch_size))  # their values do not change its time
+    parts = {
         "env_step": (jax.jit(env_loop), lambda: (state.env, keys)),
         "act": (jax.jit(act_loop), lambda: (state.learner.actor, state.env.obs, keys)),
         "replay_add": (jax.jit(add_loop, donate_argnums=0), lambda: (jax.tree.map(jnp.copy, state.buffer), transition)),
         "replay_sample": (jax.jit(sample_loop), lambda: (state.buffer, keys)),
         "update": (jax.jit(update_loop), lambda: (state.learner, batches, keys)),
     }
+    if config.prioritized:  # writing the batch's new priorities into the sum-tree
+        priorities = lambda: (jax.tree.map(jnp.copy, get_priorities(config, state.buffer)), batches[1], td_errors)  # noqa: E731
+        parts["priority_update"] = (jax.jit(priority_loop, donate_argnums=0), priorities)
+    return parts
