@@ -23,13 +23,13 @@ from course_lib.course.grading.lessons import l06_off_policy_scale as l06
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "06_off_policy_scale"
-NAMES = ("bicycle_step", "sumtree_find", "soft_bellman_target", "polyak_update")
+NAMES = ("bicycle_step", "sumtree_find", "importance_weights", "soft_bellman_target", "polyak_update")
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_registry_lists_the_four_exercises():
-    gh.assert_registry(LESSON, NAMES, ("6", "off_policy_scale"), points=50)
+def test_registry_lists_the_five_exercises():
+    gh.assert_registry(LESSON, NAMES, ("6", "off_policy_scale"), points=60)
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
@@ -45,6 +45,15 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "sumtree_find-no_subtraction",
         "sumtree_find-starts_at_index_0",
         "sumtree_find-leaf_off_by_one",
+        "sumtree_find-searchsorted_scan",
+        "sumtree_find-asarray_scan",
+        "sumtree_find-python_loop_scan",
+        "sumtree_find-stops_one_level_early",
+        "importance_weights-mean_normalisation",
+        "importance_weights-not_normalised",
+        "importance_weights-beta_sign",
+        "importance_weights-n_missing",
+        "importance_weights-power_on_p_only",
         "soft_bellman_target-max_of_critics",
         "soft_bellman_target-plus_alpha_logp",
         "soft_bellman_target-no_done_mask",
@@ -55,7 +64,7 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "polyak_update-first_leaf_only",
         "polyak_update-in_place",
     }
-    gh.assert_slips_planted(MUTANTS, slips)
+    gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
 
 # ---------------------------------------------------------------------------------------
@@ -112,6 +121,121 @@ def test_each_sumtree_slip_changes_the_answer_on_the_hand_trees():
         ), message
 
 
+# ---------------------------------------------------------------------------------------
+# The read-counting tree: a natural descent passes, a scan cannot hide
+# ---------------------------------------------------------------------------------------
+
+
+def _descent_reading_both_children(tree, u):
+    """A correct descent written another natural way: tree.shape, both children, the root read."""
+    capacity = tree.shape[0] // 2
+    node, total = 1, tree[1]
+    assert u < total
+    while node < capacity:
+        left, right = tree[2 * node], tree[2 * node + 1]
+        if u < left or right == 0:
+            node = 2 * node
+        else:
+            u = u - left
+            node = 2 * node + 1
+    return node - capacity
+
+
+def _recursive_descent(tree, u, i=1):
+    capacity = len(tree) // 2
+    if i >= capacity:
+        return i - capacity
+    left = tree[np.int64(2 * i)]  # a numpy int index works too
+    return _recursive_descent(tree, u, 2 * i) if u < left else _recursive_descent(tree, u - left, 2 * i + 1)
+
+
+@pytest.mark.parametrize("descent", [_descent_reading_both_children, _recursive_descent])
+def test_other_natural_descents_pass(descent):
+    outcome = run_exercise(l06.SUMTREE_FIND, descent)
+    assert outcome.passed, outcome.message
+
+
+def test_the_read_counting_tree_counts_single_reads_and_refuses_bulk_access():
+    values = l06.build_tree([1.0, 0.0, 3.0, 4.0])
+    tree = l06.ReadCountingTree(values)
+    assert len(tree) == 8 and tree.shape == (8,) and tree.size == 8 and tree.ndim == 1
+    assert tree[1] == 8.0 and tree[np.int32(2)] == 1.0 and tree[-1] == 4.0 and isinstance(tree[3], np.float64)
+    assert tree.nodes_read == {1, 2, 3, 7}
+    refused = {
+        "slice": lambda: tree[4:],
+        "index array": lambda: tree[np.arange(4, 8)],
+        "list": lambda: list(tree),
+        "sum": lambda: sum(tree),
+        "in": lambda: 3.0 in tree,
+        "np.asarray": lambda: np.asarray(tree),
+        "np.cumsum": lambda: np.cumsum(tree),
+        "np.searchsorted": lambda: np.searchsorted(tree, 1.0),
+        ".sum()": lambda: tree.sum(),
+        ".tolist()": lambda: tree.tolist(),
+        "write": lambda: tree.__setitem__(4, 0.0),
+        "float index": lambda: tree[2.0],
+    }
+    for name, access in refused.items():
+        with pytest.raises(l06.TreeRefusal):
+            access()
+        assert tree.nodes_read == {1, 2, 3, 7}, name
+    with pytest.raises(IndexError):
+        tree[8]
+    assert not hasattr(tree, "cumsum")  # numpy's and JAX's probes move on to __array__
+    assert [l06.read_limit(c) for c in (1, 2, 1024, 16384)] == [1, 3, 21, 29]
+
+
+def test_the_solution_reads_one_node_per_level():
+    solve = solution_function(LESSON, "sumtree_find")
+    rng = np.random.default_rng(3)
+    for capacity in (1, 8, 1024):
+        leaves = l06.random_leaves(rng, capacity)
+        for u in l06._probe_points(leaves, rng, 5):
+            tree = l06.ReadCountingTree(l06.build_tree(leaves))
+            assert solve(tree, u) == l06.naive_find(leaves, u)
+            assert len(tree.nodes_read) == capacity.bit_length() - 1  # the left child at each level
+
+
+# ---------------------------------------------------------------------------------------
+# Importance weights (06.8)
+# ---------------------------------------------------------------------------------------
+
+
+def test_importance_weights_oracle_equals_the_solution_and_the_library():
+    from course_lib.offpolicy import replay
+
+    solve = solution_function(LESSON, "importance_weights")
+    for seed, n_items, k in ((0, 64, 32), (9, 1000, 256), (2, 5, 1)):
+        p, n, beta = l06.iw_batch(seed, n_items, k)
+        for normalize in (True, False):
+            np.testing.assert_allclose(
+                np.asarray(solve(p, n, beta, normalize=normalize)), l06.naive_weights(p, n, beta, normalize), rtol=1e-5
+            )
+        lib = replay.importance_weights(p.astype(np.float32), n, beta)
+        np.testing.assert_allclose(np.asarray(lib), l06.naive_weights(p, n, beta), rtol=1e-5)
+    p, n = l06.IW_HAND
+    for beta, raw, normalised in l06.IW_HAND_WEIGHTS:
+        np.testing.assert_allclose(l06.naive_weights(p, n, beta, False), raw)
+        np.testing.assert_allclose(l06.naive_weights(p, n, beta, True), normalised)
+
+
+def test_each_weight_slip_changes_the_answer_on_the_hand_batch():
+    """A slip the grader can name must differ from (06.8) on the hand batch, raw or normalised,
+    and (where both are possible) be told apart from the other slips there."""
+    p, n = l06.IW_HAND
+    beta = l06.IW_HAND_WEIGHTS[0][0]
+    answers = {}
+    for message, slip in l06.IW_SLIPS.items():
+        wrong = [l06.naive_weights(p, n, beta, normalize, **slip) for normalize in (False, True)]
+        right = [l06.naive_weights(p, n, beta, normalize) for normalize in (False, True)]
+        assert any(not np.allclose(w, r) for w, r in zip(wrong, right)), message
+        answers[message] = np.concatenate(wrong)
+    messages = list(answers)
+    for i, a in enumerate(messages):
+        for b in messages[i + 1 :]:
+            assert not np.allclose(answers[a], answers[b]), (a, b)
+
+
 def test_soft_bellman_oracle_equals_the_solution_and_each_slip_differs():
     solve = solution_function(LESSON, "soft_bellman_target")
     for seed, n in ((0, 64), (11, 300)):
@@ -155,6 +279,12 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
         (lambda *a: tuple(np.zeros(3) for _ in range(4)), "expected ()"),
         (lambda *a: ("x", "y", "psi", "v"), "expected an array"),
     ],
+    "importance_weights": [
+        (lambda p, n, b, normalize=True: None, "did you forget to `return` it?"),
+        (lambda p, n, b, normalize=True: float(np.sum(p)), "expected (4,)"),
+        (lambda p, n, b, normalize=True: list(p), "expected an array"),
+        (lambda p, n, b, normalize=True: np.ones(len(p), dtype=np.int64), "expected a float array"),
+    ],
     "sumtree_find": [
         (lambda tree, u: None, "expected an int item index"),
         (lambda tree, u: 0.0, "not a float"),
@@ -181,7 +311,7 @@ def test_bad_submissions_are_reported(name, fn, fragment):
 
 
 def test_an_infinite_loop_times_out_and_an_exception_is_reported():
-    gh.assert_infinite_loop_times_out(l06.SUMTREE_FIND, _forever, ["timeout", "skipped", "skipped", "skipped"])
+    gh.assert_infinite_loop_times_out(l06.SUMTREE_FIND, _forever, ["timeout"] + ["skipped"] * 4)
 
     def broken(target, online, tau):
         return target.no_such_attribute
@@ -203,5 +333,5 @@ def test_not_a_function_is_reported():
 @pytest.mark.usefixtures("no_orphans")
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("speed_before_position", "less_or_equal", "max_of_critics", "in_place")
+    picked = ("speed_before_position", "searchsorted_scan", "mean_normalisation", "max_of_critics", "in_place")
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -22,20 +22,23 @@
 # course grade exercises/06_off_policy_scale.ipynb
 # ```
 #
-# The equations are numbered as in `lessons/06_off_policy_scale.ipynb`. These are the four
+# The equations are numbered as in `lessons/06_off_policy_scale.ipynb`. These are the five
 # pieces of the lesson's off-policy learner that are easiest to get subtly wrong: the
-# driving simulator's step, the sum-tree descent behind prioritized replay, the target of
-# Soft Actor-Critic's critics, and the slow copy that makes its target critics. Exercises
-# 1, 3 and 4 run inside jitted programs in the lesson, so write them with `jax.numpy`
-# (`jnp`) and no Python `if` on array values: the checks call them under `jax.jit` too.
-# Exercise 2 is plain Python.
+# driving simulator's step, the sum-tree descent behind prioritized replay and the
+# importance weights that correct its bias, the target of Soft Actor-Critic's critics, and
+# the slow copy that makes its target critics. Each statement below is complete: you need
+# no library code to write it. Exercises 1, 3, 4 and 5 run inside jitted programs in the
+# lesson, so write them with `jax.numpy` (`jnp`) and no Python `if` on array values: the
+# checks call them under `jax.jit` too. Exercise 2 is plain Python that reads the tree one
+# node at a time.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `bicycle_step`: the kinematic bicycle model | 15 | ★★☆ | 20 min |
 # | 2. `sumtree_find`: the sum-tree descent of prioritized replay | 15 | ★★☆ | 25 min |
-# | 3. `soft_bellman_target`: SAC's critic target | 10 | ★☆☆ | 10 min |
-# | 4. `polyak_update`: the target networks' slow copy | 10 | ★☆☆ | 10 min |
+# | 3. `importance_weights`: prioritized replay's bias correction | 10 | ★☆☆ | 15 min |
+# | 4. `soft_bellman_target`: SAC's critic target | 10 | ★☆☆ | 10 min |
+# | 5. `polyak_update`: the target networks' slow copy | 10 | ★☆☆ | 10 min |
 
 # %%
 import jax
@@ -150,9 +153,9 @@ check("06_off_policy_scale", "bicycle_step", bicycle_step)
 #
 # where $p_i$ is its priority (its last TD error, plus a small constant) and $\alpha$
 # says how much prioritization is used ($\alpha = 0$: uniform). The sampling bias is
-# corrected in the loss by the importance weights $w_i = (N\,P(i))^{-\beta} / \max_j w_j$
-# (eq. 06.8). With a million transitions a cumulative sum per draw is too slow; a **sum
-# tree** draws one in $O(\log N)$ and updates a priority in $O(\log N)$.
+# corrected in the loss by importance weights (exercise 3). With a million transitions a
+# cumulative sum per draw is too slow; a **sum tree** draws one in $O(\log N)$ and updates
+# a priority in $O(\log N)$.
 #
 # The layout, an implicit binary heap in one array: `tree` is a float array of length
 # `2 * capacity`, `capacity` a power of two. The **root is at index 1** and holds the
@@ -178,14 +181,27 @@ check("06_off_policy_scale", "bicycle_step", bicycle_step)
 # plain Python loop; return the **item index** `j` (a Python int from `0` to
 # `capacity - 1`), not the tree index.
 #
-# **How it is graded:** the tree drawn above and trees of capacity 1 and 2; random trees
-# (capacity up to 64, with runs of zero leaves, garbage in index 0) against a
-# cumulative-sum oracle (`np.searchsorted(np.cumsum(leaves), u, side="right")`) at random
-# `u`, at `u = 0`, at every boundary between items and just below the total; items of
-# priority zero never drawn; stratified draws whose counts are proportional to the leaves
-# (06.7); the tree left unchanged. Returning the tree index, `<=` instead of `<`,
-# forgetting to subtract the left sum, starting at index 0 and an off-by-one at the leaves
-# are named in the message.
+# **Read the tree one node at a time.** The point of the tree is that a draw looks at
+# one path from the root to a leaf, $\log_2(\text{capacity})$ levels, never at all the
+# leaves. So the checks hand you the tree as a read-only object that counts the nodes you
+# read: `len(tree)` (also `tree.shape`, `tree.size`) and `tree[i]` for an int `i` work as
+# on a numpy array, and **one draw may read at most $2\log_2(\text{capacity}) + 1$
+# different nodes** (both children at every level, plus the root). Slices (`tree[c:]`),
+# iteration (`for`, `list`, `sum`), `np.asarray(tree)`, numpy or `jnp` functions of the
+# whole tree (`np.cumsum`, `np.searchsorted`) and methods such as `tree.sum()` raise an
+# error that the check reports. A cumulative sum of the leaves is exactly what the tree
+# exists to avoid: a linear scan, $O(N)$ per draw. The demo cell below passes a numpy
+# array, which allows everything; the check does not.
+#
+# **How it is graded:** the tree drawn above and trees of capacity 1 and 2; trees of
+# capacity 1024 and 16384 whose draws must each read at most $2\log_2(\text{capacity}) + 1$
+# nodes (21 and 29); random trees (capacity up to 64, with runs of zero leaves, garbage in
+# index 0) against a cumulative-sum oracle at random `u`, at `u = 0`, at every boundary
+# between items and just below the total; items of priority zero never drawn; stratified
+# draws whose counts are proportional to the leaves (06.7). A linear scan (a cumulative
+# sum or a loop over the leaves), returning the tree index, `<=` instead of `<`,
+# forgetting to subtract the left sum, starting at index 0, stopping one level above the
+# leaves and an off-by-one at the leaves are named in the message.
 #
 # <details><summary>Hint 1</summary>
 # <code>capacity = len(tree) // 2</code>; start at <code>i = 1</code> and loop while
@@ -206,8 +222,8 @@ def sumtree_find(tree, u):
     """The item whose slice of [0, total) holds ``u``: the sum-tree descent (eq. 06.7).
 
     Args:
-        tree: float array [2 * capacity]: root at 1, node i's children at 2i and 2i + 1,
-            item j's leaf at capacity + j; index 0 unused.
+        tree: float array-like [2 * capacity]: root at 1, node i's children at 2i and 2i + 1,
+            item j's leaf at capacity + j; index 0 unused. Read it node by node (tree[i]).
         u: a float with 0 <= u < tree[1].
 
     Returns:
@@ -233,15 +249,122 @@ print("u = 0.5, 1.0, 4.0, 7.99 ->", [sumtree_find(drawn_tree, u) for u in (0.5, 
 counts = np.bincount([sumtree_find(drawn_tree, (k + 0.5) * 8.0 / 800) for k in range(800)], minlength=4)
 print("800 stratified draws:", counts.tolist(), "for leaves", drawn_tree[4:].tolist())
 
+
+class CountReads:  # records the nodes a draw reads, as the check's tree does (it also refuses slices)
+    def __init__(self, values):
+        self.values, self.read = values, set()
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, i):
+        self.read.add(i)
+        return self.values[i]
+
+
+big = np.zeros(2 * 1024)
+big[1024:] = 1.0  # 1024 items of equal priority
+for node in range(1023, 0, -1):
+    big[node] = big[2 * node] + big[2 * node + 1]
+reads = CountReads(big)
+item = sumtree_find(reads, 700.5)
+print(f"capacity 1024, u = 700.5 -> item {item}, after reading {len(reads.read)} nodes (the check allows 21)")
+
 # %% tags=["exercise-check"]
 check("06_off_policy_scale", "sumtree_find", sumtree_find)
 
 # %% [markdown]
-# ## Exercise 3 · SAC's critic target (★☆☆, 10 min, 10 points)
+# ## Exercise 3 · Prioritized replay's importance weights (★☆☆, 15 min, 10 points)
+#
+# Drawing item $i$ with probability $P(i)$ of (06.7) instead of uniformly changes what the
+# learner averages: an item drawn twice as often as under uniform sampling counts twice in
+# the expected update. Schaul et al. (2016) correct this by scaling item $i$'s loss with an
+# importance weight, normalised by the largest weight in the sampled batch:
+#
+# $$w_i = \frac{(N\,P(i))^{-\beta}}{\max_j w_j} \qquad (06.8)$$
+#
+# where $N$ is the number of items stored and $N\,P(i)$ says how much more often than
+# uniform ($1/N$) item $i$ is drawn. Before the normalisation, the **raw** weight
+# $(N\,P(i))^{-\beta}$ is 1 for every item when sampling is uniform, below 1 for an item
+# drawn more often than uniform and above 1 for one drawn less often. At $\beta = 1$ it is
+# $1/(N\,P(i))$, which undoes the prioritization exactly: for any per-item quantity $f$,
+# $\sum_i P(i)\,w_i f_i = \frac{1}{N}\sum_i f_i$, the uniform average. Smaller $\beta$
+# corrects only part of the bias (training anneals $\beta$ from about 0.4 to 1). Dividing by
+# the batch's largest weight keeps every weight in $(0, 1]$, so the weights only ever scale
+# updates down; it also cancels $N$, which is why the checks look at the raw weights too.
+#
+# Write `importance_weights(probabilities, n_stored, beta, normalize=True)`:
+# `probabilities` is a float array `[K]`, the $P(i)$ of the $K$ items of a sampled batch;
+# `n_stored` is $N$ (an int, or an int32 array under `jax.jit`); `beta` a scalar. Return
+# the float array `[K]` of weights: (06.8) when `normalize` is true, the raw weights
+# $(N\,P(i))^{-\beta}$ when it is false. `normalize` is a Python bool, so an `if` on it is
+# fine; use `jnp` for the arithmetic, and never change the array you are given.
+#
+# **How it is graded:** a hand-computed batch ($P = [1/2, 1/4, 1/8, 1/8]$, $N = 4$, at
+# $\beta = 0.5$ and $1$, raw and normalised); uniform sampling and $\beta = 0$, which weigh
+# every item 1; random batches against (06.8) written out one weight at a time, whose
+# largest normalised weight is 1; at $\beta = 1$ the raw weights over all $N$ items turn
+# the $P$-weighted average into the uniform one; a call under `jax.jit` with `beta` and
+# `n_stored` traced. Dividing by the mean, the sum or the smallest weight instead of the
+# largest, no normalisation, normalising the raw weights, the wrong sign of $\beta$, a
+# missing $N$, $P / N$ instead of $N P$, and $N P^{-\beta}$ instead of $(N P)^{-\beta}$
+# are named in the message.
+#
+# <details><summary>Hint 1</summary>
+# First the raw weights, one line for all <code>K</code> items; then, only if
+# <code>normalize</code>, divide them by their largest value.
+# </details>
+# <details><summary>Hint 2</summary>
+# <code>w = (n_stored * probabilities) ** (-beta)</code>: the brackets matter, since
+# <code>**</code> binds tighter than <code>*</code>.
+# </details>
+# <details><summary>Hint 3</summary>
+# <code>if normalize: w = w / jnp.max(w)</code>, then <code>return w</code>. Python's
+# <code>max</code> fails under <code>jax.jit</code>.
+# </details>
+
+
+# %% tags=["exercise"]
+def importance_weights(probabilities, n_stored, beta, normalize=True):
+    """Prioritized replay's importance weights (eq. 06.8) for a sampled batch.
+
+    Args:
+        probabilities: [K] the probability P(i) of each sampled item (eq. 06.7).
+        n_stored: N, the number of items in the buffer (an int or an int32 array).
+        beta: how much of the sampling bias to correct, 0 (none) to 1 (all).
+        normalize: divide by the batch's largest weight (True) or return the raw weights.
+
+    Returns:
+        w: [K] float weights, (N P(i))^(-beta), divided by their max if normalize.
+    """
+    ### BEGIN SOLUTION
+    w = (n_stored * probabilities) ** (-beta)  # raw: 1 for every item under uniform sampling
+    if normalize:  # a Python bool, not an array: the `if` is fine under jax.jit
+        w = w / jnp.max(w)  # the batch's largest weight becomes 1
+    return w
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+batch_p = jnp.array([0.5, 0.25, 0.125, 0.125])
+print("raw, beta = 1:         ", np.round(np.asarray(importance_weights(batch_p, 4, 1.0, normalize=False)), 4))
+print("normalised, beta = 1:  ", np.round(np.asarray(importance_weights(batch_p, 4, 1.0)), 4))
+print("normalised, beta = 0.5:", np.round(np.asarray(importance_weights(batch_p, 4, 0.5)), 4))
+print("(by hand: N P = [2, 1, 0.5, 0.5]; raw [0.5, 1, 2, 2]; normalised [0.25, 0.5, 1, 1] and [0.5, 0.7071, 1, 1])")
+all_p = jnp.array([0.4, 0.3, 0.2, 0.1])  # every item of a buffer of N = 4
+f = jnp.array([1.0, -2.0, 3.0, 5.0])
+w_all = importance_weights(all_p, 4, 1.0, normalize=False)
+print(f"beta = 1: sum_i P(i) w_i f_i = {float(jnp.sum(all_p * w_all * f)):.4f}, the uniform mean {float(f.mean()):.4f}")
+
+# %% tags=["exercise-check"]
+check("06_off_policy_scale", "importance_weights", importance_weights)
+
+# %% [markdown]
+# ## Exercise 4 · SAC's critic target (★☆☆, 10 min, 10 points)
 #
 # Soft Actor-Critic (Haarnoja et al. 2018) learns two critics $Q_{\theta_1}, Q_{\theta_2}$
 # and keeps a slow copy of each, the target critics $Q_{\bar\theta_1}, Q_{\bar\theta_2}$
-# (exercise 4). For a transition $(s, a, r, s', d)$ from the replay buffer it draws a
+# (exercise 5). For a transition $(s, a, r, s', d)$ from the replay buffer it draws a
 # fresh action $a' \sim \pi(\cdot\mid s')$ from the current policy and regresses both
 # critics on the soft Bellman target
 #
@@ -323,7 +446,7 @@ print("y =", np.round(np.asarray(y), 4), "(by hand: 2.98, 3.51, -1.0, 0.236)")
 check("06_off_policy_scale", "soft_bellman_target", soft_bellman_target)
 
 # %% [markdown]
-# ## Exercise 4 · The target networks' slow copy (★☆☆, 10 min, 10 points)
+# ## Exercise 5 · The target networks' slow copy (★☆☆, 10 min, 10 points)
 #
 # The target critics of (06.2) trail the online critics: after every gradient step
 # each parameter moves a small fraction $\tau$ of the way to the online one (Polyak

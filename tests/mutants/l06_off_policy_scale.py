@@ -3,7 +3,7 @@
 
 from conftest import Mutant
 
-BS, ST, SB, PU = "bicycle_step", "sumtree_find", "soft_bellman_target", "polyak_update"
+BS, ST, IW, SB, PU = "bicycle_step", "sumtree_find", "importance_weights", "soft_bellman_target", "polyak_update"
 
 X_LINE = "    x_new = x + v * jnp.cos(psi + beta) * dt\n"
 Y_LINE = "    y_new = y + v * jnp.sin(psi + beta) * dt\n"
@@ -13,6 +13,8 @@ SOFT = "    soft_value = jnp.minimum(q1_next, q2_next) - alpha * logp_next  # th
 # the last line of a cell ends without a newline
 TARGET = "    return reward + gamma * (1.0 - done) * soft_value  # a terminated s' has no future"
 POLYAK = "    return jax.tree.map(lambda t, o: tau * o + (1.0 - tau) * t, target, online)"
+ROOT = "    i = 1  # the root\n"
+RAW = "(n_stored * probabilities) ** (-beta)"
 
 MUTANTS: list[Mutant] = [
     # bicycle_step: the slip angle, the direction of motion, the yaw rate, the order of the updates, the clip
@@ -100,6 +102,47 @@ MUTANTS: list[Mutant] = [
         "    return i - capacity + 1  #",
         "off by one at the leaves",
     ),
+    # sumtree_find: a linear scan instead of the descent (refused or over the read limit), a level short
+    Mutant(
+        ST,
+        "searchsorted_scan",
+        ROOT,
+        '    return int(np.searchsorted(np.cumsum(tree[capacity:]), u, side="right"))\n' + ROOT,
+        "linear scan",
+    ),
+    Mutant(
+        ST,
+        "asarray_scan",
+        ROOT,
+        "    leaves = np.asarray(tree)[capacity:]\n"
+        '    return int(np.searchsorted(np.cumsum(leaves), u, side="right"))\n' + ROOT,
+        "linear scan",
+    ),
+    Mutant(
+        ST,
+        "python_loop_scan",
+        ROOT,
+        "    total = 0.0\n"
+        "    for j in range(capacity):  # a linear scan over the leaves\n"
+        "        total += tree[capacity + j]\n"
+        "        if u < total:\n"
+        "            return j\n" + ROOT,
+        "linear scan",
+    ),
+    Mutant(
+        ST, "stops_one_level_early", "while i < capacity:", "while i < capacity // 2:", "one level above the leaves"
+    ),
+    # importance_weights: the normalisation, the sign of beta, N, the precedence of **
+    Mutant(IW, "mean_normalisation", "w / jnp.max(w)", "w / jnp.mean(w)", "divided by their mean"),
+    Mutant(IW, "sum_normalisation", "w / jnp.max(w)", "w / jnp.sum(w)", "divided by their sum"),
+    Mutant(IW, "min_normalisation", "w / jnp.max(w)", "w / jnp.min(w)", "divided by the smallest"),
+    Mutant(IW, "not_normalised", "w = w / jnp.max(w)", "w = w", "not normalised"),
+    Mutant(IW, "always_normalised", "    if normalize:", "    if True:", "must return the raw weights"),
+    Mutant(IW, "beta_sign", "** (-beta)", "** beta", "wrong sign"),
+    Mutant(IW, "n_missing", RAW, "probabilities ** (-beta)", "N is missing"),
+    Mutant(IW, "p_over_n", RAW, "(probabilities / n_stored) ** (-beta)", "P(i) / N"),
+    Mutant(IW, "power_on_p_only", RAW, "n_stored * probabilities ** (-beta)", "as a whole"),
+    Mutant(IW, "python_max", "jnp.max(w)", "max(w)", "fails under jax.jit"),
     # soft_bellman_target: the twin critics, the entropy term, the mask, the discount
     Mutant(
         SB, "max_of_critics", "jnp.minimum(q1_next, q2_next)", "jnp.maximum(q1_next, q2_next)", "maximum of the critics"

@@ -1,11 +1,12 @@
 """Lesson 06's graded exercises: the kinematic bicycle step of the driving simulator, the
-sum-tree descent of prioritized replay, SAC's soft Bellman target, and the Polyak update of
-the target networks.
+sum-tree descent of prioritized replay, prioritized replay's importance weights, SAC's soft
+Bellman target, and the Polyak update of the target networks.
 
 The learner writes:
 
 * ``bicycle_step(x, y, psi, v, accel, steer, l_f, l_r, dt, v_max) -> (x', y', psi', v')``  (eq. 06.1)
 * ``sumtree_find(tree, u) -> j``  (the descent that samples eq. 06.7)
+* ``importance_weights(probabilities, n_stored, beta, normalize=True) -> w [K]``  (eq. 06.8)
 * ``soft_bellman_target(reward, done, q1_next, q2_next, logp_next, alpha, gamma) -> y [B]``  (eq. 06.2)
 * ``polyak_update(target, online, tau) -> pytree``  (eq. 06.6)
 
@@ -13,10 +14,18 @@ The checks never call ``course_lib.envs``, ``course_lib.offpolicy.replay`` or ``
 The oracles: (06.1) evaluated one car at a time with ``math`` in float64, and a circle whose
 closure depends only on the yaw rate; a cumulative sum and ``np.searchsorted`` for the
 sum tree (its leaves are multiples of 1/8, so every sum is exact and boundaries can be hit
-exactly), and stratified draws whose counts are known in advance; (06.2) written out one
+exactly), and stratified draws whose counts are known in advance; (06.8) one weight at a
+time in float64, and the unbiasedness it buys at beta = 1; (06.2) written out one
 transition at a time; a recursive walk over dicts, lists and tuples for the Polyak update,
 and the closed form ``(1 - tau)^n`` of its repeated application. Each oracle takes keyword
 switches that compute a known slip, so a wrong answer that matches one is named.
+
+The sum tree reaches ``sumtree_find`` as a :class:`ReadCountingTree`: a read-only object
+read one node at a time (``tree[i]``, ``len(tree)``), which refuses slices, iteration and
+whole-array numpy, and counts the distinct nodes a draw reads. A draw may read at most
+``2 log2(capacity) + 1`` of them (both children at each level of the descent, and the root),
+so a linear scan over the leaves (``np.searchsorted`` of their cumulative sum, or a Python
+loop) fails on large trees, where it reads hundreds.
 """
 
 from __future__ import annotations
@@ -351,6 +360,109 @@ BICYCLE_STEP = Exercise(
 ST = "sumtree_find"
 
 
+class TreeRefusal(Exception):
+    """The grader's tree refused an access that reads more than one node (or writes)."""
+
+
+class TreeReadError(TreeRefusal, TypeError):
+    """A slice, an index array, iteration, ``np.asarray`` or a write on the grader's tree."""
+
+
+class TreeAttributeError(TreeRefusal, AttributeError):
+    """An array method (``.sum()``, ``.cumsum()``, ``.tolist()``, ...) on the grader's tree.
+
+    An ``AttributeError`` too, so that numpy's and JAX's probing (``hasattr``) moves on to
+    ``__array__``, which refuses with the same explanation."""
+
+
+BULK = "the tree is read one node at a time, tree[i] with an int i"
+
+
+class ReadCountingTree:
+    """The sum tree the checks hand to ``sumtree_find``: read-only, one node at a time, counted.
+
+    It supports what a descent uses, ``len(tree)``, ``tree.shape``, ``tree.size``,
+    ``tree.ndim``, ``tree.dtype`` and ``tree[i]`` for one int ``i`` (a numpy float64 back,
+    negative ``i`` as numpy reads it), and records the set of nodes read in ``nodes_read``.
+    Everything that would read many nodes in one go raises :class:`TreeRefusal`: a slice, an
+    index array, iteration (``for``, ``list``, ``sum``, ``in``), ``np.asarray`` and every
+    numpy or jnp function of the whole tree (``np.cumsum``, ``np.searchsorted``, ...), array
+    methods (``.sum()``, ``.cumsum()``); writes raise too. So a draw's reads are exactly the
+    nodes it looked at, and a linear scan over the leaves shows up as ``capacity`` reads.
+    """
+
+    __slots__ = ("_values", "nodes_read")
+
+    def __init__(self, values: NDArray[np.float64]) -> None:
+        self._values = np.array(values, dtype=np.float64)
+        self._values.setflags(write=False)
+        self.nodes_read: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._values.shape
+
+    @property
+    def size(self) -> int:
+        return int(self._values.size)
+
+    @property
+    def ndim(self) -> int:
+        return 1
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._values.dtype
+
+    def __getitem__(self, key: Any) -> np.float64:
+        if isinstance(key, slice):
+            start = "" if key.start is None else key.start
+            stop = "" if key.stop is None else key.stop
+            raise TreeReadError(f"a slice of the tree, tree[{start}:{stop}]")
+        if isinstance(key, float | np.floating):
+            raise TreeReadError(f"tree[{fmt_number(key)}]: a node index is an int (use // to halve it)")
+        try:
+            k = operator.index(key)
+        except TypeError:
+            raise TreeReadError(f"tree[...] with {describe_type(key)}, many nodes at once") from None
+        n = len(self._values)
+        if not -n <= k < n:
+            raise IndexError(f"index {k} is out of bounds for the tree of length {n}")
+        k %= n
+        self.nodes_read.add(k)
+        return np.float64(self._values[k])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TreeReadError("a write to the tree: it is read-only, a draw only reads it")
+
+    def __iter__(self) -> Any:
+        raise TreeReadError("iterating over the tree (a for loop, list, sum, in)")
+
+    def __contains__(self, value: Any) -> bool:
+        raise TreeReadError("`in` on the tree, which reads every node")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TreeReadError("np.asarray or a numpy/jnp function of the whole tree")
+
+    def __getattr__(self, name: str) -> Any:
+        raise TreeAttributeError(f"tree.{name} (or np.{name}(tree)): the whole tree at once")
+
+    def __repr__(self) -> str:
+        return f"<sum tree of capacity {len(self._values) // 2}, read node by node>"
+
+
+def read_limit(capacity: int) -> int:
+    """The most distinct nodes one draw may read: both children at each of the log2(capacity)
+    levels of the descent, plus the root."""
+    return 2 * (capacity.bit_length() - 1) + 1
+
+
+SCAN = "a linear scan; the descent reads one path from the root"
+
+
 def build_tree(leaves: Any, garbage: float = math.nan) -> NDArray[np.float64]:
     """The layout of the exercise: root at 1, children 2i and 2i + 1, item j at capacity + j;
     index 0 holds ``garbage`` (NaN: a descent that reads it goes wrong visibly, and never loops)."""
@@ -379,11 +491,12 @@ def slipped_descent(
     subtract: bool = True,
     offset: int = 0,
     tree_index: bool = False,
+    levels_short: int = 0,
 ) -> int:
     """The descent with a known slip switched on (used only to name a wrong answer)."""
     capacity = len(tree) // 2
     i = start
-    while i < capacity:
+    while i < capacity >> levels_short:
         left = 2 * i
         if u < tree[left] or (left_if_equal and u == tree[left]):
             i = left
@@ -406,6 +519,9 @@ ST_SLIPS: dict[str, dict[str, Any]] = {
     "off by one at the leaves (one item too early): item j's leaf is at capacity + j, so return i - capacity": dict(
         offset=-1
     ),
+    "the descent stopped one level above the leaves: loop while i < capacity, down to a leaf index i >= capacity": (
+        dict(levels_short=1)
+    ),
 }
 
 
@@ -419,25 +535,40 @@ def _st_item(got: Any, what: str) -> int:
         raise AssertionError("unreachable") from None
 
 
+def _st_draw(fn: Callable[..., Any], tree: NDArray[np.float64], u: float) -> int:
+    """The learner's item for one ``u``, read through a :class:`ReadCountingTree` and held to the
+    read limit."""
+    capacity = len(tree) // 2
+    given = ReadCountingTree(tree)
+    what = f"{ST}(tree of capacity {capacity}, u={fmt_number(u)})"
+    limit = f"at most 2 log2({capacity}) + 1 = {read_limit(capacity)} nodes"
+    try:
+        got = call(fn, given, u)
+    except LearnerError as exc:
+        err = exc.error
+        if isinstance(err, TreeRefusal):
+            fail(f"{what} read {err}: {BULK}. A cumsum or searchsorted over the leaves is {SCAN}, {limit}")
+        if isinstance(err, TypeError) and type(given).__name__ in str(err):
+            fail(f"{what} passed the whole tree to a jnp function: {BULK}; the descent reads {limit}")
+        if isinstance(err, IndexError):
+            fail(
+                f"{what} raised IndexError: the descent read past the end of the tree; stop at the leaves, "
+                "i >= capacity = len(tree) // 2 (item j's leaf is at capacity + j)"
+            )
+        raise
+    read = given.nodes_read
+    if len(read) > read_limit(capacity):
+        leaves = sum(k >= capacity for k in read)
+        fail(
+            f"{what} read {len(read)} different nodes ({leaves} of them leaves): {SCAN} to a leaf, {limit} "
+            "(the left child, maybe the right, at each level)"
+        )
+    return _st_item(got, what)
+
+
 def _st_answers(fn: Callable[..., Any], tree: NDArray[np.float64], us: list[float]) -> list[int]:
-    """The learner's item for each u; the tree must come back unchanged."""
-    answers = []
-    for u in us:
-        given = tree.copy()
-        what = f"{ST}(tree of capacity {len(tree) // 2}, u={fmt_number(u)})"
-        try:
-            got = call(fn, given, u)
-        except LearnerError as exc:
-            if isinstance(exc.error, IndexError):
-                fail(
-                    f"{what} raised IndexError: the descent read past the end of the tree; stop at the leaves, "
-                    "i >= capacity = len(tree) // 2 (item j's leaf is at capacity + j)"
-                )
-            raise
-        if not np.array_equal(given, tree, equal_nan=True):
-            fail(f"{what} changed the tree it was given; a draw only reads it")
-        answers.append(_st_item(got, what))
-    return answers
+    """The learner's item for each u, each draw on a fresh read-counting copy of the tree."""
+    return [_st_draw(fn, tree, u) for u in us]
 
 
 def _st_compare(fn: Callable[..., Any], leaves: Any, us: list[float], label: str) -> None:
@@ -495,6 +626,24 @@ def _probe_points(leaves: NDArray[np.float64], rng: np.random.Generator, n_rando
     return [0.0, *(float(u) for u in rng.uniform(0, total, n_random)), *bounds, float(np.nextafter(total, 0.0))]
 
 
+#: Large trees for the read count: a scan over their leaves reads hundreds of nodes per draw.
+READ_CAPACITIES = (1024, 16384)
+
+
+@check_case(
+    "a draw reads the tree node by node, at most 2 log2(capacity) + 1 nodes (capacity 1024 and 16384): "
+    "a linear scan over the leaves fails",
+    time_limit=30.0,
+)
+def _st_reads(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(2)
+    for capacity in READ_CAPACITIES:
+        leaves = random_leaves(rng, capacity)
+        total = float(leaves.sum())
+        us = [float(np.nextafter(total, 0.0)), total / 2, *(float(u) for u in rng.uniform(0, total, 6)), 0.0]
+        _st_compare(fn, leaves, us, f"a random tree of capacity {capacity}")
+
+
 @check_case("random trees up to capacity 64 against np.searchsorted(np.cumsum(leaves), u): random u, every boundary")
 def _st_oracle(fn: Callable[..., Any]) -> None:
     rng = np.random.default_rng(0)
@@ -543,8 +692,8 @@ def _st_frequencies(fn: Callable[..., Any]) -> None:
 SUMTREE_FIND = Exercise(
     name=ST,
     points=15,
-    title="the sum-tree descent that samples prioritized replay (eq. 06.7)",
-    checks=(_st_known, _st_oracle, _st_zeros, _st_frequencies),
+    title="the sum-tree descent that samples prioritized replay in O(log N) reads (eq. 06.7)",
+    checks=(_st_known, _st_reads, _st_oracle, _st_zeros, _st_frequencies),
     hints=(
         "capacity = len(tree) // 2; start at the root i = 1 and loop while i < capacity (the internal nodes)",
         "left = 2 * i; if u < tree[left]: i = left; else: u -= tree[left]; i = left + 1",
@@ -553,7 +702,207 @@ SUMTREE_FIND = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 3: soft_bellman_target, eq. 06.2
+# Exercise 3: importance_weights, eq. 06.8
+# ---------------------------------------------------------------------------------------
+
+IW = "importance_weights"
+IW_ARGS = ("probabilities", "n_stored", "beta")
+IW_RTOL, IW_ATOL = 1e-5, 1e-6  # float32 (the learner's jnp) against float64
+
+
+def naive_weights(
+    probabilities: Any,
+    n_stored: Any,
+    beta: Any,
+    normalize: bool = True,
+    *,
+    n_factor: str = "times",
+    sign: float = -1.0,
+    whole: bool = True,
+    norm: str = "max",
+) -> NDArray[np.float64]:
+    """(06.8) in float64, one weight at a time: ``w_i = (N P(i))^(-beta)``, divided by the
+    batch's largest ``w_j`` when ``normalize``. Switches for known slips: ``n_factor`` is
+    ``"times"`` (N P), ``"none"`` (P alone) or ``"divide"`` (P / N); ``sign=+1`` raises to
+    ``+beta``; ``whole=False`` applies the power to P only (``N * P ** -beta``); ``norm`` is
+    ``"max"``, ``"mean"``, ``"sum"``, ``"min"``, ``"none"`` (normalize ignored) or ``"always"``
+    (divided by the max even when ``normalize`` is False)."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    n, b = float(np.asarray(n_stored)), float(np.asarray(beta))
+    factor = {"times": n, "none": 1.0, "divide": 1.0 / n}[n_factor]
+    w = np.array([factor * q ** (sign * b) if not whole else (factor * q) ** (sign * b) for q in p.ravel()])
+    w = w.reshape(p.shape)
+    if norm == "always" or (normalize and norm == "max"):
+        return w / w.max()
+    if not normalize or norm == "none":
+        return w
+    return w / {"mean": w.mean(), "sum": w.sum(), "min": w.min()}[norm]
+
+
+LARGEST = "(06.8) divides by the batch's largest weight, max_j w_j, so the largest is 1 and all are <= 1"
+IW_SLIPS: dict[str, dict[str, Any]] = {
+    "N is missing: the raw weight is (N P(i))^(-beta), which is 1 for every item under uniform sampling "
+    "(P(i) = 1/N)": dict(n_factor="none"),
+    "P(i) / N instead of N P(i): the raw weight is (N P(i))^(-beta), 1 under uniform sampling": dict(n_factor="divide"),
+    "beta has the wrong sign: w = (N P(i))^(-beta), so a likely item (large P) gets a small weight": dict(sign=1.0),
+    "the power -beta applies to N P(i) as a whole: (N * P) ** -beta, not N * P ** -beta": dict(whole=False),
+    f"the weights are divided by their mean; {LARGEST}": dict(norm="mean"),
+    f"the weights are divided by their sum; {LARGEST}": dict(norm="sum"),
+    f"the weights are divided by the smallest one; {LARGEST}": dict(norm="min"),
+    f"the weights are not normalised: with normalize=True, {LARGEST}": dict(norm="none"),
+    "normalize=False must return the raw weights (N P(i))^(-beta), not divided by their maximum": dict(norm="always"),
+}
+
+
+def _iw_text(args: tuple[Any, ...], normalize: bool) -> str:
+    p, n, beta = args
+    return f"{IW}(probabilities [{np.shape(p)[0]}], n_stored={n}, beta={fmt_number(np.asarray(beta).item())}, " + (
+        "normalize=True)" if normalize else "normalize=False)"
+    )
+
+
+def _iw_call(
+    fn: Callable[..., Any], args: tuple[Any, ...], normalize: bool, what: str = "", *, jit: bool = False
+) -> NDArray[np.float64]:
+    """The learner's weights (numpy inputs copied and checked unchanged) as float64 ``[K]``."""
+    what = what or _iw_text(args, normalize)
+    given = tuple(copy_input(a) for a in args)
+
+    def weights(p: Any, n: Any, beta: Any) -> Any:
+        return fn(p, n, beta) if normalize else fn(p, n, beta, normalize=False)
+
+    weights.__name__ = IW
+    out = _named_call(weights, what, *given, jit=jit)
+    _assert_unchanged(IW, dict(zip(IW_ARGS, given)), dict(zip(IW_ARGS, args)), "compute a new array")
+    arr = _as_float_array(out, what)
+    k = int(np.shape(args[0])[0])
+    if arr.shape != (k,):
+        fail(f"{what} has shape {arr.shape}; expected ({k},), one weight per sampled item")
+    return arr.astype(np.float64)
+
+
+def _iw_compare(fn: Callable[..., Any], args: tuple[Any, ...], normalize: bool, what: str = "") -> None:
+    what = what or _iw_text(args, normalize)
+    got = _iw_call(fn, args, normalize, what)
+    p, n, beta = args
+    want = naive_weights(p, n, beta, normalize)
+    index = _first_difference(got, want, IW_RTOL, IW_ATOL)
+    if index is None:
+        return
+    mistakes = {
+        message: (lambda s=slip: naive_weights(p, n, beta, normalize, **s)) for message, slip in IW_SLIPS.items()
+    }
+    fail_if_known_mistake(got, mistakes, expected=want, what=what, rtol=IW_RTOL, atol=IW_ATOL)
+    fail(f"{what}: w = {fmt_number(got[index])}{_where(index)}; (06.8) gives {fmt_number(want[index])}")
+
+
+#: The statement's batch: P = [1/2, 1/4, 1/8, 1/8] from N = 4 items, so N P = [2, 1, 1/2, 1/2].
+IW_HAND = (np.array([0.5, 0.25, 0.125, 0.125]), 4)
+#: (beta, raw weights, normalised weights), by hand
+IW_HAND_WEIGHTS = (
+    (0.5, [2**-0.5, 1.0, 2**0.5, 2**0.5], [0.5, 2**-0.5, 1.0, 1.0]),
+    (1.0, [0.5, 1.0, 2.0, 2.0], [0.25, 0.5, 1.0, 1.0]),
+)
+
+
+@check_case(
+    "hand-computed: P = [1/2, 1/4, 1/8, 1/8] of N = 4 at beta = 0.5 and 1, raw and normalised; uniform "
+    "sampling weighs every item 1",
+    time_limit=30.0,
+)
+def _iw_known(fn: Callable[..., Any]) -> None:
+    p, n = IW_HAND
+    for beta, raw, normalised in IW_HAND_WEIGHTS:
+        for normalize, by_hand in ((False, raw), (True, normalised)):
+            assert np.allclose(naive_weights(p, n, beta, normalize), by_hand)  # the statement's numbers
+            _iw_compare(fn, (p, n, beta), normalize)
+    uniform = (np.full(5, 1 / 8), 8, 0.7)
+    for normalize in (False, True):
+        got = _iw_call(fn, uniform, normalize)
+        if not np.allclose(got, 1.0, rtol=IW_RTOL, atol=IW_ATOL):
+            _iw_compare(fn, uniform, normalize)  # names a known slip
+            fail(
+                f"{_iw_text(uniform, normalize)} = {got.tolist()}: uniform sampling (P = 1/N) needs no correction, w = 1"
+            )
+
+
+def iw_batch(seed: int, n_items: int, k: int) -> tuple[NDArray[np.float64], int, float]:
+    """The probabilities of ``k`` items drawn from a random prioritized buffer of ``n_items``, and a beta."""
+    rng = np.random.default_rng(seed)
+    p_alpha = rng.uniform(0.05, 3.0, n_items) ** 0.6
+    probabilities = p_alpha / p_alpha.sum()
+    drawn = rng.choice(n_items, size=k, p=probabilities)
+    return probabilities[drawn], n_items, float(rng.uniform(0.4, 1.0))
+
+
+@check_case("random batches against (06.8), raw and normalised: a float [K] result, inputs unchanged", time_limit=30.0)
+def _iw_oracle(fn: Callable[..., Any]) -> None:
+    for seed, n_items, k in ((0, 64, 32), (1, 1000, 256), (2, 5, 1), (3, 3, 7)):
+        batch = iw_batch(seed, n_items, k)
+        for normalize in (True, False):
+            _iw_compare(fn, batch, normalize)
+        got = _iw_call(fn, batch, True)
+        if not math.isclose(float(got.max()), 1.0, rel_tol=1e-5) or (got > 1.0 + 1e-5).any():
+            fail(f"{_iw_text(batch, True)}: the largest weight is {fmt_number(got.max())}; {LARGEST}")
+
+
+@check_case(
+    "beta = 1 undoes the sampling bias: sum_i P(i) w_i f_i over all N items equals their plain mean (raw weights)",
+    time_limit=30.0,
+)
+def _iw_unbiased(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(4)
+    n_items = 40
+    p_alpha = rng.uniform(0.05, 3.0, n_items) ** 0.6
+    probabilities = p_alpha / p_alpha.sum()
+    values = rng.normal(size=n_items)  # any per-item quantity: a loss, a gradient entry
+    args = (probabilities, n_items, 1.0)
+    what = f"{IW}(the P(i) of all {n_items} items, n_stored={n_items}, beta=1, normalize=False)"
+    w = _iw_call(fn, args, False, what)
+    corrected, uniform = float(np.sum(probabilities * w * values)), float(values.mean())
+    if not math.isclose(corrected, uniform, rel_tol=1e-4, abs_tol=1e-5):
+        _iw_compare(fn, args, False, what)  # names a known slip
+        fail(
+            f"{what}: the expectation under P of w f is {fmt_number(corrected)}, not the uniform mean "
+            f"{fmt_number(uniform)}: with beta = 1, w_i = 1 / (N P(i)) cancels P(i)"
+        )
+    beta0 = _iw_call(fn, (probabilities, n_items, 0.0), False)
+    if not np.allclose(beta0, 1.0, rtol=IW_RTOL, atol=IW_ATOL):
+        fail(f"{_iw_text((probabilities, n_items, 0.0), False)}: beta = 0 corrects nothing, every w = 1")
+
+
+@check_case(
+    "under jax.jit with a traced beta and a traced int32 n_stored (the buffer's size): the same weights",
+    time_limit=30.0,
+)
+def _iw_jit(fn: Callable[..., Any]) -> None:
+    import jax.numpy as jnp
+
+    p, n, beta = iw_batch(5, 200, 64)
+    jax_args = (jnp.asarray(p, dtype=jnp.float32), jnp.int32(n), jnp.float32(beta))
+    for normalize in (True, False):
+        what = f"{IW} under jax.jit (normalize={normalize})"
+        got = _iw_call(fn, jax_args, normalize, what, jit=True)
+        want = naive_weights(np.asarray(jax_args[0], dtype=np.float64), n, float(jax_args[2]), normalize)
+        index = _first_difference(got, want, 1e-4, IW_ATOL)
+        if index is not None:
+            fail(f"{what}: w = {fmt_number(got[index])}{_where(index)}; (06.8) gives {fmt_number(want[index])}")
+
+
+IMPORTANCE_WEIGHTS = Exercise(
+    name=IW,
+    points=10,
+    title="prioritized replay's importance weights, raw and normalised by the batch's largest (eq. 06.8)",
+    checks=(_iw_known, _iw_oracle, _iw_unbiased, _iw_jit),
+    hints=(
+        "the raw weight is (N P(i))^(-beta): 1 when P(i) = 1/N, larger for items drawn less often than uniform",
+        "w = (n_stored * probabilities) ** (-beta), with brackets: ** binds tighter than *",
+        "if normalize: w = w / jnp.max(w); return w (jnp.max is the batch's largest weight, also under jax.jit)",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 4: soft_bellman_target, eq. 06.2
 # ---------------------------------------------------------------------------------------
 
 SB = "soft_bellman_target"
@@ -758,7 +1107,7 @@ SOFT_BELLMAN_TARGET = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 4: polyak_update, eq. 06.6
+# Exercise 5: polyak_update, eq. 06.6
 # ---------------------------------------------------------------------------------------
 
 PU = "polyak_update"
@@ -970,4 +1319,4 @@ POLYAK_UPDATE = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (BICYCLE_STEP, SUMTREE_FIND, SOFT_BELLMAN_TARGET, POLYAK_UPDATE)
+EXERCISES: tuple[Exercise, ...] = (BICYCLE_STEP, SUMTREE_FIND, IMPORTANCE_WEIGHTS, SOFT_BELLMAN_TARGET, POLYAK_UPDATE)
