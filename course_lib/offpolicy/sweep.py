@@ -1,35 +1,61 @@
-r"""Model size x data size for SAC on the driving env (lesson 06), after V-Max's scaling table.
+r"""Model size x *distinct data* for SAC on the driving env (lesson 06), after V-Max's scaling table.
 
 V-Max (Charraut et al. 2025, arXiv 2503.08388) reports that larger networks do worse than
-small ones when trained on little data and overtake them with more. :func:`scaling_sweep`
-measures the same grid for :mod:`course_lib.offpolicy.sac`: a few network widths (actor and
-critics) against a few amounts of experience (env steps), each cell the deterministic
-policy's accuracy over ``num_episodes`` evaluation episodes, for several seeds.
+small ones when trained on little data and overtake them with more, where "more data" means
+more *distinct* driving (hours of the Waymo dataset), not more passes over the same hours.
+A sweep that answers that question must move one thing at a time:
 
-Two things make the whole grid **one** compiled training program and one evaluation program:
+- **Axis 1, model width**: the hidden width of the actor and both critics (``widths``).
+- **Axis 2, distinct training scenarios** ``K`` (``pool_sizes``): every training reset
+  draws its scenario from a pool of ``K`` procedural seeds
+  (:class:`course_lib.envs.scenarios.ScenarioPool`); ``K =`` :data:`UNLIMITED` is a
+  fresh scenario at every reset.
+- **Everything else fixed**: every cell takes the same number of env steps and the same
+  number of gradient updates (one :class:`~course_lib.offpolicy.sac.SACConfig`), so a
+  difference between cells is the width's or the pool's, not more training.
+- **Judged on held-out scenarios**: the deterministic policy's accuracy (and collision,
+  off-road rates) on scenarios no training pool contains (indices from
+  :data:`~course_lib.envs.scenarios.HELD_OUT_FIRST`, by construction), the same episodes
+  for every cell; also on the run's own training pool, which shows memorisation (high on
+  the pool, low held out) against generalisation. ``num_seeds`` seeds per cell, reported
+  as mean +- standard error.
+
+(The sweep this one replaces took its "data sizes" as snapshots of one run, so experience
+and gradient updates moved together and the question was confounded.)
+
+Three things make the whole grid **one** compiled training program:
 
 - **Every width is trained inside the widest network.** A width-``w`` network is embedded
   in the width-``W`` one by padding its weights with zeros: a hidden unit whose incoming
   weights and bias are 0 outputs ``relu(0) = 0``, and since JAX defines ``relu'(0) = 0``,
   no gradient ever reaches its weights (Adam's update of a parameter whose gradients are
   all 0 is exactly 0). The padded network computes the narrow one's function and follows
-  its training step for step (:func:`pad_learner`; tested), so every (width, seed) run has
-  the same shapes: one compiled one-seed ``run_chunk`` serves them all (and the lesson's
-  main run of the same config), each run in its own thread (on 2 CPU cores that is faster
-  than one vmapped program: :func:`course_lib.offpolicy.sac.train`). On a GPU, ``jax.vmap`` over
-  the runs is the natural form. The price: every width costs what the widest does.
-- **Every data size is a snapshot of one run.** The learning rates are constant, so the
-  first ``n`` env steps of a long run are exactly a run of ``n`` env steps; the actors are
-  kept at each budget and evaluated together at the end.
+  its training step for step (:func:`pad_learner`; tested). The price: every width costs
+  what the widest does.
+- **The pool is data.** ``K``, the pool's first index and its key are fields of the env's
+  params (:class:`~course_lib.envs.scenarios.PoolParams`). :func:`course_lib.offpolicy.sac.make_train`
+  closes over ``env_params``, which would bake them into the program as constants (one
+  compile per ``K``); here ``make_train`` is called *inside* the jitted function, with the
+  params as its traced argument (:func:`sweep_programs`), so one program serves every ``K``.
+- **Every run is a row of one vmapped program** (``runs="vmap"``, the default): the
+  ``R = len(widths) x len(pool_sizes) x num_seeds`` runs step together, their small
+  matrix products batched into larger ones. The sweep uses uniform replay
+  (``prioritized=False``): a prioritized buffer's sum-tree scatters batch badly under
+  ``vmap`` (``BENCHMARKS.md``). ``runs="threads"`` runs the one-run program once per run,
+  on a thread pool, for comparison (:data:`RUN_MODES`).
 
-The ``cpu`` scale (:data:`CPU_SWEEP`) is a reduced grid that fits a notebook on two CPU
-cores; :data:`FULL_SWEEP` is V-Max's kind of grid for a GPU (not run on CPU machines).
+The ``cpu`` scale (:data:`CPU_SWEEP`) is a reduced grid that fits the lesson's notebook on
+two CPU cores; :data:`FULL_SWEEP` is V-Max's kind of grid for a GPU (not run on CPU machines).
+:func:`sweep_table` prints a result, :func:`sweep_findings` computes what it shows.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import functools
+import math
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -39,54 +65,99 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from course_lib.envs import scenarios
+from course_lib.envs.scenarios import HELD_OUT_FIRST, UNLIMITED, PoolParams, ScenarioPool
 from course_lib.offpolicy import sac
-from course_lib.offpolicy.sac import MLP, ContinuousEnv, Learner, SACConfig, TrainState
+from course_lib.offpolicy.sac import MLP, Learner, SACConfig, TrainState
+
+#: How the runs of a sweep execute: ``"vmap"``, one vmapped program over all runs;
+#: ``"threads"``, the one-run program once per run on a pool of threads.
+RUN_MODES = ("vmap", "threads")
+
+#: Training pools of different seeds are disjoint: seed ``j``'s finite pool is the indices
+#: ``j * SEED_STRIDE + [0, K)`` (so ``K <= SEED_STRIDE`` for finite pools).
+SEED_STRIDE = 2**20
 
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """The grid and the SAC run every cell shares (its ``width`` and ``total_env_steps`` are
-    set from ``widths`` and ``budgets``)."""
+    """The grid and the SAC run every cell shares (its ``width`` is set to the widest of ``widths``)."""
 
-    widths: tuple[int, ...] = field(default=(16, 64), metadata={"help": "hidden widths, actor and critics"})
-    budgets: tuple[int, ...] = field(
-        default=(16_000, 40_000, 72_000),
-        metadata={"help": "env steps (all envs) after which the actors are evaluated; multiples of a chunk's"},
+    widths: tuple[int, ...] = field(default=(16, 64), metadata={"help": "hidden widths, actor and critics, increasing"})
+    pool_sizes: tuple[int, ...] = field(
+        default=(4, 32, UNLIMITED),
+        metadata={"help": "distinct training scenarios K, increasing; scenarios.UNLIMITED = every reset fresh"},
     )
-    num_seeds: int = field(default=2, metadata={"help": "seeds per width (every run in its own thread)"})
-    num_episodes: int = field(default=128, metadata={"help": "evaluation episodes per (width, budget, seed)"})
-    sac: SACConfig = field(default=SACConfig(), metadata={"help": "the SAC hyperparameters every cell shares"})
+    num_seeds: int = field(default=3, metadata={"help": "seeds per cell (each its own pool, network and env stream)"})
+    num_episodes: int = field(default=128, metadata={"help": "held-out evaluation episodes per run"})
+    pool_eval: bool = field(
+        default=True, metadata={"help": "also evaluate each run on num_episodes of its own training pool"}
+    )
+    runs: str = field(default="threads", metadata={"help": "how the runs execute: one of RUN_MODES"})
+    sac: SACConfig = field(
+        default=SACConfig(total_env_steps=24_000, prioritized=False, buffer_capacity=2**15),
+        metadata={"help": "the SAC run every cell shares: env steps, updates, hyperparameters"},
+    )
 
     @property
     def run_config(self) -> SACConfig:
-        """The SAC config of the padded runs: the widest width, the largest budget."""
-        return dataclasses.replace(self.sac, width=max(self.widths), total_env_steps=max(self.budgets))
+        """The SAC config of the padded runs: the widest width."""
+        return dataclasses.replace(self.sac, width=max(self.widths))
+
+    @property
+    def num_runs(self) -> int:
+        """Runs of the grid: ``len(widths) x len(pool_sizes) x num_seeds``."""
+        return len(self.widths) * len(self.pool_sizes) * self.num_seeds
 
 
-#: The ``cpu`` scale: 2 widths x 3 budgets x 2 seeds, a reduced grid for two CPU cores (25-40 s
-#: with the main run's programs already compiled, load 1.5-3.5). Its cells are dominated by
-#: seed noise (two seeds differ by up to 0.5 in accuracy at 16k-40k steps): it shows the
-#: question and the method, not V-Max's answer.
+#: The ``cpu`` scale: 2 widths x 3 pool sizes x 3 seeds = 18 runs of 24,000 env steps and
+#: 2,744 gradient updates each, as one vmapped program (see the measurements in the report
+#: of :func:`scaling_sweep`'s lesson cell).
 CPU_SWEEP = SweepConfig()
 
-#: The ``full`` scale for a GPU (not run on CPU machines): V-Max-like widths and budgets.
+#: The ``full`` scale for a GPU (not run on CPU machines; not measured): V-Max-like widths,
+#: pools from a few hundred scenarios to unlimited, 16M env steps per cell, 4 seeds.
 FULL_SWEEP = SweepConfig(
     widths=(32, 128, 512),
-    budgets=(1_024_000, 4_096_000, 16_384_000),
+    pool_sizes=(256, 4_096, 65_536, UNLIMITED),
     num_seeds=4,
     num_episodes=1024,
-    sac=dataclasses.replace(sac.FULL_CONFIG, num_envs=512, steps_per_chunk=500),
+    runs="vmap",
+    sac=dataclasses.replace(
+        sac.FULL_CONFIG, num_envs=512, total_env_steps=16_384_000, steps_per_chunk=500, prioritized=False
+    ),
 )
 
 
 def check_sweep(sweep: SweepConfig) -> None:
-    """Refuse budgets that do not fall on chunk boundaries."""
-    chunk = sweep.run_config.steps_per_chunk_env
-    bad = [b for b in sweep.budgets if b % chunk]
-    if bad:
-        raise ValueError(f"budgets {bad} are not multiples of a chunk's {chunk} env steps")
-    if sorted(sweep.budgets) != list(sweep.budgets):
-        raise ValueError(f"budgets must increase, got {sweep.budgets}")
+    """Refuse a grid the sweep cannot run, saying what was wrong and how to fix it."""
+    run = sweep.run_config
+    chunk = run.steps_per_chunk_env
+    if run.total_env_steps % chunk:
+        raise ValueError(
+            f"sac.total_env_steps = {run.total_env_steps} is not a multiple of a chunk's {chunk} env steps "
+            f"(steps_per_chunk x num_envs); use e.g. {max(1, round(run.total_env_steps / chunk)) * chunk}"
+        )
+    if not sweep.widths or list(sweep.widths) != sorted(set(sweep.widths)) or min(sweep.widths) < 1:
+        raise ValueError(f"widths must be positive and strictly increasing, e.g. (16, 64); got {sweep.widths}")
+    if not sweep.pool_sizes or list(sweep.pool_sizes) != sorted(set(sweep.pool_sizes)):
+        raise ValueError(
+            f"pool_sizes must be strictly increasing, e.g. (4, 32, scenarios.UNLIMITED); got {sweep.pool_sizes}"
+        )
+    for k in sweep.pool_sizes:
+        scenarios.check_pool_size(k)
+        if k != UNLIMITED and k > SEED_STRIDE:
+            raise ValueError(
+                f"a finite pool holds at most SEED_STRIDE = {SEED_STRIDE} scenarios, got K = {k}; "
+                "use scenarios.UNLIMITED for more"
+            )
+    if not 2 <= sweep.num_seeds <= HELD_OUT_FIRST // SEED_STRIDE:
+        raise ValueError(f"num_seeds must be 2 .. 1024 (a standard error needs 2), got {sweep.num_seeds}")
+    if sweep.num_episodes < 1:
+        raise ValueError(f"num_episodes must be >= 1, got {sweep.num_episodes}")
+    if sweep.runs not in RUN_MODES:
+        raise ValueError(f"runs must be one of {RUN_MODES}, got {sweep.runs!r}")
+    sac.check_config(run)
 
 
 # ---------------------------------------------------------------------------------------
@@ -122,26 +193,176 @@ def pad_learner(narrow: Learner, width: int, opt: sac.Optimizers) -> Learner:
     )
 
 
-def init_padded(sweep: SweepConfig, key: Array, env: ContinuousEnv, env_params: Any) -> list[TrainState]:
-    """Initial states of every (width, seed) run, width-major: seed ``j`` starts from the
-    same envs at every width (``init`` of the shared one-seed program), and each width's
-    networks are initialised at that width (``fan_in`` scaling included), then padded."""
+# ---------------------------------------------------------------------------------------
+# The runs: one program of (state, env params), every pool size as data
+# ---------------------------------------------------------------------------------------
+
+Init = Callable[[Array, PoolParams], TrainState]
+Chunk = Callable[[TrainState, PoolParams], tuple[TrainState, dict[str, Array]]]
+
+
+def sweep_programs(config: SACConfig, env: ScenarioPool, vmapped: bool) -> tuple[Init, Chunk]:
+    """Jitted ``init(key, params)`` and ``run_chunk(state, params)`` (the state donated):
+    :func:`course_lib.offpolicy.sac.make_train`'s, with the env params an *argument*.
+
+    ``make_train`` closes over ``env_params``; calling it inside the traced function makes
+    that closure a tracer, so the pool (``K``, its first index and key) is data of the
+    program, not a constant compiled into it: one program for every ``K``. ``vmapped``: both
+    take a leading run axis on every argument. Cached per (config, env, vmapped);
+    ``total_env_steps`` is left out of the key (it only says how many chunks to run).
+    """
+    return _sweep_programs(dataclasses.replace(config, total_env_steps=config.steps_per_chunk_env), env, vmapped)
+
+
+@functools.lru_cache(maxsize=8)
+def _sweep_programs(config: SACConfig, env: ScenarioPool, vmapped: bool) -> tuple[Init, Chunk]:
+    def init(key: Array, params: PoolParams) -> TrainState:
+        return sac.make_train(config, env, params)[0](key)
+
+    def run_chunk(state: TrainState, params: PoolParams) -> tuple[TrainState, dict[str, Array]]:
+        return sac.make_train(config, env, params)[1](state)
+
+    if vmapped:
+        init, run_chunk = jax.vmap(init), jax.vmap(run_chunk)
+    return jax.jit(init), jax.jit(run_chunk, donate_argnums=0)
+
+
+class RunGrid(NamedTuple):
+    """The runs of a sweep, width-major then pool size then seed (``R`` of them).
+
+    ``keys [R]``: run ``(w, k, j)`` has seed ``j``'s key (network init, env stream), shared by
+    every width and pool size, so that cells are compared seed by seed. ``train [R]``: its
+    training pool's params; ``held_out [R]``: the held-out params (the same for every run).
+    """
+
+    keys: Array
+    train: PoolParams
+    held_out: PoolParams
+
+
+def run_grid(sweep: SweepConfig, key: Array, base_params: Any) -> RunGrid:
+    """Keys and pool params of every run: seed ``j``'s finite pools are the indices
+    ``j * SEED_STRIDE + [0, K)`` of one pool key (nested over ``K``, disjoint between seeds),
+    unlimited is ``[0, 2^30)``, held-out ``[2^30, 2^31)``."""
+    k_pool, k_seeds = jax.random.split(key)
+    seed_keys = jax.random.split(k_seeds, sweep.num_seeds)
+    keys, firsts, sizes = [], [], []
+    for _ in sweep.widths:
+        for k in sweep.pool_sizes:
+            for j in range(sweep.num_seeds):
+                keys.append(seed_keys[j])
+                firsts.append(0 if k == UNLIMITED else j * SEED_STRIDE)
+                sizes.append(k)
+    r = len(keys)
+    base = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (r,) + jnp.shape(x)), base_params)
+    pool_keys = jnp.stack([k_pool] * r)
+    train = PoolParams(base, pool_keys, jnp.asarray(firsts, jnp.int32), jnp.asarray(sizes, jnp.int32))
+    held = PoolParams(base, pool_keys, jnp.full((r,), HELD_OUT_FIRST, jnp.int32), jnp.full((r,), UNLIMITED, jnp.int32))
+    return RunGrid(jnp.stack(keys), train, held)
+
+
+def padded_learners(sweep: SweepConfig, keys: Array, env: ScenarioPool) -> Learner:
+    """The learners of every run, stacked ``[R]``: each width's networks initialised at that
+    width (``fan_in`` scaling included) from its seed's key, then padded to the widest."""
     run = sweep.run_config
-    init, _ = sac.jitted_programs(run, env, env_params)
     opt = sac.make_optimizers(run)
-    keys = jax.random.split(key, sweep.num_seeds)
-    states = []
-    for width in sweep.widths:
+    per_width = sweep.num_runs // len(sweep.widths)
+    learners = []
+    for i, width in enumerate(sweep.widths):
         narrow_config = dataclasses.replace(run, width=width)
         narrow_opt = sac.make_optimizers(narrow_config)
 
-        @jax.jit
         def padded(k: Array, config: SACConfig = narrow_config, o: sac.Optimizers = narrow_opt) -> Learner:
             narrow = sac.init_learner(jax.random.fold_in(k, 1), config, env.OBS_DIM, env.ACTION_DIM, o)
             return pad_learner(narrow, run.width, opt)
 
-        states += [init(k)._replace(learner=padded(k)) for k in keys]
-    return states
+        learners.append(jax.jit(jax.vmap(padded))(keys[i * per_width : (i + 1) * per_width]))
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *learners)
+
+
+def _unstack(tree: Any, n: int) -> list[Any]:
+    return [jax.tree.map(lambda x, i=i: x[i], tree) for i in range(n)]
+
+
+def _stack(trees: list[Any]) -> Any:
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def train_and_evaluate(
+    sweep: SweepConfig, grid: RunGrid, env: ScenarioPool, key: Array, progress: bool = True
+) -> tuple[sac.EvalResult, sac.EvalResult | None]:
+    """Train every run for ``num_chunks`` chunks, then evaluate every actor (deterministic)
+    on ``num_episodes`` held-out episodes and, if ``pool_eval``, as many of its own training
+    pool; returns the two :class:`~course_lib.offpolicy.sac.EvalResult` of ``[R]`` rates.
+
+    ``sweep.runs`` says how the runs execute (:data:`RUN_MODES`). ``"threads"``: the
+    one-run ``init``, ``run_chunk`` and evaluation programs are compiled first, side by
+    side (one thread each: the compiler is single-threaded), then called once per run on a
+    pool of two threads (one per core of the course's CPU machines). ``"vmap"``: the runs
+    stacked, every program vmapped over them (the accelerator's way).
+    """
+    run = sweep.run_config
+    r = sweep.num_runs
+    k_held, k_pool = jax.random.split(key)
+    learners = padded_learners(sweep, grid.keys, env)
+    init, chunk = sweep_programs(run, env, vmapped=sweep.runs == "vmap")
+    bar = sac.chunk_progress(progress, run.num_chunks, "sweep chunks")
+    if sweep.runs == "vmap":
+        states = init(grid.keys, grid.train)._replace(learner=learners)
+        with bar:
+            for _ in range(run.num_chunks):
+                states, _ = chunk(states, grid.train)
+                bar.update(1)
+        actors = states.learner.actor
+        held = evaluate_runs(actors, k_held, grid.held_out, sweep.num_episodes, env)
+        pool = evaluate_runs(actors, k_pool, grid.train, sweep.num_episodes, env) if sweep.pool_eval else None
+        return held, pool
+
+    params, held_params = _unstack(grid.train, r), _unstack(grid.held_out, r)
+    shapes = jax.eval_shape(init, grid.keys[0], params[0])
+    actor_shape = jax.tree.map(lambda s: jax.ShapeDtypeStruct((1,) + s.shape, s.dtype), shapes.learner.actor)
+    sac.compile_together(
+        [
+            (init, (grid.keys[0], params[0])),
+            (chunk, (shapes, params[0])),
+            (sac.evaluate_policies, (("actor",), actor_shape, k_held, params[0], sweep.num_episodes, env)),
+        ]
+    )
+    states = [init(k, p)._replace(learner=lr) for k, p, lr in zip(grid.keys, params, _unstack(learners, r))]
+    with bar, ThreadPoolExecutor(2) as threads:
+        for _ in range(run.num_chunks):
+            states = list(threads.map(lambda s, p: jax.block_until_ready(chunk(s, p)[0]), states, params))
+            bar.update(1)
+        actors = [jax.tree.map(lambda x: x[None], s.learner.actor) for s in states]
+        n = sweep.num_episodes
+        held_list = list(
+            threads.map(lambda a, p: jax.device_get(_evaluate_one(a, k_held, p, n, env)), actors, held_params)
+        )
+        pool_list = None
+        if sweep.pool_eval:
+            pool_list = list(
+                threads.map(lambda a, p: jax.device_get(_evaluate_one(a, k_pool, p, n, env)), actors, params)
+            )
+    merge = lambda rs: sac.EvalResult(*(np.concatenate(x) for x in zip(*rs)))  # noqa: E731
+    return merge(held_list), (merge(pool_list) if pool_list is not None else None)
+
+
+@functools.partial(jax.jit, static_argnames=("num_episodes", "env"))
+def evaluate_runs(actors: MLP, key: Array, params: PoolParams, num_episodes: int, env: ScenarioPool) -> sac.EvalResult:
+    """Each actor of ``actors [R]`` (deterministic) on ``num_episodes`` episodes of its own
+    params ``params [R]``, one vmapped program; the same reset keys for every run, so runs
+    with the same params meet the same scenarios. Returns ``[R]`` rates."""
+
+    def one(actor: MLP, p: PoolParams) -> sac.EvalResult:
+        result = sac.run_evaluation(("actor",), jax.tree.map(lambda x: x[None], actor), key, p, num_episodes, env)
+        return sac.EvalResult(*(x[0] for x in result))
+
+    return jax.vmap(one)(actors, params)
+
+
+def _evaluate_one(actor: MLP, key: Array, params: PoolParams, num_episodes: int, env: ScenarioPool) -> sac.EvalResult:
+    """One actor (a leading axis of 1) on ``num_episodes`` episodes of ``params``: ``[1]`` rates."""
+    return sac.evaluate_policies(("actor",), actor, key, params, num_episodes, env)
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,87 +371,183 @@ def init_padded(sweep: SweepConfig, key: Array, env: ContinuousEnv, env_params: 
 
 
 class SweepResult(NamedTuple):
-    """Evaluation of every cell: arrays ``[W, B, S]`` (width, budget, seed)."""
+    """Evaluation of every cell. ``held_out`` and ``train_pool`` hold
+    :class:`~course_lib.offpolicy.sac.EvalResult` arrays ``[W, K, S]`` (width, pool size,
+    seed) of the deterministic policy: on held-out scenarios, and on the run's own training
+    pool (``None`` unless ``pool_eval``). Every cell took ``env_steps`` env steps and
+    ``updates`` gradient updates; ``seconds``: the sweep's wall-clock time, compilation included."""
 
     widths: tuple[int, ...]
-    budgets: tuple[int, ...]
-    accuracy: np.ndarray
-    collision_rate: np.ndarray
-    offroad_rate: np.ndarray
-    progress_ratio: np.ndarray
-    episode_return: np.ndarray
+    pool_sizes: tuple[int, ...]
+    env_steps: int
+    updates: int
+    held_out: sac.EvalResult
+    train_pool: sac.EvalResult | None
+    seconds: float
 
 
 def scaling_sweep(
     sweep: SweepConfig,
     key: Array,
     progress: bool = True,
-    env: ContinuousEnv | None = None,
+    env: Any = None,
     env_params: Any = None,
+    info_fn: Callable[[Any, Any], dict[str, Array]] | None = None,
 ) -> SweepResult:
-    """Train every (width, seed) up to the largest budget, keep the actors at each budget,
-    then evaluate them all on the same episodes in one program.
+    """Train every (width, pool size, seed) run for the same env steps and updates, then
+    evaluate every actor on held-out scenarios (and on its training pool).
 
-    Every run has the widest network's shapes, so all of them are calls of one compiled
-    one-seed ``run_chunk`` (:func:`course_lib.offpolicy.sac.jitted_programs`, shared with
-    :func:`course_lib.offpolicy.sac.train` for the same config), each run in its own thread on a
-    CPU; on an accelerator the runs are stacked and run as one vmapped program.
+    ``env`` is a base env module (default :mod:`course_lib.envs.driving`, ``env_params``
+    its ``DEFAULT_PARAMS``), wrapped here in a :class:`~course_lib.envs.scenarios.ScenarioPool`
+    (``info_fn``: the base env's episode-metrics function, default ``env.episode_metrics``).
 
     Returns:
-        :class:`SweepResult` (deterministic-policy rates, ``[W, B, S]``).
+        :class:`SweepResult` (rates ``[W, K, S]``).
     """
+    t0 = time.perf_counter()
     check_sweep(sweep)
-    env, env_params = sac.default_env(env, env_params)
+    base, base_params = sac.default_env(env, env_params)
+    pool_env = ScenarioPool(base, info_fn)
+    k_runs, k_eval = jax.random.split(key)
+    grid = run_grid(sweep, k_runs, base_params)
+    held, pool = train_and_evaluate(sweep, grid, pool_env, k_eval, progress)
+    shape = (len(sweep.widths), len(sweep.pool_sizes), sweep.num_seeds)
+
+    def cells(result: sac.EvalResult) -> sac.EvalResult:
+        return sac.EvalResult(*(np.asarray(x).reshape(shape) for x in jax.device_get(result)))
+
+    held_out, train_pool = cells(held), (cells(pool) if pool is not None else None)
     run = sweep.run_config
-    k_init, k_eval = jax.random.split(key)
-    states = init_padded(sweep, k_init, env, env_params)
-    run_chunks = _threaded_chunks if jax.default_backend() == "cpu" else _vmapped_chunks
-    stops = {b // run.steps_per_chunk_env for b in sweep.budgets}
-    snapshots: list[MLP] = []
-    with sac.chunk_progress(progress, run.num_chunks, "sweep chunks") as bar:
-        for actors_now in run_chunks(run, env, env_params, states, stops):
-            if actors_now is not None:
-                snapshots.append(actors_now)
-            bar.update(1)
-    actors = jax.tree.map(lambda *xs: jnp.concatenate(xs), *snapshots)  # [B * W * S]
-    result = sac.evaluate(actors, k_eval, env_params, sweep.num_episodes, env=env)
-    shape = (len(sweep.budgets), len(sweep.widths), sweep.num_seeds)
-    cells = [np.asarray(x).reshape(shape).transpose(1, 0, 2) for x in result]
-    return SweepResult(sweep.widths, sweep.budgets, *cells)
+    return SweepResult(
+        sweep.widths,
+        sweep.pool_sizes,
+        run.env_steps_per_run,
+        run.updates_per_run,
+        held_out,
+        train_pool,
+        time.perf_counter() - t0,
+    )
 
 
-def _threaded_chunks(
-    run: SACConfig, env: ContinuousEnv, env_params: Any, states: list[TrainState], stops: set[int]
-) -> Iterator[MLP | None]:
-    """Every chunk of every run, one thread per run; yields after each chunk the actors
-    ``[n_runs]`` stacked where the chunk ends a budget (``stops``), else ``None``."""
-    _, chunk = sac.jitted_programs(run, env, env_params)
-    with ThreadPoolExecutor(len(states)) as pool:
-        for i in range(1, run.num_chunks + 1):
-            states = list(pool.map(lambda s: jax.block_until_ready(chunk(s)[0]), states))
-            yield jax.tree.map(lambda *xs: jnp.stack(xs), *[s.learner.actor for s in states]) if i in stops else None
+# ---------------------------------------------------------------------------------------
+# Reading the result
+# ---------------------------------------------------------------------------------------
 
 
-def _vmapped_chunks(
-    run: SACConfig, env: ContinuousEnv, env_params: Any, states: list[TrainState], stops: set[int]
-) -> Iterator[MLP | None]:
-    """:func:`_threaded_chunks` as one vmapped program over the stacked runs (for accelerators)."""
-    _, chunk = sac.jitted_programs(run, env, env_params, vmapped=True)
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
-    for i in range(1, run.num_chunks + 1):
-        stacked, _ = chunk(stacked)
-        yield jax.tree.map(jnp.copy, stacked.learner.actor) if i in stops else None
+def mean_se(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error of the mean (``std(ddof=1) / sqrt(n)``) along ``axis`` (the seeds)."""
+    x = np.asarray(x, np.float64)
+    n = x.shape[axis]
+    return x.mean(axis), x.std(axis, ddof=1) / math.sqrt(n)
 
 
-def sweep_table(result: SweepResult) -> str:
-    """The grid as text: one row per width, one column per budget, accuracy mean +- spread
-    (min-max over seeds)."""
-    head = "width | " + " | ".join(f"{b:>9,} steps" for b in result.budgets)
-    rows = [head, "-" * len(head)]
-    for i, w in enumerate(result.widths):
-        cells = []
-        for j in range(len(result.budgets)):
-            acc = result.accuracy[i, j]
-            cells.append(f"{acc.mean():.2f} [{acc.min():.2f}-{acc.max():.2f}]")
-        rows.append(f"{w:>5} | " + " | ".join(f"{c:>15}" for c in cells))
+def pool_label(k: int) -> str:
+    """``"K=4"``, or ``"K=inf"`` for :data:`UNLIMITED`."""
+    return "K=inf" if k == UNLIMITED else f"K={k:,}"
+
+
+def sweep_table(result: SweepResult, decimals: int = 2) -> str:
+    """The grid as text, mean +- standard error over seeds: one row per width, one column
+    per pool size; held-out accuracy, then collision and off-road rates, then (if measured)
+    the accuracy on the run's own training pool."""
+    head = "width | " + " | ".join(f"{pool_label(k):>11}" for k in result.pool_sizes)
+    blocks = [("held-out accuracy", result.held_out.accuracy)]
+    blocks += [("held-out collision rate", result.held_out.collision_rate)]
+    blocks += [("held-out off-road rate", result.held_out.offroad_rate)]
+    if result.train_pool is not None:
+        blocks.append(("training-pool accuracy", result.train_pool.accuracy))
+    rows = [f"{result.env_steps:,} env steps and {result.updates:,} updates per cell; mean +- s.e. over seeds"]
+    for title, values in blocks:
+        rows += ["", title, head, "-" * len(head)]
+        mean, se = mean_se(values)
+        for i, w in enumerate(result.widths):
+            cells = [f"{m:.{decimals}f} +- {s:.{decimals}f}" for m, s in zip(mean[i], se[i])]
+            rows.append(f"{w:>5} | " + " | ".join(f"{c:>11}" for c in cells))
     return "\n".join(rows)
+
+
+class Findings(NamedTuple):
+    """What a sweep shows, computed from its numbers (held-out accuracy, paired by seed).
+
+    Differences are paired: run ``(w, k, j)`` and ``(w', k', j)`` share seed ``j``'s key.
+    A difference "separates" when ``|mean| > z x s.e.``.
+
+    Attributes:
+        diversity_gain: ``[W]`` mean of held-out accuracy at the largest ``K`` minus at the smallest.
+        diversity_se: ``[W]`` its standard error.
+        width_gap: ``[K]`` mean of the widest minus the narrowest width's held-out accuracy.
+        width_se: ``[K]`` its standard error.
+        memorisation_gap: ``[W, K]`` training-pool minus held-out accuracy (NaN if not measured).
+        z: the threshold used.
+    """
+
+    widths: tuple[int, ...]
+    pool_sizes: tuple[int, ...]
+    diversity_gain: np.ndarray
+    diversity_se: np.ndarray
+    width_gap: np.ndarray
+    width_se: np.ndarray
+    memorisation_gap: np.ndarray
+    z: float
+
+    @property
+    def diversity_separates(self) -> bool:
+        """More distinct scenarios help every width by more than ``z`` standard errors."""
+        return bool(np.all(self.diversity_gain > self.z * self.diversity_se))
+
+    @property
+    def width_order(self) -> tuple[str, ...]:
+        """Per pool size: ``"wide"`` (widest ahead by > z s.e.), ``"narrow"``, or ``"tie"``."""
+        out = []
+        for g, s in zip(self.width_gap, self.width_se):
+            out.append("wide" if g > self.z * s else "narrow" if g < -self.z * s else "tie")
+        return tuple(out)
+
+    @property
+    def crossover(self) -> bool:
+        """V-Max's pattern: the narrow width ahead at the smallest ``K``, the wide one at the largest."""
+        return self.width_order[0] == "narrow" and self.width_order[-1] == "wide"
+
+    def summary(self, decimals: int = 2) -> str:
+        """The findings in words, numbers rounded to ``decimals``."""
+        f = f".{decimals}f"
+        lo, hi = pool_label(self.pool_sizes[0]), pool_label(self.pool_sizes[-1])
+        lines = []
+        for w, g, s in zip(self.widths, self.diversity_gain, self.diversity_se):
+            lines.append(f"width {w}: held-out accuracy {hi} minus {lo}: {g:+{f}} +- {s:{f}} (s.e.)")
+        for k, g, s, o in zip(self.pool_sizes, self.width_gap, self.width_se, self.width_order):
+            lines.append(
+                f"{pool_label(k)}: width {self.widths[-1]} minus width {self.widths[0]}: {g:+{f}} +- {s:{f}} -> {o}"
+            )
+        lines.append(self.verdict())
+        return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """The findings as sentences without numbers (stable across machines when the
+        effects are clear; a borderline effect can flip between machines)."""
+        diversity = (
+            "more distinct scenarios raise held-out accuracy at every width"
+            if self.diversity_separates
+            else f"the diversity effect does not separate from seed noise at {self.z:g} s.e. for every width"
+        )
+        orders = ", ".join(f"{pool_label(k)}: {o}" for k, o in zip(self.pool_sizes, self.width_order))
+        cross = "a crossover (narrow ahead on little data, wide ahead on more)" if self.crossover else "no crossover"
+        return f"{diversity}; width ordering ({orders}): {cross}."
+
+
+def sweep_findings(result: SweepResult, z: float = 2.0) -> Findings:
+    """Compute what ``result`` shows (:class:`Findings`): the diversity effect per width
+    (largest ``K`` minus smallest, held out), the width ordering per ``K`` (widest minus
+    narrowest), whether it crosses over, and the memorisation gap (training pool minus
+    held out). Nothing is assumed: every verdict is a comparison of a paired mean with
+    ``z`` standard errors."""
+    acc = np.asarray(result.held_out.accuracy, np.float64)  # [W, K, S]
+    diversity_gain, diversity_se = mean_se(acc[:, -1] - acc[:, 0])
+    width_gap, width_se = mean_se(acc[-1] - acc[0])
+    if result.train_pool is None:
+        memorisation = np.full(acc.shape[:2], np.nan)
+    else:
+        memorisation = (np.asarray(result.train_pool.accuracy, np.float64) - acc).mean(-1)
+    return Findings(
+        result.widths, result.pool_sizes, diversity_gain, diversity_se, width_gap, width_se, memorisation, z
+    )
