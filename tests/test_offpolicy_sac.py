@@ -18,7 +18,6 @@ from jax import Array
 
 from course_lib.envs.interface import step_with_auto_reset
 from course_lib.offpolicy import sac
-from course_lib.offpolicy import sweep as sac_sweep
 from course_lib.offpolicy.sac import (
     SACConfig,
     chunk_metrics,
@@ -450,51 +449,3 @@ def test_prioritized_replay_path_runs_and_rewrites_priorities():
     leaves = np.asarray(state.buffer.tree[config.buffer_capacity : config.buffer_capacity + int(state.buffer.size)])
     assert float(state.buffer.max_priority) != 1.0  # TD errors were written back
     assert len(np.unique(leaves)) > 100
-
-
-# ---------------------------------------------------------------------------------------
-# The model-size x data-size sweep: a narrow network trained inside a wide one
-# ---------------------------------------------------------------------------------------
-
-
-def test_a_padded_narrow_network_trains_exactly_like_the_narrow_one():
-    narrow_cfg, wide = dataclasses.replace(TINY, width=8), 32
-    opt_n, opt_w = sac.make_optimizers(narrow_cfg), sac.make_optimizers(dataclasses.replace(TINY, width=wide))
-    narrow = sac.init_learner(jax.random.key(0), narrow_cfg, 6, 2, opt_n)
-    padded = sac_sweep.pad_learner(narrow, wide, opt_w)
-    update_n = jax.jit(lambda lr, b, k: sac.sac_update(lr, b, jnp.ones(64), k, narrow_cfg, opt_n))
-    update_w = jax.jit(lambda lr, b, k: sac.sac_update(lr, b, jnp.ones(64), k, narrow_cfg, opt_w))
-    rng = np.random.default_rng(0)
-    for i in range(5):
-        obs, nxt = (jnp.asarray(rng.normal(size=(64, 6)), jnp.float32) for _ in range(2))
-        action = jnp.asarray(rng.uniform(-1, 1, size=(64, 2)), jnp.float32)
-        batch = sac.Transition(obs, action, jnp.asarray(rng.normal(size=64), jnp.float32), jnp.zeros(64, bool), nxt)
-        narrow, _, m_n = update_n(narrow, batch, jax.random.key(i))
-        padded, _, m_w = update_w(padded, batch, jax.random.key(i))
-        np.testing.assert_allclose(m_n["losses/critic"], m_w["losses/critic"], rtol=1e-4)
-    np.testing.assert_allclose(
-        q_values(narrow.critics, obs, action), q_values(padded.critics, obs, action), rtol=1e-4, atol=1e-5
-    )
-    np.testing.assert_allclose(padded.actor[1]["w"][:8, :8], narrow.actor[1]["w"], rtol=1e-4, atol=1e-6)
-    np.testing.assert_array_equal(padded.actor[1]["w"][8:], 0.0)  # the extra units never move
-    np.testing.assert_array_equal(padded.critics[0]["w"][:, :, 8:], 0.0)
-    np.testing.assert_array_equal(padded.targets[2]["w"][:, 8:], 0.0)
-
-
-def test_sweep_budgets_fall_on_chunks():
-    with pytest.raises(ValueError, match="multiples"):
-        sac_sweep.check_sweep(sac_sweep.SweepConfig(budgets=(1000,), sac=TINY))
-    sac_sweep.check_sweep(sac_sweep.CPU_SWEEP)
-    sac_sweep.check_sweep(sac_sweep.FULL_SWEEP)
-
-
-def test_scaling_sweep_runs_every_cell(tiny_runs):
-    """A 2 x 2 grid on the point mass; its runs reuse the compiled chunk of the TINY runs, its
-    evaluation the compiled program of the learning test (same shapes, 256 episodes)."""
-    sweep = sac_sweep.SweepConfig(widths=(8, 32), budgets=(800, 2400), num_seeds=1, num_episodes=256, sac=TINY)
-    result = sac_sweep.scaling_sweep(sweep, jax.random.key(0), progress=False, env=PointMass, env_params=PARAMS)
-    assert result.accuracy.shape == (2, 2, 1) and result.widths == (8, 32)
-    assert ((result.accuracy >= 0) & (result.accuracy <= 1)).all()
-    np.testing.assert_allclose(result.accuracy + result.collision_rate + result.offroad_rate <= 1.0 + 1e-6, True)
-    table = sac_sweep.sweep_table(result)
-    assert "2,400 steps" in table and table.count("\n") == 3

@@ -32,7 +32,7 @@ evaluation run on it unchanged (:mod:`course_lib.offpolicy.sweep`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -88,25 +88,25 @@ def held_out_params(base_params: Any, pool_key: Array, size: int = UNLIMITED) ->
     return PoolParams(base_params, pool_key, jnp.int32(HELD_OUT_FIRST), jnp.int32(size))
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)
 class ScenarioPool:
     """``base`` (a continuous-action env module) with its resets drawn from a :class:`PoolParams` pool.
 
     ``info_fn`` is the base env's episode-metrics function, the one its own ``step`` passes
     to :func:`~course_lib.envs.interface.step_with_auto_reset` (default: ``base.episode_metrics``,
-    the driving env's). Frozen and hashable, so it can be a static argument of ``jax.jit``.
+    the driving env's). Hashable (by its fields), so it can be a static argument of ``jax.jit``;
+    never change its fields after construction.
     """
 
     base: Any
     info_fn: Callable[[Any, Any], dict[str, Array]] | None = None
+    #: The base env's sizes (set from ``base``; the env interface's names).
+    OBS_DIM: int = field(init=False)
+    ACTION_DIM: int = field(init=False)
 
-    @property
-    def OBS_DIM(self) -> int:
-        return int(self.base.OBS_DIM)
-
-    @property
-    def ACTION_DIM(self) -> int:
-        return int(self.base.ACTION_DIM)
+    def __post_init__(self) -> None:
+        self.OBS_DIM = int(self.base.OBS_DIM)
+        self.ACTION_DIM = int(self.base.ACTION_DIM)
 
     def scenario_key(self, key: Array, params: PoolParams) -> Array:
         """The key of the pool scenario a reset with ``key`` starts: ``fold_in(pool_key, first + randint(key, 0, K))``."""

@@ -63,6 +63,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax import Array
 
 from course_lib.envs import scenarios
@@ -95,7 +96,7 @@ class SweepConfig:
     )
     runs: str = field(default="threads", metadata={"help": "how the runs execute: one of RUN_MODES"})
     sac: SACConfig = field(
-        default=SACConfig(total_env_steps=24_000, prioritized=False, buffer_capacity=2**15),
+        default=SACConfig(total_env_steps=16_000, prioritized=False, buffer_capacity=2**14),
         metadata={"help": "the SAC run every cell shares: env steps, updates, hyperparameters"},
     )
 
@@ -110,9 +111,13 @@ class SweepConfig:
         return len(self.widths) * len(self.pool_sizes) * self.num_seeds
 
 
-#: The ``cpu`` scale: 2 widths x 3 pool sizes x 3 seeds = 18 runs of 24,000 env steps and
-#: 2,744 gradient updates each, as one vmapped program (see the measurements in the report
-#: of :func:`scaling_sweep`'s lesson cell).
+#: The ``cpu`` scale: 2 widths x 3 pool sizes x 3 seeds = 18 runs of 16,000 env steps and
+#: 1,744 gradient updates each (uniform replay), 128 held-out episodes per run, runs as
+#: threads. Sized to ~35-40 s on two CPU cores (compilation ~12-15 s of it when the machine
+#: is quiet, much more under load). At this budget the policies are far from trained (most
+#: held-out episodes end in a collision), so expect seed noise to dominate: it shows the
+#: method, and :func:`sweep_findings` says whether anything separated; the question itself
+#: is :data:`FULL_SWEEP`'s.
 CPU_SWEEP = SweepConfig()
 
 #: The ``full`` scale for a GPU (not run on CPU machines; not measured): V-Max-like widths,
@@ -290,10 +295,14 @@ def _stack(trees: list[Any]) -> Any:
 
 def train_and_evaluate(
     sweep: SweepConfig, grid: RunGrid, env: ScenarioPool, key: Array, progress: bool = True
-) -> tuple[sac.EvalResult, sac.EvalResult | None]:
+) -> tuple[sac.EvalResult, sac.EvalResult | None, np.ndarray, dict[str, float]]:
     """Train every run for ``num_chunks`` chunks, then evaluate every actor (deterministic)
     on ``num_episodes`` held-out episodes and, if ``pool_eval``, as many of its own training
-    pool; returns the two :class:`~course_lib.offpolicy.sac.EvalResult` of ``[R]`` rates.
+    pool; returns the two :class:`~course_lib.offpolicy.sac.EvalResult` of ``[R]`` rates,
+    what every run really took (``[R, 2]``: env steps, read from its state, and gradient
+    updates, read from its actor's Adam step count: :func:`budget_taken`) and the wall-clock seconds of each phase (``setup``: initial states and, with threads, the
+    programs' compilation; ``train``; ``evaluate``; with ``"vmap"`` the programs compile on
+    their first call, inside ``train`` and ``evaluate``).
 
     ``sweep.runs`` says how the runs execute (:data:`RUN_MODES`). ``"threads"``: the
     one-run ``init``, ``run_chunk`` and evaluation programs are compiled first, side by
@@ -304,19 +313,24 @@ def train_and_evaluate(
     run = sweep.run_config
     r = sweep.num_runs
     k_held, k_pool = jax.random.split(key)
+    clock = _Clock()
     learners = padded_learners(sweep, grid.keys, env)
     init, chunk = sweep_programs(run, env, vmapped=sweep.runs == "vmap")
     bar = sac.chunk_progress(progress, run.num_chunks, "sweep chunks")
     if sweep.runs == "vmap":
         states = init(grid.keys, grid.train)._replace(learner=learners)
+        clock.lap("setup")
         with bar:
             for _ in range(run.num_chunks):
                 states, _ = chunk(states, grid.train)
                 bar.update(1)
-        actors = states.learner.actor
+        actors = jax.block_until_ready(states.learner.actor)
+        taken = np.asarray(jax.vmap(budget_taken)(states))
+        clock.lap("train")
         held = evaluate_runs(actors, k_held, grid.held_out, sweep.num_episodes, env)
         pool = evaluate_runs(actors, k_pool, grid.train, sweep.num_episodes, env) if sweep.pool_eval else None
-        return held, pool
+        jax.block_until_ready((held, pool))
+        return held, pool, taken, clock.lap("evaluate")
 
     params, held_params = _unstack(grid.train, r), _unstack(grid.held_out, r)
     shapes = jax.eval_shape(init, grid.keys[0], params[0])
@@ -328,12 +342,15 @@ def train_and_evaluate(
             (sac.evaluate_policies, (("actor",), actor_shape, k_held, params[0], sweep.num_episodes, env)),
         ]
     )
-    states = [init(k, p)._replace(learner=lr) for k, p, lr in zip(grid.keys, params, _unstack(learners, r))]
+    runs = [init(k, p)._replace(learner=lr) for k, p, lr in zip(grid.keys, params, _unstack(learners, r))]
+    clock.lap("setup")
     with bar, ThreadPoolExecutor(2) as threads:
         for _ in range(run.num_chunks):
-            states = list(threads.map(lambda s, p: jax.block_until_ready(chunk(s, p)[0]), states, params))
+            runs = list(threads.map(lambda s, p: jax.block_until_ready(chunk(s, p)[0]), runs, params))
             bar.update(1)
-        actors = [jax.tree.map(lambda x: x[None], s.learner.actor) for s in states]
+        taken = np.stack([np.asarray(budget_taken(s)) for s in runs])
+        clock.lap("train")
+        actors = [jax.tree.map(lambda x: x[None], s.learner.actor) for s in runs]
         n = sweep.num_episodes
         held_list = list(
             threads.map(lambda a, p: jax.device_get(_evaluate_one(a, k_held, p, n, env)), actors, held_params)
@@ -343,8 +360,27 @@ def train_and_evaluate(
             pool_list = list(
                 threads.map(lambda a, p: jax.device_get(_evaluate_one(a, k_pool, p, n, env)), actors, params)
             )
-    merge = lambda rs: sac.EvalResult(*(np.concatenate(x) for x in zip(*rs)))  # noqa: E731
-    return merge(held_list), (merge(pool_list) if pool_list is not None else None)
+    merge = lambda rs: sac.EvalResult(*(jnp.concatenate(x) for x in zip(*rs)))  # noqa: E731
+    return merge(held_list), (merge(pool_list) if pool_list is not None else None), taken, clock.lap("evaluate")
+
+
+def budget_taken(state: TrainState) -> Array:
+    """``[env steps, gradient updates]`` a run has taken: its ``env_steps`` counter and its
+    actor's Adam step count (one per update; the warm-up's skipped updates do not count)."""
+    count = optax.tree_utils.tree_get(state.learner.actor_opt, "count")
+    return jnp.stack([state.env_steps, count]).astype(jnp.int32)
+
+
+class _Clock:
+    """Wall-clock seconds of consecutive phases: ``lap(name)`` ends the phase ``name``."""
+
+    def __init__(self) -> None:
+        self.t, self.laps = time.perf_counter(), dict[str, float]()
+
+    def lap(self, name: str) -> dict[str, float]:
+        now = time.perf_counter()
+        self.laps[name], self.t = now - self.t, now
+        return self.laps
 
 
 @functools.partial(jax.jit, static_argnames=("num_episodes", "env"))
@@ -370,20 +406,31 @@ def _evaluate_one(actor: MLP, key: Array, params: PoolParams, num_episodes: int,
 # ---------------------------------------------------------------------------------------
 
 
+class CellRates(NamedTuple):
+    """Evaluation rates of every cell, numpy arrays ``[W, K, S]`` (width, pool size, seed):
+    the fields of :class:`~course_lib.offpolicy.sac.EvalResult`."""
+
+    accuracy: np.ndarray
+    collision_rate: np.ndarray
+    offroad_rate: np.ndarray
+    progress_ratio: np.ndarray
+    episode_return: np.ndarray
+
+
 class SweepResult(NamedTuple):
-    """Evaluation of every cell. ``held_out`` and ``train_pool`` hold
-    :class:`~course_lib.offpolicy.sac.EvalResult` arrays ``[W, K, S]`` (width, pool size,
-    seed) of the deterministic policy: on held-out scenarios, and on the run's own training
-    pool (``None`` unless ``pool_eval``). Every cell took ``env_steps`` env steps and
-    ``updates`` gradient updates; ``seconds``: the sweep's wall-clock time, compilation included."""
+    """Evaluation of every cell. ``held_out`` and ``train_pool``: :class:`CellRates`
+    ``[W, K, S]`` (width, pool size, seed) of the deterministic policy: on held-out scenarios, and on the run's own training
+    pool (``None`` unless ``pool_eval``). ``env_steps`` and ``updates`` ``[W, K, S]``: what
+    every run took, read from its final state (all equal: the budget is fixed); ``seconds``: the sweep's wall-clock time per phase
+    (``setup``, ``train``, ``evaluate``, and ``total``, compilation included)."""
 
     widths: tuple[int, ...]
     pool_sizes: tuple[int, ...]
-    env_steps: int
-    updates: int
-    held_out: sac.EvalResult
-    train_pool: sac.EvalResult | None
-    seconds: float
+    env_steps: np.ndarray
+    updates: np.ndarray
+    held_out: CellRates
+    train_pool: CellRates | None
+    seconds: dict[str, float]
 
 
 def scaling_sweep(
@@ -410,22 +457,21 @@ def scaling_sweep(
     pool_env = ScenarioPool(base, info_fn)
     k_runs, k_eval = jax.random.split(key)
     grid = run_grid(sweep, k_runs, base_params)
-    held, pool = train_and_evaluate(sweep, grid, pool_env, k_eval, progress)
+    held, pool, taken, seconds = train_and_evaluate(sweep, grid, pool_env, k_eval, progress)
     shape = (len(sweep.widths), len(sweep.pool_sizes), sweep.num_seeds)
 
-    def cells(result: sac.EvalResult) -> sac.EvalResult:
-        return sac.EvalResult(*(np.asarray(x).reshape(shape) for x in jax.device_get(result)))
+    def cells(result: sac.EvalResult) -> CellRates:
+        return CellRates(*(np.asarray(x).reshape(shape) for x in jax.device_get(result)))
 
     held_out, train_pool = cells(held), (cells(pool) if pool is not None else None)
-    run = sweep.run_config
     return SweepResult(
         sweep.widths,
         sweep.pool_sizes,
-        run.env_steps_per_run,
-        run.updates_per_run,
+        taken[:, 0].reshape(shape),
+        taken[:, 1].reshape(shape),
         held_out,
         train_pool,
-        time.perf_counter() - t0,
+        seconds | {"total": time.perf_counter() - t0},
     )
 
 
@@ -446,6 +492,12 @@ def pool_label(k: int) -> str:
     return "K=inf" if k == UNLIMITED else f"K={k:,}"
 
 
+def _one_value(x: np.ndarray) -> str:
+    """``"24,000"`` if every run took the same, else ``"min..max"``."""
+    lo, hi = int(np.min(x)), int(np.max(x))
+    return f"{lo:,}" if lo == hi else f"{lo:,}..{hi:,}"
+
+
 def sweep_table(result: SweepResult, decimals: int = 2) -> str:
     """The grid as text, mean +- standard error over seeds: one row per width, one column
     per pool size; held-out accuracy, then collision and off-road rates, then (if measured)
@@ -456,7 +508,8 @@ def sweep_table(result: SweepResult, decimals: int = 2) -> str:
     blocks += [("held-out off-road rate", result.held_out.offroad_rate)]
     if result.train_pool is not None:
         blocks.append(("training-pool accuracy", result.train_pool.accuracy))
-    rows = [f"{result.env_steps:,} env steps and {result.updates:,} updates per cell; mean +- s.e. over seeds"]
+    steps, updates = _one_value(result.env_steps), _one_value(result.updates)
+    rows = [f"{steps} env steps and {updates} updates per run; mean +- s.e. over seeds"]
     for title, values in blocks:
         rows += ["", title, head, "-" * len(head)]
         mean, se = mean_se(values)
