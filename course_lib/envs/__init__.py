@@ -16,6 +16,9 @@ so ``jax.jit``, ``jax.vmap`` and ``jax.lax.scan`` apply to them directly.
   ``gymnasium.Env`` twin :mod:`~course_lib.envs.driving_numpy`, the top-down picture
   :mod:`~course_lib.envs.driving_render` and the throughput benchmark
   :mod:`~course_lib.envs.driving_bench` (``tests/test_envs_driving.py``).
+- :mod:`course_lib.envs.scenarios`: a finite pool of ``K`` procedural scenarios around any
+  such env (:class:`~course_lib.envs.scenarios.ScenarioPool`, the pool as data in the
+  params) and held-out scenarios no pool contains: lesson 06's data-diversity axis.
 
 A new environment is a new module here that follows the interface, added to ``ENVS`` in
 ``tests/test_envs_cartpole.py``, which checks every env listed there against it (and, with

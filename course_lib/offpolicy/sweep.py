@@ -37,12 +37,15 @@ Three things make the whole grid **one** compiled training program:
   closes over ``env_params``, which would bake them into the program as constants (one
   compile per ``K``); here ``make_train`` is called *inside* the jitted function, with the
   params as its traced argument (:func:`sweep_programs`), so one program serves every ``K``.
-- **Every run is a row of one vmapped program** (``runs="vmap"``, the default): the
-  ``R = len(widths) x len(pool_sizes) x num_seeds`` runs step together, their small
-  matrix products batched into larger ones. The sweep uses uniform replay
-  (``prioritized=False``): a prioritized buffer's sum-tree scatters batch badly under
-  ``vmap`` (``BENCHMARKS.md``). ``runs="threads"`` runs the one-run program once per run,
-  on a thread pool, for comparison (:data:`RUN_MODES`).
+- **Every run is a call of that one program.** ``runs="threads"`` (the default, the CPU's
+  way) calls the one-run program once per run on a pool of two threads; ``runs="vmap"``
+  (:data:`FULL_SWEEP`, the accelerator's way) stacks the ``R = len(widths) x
+  len(pool_sizes) x num_seeds`` runs as rows of one vmapped program. Both use uniform
+  replay (``prioritized=False``): a prioritized buffer's sum-tree scatters batch badly
+  under ``vmap`` (``BENCHMARKS.md``). Measured for :data:`CPU_SWEEP`'s 18 runs on 2 shared
+  CPU cores (load average 4-5): once learning, a chunk of every run took 1.0-1.2 s either
+  way, but the vmapped chunk program took 18-23 s to compile against 8.6 s for the one-run
+  program (and the init 6-8 s either way), so on a CPU the threads win by the compile.
 
 The ``cpu`` scale (:data:`CPU_SWEEP`) is a reduced grid that fits the lesson's notebook on
 two CPU cores; :data:`FULL_SWEEP` is V-Max's kind of grid for a GPU (not run on CPU machines).
@@ -112,12 +115,14 @@ class SweepConfig:
 
 
 #: The ``cpu`` scale: 2 widths x 3 pool sizes x 3 seeds = 18 runs of 16,000 env steps and
-#: 1,744 gradient updates each (uniform replay), 128 held-out episodes per run, runs as
-#: threads. Sized to ~35-40 s on two CPU cores (compilation ~12-15 s of it when the machine
-#: is quiet, much more under load). At this budget the policies are far from trained (most
-#: held-out episodes end in a collision), so expect seed noise to dominate: it shows the
-#: method, and :func:`sweep_findings` says whether anything separated; the question itself
-#: is :data:`FULL_SWEEP`'s.
+#: 1,744 gradient updates each (uniform replay), 128 held-out and 128 training-pool episodes
+#: per run, runs as threads. Measured on 2 shared CPU cores at load average 2.2-2.4: 36.9 s
+#: in all (setup, i.e. compiling the programs and the initial states, 24.4 s; training 8.3 s;
+#: evaluation 3.8 s), and 16.4 s for a second sweep in the same process (programs compiled).
+#: At this budget the policies are far from trained (most held-out episodes end in a
+#: collision) and two master keys gave no separation of widths or pool sizes at 2 s.e.: it
+#: shows the method, :func:`sweep_findings` says whether anything separated, and the
+#: question itself is :data:`FULL_SWEEP`'s.
 CPU_SWEEP = SweepConfig()
 
 #: The ``full`` scale for a GPU (not run on CPU machines; not measured): V-Max-like widths,
