@@ -4,6 +4,11 @@ pool (course_lib.envs.scenarios), on the tiny point-mass env of test_offpolicy_s
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -137,7 +142,7 @@ SMALL = sac_sweep.SweepConfig(
         ({"pool_sizes": (2**21,)}, r"at most SEED_STRIDE.*use scenarios\.UNLIMITED"),
         ({"num_seeds": 1}, r"num_seeds must be 2 \.\. 1024 \(a standard error needs 2\)"),
         ({"num_episodes": 0}, r"num_episodes must be >= 1"),
-        ({"runs": "pmap"}, r"runs must be one of \('vmap', 'threads'\)"),
+        ({"runs": "pmap"}, r"runs must be one of \('auto', 'vmap', 'threads'\)"),
     ],
 )
 def test_bad_grids_are_refused_saying_what_to_change(change, message):
@@ -149,6 +154,38 @@ def test_the_shipped_grids_are_valid():
     for grid in (sac_sweep.CPU_SWEEP, sac_sweep.FULL_SWEEP, SMALL):
         sac_sweep.check_sweep(grid)
     assert sac_sweep.CPU_SWEEP.pool_sizes[-1] == sac_sweep.FULL_SWEEP.pool_sizes[-1] == UNLIMITED
+
+
+def test_the_full_grid_is_24_vmapped_runs_of_one_budget_with_k_1_allowed():
+    full = sac_sweep.FULL_SWEEP
+    run = full.run_config
+    assert full.num_runs == 24 and full.runs == "vmap" and sac_sweep.resolve_runs(full) == "vmap"
+    assert full.widths == (32, 256) and full.pool_sizes == (1, 8, 64, UNLIMITED) and full.num_seeds == 3
+    assert (
+        run.width == 256
+        and not run.prioritized
+        and (run.num_envs, run.batch_size, run.updates_per_step)
+        == (
+            256,
+            256,
+            4,
+        )
+    )
+    # equal budgets: one SACConfig for every cell, whole chunks, no steps lost
+    assert run.steps_per_chunk_env == 128_000 and run.num_chunks == 32
+    assert run.env_steps_per_run == run.total_env_steps == 4_096_000
+    assert run.updates_per_run == (32 * 500 - 65_536 // 256) * 4 == 62_976
+    assert full.num_episodes == 1024 and full.pool_eval
+    # replay of every run together fits a GPU with room to spare (64 obs floats twice, 2 actions, reward, done)
+    assert full.num_runs * run.buffer_capacity * (2 * 64 * 4 + 2 * 4 + 4 + 1) < 4e9
+    sac_sweep.check_sweep(dataclasses.replace(SMALL, pool_sizes=(1,)))  # one scenario, memorised: legitimate
+
+
+def test_auto_runs_as_threads_on_a_cpu_and_vmapped_elsewhere():
+    assert sac_sweep.CPU_SWEEP.runs == "auto"
+    expected = "threads" if jax.default_backend() == "cpu" else "vmap"
+    assert sac_sweep.resolve_runs(sac_sweep.CPU_SWEEP) == expected
+    assert sac_sweep.resolve_runs(dataclasses.replace(SMALL, runs="threads")) == "threads"
 
 
 def test_run_grid_pairs_seeds_and_keeps_seed_pools_apart():
@@ -243,3 +280,139 @@ def test_findings_call_noise_a_tie():
     assert found.width_order == ("tie", "tie") and not found.crossover and not found.diversity_separates
     assert np.isnan(found.memorisation_gap).all()
     assert "does not separate from seed noise" in found.verdict() and "no crossover" in found.verdict()
+
+
+# ---------------------------------------------------------------------------------------
+# The accelerator's path, and a recorded result: save, load, the command line
+# ---------------------------------------------------------------------------------------
+
+
+def test_the_vmapped_sweep_takes_its_budget_and_evaluates_in_one_program(capsys):
+    """``runs="vmap"`` on the CPU, end to end: 2 runs (K = 1, the smallest legitimate pool)
+    stacked, the same programs as the vmapped test above (compiled once), one evaluation
+    call for held-out and pool rows."""
+    grid = dataclasses.replace(SMALL, widths=(32,), pool_sizes=(1,), runs="vmap")
+    result = sac_sweep.scaling_sweep(
+        grid, jax.random.key(0), progress=True, env=PointMass, env_params=PARAMS, info_fn=PointMass.metrics
+    )
+    assert "sweep chunks" in capsys.readouterr().err  # the bar ticked (text mode, stderr)
+    assert (result.env_steps == 1600).all() and (result.updates == 136).all() and result.updates.shape == (1, 1, 2)
+    assert result.train_pool is not None and result.held_out.accuracy.shape == (1, 1, 2)
+    assert set(result.seconds) == {"setup", "train", "evaluate", "total"}
+
+
+def test_evaluate_runs_gives_each_row_its_own_key_and_params():
+    """Rows with the same actor, key and params agree; the vmapped evaluation of a row
+    equals the one-run evaluation (the threads' path) of the same actor, key and params."""
+    cfg = dataclasses.replace(TINY, width=8)
+    actor = sac.init_learner(jax.random.key(3), cfg, 6, 2, sac.make_optimizers(cfg)).actor
+    held = scenarios.held_out_params(PARAMS, POOL_KEY)
+    train = scenarios.pool_params(PARAMS, POOL_KEY, 2)
+    stack = lambda *ts: jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *ts)  # noqa: E731
+    k1, k2 = jax.random.key(1), jax.random.key(2)
+    actors = stack(actor, actor, actor)
+    out = sac_sweep.evaluate_runs(actors, jnp.stack([k1, k1, k2]), stack(held, held, train), 32, POOL_ENV)
+    one = sac_sweep._evaluate_one(jax.tree.map(lambda x: x[None], actor), k2, train, 32, POOL_ENV)
+    np.testing.assert_array_equal(out.accuracy[0], out.accuracy[1])
+    np.testing.assert_allclose(np.asarray(out.episode_return[2]), np.asarray(one.episode_return[0]), rtol=1e-5)
+
+
+def test_a_result_saved_and_loaded_is_the_same_to_the_bit(small_result, tmp_path):
+    meta = sac_sweep.run_meta(SMALL, 0, "pytest", note="tiny")
+    path = sac_sweep.save_result(small_result, tmp_path / "sub" / "sweep.json", meta)
+    loaded, meta_back = sac_sweep.load_result(path)
+    assert loaded.widths == small_result.widths and loaded.pool_sizes == small_result.pool_sizes
+    for a, b in [
+        (loaded.env_steps, small_result.env_steps),
+        (loaded.updates, small_result.updates),
+        *zip(loaded.held_out, small_result.held_out),
+        *zip(loaded.train_pool, small_result.train_pool),
+    ]:
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    assert loaded.seconds == small_result.seconds
+    assert meta_back == json.loads(json.dumps(meta)) and meta_back["note"] == "tiny"
+    assert sac_sweep.sweep_config_from_dict(meta_back["sweep"]) == SMALL
+    assert set(meta_back) >= {"seed", "devices", "jax_version", "date_utc", "command", "runs", "backend"}
+    assert sac_sweep.sweep_table(loaded) == sac_sweep.sweep_table(small_result)
+    assert sac_sweep.sweep_findings(loaded).summary() == sac_sweep.sweep_findings(small_result).summary()
+
+
+def test_a_result_without_its_training_pool_round_trips(tmp_path):
+    acc = np.random.default_rng(0).uniform(size=(2, 2, 3)).astype(np.float32)
+    fake = _fake(acc)._replace(seconds={"total": 1.25})
+    loaded, _ = sac_sweep.load_result(sac_sweep.save_result(fake, tmp_path / "s.json", {}))
+    assert loaded.train_pool is None and loaded.held_out.accuracy.dtype == np.float32
+    np.testing.assert_array_equal(loaded.held_out.accuracy, acc)
+
+
+def test_loading_a_missing_file_or_another_format_says_what_to_do(small_result, tmp_path):
+    with pytest.raises(
+        FileNotFoundError, match=r"no recorded sweep result at .*python -m course_lib\.offpolicy\.sweep"
+    ):
+        sac_sweep.load_result(tmp_path / "absent.json")
+    path = sac_sweep.save_result(small_result, tmp_path / "s.json", {})
+    doc = json.loads(path.read_text())
+    doc["format"] = 2
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"format 2, this course_lib reads format 1"):
+        sac_sweep.load_result(path)
+    path.write_text(json.dumps({"something": "else"}))
+    with pytest.raises(ValueError, match=r"not a sweep result file"):
+        sac_sweep.load_result(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"not a sweep result file \(not JSON"):
+        sac_sweep.load_result(path)
+
+
+def test_the_command_line_parses_its_arguments():
+    args = sac_sweep.parse_args(["--scale", "full", "--seed", "11", "--out", "x.json"])
+    assert (args.scale, args.seed, args.out, args.no_progress) == ("full", 11, "x.json", False)
+    assert sac_sweep.SCALES["full"] is sac_sweep.FULL_SWEEP and sac_sweep.SCALES["cpu"] is sac_sweep.CPU_SWEEP
+    with pytest.raises(SystemExit):
+        sac_sweep.parse_args(["--scale", "huge", "--out", "x.json"])
+
+
+def test_python_m_help_runs_without_notebook_packages():
+    """``python -m course_lib.offpolicy.sweep --help`` in a fresh interpreter, with
+    matplotlib, IPython and tqdm made unimportable: the command line needs none of them."""
+    root = Path(__file__).resolve().parents[1]
+    block = (
+        "import sys, runpy\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('matplotlib', 'IPython', 'ipywidgets', 'tqdm'):\n"
+        "            raise ImportError(f'blocked {name}')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "sys.argv = ['sweep', '--help']\n"
+        "runpy.run_module('course_lib.offpolicy.sweep', run_name='__main__', alter_sys=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", block], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--scale {cpu,full}" in out.stdout and "--out OUT" in out.stdout and "--seed SEED" in out.stdout
+
+
+def test_record_prints_the_table_and_saves_what_load_reads(tmp_path, capsys):
+    """What ``main`` does after parsing, on the tiny env, its progress bar on stderr."""
+    out = tmp_path / "rec.json"
+    result = sac_sweep.record(
+        SMALL, 0, out, "pytest record", progress=True, env=PointMass, env_params=PARAMS, info_fn=PointMass.metrics
+    )
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "sweep chunks" in captured.err
+    assert "8 runs (threads)" in printed or "8 runs (vmap)" in printed
+    assert "held-out accuracy" in printed and "width 8: held-out accuracy K=inf minus K=2" in printed
+    assert "seconds: setup" in printed and f"saved {out}" in printed
+    loaded, meta = sac_sweep.load_result(out)
+    np.testing.assert_array_equal(loaded.held_out.accuracy, result.held_out.accuracy)
+    assert meta["command"] == "pytest record" and meta["seed"] == 0 and meta["num_runs"] == 8
+
+
+def test_the_plain_progress_lines_count_chunks(capsys):
+    with sac_sweep._PrintBar(3, "sweep chunks") as bar:
+        for _ in range(3):
+            bar.update(1)
+    err = capsys.readouterr().err
+    assert "sweep chunks: 1/3" in err and "sweep chunks: 3/3" in err

@@ -37,10 +37,13 @@ Three things make the whole grid **one** compiled training program:
   closes over ``env_params``, which would bake them into the program as constants (one
   compile per ``K``); here ``make_train`` is called *inside* the jitted function, with the
   params as its traced argument (:func:`sweep_programs`), so one program serves every ``K``.
-- **Every run is a call of that one program.** ``runs="threads"`` (the default, the CPU's
-  way) calls the one-run program once per run on a pool of two threads; ``runs="vmap"``
+- **Every run is a call of that one program.** ``runs="threads"`` (the CPU's way) calls
+  the one-run program once per run on a pool of two threads; ``runs="vmap"``
   (:data:`FULL_SWEEP`, the accelerator's way) stacks the ``R = len(widths) x
-  len(pool_sizes) x num_seeds`` runs as rows of one vmapped program. Both use uniform
+  len(pool_sizes) x num_seeds`` runs as rows of one vmapped program, trained chunk by chunk
+  with one chunk always queued on the device, and evaluated, held out and on the training
+  pools together, by one more program. ``runs="auto"`` (the default) is ``"threads"`` on a
+  CPU backend and ``"vmap"`` on any other (:func:`resolve_runs`). Both use uniform
   replay (``prioritized=False``): a prioritized buffer's sum-tree scatters batch badly
   under ``vmap`` (``BENCHMARKS.md``). Measured for :data:`CPU_SWEEP`'s 18 runs on 2 shared
   CPU cores (load average 4-5): once learning, a chunk of every run took 1.0-1.2 s either
@@ -48,19 +51,40 @@ Three things make the whole grid **one** compiled training program:
   program (and the init 6-8 s either way), so on a CPU the threads win by the compile.
 
 The ``cpu`` scale (:data:`CPU_SWEEP`) is a reduced grid that fits the lesson's notebook on
-two CPU cores; :data:`FULL_SWEEP` is V-Max's kind of grid for a GPU (not run on CPU machines).
-:func:`sweep_table` prints a result, :func:`sweep_findings` computes what it shows.
+two CPU cores; :data:`FULL_SWEEP` is V-Max's kind of grid for one GPU (not run on CPU
+machines). :func:`sweep_table` prints a result, :func:`sweep_findings` computes what it shows.
+
+**A recorded result.** The full sweep is run once on a GPU from the command line and its
+result committed as JSON; the full-scale lesson loads it instead of re-running it::
+
+    python -m course_lib.offpolicy.sweep --scale full --seed 11 --out sweep_full.json
+
+prints the progress (a text bar), the table, the findings and the seconds, and writes the
+file with :func:`save_result`: every array with its dtype and shape, the rates held out and
+on the training pools, the seconds, and ``meta`` (the :class:`SweepConfig` with its
+:class:`~course_lib.offpolicy.sac.SACConfig`, the master key's seed, the devices, the jax
+version, the UTC date, the command). :func:`load_result` reads it back exactly
+(``(SweepResult, meta)``; :func:`sweep_config_from_dict` rebuilds the config from
+``meta["sweep"]``). This path imports no notebook package (IPython, matplotlib, widgets),
+and without ``tqdm`` the progress is printed as plain lines.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import datetime
 import functools
+import importlib.util
+import json
 import math
+import os
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -75,8 +99,9 @@ from course_lib.offpolicy import sac
 from course_lib.offpolicy.sac import MLP, Learner, SACConfig, TrainState
 
 #: How the runs of a sweep execute: ``"vmap"``, one vmapped program over all runs;
-#: ``"threads"``, the one-run program once per run on a pool of threads.
-RUN_MODES = ("vmap", "threads")
+#: ``"threads"``, the one-run program once per run on a pool of threads; ``"auto"``,
+#: threads on a CPU backend, vmap on an accelerator (:func:`resolve_runs`).
+RUN_MODES = ("auto", "vmap", "threads")
 
 #: Training pools of different seeds are disjoint: seed ``j``'s finite pool is the indices
 #: ``j * SEED_STRIDE + [0, K)`` (so ``K <= SEED_STRIDE`` for finite pools).
@@ -97,7 +122,9 @@ class SweepConfig:
     pool_eval: bool = field(
         default=True, metadata={"help": "also evaluate each run on num_episodes of its own training pool"}
     )
-    runs: str = field(default="threads", metadata={"help": "how the runs execute: one of RUN_MODES"})
+    runs: str = field(
+        default="auto", metadata={"help": "how the runs execute: one of RUN_MODES (auto: threads on CPU, else vmap)"}
+    )
     sac: SACConfig = field(
         default=SACConfig(total_env_steps=16_000, prioritized=False, buffer_capacity=2**14),
         metadata={"help": "the SAC run every cell shares: env steps, updates, hyperparameters"},
@@ -125,16 +152,45 @@ class SweepConfig:
 #: question itself is :data:`FULL_SWEEP`'s.
 CPU_SWEEP = SweepConfig()
 
-#: The ``full`` scale for a GPU (not run on CPU machines; not measured): V-Max-like widths,
-#: pools from a few hundred scenarios to unlimited, 16M env steps per cell, 4 seeds.
+#: The ``full`` scale, for one GPU: 2 widths (32, 256) x 4 pool sizes (K = 1, 8, 64,
+#: unlimited) x 3 seeds = 24 runs, stacked in **one** vmapped program (``runs="vmap"``).
+#: Each run: 256 envs, 4 updates of batch 256 after every vectorised step, actor and twin
+#: critics of depth 3 (every width trained inside the width-256 network), uniform replay of
+#: 2^18 transitions (24 x 2^18 x 525 B = 3.3 GB of buffers in all), 65,536 warm-up env
+#: steps, 4,096,000 env steps in 32 chunks of 500 vectorised steps (128,000 env steps; one
+#: progress tick each) = 62,976 gradient updates per run, the same for every cell; 1,024
+#: held-out and 1,024 training-pool episodes per run (one evaluation program of 24 x 2 x
+#: 1,024 episodes). ``K = 1`` is the legitimate extreme: one scenario, to be memorised.
+#:
+#: The sizing is an **estimate until measured**, aimed at 150-200 s on one H200, compiling
+#: included, from measurements on an H200 (2026-11-27): ``sac.FULL_CONFIG`` (1,024 envs, 4
+#: updates of batch 1,024, width 256, depth 3, prioritized) took 3.6 ms per vectorised step
+#: (512 envs: 3.0 ms), so its small kernels are launch-bound and stacking 24 runs with vmap
+#: costs far less than 24 times one run's kernels; the driving env alone steps 84M env
+#: steps/s. A vectorised step of the 24 stacked runs (6,144 envs, 4 x 24 updates of 256) is
+#: estimated at 4-8 ms, i.e. 16,000 steps in 65-130 s, plus compiling and evaluation. The
+#: recorded result's ``seconds`` (and its ``meta``) say what it really took. Checked on a
+#: CPU (not timed for the GPU): its vmapped chunk program compiles (10.8 s on 2 cores), the
+#: 24 runs' state is 3.47 GB (3.30 GB of it replay) plus 0.28 GB of temporaries, and the
+#: whole vmapped path runs end to end on this grid with a budget of 2 tiny chunks.
 FULL_SWEEP = SweepConfig(
-    widths=(32, 128, 512),
-    pool_sizes=(256, 4_096, 65_536, UNLIMITED),
-    num_seeds=4,
+    widths=(32, 256),
+    pool_sizes=(1, 8, 64, UNLIMITED),
+    num_seeds=3,
     num_episodes=1024,
+    pool_eval=True,
     runs="vmap",
     sac=dataclasses.replace(
-        sac.FULL_CONFIG, num_envs=512, total_env_steps=16_384_000, steps_per_chunk=500, prioritized=False
+        sac.FULL_CONFIG,
+        num_envs=256,
+        total_env_steps=4_096_000,
+        learning_starts=65_536,
+        buffer_capacity=2**18,
+        batch_size=256,
+        updates_per_step=4,
+        depth=3,
+        steps_per_chunk=500,
+        prioritized=False,
     ),
 )
 
@@ -168,6 +224,14 @@ def check_sweep(sweep: SweepConfig) -> None:
     if sweep.runs not in RUN_MODES:
         raise ValueError(f"runs must be one of {RUN_MODES}, got {sweep.runs!r}")
     sac.check_config(run)
+
+
+def resolve_runs(sweep: SweepConfig) -> str:
+    """How ``sweep``'s runs execute: its ``runs``, with ``"auto"`` made ``"threads"`` on a CPU
+    backend and ``"vmap"`` on an accelerator (``jax.default_backend()``)."""
+    if sweep.runs != "auto":
+        return sweep.runs
+    return "threads" if jax.default_backend() == "cpu" else "vmap"
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,6 +362,37 @@ def _stack(trees: list[Any]) -> Any:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
+def _concat(trees: list[Any]) -> Any:
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *trees)
+
+
+class _PrintBar:
+    """A progress "bar" of plain lines on stderr, where ``tqdm`` is not installed."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.n, self.total, self.desc, self.t0 = 0, total, desc, time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        print(
+            f"{self.desc}: {self.n}/{self.total} ({time.perf_counter() - self.t0:.1f} s)", file=sys.stderr, flush=True
+        )
+
+    def __enter__(self) -> _PrintBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _chunk_bar(show: bool, total: int) -> Any:
+    """The sweep's progress over ``total`` chunks: :func:`course_lib.progress` (a widget in
+    a notebook, a text bar elsewhere), plain lines if ``tqdm`` is missing, nothing if not ``show``."""
+    if show and importlib.util.find_spec("tqdm") is None:
+        return _PrintBar(total, "sweep chunks")
+    return sac.chunk_progress(show, total, "sweep chunks")
+
+
 def train_and_evaluate(
     sweep: SweepConfig, grid: RunGrid, env: ScenarioPool, key: Array, progress: bool = True
 ) -> tuple[sac.EvalResult, sac.EvalResult | None, np.ndarray, dict[str, float]]:
@@ -305,36 +400,64 @@ def train_and_evaluate(
     on ``num_episodes`` held-out episodes and, if ``pool_eval``, as many of its own training
     pool; returns the two :class:`~course_lib.offpolicy.sac.EvalResult` of ``[R]`` rates,
     what every run really took (``[R, 2]``: env steps, read from its state, and gradient
-    updates, read from its actor's Adam step count: :func:`budget_taken`) and the wall-clock seconds of each phase (``setup``: initial states and, with threads, the
-    programs' compilation; ``train``; ``evaluate``; with ``"vmap"`` the programs compile on
-    their first call, inside ``train`` and ``evaluate``).
+    updates, read from its actor's Adam step count: :func:`budget_taken`) and the
+    wall-clock seconds of each phase (``setup``: compiling the programs, the initial
+    states; ``train``; ``evaluate``).
 
-    ``sweep.runs`` says how the runs execute (:data:`RUN_MODES`). ``"threads"``: the
-    one-run ``init``, ``run_chunk`` and evaluation programs are compiled first, side by
-    side (one thread each: the compiler is single-threaded), then called once per run on a
-    pool of two threads (one per core of the course's CPU machines). ``"vmap"``: the runs
-    stacked, every program vmapped over them (the accelerator's way).
+    ``sweep.runs`` says how the runs execute (:data:`RUN_MODES`, :func:`resolve_runs`).
+    Either way the ``init``, ``run_chunk`` and evaluation programs are compiled first, side
+    by side (one thread each: the compiler is single-threaded). ``"threads"``: the one-run
+    programs, called once per run on a pool of two threads (one per core of the course's
+    CPU machines). ``"vmap"``: the runs stacked, every program vmapped over them (the
+    accelerator's way): one call per chunk for every run, no per-run Python work, the
+    next chunk queued while one runs; one evaluation call for every run, held out and on
+    its training pool together.
     """
     run = sweep.run_config
     r = sweep.num_runs
     k_held, k_pool = jax.random.split(key)
     clock = _Clock()
+    mode = resolve_runs(sweep)
     learners = padded_learners(sweep, grid.keys, env)
-    init, chunk = sweep_programs(run, env, vmapped=sweep.runs == "vmap")
-    bar = sac.chunk_progress(progress, run.num_chunks, "sweep chunks")
-    if sweep.runs == "vmap":
-        states = init(grid.keys, grid.train)._replace(learner=learners)
+    init, chunk = sweep_programs(run, env, vmapped=mode == "vmap")
+    bar = _chunk_bar(progress, run.num_chunks)
+    if mode == "vmap":
+        # Held-out and training-pool evaluation are rows of one program: the [R] actors
+        # twice, each row with its own key and params (held-out rows k_held, pool rows k_pool).
+        n_eval = 2 if sweep.pool_eval else 1
+        eval_keys = jnp.stack([k_held] * r + [k_pool] * r)[: n_eval * r]
+        eval_params = _concat([grid.held_out, grid.train][:n_eval])
+        shapes = jax.eval_shape(init, grid.keys, grid.train)
+        actor_shape = jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct((n_eval * r,) + s.shape[1:], s.dtype), shapes.learner.actor
+        )
+        sac.compile_together(
+            [
+                (init, (grid.keys, grid.train)),
+                (chunk, (shapes, grid.train)),
+                (evaluate_runs, (actor_shape, eval_keys, eval_params, sweep.num_episodes, env)),
+            ]
+        )
+        states = jax.block_until_ready(init(grid.keys, grid.train)._replace(learner=learners))
         clock.lap("setup")
-        with bar:
+        with bar as ticks:
+            # One chunk stays queued behind the running one (the device never waits for
+            # Python); the bar ticks when a chunk's metrics (not donated) are ready.
+            pending = None
             for _ in range(run.num_chunks):
-                states, _ = chunk(states, grid.train)
-                bar.update(1)
-        actors = jax.block_until_ready(states.learner.actor)
+                states, metrics = chunk(states, grid.train)
+                if pending is not None:
+                    jax.block_until_ready(pending)
+                    ticks.update(1)
+                pending = metrics
+            jax.block_until_ready(pending)
+            ticks.update(1)
         taken = np.asarray(jax.vmap(budget_taken)(states))
         clock.lap("train")
-        held = evaluate_runs(actors, k_held, grid.held_out, sweep.num_episodes, env)
-        pool = evaluate_runs(actors, k_pool, grid.train, sweep.num_episodes, env) if sweep.pool_eval else None
-        jax.block_until_ready((held, pool))
+        actors = _concat([states.learner.actor] * n_eval)
+        both = jax.device_get(evaluate_runs(actors, eval_keys, eval_params, sweep.num_episodes, env))
+        held = sac.EvalResult(*(x[:r] for x in both))
+        pool = sac.EvalResult(*(x[r:] for x in both)) if sweep.pool_eval else None
         return held, pool, taken, clock.lap("evaluate")
 
     params, held_params = _unstack(grid.train, r), _unstack(grid.held_out, r)
@@ -349,10 +472,10 @@ def train_and_evaluate(
     )
     runs = [init(k, p)._replace(learner=lr) for k, p, lr in zip(grid.keys, params, _unstack(learners, r))]
     clock.lap("setup")
-    with bar, ThreadPoolExecutor(2) as threads:
+    with bar as ticks, ThreadPoolExecutor(2) as threads:
         for _ in range(run.num_chunks):
             runs = list(threads.map(lambda s, p: jax.block_until_ready(chunk(s, p)[0]), runs, params))
-            bar.update(1)
+            ticks.update(1)
         taken = np.stack([np.asarray(budget_taken(s)) for s in runs])
         clock.lap("train")
         actors = [jax.tree.map(lambda x: x[None], s.learner.actor) for s in runs]
@@ -389,16 +512,16 @@ class _Clock:
 
 
 @functools.partial(jax.jit, static_argnames=("num_episodes", "env"))
-def evaluate_runs(actors: MLP, key: Array, params: PoolParams, num_episodes: int, env: ScenarioPool) -> sac.EvalResult:
+def evaluate_runs(actors: MLP, keys: Array, params: PoolParams, num_episodes: int, env: ScenarioPool) -> sac.EvalResult:
     """Each actor of ``actors [R]`` (deterministic) on ``num_episodes`` episodes of its own
-    params ``params [R]``, one vmapped program; the same reset keys for every run, so runs
-    with the same params meet the same scenarios. Returns ``[R]`` rates."""
+    params ``params [R]`` with its own key ``keys [R]``, one vmapped program (rows with the
+    same key and params meet the same scenarios). Returns ``[R]`` rates."""
 
-    def one(actor: MLP, p: PoolParams) -> sac.EvalResult:
-        result = sac.run_evaluation(("actor",), jax.tree.map(lambda x: x[None], actor), key, p, num_episodes, env)
+    def one(actor: MLP, k: Array, p: PoolParams) -> sac.EvalResult:
+        result = sac.run_evaluation(("actor",), jax.tree.map(lambda x: x[None], actor), k, p, num_episodes, env)
         return sac.EvalResult(*(x[0] for x in result))
 
-    return jax.vmap(one)(actors, params)
+    return jax.vmap(one)(actors, keys, params)
 
 
 def _evaluate_one(actor: MLP, key: Array, params: PoolParams, num_episodes: int, env: ScenarioPool) -> sac.EvalResult:
@@ -609,3 +732,193 @@ def sweep_findings(result: SweepResult, z: float = 2.0) -> Findings:
     return Findings(
         result.widths, result.pool_sizes, diversity_gain, diversity_se, width_gap, width_se, memorisation, z
     )
+
+
+# ---------------------------------------------------------------------------------------
+# A recorded result: JSON on disk, and the command line that writes it
+# ---------------------------------------------------------------------------------------
+
+#: The version of the file :func:`save_result` writes and :func:`load_result` reads.
+FORMAT_VERSION = 1
+_KIND = "course_lib.offpolicy.sweep.SweepResult"
+
+
+def _array_to_json(x: np.ndarray) -> dict[str, Any]:
+    a = np.asarray(x)
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.ravel().tolist()}
+
+
+def _array_from_json(d: dict[str, Any]) -> np.ndarray:
+    return np.asarray(d["data"], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+
+
+def _rates_to_json(rates: CellRates | None) -> dict[str, Any] | None:
+    return None if rates is None else {name: _array_to_json(getattr(rates, name)) for name in CellRates._fields}
+
+
+def _rates_from_json(d: dict[str, Any]) -> CellRates:
+    return CellRates(*(_array_from_json(d[name]) for name in CellRates._fields))
+
+
+def save_result(result: SweepResult, path: str | os.PathLike[str], meta: dict[str, Any]) -> Path:
+    """Write ``result`` and ``meta`` to ``path`` as JSON (format :data:`FORMAT_VERSION`),
+    every array with its dtype and shape (floats as JSON numbers: the round trip through
+    :func:`load_result` is exact). ``meta`` must be JSON-serialisable (:func:`run_meta` makes
+    one). The file is written whole or not at all (a temporary file, then renamed)."""
+    path = Path(path)
+    doc = {
+        "format": FORMAT_VERSION,
+        "kind": _KIND,
+        "result": {
+            "widths": list(result.widths),
+            "pool_sizes": list(result.pool_sizes),
+            "env_steps": _array_to_json(result.env_steps),
+            "updates": _array_to_json(result.updates),
+            "held_out": _rates_to_json(result.held_out),
+            "train_pool": _rates_to_json(result.train_pool),
+            "seconds": {k: float(v) for k, v in result.seconds.items()},
+        },
+        "meta": meta,
+    }
+    text = json.dumps(doc, indent=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_result(path: str | os.PathLike[str]) -> tuple[SweepResult, dict[str, Any]]:
+    """Read a file :func:`save_result` wrote: ``(SweepResult, meta)``, arrays with the dtypes
+    and shapes they were saved with.
+
+    Raises:
+        FileNotFoundError: no file at ``path`` (saying the command that makes one).
+        ValueError: the file is not a sweep result, or of another format version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no recorded sweep result at {path}; record one with "
+            f"`python -m course_lib.offpolicy.sweep --scale full --seed 11 --out {path}` (on a GPU)"
+        )
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a sweep result file (not JSON: {err})") from err
+    if not isinstance(doc, dict) or doc.get("kind") != _KIND or "format" not in doc:
+        raise ValueError(f"{path} is not a sweep result file (no 'format' and 'kind': {_KIND!r})")
+    if doc["format"] != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} is sweep result format {doc['format']!r}, this course_lib reads format {FORMAT_VERSION}; "
+            "record it again with `python -m course_lib.offpolicy.sweep`"
+        )
+    r = doc["result"]
+    result = SweepResult(
+        tuple(int(w) for w in r["widths"]),
+        tuple(int(k) for k in r["pool_sizes"]),
+        _array_from_json(r["env_steps"]),
+        _array_from_json(r["updates"]),
+        _rates_from_json(r["held_out"]),
+        None if r["train_pool"] is None else _rates_from_json(r["train_pool"]),
+        {k: float(v) for k, v in r["seconds"].items()},
+    )
+    return result, doc["meta"]
+
+
+def sweep_config_from_dict(d: dict[str, Any]) -> SweepConfig:
+    """The :class:`SweepConfig` of ``dataclasses.asdict(config)`` (e.g. a recorded result's
+    ``meta["sweep"]``), its :class:`~course_lib.offpolicy.sac.SACConfig` included."""
+    fields = dict(d)
+    fields["widths"] = tuple(fields["widths"])
+    fields["pool_sizes"] = tuple(fields["pool_sizes"])
+    fields["sac"] = SACConfig(**fields["sac"])
+    return SweepConfig(**fields)
+
+
+def run_meta(sweep: SweepConfig, seed: int, command: str, **extra: Any) -> dict[str, Any]:
+    """What a recorded result says about its run: the config (:func:`dataclasses.asdict`,
+    read back by :func:`sweep_config_from_dict`), the master key's seed, how the runs
+    executed, the devices, the jax version, the UTC date and time, the command; ``extra``
+    added as given."""
+    devices = jax.devices()
+    return {
+        "sweep": dataclasses.asdict(sweep),
+        "seed": seed,
+        "runs": resolve_runs(sweep),
+        "num_runs": sweep.num_runs,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in devices],
+        "device_kind": devices[0].device_kind,
+        "jax_version": jax.__version__,
+        "python_version": sys.version.split()[0],
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 (3.10)
+        "command": command,
+    } | extra
+
+
+#: The sweeps the command line knows by ``--scale``.
+SCALES = {"cpu": CPU_SWEEP, "full": FULL_SWEEP}
+
+
+def record(
+    sweep: SweepConfig,
+    seed: int,
+    out: str | os.PathLike[str],
+    command: str,
+    progress: bool = True,
+    env: Any = None,
+    env_params: Any = None,
+    info_fn: Callable[[Any, Any], dict[str, Array]] | None = None,
+    **meta: Any,
+) -> SweepResult:
+    """Run ``sweep`` with master key ``jax.random.key(seed)``, print the table, the findings
+    and the seconds, and save the result with its :func:`run_meta` to ``out`` (what the
+    command line does; ``env``, ``env_params``, ``info_fn`` as for :func:`scaling_sweep`)."""
+    print(
+        f"sweep: {sweep.num_runs} runs ({resolve_runs(sweep)}) of {sweep.run_config.env_steps_per_run:,} env steps "
+        f"and {sweep.run_config.updates_per_run:,} updates; {jax.default_backend()} {jax.devices()}",
+        flush=True,
+    )
+    result = scaling_sweep(
+        sweep, jax.random.key(seed), progress=progress, env=env, env_params=env_params, info_fn=info_fn
+    )
+    print(sweep_table(result))
+    print()
+    print(sweep_findings(result).summary())
+    print()
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    path = save_result(result, out, run_meta(sweep, seed, command, **meta))
+    print(f"saved {path}", flush=True)
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments (``python -m course_lib.offpolicy.sweep --help``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib.offpolicy.sweep",
+        description="Run lesson 06's width x distinct-scenarios sweep and record its result as JSON "
+        "(read it back with course_lib.offpolicy.sweep.load_result).",
+    )
+    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu", help="cpu: CPU_SWEEP; full: FULL_SWEEP")
+    parser.add_argument("--seed", type=int, default=11, help="seed of the master key jax.random.key(SEED)")
+    parser.add_argument("--out", required=True, help="path of the JSON file to write")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.offpolicy.sweep --scale {cpu,full} --seed 11 --out PATH``."""
+    args = parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python -m course_lib.offpolicy.sweep", *words])
+    record(SCALES[args.scale], args.seed, args.out, command, progress=not args.no_progress, scale=args.scale)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the importable module's main, so that the classes in the result are
+    # course_lib.offpolicy.sweep's (not copies defined in __main__).
+    from course_lib.offpolicy.sweep import main as _main
+
+    sys.exit(_main())
