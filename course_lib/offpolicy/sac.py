@@ -193,13 +193,14 @@ def check_config(config: SACConfig) -> None:
 CPU_CONFIG = SACConfig()
 
 #: The ``full`` scale, for a GPU (not run on the CPU machines): thousands of envs, wider and
-#: deeper nets, a larger buffer and batch, more updates per env step; 20M env steps, V-Max's
-#: repository default. Measured 2026-11-27 on one H200 (``sac.training_rates``, one seed):
-#: 282k env steps/s and 1,100 gradient updates/s (a vectorised step of 1024 envs and its 4
-#: updates: 3.6 ms), so one seed's 20M steps take about 70 s after compiling.
+#: deeper nets, a larger buffer and batch, more updates per env step; 10M env steps (half
+#: V-Max's repository default of 20M, so that the full-scale lesson fits a GPU session).
+#: Measured 2026-11-27 on one H200 (``sac.training_rates``, one seed): 282k env steps/s and
+#: 1,100 gradient updates/s (a vectorised step of 1024 envs and its 4 updates: 3.6 ms), so
+#: one seed's 10M steps take about 35 s after compiling.
 FULL_CONFIG = SACConfig(
     num_envs=1024,
-    total_env_steps=20_000_000,
+    total_env_steps=10_000_000,
     learning_starts=131_072,
     buffer_capacity=2**22,
     batch_size=1024,
@@ -1195,7 +1196,7 @@ def _part_loops(
 
     batches = jax.jit(jax.vmap(lambda k: buffer_sample(config, state.buffer, k)))(keys)  # fresh batch per update
     td_errors = jax.random.uniform(jax.random.key(5), (n, config.batch_size))  # their values do not change its time
-    parts = {
+    parts: dict[str, tuple[Callable[..., Any], Callable[[], tuple[Any, ...]]]] = {
         "env_step": (jax.jit(env_loop), lambda: (state.env, keys)),
         "act": (jax.jit(act_loop), lambda: (state.learner.actor, state.env.obs, keys)),
         "replay_add": (jax.jit(add_loop, donate_argnums=0), lambda: (jax.tree.map(jnp.copy, state.buffer), transition)),

@@ -379,6 +379,7 @@ class ShardedTrain:
     num_shards: int
 
 
+@functools.lru_cache(maxsize=16)
 def make_sharded_train(
     config: SACConfig,
     num_shards: int,
@@ -396,7 +397,9 @@ def make_sharded_train(
     ``steps_per_chunk`` steps of :func:`device_step` on every device, one
     ``jit(shard_map(...))`` program (state donated; compiled through
     :func:`check_multidevice_safe` on first use); metrics as :func:`sac.chunk_metrics`.
-    The caller blocks on each chunk (:func:`train_sharded` does).
+    The caller blocks on each chunk (:func:`train_sharded` does). Kept per arguments (all
+    hashable), so the equivalence run and the throughput measurement of the same config
+    and mesh share one compiled program.
 
     ``opt``: sac.py-style optimizers (default :func:`sac.make_optimizers`); the gradient
     averaging (:func:`averaged`) is put in front of them here. ``env`` defaults to the
@@ -583,7 +586,7 @@ def measure_sharded_throughput(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    programs = {d: make_sharded_train(config, num_shards, data_mesh(d), env, env_params) for d in devices}
+    programs = {d: make_sharded_train(config, num_shards, data_mesh(d), env, env_params, None) for d in devices}
     warmup_chunks = -(-config.warmup_steps // config.steps_per_chunk)
     seconds: dict[int, list[float]] = {d: [] for d in devices}
     with watchdog(watchdog_s, f"sharded SAC throughput on {tuple(devices)} devices"):
