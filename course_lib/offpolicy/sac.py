@@ -1237,10 +1237,12 @@ def _part_loops(
         return jax.lax.scan(body, learner, (batches, keys))[0].log_alpha
 
     def priority_loop(priorities: Any, indices: Array, td: Array) -> Any:
+        # replay.per_update's two lines on (tree, max priority) only: the stored items stay
+        # out of the program (closing over the buffer would bake it in as a constant)
         def body(pr: Any, xs: tuple[Array, Array]) -> tuple[Any, None]:
-            idx, err = xs
-            buffer = replay.per_update(set_priorities(config, state.buffer, pr), idx, err + config.per_eps)
-            return get_priorities(config, buffer), None
+            (tree, top), (idx, err) = pr, xs
+            p = err + config.per_eps
+            return (replay.sumtree_update(tree, idx, p**config.per_alpha), jnp.maximum(top, p.max())), None
 
         return jax.lax.scan(body, priorities, (indices, td))[0]
 
