@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.mark.parametrize("prioritized", [True, False])
-def test_time_breakdown_names_every_part_and_their_sum(prioritized: bool) -> None:
+def test_time_breakdown_names_every_part_and_their_sum(prioritized):
     config = dataclasses.replace(TINY, prioritized=prioritized)
     out = sac.time_breakdown(config, env=PointMass, env_params=PARAMS, repeats=1, chunks=1)
     per_update = ["replay_sample", "update"] + (["priority_update"] if prioritized else [])
@@ -28,7 +28,7 @@ def test_time_breakdown_names_every_part_and_their_sum(prioritized: bool) -> Non
     assert out["env_steps_per_s"] == pytest.approx(config.num_envs / out["train_step"])
 
 
-def test_training_rates_one_entry_per_config_in_order() -> None:
+def test_training_rates_one_entry_per_config_in_order():
     configs = [dataclasses.replace(TINY, updates_per_step=u) for u in (1, 3)]
     rates = sac.training_rates(configs, env=PointMass, env_params=PARAMS, rounds=1)
     assert [r["utd"] for r in rates] == [1 / TINY.num_envs, 3 / TINY.num_envs]

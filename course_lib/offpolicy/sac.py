@@ -1137,9 +1137,13 @@ def sampling_seconds(
     programs = {name: (draws(c), buf) for name, (c, buf) in buffers.items()}
     compile_together([(fn, (buf, keys)) for fn, buf in programs.values()])
     times: dict[str, list[float]] = {name: [] for name in programs}
+
+    def args_of(buffer: Any) -> Callable[[], tuple[Any, ...]]:
+        return lambda: (buffer, keys)
+
     for _ in range(rounds + 1):
         for name, (fn, buf) in programs.items():
-            times[name].append(_time_once(fn, lambda buf=buf: (buf, keys)))
+            times[name].append(_time_once(fn, args_of(buf)))
     return {name: statistics.median(t[1:]) / n for name, t in times.items()}
 
 
