@@ -15,7 +15,7 @@ from typing import Any
 import grading_helpers as gh
 import numpy as np
 import pytest
-from conftest import solution_function
+from conftest import mutant_function, solution_function
 from mutants.l06_off_policy_scale import MUTANTS
 
 from course_lib.course.grading.checks import run_exercise
@@ -183,6 +183,58 @@ def test_the_read_counting_tree_counts_single_reads_and_refuses_bulk_access():
         tree[8]
     assert not hasattr(tree, "cumsum")  # numpy's and JAX's probes move on to __array__
     assert [l06.read_limit(c) for c in (1, 2, 1024, 16384)] == [1, 3, 21, 29]
+
+
+def test_the_tree_hides_its_values_from_attribute_access():
+    """The node values live in a closure: no attribute, private name, vars(), copy or pickle
+    reaches them, and the learner's code cannot clear the record of reads."""
+    import copy
+    import pickle
+
+    tree = l06.ReadCountingTree(l06.build_tree([1.0, 0.0, 3.0, 4.0]))
+    assert tree[1] == 8.0
+    private = {
+        "_values": lambda: tree._values,
+        "_read": lambda: tree._read,
+        "__dict__": lambda: tree.__dict__,
+        "__slots__": lambda: tree.__slots__,
+        "__getstate__": lambda: tree.__getstate__(),
+        "__reduce_ex__": lambda: tree.__reduce_ex__(4),
+        "__secret": lambda: getattr(tree, "__secret"),
+    }
+    for name, access in private.items():
+        with pytest.raises(l06.TreeAttributeError, match="the tree's inside"):
+            access()
+        assert tree.nodes_read == {1}, name
+    for access in (
+        lambda: vars(tree),
+        lambda: copy.copy(tree),
+        lambda: copy.deepcopy(tree),
+        lambda: pickle.dumps(tree),
+        lambda: type(tree).__reduce_ex__(tree, 4),
+    ):
+        with pytest.raises((TypeError, AttributeError, copy.Error, pickle.PicklingError)):
+            access()
+    for write in (
+        lambda: setattr(tree, "__class__", object),
+        lambda: setattr(tree, "nodes_read", set()),
+        lambda: delattr(tree, "_read"),
+    ):
+        with pytest.raises(l06.TreeReadError):
+            write()
+    assert isinstance(tree.nodes_read, frozenset) and tree.nodes_read == {1}
+    assert tree.__class__ is l06.ReadCountingTree and not isinstance(tree, np.ndarray)
+
+
+def test_reading_the_trees_private_values_is_caught_and_correct_descents_still_pass():
+    """The reviewer's bypass: `tree._values` read past the one-node reads, then a linear scan."""
+    (mutant,) = [m for m in MUTANTS if m.name == "private_values_scan"]
+    outcome = run_exercise(l06.SUMTREE_FIND, mutant_function(LESSON, mutant))
+    assert not outcome.passed
+    assert "tree._values" in outcome.message and "one node at a time" in outcome.message, outcome.message
+    for descent in (solution_function(LESSON, "sumtree_find"), _descent_reading_both_children, _recursive_descent):
+        outcome = run_exercise(l06.SUMTREE_FIND, descent)
+        assert outcome.passed, outcome.message
 
 
 def test_the_solution_reads_one_node_per_level():

@@ -130,6 +130,15 @@ MUTANTS: list[Mutant] = [
         "linear scan",
     ),
     Mutant(
+        ST,
+        "private_values_scan",
+        ROOT,
+        "    v = tree._values  # the tree's storage, past the one-node reads\n"
+        "    c = len(v) // 2\n"
+        '    return int(np.searchsorted(np.cumsum(v[c:]), u, side="right"))\n' + ROOT,
+        "tree._values",
+    ),
+    Mutant(
         ST, "stops_one_level_early", "while i < capacity:", "while i < capacity // 2:", "one level above the leaves"
     ),
     # importance_weights: the normalisation, the sign of beta, N, the precedence of **

@@ -25,7 +25,9 @@ read one node at a time (``tree[i]``, ``len(tree)``), which refuses slices, iter
 whole-array numpy, and counts the distinct nodes a draw reads. A draw may read at most
 ``2 log2(capacity) + 1`` of them (both children at each level of the descent, and the root),
 so a linear scan over the leaves (``np.searchsorted`` of their cumulative sum, or a Python
-loop) fails on large trees, where it reads hundreds.
+loop) fails on large trees, where it reads hundreds. The node values live in a closure, not
+in an attribute: ``tree._values`` (any private name, ``__dict__``, ``vars``, copying,
+pickling) raises the same "read one node at a time" refusal.
 """
 
 from __future__ import annotations
@@ -369,7 +371,8 @@ class TreeReadError(TreeRefusal, TypeError):
 
 
 class TreeAttributeError(TreeRefusal, AttributeError):
-    """An array method (``.sum()``, ``.cumsum()``, ``.tolist()``, ...) on the grader's tree.
+    """An array method (``.sum()``, ``.cumsum()``, ``.tolist()``, ...) or a private attribute
+    (``tree._values``, ``tree.__dict__``) on the grader's tree.
 
     An ``AttributeError`` too, so that numpy's and JAX's probing (``hasattr``) moves on to
     ``__array__``, which refuses with the same explanation."""
@@ -377,37 +380,114 @@ class TreeAttributeError(TreeRefusal, AttributeError):
 
 BULK = "the tree is read one node at a time, tree[i] with an int i"
 
+#: The attributes a learner's code may read on the tree: the public ones, and the protocol
+#: methods it defines or inherits harmlessly (``__class__`` is ``type(tree)``; ``isinstance``
+#: against an ABC reads it). Every other name raises :class:`TreeAttributeError`.
+TREE_PUBLIC = frozenset({"shape", "size", "ndim", "dtype", "nodes_read"})
+TREE_PROTOCOL = frozenset(
+    {
+        "__class__",
+        "__doc__",
+        "__len__",
+        "__getitem__",
+        "__setitem__",
+        "__iter__",
+        "__contains__",
+        "__array__",
+        "__repr__",
+        "__str__",
+        "__format__",
+        "__eq__",
+        "__ne__",
+        "__hash__",
+    }
+)
+
+
+def _tree_reader(values: Any) -> tuple[Callable[[int], np.float64], Callable[[], frozenset[int]]]:
+    """Two closures over a private copy of ``values``: ``read(k)`` (one node, recorded) and
+    ``reads()`` (the nodes read so far). Neither the copy nor the record is an attribute of
+    anything a learner's code is handed."""
+    copy = np.array(values, dtype=np.float64)
+    copy.setflags(write=False)
+    record: set[int] = set()
+
+    def read(k: int) -> np.float64:
+        record.add(k)
+        return np.float64(copy[k])
+
+    def reads() -> frozenset[int]:
+        return frozenset(record)
+
+    return read, reads
+
+
+def _slot(tree: ReadCountingTree, name: str) -> Any:
+    """The tree's own slots, read past its refusing ``__getattribute__``."""
+    return object.__getattribute__(tree, name)
+
 
 class ReadCountingTree:
     """The sum tree the checks hand to ``sumtree_find``: read-only, one node at a time, counted.
 
     It supports what a descent uses, ``len(tree)``, ``tree.shape``, ``tree.size``,
     ``tree.ndim``, ``tree.dtype`` and ``tree[i]`` for one int ``i`` (a numpy float64 back,
-    negative ``i`` as numpy reads it), and records the set of nodes read in ``nodes_read``.
+    negative ``i`` as numpy reads it), and reports the set of nodes read in ``nodes_read``
+    (a frozenset: a copy the learner's code cannot clear).
     Everything that would read many nodes in one go raises :class:`TreeRefusal`: a slice, an
     index array, iteration (``for``, ``list``, ``sum``, ``in``), ``np.asarray`` and every
     numpy or jnp function of the whole tree (``np.cumsum``, ``np.searchsorted``, ...), array
     methods (``.sum()``, ``.cumsum()``); writes raise too. So a draw's reads are exactly the
     nodes it looked at, and a linear scan over the leaves shows up as ``capacity`` reads.
+
+    The node values are held in a closure (:func:`_tree_reader`), never in an attribute: the
+    object's only slots hold the length and two functions, and every attribute outside
+    :data:`TREE_PUBLIC` and :data:`TREE_PROTOCOL` (``tree._values``, ``tree._read``,
+    ``tree.__dict__``, ``tree.__slots__``, ``tree.__reduce_ex__``, ...) raises
+    :class:`TreeAttributeError`, as do ``vars(tree)``, copying, pickling and attribute writes
+    (``tree.__class__ = ...`` included).
     """
 
-    __slots__ = ("_values", "nodes_read")
+    __slots__ = ("_n", "_read", "_reads")
 
     def __init__(self, values: NDArray[np.float64]) -> None:
-        self._values = np.array(values, dtype=np.float64)
-        self._values.setflags(write=False)
-        self.nodes_read: set[int] = set()
+        read, reads = _tree_reader(values)
+        object.__setattr__(self, "_n", len(values))
+        object.__setattr__(self, "_read", read)
+        object.__setattr__(self, "_reads", reads)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in TREE_PUBLIC or name in TREE_PROTOCOL:
+            return object.__getattribute__(self, name)
+        if name.startswith("_"):
+            raise TreeAttributeError(f"tree.{name}, the tree's inside, not a node")
+        raise TreeAttributeError(f"tree.{name} (or np.{name}(tree)): the whole tree at once")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise TreeReadError(f"a write to tree.{name}: the tree is read-only, a draw only reads it")
+
+    def __delattr__(self, name: str) -> None:
+        raise TreeReadError(f"del tree.{name}: the tree is read-only, a draw only reads it")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TreeReadError("a copy or pickle of the tree, which reads every node")
+
+    def __reduce__(self) -> Any:
+        raise TreeReadError("a copy or pickle of the tree, which reads every node")
+
+    def __getstate__(self) -> Any:
+        raise TreeReadError("a copy or pickle of the tree, which reads every node")
 
     def __len__(self) -> int:
-        return len(self._values)
+        return int(_slot(self, "_n"))
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._values.shape
+        return (len(self),)
 
     @property
     def size(self) -> int:
-        return int(self._values.size)
+        return len(self)
 
     @property
     def ndim(self) -> int:
@@ -415,7 +495,12 @@ class ReadCountingTree:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return self._values.dtype
+        return np.dtype(np.float64)
+
+    @property
+    def nodes_read(self) -> frozenset[int]:
+        reads: Callable[[], frozenset[int]] = _slot(self, "_reads")
+        return reads()
 
     def __getitem__(self, key: Any) -> np.float64:
         if isinstance(key, slice):
@@ -428,12 +513,11 @@ class ReadCountingTree:
             k = operator.index(key)
         except TypeError:
             raise TreeReadError(f"tree[...] with {describe_type(key)}, many nodes at once") from None
-        n = len(self._values)
+        n = len(self)
         if not -n <= k < n:
             raise IndexError(f"index {k} is out of bounds for the tree of length {n}")
-        k %= n
-        self.nodes_read.add(k)
-        return np.float64(self._values[k])
+        read: Callable[[int], np.float64] = _slot(self, "_read")
+        return read(k % n)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         raise TreeReadError("a write to the tree: it is read-only, a draw only reads it")
@@ -447,11 +531,8 @@ class ReadCountingTree:
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
         raise TreeReadError("np.asarray or a numpy/jnp function of the whole tree")
 
-    def __getattr__(self, name: str) -> Any:
-        raise TreeAttributeError(f"tree.{name} (or np.{name}(tree)): the whole tree at once")
-
     def __repr__(self) -> str:
-        return f"<sum tree of capacity {len(self._values) // 2}, read node by node>"
+        return f"<sum tree of capacity {len(self) // 2}, read node by node>"
 
 
 def read_limit(capacity: int) -> int:
