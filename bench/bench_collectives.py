@@ -1,7 +1,7 @@
 """All-reduce time vs message size on 2 and 4 CPU devices, lesson 05: XLA's psum vs the ppermute ring.
 
 For each message size (float32 bytes per device, 4 KiB to 16 MiB) and each mesh (the first
-2, then all 4 CPU host devices), `course_lib.collectives.measure_allreduce` compiles
+2, then all 4 CPU host devices), `course_lib.scaling.collectives.measure_allreduce` compiles
 `psum` and `ring_allreduce` (reduce-scatter + all-gather from `ppermute`), checks they
 agree, and times each `REPEATS` times, interleaved (psum ring, ring psum, ...), every call
 blocked, under the watchdog; cells are medians. The alpha-beta model
@@ -46,14 +46,14 @@ def json_path() -> Path:
 
 def measure() -> dict[str, Any]:
     """In this process: 4 CPU devices, both meshes measured, everything as plain JSON data."""
-    from course_lib.devices import use_cpu_devices
+    from course_lib.scaling.devices import use_cpu_devices
 
     use_cpu_devices(max(N_DEVICES))  # before any JAX computation in this process
 
     import jax
 
-    from course_lib.collectives import measure_allreduce
-    from course_lib.devices import data_mesh
+    from course_lib.scaling.collectives import measure_allreduce
+    from course_lib.scaling.devices import data_mesh
 
     out: dict[str, Any] = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),

@@ -1,6 +1,6 @@
 """Data-parallel PPO throughput on 1 vs 2 CPU devices, lesson 05 (the issue's goal: >= 1.7x on 2 devices).
 
-For each config in `CONFIGS`, lesson 04's PPO is run whole by `course_lib.ppo_dp`'s
+For each config in `CONFIGS`, lesson 04's PPO is run whole by `course_lib.scaling.ppo_dp`'s
 compiled program (`compiled_dp_train`: one `jit(shard_map(...))`, the gradient `pmean`
 inside) three ways:
 
@@ -42,7 +42,7 @@ from run import Result, child_main, measure_in_child
 
 from course_lib.course.paths import output_dir
 from course_lib.ppo_config import PPOConfig
-from course_lib.scaling import SPEEDUP_RUNS as VARIANTS
+from course_lib.scaling.checklist import SPEEDUP_RUNS as VARIANTS
 
 #: Compute-heavy (the issue's PPO step at 128 envs) and the lesson notebook's config (32 envs).
 CONFIGS = (
@@ -59,8 +59,8 @@ def json_path() -> Path:
 
 
 def measure_config(config: PPOConfig, repeats: int = REPEATS) -> dict[str, Any]:
-    """:func:`course_lib.scaling.dp_speedup`'s three runs of one config, as JSON-ready numbers."""
-    from course_lib.scaling import dp_speedup
+    """:func:`course_lib.scaling.checklist.dp_speedup`'s three runs of one config, as JSON-ready numbers."""
+    from course_lib.scaling.checklist import dp_speedup
 
     r = dp_speedup(config, repeats)
     return {
@@ -85,7 +85,7 @@ def measure_config(config: PPOConfig, repeats: int = REPEATS) -> dict[str, Any]:
 
 def measure(configs: tuple[PPOConfig, ...] = CONFIGS, repeats: int = REPEATS) -> dict[str, Any]:
     """In this process: 2 CPU devices, then every config measured (:func:`measure_config`)."""
-    from course_lib.devices import use_cpu_devices
+    from course_lib.scaling.devices import use_cpu_devices
 
     use_cpu_devices(2)  # before any JAX computation in this process
 

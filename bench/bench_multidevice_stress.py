@@ -1,7 +1,7 @@
 """Do lesson 05's multi-device programs always finish? Each one, many times, each time in a fresh process.
 
 A start-up scheduling hang (two CPU host devices blocking XLA's shared intra-op pool:
-:mod:`course_lib.devices`) shows up, if at all, in *some* runs of a fresh process, not in
+:mod:`course_lib.scaling.devices`) shows up, if at all, in *some* runs of a fresh process, not in
 a process that already ran the program once. So every repetition here starts a new
 interpreter (``python bench/bench_multidevice_stress.py --child KIND``), which sets its
 device count before its first JAX computation, runs the program under
@@ -9,16 +9,16 @@ device count before its first JAX computation, runs the program under
 ``DONE <program>`` line per program it finished; the parent also kills a child that
 outlives ``CHILD_TIMEOUT_S`` (a hang the watchdog did not catch). Programs:
 
-- ``dp_ppo``: data-parallel PPO (:func:`course_lib.ppo_dp.run_dp`) on 2 devices, a small
+- ``dp_ppo``: data-parallel PPO (:func:`course_lib.scaling.ppo_dp.run_dp`) on 2 devices, a small
   config; one program per process (a hang at its start-up is what we look for).
 - ``dp_halves``: the ceiling run of lesson 05's throughput comparison
-  (:func:`course_lib.scaling.two_halves`): two 1-device PPO programs dispatched on device 0
+  (:func:`course_lib.scaling.checklist.two_halves`): two 1-device PPO programs dispatched on device 0
   and device 1 at once, no collective; one program per process.
 - ``ring_psum``: the ppermute ring all-reduce and XLA's ``psum`` on 4 devices, results compared;
 - ``tp_mlp``: the tensor-parallel MLP's forward and gradient on a 2 x 2 (data x model)
   mesh, compared with the unsharded MLP. ``ring_psum`` and ``tp_mlp`` share a process per
   repetition (both 4 devices), one watchdog each.
-- ``mp_psum``: the 2-process ``psum`` of :mod:`course_lib.multihost` (two fresh
+- ``mp_psum``: the 2-process ``psum`` of :mod:`course_lib.scaling.multihost` (two fresh
   processes, one CPU device each, gloo collectives), through
   :func:`course_lib.runtime.jax_processes.launch`; skipped if those modules are absent.
 
@@ -77,7 +77,7 @@ def json_path() -> Path:
 
 def multiprocess_available() -> bool:
     return all(
-        importlib.util.find_spec(m) is not None for m in ("course_lib.multihost", "course_lib.runtime.jax_processes")
+        importlib.util.find_spec(m) is not None for m in ("course_lib.scaling.multihost", "course_lib.runtime.jax_processes")
     )
 
 
@@ -87,13 +87,13 @@ def multiprocess_available() -> bool:
 
 
 def child_dp_ppo() -> None:
-    from course_lib.devices import use_cpu_devices
+    from course_lib.scaling.devices import use_cpu_devices
 
     use_cpu_devices(2)  # before any JAX computation in this process
     import numpy as np
 
-    from course_lib.devices import data_mesh
-    from course_lib.ppo_dp import PPOConfig, run_dp
+    from course_lib.scaling.devices import data_mesh
+    from course_lib.scaling.ppo_dp import PPOConfig, run_dp
     from course_lib.runtime.watchdog import watchdog
 
     config = PPOConfig(
@@ -107,15 +107,15 @@ def child_dp_ppo() -> None:
 
 
 def child_dp_halves() -> None:
-    from course_lib.devices import use_cpu_devices
+    from course_lib.scaling.devices import use_cpu_devices
 
     use_cpu_devices(2)  # before any JAX computation in this process
     import jax
     import numpy as np
 
-    from course_lib.ppo_dp import PPOConfig, env_keys, init_flat_params
+    from course_lib.scaling.ppo_dp import PPOConfig, env_keys, init_flat_params
     from course_lib.runtime.watchdog import watchdog
-    from course_lib.scaling import two_halves
+    from course_lib.scaling.checklist import two_halves
 
     config = PPOConfig(
         num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, num_minibatches=2, update_epochs=2, hidden=16
@@ -130,7 +130,7 @@ def child_dp_halves() -> None:
 
 
 def child_collectives_tp() -> None:
-    from course_lib.devices import use_cpu_devices
+    from course_lib.scaling.devices import use_cpu_devices
 
     use_cpu_devices(4)
     import jax
@@ -139,10 +139,10 @@ def child_collectives_tp() -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from course_lib.collectives import allreduce_programs
-    from course_lib.devices import check_multidevice_safe, data_mesh
+    from course_lib.scaling.collectives import allreduce_programs
+    from course_lib.scaling.devices import check_multidevice_safe, data_mesh
     from course_lib.runtime.watchdog import watchdog
-    from course_lib.tensor_parallel import init_mlp, mlp_reference, shard_batch, shard_mlp_params, tp_mlp, tp_mlp_mesh
+    from course_lib.scaling.tensor_parallel import init_mlp, mlp_reference, shard_batch, shard_mlp_params, tp_mlp, tp_mlp_mesh
 
     mesh = data_mesh(4)
     x = jax.device_put(
@@ -178,8 +178,8 @@ def child_collectives_tp() -> None:
 
 
 def child_qr_hang() -> None:
-    """The root cause's minimal reproducer (course_lib.devices): a batched QR on 2 devices at once."""
-    from course_lib.devices import use_cpu_devices
+    """The root cause's minimal reproducer (course_lib.scaling.devices): a batched QR on 2 devices at once."""
+    from course_lib.scaling.devices import use_cpu_devices
 
     use_cpu_devices(2)
     import jax
@@ -187,7 +187,7 @@ def child_qr_hang() -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from course_lib.devices import data_mesh
+    from course_lib.scaling.devices import data_mesh
     from course_lib.runtime.watchdog import watchdog
 
     mesh = data_mesh(2)
@@ -255,7 +255,7 @@ def _run_mp_psum(timeout_s: float) -> tuple[str, float, str]:
     t0 = time.monotonic()
     try:
         results = launch(
-            "course_lib.multihost", 2, timeout_s, args=["--program", "psum", "--watchdog-s", str(WATCHDOG_S)]
+            "course_lib.scaling.multihost", 2, timeout_s, args=["--program", "psum", "--watchdog-s", str(WATCHDOG_S)]
         )
     except LaunchTimeout as e:
         return "hung", time.monotonic() - t0, str(e)[-400:]

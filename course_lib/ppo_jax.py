@@ -263,7 +263,7 @@ def ppo_loss(
 
     ``normalize`` (default: over this minibatch, ``(A - mean A) / (std A + 1e-8)``) is how
     the advantages are normalised; lesson 05's data-parallel loss passes one that uses the
-    global minibatch's statistics (:func:`course_lib.ppo_dp.dp_ppo_loss`).
+    global minibatch's statistics (:func:`course_lib.scaling.ppo_dp.dp_ppo_loss`).
 
     ``rho = exp(log pi(a|s) - log pi_old(a|s))``; advantages normalised over the minibatch::
 

@@ -47,7 +47,7 @@
 # first cell asks for 4 CPU devices before anything else touches JAX.
 
 # %%
-from course_lib.devices import use_cpu_devices
+from course_lib.scaling.devices import use_cpu_devices
 
 use_cpu_devices(4)
 
@@ -65,7 +65,7 @@ from jax.sharding import PartitionSpec as P
 
 import course_lib
 from course_lib import current_scale, pick, show_source
-from course_lib.devices import check_multidevice_safe, data_mesh
+from course_lib.scaling.devices import check_multidevice_safe, data_mesh
 from course_lib.runtime.watchdog import watchdog
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | backend: {jax.default_backend()}")
@@ -164,7 +164,7 @@ except ValueError as err:
 # | `ppermute` | a neighbour's value (here: from device $i-1$) |
 
 # %%
-from course_lib.collectives import collective_demo, format_collective_demo, ring_allreduce
+from course_lib.scaling.collectives import collective_demo, format_collective_demo, ring_allreduce
 
 demo = collective_demo(mesh)
 print(format_collective_demo(demo))
@@ -196,7 +196,7 @@ show_source(ring_allreduce)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.collectives import measure_allreduce
+from course_lib.scaling.collectives import measure_allreduce
 
 SIZES = pick(cpu=[2**k for k in range(12, 23, 2)], full=[2**k for k in range(12, 27, 2)])
 measured = measure_allreduce(mesh, SIZES, repeats=pick(cpu=5, full=9))
@@ -265,13 +265,13 @@ assert np.median([r.ring_over_psum for r in measured.rows]) > 1  # the next cell
 #             params <- Adam(clip(g))                             # identical everywhere
 # ```
 #
-# Three choices make the answer independent of $N$ (`course_lib.ppo_dp`): randomness per
+# Three choices make the answer independent of $N$ (`course_lib.scaling.ppo_dp`): randomness per
 # *environment*, not per device; minibatches stratified by environment (minibatch $m$
 # takes slots $m$ of every env's shuffled steps, so a global minibatch is the union of the
 # local ones); and global statistics by collectives (advantage normalisation, metrics).
 
 # %%
-from course_lib.ppo_dp import PPOConfig, compiled_dp_train, env_keys, init_flat_params, run_dp, shard_inputs, synced_gradient
+from course_lib.scaling.ppo_dp import PPOConfig, compiled_dp_train, env_keys, init_flat_params, run_dp, shard_inputs, synced_gradient
 
 N_ENVS = pick(cpu=32, full=4096)
 DP_CONFIG = PPOConfig(num_envs=N_ENVS, num_steps=128, total_timesteps=N_ENVS * 128 * 4)
@@ -366,7 +366,7 @@ for name, opt in (("adam", optax.adam(1e-3, eps=1e-5)), ("sgd", optax.sgd(1e-3))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.scaling import SPEEDUP_RUNS, dp_speedup
+from course_lib.scaling.checklist import SPEEDUP_RUNS, dp_speedup
 
 with watchdog(300, "data-parallel PPO throughput, 1 vs 2 CPU devices"):
     load_before = os.getloadavg()[0]
@@ -409,7 +409,7 @@ assert thr.max_abs_diff < 1e-5
 # weights are all-reduced over `data` only.
 
 # %%
-from course_lib import tensor_parallel as tp
+from course_lib.scaling import tensor_parallel as tp
 
 B, D_IN, H, D_OUT = 16, 8, 32, 4
 mlp_params = tp.init_mlp(jax.random.key(0), D_IN, H, D_OUT, bias_scale=0.1)
@@ -454,7 +454,7 @@ for c in comm.values():
 # of the pieces; the same `jit(shard_map(...))` program then runs with its `pmean`
 # crossing process boundaries (gloo over TCP on CPUs, NCCL on GPUs).
 #
-# `course_lib.multihost` is that script; `course_lib.runtime.jax_processes.launch`
+# `course_lib.scaling.multihost` is that script; `course_lib.runtime.jax_processes.launch`
 # starts the processes with a timeout, each in its own process group, and if one dies it
 # stops the others at once and says which one died and why: no orphan waits 100 s for a
 # peer's heartbeat. Two processes, one CPU device each, run data-parallel SGD on a
@@ -462,7 +462,7 @@ for c in comm.values():
 # this kernel on one device and the whole batch.
 
 # %%
-from course_lib import multihost
+from course_lib.scaling import multihost
 from course_lib.runtime.jax_processes import ProcessFailed
 
 t0 = time.perf_counter()
@@ -501,8 +501,8 @@ except ProcessFailed as err:
 # `jax.distributed.initialize()` finds them itself), e.g.
 #
 # ```
-# host0$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=0 python -m course_lib.multihost --program dp_ppo --backend default
-# host1$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=1 python -m course_lib.multihost --program dp_ppo --backend default
+# host0$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=0 python -m course_lib.scaling.multihost --program dp_ppo --backend default
+# host1$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=1 python -m course_lib.scaling.multihost --program dp_ppo --backend default
 # ```
 #
 # The test suite runs the `dp_ppo` program (this lesson's PPO) in 2 processes and checks
@@ -525,7 +525,7 @@ except ProcessFailed as err:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.remat import compare_remat
+from course_lib.scaling.remat import compare_remat
 
 remat = compare_remat(depth=16, width=512, batch=256, repeats=3, variants=("none", "per_layer"))
 print(f"load average {os.getloadavg()[0]:.1f}")
@@ -549,7 +549,7 @@ assert by["per_layer"].temp_bytes < 0.6 * by["none"].temp_bytes  # remat keeps f
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.mixed_precision import precision_errors, step_times
+from course_lib.scaling.precision import precision_errors, step_times
 
 errors = precision_errors(seeds=(0, 1, 2))
 speed = step_times(repeats=5)
@@ -578,8 +578,8 @@ assert speed.bf16_speedup < 1.15  # no bf16 gain on this CPU (XLA converts to fl
 # %%
 # NBVAL_IGNORE_OUTPUT
 # (XLA's buffer assignment, and so the temp bytes, differs by a few percent between compilations)
-from course_lib.grad_accum import accumulated_grad, accumulation_memory
-from course_lib.remat import mlp_loss, mlp_problem
+from course_lib.scaling.accumulation import accumulated_grad, accumulation_memory
+from course_lib.scaling.remat import mlp_loss, mlp_problem
 
 acc_params, acc_x, acc_y = mlp_problem(0, 4, 64, 256)
 full_grad = jax.grad(mlp_loss)(acc_params, acc_x, acc_y)
@@ -607,7 +607,7 @@ assert rows[-1].memory.temp_bytes < 0.5 * rows[0].memory.temp_bytes
 # 65,536 samples at every batch size, 4 seeds per cell (final held-out loss, mean ± std):
 
 # %%
-from course_lib.lr_scaling import lr_scaling_experiment
+from course_lib.scaling.lr_rules import lr_scaling_experiment
 
 lr_result = lr_scaling_experiment(batch_sizes=(32, 128, 1024), seeds=(0, 1, 2, 3))
 print(lr_result.table())
@@ -630,7 +630,7 @@ assert mean[-1, linear] < mean[-1, rules.index("sqrt")] < mean[-1, none]
 #
 # `jax.profiler.trace(folder)` records every XLA op each device ran, with its start and
 # duration, into the folder (`plugins/profile/<time>/`: an `.xplane.pb` for TensorBoard's
-# profile plugin or XProf, and Chrome-trace / Perfetto JSON). `course_lib.profiling`
+# profile plugin or XProf, and Chrome-trace / Perfetto JSON). `course_lib.scaling.profiling`
 # reads the JSON and sums the ops' own time (not counting what is nested inside them) by
 # category: compute, collectives (their time includes waiting at the rendezvous for the
 # slower device) and host work. We trace one call of the 2-device PPO program of
@@ -639,7 +639,7 @@ assert mean[-1, linear] < mean[-1, rules.index("sqrt")] < mean[-1, none]
 # %%
 # NBVAL_IGNORE_OUTPUT
 from course_lib.course.paths import output_dir
-from course_lib.profiling import summarize_trace, trace
+from course_lib.scaling.profiling import summarize_trace, trace
 
 mesh2, key = data_mesh(2), jax.random.key(1)  # section 3's 2-device program (compiled, cached)
 flat, keys = shard_inputs(mesh2, init_flat_params(key, DP_CONFIG), env_keys(key, DP_CONFIG.num_envs))
@@ -672,7 +672,7 @@ assert summary.n_devices == 2
 # %% [markdown]
 # ## 8 · The scaling checklist, executable
 #
-# Before trusting a scaled-out run, check five things; `course_lib.scaling` measures them
+# Before trusting a scaled-out run, check five things; `course_lib.scaling.checklist` measures them
 # for the data-parallel PPO of section 3 (1 device vs 2) and returns a report:
 #
 # 1. **learning-rate scaling**: the global batch differs from the one the rate was tuned
@@ -685,7 +685,7 @@ assert summary.n_devices == 2
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.scaling import scaling_checklist
+from course_lib.scaling.checklist import scaling_checklist
 
 report = scaling_checklist(DP_CONFIG, n_devices=2, base_batch=DP_CONFIG.minibatch_size // 4, base_lr=DP_CONFIG.lr)
 print(f"load average {os.getloadavg()[0]:.1f}")
@@ -699,12 +699,12 @@ assert report.row("1 vs N devices").verdict == "ok" and report.row("reproducible
 #
 # | equation | what | where |
 # |---|---|---|
-# | 05.1 | data-parallel gradient $g = \frac1N\sum_d g_d$ | `course_lib.ppo_dp.synced_gradient`, `make_dp_train` (`sync="pmean"` / `"vma"`) |
-# | 05.2 | ring all-reduce: $2\frac{N-1}{N}M$ bytes sent per device | `course_lib.collectives.ring_allreduce`, `ring_allreduce_bytes_sent_per_device` |
-# | α-β model | $t = 2(N-1)\alpha + 2\frac{N-1}{N}M/\beta$ | `course_lib.collectives.allreduce_time_model`, `fit_alpha_beta` |
-# | layouts | bytes per step of data / tensor / 2-D parallelism | `course_lib.tensor_parallel.layout_communication` |
-# | 05.3 | gradient accumulation $g = \frac1K\sum_k g_k$ | `course_lib.grad_accum.accumulated_grad` |
-# | 05.4 | learning-rate scaling $\eta = \eta_0 \frac{B}{B_0}$ or $\eta_0\sqrt{B/B_0}$ | `course_lib.lr_scaling.scaled_lr` |
+# | 05.1 | data-parallel gradient $g = \frac1N\sum_d g_d$ | `course_lib.scaling.ppo_dp.synced_gradient`, `make_dp_train` (`sync="pmean"` / `"vma"`) |
+# | 05.2 | ring all-reduce: $2\frac{N-1}{N}M$ bytes sent per device | `course_lib.scaling.collectives.ring_allreduce`, `ring_allreduce_bytes_sent_per_device` |
+# | α-β model | $t = 2(N-1)\alpha + 2\frac{N-1}{N}M/\beta$ | `course_lib.scaling.collectives.allreduce_time_model`, `fit_alpha_beta` |
+# | layouts | bytes per step of data / tensor / 2-D parallelism | `course_lib.scaling.tensor_parallel.layout_communication` |
+# | 05.3 | gradient accumulation $g = \frac1K\sum_k g_k$ | `course_lib.scaling.accumulation.accumulated_grad` |
+# | 05.4 | learning-rate scaling $\eta = \eta_0 \frac{B}{B_0}$ or $\eta_0\sqrt{B/B_0}$ | `course_lib.scaling.lr_rules.scaled_lr` |
 #
 # ## Glossary of measured quantities
 #

@@ -63,7 +63,7 @@
 # seeds) and lesson 05 (devices, and why one program per device matters).
 
 # %%
-from course_lib.devices import data_mesh, use_cpu_devices
+from course_lib.scaling.devices import data_mesh, use_cpu_devices
 
 use_cpu_devices(4)  # section 6 compares 1 and 4 devices; on a CPU the count is fixed before JAX starts
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from course_lib.course.notebooks.source import render, targets_for
 from course_lib.course.paths import repo_root
-from course_lib.devices import use_cpu_devices
+from course_lib.scaling.devices import use_cpu_devices
 
 #: The test session's JAX has 4 CPU host devices (lesson 05's meshes, shardings and
 #: collectives); single-device code runs on the first, as before. Set before any test

@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.collectives import (
+from course_lib.scaling.collectives import (
     AlphaBetaFit,
     allreduce_time_model,
     collective_demo,
@@ -30,8 +30,8 @@ from course_lib.collectives import (
     ring_reduce_scatter,
     ring_reduce_scatter_bytes_sent_per_device,
 )
-from course_lib.devices import data_mesh
-from course_lib.profiling import hlo_collectives
+from course_lib.scaling.devices import data_mesh
+from course_lib.scaling.profiling import hlo_collectives
 from course_lib.runtime.watchdog import watchdog
 
 AXIS = "ring"

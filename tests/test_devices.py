@@ -1,4 +1,4 @@
-"""course_lib.devices: the device count, meshes, and the guard against the CPU LAPACK deadlock."""
+"""course_lib.scaling.devices: the device count, meshes, and the guard against the CPU LAPACK deadlock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.devices import MultiDeviceHazard, blocking_calls, check_multidevice_safe, data_mesh, use_cpu_devices
+from course_lib.scaling.devices import MultiDeviceHazard, blocking_calls, check_multidevice_safe, data_mesh, use_cpu_devices
 
 
 def test_session_has_the_requested_devices():

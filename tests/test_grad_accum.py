@@ -1,4 +1,4 @@
-"""Gradient accumulation (course_lib.grad_accum): the full-batch gradient in micro-batches,
+"""Gradient accumulation (course_lib.scaling.accumulation): the full-batch gradient in micro-batches,
 in less memory.
 
 Oracles: the closed-form gradient of least squares, ``X^T (X w - y) / B``, and
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib import grad_accum as ga
-from course_lib.remat import mlp_loss, mlp_problem
+from course_lib.scaling import accumulation as ga
+from course_lib.scaling.remat import mlp_loss, mlp_problem
 
 
 def _least_squares(params, batch):

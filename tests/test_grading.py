@@ -144,8 +144,8 @@ CHECK_FIXTURES = (
     # the safety rules every multi-device program obeys (lesson 05): refuse a LAPACK call on
     # several CPU devices before it can deadlock, end a hang with a clear message; they
     # implement no graded function
-    "course_lib.devices.check_multidevice_safe",
-    "course_lib.devices.MultiDeviceHazard",
+    "course_lib.scaling.devices.check_multidevice_safe",
+    "course_lib.scaling.devices.MultiDeviceHazard",
     "course_lib.runtime.watchdog.watchdog",
     # lesson 08's inputs: frozen data containers and the published model / GPU numbers the
     # learner's functions read (the graded formulas live in functions of course_lib.layout.model,

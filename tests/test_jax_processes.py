@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from course_lib import multihost
+from course_lib.scaling import multihost
 from course_lib.runtime.jax_processes import (
     LaunchTimeout,
     ProcessFailed,
@@ -184,12 +184,12 @@ def test_dp_sgd_equals_one_process_on_the_full_batch(n_processes):
 
 @pytest.mark.usefixtures("no_orphans")
 @pytest.mark.skipif(
-    importlib.util.find_spec("course_lib.ppo_dp") is None,
-    reason="course_lib.ppo_dp (lesson 05's data-parallel PPO, being written by the lead) does not exist yet",
+    importlib.util.find_spec("course_lib.scaling.ppo_dp") is None,
+    reason="course_lib.scaling.ppo_dp (lesson 05's data-parallel PPO, being written by the lead) does not exist yet",
 )
 def test_dp_ppo_over_two_processes_equals_one_device():
-    from course_lib import ppo_dp
-    from course_lib.devices import data_mesh
+    from course_lib.scaling import ppo_dp
+    from course_lib.scaling.devices import data_mesh
 
     opts = multihost.WorkerOptions()
     results = multihost.launch_program("dp_ppo", 2, timeout_s=180, options=opts)

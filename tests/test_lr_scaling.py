@@ -1,4 +1,4 @@
-"""Learning-rate scaling (course_lib.lr_scaling): the rules' values and errors, the
+"""Learning-rate scaling (course_lib.scaling.lr_rules): the rules' values and errors, the
 experiment's shape, its chunked batches against a plain SGD loop, and the one claim the
 measurement supports with margin."""
 
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib import lr_scaling as ls
+from course_lib.scaling import lr_rules as ls
 
 
 def test_scaled_lr_values():

@@ -1,4 +1,4 @@
-"""bf16 mixed precision (course_lib.mixed_precision): small nonzero error, float32 master
+"""bf16 mixed precision (course_lib.scaling.precision): small nonzero error, float32 master
 weights, bf16 compute in the program JAX builds."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib import mixed_precision as mp
-from course_lib.remat import mlp_loss, mlp_problem
+from course_lib.scaling import precision as mp
+from course_lib.scaling.remat import mlp_loss, mlp_problem
 
 #: a bf16 pass must be off by at least half a bf16 roundoff (else it was not bf16)
 BF16_FLOOR = mp.BF16_UNIT_ROUNDOFF / 2

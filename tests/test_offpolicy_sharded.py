@@ -24,7 +24,7 @@ import optax
 import pytest
 from test_offpolicy_sac import PointMass
 
-from course_lib.devices import data_mesh
+from course_lib.scaling.devices import data_mesh
 from course_lib.envs import driving
 from course_lib.offpolicy import replay, sac
 from course_lib.offpolicy import sharded as sh

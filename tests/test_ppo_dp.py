@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib.devices import blocking_calls, data_mesh
-from course_lib.ppo_dp import (
+from course_lib.scaling.devices import blocking_calls, data_mesh
+from course_lib.scaling.ppo_dp import (
     PPOConfig,
     compiled_dp_train,
     init_flat_params,

@@ -13,8 +13,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.devices import data_mesh
-from course_lib.profiling import (
+from course_lib.scaling.devices import data_mesh
+from course_lib.scaling.profiling import (
     CATEGORIES,
     hlo_collectives,
     hlo_instructions,

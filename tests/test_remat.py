@@ -1,4 +1,4 @@
-"""Rematerialisation (course_lib.remat): memory from the compiled program, same gradient.
+"""Rematerialisation (course_lib.scaling.remat): memory from the compiled program, same gradient.
 
 The gradient is checked against a hand-written float64 backward pass of the tanh MLP
 (the equations of the module docstring), the memory against the residuals each variant
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib import remat
+from course_lib.scaling import remat
 
 
 def _numpy_grad(params, x, y):

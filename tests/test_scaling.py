@@ -13,15 +13,15 @@ import jax
 import numpy as np
 import pytest
 
-from course_lib.devices import data_mesh
-from course_lib.ppo_dp import PPOConfig, compiled_dp_train, init_flat_params, run_dp
+from course_lib.scaling.devices import data_mesh
+from course_lib.scaling.ppo_dp import PPOConfig, compiled_dp_train, init_flat_params, run_dp
 from course_lib.runtime.watchdog import watchdog
-from course_lib.scaling import CHECKS, SPEEDUP_RUNS, allreduce_chain_seconds, dp_speedup, scaling_checklist
+from course_lib.scaling.checklist import CHECKS, SPEEDUP_RUNS, allreduce_chain_seconds, dp_speedup, scaling_checklist
 
 CONFIG = PPOConfig(num_envs=8, num_steps=32, total_timesteps=8 * 32 * 4, hidden=32)
 HAS_LR_SCALING = True
 try:
-    import course_lib.lr_scaling  # noqa: F401
+    import course_lib.scaling.lr_rules  # noqa: F401
 except ImportError:  # pragma: no cover - another helper's module
     HAS_LR_SCALING = False
 
@@ -83,9 +83,9 @@ def test_communication_and_memory_rows_use_the_program_sizes(report):
     assert mem_2["temp_bytes"] == m.temp_size_in_bytes
 
 
-@pytest.mark.skipif(not HAS_LR_SCALING, reason="course_lib.lr_scaling is not in this checkout")
+@pytest.mark.skipif(not HAS_LR_SCALING, reason="course_lib.scaling.lr_rules is not in this checkout")
 def test_lr_row_suggests_linear_and_sqrt():
-    from course_lib.scaling import _lr_row
+    from course_lib.scaling.checklist import _lr_row
 
     base = CONFIG.minibatch_size // 4  # tuned on a quarter of the batch: k = 4
     row = _lr_row(CONFIG, base, 1e-3)

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib.devices import check_multidevice_safe
-from course_lib.profiling import hlo_collectives
+from course_lib.scaling.devices import check_multidevice_safe
+from course_lib.scaling.profiling import hlo_collectives
 from course_lib.runtime.watchdog import watchdog
-from course_lib.tensor_parallel import (
+from course_lib.scaling.tensor_parallel import (
     PARAM_SPECS,
     MLPParams,
     init_mlp,

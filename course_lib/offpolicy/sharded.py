@@ -65,7 +65,7 @@ Prioritized replay here is *per shard*: shard ``g`` draws in proportion to ``p_i
 among its own transitions, and its importance weights use its own size and batch maximum
 (Ape-X-style distributed replay keeps one global distribution instead).
 
-**CPU safety** (:mod:`course_lib.devices`, GOTCHAS). The learner and the reset envs are
+**CPU safety** (:mod:`course_lib.scaling.devices`, GOTCHAS). The learner and the reset envs are
 made outside the sharded program on the mesh's first device (compiled once, whatever
 ``D``) and then placed (replicated, or split by shard); the empty buffers are zeros written
 by a jitted program on each shard's own device (no LAPACK anywhere). The chunk is compiled
@@ -115,13 +115,13 @@ from jax import Array
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.devices import check_multidevice_safe, data_mesh
+from course_lib.scaling.devices import check_multidevice_safe, data_mesh
 from course_lib.envs import driving
 from course_lib.offpolicy import sac
 from course_lib.offpolicy.sac import ContinuousEnv, EnvCarry, Learner, Optimizers, SACConfig, Transition
 from course_lib.runtime.watchdog import watchdog
 
-#: The mesh axis the devices are split along (lesson 05's :func:`course_lib.devices.data_mesh`).
+#: The mesh axis the devices are split along (lesson 05's :func:`course_lib.scaling.devices.data_mesh`).
 DATA = "data"
 #: The ``vmap`` axis over a device's logical shards.
 SHARDS = "shards"
@@ -217,7 +217,7 @@ def check_sharding(config: SACConfig, num_shards: int, num_devices: int | None =
     if num_devices > jax.device_count():
         raise ValueError(
             f"a mesh of {num_devices} devices, but JAX has {jax.device_count()} ({jax.default_backend()}): on a "
-            f"CPU call course_lib.devices.use_cpu_devices({num_devices}) before anything touches JAX (restart "
+            f"CPU call course_lib.scaling.devices.use_cpu_devices({num_devices}) before anything touches JAX (restart "
             f"the kernel first), or use fewer devices"
         )
 
@@ -579,7 +579,7 @@ def measure_sharded_throughput(
     learns), then one chunk of each device count is timed in turn, ``repeats + 1`` rounds
     (the first dropped), blocked; :class:`ShardedThroughput` keeps the samples and gives
     medians. Show it beside lesson 05's *no-communication ceiling* (the same work split with
-    no all-reduce, :func:`course_lib.scaling.dp_speedup`): on this machine's 2 cores, 4 CPU
+    no all-reduce, :func:`course_lib.scaling.checklist.dp_speedup`): on this machine's 2 cores, 4 CPU
     devices cannot be faster than 2 (they share the cores, and every all-reduce waits for
     the slowest), and one device already uses part of the second core. The point is that
     it is the same program that scales on devices with their own silicon.

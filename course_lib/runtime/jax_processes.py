@@ -32,9 +32,9 @@ Worker side: :func:`process_info` reads the rendezvous from the environment and
 :func:`write_result` writes the JSON result. Both import nothing heavy: this module never
 imports JAX, so a notebook that already runs JAX can launch processes that start theirs.
 
-The course's worker is :mod:`course_lib.multihost`::
+The course's worker is :mod:`course_lib.scaling.multihost`::
 
-    results = launch("course_lib.multihost", 2, timeout_s=60, args=["--program", "psum"])
+    results = launch("course_lib.scaling.multihost", 2, timeout_s=60, args=["--program", "psum"])
     results[1].result["reduced"]        # what process 1 wrote
 """
 
@@ -208,7 +208,7 @@ def _command(target: str | Sequence[str], args: Sequence[str]) -> list[str]:
     if isinstance(target, str):
         if not target or not all(part.isidentifier() for part in target.split(".")):
             raise ValueError(
-                f"target {target!r} is not a module name; pass a module ('course_lib.multihost') or an argv list"
+                f"target {target!r} is not a module name; pass a module ('course_lib.scaling.multihost') or an argv list"
             )
         return [sys.executable, "-m", target, *map(str, args)]
     argv = [str(a) for a in target]

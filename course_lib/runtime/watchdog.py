@@ -33,7 +33,7 @@ WATCHDOG_EXIT = 124
 DEFAULT_HINT = (
     "A multi-device XLA program on a CPU can deadlock when two devices run a LAPACK call "
     "(QR, Cholesky, eigh: jnp.linalg.*, jax.nn.initializers.orthogonal) at the same time; "
-    "see course_lib.devices.check_multidevice_safe. Restart the kernel (or rerun the "
+    "see course_lib.scaling.devices.check_multidevice_safe. Restart the kernel (or rerun the "
     "command); if it happens again, run this step in separate processes "
     "(course_lib.runtime.jax_processes)."
 )

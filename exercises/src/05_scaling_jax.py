@@ -38,7 +38,7 @@
 # | 4. `accumulate_grads`: micro-batches by a `lax.scan` | 10 | ★★☆ | 20 min |
 
 # %%
-from course_lib.devices import use_cpu_devices
+from course_lib.scaling.devices import use_cpu_devices
 
 use_cpu_devices(4)  # before the first JAX computation: 4 CPU devices for the meshes below
 

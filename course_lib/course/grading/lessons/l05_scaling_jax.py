@@ -23,8 +23,8 @@ round the ring, sending ``2 (n - 1) / n`` of the array; accumulation is one ``sc
 
 Multi-device runs (the test session and the exercise notebook have 4 CPU devices) obey
 the lesson's rules: every program is compiled first and refused if it would run a LAPACK
-call on several CPU devices (:func:`course_lib.devices.check_multidevice_safe`: the
-deadlock of ``course_lib/devices.py``), then runs under
+call on several CPU devices (:func:`course_lib.scaling.devices.check_multidevice_safe`: the
+deadlock of ``course_lib/scaling/devices.py``), then runs under
 :func:`course_lib.runtime.watchdog.watchdog` and is blocked on, so a hang ends the
 process with a clear message instead of hanging the grader. Parameters and data are made
 with numpy, outside the programs.
@@ -108,7 +108,7 @@ def run_on_devices(prog: Any, args: tuple[Any, ...], what: str, call_text: str) 
     """
     import jax
 
-    from course_lib.devices import MultiDeviceHazard, check_multidevice_safe
+    from course_lib.scaling.devices import MultiDeviceHazard, check_multidevice_safe
     from course_lib.runtime.watchdog import watchdog
 
     try:

@@ -1,7 +1,7 @@
 r"""Gradient accumulation: the gradient of a large batch, computed in micro-batches (lesson 05).
 
 **Why.** The memory of a gradient step grows with the batch: every sample's activations
-are kept for the backward pass (:mod:`course_lib.remat`). When the batch you want does
+are kept for the backward pass (:mod:`course_lib.scaling.remat`). When the batch you want does
 not fit, split it into ``n`` micro-batches, take their gradients one after another and
 average them: the same gradient, with the activation memory of one micro-batch.
 
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from course_lib.remat import MemoryStats, mlp_loss, mlp_problem, peak_memory
+from course_lib.scaling.remat import MemoryStats, mlp_loss, mlp_problem, peak_memory
 
 #: Tolerance of "equal to the full-batch gradient" in float32: the micro-batch sums are
 #: reordered, so the last bits differ (measured 2026-11: max |diff| 1.3e-7 on gradients
@@ -128,7 +128,7 @@ class AccumulationMemory:
     Attributes:
         n_micro: micro-batches (``0`` marks plain ``jax.grad`` on the whole batch).
         micro_batch: samples per micro-batch (the whole batch for ``n_micro`` 0 or 1).
-        memory: the compiled program's :class:`course_lib.remat.MemoryStats`.
+        memory: the compiled program's :class:`course_lib.scaling.remat.MemoryStats`.
     """
 
     n_micro: int
@@ -143,13 +143,13 @@ def accumulation_memory(
     batch: int = 2048,
     seed: int = 0,
 ) -> list[AccumulationMemory]:
-    """Memory of the deep MLP gradient (:func:`course_lib.remat.mlp_loss`) for the whole
+    """Memory of the deep MLP gradient (:func:`course_lib.scaling.remat.mlp_loss`) for the whole
     batch at once (first entry, ``n_micro=0``), then accumulated over each ``n_micros``.
 
-    Only compiles (nothing runs): :func:`course_lib.remat.peak_memory` of
+    Only compiles (nothing runs): :func:`course_lib.scaling.remat.peak_memory` of
     ``jit(grad)`` and of ``jit(accumulated_grad)``. The activations kept for the backward
     pass are ``3 L m W`` floats for a micro-batch of ``m`` (module docstring of
-    :mod:`course_lib.remat`), so ``temp`` falls roughly as ``1/n_micro`` until the gradient
+    :mod:`course_lib.scaling.remat`), so ``temp`` falls roughly as ``1/n_micro`` until the gradient
     buffers (a few copies of the parameters) dominate. Measured (defaults, 2026-11): temp
     54.3 MiB for the whole batch, 29.3 / 15.8 / 9.0 / 5.6 MiB accumulated over 2 / 4 / 8 / 16;
     total 62.3 -> 13.7 MiB.

@@ -28,7 +28,7 @@ bits, so a deep network's gradient carries a relative error of a few ``u``, grow
 with depth (:func:`precision_errors`, width 512, batch 256, 5 seeds, 2026-11: 7.8e-3 at
 depth 4, 9.5e-3 at 8, 1.2e-2 at 16, within 2% across seeds). The loss, a mean of many
 rounded terms whose errors partly cancel, is off by far less (1e-5 to 1e-4).
-The loss is reduced in float32 (:func:`course_lib.remat.mlp_loss` casts the output
+The loss is reduced in float32 (:func:`course_lib.scaling.remat.mlp_loss` casts the output
 before the squared error): a sum of thousands of terms in bf16 would lose the loss's
 digits.
 
@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from course_lib.remat import interleaved_times, mlp_loss, mlp_problem
+from course_lib.scaling.remat import interleaved_times, mlp_loss, mlp_problem
 
 #: Unit roundoff of bfloat16 (8 significand bits, 7 stored): half its epsilon 2^-7, 2^-8.
 BF16_UNIT_ROUNDOFF = 2.0**-8
@@ -207,7 +207,7 @@ def precision_errors(
     seeds: Sequence[int] = (0, 1, 2, 3, 4),
     compute_dtype: Any = jnp.bfloat16,
 ) -> PrecisionErrors:
-    """Loss and gradient of the deep tanh MLP (:func:`course_lib.remat.mlp_loss`) in
+    """Loss and gradient of the deep tanh MLP (:func:`course_lib.scaling.remat.mlp_loss`) in
     ``compute_dtype`` vs float32, on one fresh problem per seed."""
     if not seeds:
         raise ValueError("seeds is empty; pass at least one seed")

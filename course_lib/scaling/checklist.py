@@ -3,13 +3,13 @@ r"""The scaling checklist, executable (lesson 05): five things to measure before
 Going from one device to ``N`` is only a speed-up if the answer is the same, the
 communication is cheap, the memory fits and the run can be repeated. Each row of
 :func:`scaling_checklist` measures one of these on data-parallel PPO
-(:mod:`course_lib.ppo_dp`) and gives a verdict, ``ok`` or ``warn``, with the reason:
+(:mod:`course_lib.scaling.ppo_dp`) and gives a verdict, ``ok`` or ``warn``, with the reason:
 
 (a) **Learning rate for the global batch.** A batch ``k = B / B_0`` times the one the
     rate was tuned at takes ``k`` times fewer steps for the same samples; the rules of
-    :mod:`course_lib.lr_scaling` suggest ``lr_0 * k`` (linear) or ``lr_0 * sqrt(k)``
+    :mod:`course_lib.scaling.lr_rules` suggest ``lr_0 * k`` (linear) or ``lr_0 * sqrt(k)``
     (square root). ``B`` is the global minibatch (``config.minibatch_size``: one gradient
-    step's samples over all devices). In :mod:`course_lib.ppo_dp` ``num_envs`` is the
+    step's samples over all devices). In :mod:`course_lib.scaling.ppo_dp` ``num_envs`` is the
     *global* count, so changing the device count does not change ``B``; the row matters
     when ``B`` grew because you added devices at a fixed number of envs per device
     (pass ``base_batch``, the minibatch the rate was tuned at). ``ok`` when
@@ -42,7 +42,7 @@ communication is cheap, the memory fits and the run can be repeated. Each row of
     -- the randomness is per environment and nothing depends on thread timing.
 
 Every multi-device program runs under :func:`course_lib.runtime.watchdog.watchdog` and
-blocks on its result; the compiled PPO programs are :func:`course_lib.ppo_dp.compiled_dp_train`'s
+blocks on its result; the compiled PPO programs are :func:`course_lib.scaling.ppo_dp.compiled_dp_train`'s
 (cached per config and mesh, and checked for LAPACK calls).
 """
 
@@ -62,8 +62,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.devices import check_multidevice_safe, data_mesh
-from course_lib.ppo_dp import PPOConfig, Sync, compiled_dp_train, env_keys, init_flat_params, run_dp, shard_inputs
+from course_lib.scaling.devices import check_multidevice_safe, data_mesh
+from course_lib.scaling.ppo_dp import PPOConfig, Sync, compiled_dp_train, env_keys, init_flat_params, run_dp, shard_inputs
 from course_lib.runtime.watchdog import watchdog
 
 Verdict = Literal["ok", "warn"]
@@ -114,7 +114,7 @@ class ScalingReport:
 
 def _lr_row(config: PPOConfig, base_batch: int, base_lr: float) -> CheckRow | None:
     try:
-        from course_lib.lr_scaling import scaled_lr
+        from course_lib.scaling.lr_rules import scaled_lr
     except ImportError:
         return None
     batch = config.minibatch_size
@@ -154,7 +154,7 @@ def allreduce_chain_seconds(mesh: Mesh, n_elements: int, steps: int, repeats: in
     """Median wall time of ``steps`` dependent all-reduces (``pmean``) of ``n_elements`` float32 per
     device, in one compiled program on ``mesh`` (1-D), every call blocked. Run it under a watchdog."""
     if len(mesh.axis_names) != 1:
-        raise ValueError(f"need a 1-D mesh (course_lib.devices.data_mesh), got axes {mesh.axis_names}")
+        raise ValueError(f"need a 1-D mesh (course_lib.scaling.devices.data_mesh), got axes {mesh.axis_names}")
     if n_elements < 1 or steps < 1 or repeats < 1:
         raise ValueError(f"n_elements, steps and repeats must be >= 1, got {n_elements}, {steps}, {repeats}")
     program = _allreduce_chain(mesh, n_elements, steps)
@@ -301,7 +301,7 @@ def scaling_checklist(
         config: the run (``num_envs`` global, divisible by ``n_devices``).
         n_devices: devices of the multi-device side (the first ``n_devices`` of ``jax.devices()``).
         seed: the runs' seed.
-        sync: :func:`course_lib.ppo_dp.make_dp_train`'s gradient sync (``"trap"`` shows check (b) failing).
+        sync: :func:`course_lib.scaling.ppo_dp.make_dp_train`'s gradient sync (``"trap"`` shows check (b) failing).
         base_batch, base_lr: the minibatch and rate the rate was tuned at (default: this
             config's global minibatch and ``config.lr``, i.e. nothing to scale).
         tolerance: largest ``max |theta_1 - theta_N|`` called equal.
@@ -315,7 +315,7 @@ def scaling_checklist(
     if isinstance(n_devices, bool) or not isinstance(n_devices, int) or not 2 <= n_devices <= jax.device_count():
         raise ValueError(
             f"n_devices must be an int in 2..{jax.device_count()} (JAX's devices), got {n_devices!r}: "
-            "ask for more with course_lib.devices.use_cpu_devices(n) before JAX starts"
+            "ask for more with course_lib.scaling.devices.use_cpu_devices(n) before JAX starts"
         )
     if config.num_envs % n_devices:
         raise ValueError(f"num_envs = {config.num_envs} does not split over {n_devices} devices: use a multiple")
@@ -331,7 +331,7 @@ def scaling_checklist(
 
     lr_row = _lr_row(config, base_batch, base_lr)
     if lr_row is None:
-        notes.append("(a) lr scaling skipped: course_lib.lr_scaling is not available in this checkout.")
+        notes.append("(a) lr scaling skipped: course_lib.scaling.lr_rules is not available in this checkout.")
     else:
         rows.append(lr_row)
 

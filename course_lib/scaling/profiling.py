@@ -326,10 +326,10 @@ def _find_trace_file(path: Path) -> Path:
         if list(run_dir.glob("*.xplane.pb")):
             raise FileNotFoundError(
                 f"{run_dir} holds only an xplane.pb, which needs protobuf and the xprof package to read; "
-                "record with course_lib.profiling.trace (jax.profiler.trace also writes *.trace.json.gz)"
+                "record with course_lib.scaling.profiling.trace (jax.profiler.trace also writes *.trace.json.gz)"
             )
     raise FileNotFoundError(
-        f"no profiler trace under {path}: record one with course_lib.profiling.trace(fn, *args, out_dir=...)"
+        f"no profiler trace under {path}: record one with course_lib.scaling.profiling.trace(fn, *args, out_dir=...)"
     )
 
 

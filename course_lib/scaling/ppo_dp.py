@@ -50,7 +50,7 @@ two correct spellings and the trap, so tests and the lesson can show all three:
 - ``"trap"``: ``check_vma=True`` plus an explicit ``pmean``: ``N`` x the gradient (wrong).
 
 **Initialisation outside.** The orthogonal initialisation runs a QR decomposition, a
-LAPACK call that deadlocks several CPU devices (:mod:`course_lib.devices`), so the
+LAPACK call that deadlocks several CPU devices (:mod:`course_lib.scaling.devices`), so the
 parameters are made once on one device (:func:`init_flat_params`) and passed in.
 """
 
@@ -69,7 +69,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.devices import check_multidevice_safe
+from course_lib.scaling.devices import check_multidevice_safe
 from course_lib.envs import cartpole
 from course_lib.ppo_jax import (
     EnvCarry,
@@ -302,7 +302,7 @@ def shard_inputs(mesh: Mesh, flat_params: Array, keys: Array, axis: str = "data"
 @functools.cache
 def compiled_dp_train(config: PPOConfig, mesh: Mesh, axis: str = "data", sync: Sync = "pmean") -> Any:
     """:func:`make_dp_train`'s program compiled for ``mesh`` (cached), after
-    :func:`course_lib.devices.check_multidevice_safe` has checked it holds no call that can
+    :func:`course_lib.scaling.devices.check_multidevice_safe` has checked it holds no call that can
     deadlock several CPU devices. Call it as ``compiled(flat_params, env_keys, key)``."""
     key = jax.random.key(0)
     flat = jax.ShapeDtypeStruct((_unravel_size(config),), jnp.float32, sharding=NamedSharding(mesh, P()))

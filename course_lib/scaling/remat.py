@@ -87,7 +87,7 @@ def init_mlp(key: jax.Array, depth: int, width: int, dtype: Any = jnp.float32) -
     The scaled normal init keeps ``Var(h W)`` about ``Var(h)`` so activations neither
     vanish nor saturate over depth. (Plain normal sampling, no QR: an orthogonal init
     calls LAPACK, which lesson 05 keeps out of anything that could run on several CPU
-    devices, see :mod:`course_lib.devices`.)
+    devices, see :mod:`course_lib.scaling.devices`.)
     """
     if depth < 1 or width < 1:
         raise ValueError(f"depth and width must be >= 1, got depth={depth}, width={width}")
@@ -125,7 +125,7 @@ def mlp_loss(params: MLPParams, x: jax.Array, y: jax.Array, remat: RematVariant 
     """Mean squared error ``L = 1/(2B) sum_b ||h_L(x_b) - y_b||^2``, reduced in float32.
 
     The output is cast to float32 before the error is formed, so a bfloat16 forward pass
-    (:mod:`course_lib.mixed_precision`) still sums the loss in float32.
+    (:mod:`course_lib.scaling.precision`) still sums the loss in float32.
     """
     h = mlp_forward(params, x, remat).astype(jnp.float32)
     return 0.5 * jnp.mean(jnp.sum((h - y.astype(jnp.float32)) ** 2, axis=-1))

@@ -21,7 +21,7 @@ nothing else, and each device stores ``1 / n_model`` of the weights.
 
 **Communication per layout** (:func:`layout_communication`). Bytes each device *sends*,
 counting a ring all-reduce of ``M`` bytes over ``G`` devices as ``2 (G-1)/G * M``
-(:func:`course_lib.collectives.ring_allreduce_bytes_sent_per_device`); ``e`` is bytes per
+(:func:`course_lib.scaling.collectives.ring_allreduce_bytes_sent_per_device`); ``e`` is bytes per
 element::
 
     forward  = 2 (n_model-1)/n_model * (B/n_data) * d_out * e                 (psum of y over model)
@@ -39,7 +39,7 @@ all-reduce appears only when the MLP's input is itself an activation that needs 
 
 Parameters are initialised outside any multi-device program (:func:`init_mlp`: scaled
 normals, no orthogonal/QR initialisation, which deadlocks XLA:CPU host devices, see
-:mod:`course_lib.devices`).
+:mod:`course_lib.scaling.devices`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.collectives import ring_allreduce_bytes_sent_per_device
+from course_lib.scaling.collectives import ring_allreduce_bytes_sent_per_device
 
 DATA, MODEL = "data", "model"
 
@@ -79,7 +79,7 @@ def init_mlp(
     """Weights ``~ N(0, 1/fan_in)`` (LeCun normal), biases ``~ N(0, bias_scale**2)`` (zero by default).
 
     Call it on one device, before any multi-device program (no linear algebra inside
-    those: :mod:`course_lib.devices`). One jitted program (not a dozen eager ops).
+    those: :mod:`course_lib.scaling.devices`). One jitted program (not a dozen eager ops).
     """
     for name, v in (("d_in", d_in), ("d_hidden", d_hidden), ("d_out", d_out)):
         if v < 1:

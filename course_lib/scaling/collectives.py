@@ -46,7 +46,7 @@ other constants.
 
 Rules kept here: every function that runs a multi-device program blocks on its result and
 runs under :func:`course_lib.runtime.watchdog.watchdog`, and no linear algebra runs inside a
-multi-device program (:mod:`course_lib.devices`; the least-squares fit runs in NumPy).
+multi-device program (:mod:`course_lib.scaling.devices`; the least-squares fit runs in NumPy).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.devices import check_multidevice_safe
+from course_lib.scaling.devices import check_multidevice_safe
 from course_lib.runtime.watchdog import watchdog
 
 #: Message sizes (bytes per device) that :func:`measure_allreduce` times by default: 4 KiB to 16 MiB.
@@ -314,7 +314,7 @@ class AllreduceMeasurement:
 def _mesh_axis(mesh: Mesh) -> str:
     if len(mesh.axis_names) != 1:
         raise ValueError(
-            f"measure_allreduce needs a 1-D mesh, got axes {mesh.axis_names}: build one with course_lib.devices.data_mesh(n)"
+            f"measure_allreduce needs a 1-D mesh, got axes {mesh.axis_names}: build one with course_lib.scaling.devices.data_mesh(n)"
         )
     return str(mesh.axis_names[0])
 
@@ -352,7 +352,7 @@ def measure_allreduce(
     """Median time of ``psum`` and of :func:`ring_allreduce` for each message size, and the fitted model.
 
     For each size (bytes of float32 per device): both programs are compiled (refused if
-    they hold a LAPACK call, :func:`course_lib.devices.check_multidevice_safe`), run once
+    they hold a LAPACK call, :func:`course_lib.scaling.devices.check_multidevice_safe`), run once
     to warm up (their results compared: ``max_abs_diff``), then timed ``repeats`` times
     each, interleaved (psum ring, ring psum, ...) so that both see the same machine load,
     every call blocked before the clock stops. The whole measurement runs under one

@@ -16,7 +16,7 @@ one of the programs here::
     results = launch_program("dp_sgd", n_processes=2, timeout_s=90)
     results[0].result["params"]              # process 0's final (replicated) parameters
 
-or by hand, ``python -m course_lib.multihost --program psum`` with
+or by hand, ``python -m course_lib.scaling.multihost --program psum`` with
 ``COURSE_COORDINATOR_ADDRESS``, ``COURSE_NUM_PROCESSES`` and ``COURSE_PROCESS_ID`` set.
 
 **Programs** (``--program``):
@@ -31,7 +31,7 @@ or by hand, ``python -m course_lib.multihost --program psum`` with
 
       theta <- theta - lr * (1/N) sum_p grad L_p(theta)        L_p: mean loss on process p's rows
 
-- ``dp_ppo``: lesson 04's PPO, data-parallel over processes (:mod:`course_lib.ppo_dp`):
+- ``dp_ppo``: lesson 04's PPO, data-parallel over processes (:mod:`course_lib.scaling.ppo_dp`):
   each process computes the keys of only its own environments, ``fold_in(key, i)``.
 
 **Reliability.** Each program runs under :func:`course_lib.runtime.watchdog.watchdog`
@@ -87,7 +87,7 @@ from course_lib.runtime.processes import INJECTED_CRASH_EXIT, watch_parent
 from course_lib.runtime.watchdog import watchdog
 
 #: ``python -m`` name of this worker.
-MODULE = "course_lib.multihost"
+MODULE = "course_lib.scaling.multihost"
 PROGRAMS: tuple[str, ...] = ("psum", "dp_sgd", "dp_ppo")
 FAULTS: tuple[str, ...] = ("crash", "hang")
 AXIS = "data"
@@ -193,7 +193,7 @@ def regression_rows(seed: int, start: int, stop: int, d_in: int) -> tuple[np.nda
 @functools.partial(jax.jit, static_argnames=("d_in", "hidden", "d_out"))
 def init_mlp(key: Array, d_in: int, hidden: int, d_out: int = 1) -> Params:
     """``d_in -> hidden (tanh) -> d_out``; weights ``N(0, 1/fan_in)``, zero biases. No QR:
-    safe in any program (:mod:`course_lib.devices`). Jitted: one compilation instead of one
+    safe in any program (:mod:`course_lib.scaling.devices`). Jitted: one compilation instead of one
     per operation (a second less start-up per process)."""
     k1, k2 = jax.random.split(key)
     return {
@@ -299,8 +299,8 @@ def ppo_keys(seed: int) -> tuple[Array, Array, Array]:
 
 
 def program_dp_ppo(mesh: Mesh, options: WorkerOptions) -> dict[str, Any]:
-    """Lesson 04's PPO on the processes' environments (:mod:`course_lib.ppo_dp`)."""
-    from course_lib import ppo_dp
+    """Lesson 04's PPO on the processes' environments (:mod:`course_lib.scaling.ppo_dp`)."""
+    from course_lib.scaling import ppo_dp
 
     config = ppo_config(options)
     key, k_init, k_envs = ppo_keys(options.seed)
@@ -408,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_options(program, info.num_processes, options)
     _configure_jax(options.backend)
     if program == "dp_ppo":
-        import course_lib.ppo_dp  # noqa: F401  (before the backend starts: it sets an XLA CPU flag on import)
+        import course_lib.scaling.ppo_dp  # noqa: F401  (before the backend starts: it sets an XLA CPU flag on import)
     t0 = time.monotonic()
     if info is None:  # TPU pods, SLURM, Open MPI: JAX finds the coordinator and the process ids itself
         jax.distributed.initialize(initialization_timeout=options.init_timeout_s)

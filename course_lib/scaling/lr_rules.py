@@ -187,7 +187,7 @@ def lr_scaling_experiment(
     comparison is paired: only the batching and the rate differ.
 
     **One compiled program for everything.** Batch sizes are multiples of ``B_0``, so a
-    step on a batch of ``B = k B_0`` is computed as in :mod:`course_lib.grad_accum`: the
+    step on a batch of ``B = k B_0`` is computed as in :mod:`course_lib.scaling.accumulation`: the
     mean of the gradients of ``k`` chunks of ``B_0`` samples, the update applied after
     every ``k``-th chunk (``theta <- theta - lr (1/k) sum_j g_j``). Then ``k`` and ``lr``
     are just numbers, and one ``lax.scan`` over the ``total_samples / B_0`` chunks,
