@@ -32,8 +32,10 @@ multi-device program of the lesson also runs under :func:`course_lib.runtime.wat
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -54,8 +56,10 @@ def use_cpu_devices(n: int) -> None:
     Must run before the process's first JAX computation (``jax.devices()``,
     ``jax.random.key``, a jitted call). Afterwards it changes nothing, so it checks: if
     the backend is already up on a CPU with a different count, it raises and says to
-    restart the kernel. On a GPU or TPU backend the accelerators are the devices and
-    ``n`` is ignored.
+    restart the kernel. On a GPU or TPU machine the accelerators are the default devices
+    and the ``n`` CPU devices exist beside them (``jax.devices("cpu")``):
+    :func:`device_plan` runs the multi-device sections there when there are too few
+    accelerators.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1 CPU devices, got {n}")
@@ -88,15 +92,16 @@ def check_multidevice_safe(jitted: Any, *args: Any, **kwargs: Any) -> Any:
     """Compile ``jitted`` for ``args`` and refuse it if it would run a LAPACK call on several CPU devices.
 
     Returns the compiled executable (call it with the same arguments). On one device, or
-    on GPU/TPU backends, everything is allowed. Raises :class:`MultiDeviceHazard` naming
+    on GPU/TPU devices, everything is allowed; CPU host devices are checked whatever the
+    default backend (a GPU machine's lesson runs its multi-device sections on them). Raises :class:`MultiDeviceHazard` naming
     the calls and the fix otherwise.
     """
     compiled = jitted.lower(*args, **kwargs).compile()
-    if jax.default_backend() != "cpu":
-        return compiled
     devices = {d for leaf in jax.tree.leaves(compiled.input_shardings) for d in leaf.device_set}
+    if len(devices) < 2 or any(d.platform != "cpu" for d in devices):
+        return compiled  # one device, or accelerators (a GPU machine's CPU devices are still checked)
     calls = blocking_calls(compiled.as_text())
-    if len(devices) > 1 and calls:
+    if calls:
         raise MultiDeviceHazard(
             f"this program runs on {len(devices)} CPU devices and contains {', '.join(calls)}: on the "
             f"shared CPU thread pool two devices in a LAPACK call at once deadlock. Move the linear algebra "
@@ -104,3 +109,102 @@ def check_multidevice_safe(jitted: Any, *args: Any, **kwargs: Any) -> Any:
             f"on one device and pass the result in."
         )
     return compiled
+
+
+#: Use at most this many of the default backend's devices (unset: all). ``COURSE_MAX_DEVICES=1``
+#: runs a lesson as on a machine with one accelerator: its multi-device sections move to CPU
+#: host devices, exactly as on a one-GPU machine (the test of lesson 05's one-device path uses it).
+MAX_DEVICES_ENV = "COURSE_MAX_DEVICES"
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where a lesson's sections run: its main device(s), and ``want`` devices for its meshes.
+
+    ``main`` are the default backend's devices (at most ``COURSE_MAX_DEVICES``); single-device
+    work (and the full-scale figures) runs on ``main[0]``. ``multi`` are the ``want``
+    devices the multi-device sections build their meshes from: the default backend's when
+    it has enough, else CPU host devices beside it (a one-GPU machine), else none.
+    """
+
+    want: int
+    main: tuple[Any, ...]
+    multi: tuple[Any, ...]
+
+    @property
+    def main_platform(self) -> str:
+        return str(self.main[0].platform)
+
+    @property
+    def multi_platform(self) -> str:
+        return str(self.multi[0].platform) if self.multi else "none"
+
+    @property
+    def multi_on_main(self) -> bool:
+        """True when the meshes use the default backend's own devices (not CPU devices beside them)."""
+        return len(self.main) >= self.want
+
+    def mesh(self, n: int | None = None, axis: str = "data") -> Mesh:
+        """A 1-D mesh over the first ``n`` (default ``want``) of the plan's multi-device devices."""
+        if not self.multi:
+            raise RuntimeError(self.describe())
+        return data_mesh(n if n is not None else self.want, axis, devices=self.multi)
+
+    def pick(self, *, cpu: Any, full: Any, scale: str) -> Any:
+        """``full`` only at the full scale *and* when the meshes are on the main backend's devices.
+
+        Multi-device sections that moved to CPU host devices keep the cpu scale's sizes
+        (4,096 environments on CPU host devices would take minutes to teach nothing new).
+        """
+        return full if scale == "full" and self.multi_on_main else cpu
+
+    def describe(self) -> str:
+        """One paragraph for the learner: which devices run what, and why."""
+        k, plat = len(self.main), self.main_platform
+        if self.multi_on_main:
+            return f"{k} {plat} device(s): the single-device and the {self.want}-device sections run on them."
+        if self.multi:
+            return (
+                f"only {k} {plat} device(s), fewer than the {self.want} the meshes need: the single-device "
+                f"sections run on {plat}, the multi-device sections on {self.want} CPU host devices beside it, "
+                f"at the cpu scale's sizes."
+            )
+        return (
+            f"only {k} {plat} device(s) and no {self.want} CPU host devices beside them: the multi-device "
+            f"sections cannot run. Fix: let JAX use the CPU too (JAX_PLATFORMS unset or including 'cpu'), call "
+            f"use_cpu_devices({self.want}) before JAX starts, and unset {MAX_DEVICES_ENV}."
+        )
+
+
+def plan_devices(want: int, main: Sequence[Any], cpu: Sequence[Any], limit: int | None = None) -> DevicePlan:
+    """The :class:`DevicePlan` for device lists given explicitly (what :func:`device_plan` reads; tests fake them)."""
+    if want < 1:
+        raise ValueError(f"want must be >= 1 devices, got {want}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"{MAX_DEVICES_ENV} must be an int >= 1, got {limit}")
+    if not main:
+        raise ValueError("main must hold at least one device (jax.devices() is never empty)")
+    main = tuple(main)[:limit] if limit is not None else tuple(main)
+    if len(main) >= want:
+        return DevicePlan(want, main, main[:want])
+    if len(cpu) >= want:
+        return DevicePlan(want, main, tuple(cpu)[:want])
+    return DevicePlan(want, main, ())
+
+
+def device_plan(want: int) -> DevicePlan:
+    """Plan a lesson's devices from what JAX has: the default backend, and its CPU devices beside it.
+
+    Call :func:`use_cpu_devices` (``want``) first, before JAX starts. ``COURSE_MAX_DEVICES``
+    caps the default backend's devices (``1``: run as on a one-GPU machine).
+    """
+    raw = os.environ.get(MAX_DEVICES_ENV, "").strip()
+    try:
+        limit = int(raw) if raw else None
+    except ValueError:
+        raise ValueError(f"{MAX_DEVICES_ENV} must be an int >= 1, got {raw!r}") from None
+    try:
+        cpu = jax.devices("cpu")
+    except RuntimeError:  # JAX_PLATFORMS without cpu
+        cpu = []
+    return plan_devices(want, jax.devices(), cpu, limit)
