@@ -114,6 +114,7 @@ def test_layout_communication_by_hand():
     assert two_d.backward_bytes == pytest.approx((64 * 64 + 64 + 64 * 16 + 16) * 4)
     with_dx = layout_communication(32, 64, 128, 16, 2, 2, x_needs_grad=True)["2-D"]
     assert with_dx.backward_bytes - two_d.backward_bytes == pytest.approx(16 * 64 * 4)  # psum of dx [16, 64] over 2
+    assert with_dx.dx_bytes == pytest.approx(16 * 64 * 4) and with_dx.grad_sync_bytes == two_d.backward_bytes
     with pytest.raises(ValueError, match="d_hidden % 4"):
         layout_communication(32, 64, 126, 16, 2, 2)
 

@@ -138,8 +138,14 @@ def shard_batch(x: jax.Array, mesh: Mesh) -> jax.Array:
     return jax.device_put(x, NamedSharding(mesh, BATCH_SPEC))
 
 
-def _tp_block(params: MLPParams, x: jax.Array) -> jax.Array:
-    """One device's part: its slice of h, its partial y, one psum over model, then b2."""
+def tp_block(params: MLPParams, x: jax.Array) -> jax.Array:
+    """One device's part (Megatron's MLP): its slice of h, its partial y, one psum over model, then b2.
+
+    In the backward pass the psum's transpose is free (its cotangent is replicated over
+    ``model``), but the gradient with respect to ``x`` is a *partial* sum on each device
+    (``dh_j @ W1_j^T``): when ``x`` is an activation of a deeper network, a second psum over
+    ``model``, of ``x``'s size, completes it (``layout_communication(..., x_needs_grad=True)``).
+    """
     h = jax.nn.relu(x @ params.w1 + params.b1)  # [B/n_data, H/n_model]: column-parallel, no communication
     partial_y = h @ params.w2  # [B/n_data, d_out]: this device's share of the row-parallel product
     return jax.lax.psum(partial_y, MODEL) + params.b2
@@ -155,7 +161,7 @@ def tp_mlp(params: MLPParams, x: jax.Array, mesh: Mesh) -> jax.Array:
     """
     _check_shapes(params, x, mesh)
     params, x = shard_mlp_params(params, mesh), shard_batch(x, mesh)
-    return jax.shard_map(_tp_block, mesh=mesh, in_specs=(PARAM_SPECS, BATCH_SPEC), out_specs=BATCH_SPEC)(params, x)
+    return jax.shard_map(tp_block, mesh=mesh, in_specs=(PARAM_SPECS, BATCH_SPEC), out_specs=BATCH_SPEC)(params, x)
 
 
 # ---------------------------------------------------------------------------
@@ -173,6 +179,12 @@ class LayoutComm:
     forward_bytes: float  # psum of y over model
     backward_bytes: float  # gradient all-reduce over data (+ dx psum over model when asked)
     param_bytes_per_device: float
+    dx_bytes: float = 0.0  # the part of backward_bytes that is the psum of dx over model (x_needs_grad)
+
+    @property
+    def grad_sync_bytes(self) -> float:
+        """The weights' gradient all-reduce over ``data`` (the rest of ``backward_bytes``)."""
+        return self.backward_bytes - self.dx_bytes
 
     @property
     def step_bytes(self) -> float:
@@ -218,7 +230,6 @@ def layout_communication(
         forward = ring_allreduce_bytes_sent_per_device(nm, local_batch * d_out * e)
         grad_elems = d_in * d_hidden // nm + d_hidden // nm + d_hidden * d_out // nm + d_out
         backward = ring_allreduce_bytes_sent_per_device(nd, grad_elems * e)
-        if x_needs_grad:
-            backward += ring_allreduce_bytes_sent_per_device(nm, local_batch * d_in * e)
-        out[layout] = LayoutComm(layout, nd, nm, forward, backward, grad_elems * e)
+        dx = ring_allreduce_bytes_sent_per_device(nm, local_batch * d_in * e) if x_needs_grad else 0.0
+        out[layout] = LayoutComm(layout, nd, nm, forward, backward + dx, grad_elems * e, dx)
     return out
