@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from course_lib.runtime.watchdog import watchdog
 from course_lib.scaling.devices import check_multidevice_safe
 from course_lib.scaling.profiling import hlo_collectives
-from course_lib.runtime.watchdog import watchdog
 from course_lib.scaling.tensor_parallel import (
     PARAM_SPECS,
     MLPParams,
@@ -26,6 +26,7 @@ from course_lib.scaling.tensor_parallel import (
     mlp_reference,
     tp_mlp,
     tp_mlp_mesh,
+    training_allreduces,
 )
 
 RTOL = ATOL = 1e-5
@@ -146,3 +147,18 @@ def test_layout_communication_equals_the_compiled_collectives(problem, n_data, n
     assert _counted_bytes(jax.jit(lambda p, x: tp_mlp(p, x, mesh)), params, x) == pytest.approx(predicted.forward_bytes)
     assert _counted_bytes(jax.jit(step), params, x, dy) == pytest.approx(predicted.step_bytes)
     assert predicted.step_bytes > 0
+
+
+def test_backward_inside_a_deep_network_pays_a_second_model_allreduce():
+    """Megatron: the dx psum over `model` appears in the compiled gradient only when x needs a gradient."""
+    params = init_mlp(jax.random.key(0), 8, 32, 4, bias_scale=0.1)
+    x = jax.random.normal(jax.random.key(1), (16, 8))
+    mesh = tp_mlp_mesh(2, 2)
+    with watchdog(120, "tensor-parallel gradients on 2 x 2 CPU devices"):
+        first = training_allreduces(params, x, mesh, x_needs_grad=False)
+        deep = training_allreduces(params, x, mesh, x_needs_grad=True)
+    assert ("f32[8,4]", "model") in first and [a for _, a in first].count(
+        "model"
+    ) == 1  # forward psum of y [B/2, d_out]
+    assert [a for _, a in first].count("data") == 1  # the weights' gradients, combined into one all-reduce
+    assert sorted(deep) == sorted([*first, ("f32[8,8]", "model")])  # + dx [B/2, d_in] over model

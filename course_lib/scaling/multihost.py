@@ -399,6 +399,28 @@ def _inject_fault(options: WorkerOptions) -> None:
     threading.Event().wait()  # hang: the others wait in their next collective
 
 
+def join_cluster(info: Any, timeout_s: int) -> Mesh:
+    """Join the job (``jax.distributed.initialize``) and return one ``data`` mesh over every process's devices.
+
+    ``info`` holds the coordinator's address, the process count and this process's id
+    (from ``COURSE_*`` variables); ``None`` lets JAX find them itself (TPU pods, SLURM,
+    Open MPI). Every process must call this before its first computation; afterwards
+    ``jax.devices()`` lists all processes' devices and ``jax.local_devices()`` this one's.
+    """
+    if info is None:
+        jax.distributed.initialize(initialization_timeout=timeout_s)
+    else:
+        local = info.coordinator_address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+        jax.distributed.initialize(
+            coordinator_address=info.coordinator_address,  # process 0's host:port, the same for everyone
+            num_processes=info.num_processes,
+            process_id=info.process_id,
+            initialization_timeout=timeout_s,
+            coordinator_bind_address=info.coordinator_address if local else None,
+        )
+    return jax.make_mesh((jax.device_count(),), (AXIS,))  # global: every process's devices
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Initialise jax.distributed, run the program under the watchdog, write the result, shut down."""
     program, options = parse_args(argv)
@@ -410,19 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if program == "dp_ppo":
         import course_lib.scaling.ppo_dp  # noqa: F401  (before the backend starts: it sets an XLA CPU flag on import)
     t0 = time.monotonic()
-    if info is None:  # TPU pods, SLURM, Open MPI: JAX finds the coordinator and the process ids itself
-        jax.distributed.initialize(initialization_timeout=options.init_timeout_s)
-    else:
-        local = info.coordinator_address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
-        jax.distributed.initialize(
-            coordinator_address=info.coordinator_address,
-            num_processes=info.num_processes,
-            process_id=info.process_id,
-            initialization_timeout=options.init_timeout_s,
-            coordinator_bind_address=info.coordinator_address if local else None,
-        )
+    mesh = join_cluster(info, options.init_timeout_s)
     init_s = time.monotonic() - t0
-    mesh = jax.make_mesh((jax.device_count(),), (AXIS,))
     what = f"program {program} in process {jax.process_index()} of {jax.process_count()}"
     t1 = time.monotonic()
     with watchdog(options.watchdog_s, what):

@@ -45,11 +45,13 @@ normals, no orthogonal/QR initialisation, which deadlocks XLA:CPU host devices, 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -162,6 +164,40 @@ def tp_mlp(params: MLPParams, x: jax.Array, mesh: Mesh) -> jax.Array:
     _check_shapes(params, x, mesh)
     params, x = shard_mlp_params(params, mesh), shard_batch(x, mesh)
     return jax.shard_map(tp_block, mesh=mesh, in_specs=(PARAM_SPECS, BATCH_SPEC), out_specs=BATCH_SPEC)(params, x)
+
+
+def _axis_groups(mesh: Mesh) -> dict[str, str]:
+    """For each mesh axis, XLA's ``replica_groups`` text of an all-reduce over that axis alone."""
+    ids = np.vectorize(lambda d: d.id)(mesh.devices)
+    out = {}
+    for k, name in enumerate(mesh.axis_names):
+        groups = np.moveaxis(ids, k, -1).reshape(-1, ids.shape[k])
+        out["{" + ",".join("{" + ",".join(str(int(i)) for i in g) + "}" for g in groups) + "}"] = name
+    return out
+
+
+_ALL_REDUCE = re.compile(r"= (\(?[^=]*?\)?) all-reduce(?:-start)?\(.*?replica_groups=(\{\{[0-9,{}]*\}\})")
+
+
+def training_allreduces(params: MLPParams, x: jax.Array, mesh: Mesh, x_needs_grad: bool) -> list[tuple[str, str]]:
+    """The all-reduces XLA compiled into one gradient of the tensor-parallel MLP, as ``(shapes, mesh axis)``.
+
+    Reads the compiled HLO of ``jit(grad(sum(tp_mlp(params, x)^2)))`` (with respect to the
+    parameters, and to ``x`` too when ``x_needs_grad``): the forward psum of ``y`` over
+    ``model``, the weights' gradient sync over ``data`` (XLA combines it into one tuple
+    all-reduce), and, only when ``x`` needs a gradient, the psum of ``dx`` over ``model``.
+    """
+    argnums = (0, 1) if x_needs_grad else 0
+    grad = jax.jit(jax.grad(lambda p, a: (tp_mlp(p, a, mesh) ** 2).sum(), argnums=argnums))
+    text = grad.lower(params, x).compile().as_text()
+    axes = _axis_groups(mesh)
+    found = []
+    for line in (text or "").splitlines():
+        m = _ALL_REDUCE.search(line)
+        if m:
+            shapes = re.sub(r"\{[0-9,]*\}", "", m.group(1)).strip("()")
+            found.append((shapes, axes.get(m.group(2), m.group(2))))
+    return found
 
 
 # ---------------------------------------------------------------------------
