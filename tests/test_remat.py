@@ -107,3 +107,15 @@ def test_interleaved_times_runs_in_rounds():
     times = remat.interleaved_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
     assert calls == ["a", "b"] + ["a", "b"] * 3  # one untimed warm-up each, then A B rounds
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+
+
+def test_remat_costs_per_layer_trades_a_third_more_flops_for_a_third_of_the_residuals():
+    rows = remat.remat_costs(depths=(4, 8), width=64, batch=32, variants=("none", "per_layer"))
+    by = {(r.depth, r.variant): r for r in rows}
+    for depth in (4, 8):
+        ratio = by[depth, "per_layer"].flops / by[depth, "none"].flops
+        assert 1.2 < ratio < 1.45, ratio  # one more forward: forward 1 + backward 2 -> 4/3
+        assert by[depth, "per_layer"].temp_bytes < 0.6 * by[depth, "none"].temp_bytes
+    assert by[8, "none"].temp_bytes > 1.6 * by[4, "none"].temp_bytes  # activations grow with depth
+    with pytest.raises(ValueError, match="depths must be >= 1"):
+        remat.remat_costs(depths=())

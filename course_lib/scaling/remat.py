@@ -26,8 +26,8 @@ with ``s`` bytes per float (4 for f32). ``jax.checkpoint(layer,
 policy=jax.checkpoint_policies.dots_saveable)`` sits in between: it saves the matmul
 outputs ``z_l`` (the expensive part) and recomputes only the cheap elementwise ``tanh``.
 Checkpointing every ``k``-th layer instead (segments of ``k``, the ``sqrt(L)`` scheme of
-Chen et al.) saves ``L/k`` inputs plus one segment's residuals; with one array per layer
-already, that adds little here and is left out.
+Chen et al.) saves ``L/k`` inputs plus one segment's residuals while it is recomputed
+(lesson 05's exercise 5 builds it).
 
 **How the layers are stacked.** The model scans one layer function over stacked
 parameters (``W [L, W, W]``, ``b [L, W]``, ``lax.scan``), as large models do (Flax
@@ -100,7 +100,8 @@ def _layer(h: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
     return jnp.tanh(h @ p["W"] + p["b"]), None
 
 
-def _scan_body(remat: RematVariant) -> Callable[[jax.Array, Mapping[str, jax.Array]], tuple[jax.Array, None]]:
+def remat_layer(remat: RematVariant) -> Callable[[jax.Array, Mapping[str, jax.Array]], tuple[jax.Array, None]]:
+    """The scanned layer, as each variant wraps it: bare, in ``jax.checkpoint``, or with a policy."""
     if remat == "none":
         return _layer
     if remat == "per_layer":
@@ -117,7 +118,7 @@ def mlp_forward(params: MLPParams, x: jax.Array, remat: RematVariant = "none") -
     ``jax.checkpoint`` with the ``dots_saveable`` policy. The value is the same for all
     variants; only what the backward pass keeps (and recomputes) changes.
     """
-    h, _ = lax.scan(_scan_body(remat), x, params)
+    h, _ = lax.scan(remat_layer(remat), x, params)
     return h
 
 
@@ -142,8 +143,43 @@ def mlp_problem(seed: int, depth: int, width: int, batch: int) -> tuple[MLPParam
 
 def remat_grad(remat: RematVariant) -> jax.stages.Wrapped:
     """``jit(grad(mlp_loss))`` with the given remat variant: ``(params, x, y) -> dL/dparams``."""
-    _scan_body(remat)  # validate the name now, not at the first call
+    remat_layer(remat)  # validate the name now, not at the first call
     return jax.jit(jax.grad(lambda p, x, y: mlp_loss(p, x, y, remat)))
+
+
+@dataclass(frozen=True)
+class RematCost:
+    """What XLA planned for one variant's gradient at one depth: scratch bytes and FLOPs (compiled, not run)."""
+
+    depth: int
+    variant: RematVariant
+    temp_bytes: int
+    flops: float
+
+
+def remat_costs(
+    depths: Sequence[int], width: int = 512, batch: int = 256, variants: Sequence[RematVariant] = REMAT_VARIANTS
+) -> list[RematCost]:
+    """Temp bytes (``memory_analysis``) and FLOPs (``cost_analysis``) of each variant's gradient, per depth.
+
+    Nothing runs: each program is compiled and XLA's own accounting is read, so the
+    figures are the same on every machine of one backend (give or take XLA's buffer
+    packing). Per-layer remat should keep about a third of the residuals and add one
+    forward pass, about a third more FLOPs (module docstring).
+    """
+    if not depths or min(depths) < 1:
+        raise ValueError(f"depths must be >= 1 layers, got {list(depths)}")
+    out = []
+    for depth in depths:
+        params, x, y = mlp_problem(0, depth, width, batch)
+        for v in variants:
+            compiled = remat_grad(v).lower(params, x, y).compile()
+            raw = compiled.cost_analysis()
+            cost: dict[str, float] = (raw[0] if isinstance(raw, list) else raw) or {}
+            out.append(
+                RematCost(depth, v, compiled_memory(compiled).temp_bytes, float(cost.get("flops", float("nan"))))
+            )
+    return out
 
 
 # ---------------------------------------------------------------------------------------
