@@ -84,6 +84,7 @@ def test_plan_one_gpu_moves_the_meshes_to_cpu_devices_at_cpu_sizes():
     assert plan.main_platform == "gpu" and plan.multi_platform == "cpu" and not plan.multi_on_main
     assert len(plan.multi) == 4
     assert plan.pick(cpu=32, full=4096, scale="full") == 32
+    assert plan.pick_main(cpu=32, full=4096, scale="full") == 4096 and plan.pick_main(cpu=32, full=4096, scale="cpu") == 32
     assert "only 1 gpu device(s)" in plan.describe() and "4 CPU host devices beside it" in plan.describe()
 
 
@@ -97,7 +98,7 @@ def test_plan_without_enough_devices_anywhere_says_how_to_fix():
 def test_plan_limit_and_bad_input():
     plan = plan_devices(4, _devs("cpu", 4), _devs("cpu", 4), limit=1)
     assert len(plan.main) == 1 and len(plan.multi) == 4 and not plan.multi_on_main  # the one-GPU path, on CPU
-    assert plan.pick(cpu=32, full=4096, scale="full") == 32
+    assert plan.pick(cpu=32, full=4096, scale="full") == 32 and plan.pick_main(cpu=32, full=4096, scale="full") == 32
     with pytest.raises(ValueError, match="COURSE_MAX_DEVICES must be an int >= 1"):
         plan_devices(4, _devs("cpu", 4), [], limit=0)
     with pytest.raises(ValueError, match="want must be >= 1"):

@@ -158,6 +158,14 @@ class DevicePlan:
         """
         return full if scale == "full" and self.multi_on_main else cpu
 
+    def pick_main(self, *, cpu: Any, full: Any, scale: str) -> Any:
+        """``full`` only at the full scale on an accelerator: the sizes of the single-device sections.
+
+        A full-scale run on a CPU (``COURSE_MAX_DEVICES=1`` in the tests) takes the same
+        code path with the cpu sizes.
+        """
+        return full if scale == "full" and self.main_platform != "cpu" else cpu
+
     def describe(self) -> str:
         """One paragraph for the learner: which devices run what, and why."""
         k, plat = len(self.main), self.main_platform
