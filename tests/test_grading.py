@@ -147,6 +147,11 @@ CHECK_FIXTURES = (
     "course_lib.scaling.devices.check_multidevice_safe",
     "course_lib.scaling.devices.MultiDeviceHazard",
     "course_lib.runtime.watchdog.watchdog",
+    # lesson 05's remat exercise: the deep MLP's parameters and data, and XLA's memory
+    # analysis of a compiled program; remat.py has no segment checkpointing (the graded
+    # function), and the oracle is the grader's own plain scan of the layers
+    "course_lib.scaling.remat.mlp_problem",
+    "course_lib.scaling.remat.peak_memory",
     # lesson 08's inputs: frozen data containers and the published model / GPU numbers the
     # learner's functions read (the graded formulas live in functions of course_lib.layout.model,
     # which a check never imports)

@@ -1,6 +1,8 @@
 """Lesson 05's graders beyond what tests/test_exercises.py checks for every lesson: the
 oracles against JAX itself (shard placement, the ring schedule), the check_vma trap the
-exercise text states, and a program with a LAPACK call refused before it can deadlock.
+exercise text states, the dependency walk that tells moved data from all-reduced
+gradients, remat's checkpoint count and its memory margin, and a program with a LAPACK
+call refused before it can deadlock.
 
 What every lesson gets (solution passes, stub "not implemented yet", every planted bug caught,
 the generated notebooks graded by `course grade`) is in tests/test_exercises.py and
@@ -12,6 +14,7 @@ run is compiled first, refused if it holds a LAPACK call, and runs under the wat
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import grading_helpers as gh
@@ -30,11 +33,11 @@ from course_lib.runtime.watchdog import watchdog
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "05_scaling_jax"
-NAMES = ("partition_specs", "ring_allreduce", "data_parallel_grad", "accumulate_grads")
+NAMES = ("partition_specs", "ring_allreduce", "data_parallel_grad", "accumulate_grads", "remat_segments")
 
 
-def test_registry_lists_the_four_exercises():
-    gh.assert_registry(LESSON, NAMES, ("5", "scaling_jax"), points=50)
+def test_registry_lists_the_five_exercises():
+    gh.assert_registry(LESSON, NAMES, ("5", "scaling_jax"), points=65)
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
@@ -43,11 +46,16 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "data_parallel_grad-psum_not_pmean",
         "data_parallel_grad-no_reduction",
         "data_parallel_grad-averaged_twice",
+        "data_parallel_grad-moves_the_batch",
         "accumulate_grads-summed_not_averaged",
         "accumulate_grads-last_micro_batch_dropped",
         "accumulate_grads-interleaved",
+        "remat_segments-no_checkpoint",
+        "remat_segments-whole_network_one_checkpoint",
+        "remat_segments-checkpoint_each_layer",
+        "remat_segments-no_divisibility_check",
     }
-    gh.assert_slips_planted(MUTANTS, slips)
+    gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,6 +167,109 @@ def test_micro_batch_oracle_agrees_with_the_full_batch_for_a_mean_loss():
     assert not np.allclose(contiguous, interleaved, rtol=1e-3)
 
 
+def _dp_operands(body, batch_size=8):
+    """The collective operands of ``body(params, batch)`` inside a 2-device shard_map, by
+    :func:`l05.collective_operands`: ``[(primitive, size, labels)]``."""
+    params, batch = l05.mlp_data(0, batch_size=batch_size)
+    mesh = jax.make_mesh((2,), ("data",), devices=jax.devices()[:2])
+    prog = jax.shard_map(body, mesh=mesh, in_specs=(P(), P("data")), out_specs=P(), check_vma=False)
+    args = (jax.device_put(params, NamedSharding(mesh, P())), jax.device_put(batch, NamedSharding(mesh, P("data"))))
+    (inner,) = [e.params["jaxpr"] for e in jax.make_jaxpr(prog)(*args).jaxpr.eqns if e.primitive.name == "shard_map"]
+    labels = [frozenset({"params"})] * 4 + [frozenset({"batch"})] * 2
+    return l05.collective_operands(inner, labels)
+
+
+def test_dependency_walk_labels_gathered_batch_and_reduced_gradients():
+    def gathered(p, b):
+        return jax.grad(l05.mlp_loss)(p, jax.lax.all_gather(b, "data", tiled=True))
+
+    def reduced(p, b):
+        return jax.lax.pmean(jax.grad(l05.mlp_loss)(p, b), "data")
+
+    # x [4, 3] and y [4, 2] per device are gathered: computed from the batch alone
+    assert _dp_operands(gathered) == [("all_gather", 12, {"batch"}), ("all_gather", 8, {"batch"})]
+    # the gradient depends on both; pmean is a psum per leaf (w1 24, b1 8, w2 16, b2 2 numbers)
+    ops = _dp_operands(reduced)
+    assert sorted(size for _, size, _ in ops) == [2, 8, 16, 24]
+    assert all(name.startswith("psum") and dep == {"params", "batch"} for name, _, dep in ops)
+
+
+def test_dependency_walk_sees_through_jit_and_loops():
+    def gathered_in_jit(p, b):
+        gather = jax.jit(lambda b: jax.lax.all_gather(b, "data", tiled=True))
+        return jax.grad(l05.mlp_loss)(p, gather(b))
+
+    def scanned(p, b):  # a loop carry started from zeros picks up the batch: still labelled from it
+        def step(acc, _):
+            return acc + jax.lax.psum(b["x"], "data"), None
+
+        acc, _ = jax.lax.scan(step, jnp.zeros_like(b["x"]), None, length=2)
+        return jax.tree.map(lambda w: w + acc.sum(), p)
+
+    assert [(n, d) for n, _, d in _dp_operands(gathered_in_jit)] == [("all_gather", {"batch"})] * 2
+    (op,) = _dp_operands(scanned)
+    assert op[0] == "psum" and "batch" in op[2]
+
+
+def test_the_batch_gathered_inside_jit_is_caught():
+    def gathered_in_jit(loss_fn, params, batch, axis_name):
+        whole = jax.jit(lambda b: jax.lax.all_gather(b, axis_name, tiled=True))(batch)
+        return jax.grad(loss_fn)(params, whole)
+
+    outcome = run_exercise(l05.DATA_PARALLEL_GRAD, gathered_in_jit)
+    assert [r.status for r in outcome.results] == ["pass", "pass", "pass", "fail"]  # right numbers, wrong traffic
+    assert "it moves the data, not the gradients: all_gather" in outcome.message, outcome.message
+
+
+def _layer(h, p):
+    return jnp.tanh(h @ p["W"] + p["b"])
+
+
+def _scan(body, h, stacked):
+    return jax.lax.scan(lambda h, p: (body(h, p), None), h, stacked)[0]
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [("none", []), ("per_layer", [(12, 1)]), ("segments", [(4, 3)]), ("whole", [(1, 12)]), ("unrolled", [(1, 3)] * 4)],
+)
+def test_checkpoint_count_of_hand_written_remat_programs(variant, expected):
+    """(times run, matrix products inside) of each checkpoint, for 12 layers and k = 3."""
+    params, x, _ = l05._rs_problem(12, 4, 2)
+    segments = jax.tree.map(lambda a: a.reshape((4, 3) + a.shape[1:]), params)
+    programs = {
+        "none": lambda: _scan(_layer, x, params),
+        "per_layer": lambda: _scan(jax.checkpoint(_layer), x, params),
+        "segments": lambda: _scan(jax.checkpoint(lambda h, s: _scan(_layer, h, s)), x, segments),
+        "whole": lambda: jax.checkpoint(lambda h: _scan(_layer, h, params))(x),
+        "unrolled": lambda: functools.reduce(
+            lambda h, i: jax.checkpoint(lambda h: _scan(_layer, h, jax.tree.map(lambda a: a[i], segments)))(h),
+            range(4),
+            x,
+        ),
+    }
+    assert l05.checkpointed_segments(jax.make_jaxpr(programs[variant])().jaxpr) == expected
+
+
+def test_remat_memory_threshold_has_margin_on_both_sides():
+    """The memory check's case: segments of sqrt-ish k sit far below the threshold, no remat
+    and one checkpoint around everything far above it (temp bytes of the compiled gradient)."""
+    depth, width, batch, k = l05.MEMORY_CASE
+    params, x, y = l05._rs_problem(depth, width, batch)
+    forwards = {
+        "none": lambda p, x: _scan(_layer, x, p),
+        "whole": lambda p, x: jax.checkpoint(lambda h: _scan(_layer, h, p))(x),
+        "segments": lambda p, x: _scan(
+            jax.checkpoint(lambda h, s: _scan(_layer, h, s)),
+            x,
+            jax.tree.map(lambda a: a.reshape((depth // k, k) + a.shape[1:]), p),
+        ),
+    }
+    temp = {name: l05._rs_temp_bytes(f, params, x, y, name) for name, f in forwards.items()}
+    assert temp["segments"] < 0.75 * l05.MEMORY_FRACTION * temp["none"], temp
+    assert temp["whole"] > 1.5 * l05.MEMORY_FRACTION * temp["none"], temp
+
+
 # ---------------------------------------------------------------------------------------
 # Safety: the lesson's hang rule, and a clear message without enough devices
 # ---------------------------------------------------------------------------------------
@@ -188,5 +299,5 @@ def test_too_few_devices_is_named(monkeypatch):
 
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("obs_replicated", "psum", "psum_not_pmean", "interleaved")
+    picked = ("obs_replicated", "psum", "moves_the_batch", "interleaved", "checkpoint_each_layer")
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -24,7 +24,8 @@
 #
 # The four pieces of a data-parallel step: where each array lives (partition specs), the
 # collective that averages gradients (an all-reduce, built here from `ppermute`), the
-# gradient itself, and gradient accumulation for a batch that does not fit at once. The
+# gradient itself, and gradient accumulation for a batch that does not fit at once; then
+# one way to fit a deeper network on each device, rematerialisation in segments. The
 # checks run your code on 2 and 4 devices, so the first cell asks XLA for 4 CPU devices:
 # **run it first, before anything else touches JAX** (if JAX already started, restart the
 # kernel). Every multi-device call below runs under a watchdog and blocks on its result:
@@ -36,6 +37,7 @@
 # | 2. `ring_allreduce`: an all-reduce from `ppermute` only | 15 | ★★★ | 30 min |
 # | 3. `data_parallel_grad`: the gradient of the global batch | 15 | ★★☆ | 15 min |
 # | 4. `accumulate_grads`: micro-batches by a `lax.scan` | 10 | ★★☆ | 20 min |
+# | 5. `remat_segments`: `jax.checkpoint` around segments of layers | 15 | ★★☆ | 25 min |
 
 # %%
 from course_lib.scaling.devices import use_cpu_devices
@@ -50,6 +52,7 @@ from jax.sharding import PartitionSpec as P
 
 from course_lib import check
 from course_lib.runtime.watchdog import watchdog
+from course_lib.scaling.remat import mlp_problem, peak_memory
 
 print("devices:", jax.devices())
 
@@ -94,8 +97,10 @@ print("devices:", jax.devices())
 # its batch axis is <code>P("data", None)</code>; a replicated array is <code>P()</code>.
 # </details>
 # <details><summary>Hint 3</summary>
-# On the 2-D mesh: <code>w1: P(None, "model")</code>, <code>b1: P("model")</code>,
-# <code>w2: P("model", None)</code>, <code>b2: P()</code>.
+# On the 2-D mesh, ask of each weight: which of its two axes indexes the hidden units? That
+# is the axis to split over <code>"model"</code> (it is not the same axis in <code>w1</code> and
+# <code>w2</code>). A bias is added to a layer's output: split it like that output if it is
+# added before any sum over <code>"model"</code>, keep it whole if it is added after.
 # </details>
 
 
@@ -234,48 +239,59 @@ check("05_scaling_jax", "ring_allreduce", ring_allreduce)
 # %% [markdown]
 # ## Exercise 3 · The gradient of the global batch (★★☆, 15 min, 15 points)
 #
-# Data parallelism splits a batch of `B` examples into `n` equal shards, one per device.
-# The loss a single device would minimise is the **global** mean
-# $L(\theta) = \frac{1}{B}\sum_{b=1}^{B} \ell_b(\theta)$; each device can only compute the
-# mean over its own `B / n` examples, $L_k(\theta)$. Since
-# $L = \frac{1}{n}\sum_k L_k$, the gradient of the global mean is the **mean** of the local
-# gradients:
+# Data parallelism splits a batch of `B` examples into `N` equal shards, one per device,
+# and keeps each shard where it is: every device computes on its own `B / N` examples,
+# and the devices exchange only what the update needs. The loss a single device would
+# minimise is the **global** mean $L(\theta) = \frac{1}{B}\sum_{b=1}^{B} \ell_b(\theta)$;
+# device $d$ can compute the mean over its own shard, whose gradient is $g_d$. The update
+# needs the gradient of the global mean, which is the mean of the devices' gradients
+# (the lesson's eq. 05.1):
 #
-# $$\nabla L(\theta) = \frac{1}{n}\sum_{k=1}^{n} \nabla L_k(\theta)$$
+# $$g = \frac{1}{N}\sum_{d=1}^{N} g_d, \qquad g_d = \nabla_\theta \frac{1}{|B_d|}\sum_{i \in B_d} \ell_i(\theta) \tag{05.1}$$
 #
-# so: take the local gradient with `jax.grad`, then average it over devices with
-# `jax.lax.pmean(grads, axis_name)` (an all-reduce, then a division by `n`). Every device
-# ends with the same gradient, and the update keeps the replicated parameters equal.
+# Every device must end with the same $g$, so that the same update keeps the replicated
+# parameters equal. What crosses between devices is therefore the **gradient**, one number
+# per parameter whatever the batch size, never the examples themselves: gathering the
+# batch on every device gives the same numbers, but each device then does the whole
+# batch's work (nothing runs in parallel) and the traffic grows with the batch.
 #
 # Write `data_parallel_grad(loss_fn, params, batch, axis_name)`, called inside
 # `jax.shard_map(..., in_specs=(P(), P(axis_name)), check_vma=False)`: `loss_fn(params, batch)`
 # is the mean loss over the batch it is given, `params` is any pytree (replicated), `batch`
-# this device's shard. Return the gradient of the global-mean loss, a pytree like `params`.
+# this device's shard. Return $g$, a pytree like `params`, the same on every device.
 #
 # **The `check_vma` trap.** With `check_vma=True` (the default), `shard_map` tracks which
 # values vary across devices; a replicated `P()` parameter used with varying data gets an
 # implicit `pvary`, whose transpose is a `psum`. So `jax.grad` there returns the local
-# gradients already **summed** over devices, and an extra `pmean` changes nothing: the
-# result is `n` times the global-mean gradient, and the step `n` times too large. This is
-# why the checks (and the lesson) use `check_vma=False`, where `jax.grad` returns this
-# device's own gradient and the `pmean` is yours to write. Whatever the setting, test a
-# multi-device gradient against the single-device one.
+# gradients already **summed** over devices, and reducing them again changes nothing: the
+# result is $N g$, and the step `N` times too large. This is why the checks (and the
+# lesson) use `check_vma=False`, where `jax.grad` returns this device's own $g_d$ and the
+# reduction is yours to write. Whatever the setting, test a multi-device gradient against
+# the single-device one.
 #
 # **How it is graded:** against `jax.grad` of the loss over the **whole** batch on one
 # device, for an MLP on 2 devices, for a softmax classifier with tuple parameters on 4
-# devices, and on an axis not named `"data"`; each device's result is collected, and all
-# must agree. A `psum` instead of `pmean` (`n` times too large), no reduction (each device
-# keeps its own shard's gradient) and averaging twice (`n` times too small) are named in
-# the message.
+# devices, and for three SGD steps on an axis not named `"data"`; each device's result is
+# collected, and all must agree. Then the program is inspected (`jax.make_jaxpr`): no
+# collective may act on values computed from the batch alone (moving the data), and every
+# number of the gradient must pass through an all-reduce. Adding instead of averaging
+# (`N` times too large), no reduction (each device keeps its own shard's gradient),
+# averaging twice (`N` times too small) and gathering the batch are named in the message.
 #
 # <details><summary>Hint 1</summary>
-# <code>grads = jax.grad(loss_fn)(params, batch)</code> is the gradient of this device's local mean.
+# The reduction is over the mesh axis named <code>axis_name</code>. Among the collectives in
+# <code>jax.lax</code>, one adds over a named axis and one averages over it: eq. 05.1 asks for which?
 # </details>
 # <details><summary>Hint 2</summary>
-# <code>jax.lax.pmean</code> works on a whole pytree at once and divides by the axis size for you.
+# Take this shard's gradient with <code>jax.grad</code> first, then reduce that pytree (the
+# collectives accept a whole pytree), not the batch and not the loss. With
+# <code>check_vma=False</code> <code>jax.grad</code> returns this device's own $g_d$, so nothing
+# has been reduced for you yet.
 # </details>
 # <details><summary>Hint 3</summary>
-# <code>return jax.lax.pmean(jax.grad(loss_fn)(params, batch), axis_name)</code>.
+# <code>grads = jax.grad(loss_fn)(params, batch)</code> is $g_d$. What one call over
+# <code>axis_name</code> turns the $N$ values of <code>grads</code> into $g$, with no division of
+# your own afterwards?
 # </details>
 
 
@@ -410,6 +426,129 @@ print("full batch:     ", np.round(np.asarray(full["w"]), 5))
 
 # %% tags=["exercise-check"]
 check("05_scaling_jax", "accumulate_grads", accumulate_grads)
+
+# %% [markdown]
+# ## Exercise 5 · Rematerialisation in segments (★★☆, 25 min, 15 points)
+#
+# Backpropagation through `n` layers keeps, for every layer, the values its backward
+# pass needs (for `h_l = tanh(h_{l-1} W_l + b_l)`: the input, the output and `1 - h_l`,
+# three `[B, W]` arrays). The lesson wraps **each layer** in `jax.checkpoint`: the forward
+# pass then keeps only each layer's input, and the backward pass recomputes the layer
+# just before it needs it. That still stores `n` arrays.
+#
+# Chen et al. (2016, *Training Deep Nets with Sublinear Memory Cost*) checkpoint
+# **segments** instead: cut the `n` layers into `n / k` segments of `k` consecutive
+# layers, and keep only each segment's input. The backward pass recomputes one segment at
+# a time, holding that segment's residuals while it differentiates it. Counting `[B, W]`
+# arrays:
+#
+# | | kept through the forward pass | held while one segment is differentiated |
+# |---|---|---|
+# | no remat | `3 n` | |
+# | each layer checkpointed | `n` | `3` |
+# | segments of `k` | `n / k` | `3 k` |
+#
+# `n / k + 3 k` is smallest near `k = sqrt(3 n)`: memory grows like `sqrt(n)`, for one more
+# forward pass of compute, the same as per-layer remat.
+#
+# Write `remat_segments(layer, params, x, k)`: `layer(h, p)` applies one layer with its
+# parameters `p`; `params` is a pytree whose every leaf stacks the `n` layers' parameters
+# on a leading axis (`params["W"]` is `[n, W, W]`, layer `l` gets the slices `[l]`); `x`
+# is the input `[B, W]`. Return the output of the last layer, computed by `lax.scan`s
+# (never a Python loop over layers) so that only segment inputs are kept. If `k` does
+# not divide `n` (or `k < 1`), raise a `ValueError` naming both.
+#
+# **How it is graded:** the output and the gradient (`jax.grad` of a squared error
+# through your function) against the same layers scanned without remat, for 12 layers
+# and `k` = 3, 4, 1 and 12; the memory XLA plans for `jit(grad)` (the `temp` bytes of
+# `compiled.memory_analysis()`) for 36 layers of width 64, batch 512, `k = 6`, which must
+# be at most half of what the network needs without remat; the program
+# (`jax.make_jaxpr`): `n / k` checkpoints run, each around `k` layers; and 16 layers with
+# `k = 5` or `0` must raise `ValueError`. No checkpoint, one checkpoint around the whole
+# network, a checkpoint around each layer, and segments of the wrong size are named in
+# the message.
+#
+# <details><summary>Hint 1</summary>
+# <code>n = jax.tree.leaves(params)[0].shape[0]</code>. Give every leaf a leading axis of
+# segments, <code>(n // k, k) + leaf.shape[1:]</code>: a <code>lax.scan</code> over that axis
+# hands its body one segment's <code>k</code> layers at a time.
+# </details>
+# <details><summary>Hint 2</summary>
+# Two scans, nested: an inner one over the <code>k</code> layers of a segment (the carry is
+# <code>h</code>), inside the body of an outer one over the <code>n // k</code> segments. Which of
+# the two bodies, wrapped in <code>jax.checkpoint</code>, keeps one array per segment rather
+# than one per layer?
+# </details>
+# <details><summary>Hint 3</summary>
+# A scan body returns <code>(carry, output)</code>; the outer body's carry is the segment's
+# input <code>h</code> and it has no output (<code>None</code>). Check <code>k</code> before you reshape.
+# </details>
+
+
+# %% tags=["exercise"]
+def remat_segments(layer, params, x, k):
+    """A deep network's layers by lax.scan, each segment of k layers under jax.checkpoint.
+
+    Args:
+        layer: (h, p) -> the next h, one layer with its parameters p.
+        params: a pytree whose leaves stack the n layers' parameters on axis 0.
+        x: the input [B, W].
+        k: layers per checkpointed segment; must divide n.
+
+    Returns:
+        h after all n layers, shaped like x: only the n / k segment inputs are kept for
+        the backward pass, which recomputes one segment at a time (Chen et al. 2016).
+
+    Raises:
+        ValueError: if k < 1 or k does not divide n.
+    """
+    ### BEGIN SOLUTION
+    n = jax.tree.leaves(params)[0].shape[0]
+    if k < 1 or n % k:
+        raise ValueError(f"k={k} does not divide the {n} layers into equal segments; pick a divisor of {n}")
+    segments = jax.tree.map(lambda leaf: leaf.reshape((n // k, k) + leaf.shape[1:]), params)
+
+    def run_layers(h, stacked):  # the inner scan: the layers of one segment, one after another
+        h, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), h, stacked)
+        return h
+
+    @jax.checkpoint  # keep only the segment's input; the backward pass recomputes its k layers
+    def run_segment(h, segment):
+        return run_layers(h, segment), None
+
+    h, _ = jax.lax.scan(run_segment, x, segments)
+    return h
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+# NBVAL_IGNORE_OUTPUT
+# (XLA's buffer assignment, and so the temp bytes, can differ between machines)
+def tanh_layer(h, p):
+    """One layer: h_l = tanh(h_{l-1} W_l + b_l)."""
+    return jnp.tanh(h @ p["W"] + p["b"])
+
+
+def squared_error(forward):
+    return lambda p, x, y: 0.5 * jnp.mean(jnp.sum((forward(p, x) - y) ** 2, axis=-1))
+
+
+deep_params, deep_x, deep_y = mlp_problem(0, 36, 64, 512)  # 36 layers of width 64, a batch of 512
+variants = {
+    "no remat": lambda p, x: jax.lax.scan(lambda h, q: (tanh_layer(h, q), None), x, p)[0],
+    "segments of 6": lambda p, x: remat_segments(tanh_layer, p, x, 6),
+}
+temp, grads = {}, {}
+for label, forward in variants.items():
+    grad_fn = jax.jit(jax.grad(squared_error(forward)))
+    temp[label] = peak_memory(grad_fn, deep_params, deep_x, deep_y).temp_bytes
+    grads[label] = grad_fn(deep_params, deep_x, deep_y)
+    print(f"{label:14s} jit(grad) temp memory {temp[label] / 1e6:5.1f} MB")
+pairs = zip(jax.tree.leaves(grads["no remat"]), jax.tree.leaves(grads["segments of 6"]))
+print("same gradient:", all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in pairs))
+
+# %% tags=["exercise-check"]
+check("05_scaling_jax", "remat_segments", remat_segments)
 
 # %% [markdown]
 # When every check passes, grade the whole notebook:

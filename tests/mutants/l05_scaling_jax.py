@@ -4,6 +4,7 @@
 from conftest import Mutant
 
 PS, RA, DP, AG = "partition_specs", "ring_allreduce", "data_parallel_grad", "accumulate_grads"
+RS = "remat_segments"
 REPLICATED = '"w1": P(), "b1": P(), "w2": P(), "b2": P()}'
 TENSOR_PARALLEL = '"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P()}'
 REDUCE_SCATTER = (
@@ -19,6 +20,13 @@ ALL_GATHER = (
 PMEAN = "return jax.lax.pmean(grads, axis_name)"
 RESHAPE = "x.reshape((n_micro, batch_size // n_micro) + x.shape[1:])"
 SCAN = "total, _ = jax.lax.scan(step, jax.tree.map(jnp.zeros_like, params), micro)"
+DP_SOLUTION = (
+    "    grads = jax.grad(loss_fn)(params, batch)  # the gradient of this shard's mean\n"
+    "    return jax.lax.pmean(grads, axis_name)  # the mean of the shards' gradients"
+)
+OUTER_SCAN = "    h, _ = jax.lax.scan(run_segment, x, segments)\n    return h"
+CHECKPOINT = "    @jax.checkpoint  # keep only the segment's input; the backward pass recomputes its k layers\n"
+INNER_SCAN = "h, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), h, stacked)"
 
 MUTANTS: list[Mutant] = [
     # partition_specs
@@ -112,6 +120,25 @@ MUTANTS: list[Mutant] = [
         "averaged twice",
     ),
     Mutant(DP, "hardcoded_axis", PMEAN, 'return jax.lax.pmean(grads, "data")', "raised"),
+    Mutant(
+        DP,
+        "moves_the_batch",
+        DP_SOLUTION,
+        "    whole = jax.lax.all_gather(batch, axis_name, tiled=True)  # every device gets the whole batch\n"
+        "    return jax.grad(loss_fn)(params, whole)",
+        "it moves the data, not the gradients: all_gather on the batch itself",
+    ),
+    Mutant(
+        DP,
+        "batch_summed_into_place",
+        DP_SOLUTION,
+        "    n, i = jax.lax.psum(1, axis_name), jax.lax.axis_index(axis_name)\n"
+        "    def place(x):  # this shard in its slot of a zero batch, summed over devices: the whole batch\n"
+        "        slots = jnp.zeros((n,) + x.shape, x.dtype).at[i].set(x)\n"
+        "        return jax.lax.psum(slots, axis_name).reshape((-1,) + x.shape[1:])\n"
+        "    return jax.grad(loss_fn)(params, jax.tree.map(place, batch))",
+        "it moves the data, not the gradients: psum on the batch itself",
+    ),
     # accumulate_grads
     Mutant(
         AG,
@@ -150,4 +177,28 @@ MUTANTS: list[Mutant] = [
         "if n_micro < 1:",
         "raised TypeError",
     ),
+    # remat_segments
+    Mutant(RS, "no_checkpoint", CHECKPOINT, "", "the program holds no jax.checkpoint"),
+    Mutant(
+        RS,
+        "whole_network_one_checkpoint",
+        OUTER_SCAN,
+        "    return jax.checkpoint(run_layers)(x, params)  # one segment: k is ignored",
+        "one jax.checkpoint around all 36 layers (k ignored)",
+    ),
+    Mutant(
+        RS,
+        "checkpoint_each_layer",
+        INNER_SCAN + "\n        return h\n\n" + CHECKPOINT,
+        "h, _ = jax.lax.scan(jax.checkpoint(lambda h, p: (layer(h, p), None)), h, stacked)\n        return h\n\n",
+        "checkpoints each layer alone (12 checkpoints of 1 layer): per-layer remat, not segments",
+    ),
+    Mutant(
+        RS,
+        "k_taken_as_segment_count",
+        "leaf.reshape((n // k, k) + leaf.shape[1:])",
+        "leaf.reshape((k, n // k) + leaf.shape[1:])",
+        "runs 3 checkpoints of 4 layers each; segments of k=3 are 4 checkpoints of 3 layers",
+    ),
+    Mutant(RS, "no_divisibility_check", "if k < 1 or n % k:", "if k < 1:", "raised TypeError"),
 ]

@@ -11,6 +11,9 @@ The learner writes:
   global-mean loss inside ``jax.shard_map(..., check_vma=False)``
 * ``accumulate_grads(loss_fn, params, batch, n_micro) -> grads``: the mean of the
   micro-batches' gradients by one ``lax.scan``
+* ``remat_segments(layer, params, x, k) -> h``: a deep network's layers scanned in
+  segments of ``k``, each segment under ``jax.checkpoint`` (Chen et al. 2016's
+  ``sqrt(n)`` rematerialisation)
 
 The oracles share no code with the solutions: the placement of every shard is computed
 from the mesh's device grid with numpy slices and compared with what
@@ -19,7 +22,15 @@ from the mesh's device grid with numpy slices and compared with what
 ring schedule the exercise states; the gradients with ``jax.grad`` over the whole batch
 on one device (or over explicit contiguous slices). Structure is checked on the program
 itself (``jax.make_jaxpr``): the ring holds only ``ppermute`` collectives, each one step
-round the ring, sending ``2 (n - 1) / n`` of the array; accumulation is one ``scan``.
+round the ring, sending ``2 (n - 1) / n`` of the array; accumulation is one ``scan``; the
+data-parallel gradient's collectives act on values computed from the parameters (the
+gradient), never on the batch alone (:func:`collective_operands`, a dependency walk: an
+``all_gather`` of the batch gives the right numbers but moves the data and splits no
+work); remat's checkpoints are counted with the matrix products inside each
+(:func:`checkpointed_segments`), and its memory is read from XLA's buffer assignment of
+the compiled gradient against the same network without remat (the oracle is a plain
+``lax.scan`` of the layer; the library's ``remat`` module only builds the problem and
+reads the memory).
 
 Multi-device runs (the test session and the exercise notebook have 4 CPU devices) obey
 the lesson's rules: every program is compiled first and refused if it would run a LAPACK
@@ -45,6 +56,7 @@ from course_lib.course.grading.checks import (
     assert_true,
     call,
     check_case,
+    describe_type,
     fail,
 )
 from course_lib.course.grading.helpers import assert_raises, fail_if_known_mistake
@@ -108,8 +120,8 @@ def run_on_devices(prog: Any, args: tuple[Any, ...], what: str, call_text: str) 
     """
     import jax
 
-    from course_lib.scaling.devices import MultiDeviceHazard, check_multidevice_safe
     from course_lib.runtime.watchdog import watchdog
+    from course_lib.scaling.devices import MultiDeviceHazard, check_multidevice_safe
 
     try:
         compiled = check_multidevice_safe(prog, *args)
@@ -374,7 +386,8 @@ PARTITION_SPECS = Exercise(
     hints=(
         "branch on 'model' in mesh.axis_names; obs [B, D] split on its batch axis is P('data', None) on both meshes",
         "data parallel: every parameter is P() (replicated); no parameter is ever split over 'data'",
-        "on ('data', 'model'): w1 P(None, 'model'), b1 P('model'), w2 P('model', None), b2 P()",
+        "on ('data', 'model'), ask of each weight which axis indexes the hidden units and split that one over "
+        "'model'; a bias follows the layer output it is added to, split only if it is added before the sum",
     ),
 )
 
@@ -749,16 +762,104 @@ def _dp_training(fn: Callable[..., Any]) -> None:
         assert_allclose(got[k], expected, what=f"{what}, device {k}, vs 3 steps on one device", rtol=1e-4, atol=1e-5)
 
 
+#: Collectives (name prefixes of jaxpr primitives) whose operands the data-movement check inspects.
+COLLECTIVES = ("pmean", "ppermute", *OTHER_COLLECTIVES)
+#: Primitives whose sub-programs run their inputs round a loop: their sub-programs' inputs
+#: get every input's dependencies (a carry started from zeros still picks up the batch).
+LOOPS = ("scan", "while")
+
+
+def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
+    """The programs nested in one equation (jit, shard_map, scan, while, cond, checkpoint, ...)."""
+    from jax.extend import core as jcore
+
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, list | tuple) else (param,):
+            if isinstance(sub, jcore.ClosedJaxpr):
+                yield sub.jaxpr
+            elif isinstance(sub, jcore.Jaxpr):
+                yield sub
+
+
+def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[tuple[str, int, frozenset[str]]]:
+    """Every collective in ``jaxpr`` (and the programs nested in it), one row per operand:
+    the primitive, the operand's size (elements) and which of the program's inputs it was
+    computed from, ``labels[i]`` naming input ``i`` (``{"params"}``, ``{"batch"}``).
+
+    Dependencies flow forward through every equation (each output depends on all its
+    inputs); a nested program's inputs take the dependencies of the equation's matching
+    inputs, or of all of them in a loop or when the two do not line up. Over-approximating
+    dependencies can only hide data movement, never invent it.
+    """
+    from jax.extend import core as jcore
+
+    env: dict[Any, frozenset[str]] = dict(zip(jaxpr.invars, labels))
+    found: list[tuple[str, int, frozenset[str]]] = []
+    for eqn in jaxpr.eqns:
+        ins = [frozenset() if isinstance(v, jcore.Literal) else env.get(v, frozenset()) for v in eqn.invars]
+        union = frozenset().union(*ins)
+        name = eqn.primitive.name
+        if name.startswith(COLLECTIVES):
+            found += [(name, int(np.prod(v.aval.shape)), dep) for v, dep in zip(eqn.invars, ins)]
+        for sub in _sub_jaxprs(eqn):
+            exact = name not in LOOPS and len(sub.invars) <= len(ins)
+            found += collective_operands(sub, ins[len(ins) - len(sub.invars) :] if exact else [union] * len(sub.invars))
+        for v in eqn.outvars:
+            env[v] = union
+    return found
+
+
+@check_case("all-reduces the gradients, not the data: no collective on the batch itself", time_limit=CHECK_S)
+def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
+    """The program inside the shard_map, traced: every collective's operands, labelled by
+    whether they were computed from the parameters, the batch, or both. A non-scalar
+    operand computed from the batch alone is data being moved."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n, axis = 4, "data"
+    params, batch = mlp_data(7, batch_size=64)
+    mesh = _mesh((n,), (axis,))
+    prog = jax.shard_map(
+        lambda p, b: fn(mlp_loss, p, b, axis), mesh=mesh, in_specs=(P(), P(axis)), out_specs=P(), check_vma=False
+    )
+    args = (jax.device_put(params, NamedSharding(mesh, P())), jax.device_put(batch, NamedSharding(mesh, P(axis))))
+    outer = _jaxpr(prog, args, f"{DP}(loss_fn, params, batch shard, {axis!r})")
+    (inner,) = [eqn.params["jaxpr"] for eqn in outer.eqns if eqn.primitive.name == "shard_map"]
+    n_params, n_batch = len(jax.tree.leaves(params)), len(jax.tree.leaves(batch))
+    labels = [frozenset({"params"})] * n_params + [frozenset({"batch"})] * n_batch
+    found = collective_operands(inner, labels)
+    moved = [(name, size) for name, size, dep in found if dep == {"batch"} and size > 1]
+    grad_size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
+    if moved:
+        names = ", ".join(sorted({name for name, _ in moved}))
+        shard = sum(size for _, size in moved)
+        fail(
+            f"it moves the data, not the gradients: {names} on the batch itself ({shard} numbers a device, every "
+            "step, growing with the batch), then each device takes the whole batch's gradient, so no work is split; "
+            f"keep each shard in place and all-reduce its gradient ({grad_size} numbers, whatever the batch)"
+        )
+    reduced = sum(size for name, size, dep in found if name.startswith(("psum", "pmean")) and "params" in dep)
+    assert_true(
+        reduced >= grad_size,
+        f"only {reduced} of the gradient's {grad_size} numbers pass through an all-reduce (psum or pmean) over "
+        f"{axis!r}: every leaf of the local gradient must be averaged over the devices",
+    )
+
+
 DATA_PARALLEL_GRAD = Exercise(
     name=DP,
     points=15,
     title="the data-parallel gradient: local gradient, then the mean over devices",
-    checks=(_dp_two, _dp_four, _dp_training),
+    checks=(_dp_two, _dp_four, _dp_training, _dp_moves_gradients),
     hints=(
-        "grads = jax.grad(loss_fn)(params, batch) is the gradient of this device's local mean",
-        "the global mean's gradient is the MEAN of the devices' gradients: jax.lax.pmean(grads, axis_name), "
-        "not psum, and no further division",
-        "return jax.lax.pmean(jax.grad(loss_fn)(params, batch), axis_name)",
+        "the devices must end with one gradient, the mean over the mesh axis axis_name of their local ones: "
+        "which jax.lax collective averages over a named axis (and which one only adds)?",
+        "take this shard's gradient with jax.grad first, then reduce that pytree (not the batch, not the loss); "
+        "with check_vma=False jax.grad returns this device's own gradient, so the reduction is yours to write",
+        "grads = jax.grad(loss_fn)(params, batch) is one device's g_d of eq. 05.1; what single call over "
+        "axis_name turns the n g_d into their mean g, without a further division?",
     ),
 )
 
@@ -947,4 +1048,225 @@ ACCUMULATE_GRADS = Exercise(
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (PARTITION_SPECS, RING_ALLREDUCE, DATA_PARALLEL_GRAD, ACCUMULATE_GRADS)
+# ---------------------------------------------------------------------------------------
+# Exercise 5: remat_segments
+# ---------------------------------------------------------------------------------------
+
+RS = "remat_segments"
+#: Names the checkpoint primitive has had in jaxprs (``remat2`` on jaxlib 0.10.2).
+CHECKPOINT_PRIMITIVES = ("checkpoint", "remat", "remat2")
+#: The memory case: 36 tanh layers of width 64 on a batch of 512, in segments of 6 layers.
+#: Measured 2026-11 (jaxlib 0.10.2 CPU), temp bytes of jit(grad) over no remat's 14.6 MB:
+#: segments of 6 0.27, per-layer checkpoints 0.35, one checkpoint around the whole network
+#: 1.01, no checkpoint 1.00 (the same every compilation, to the byte).
+MEMORY_CASE = (36, 64, 512, 6)
+#: A learner's temp bytes must be at most this fraction of no remat's (segments give 0.27).
+MEMORY_FRACTION = 0.5
+
+
+def tanh_layer(h: Any, p: Any) -> Any:
+    """One layer of the graded network: ``h_l = tanh(h_{l-1} W_l + b_l)`` (one matrix product)."""
+    import jax.numpy as jnp
+
+    return jnp.tanh(h @ p["W"] + p["b"])
+
+
+def plain_forward(layer: Callable[..., Any], params: Any, x: Any) -> Any:
+    """The network without remat, the oracle: one ``lax.scan`` of ``layer`` over the stacked layers."""
+    import jax
+
+    return jax.lax.scan(lambda h, p: (layer(h, p), None), x, params)[0]
+
+
+def _rs_problem(depth: int, width: int, batch: int, seed: int = 0) -> tuple[Any, Any, Any]:
+    from course_lib.scaling.remat import mlp_problem
+
+    params, x, y = mlp_problem(seed, depth, width, batch)
+    params = {"W": params["W"], "b": params["b"] + 0.05}  # non-zero biases, so their gradient is checked too
+    return params, x, y
+
+
+def _rs_loss(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``(params, x, y) -> 1/(2B) sum ||forward(params, x) - y||^2``."""
+    import jax.numpy as jnp
+
+    def loss(params: Any, x: Any, y: Any) -> Any:
+        return 0.5 * jnp.mean(jnp.sum((forward(params, x) - y) ** 2, axis=-1))
+
+    return loss
+
+
+def _rs_learner(fn: Callable[..., Any], k: int) -> Callable[..., Any]:
+    return lambda params, x: fn(tanh_layer, params, x, k)
+
+
+def _rs_text(depth: int, k: int) -> str:
+    return f"{RS}(layer, params of {depth} layers, x, k={k})"
+
+
+def checkpointed_segments(jaxpr: Any) -> list[tuple[int, int]]:
+    """``(times, products)`` for every ``jax.checkpoint`` in ``jaxpr``: how many times it runs
+    per call (the scans around it multiply) and how many matrix products (``dot_general``)
+    it runs each time, nested scans counted. One per equation, the outermost first."""
+    rows = []
+    for eqn, times, _ in walk_eqns(jaxpr):
+        if eqn.primitive.name in CHECKPOINT_PRIMITIVES:
+            (sub,) = _sub_jaxprs(eqn)
+            rows.append((times, sum(t for e, t, _ in walk_eqns(sub) if e.primitive.name == "dot_general")))
+    return rows
+
+
+def _rs_segments(fn: Callable[..., Any], depth: int, width: int, batch: int, k: int) -> list[tuple[int, int]]:
+    params, x, _ = _rs_problem(depth, width, batch)
+    return checkpointed_segments(_jaxpr(_rs_learner(fn, k), (params, x), _rs_text(depth, k)))
+
+
+def _rs_temp_bytes(forward: Callable[..., Any], params: Any, x: Any, y: Any, text: str) -> int:
+    import jax
+
+    from course_lib.scaling.remat import peak_memory
+
+    try:
+        return peak_memory(jax.jit(jax.grad(_rs_loss(forward))), params, x, y).temp_bytes
+    except Exception as exc:
+        raise _learner_trace_error(exc, text) from exc
+
+
+@check_case(
+    "the same output and gradient as the network without remat, for k = 3, 4, 1 and 12 of 12 layers", time_limit=CHECK_S
+)
+def _rs_gradient(fn: Callable[..., Any]) -> None:
+    import jax
+
+    params, x, y = _rs_problem(12, 16, 8, seed=1)
+    plain = jax.tree.map(np.asarray, jax.grad(_rs_loss(lambda p, x: plain_forward(tanh_layer, p, x)))(params, x, y))
+    for k in (3, 4, 1, 12):
+        text = _rs_text(12, k)
+        try:
+            forward = _rs_learner(fn, k)
+            out, grads = jax.jit(lambda p, x, y, f=forward: (f(p, x), jax.grad(_rs_loss(f))(p, x, y)))(params, x, y)
+        except Exception as exc:
+            raise _learner_trace_error(exc, text) from exc
+        if getattr(out, "shape", None) != np.shape(x):
+            got = f"shape {out.shape}" if hasattr(out, "shape") else describe_type(out)
+            fail(f"{text} returned {got}; return h after the last layer, an array shaped like x {np.shape(x)}")
+        assert_allclose(
+            np.asarray(out),
+            np.asarray(plain_forward(tanh_layer, params, x)),
+            what=f"{text} vs the layers without remat",
+            rtol=1e-5,
+            atol=1e-6,
+        )
+        for name in ("W", "b"):
+            assert_allclose(
+                np.asarray(grads[name]),
+                plain[name],
+                what=f"d loss / d {name} through {text} vs without remat",
+                rtol=1e-5,
+                atol=1e-6,
+            )
+
+
+@check_case(
+    "jit(grad)'s compiled temp memory: 36 layers in segments of 6 need at most half of no remat's", time_limit=CHECK_S
+)
+def _rs_memory(fn: Callable[..., Any]) -> None:
+    depth, width, batch, k = MEMORY_CASE
+    params, x, y = _rs_problem(depth, width, batch)
+    text = _rs_text(depth, k)
+    got = _rs_temp_bytes(_rs_learner(fn, k), params, x, y, text)
+    none = _rs_temp_bytes(lambda p, x: plain_forward(tanh_layer, p, x), params, x, y, "the network without remat")
+    if got <= MEMORY_FRACTION * none:
+        return
+    segments = _rs_segments(fn, depth, width, batch, k)
+    where = f"{text}: jit(grad)'s temp is {got / 1e6:.1f} MB, {got / none:.2f} of no remat's {none / 1e6:.1f} MB"
+    if not segments:
+        fail(
+            f"{where}: the program holds no jax.checkpoint, so the backward pass keeps every layer's activations; "
+            "wrap each segment of k layers in jax.checkpoint"
+        )
+    if sum(t for t, _ in segments) == 1:
+        fail(
+            f"{where}: one jax.checkpoint around all {depth} layers (k ignored) saves only x, then recomputes the "
+            "whole network at once and holds all its activations; checkpoint each segment of k layers"
+        )
+    fail(
+        f"{where}; segments of k layers, each under jax.checkpoint, keep only n / k segment inputs (and one segment's activations)"
+    )
+
+
+@check_case("the program checkpoints n / k segments of k layers each (12 layers: k = 3 and 4)", time_limit=CHECK_S)
+def _rs_structure(fn: Callable[..., Any]) -> None:
+    for k in (3, 4):
+        depth = 12
+        segments = _rs_segments(fn, depth, 8, 4, k)
+        text = _rs_text(depth, k)
+        if not segments:
+            fail(f"{text}'s program holds no jax.checkpoint: wrap each segment of k layers in jax.checkpoint")
+        total = sum(t for t, _ in segments)
+        layers = sorted({d for _, d in segments})
+        if layers == [1] and total == depth:
+            fail(
+                f"{text} checkpoints each layer alone ({depth} checkpoints of 1 layer): per-layer remat, not segments; "
+                "put one jax.checkpoint around a scan over k layers, and scan over the n / k segments outside it"
+            )
+        if total == 1 and layers == [depth]:
+            fail(f"{text} puts one jax.checkpoint around all {depth} layers: k is ignored; checkpoint segments of k")
+        assert_true(
+            layers == [k] and total == depth // k,
+            f"{text} runs {total} checkpoints of {', '.join(map(str, layers))} layers each; segments of k={k} are "
+            f"{depth // k} checkpoints of {k} layers (one jax.checkpoint per segment, nothing checkpointed inside it)",
+        )
+
+
+def _rs_other_error(text: str) -> Callable[[Exception], str]:
+    def message(exc: Exception) -> str:
+        return (
+            f"{text} raised {type(exc).__name__}; check that k divides the number of layers first and raise "
+            "ValueError naming both"
+        )
+
+    return message
+
+
+@check_case(
+    "a k that does not divide the number of layers (16 layers, k = 5 or 0) raises ValueError", time_limit=CHECK_S
+)
+def _rs_indivisible(fn: Callable[..., Any]) -> None:
+    params, x, _ = _rs_problem(16, 8, 4)
+    for k in (5, 0):
+        text = _rs_text(16, k)
+        assert_raises(
+            ValueError,
+            fn,
+            tanh_layer,
+            params,
+            x,
+            k,
+            other_error=_rs_other_error(text),
+            no_error=f"{text} returned; 16 layers do not split into segments of {k}: raise ValueError",
+        )
+
+
+REMAT_SEGMENTS = Exercise(
+    name=RS,
+    points=15,
+    title="rematerialisation in segments: jax.checkpoint around each run of k layers (Chen et al. 2016)",
+    checks=(_rs_gradient, _rs_memory, _rs_structure, _rs_indivisible),
+    hints=(
+        "n = jax.tree.leaves(params)[0].shape[0]; give every leaf a new leading axis of segments, "
+        "(n // k, k) + leaf.shape[1:], so that a scan over that axis hands you one segment's k layers at a time",
+        "two scans: an inner one over the k layers of one segment (carry h), and an outer one over the n // k "
+        "segments whose body runs the inner scan; which of the two bodies should jax.checkpoint wrap?",
+        "jax.checkpoint on the outer body keeps only each segment's input h; wrapping the inner body instead is "
+        "per-layer remat; raise ValueError before reshaping if k < 1 or n % k",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (
+    PARTITION_SPECS,
+    RING_ALLREDUCE,
+    DATA_PARALLEL_GRAD,
+    ACCUMULATE_GRADS,
+    REMAT_SEGMENTS,
+)
