@@ -13,10 +13,22 @@ import jax
 import numpy as np
 import pytest
 
+from course_lib.runtime.watchdog import watchdog
+from course_lib.scaling.checklist import (
+    ALLREDUCES_RUN,
+    CHECKS,
+    SPEEDUP_RUNS,
+    CommunicationRow,
+    allreduce_chain_seconds,
+    ceiling_run,
+    communication_row,
+    device_run,
+    dp_scaling,
+    dp_speedup,
+    scaling_checklist,
+)
 from course_lib.scaling.devices import data_mesh
 from course_lib.scaling.ppo_dp import PPOConfig, compiled_dp_train, init_flat_params, run_dp
-from course_lib.runtime.watchdog import watchdog
-from course_lib.scaling.checklist import CHECKS, SPEEDUP_RUNS, allreduce_chain_seconds, dp_speedup, scaling_checklist
 
 CONFIG = PPOConfig(num_envs=8, num_steps=32, total_timesteps=8 * 32 * 4, hidden=32)
 HAS_LR_SCALING = True
@@ -42,7 +54,7 @@ def test_every_check_is_a_row_and_the_table_prints_them(report):
     # every check is ok except perhaps communication, a timing: its verdict must follow its measured share
     assert all(r.verdict == "ok" for r in report.rows if r.name != "communication"), report.table()
     comm = report.row("communication")
-    assert comm.verdict == ("ok" if report.measured["overhead"] < 0.2 else "warn"), report.table()
+    assert comm.verdict == ("ok" if report.measured["sync_share"] < 0.2 else "warn"), report.table()
     assert report.ok == (comm.verdict == "ok")
 
 
@@ -127,5 +139,84 @@ def test_dp_speedup_times_three_runs_and_the_two_device_run_is_the_same_training
     assert r.ceiling == pytest.approx(r.median("1 device") / r.median("2 halves, no communication"))
     assert r.steps_per_s("1 device") == pytest.approx(CONFIG.steps_per_run / r.median("1 device"))
     assert 0 <= r.max_abs_diff <= 1e-5  # the 2-device run is the 1-device training, split
+    assert r.fraction == pytest.approx(r.speedup / r.ceiling)
     with pytest.raises(ValueError, match="even"):
         dp_speedup(PPOConfig(num_envs=7, num_steps=32, total_timesteps=7 * 32 * 4, hidden=32))
+
+
+def test_communication_row_measures_the_whole_cost_of_keeping_in_step(report):
+    """The row's numbers are attributes, from the same interleaved runs as its verdict: the share
+    of the ideal lost (1 - speed-up / ceiling) and, beside it, the all-reduces alone."""
+    comm = report.row("communication")
+    assert isinstance(comm, CommunicationRow)
+    timed = report.measured["timings"]
+    assert list(timed.times) == [device_run(1), device_run(2), ceiling_run(2), ALLREDUCES_RUN]
+    assert all(len(t) == 2 and min(t) > 0 for t in timed.times.values())
+    assert comm.speedup == pytest.approx(timed.median(device_run(1)) / timed.median(device_run(2)))
+    assert comm.ceiling == pytest.approx(timed.median(device_run(1)) / timed.median(ceiling_run(2)))
+    assert comm.sync_share == pytest.approx(1 - comm.speedup / comm.ceiling) == pytest.approx(timed.sync_share(2))
+    assert comm.transfer_share == pytest.approx(timed.median(ALLREDUCES_RUN) / timed.median(device_run(2)))
+    assert comm.threshold == 0.2 and comm.n_devices == 2
+    assert f"{100 * comm.sync_share:.0f}% of the ideal lost" in comm.value
+    assert f"{100 * comm.transfer_share:.0f}% of the run" in comm.value
+
+
+def _row(speedup, ceiling, transfer=0.03, threshold=0.2):
+    return communication_row(
+        speedup,
+        ceiling,
+        transfer,
+        n_devices=2,
+        run_s=0.05,
+        grad_steps=64,
+        n_params=2500,
+        repeats=5,
+        threshold=threshold,
+    )
+
+
+def test_communication_row_verdict_from_faked_numbers():
+    """ok below the threshold, warn at or above it, whatever the pure transfer share says."""
+    quiet = _row(1.61, 1.70)  # 5% of the ideal lost
+    assert quiet.verdict == "ok" and quiet.sync_share == pytest.approx(1 - 1.61 / 1.70)
+    loaded = _row(1.17, 1.59, transfer=0.03)  # a quarter lost, though the transfers are 3% of the run
+    assert loaded.verdict == "warn" and loaded.sync_share == pytest.approx(1 - 1.17 / 1.59)
+    assert "26% of the ideal lost" in loaded.value and "3% of the run" in loaded.value
+    assert "fewer rendezvous" in loaded.explanation and "fewer rendezvous" not in quiet.explanation
+    assert _row(1.5, 2.0, threshold=0.25).verdict == "warn"  # exactly at the threshold (1 - 0.75 is exact)
+    assert _row(1.5, 2.0, threshold=0.3).verdict == "ok"
+    assert (
+        _row(2.1, 2.0).verdict == "ok" and _row(2.1, 2.0).sync_share < 0
+    )  # faster than the ceiling: noise, not a loss
+    with pytest.raises(ValueError, match="speedup, ceiling and run_s"):
+        _row(0.0, 1.5)
+    with pytest.raises(ValueError, match="threshold"):
+        _row(1.5, 1.6, threshold=1.5)
+
+
+def test_dp_scaling_times_every_device_count_and_its_ceiling():
+    """Structure, not speed: N = 1, 2, 4 and the ceiling of each N > 1, interleaved, the same training on every N."""
+    calls = []
+    with watchdog(300, "dp_scaling on 1, 2 and 4 devices"):
+        r = dp_scaling(CONFIG, (1, 2, 4), repeats=2, seed=3, extra_runs={"marker": lambda: calls.append(1)})
+    runs = [device_run(1), device_run(2), ceiling_run(2), device_run(4), ceiling_run(4), "marker"]
+    assert list(r.times) == runs and r.device_counts == (1, 2, 4)
+    assert len(calls) == 3  # the extra run: one warm-up, then once per round
+    assert all(len(t) == 2 and min(t) > 0 for t in r.times.values())
+    assert set(r.max_abs_diff) == {1, 2, 4} and r.max_abs_diff[1] == 0 and max(r.max_abs_diff.values()) < 1e-5
+    for n in (2, 4):
+        assert r.speedup(n) == pytest.approx(r.median(device_run(1)) / r.median(device_run(n)))
+        assert r.ceiling(n) == pytest.approx(r.median(device_run(1)) / r.median(ceiling_run(n)))
+        assert r.fraction(n) == pytest.approx(r.median(ceiling_run(n)) / r.median(device_run(n)))
+        assert r.sync_share(n) == pytest.approx(1 - r.fraction(n))
+    assert r.speedup(1) == r.ceiling(1) == r.fraction(1) == 1.0
+    assert r.steps_per_s(ceiling_run(4)) == pytest.approx(CONFIG.steps_per_run / r.median(ceiling_run(4)))
+    assert len(r.load_before) == len(r.load_after) == 3
+    with pytest.raises(ValueError, match="include 1"):
+        dp_scaling(CONFIG, (2, 4))
+    with pytest.raises(ValueError, match="need 8 devices"):
+        dp_scaling(CONFIG, (1, 8))
+    with pytest.raises(ValueError, match="does not split evenly over \\[4\\]"):
+        dp_scaling(PPOConfig(num_envs=6, num_steps=32, total_timesteps=6 * 32 * 4, hidden=32), (1, 2, 4))
+    with pytest.raises(ValueError, match="rename them"):
+        dp_scaling(CONFIG, (1, 2), repeats=1, extra_runs={device_run(2): lambda: None})

@@ -18,21 +18,29 @@ communication is cheap, the memory fits and the run can be repeated. Each row of
     batch): ``max |theta_1 - theta_N|`` after a whole run, ``ok`` at most ``tolerance``
     (float summation order moves it ~1e-7). This is the check that catches the check_vma
     trap (``sync="trap"``: ``N`` times the gradient).
-(c) **Communication overhead**, by direct measurement of the all-reduce rather than
-    a run without it (that would be a different program, with no synchronised
-    parameters): ``t_comm = S * t_allreduce``, where ``S`` is the run's number of gradient
-    steps (``num_updates * update_epochs * num_minibatches``) and ``t_allreduce`` is the
-    time of one ``pmean`` of a gradient-sized float32 vector (``P`` parameters) on the same
-    mesh, measured as a compiled ``lax.scan`` of ``S`` dependent ``pmean``\ s (one
-    program, so per-call dispatch is not counted; every step depends on the last, so none
-    can be removed or overlapped). It is compared with ``t_run``, the compiled run's wall
-    time (blocked, median of interleaved repeats: run, all-reduces, run, ...)::
+(c) **Communication: the whole cost of keeping the devices in step.** A data-parallel run
+    pays for its all-reduces three times: the bytes moved, the rendezvous (every device
+    must arrive before any leaves) and the waiting of the faster device for the slower.
+    The row measures all three at once against the *ceiling*, the same work without any
+    synchronisation (:func:`dp_scaling`: ``N`` pieces of ``1/N`` of the envs, the
+    1-device program on each device at once), from interleaved runs::
 
-        overhead = t_comm / t_run          (the share of the run spent all-reducing gradients)
+        sync_share = 1 - speedup / ceiling = 1 - t_pieces / t_N    (the share of the ideal lost to synchronising)
 
-    ``ok`` below ``overhead_warn`` (default 20 %). It leaves out the run's few scalar
-    all-reduces (advantage statistics, metrics); on CPU host devices an all-reduce is a
-    rendezvous of threads plus a memory copy, so ``t_allreduce`` is mostly latency.
+    and, beside it, the pure transfer share (what the row measured before): ``S``
+    dependent ``pmean``\ s of a gradient-sized float32 vector (``P`` parameters, ``S`` the
+    run's gradient steps) as one compiled ``lax.scan`` on the same mesh, timed in the same
+    interleaved rounds, over the ``N``-device run's time::
+
+        transfer_share = t_allreduces / t_N
+
+    The difference between the two is rendezvous and waiting, not bytes. ``ok`` when
+    ``sync_share`` is below ``sync_warn`` (default 20 %: at least 80 % of the speed-up the
+    hardware gives, the usual bar for efficient data-parallel scaling -- Horovod reports
+    ~90 % on 128 GPUs, Sergeev & Del Balso 2018 -- and on this 2-core machine quiet runs of
+    the lesson's config lose 5-12 % while a run sharing a core with another job loses 25 %
+    or more). :func:`communication_row` gives the verdict from the numbers, and its
+    :class:`CommunicationRow` carries them as attributes.
 (d) **Memory per device**, from XLA's ``compiled.memory_analysis()`` of the run on 1 and
     on N devices: argument, output and temporary bytes (per device: each device runs the
     partitioned program). Data parallelism replicates parameters and optimiser state (they
@@ -62,11 +70,22 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.scaling.devices import check_multidevice_safe, data_mesh
-from course_lib.scaling.ppo_dp import PPOConfig, Sync, compiled_dp_train, env_keys, init_flat_params, run_dp, shard_inputs
 from course_lib.runtime.watchdog import watchdog
+from course_lib.scaling.devices import check_multidevice_safe, data_mesh
+from course_lib.scaling.ppo_dp import (
+    PPOConfig,
+    Sync,
+    compiled_dp_train,
+    env_keys,
+    init_flat_params,
+    run_dp,
+    shard_inputs,
+)
 
 Verdict = Literal["ok", "warn"]
+
+#: The name of the gradient all-reduces' timing in the checklist's :class:`Scaling` (``measured["timings"]``).
+ALLREDUCES_RUN = "gradient all-reduces alone"
 
 #: The rows' names, in order.
 CHECKS: tuple[str, ...] = ("lr scaling", "1 vs N devices", "communication", "memory per device", "reproducible")
@@ -80,6 +99,21 @@ class CheckRow:
     value: str
     verdict: Verdict
     explanation: str
+
+
+@dataclass(frozen=True)
+class CommunicationRow(CheckRow):
+    """Row (c) with its numbers: ``speedup`` (t_1 / t_N) and ``ceiling`` (t_1 / t_pieces) of the
+    ``n_devices``-device run, ``sync_share`` (``1 - speedup / ceiling``: the share of the ideal
+    lost to transfers, rendezvous and waiting), ``transfer_share`` (the gradient all-reduces
+    alone, over the N-device run's time) and ``threshold`` (``sync_share`` at or above it warns)."""
+
+    speedup: float
+    ceiling: float
+    sync_share: float
+    transfer_share: float
+    threshold: float
+    n_devices: int
 
 
 @dataclass
@@ -168,8 +202,55 @@ def allreduce_chain_seconds(mesh: Mesh, n_elements: int, steps: int, repeats: in
     return statistics.median(times)
 
 
-#: The three runs of :func:`dp_speedup`.
-SPEEDUP_RUNS: tuple[str, ...] = ("1 device", "2 devices", "2 halves, no communication")
+def device_run(n: int) -> str:
+    """The name of :func:`dp_scaling`'s data-parallel run on ``n`` devices (``"1 device"``, ``"2 devices"``, ...)."""
+    return "1 device" if n == 1 else f"{n} devices"
+
+
+def ceiling_run(n: int) -> str:
+    """The name of :func:`dp_scaling`'s no-communication run for ``n`` devices (``n`` pieces of ``1/n`` of the envs)."""
+    return "2 halves, no communication" if n == 2 else f"{n} pieces, no communication"
+
+
+@dataclass
+class Scaling:
+    """Wall times (seconds, every run blocked) of :func:`dp_scaling`'s runs of one config, and
+    what follows from them for each device count ``N`` in ``device_counts``."""
+
+    config: PPOConfig
+    device_counts: tuple[int, ...]
+    times: dict[str, list[float]]
+    cpu_per_wall: dict[str, list[float]]
+    max_abs_diff: dict[int, float]
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+
+    def median(self, run: str) -> float:
+        return statistics.median(self.times[run])
+
+    def steps_per_s(self, run: str) -> float:
+        """Env steps per second of the whole run (rollout and learning), from the median time."""
+        return self.config.steps_per_run / self.median(run)
+
+    def speedup(self, n: int) -> float:
+        """1-device time / ``n``-device time (medians)."""
+        return self.median(device_run(1)) / self.median(device_run(n))
+
+    def ceiling(self, n: int) -> float:
+        """1-device time / the ``n`` pieces' time: the most ``n`` devices give without communication (1 for ``n = 1``)."""
+        return 1.0 if n == 1 else self.median(device_run(1)) / self.median(ceiling_run(n))
+
+    def fraction(self, n: int) -> float:
+        """``speedup(n) / ceiling(n)`` = t_pieces / t_n: how much of the no-communication ceiling the run reaches."""
+        return self.speedup(n) / self.ceiling(n)
+
+    def sync_share(self, n: int) -> float:
+        """``1 - fraction(n)``: the share of the ideal lost to synchronisation (transfers, rendezvous, waiting)."""
+        return 1.0 - self.fraction(n)
+
+
+#: The three runs of :func:`dp_speedup` (:func:`dp_scaling`'s names for N = 1 and 2).
+SPEEDUP_RUNS: tuple[str, ...] = (device_run(1), device_run(2), ceiling_run(2))
 
 
 @dataclass
@@ -198,30 +279,117 @@ class Speedup:
         """1-device time / the two halves' time: the most 2 devices give without communication."""
         return self.median(SPEEDUP_RUNS[0]) / self.median(SPEEDUP_RUNS[2])
 
+    @property
+    def fraction(self) -> float:
+        """``speedup / ceiling``: the share of the no-communication ceiling the 2-device run reaches."""
+        return self.speedup / self.ceiling
+
+
+def n_pieces(config: PPOConfig, n: int, flat0: jax.Array, keys0: jax.Array, key: jax.Array) -> Callable[[], list[Any]]:
+    """The ceiling run for ``n`` devices, compiled: a call that dispatches the 1-device program
+    on piece ``i`` (``1/n`` of the environments) to device ``i``, for every ``i``, then returns
+    the results without waiting (JAX dispatch is asynchronous, so the pieces run at the same
+    time; block on the returned list). ``n`` single-device programs that share the CPU's
+    cores and nothing else: no collective, no rendezvous -- the ``n``-device run's work
+    without its synchronisation.
+    """
+    if jax.device_count() < n:
+        raise ValueError(f"{n} pieces need {n} devices, JAX has {jax.device_count()}: call use_cpu_devices({n}) first")
+    if n < 1 or config.num_envs % n:
+        raise ValueError(f"num_envs = {config.num_envs} must split evenly over {n} devices")
+    piece = replace(config, num_envs=config.num_envs // n, total_timesteps=config.total_timesteps // n)
+    calls = []
+    for i, device in enumerate(jax.devices()[:n]):
+        mesh = data_mesh(1, devices=[device])
+        share = keys0[i * piece.num_envs : (i + 1) * piece.num_envs]
+        args = (*shard_inputs(mesh, flat0, share), jax.device_put(key, NamedSharding(mesh, P())))
+        calls.append(functools.partial(compiled_dp_train(piece, mesh), *args))
+    return lambda: [c() for c in calls]  # all dispatched before any is waited for
+
 
 def two_halves(config: PPOConfig, flat0: jax.Array, keys0: jax.Array, key: jax.Array) -> Callable[[], list[Any]]:
-    """The ceiling run of :func:`dp_speedup`, compiled: a call that dispatches the 1-device
-    program on the first half of the environments to device 0 and on the second half to
-    device 1, then returns both results without waiting (JAX dispatch is asynchronous, so
-    the two run at the same time; block on the returned list). Two single-device programs
-    that share the CPU's cores and nothing else: no collective, no rendezvous.
-    """
+    """:func:`n_pieces` for 2 devices: the ceiling run of :func:`dp_speedup`."""
     if jax.device_count() < 2:
         raise ValueError(f"two_halves needs 2 devices, JAX has {jax.device_count()}: call use_cpu_devices(2) first")
     if config.num_envs % 2:
         raise ValueError(f"num_envs = {config.num_envs} must be even to split over 2 devices")
-    half = replace(config, num_envs=config.num_envs // 2, total_timesteps=config.total_timesteps // 2)
-    halves = []
-    for i, device in enumerate(jax.devices()[:2]):
-        mesh = data_mesh(1, devices=[device])
-        share = keys0[i * half.num_envs : (i + 1) * half.num_envs]
-        args = (*shard_inputs(mesh, flat0, share), jax.device_put(key, NamedSharding(mesh, P())))
-        halves.append(functools.partial(compiled_dp_train(half, mesh), *args))
-    return lambda: [h() for h in halves]  # both dispatched before either is waited for
+    return n_pieces(config, 2, flat0, keys0, key)
+
+
+def dp_scaling(
+    config: PPOConfig,
+    device_counts: tuple[int, ...] = (1, 2, 4),
+    repeats: int = 5,
+    seed: int = 0,
+    *,
+    sync: Sync = "pmean",
+    extra_runs: dict[str, Callable[[], Any]] | None = None,
+) -> Scaling:
+    """Data-parallel PPO's throughput against the device count, each count with its ceiling.
+
+    For every ``N`` in ``device_counts`` (1 must be among them: it is the reference):
+
+    - :func:`device_run` ``(N)``: the run data-parallel on an ``N``-device mesh (the same
+      training whatever ``N``: ``max_abs_diff[N]`` is ``max |theta_1 - theta_N|``);
+    - :func:`ceiling_run` ``(N)`` (``N > 1``): the 1-device program on ``1/N`` of the
+      environments, dispatched on each of the ``N`` devices before any is waited for
+      (:func:`n_pieces`): the ``N``-device run's work without its all-reduces -- not a
+      correct training run, but the most the hardware can give it, so ``ceiling(N) = t_1 /
+      t_pieces``, and ``1 - speedup(N) / ceiling(N)`` is what synchronising costs.
+
+    Compilation and a warm-up call of each are excluded; then every run (and every call
+    of ``extra_runs``, timed the same way, under its own name) is timed in turn,
+    ``repeats`` rounds, so drift on a shared machine hits all alike. The 1-minute load
+    average is recorded before and after. Needs ``max(device_counts)`` devices; run it under a watchdog.
+    """
+    counts = tuple(sorted(set(device_counts)))
+    if not counts or counts[0] != 1 or any(isinstance(n, bool) or not isinstance(n, int) for n in counts):
+        raise ValueError(f"device_counts must be ints and include 1 (the reference), got {device_counts!r}")
+    if counts[-1] > jax.device_count():
+        raise ValueError(
+            f"device_counts {device_counts} need {counts[-1]} devices, JAX has {jax.device_count()}: "
+            f"call use_cpu_devices({counts[-1]}) before JAX starts"
+        )
+    uneven = [n for n in counts if config.num_envs % n]
+    if uneven:
+        raise ValueError(f"num_envs = {config.num_envs} does not split evenly over {uneven} devices: use a multiple")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    own = {device_run(n) for n in counts} | {ceiling_run(n) for n in counts if n > 1}
+    clash = sorted(own & set(extra_runs or {}))
+    if clash:
+        raise ValueError(f"extra runs {clash} have the names of dp_scaling's own runs: rename them")
+    load_before = os.getloadavg()
+    key = jax.random.key(seed)
+    k_init, k_envs = jax.random.split(key)
+    flat0, keys0 = init_flat_params(k_init, config), env_keys(k_envs, config.num_envs)
+    calls: dict[str, Callable[[], Any]] = {}
+    finals: dict[int, np.ndarray] = {}
+    for n in counts:
+        mesh = data_mesh(n)
+        args = (*shard_inputs(mesh, flat0, keys0), jax.device_put(key, NamedSharding(mesh, P())))
+        calls[device_run(n)] = functools.partial(compiled_dp_train(config, mesh, "data", sync), *args)
+        finals[n] = np.asarray(jax.block_until_ready(calls[device_run(n)]())[0])  # warm-up
+        if n > 1:
+            calls[ceiling_run(n)] = n_pieces(config, n, flat0, keys0, key)
+            jax.block_until_ready(calls[ceiling_run(n)]())
+    for name, call in (extra_runs or {}).items():
+        calls[name] = call
+        jax.block_until_ready(call())
+    times: dict[str, list[float]] = {r: [] for r in calls}
+    cpu: dict[str, list[float]] = {r: [] for r in calls}
+    for _ in range(repeats):
+        for run, call in calls.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            jax.block_until_ready(call())
+            times[run].append(time.perf_counter() - t0)
+            cpu[run].append((time.process_time() - c0) / times[run][-1])
+    diffs = {n: float(np.max(np.abs(finals[n] - finals[1]))) for n in counts}
+    return Scaling(config, counts, times, cpu, diffs, load_before, os.getloadavg())
 
 
 def dp_speedup(config: PPOConfig, repeats: int = 5, seed: int = 0) -> Speedup:
-    """Data-parallel PPO on 1 vs 2 devices, and the ceiling: three runs, timed interleaved.
+    """Data-parallel PPO on 1 vs 2 devices, and the ceiling: :func:`dp_scaling` for ``(1, 2)``.
 
     - ``"1 device"``: the whole global batch on device 0 (XLA may still spread one
       device's large operations over several cores);
@@ -241,30 +409,66 @@ def dp_speedup(config: PPOConfig, repeats: int = 5, seed: int = 0) -> Speedup:
         raise ValueError(f"dp_speedup needs 2 devices, JAX has {jax.device_count()}: call use_cpu_devices(2) first")
     if config.num_envs % 2:
         raise ValueError(f"num_envs = {config.num_envs} must be even to split over 2 devices")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    key = jax.random.key(seed)
-    k_init, k_envs = jax.random.split(key)
-    flat0, keys0 = init_flat_params(k_init, config), env_keys(k_envs, config.num_envs)
-    calls: dict[str, Callable[[], Any]] = {}
-    finals = []
-    for n, name in ((1, SPEEDUP_RUNS[0]), (2, SPEEDUP_RUNS[1])):
-        mesh = data_mesh(n)
-        compiled = compiled_dp_train(config, mesh)
-        args = (*shard_inputs(mesh, flat0, keys0), jax.device_put(key, NamedSharding(mesh, P())))
-        calls[name] = functools.partial(compiled, *args)
-        finals.append(np.asarray(jax.block_until_ready(calls[name]())[0]))  # warm-up
-    calls[SPEEDUP_RUNS[2]] = two_halves(config, flat0, keys0, key)
-    jax.block_until_ready(calls[SPEEDUP_RUNS[2]]())
-    times: dict[str, list[float]] = {r: [] for r in SPEEDUP_RUNS}
-    cpu: dict[str, list[float]] = {r: [] for r in SPEEDUP_RUNS}
-    for _ in range(repeats):
-        for run in SPEEDUP_RUNS:
-            t0, c0 = time.perf_counter(), time.process_time()
-            jax.block_until_ready(calls[run]())
-            times[run].append(time.perf_counter() - t0)
-            cpu[run].append((time.process_time() - c0) / times[run][-1])
-    return Speedup(config, times, cpu, float(np.max(np.abs(finals[0] - finals[1]))))
+    r = dp_scaling(config, (1, 2), repeats, seed)
+    return Speedup(
+        config,
+        {run: r.times[run] for run in SPEEDUP_RUNS},
+        {run: r.cpu_per_wall[run] for run in SPEEDUP_RUNS},
+        r.max_abs_diff[2],
+    )
+
+
+def communication_row(
+    speedup: float,
+    ceiling: float,
+    transfer_share: float,
+    *,
+    n_devices: int,
+    run_s: float,
+    grad_steps: int,
+    n_params: int,
+    repeats: int,
+    threshold: float = 0.2,
+) -> CommunicationRow:
+    """Row (c) from its numbers (module docstring): ``sync_share = 1 - speedup / ceiling`` against
+    ``threshold`` (``ok`` below it), with the pure all-reduce ``transfer_share`` beside it."""
+    if not (speedup > 0 and ceiling > 0 and run_s > 0 and transfer_share >= 0):
+        raise ValueError(
+            f"speedup, ceiling and run_s must be > 0 and transfer_share >= 0, got {speedup}, {ceiling}, {run_s}, "
+            f"{transfer_share}: pass medians of timed runs"
+        )
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold is a share of the ideal speed-up, in (0, 1); got {threshold}")
+    sync_share = 1.0 - speedup / ceiling
+    ok = sync_share < threshold
+    value = (
+        f"{100 * sync_share:.0f}% of the ideal lost to synchronisation ({n_devices} devices {speedup:.2f}x vs "
+        f"{ceiling:.2f}x without communication); gradient all-reduces alone ({grad_steps} of {n_params} f32, "
+        f"{_kib(4 * n_params)}): {100 * transfer_share:.0f}% of the run's {1e3 * run_s:.1f} ms"
+    )
+    why = (
+        f"1 - speed-up / ceiling, medians of {repeats} interleaved rounds of the {n_devices}-device run, the same "
+        f"work in {n_devices} pieces with no communication, and the all-reduces alone; the rest of the loss is "
+        "rendezvous and waiting for the slower device. "
+        + (
+            f"Below {100 * threshold:.0f}%: the devices' time goes to compute"
+            if ok
+            else f"At or above {100 * threshold:.0f}%: fewer rendezvous (fuse small collectives), more compute "
+            "per rendezvous (a larger per-device batch, fewer minibatches), overlap; or a quieter machine"
+        )
+    )
+    return CommunicationRow(
+        CHECKS[2],
+        value,
+        "ok" if ok else "warn",
+        why,
+        speedup=speedup,
+        ceiling=ceiling,
+        sync_share=sync_share,
+        transfer_share=transfer_share,
+        threshold=threshold,
+        n_devices=n_devices,
+    )
 
 
 def _memory(compiled: Any) -> dict[str, int]:
@@ -291,8 +495,8 @@ def scaling_checklist(
     base_batch: int | None = None,
     base_lr: float | None = None,
     tolerance: float = 1e-5,
-    repeats: int = 3,
-    overhead_warn: float = 0.2,
+    repeats: int = 5,
+    sync_warn: float = 0.2,
     watchdog_s: float = 300.0,
 ) -> ScalingReport:
     """Measure the five checks (module docstring) for data-parallel PPO on 1 vs ``n_devices`` devices.
@@ -305,8 +509,9 @@ def scaling_checklist(
         base_batch, base_lr: the minibatch and rate the rate was tuned at (default: this
             config's global minibatch and ``config.lr``, i.e. nothing to scale).
         tolerance: largest ``max |theta_1 - theta_N|`` called equal.
-        repeats: timed repeats of the run and of the all-reduce chain (interleaved; medians).
-        overhead_warn: communication share of the run above which (c) warns.
+        repeats: timed rounds of (c): 1 device, ``n_devices`` devices, the same work in pieces without
+            communication, the gradient all-reduces alone (interleaved; medians).
+        sync_warn: share of the ideal speed-up lost to synchronisation at or above which (c) warns.
         watchdog_s: the limit of the watchdog around all the multi-device work.
 
     Returns a :class:`ScalingReport` (``.table()`` prints it). Raises ``ValueError`` for a
@@ -354,41 +559,39 @@ def scaling_checklist(
             )
         )
 
-        # (c) communication: S all-reduces of a gradient-sized vector vs the run
+        # (c) communication: the N-device run against its no-communication ceiling, and the
+        # gradient all-reduces alone, all timed in the same interleaved rounds
         n_params = int(params_1.size)
         grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
-        key = jax.random.key(seed)
-        k_init, k_envs = jax.random.split(key)
-        flat, keys = shard_inputs(mesh_n, init_flat_params(k_init, config), env_keys(k_envs, config.num_envs))
-        placed_key = jax.device_put(key, NamedSharding(mesh_n, P()))
-        train_n = compiled_dp_train(config, mesh_n, "data", sync)
-        jax.block_until_ready(train_n(flat, keys, placed_key))
-        allreduce_chain_seconds(mesh_n, n_params, grad_steps, repeats=1)  # compile and warm up
-        run_s, comm_s = [], []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(train_n(flat, keys, placed_key))
-            run_s.append(time.perf_counter() - t0)
-            comm_s.append(allreduce_chain_seconds(mesh_n, n_params, grad_steps, repeats=1))
-    t_run, t_comm = statistics.median(run_s), statistics.median(comm_s)
-    overhead = t_comm / t_run
-    measured.update(run_s=t_run, comm_s=t_comm, overhead=overhead, grad_steps=grad_steps, n_params=n_params)
-    rows.append(
-        CheckRow(
-            CHECKS[2],
-            f"{grad_steps} all-reduces of {n_params} f32 ({_kib(4 * n_params)}): {1e3 * t_comm:.1f} ms "
-            f"= {100 * overhead:.0f}% of the run's {1e3 * t_run:.1f} ms",
-            "ok" if overhead < overhead_warn else "warn",
-            f"measured as one compiled chain of {grad_steps} dependent pmeans (per-call dispatch excluded), medians "
-            f"of {repeats} interleaved repeats; "
-            + (
-                "compute dominates"
-                if overhead < overhead_warn
-                else f"above {100 * overhead_warn:.0f}%: more compute per all-reduce (larger per-device batch, fewer "
-                "minibatches) or overlap the all-reduce with the backward pass"
-            ),
+        chain = _allreduce_chain(mesh_n, n_params, grad_steps)
+        x = jax.device_put(jnp.ones(n_devices * n_params, jnp.float32), NamedSharding(mesh_n, P("data")))
+        timed = dp_scaling(
+            config, (1, n_devices), repeats, seed, sync=sync, extra_runs={ALLREDUCES_RUN: lambda: chain(x)}
         )
+    t_run, t_comm = timed.median(device_run(n_devices)), timed.median(ALLREDUCES_RUN)
+    comm_row = communication_row(
+        timed.speedup(n_devices),
+        timed.ceiling(n_devices),
+        t_comm / t_run,
+        n_devices=n_devices,
+        run_s=t_run,
+        grad_steps=grad_steps,
+        n_params=n_params,
+        repeats=repeats,
+        threshold=sync_warn,
     )
+    measured.update(
+        run_s=t_run,
+        comm_s=t_comm,
+        overhead=comm_row.transfer_share,
+        sync_share=comm_row.sync_share,
+        speedup=comm_row.speedup,
+        ceiling=comm_row.ceiling,
+        timings=timed,
+        grad_steps=grad_steps,
+        n_params=n_params,
+    )
+    rows.append(comm_row)
 
     # (d) memory per device, from the compiled programs
     mem_1 = _memory(compiled_dp_train(config, mesh_1, "data", sync))

@@ -32,11 +32,16 @@ has to make too:
 
 **Few collectives.** On CPU host devices every all-reduce is a rendezvous of all devices
 (about 0.1 ms: ``bench/bench_collectives.py``), so the count matters more than the
-bytes. The gradient is one flat vector (one all-reduce per minibatch step), and the
-advantage statistics of *every* minibatch of the update are reduced together before the
-learning epochs (two all-reduces per update, :func:`minibatch_adv_stats`), not two per
-minibatch step; the metrics are reduced once, after the last update. With 4 epochs x 4
-minibatches that is 18 rendezvous per update instead of 50.
+bytes. The gradient is one flat vector (one all-reduce per minibatch step), the
+advantage statistics of *every* minibatch of the update are combined by one collective
+before the learning epochs (:func:`minibatch_adv_stats`), not two per minibatch step, and
+the metrics are reduced by one ``psum`` after the last update (:func:`global_metrics`).
+With 4 epochs x 4 minibatches that is 17 rendezvous per update instead of 50.
+
+**The heart** is :func:`ppo_on_my_envs`, what every device runs: rollout and GAE on its
+own envs, then the minibatch steps with the one gradient ``pmean`` each.
+:func:`make_dp_train` only checks the config, builds the optimiser and wraps it in
+``jit(shard_map(...))``.
 
 **The check_vma trap** (GOTCHAS). ``jax.shard_map`` tracks which values vary across
 devices (``check_vma=True``, the default). Then the gradient of a replicated ``P()``
@@ -69,7 +74,6 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.scaling.devices import check_multidevice_safe
 from course_lib.envs import cartpole
 from course_lib.ppo_jax import (
     EnvCarry,
@@ -83,6 +87,7 @@ from course_lib.ppo_jax import (
     ppo_loss,
     shuffle_order,
 )
+from course_lib.scaling.devices import check_multidevice_safe
 
 Sync = Literal["pmean", "vma", "trap"]
 SYNCS: tuple[str, ...] = ("pmean", "vma", "trap")
@@ -132,12 +137,22 @@ def minibatch_adv_stats(advantages: Array, axis: str) -> tuple[Array, Array]:
 
     ``advantages`` is ``[K, n_local]``: ``K`` minibatches (all epochs of an update), each
     device holding an equal share ``n_local`` of each. Returns ``([K], [K])``, identical on
-    every device, from two all-reduces in all (the two passes of the variance), however
-    many minibatches there are.
+    every device, from *one* collective however many minibatches there are: every device's
+    local mean and sum of squared deviations ``M2`` are gathered (``all_gather``, one
+    rendezvous) and combined exactly (Chan et al. 1979, the parallel variance)::
+
+        mean = (1/N) sum_d mean_d,   M2 = sum_d M2_d + n_local sum_d (mean_d - mean)^2,   var = M2 / (N n_local)
+
+    Two-pass on each device and no ``E[x^2] - mean^2`` cancellation, so one device gives
+    exactly its own two-pass statistics.
     """
-    mean = jax.lax.pmean(advantages.mean(axis=1), axis)
-    var = jax.lax.pmean(((advantages - mean[:, None]) ** 2).mean(axis=1), axis)
-    return mean, jnp.sqrt(var)
+    local_mean = advantages.mean(axis=1)
+    local_m2 = ((advantages - local_mean[:, None]) ** 2).sum(axis=1)
+    gathered = jax.lax.all_gather(jnp.stack([local_mean, local_m2]), axis)  # [N, 2, K]: the one rendezvous
+    means, m2s = gathered[:, 0], gathered[:, 1]
+    mean = means.mean(axis=0)
+    m2 = m2s.sum(axis=0) + advantages.shape[1] * ((means - mean) ** 2).sum(axis=0)
+    return mean, jnp.sqrt(m2 / (advantages.shape[1] * gathered.shape[0]))
 
 
 def dp_ppo_loss(
@@ -195,6 +210,96 @@ def _as_varying(x: Array, axis: str) -> Array:
     return x if axis in jax.typeof(x).manual_axis_type.varying else jax.lax.pcast(x, (axis,), to="varying")
 
 
+def ppo_on_my_envs(
+    flat: Array,
+    keys: Array,
+    *,
+    config: PPOConfig,
+    env_params: cartpole.EnvParams,
+    unravel: Callable[[Array], Params],
+    optimizer: optax.GradientTransformation,
+    axis: str,
+    sync: Sync,
+) -> tuple[Array, dict[str, Array]]:
+    """What every device runs in data-parallel PPO (eq. 05.1): the whole run, on this device's envs.
+
+    ``flat`` is the replicated flat parameter vector; ``keys`` the ``[num_envs / N]`` keys of
+    *my* envs. Returns the final parameters (identical on every device) and per-update metrics.
+    """
+    split = jax.vmap(jax.random.split)(keys)  # per env: (its first reset, the run's stream)
+    obs, env_state = _reset_envs(split[:, 0], env_params)
+    loss_scale = 1.0 / jax.lax.axis_size(axis) if sync == "vma" else 1.0  # "vma": the map sums, so scale
+
+    def minibatch_step(carry: tuple[Array, Any], minibatch: Any) -> tuple[tuple[Array, Any], dict[str, Array]]:
+        flat, opt_state = carry
+        batch, advantages, targets, adv_mean, adv_std = minibatch
+
+        def my_loss(f: Array) -> tuple[Array, dict[str, Array]]:  # mean over MY share of the minibatch
+            loss, parts = dp_ppo_loss(unravel(f), batch, advantages, targets, config, adv_mean, adv_std)
+            return loss * loss_scale, parts
+
+        grads, parts = jax.grad(my_loss, has_aux=True)(flat)
+        if sync != "vma":
+            grads = jax.lax.pmean(grads, axis)  # THE all-reduce (05.1): g = (1/N) sum_d g_d
+        updates, opt_state = optimizer.update(grads, opt_state, flat)  # identical on every device
+        return (optax.apply_updates(flat, updates), opt_state), parts
+
+    def update(carry: tuple[Array, Any, EnvCarry], u: Array) -> tuple[tuple[Array, Any, EnvCarry], dict[str, Array]]:
+        flat, opt_state, env = carry
+        params = unravel(flat)
+        # 1. rollout of MY envs, each env's noise from its own key: no communication
+        gumbel, fresh, order = jax.vmap(lambda k: _env_noise(jax.random.fold_in(k, u), config, env_params))(split[:, 1])
+        step = functools.partial(act_and_step, params, env_params)
+        env, (traj, final_obs) = jax.lax.scan(step, env, _time_major((gumbel, fresh)), unroll=config.unroll)
+        # 2. GAE on MY envs: no communication
+        advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
+        # 3. every epoch's minibatches (slots m of each of MY envs), and the advantage
+        #    statistics of all of them over ALL devices: one collective per update
+        minibatches = _stratified_minibatches((traj, advantages, targets), order, config)
+        adv_mean, adv_std = minibatch_adv_stats(minibatches[1], axis)
+        # 4. the learning epochs: one gradient all-reduce per minibatch step
+        (flat, opt_state), parts = jax.lax.scan(minibatch_step, (flat, opt_state), (*minibatches, adv_mean, adv_std))
+        return (flat, opt_state, env), _local_metrics(traj, parts)
+
+    env = _vma_safe(EnvCarry(env_state, obs, jnp.zeros(keys.shape[0])), axis, sync)
+    (flat, _, _), local = jax.lax.scan(update, (flat, optimizer.init(flat), env), jnp.arange(config.num_updates))
+    return flat, global_metrics(local, axis)  # one all-reduce, after the run
+
+
+def _time_major(tree: Any) -> Any:
+    """Per-env ``[B, T, ...]`` -> the rollout scan's time-major ``[T, B, ...]``."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tree)
+
+
+def _vma_safe(env: EnvCarry, axis: str, sync: Sync) -> EnvCarry:
+    """With ``check_vma`` on (``sync != "pmean"``), mark the env carry's per-env constants as
+    varying over ``axis`` (a scan carry must keep its type); without it, ``env`` unchanged."""
+    return env if sync == "pmean" else jax.tree.map(functools.partial(_as_varying, axis=axis), env)
+
+
+def _local_metrics(traj: Transition, parts: dict[str, Array]) -> dict[str, Array]:
+    """This device's share of one update's metrics: mean loss parts, episodes ended, their return sum."""
+    local = {k: v.mean() for k, v in parts.items()}
+    local["charts/episodes"] = traj.done.sum()
+    local["charts/episode_return"] = traj.episode_return.sum()  # 0 where no episode ended
+    return local
+
+
+def global_metrics(local: dict[str, Array], axis: str) -> dict[str, Array]:
+    """Every update's metrics over all devices, from one ``psum`` of them stacked ``[U, k]``:
+    loss parts averaged over devices, ``charts/episodes`` the global count (int32) and
+    ``charts/episode_return`` the mean return of the global episodes (NaN where none ended)."""
+    names = sorted(local)
+    summed = jax.lax.psum(jnp.stack([local[k].astype(jnp.float32) for k in names], axis=-1), axis)
+    out = {k: summed[..., i] / jax.lax.axis_size(axis) for i, k in enumerate(names)}
+    n_done = summed[..., names.index("charts/episodes")]
+    out["charts/episodes"] = n_done.astype(jnp.int32)
+    out["charts/episode_return"] = jnp.where(
+        n_done > 0, summed[..., names.index("charts/episode_return")] / n_done, jnp.nan
+    )
+    return out
+
+
 @functools.cache
 def make_dp_train(
     config: PPOConfig,
@@ -204,6 +309,9 @@ def make_dp_train(
     env_params: cartpole.EnvParams = cartpole.DEFAULT_PARAMS,
 ) -> Callable[[Array, Array, Array], tuple[Array, dict[str, Array]]]:
     """A whole data-parallel PPO run: ``train(flat_params, env_keys, key) -> (flat_params, metrics)``.
+
+    :func:`ppo_on_my_envs` on every device of ``mesh``'s ``axis``, as one
+    ``jax.jit(jax.shard_map(...))``.
 
     Args:
         config: lesson 04's hyperparameters; ``num_envs`` is the *global* count, split over
@@ -224,69 +332,24 @@ def make_dp_train(
         raise ValueError(f"sync must be one of {SYNCS}, got {sync!r}")
     if axis not in mesh.axis_names:
         raise ValueError(f"mesh has axes {mesh.axis_names}, not {axis!r}")
-    n_dev = mesh.shape[axis]
-    check_dp_config(config, n_dev)
-    unravel = _unravel_for(config)
-    check_vma = sync != "pmean"
-    loss_scale = 1.0 / n_dev if sync == "vma" else 1.0
+    check_dp_config(config, mesh.shape[axis])
+    heart = functools.partial(
+        ppo_on_my_envs,
+        config=config,
+        env_params=env_params,
+        unravel=_unravel_for(config),
+        optimizer=make_optimizer(config, config.lr),
+        axis=axis,
+        sync=sync,
+    )
 
-    def body(flat0: Array, keys: Array, key: Array) -> tuple[Array, dict[str, Array]]:
-        del key
-        optimizer: optax.GradientTransformation = make_optimizer(config, config.lr)
-        split = jax.vmap(jax.random.split)(keys)  # per env: (first reset, the run's stream)
-        reset_keys, run_keys = split[:, 0], split[:, 1]
-        obs, env_state = _reset_envs(reset_keys, env_params)
+    def body(flat: Array, keys: Array, key: Array) -> tuple[Array, dict[str, Array]]:
+        del key  # kept for the signature's symmetry with lesson 04's train(key)
+        return heart(flat, keys)
 
-        def minibatch_step(carry: tuple[Array, Any], mb: Any) -> tuple[tuple[Array, Any], dict[str, Array]]:
-            flat, opt_state = carry
-
-            def loss_fn(f: Array) -> tuple[Array, dict[str, Array]]:
-                batch, advantages, targets, adv_mean, adv_std = mb
-                loss, parts = dp_ppo_loss(unravel(f), batch, advantages, targets, config, adv_mean, adv_std)
-                return loss * loss_scale, parts
-
-            grads, parts = jax.grad(loss_fn, has_aux=True)(flat)
-            if sync in ("pmean", "trap"):
-                grads = jax.lax.pmean(grads, axis)
-            updates, opt_state = optimizer.update(grads, opt_state, flat)
-            return (optax.apply_updates(flat, updates), opt_state), parts
-
-        def update_step(
-            carry: tuple[Array, Any, EnvCarry], u: Array
-        ) -> tuple[tuple[Array, Any, EnvCarry], dict[str, Array]]:
-            flat, opt_state, env = carry
-            params = unravel(flat)
-            gumbel, fresh, order = jax.vmap(lambda k: _env_noise(jax.random.fold_in(k, u), config, env_params))(
-                run_keys
-            )
-            # per-env noise [B, T, ...] -> the rollout scan's time-major [T, B, ...]
-            gumbel_t = jnp.swapaxes(gumbel, 0, 1)
-            fresh_t = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), fresh)
-            step = functools.partial(act_and_step, params, env_params)
-            env, (traj, final_obs) = jax.lax.scan(step, env, (gumbel_t, fresh_t), unroll=config.unroll)
-            advantages, targets = advantages_and_targets(params, traj, final_obs, env.obs, config)
-            minibatches = _stratified_minibatches((traj, advantages, targets), order, config)
-            minibatches = (*minibatches, *minibatch_adv_stats(minibatches[1], axis))
-            (flat, opt_state), parts = jax.lax.scan(minibatch_step, (flat, opt_state), minibatches)
-            # this device's share of the metrics; reduced over devices once, after the run
-            local = {k: v.mean() for k, v in parts.items()}
-            local["charts/episodes"] = traj.done.sum()
-            local["charts/episode_return"] = traj.episode_return.sum()  # 0 where no episode ended
-            return (flat, opt_state, env), local
-
-        env = EnvCarry(env_state, obs, jnp.zeros(keys.shape[0]))
-        if check_vma:  # per-env constants (step counts, zero returns) become per-device values
-            env = jax.tree.map(functools.partial(_as_varying, axis=axis), env)
-        carry = (flat0, optimizer.init(flat0), env)
-        (flat, _, _), local = jax.lax.scan(update_step, carry, jnp.arange(config.num_updates))
-        n_done = jax.lax.psum(local.pop("charts/episodes"), axis)
-        return_sum = jax.lax.psum(local.pop("charts/episode_return"), axis)
-        metrics = {k: jax.lax.pmean(v, axis) for k, v in local.items()}
-        metrics["charts/episodes"] = n_done
-        metrics["charts/episode_return"] = jnp.where(n_done > 0, return_sum / n_done, jnp.nan)
-        return flat, metrics
-
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(axis), P()), out_specs=(P(), P()), check_vma=check_vma)
+    mapped = jax.shard_map(
+        body, mesh=mesh, in_specs=(P(), P(axis), P()), out_specs=(P(), P()), check_vma=sync != "pmean"
+    )
     return jax.jit(mapped)
 
 
