@@ -25,6 +25,7 @@ from course_lib.scaling.checklist import (
     device_run,
     dp_scaling,
     dp_speedup,
+    n_pieces,
     scaling_checklist,
 )
 from course_lib.scaling.devices import data_mesh
@@ -220,3 +221,13 @@ def test_dp_scaling_times_every_device_count_and_its_ceiling():
         dp_scaling(PPOConfig(num_envs=6, num_steps=32, total_timesteps=6 * 32 * 4, hidden=32), (1, 2, 4))
     with pytest.raises(ValueError, match="rename them"):
         dp_scaling(CONFIG, (1, 2), repeats=1, extra_runs={device_run(2): lambda: None})
+
+
+def test_the_devices_argument_bounds_what_is_used():
+    """On a one-GPU machine lesson 05 passes CPU host devices explicitly; the checks count those."""
+    with pytest.raises(ValueError, match="need 4 devices, there are 2"):
+        dp_scaling(CONFIG, (1, 4), devices=jax.devices()[:2])
+    with pytest.raises(ValueError, match=r"n_devices must be an int in 2\.\.2"):
+        scaling_checklist(CONFIG, n_devices=4, devices=jax.devices()[:2])
+    with pytest.raises(ValueError, match="3 pieces need 3 devices, there are 2"):
+        n_pieces(CONFIG, 3, None, None, None, devices=jax.devices()[:2])

@@ -60,7 +60,7 @@ import functools
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -285,21 +285,28 @@ class Speedup:
         return self.speedup / self.ceiling
 
 
-def n_pieces(config: PPOConfig, n: int, flat0: jax.Array, keys0: jax.Array, key: jax.Array) -> Callable[[], list[Any]]:
+def _devices(devices: Sequence[Any] | None) -> list[Any]:
+    return list(devices) if devices is not None else jax.devices()
+
+
+def n_pieces(
+    config: PPOConfig, n: int, flat0: jax.Array, keys0: jax.Array, key: jax.Array, devices: Sequence[Any] | None = None
+) -> Callable[[], list[Any]]:
     """The ceiling run for ``n`` devices, compiled: a call that dispatches the 1-device program
     on piece ``i`` (``1/n`` of the environments) to device ``i``, for every ``i``, then returns
     the results without waiting (JAX dispatch is asynchronous, so the pieces run at the same
     time; block on the returned list). ``n`` single-device programs that share the CPU's
     cores and nothing else: no collective, no rendezvous -- the ``n``-device run's work
-    without its synchronisation.
+    without its synchronisation. ``devices``: where (default ``jax.devices()``).
     """
-    if jax.device_count() < n:
-        raise ValueError(f"{n} pieces need {n} devices, JAX has {jax.device_count()}: call use_cpu_devices({n}) first")
+    devs = _devices(devices)
+    if len(devs) < n:
+        raise ValueError(f"{n} pieces need {n} devices, there are {len(devs)}: call use_cpu_devices({n}) first")
     if n < 1 or config.num_envs % n:
         raise ValueError(f"num_envs = {config.num_envs} must split evenly over {n} devices")
     piece = replace(config, num_envs=config.num_envs // n, total_timesteps=config.total_timesteps // n)
     calls = []
-    for i, device in enumerate(jax.devices()[:n]):
+    for i, device in enumerate(devs[:n]):
         mesh = data_mesh(1, devices=[device])
         share = keys0[i * piece.num_envs : (i + 1) * piece.num_envs]
         args = (*shard_inputs(mesh, flat0, share), jax.device_put(key, NamedSharding(mesh, P())))
@@ -307,13 +314,16 @@ def n_pieces(config: PPOConfig, n: int, flat0: jax.Array, keys0: jax.Array, key:
     return lambda: [c() for c in calls]  # all dispatched before any is waited for
 
 
-def two_halves(config: PPOConfig, flat0: jax.Array, keys0: jax.Array, key: jax.Array) -> Callable[[], list[Any]]:
+def two_halves(
+    config: PPOConfig, flat0: jax.Array, keys0: jax.Array, key: jax.Array, devices: Sequence[Any] | None = None
+) -> Callable[[], list[Any]]:
     """:func:`n_pieces` for 2 devices: the ceiling run of :func:`dp_speedup`."""
-    if jax.device_count() < 2:
-        raise ValueError(f"two_halves needs 2 devices, JAX has {jax.device_count()}: call use_cpu_devices(2) first")
+    devs = _devices(devices)
+    if len(devs) < 2:
+        raise ValueError(f"two_halves needs 2 devices, there are {len(devs)}: call use_cpu_devices(2) first")
     if config.num_envs % 2:
         raise ValueError(f"num_envs = {config.num_envs} must be even to split over 2 devices")
-    return n_pieces(config, 2, flat0, keys0, key)
+    return n_pieces(config, 2, flat0, keys0, key, devs)
 
 
 def dp_scaling(
@@ -324,6 +334,7 @@ def dp_scaling(
     *,
     sync: Sync = "pmean",
     extra_runs: dict[str, Callable[[], Any]] | None = None,
+    devices: Sequence[Any] | None = None,
 ) -> Scaling:
     """Data-parallel PPO's throughput against the device count, each count with its ceiling.
 
@@ -340,14 +351,16 @@ def dp_scaling(
     Compilation and a warm-up call of each are excluded; then every run (and every call
     of ``extra_runs``, timed the same way, under its own name) is timed in turn,
     ``repeats`` rounds, so drift on a shared machine hits all alike. The 1-minute load
-    average is recorded before and after. Needs ``max(device_counts)`` devices; run it under a watchdog.
+    average is recorded before and after. Needs ``max(device_counts)`` devices (of ``devices``,
+    default ``jax.devices()``); run it under a watchdog.
     """
+    devs = _devices(devices)
     counts = tuple(sorted(set(device_counts)))
     if not counts or counts[0] != 1 or any(isinstance(n, bool) or not isinstance(n, int) for n in counts):
         raise ValueError(f"device_counts must be ints and include 1 (the reference), got {device_counts!r}")
-    if counts[-1] > jax.device_count():
+    if counts[-1] > len(devs):
         raise ValueError(
-            f"device_counts {device_counts} need {counts[-1]} devices, JAX has {jax.device_count()}: "
+            f"device_counts {device_counts} need {counts[-1]} devices, there are {len(devs)}: "
             f"call use_cpu_devices({counts[-1]}) before JAX starts"
         )
     uneven = [n for n in counts if config.num_envs % n]
@@ -366,12 +379,12 @@ def dp_scaling(
     calls: dict[str, Callable[[], Any]] = {}
     finals: dict[int, np.ndarray] = {}
     for n in counts:
-        mesh = data_mesh(n)
+        mesh = data_mesh(n, devices=devs)
         args = (*shard_inputs(mesh, flat0, keys0), jax.device_put(key, NamedSharding(mesh, P())))
         calls[device_run(n)] = functools.partial(compiled_dp_train(config, mesh, "data", sync), *args)
         finals[n] = np.asarray(jax.block_until_ready(calls[device_run(n)]())[0])  # warm-up
         if n > 1:
-            calls[ceiling_run(n)] = n_pieces(config, n, flat0, keys0, key)
+            calls[ceiling_run(n)] = n_pieces(config, n, flat0, keys0, key, devs)
             jax.block_until_ready(calls[ceiling_run(n)]())
     for name, call in (extra_runs or {}).items():
         calls[name] = call
@@ -388,7 +401,7 @@ def dp_scaling(
     return Scaling(config, counts, times, cpu, diffs, load_before, os.getloadavg())
 
 
-def dp_speedup(config: PPOConfig, repeats: int = 5, seed: int = 0) -> Speedup:
+def dp_speedup(config: PPOConfig, repeats: int = 5, seed: int = 0, devices: Sequence[Any] | None = None) -> Speedup:
     """Data-parallel PPO on 1 vs 2 devices, and the ceiling: :func:`dp_scaling` for ``(1, 2)``.
 
     - ``"1 device"``: the whole global batch on device 0 (XLA may still spread one
@@ -405,11 +418,12 @@ def dp_speedup(config: PPOConfig, repeats: int = 5, seed: int = 0) -> Speedup:
     Compilation and a warm-up call of each are excluded; then the three are timed in
     turn, ``repeats`` times. Needs 2 devices; run it under a watchdog.
     """
-    if jax.device_count() < 2:
-        raise ValueError(f"dp_speedup needs 2 devices, JAX has {jax.device_count()}: call use_cpu_devices(2) first")
+    devs = _devices(devices)
+    if len(devs) < 2:
+        raise ValueError(f"dp_speedup needs 2 devices, there are {len(devs)}: call use_cpu_devices(2) first")
     if config.num_envs % 2:
         raise ValueError(f"num_envs = {config.num_envs} must be even to split over 2 devices")
-    r = dp_scaling(config, (1, 2), repeats, seed)
+    r = dp_scaling(config, (1, 2), repeats, seed, devices=devs)
     return Speedup(
         config,
         {run: r.times[run] for run in SPEEDUP_RUNS},
@@ -498,12 +512,13 @@ def scaling_checklist(
     repeats: int = 5,
     sync_warn: float = 0.2,
     watchdog_s: float = 300.0,
+    devices: Sequence[Any] | None = None,
 ) -> ScalingReport:
     """Measure the five checks (module docstring) for data-parallel PPO on 1 vs ``n_devices`` devices.
 
     Args:
         config: the run (``num_envs`` global, divisible by ``n_devices``).
-        n_devices: devices of the multi-device side (the first ``n_devices`` of ``jax.devices()``).
+        n_devices: devices of the multi-device side (the first ``n_devices`` of ``devices``).
         seed: the runs' seed.
         sync: :func:`course_lib.scaling.ppo_dp.make_dp_train`'s gradient sync (``"trap"`` shows check (b) failing).
         base_batch, base_lr: the minibatch and rate the rate was tuned at (default: this
@@ -513,13 +528,16 @@ def scaling_checklist(
             communication, the gradient all-reduces alone (interleaved; medians).
         sync_warn: share of the ideal speed-up lost to synchronisation at or above which (c) warns.
         watchdog_s: the limit of the watchdog around all the multi-device work.
+        devices: the devices to use (default ``jax.devices()``; on a one-GPU machine lesson 05
+            passes CPU host devices, :func:`course_lib.scaling.devices.device_plan`).
 
     Returns a :class:`ScalingReport` (``.table()`` prints it). Raises ``ValueError`` for a
     device count JAX does not have or a config that does not split over it.
     """
-    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or not 2 <= n_devices <= jax.device_count():
+    devs = _devices(devices)
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or not 2 <= n_devices <= len(devs):
         raise ValueError(
-            f"n_devices must be an int in 2..{jax.device_count()} (JAX's devices), got {n_devices!r}: "
+            f"n_devices must be an int in 2..{len(devs)} (the devices given), got {n_devices!r}: "
             "ask for more with course_lib.scaling.devices.use_cpu_devices(n) before JAX starts"
         )
     if config.num_envs % n_devices:
@@ -529,7 +547,7 @@ def scaling_checklist(
     base_batch = config.minibatch_size if base_batch is None else base_batch
     base_lr = config.lr if base_lr is None else base_lr
     load_before = os.getloadavg()
-    mesh_1, mesh_n = data_mesh(1), data_mesh(n_devices)
+    mesh_1, mesh_n = data_mesh(1, devices=devs), data_mesh(n_devices, devices=devs)
     rows: list[CheckRow] = []
     notes: list[str] = []
     measured: dict[str, Any] = {}
@@ -540,7 +558,7 @@ def scaling_checklist(
     else:
         rows.append(lr_row)
 
-    with watchdog(watchdog_s, f"scaling checklist: data-parallel PPO on 1 and {n_devices} CPU devices"):
+    with watchdog(watchdog_s, f"scaling checklist: data-parallel PPO on 1 and {n_devices} {devs[0].platform} devices"):
         # (b) 1 vs N devices, and (e) the same N-device run twice
         params_1, _ = run_dp(config, mesh_1, seed=seed, sync=sync)
         params_n, _ = run_dp(config, mesh_n, seed=seed, sync=sync)
@@ -566,7 +584,13 @@ def scaling_checklist(
         chain = _allreduce_chain(mesh_n, n_params, grad_steps)
         x = jax.device_put(jnp.ones(n_devices * n_params, jnp.float32), NamedSharding(mesh_n, P("data")))
         timed = dp_scaling(
-            config, (1, n_devices), repeats, seed, sync=sync, extra_runs={ALLREDUCES_RUN: lambda: chain(x)}
+            config,
+            (1, n_devices),
+            repeats,
+            seed,
+            sync=sync,
+            extra_runs={ALLREDUCES_RUN: lambda: chain(x)},
+            devices=devs,
         )
     t_run, t_comm = timed.median(device_run(n_devices)), timed.median(ALLREDUCES_RUN)
     comm_row = communication_row(
