@@ -184,6 +184,10 @@ def test_communication_row_verdict_from_faked_numbers():
     assert loaded.verdict == "warn" and loaded.sync_share == pytest.approx(1 - 1.17 / 1.59)
     assert "26% of the ideal lost" in loaded.value and "3% of the run" in loaded.value
     assert "fewer rendezvous" in loaded.explanation and "fewer rendezvous" not in quiet.explanation
+    assert "the rest of the loss is rendezvous" in loaded.explanation
+    noisy = _row(1.61, 1.65, transfer=0.06)  # 2% lost, less than the all-reduces' own 6%
+    assert "within the all-reduces' own time and the timing noise" in noisy.explanation
+    assert "the rest of the loss is rendezvous" not in noisy.explanation
     assert _row(1.5, 2.0, threshold=0.25).verdict == "warn"  # exactly at the threshold (1 - 0.75 is exact)
     assert _row(1.5, 2.0, threshold=0.3).verdict == "ok"
     assert (

@@ -462,8 +462,12 @@ def communication_row(
     )
     why = (
         f"1 - speed-up / ceiling, medians of {repeats} interleaved rounds of the {n_devices}-device run, the same "
-        f"work in {n_devices} pieces with no communication, and the all-reduces alone; the rest of the loss is "
-        "rendezvous and waiting for the slower device. "
+        f"work in {n_devices} pieces with no communication, and the all-reduces alone; "
+        + (
+            "the rest of the loss is rendezvous and waiting for the slower device. "
+            if sync_share > transfer_share
+            else "the loss is within the all-reduces' own time and the timing noise. "
+        )
         + (
             f"Below {100 * threshold:.0f}%: the devices' time goes to compute"
             if ok
