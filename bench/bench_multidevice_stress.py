@@ -77,7 +77,8 @@ def json_path() -> Path:
 
 def multiprocess_available() -> bool:
     return all(
-        importlib.util.find_spec(m) is not None for m in ("course_lib.scaling.multihost", "course_lib.runtime.jax_processes")
+        importlib.util.find_spec(m) is not None
+        for m in ("course_lib.scaling.multihost", "course_lib.runtime.jax_processes")
     )
 
 
@@ -92,9 +93,9 @@ def child_dp_ppo() -> None:
     use_cpu_devices(2)  # before any JAX computation in this process
     import numpy as np
 
+    from course_lib.runtime.watchdog import watchdog
     from course_lib.scaling.devices import data_mesh
     from course_lib.scaling.ppo_dp import PPOConfig, run_dp
-    from course_lib.runtime.watchdog import watchdog
 
     config = PPOConfig(
         num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, num_minibatches=2, update_epochs=2, hidden=16
@@ -113,9 +114,9 @@ def child_dp_halves() -> None:
     import jax
     import numpy as np
 
-    from course_lib.scaling.ppo_dp import PPOConfig, env_keys, init_flat_params
     from course_lib.runtime.watchdog import watchdog
     from course_lib.scaling.checklist import two_halves
+    from course_lib.scaling.ppo_dp import PPOConfig, env_keys, init_flat_params
 
     config = PPOConfig(
         num_envs=4, num_steps=16, total_timesteps=4 * 16 * 2, num_minibatches=2, update_epochs=2, hidden=16
@@ -139,10 +140,17 @@ def child_collectives_tp() -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from course_lib.runtime.watchdog import watchdog
     from course_lib.scaling.collectives import allreduce_programs
     from course_lib.scaling.devices import check_multidevice_safe, data_mesh
-    from course_lib.runtime.watchdog import watchdog
-    from course_lib.scaling.tensor_parallel import init_mlp, mlp_reference, shard_batch, shard_mlp_params, tp_mlp, tp_mlp_mesh
+    from course_lib.scaling.tensor_parallel import (
+        init_mlp,
+        mlp_reference,
+        shard_batch,
+        shard_mlp_params,
+        tp_mlp,
+        tp_mlp_mesh,
+    )
 
     mesh = data_mesh(4)
     x = jax.device_put(
@@ -187,8 +195,8 @@ def child_qr_hang() -> None:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from course_lib.scaling.devices import data_mesh
     from course_lib.runtime.watchdog import watchdog
+    from course_lib.scaling.devices import data_mesh
 
     mesh = data_mesh(2)
     x = jax.device_put(jax.random.normal(jax.random.key(0), (256, 64, 64)), NamedSharding(mesh, P("data")))

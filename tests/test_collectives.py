@@ -16,6 +16,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from course_lib.runtime.watchdog import watchdog
 from course_lib.scaling.collectives import (
     AlphaBetaFit,
     allreduce_time_model,
@@ -32,7 +33,6 @@ from course_lib.scaling.collectives import (
 )
 from course_lib.scaling.devices import data_mesh
 from course_lib.scaling.profiling import hlo_collectives
-from course_lib.runtime.watchdog import watchdog
 
 AXIS = "ring"
 RTOL = ATOL = 1e-5

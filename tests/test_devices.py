@@ -84,7 +84,9 @@ def test_plan_one_gpu_moves_the_meshes_to_cpu_devices_at_cpu_sizes():
     assert plan.main_platform == "gpu" and plan.multi_platform == "cpu" and not plan.multi_on_main
     assert len(plan.multi) == 4
     assert plan.pick(cpu=32, full=4096, scale="full") == 32
-    assert plan.pick_main(cpu=32, full=4096, scale="full") == 4096 and plan.pick_main(cpu=32, full=4096, scale="cpu") == 32
+    assert (
+        plan.pick_main(cpu=32, full=4096, scale="full") == 4096 and plan.pick_main(cpu=32, full=4096, scale="cpu") == 32
+    )
     assert "only 1 gpu device(s)" in plan.describe() and "4 CPU host devices beside it" in plan.describe()
 
 

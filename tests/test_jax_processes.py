@@ -20,7 +20,6 @@ import jax
 import numpy as np
 import pytest
 
-from course_lib.scaling import multihost
 from course_lib.runtime.jax_processes import (
     LaunchTimeout,
     ProcessFailed,
@@ -31,6 +30,7 @@ from course_lib.runtime.jax_processes import (
 )
 from course_lib.runtime.processes import INJECTED_CRASH_EXIT, live_children, wait_gone
 from course_lib.runtime.watchdog import WATCHDOG_EXIT
+from course_lib.scaling import multihost
 
 
 def assert_all_gone(pids: list[int]) -> None:

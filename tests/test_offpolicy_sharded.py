@@ -24,11 +24,11 @@ import optax
 import pytest
 from test_offpolicy_sac import PointMass
 
-from course_lib.scaling.devices import data_mesh
 from course_lib.envs import driving
 from course_lib.offpolicy import replay, sac
 from course_lib.offpolicy import sharded as sh
 from course_lib.runtime.watchdog import watchdog
+from course_lib.scaling.devices import data_mesh
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -115,11 +115,11 @@ from jax import Array
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.scaling.devices import check_multidevice_safe, data_mesh
 from course_lib.envs import driving
 from course_lib.offpolicy import sac
 from course_lib.offpolicy.sac import ContinuousEnv, EnvCarry, Learner, Optimizers, SACConfig, Transition
 from course_lib.runtime.watchdog import watchdog
+from course_lib.scaling.devices import check_multidevice_safe, data_mesh
 
 #: The mesh axis the devices are split along (lesson 05's :func:`course_lib.scaling.devices.data_mesh`).
 DATA = "data"

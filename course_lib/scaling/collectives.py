@@ -63,8 +63,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from course_lib.scaling.devices import check_multidevice_safe
 from course_lib.runtime.watchdog import watchdog
+from course_lib.scaling.devices import check_multidevice_safe
 
 #: Message sizes (bytes per device) that :func:`measure_allreduce` times by default: 4 KiB to 16 MiB.
 DEFAULT_SIZES_BYTES: tuple[int, ...] = tuple(4096 * 4**k for k in range(7))

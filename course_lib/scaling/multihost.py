@@ -26,7 +26,7 @@ or by hand, ``python -m course_lib.scaling.multihost --program psum`` with
 - ``dp_sgd``: data-parallel SGD on a small tanh-MLP regression. The global batch is the
   processes' shards; parameters are replicated (made from the same key in every process:
   normal initialisation, no QR); each step averages the processes' gradients with a
-  ``pmean`` (eq. 05.1), so the result equals the same steps on the full batch in one
+  ``pmean`` (eq. 05.2), so the result equals the same steps on the full batch in one
   process::
 
       theta <- theta - lr * (1/N) sum_p grad L_p(theta)        L_p: mean loss on process p's rows
@@ -218,7 +218,7 @@ def make_dp_sgd(
     Each device differentiates its *own copy* of the parameters (``pcast`` to varying):
     with ``check_vma`` on, the gradient of the replicated parameters themselves would come
     back already summed over devices, and the ``pmean`` below would then do nothing (the
-    double-counting trap of the GOTCHAS). The ``pmean`` is the all-reduce of eq. 05.1.
+    double-counting trap of the GOTCHAS). The ``pmean`` is the all-reduce of eq. 05.2.
     ``losses[s]`` is the global batch's loss before step ``s``. All steps are one program
     (``lax.scan``): no Python loop dispatching collectives back to back.
     """

@@ -3,9 +3,9 @@ r"""Data-parallel PPO (lesson 05): lesson 04's training step split over devices,
 Data parallelism is a sharded batch plus an all-reduce of gradients. Each of ``N``
 devices runs ``num_envs / N`` of the environments, computes the PPO loss's gradient on
 its share of every minibatch, and the devices average their gradients before the
-(identical, replicated) Adam step (eq. 05.1)::
+(identical, replicated) Adam step (eq. 05.2)::
 
-    g = (1/N) sum_d g_d,   g_d = grad of the mean loss over device d's M/N samples   (05.1)
+    g = (1/N) sum_d g_d,   g_d = grad of the mean loss over device d's M/N samples   (05.2)
 
 Because every device holds the same parameters and applies the same averaged gradient,
 they stay identical without ever being broadcast. The whole run is still *one* program:
@@ -221,7 +221,7 @@ def ppo_on_my_envs(
     axis: str,
     sync: Sync,
 ) -> tuple[Array, dict[str, Array]]:
-    """What every device runs in data-parallel PPO (eq. 05.1): the whole run, on this device's envs.
+    """What every device runs in data-parallel PPO (eq. 05.2): the whole run, on this device's envs.
 
     ``flat`` is the replicated flat parameter vector; ``keys`` the ``[num_envs / N]`` keys of
     *my* envs. Returns the final parameters (identical on every device) and per-update metrics.
@@ -240,7 +240,7 @@ def ppo_on_my_envs(
 
         grads, parts = jax.grad(my_loss, has_aux=True)(flat)
         if sync != "vma":
-            grads = jax.lax.pmean(grads, axis)  # THE all-reduce (05.1): g = (1/N) sum_d g_d
+            grads = jax.lax.pmean(grads, axis)  # THE all-reduce (05.2): g = (1/N) sum_d g_d
         updates, opt_state = optimizer.update(grads, opt_state, flat)  # identical on every device
         return (optax.apply_updates(flat, updates), opt_state), parts
 
@@ -406,7 +406,7 @@ def synced_gradient(
     sync: Sync = "pmean",
     axis: str = "data",
 ) -> Any:
-    """Eq. 05.1 on its own: the data-parallel gradient of ``loss_fn(params, batch)`` (a mean
+    """Eq. 05.2 on its own: the data-parallel gradient of ``loss_fn(params, batch)`` (a mean
     over the batch's leading axis) with ``batch`` split over ``mesh``'s ``axis``.
 
     ``"pmean"`` and ``"vma"`` return the full batch's gradient (what one device computes on

@@ -154,7 +154,7 @@ class RematCost:
     depth: int
     variant: RematVariant
     temp_bytes: int
-    flops: float
+    flops: float  # XLA's cost analysis counts a scan's body once: this is per layer (plus the loss), not per depth
 
 
 def remat_costs(

@@ -245,9 +245,9 @@ check("05_scaling_jax", "ring_allreduce", ring_allreduce)
 # minimise is the **global** mean $L(\theta) = \frac{1}{B}\sum_{b=1}^{B} \ell_b(\theta)$;
 # device $d$ can compute the mean over its own shard, whose gradient is $g_d$. The update
 # needs the gradient of the global mean, which is the mean of the devices' gradients
-# (the lesson's eq. 05.1):
+# (the lesson's eq. 05.2):
 #
-# $$g = \frac{1}{N}\sum_{d=1}^{N} g_d, \qquad g_d = \nabla_\theta \frac{1}{|B_d|}\sum_{i \in B_d} \ell_i(\theta) \tag{05.1}$$
+# $$g = \frac{1}{N}\sum_{d=1}^{N} g_d, \qquad g_d = \nabla_\theta \frac{1}{|B_d|}\sum_{i \in B_d} \ell_i(\theta) \tag{05.2}$$
 #
 # Every device must end with the same $g$, so that the same update keeps the replicated
 # parameters equal. What crosses between devices is therefore the **gradient**, one number
@@ -280,7 +280,7 @@ check("05_scaling_jax", "ring_allreduce", ring_allreduce)
 #
 # <details><summary>Hint 1</summary>
 # The reduction is over the mesh axis named <code>axis_name</code>. Among the collectives in
-# <code>jax.lax</code>, one adds over a named axis and one averages over it: eq. 05.1 asks for which?
+# <code>jax.lax</code>, one adds over a named axis and one averages over it: eq. 05.2 asks for which?
 # </details>
 # <details><summary>Hint 2</summary>
 # Take this shard's gradient with <code>jax.grad</code> first, then reduce that pytree (the

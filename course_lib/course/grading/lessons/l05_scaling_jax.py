@@ -858,7 +858,7 @@ DATA_PARALLEL_GRAD = Exercise(
         "which jax.lax collective averages over a named axis (and which one only adds)?",
         "take this shard's gradient with jax.grad first, then reduce that pytree (not the batch, not the loss); "
         "with check_vma=False jax.grad returns this device's own gradient, so the reduction is yours to write",
-        "grads = jax.grad(loss_fn)(params, batch) is one device's g_d of eq. 05.1; what single call over "
+        "grads = jax.grad(loss_fn)(params, batch) is one device's g_d of eq. 05.2; what single call over "
         "axis_name turns the n g_d into their mean g, without a further division?",
     ),
 )
