@@ -51,8 +51,12 @@
 # each section runs from the devices that exist (`device_plan`): on a machine with 4 or
 # more accelerators the meshes use them; with fewer (one GPU, say) the single-device
 # sections run on the accelerator and the meshes on 4 CPU host devices beside it, at the
-# cpu scale's sizes. It also asks XLA for deterministic GPU kernels: on CPUs a run is
-# bitwise repeatable anyway, on GPUs reductions that use atomics are not unless told.
+# cpu scale's sizes. On GPUs it also asks for two things that CPUs give anyway: float32
+# matrix products in full float32 (by default JAX lets GPUs use TF32, whose 10-bit
+# mantissa would break this lesson's comparisons between devices at 1e-5), and
+# deterministic kernels (reductions that use atomics are not bitwise repeatable
+# otherwise). Both cost speed: the deterministic flag also turns off XLA's autotuning, so
+# the full-scale GPU timings below are conservative.
 
 # %%
 import os
@@ -79,6 +83,7 @@ from course_lib import current_scale, pick, show_source
 from course_lib.runtime.watchdog import watchdog
 from course_lib.scaling.devices import data_mesh
 
+jax.config.update("jax_default_matmul_precision", "highest")  # GPUs: true float32, not TF32 (no-op on CPUs)
 plan = device_plan(4)
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | backend: {jax.default_backend()}")
 print("plan:", plan.describe())
@@ -191,9 +196,9 @@ with jax.set_mesh(explicit_mesh), watchdog(60, "explicit sharding on 4 devices")
     except Exception as err:  # noqa: BLE001  (JAX's ShardingTypeError)
         print(f"x.T @ x -> {type(err).__name__}: {str(err).split('. ')[0]}")
     gram = jax.jit(lambda x: jnp.matmul(x.T, x, out_sharding=P()))(x_exp)
-    print("with out_sharding=P():", jax.typeof(gram), "| equals the unsharded x.T @ x:", bool(jnp.allclose(gram, batch.T @ batch)))
+    print("with out_sharding=P():", jax.typeof(gram), "| equals the unsharded x.T @ x:", np.allclose(np.asarray(gram), np.asarray(batch.T @ batch)))
 assert "all-gather" in hlo_wsc and replicate(x_auto).sharding.spec == P()
-assert bool(jnp.allclose(gram, batch.T @ batch))
+assert np.allclose(np.asarray(gram), np.asarray(batch.T @ batch))
 
 # %% [markdown]
 # ## 2 · Collectives inside `shard_map`
@@ -249,7 +254,7 @@ assert same
 # $t(M) = 2(N-1)\,\alpha + 2\frac{N-1}{N}\frac{M}{\beta}$ (the $\alpha$-$\beta$ model).
 
 # %%
-show_source(ring_allreduce)
+show_source(ring_allreduce)  # its two phases, ring_reduce_scatter and ring_all_gather, are exercise 2
 
 # %% [markdown]
 # We time the ring against the built-in `psum` over message sizes, interleaved, and fit
@@ -285,10 +290,11 @@ ax.legend()
 plt.show()
 
 # %%
-# The claims the table shows, on any load: the ring is exact, and the cost per byte falls
+# The claims the table shows, on any load: the ring gives psum's values (to float rounding:
+# it adds in another order), and the cost per byte falls
 # with the message (latency-bound at the small end, bandwidth-bound at the large end:
 # 1000x the bytes for far less than 1000x the time).
-assert max(r.max_abs_diff for r in measured.rows) < 1e-3
+assert max(r.max_abs_diff for r in measured.rows) < 1e-5  # float rounding: the additions in another order
 small, large = measured.rows[0], measured.rows[-1]
 for name in ("ring_s", "psum_s"):
     assert getattr(large, name) / large.nbytes < 0.2 * getattr(small, name) / small.nbytes, name
@@ -304,8 +310,10 @@ assert np.median([r.ring_over_psum for r in measured.rows]) > 1  # the next cell
 # $2\frac{N-1}{N}M$ bytes per device. So eq. 05.1 describes the ring, not XLA's CPU
 # all-reduce. It is the model for networks: NCCL and gloo run a ring (or a tree, whose
 # bandwidth term is the same and whose latency term grows as $\log N$) over real links,
-# where every byte sent crosses a wire and the ring's $2\frac{N-1}{N}M$ is the least any
-# all-reduce can send per device.
+# where every byte sent crosses a wire and the ring's $2\frac{N-1}{N}M$ is the least an
+# all-reduce among the devices themselves can send per device. Switches that reduce in the
+# network (NVLink SHARP on H100 NVSwitch systems, SHARP on InfiniBand) beat it: each device
+# sends its $M$ bytes once and receives the sum, about half the ring's traffic.
 
 # %% [markdown]
 # ## 3 · Data-parallel PPO: one program, one answer, any device count
@@ -427,19 +435,52 @@ for name, opt in (("adam", optax.adam(1e-3, eps=1e-5)), ("sgd", optax.sgd(1e-3))
 # So test the *equivalence* of 1 and N devices (section 3's first cell), not only that the
 # loss goes down: a loss curve under Adam looks the same with the bug.
 #
+# ### The same gradient without `shard_map`: `jit` and shardings alone
+#
+# `shard_map` writes the per-device program by hand. The other way (MaxText's, and
+# `jax.jit`'s whole design) is to write the *global* program, place the inputs, and let
+# XLA's partitioner split it: the batch sharded over `data`, the parameters replicated,
+# and the mean over the batch inside the loss becomes a per-device partial sum plus an
+# all-reduce that XLA inserts itself. The toy gradient again, this way:
+
+# %%
+auto_dp_mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Auto,), devices=plan.multi)
+placed_params = jax.device_put(toy_params, NamedSharding(auto_dp_mesh, P()))
+placed_batch = jax.device_put(toy_batch, NamedSharding(auto_dp_mesh, P("data")))
+global_grad = jax.jit(jax.grad(mse))
+with watchdog(60, "a data-parallel gradient by jit alone"):
+    auto_g = global_grad(placed_params, placed_batch)["v"]
+auto_hlo = global_grad.lower(placed_params, placed_batch).compile().as_text()
+auto_diff = float(np.abs(np.asarray(auto_g) - np.asarray(one_device)).max())
+print("gradient sharding:", auto_g.sharding.spec, "| all-reduce inserted by XLA:", "all-reduce" in auto_hlo,
+      f"| max |g - one-device g| {'< 1e-5' if auto_diff < 1e-5 else f'= {auto_diff:.1e}'}")
+assert "all-reduce" in auto_hlo and auto_diff < 1e-5 and auto_g.sharding.spec == P()
+
+# %% [markdown]
+# The same gradient, with the all-reduce in the place eq. 05.2 puts it, and no trap to
+# fall into: the global program says "mean over the whole batch", and the partitioner
+# keeps that meaning whatever the layout. The price is control: which collective, where,
+# and how often is the compiler's choice (read it in the HLO, steer it with
+# `with_sharding_constraint`); `shard_map` is what large systems reach for when they need
+# to decide it themselves, as `ppo_dp` does to keep its rendezvous few.
+#
 # ### Throughput against the device count, with its ceiling
 #
-# On CPU host devices every all-reduce is a rendezvous of the devices' threads, whose
-# fixed cost (the fitted $\alpha$ of section 2) dwarfs the transfer of a small gradient,
-# so `ppo_dp` keeps their *count* low: 17 per update here (16 minibatch steps, one for the
-# advantage statistics). `checklist.dp_scaling` times, interleaved, 5 rounds, medians:
+# On CPU host devices every all-reduce is a rendezvous of the devices' threads. Called
+# from Python (section 2's table) one costs a few hundred microseconds, mostly dispatch;
+# inside one compiled program it is tens of microseconds (the checklist of section 10 times
+# a chain of them), still more than moving a 36 KiB gradient, and each is a point where
+# the faster device waits for the slower. So `ppo_dp` keeps their *count* low: 17 per
+# update here (16 minibatch steps, one for the advantage statistics). `checklist.dp_scaling` times, interleaved, 5 rounds, medians:
 #
 # - **N devices** for N = 1, 2, 4: the data-parallel run (the same training, as asserted
 #   above);
 # - **N pieces, no communication**: the 1-device program on $1/N$ of the environments,
 #   dispatched on each of the N devices before waiting for any. Not a correct training run
-#   (the pieces never average their gradients), but exactly the N-device run's work without
-#   its all-reduces: the most the hardware can give it, the **ceiling**.
+#   (the pieces never average their gradients), but the N-device run's work without its
+#   all-reduces: the **ceiling** it is measured against. It is a reference, not a strict
+#   bound: a smaller program can fit the caches better, so on this machine 2 pieces have
+#   sometimes run more than twice as fast as one device.
 #
 # The share of the ideal that synchronising costs is then $1 - \text{speed-up}/\text{ceiling}$:
 # transfers, rendezvous and the faster device waiting for the slower, all together.
@@ -485,15 +526,16 @@ assert all(thr.speedup(n) < 1.15 * thr.ceiling(n) for n in thr.device_counts if 
 # more from 64 envs on, where each rendezvous has more compute between it and the next
 # (BENCHMARKS.md, `bench/bench_dp_scaling.py`, with the load). Another process on the
 # machine takes a core from one device and widens the gap, which is why it moves with the
-# load printed above. The ceiling itself is below N here: this machine has 2 cores, so 4
-# devices share them (oversubscription, not scaling), and one device already uses more
-# than one core for part of its work (XLA's intra-op threads), so even 2 pieces cannot
-# double it; the larger the batch, the more of the second core one device takes for
-# itself. On GPUs each device has its own silicon, the ceiling is N, and the count and
-# placement of collectives is what decides how close a run comes.
+# load printed above. This machine has 2 cores, so 4 devices share them (oversubscription,
+# not scaling), and one device already uses more than one core for part of its work (XLA's
+# intra-op threads): the larger the batch, the more of the second core one device takes
+# for itself and the less a second device adds. On GPUs each device has its own silicon,
+# the ceiling is N, and the count and placement of collectives is what decides how close a
+# run comes.
 #
 # At full scale on an accelerator, the same PPO with 4,096 environments on one device
-# (`plan.main`), the figure BENCHMARKS.md records for a lent GPU:
+# (`plan.main`); no GPU has run this lesson's full scale yet, so BENCHMARKS.md has no
+# figure for it until one does:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -536,7 +578,7 @@ reference = tp.mlp_reference(mlp_params, x)
 with watchdog(120, f"tensor-parallel MLP on 2-D meshes of 4 {plan.multi_platform} devices"):
     for n_data, n_model in ((4, 1), (2, 2), (1, 4)):
         out = jax.block_until_ready(tp.tp_mlp(mlp_params, x, tp.tp_mlp_mesh(n_data, n_model, devices=list(plan.multi))))
-        err = float(jnp.abs(out - reference).max())
+        err = float(np.abs(np.asarray(out) - np.asarray(reference)).max())
         print(f"mesh data={n_data} x model={n_model}: max |y - y_unsharded| {'< 1e-5' if err < 1e-5 else f'= {err:.1e}'}")
         assert err < 1e-5
 
@@ -611,6 +653,7 @@ assert comm["data parallel"].forward_bytes == comm["data parallel"].dx_bytes == 
 # %%
 from course_lib.scaling import fsdp
 
+show_source(fsdp._gathered_layer)
 show_source(fsdp.fsdp_forward)
 show_source(fsdp.fsdp_step)
 
@@ -622,23 +665,43 @@ show_source(fsdp.fsdp_step)
 # program JAX traced and from the one XLA compiled.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (XLA's buffer sizes, the "XLA" rows, move by a few bytes between machines; the claims are checked below)
 with watchdog(120, f"FSDP vs data parallelism on 4 {plan.multi_platform} devices"):
     zero3 = fsdp.fsdp_vs_dp(4, steps=5, devices=list(plan.multi))
+    regather = fsdp.fsdp_vs_dp(4, steps=5, devices=list(plan.multi), regather_in_backward=True)
 print(fsdp.format_fsdp_vs_dp(zero3))
+print("\nwith the weights gathered again in the backward (regather_in_backward=True):")
+print(f"  all-gathers traced by JAX: {regather.fsdp.collectives_traced.get('all-gather', 0)} (kept: "
+      f"{zero3.fsdp.collectives_traced.get('all-gather', 0)}); compiled by XLA: {regather.fsdp.collectives.get('all-gather', 0)}; "
+      f"traffic FSDP / DP by the ring formula {regather.traffic_ratio:.2f}")
+
+# %%
+print("same parameters as data parallelism (<= 1e-6) after training moved them > 1e-2:",
+      zero3.max_abs_param_diff <= 1e-6 and zero3.max_param_moved > 1e-2)
+print(f"parameters + Adam state per device, DP / FSDP: {zero3.resident_ratio:.2f} (N = 4)")
+print(f"bytes sent per step, FSDP / DP: kept {zero3.traffic_ratio:.2f}, gathered again {regather.traffic_ratio:.2f}")
+print("XLA temp memory per device larger for FSDP (the gathered weights):", zero3.fsdp.memory.temp_bytes > zero3.dp.memory.temp_bytes)
 assert zero3.max_abs_param_diff <= 1e-6 and zero3.max_param_moved > 1e-2  # the same training
+assert regather.max_abs_param_diff <= 1e-6
 assert 3.9 < zero3.resident_ratio <= 4.0  # 1/N of the parameters and optimizer state per device
-assert zero3.traffic_ratio == 1.0  # gathered once, kept for the backward: the all-reduce's bytes
+assert abs(zero3.traffic_ratio - 1.0) < 1e-9 and abs(regather.traffic_ratio - 1.5) < 1e-9  # 2 or 3 (N-1)/N M
+assert regather.fsdp.collectives_traced["all-gather"] > zero3.fsdp.collectives_traced["all-gather"]
+assert zero3.fsdp.memory.temp_bytes > zero3.dp.memory.temp_bytes
 
 # %% [markdown]
 # The parameters come out the same as data parallelism's, and each device holds a quarter
 # of the parameters and Adam state (the only replicated value is Adam's 4-byte step
 # count). The price is visible in XLA's plan: the step's *temporary* memory grows, because
-# the gathered full weights live there while the step runs. Here they are gathered once
-# and kept for the backward pass, so the bytes sent equal data parallelism's; gathering
-# them again in the backward (`regather_in_backward=True`, a `jax.checkpoint` around each
-# layer) frees them in between at 1.5x the traffic. (On this CPU backend XLA merges the
-# backward's gathers back into the forward's, so it cannot show that saving; the table
-# prints both the traced and the compiled collective counts for that reason.)
+# the gathered full weights live there while the step runs. In the first variant they
+# are gathered once and kept through the backward pass: sharded at rest (ZeRO-3's
+# storage), but during the step it behaves like PyTorch FSDP's `SHARD_GRAD_OP`
+# (`reshard_after_forward=False`), and the bytes sent equal data parallelism's. FSDP's
+# default (`FULL_SHARD`) and ZeRO-3 free each layer's weights after its forward and gather
+# them again in the backward: JAX traces the extra all-gathers (a `jax.checkpoint` around
+# each layer) and the traffic is 1.5x. On this CPU backend XLA merges the backward's
+# gathers back into the forward's (the compiled count), so the memory saving that
+# re-gathering buys cannot be shown here; on GPUs and TPUs XLA keeps them apart.
 #
 # At scale the stages of ZeRO are the memory budget of a run. The paper's Figure 1 (7.5B
 # parameters, 64 devices, mixed-precision Adam at 2 + 2 + 12 bytes per parameter),
@@ -654,7 +717,8 @@ assert [round(fsdp.zero_memory_per_device(7.5e9, 64, stage, accounting="mixed") 
 # A large job's devices are not all connected alike. Inside a TPU slice (or an NVLink
 # domain of 8 GPUs) chips talk over **ICI** (NVLink): hundreds of GB/s per chip. Between
 # slices (nodes) they talk over the **DCN**, the data-center network (InfiniBand,
-# Ethernet): one to two orders of magnitude less. A mesh for such a job is **hybrid**: its
+# Ethernet): about 9x less per GPU on an H100 system, 60-100x less per chip on TPU v5e/v5p
+# (the table below). A mesh for such a job is **hybrid**: its
 # outer axis crosses slices, its inner axes stay inside one. JAX builds it with
 # `jax.experimental.mesh_utils.create_hybrid_device_mesh(ici_shape, dcn_shape)`, which
 # orders devices by their `slice_index`; CPU host devices have none, so
@@ -685,8 +749,9 @@ assert sums["psum over both"].tolist() == [[22.0, 22.0], [22.0, 22.0]]
 print(topology.format_links())
 
 # %% [markdown]
-# With them, the communication of one training step of a 32-layer transformer-sized MLP
-# stack (d_model 4096, 16k tokens per step, bf16) on 2 nodes x 8 H100s, tensor parallelism
+# With them, the communication of one training step of 32 Megatron MLP blocks (d_model
+# 4096, 16k tokens per step, bf16; a transformer layer's attention block adds two more
+# all-reduces of the same size, doubling the `model` column) on 2 nodes x 8 H100s, tensor parallelism
 # over 8 and data parallelism over 2, with `model` on NVLink and `data` on InfiniBand,
 # and the other way round (ring all-reduces, eq. 05.1; the latencies are assumptions,
 # stated in `topology.ASSUMED_ALPHA_S`):
@@ -783,9 +848,13 @@ except ProcessFailed as err:
 # `jax.distributed.initialize()` finds them itself), e.g.
 #
 # ```
-# host0$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=0 python -m course_lib.scaling.multihost --program dp_ppo --backend default
-# host1$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=1 python -m course_lib.scaling.multihost --program dp_ppo --backend default
+# host0$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=0 python -m course_lib.scaling.multihost --program dp_ppo --backend default --num-envs 4096
+# host1$ COURSE_COORDINATOR_ADDRESS=10.0.0.1:1234 COURSE_NUM_PROCESSES=2 COURSE_PROCESS_ID=1 python -m course_lib.scaling.multihost --program dp_ppo --backend default --num-envs 4096
 # ```
+#
+# (one process per host, each driving all its GPUs; `--num-envs` must split over every
+# device of the job, which the program checks after joining. With one process per GPU,
+# add `COURSE_LOCAL_DEVICE_IDS=<local rank>` so each process claims only its own GPU.)
 #
 # The test suite runs the `dp_ppo` program (this lesson's PPO) in 2 processes and checks
 # it against the single-device run (`tests/test_jax_processes.py`); it is left out here
@@ -840,20 +909,23 @@ ax.legend(title="jax.checkpoint")
 plt.show()
 
 # %%
-print("per_layer keeps < 0.6 of no remat's temp memory at every depth:",
-      all(cost[d, "per_layer"].temp_bytes < 0.6 * cost[d, "none"].temp_bytes for d in DEPTHS))
+print("per_layer needs < 0.7 of no remat's temp memory at every depth, < 0.5 at 16 layers:",
+      all(cost[d, "per_layer"].temp_bytes < 0.7 * cost[d, "none"].temp_bytes for d in DEPTHS)
+      and cost[16, "per_layer"].temp_bytes < 0.5 * cost[16, "none"].temp_bytes)
 print("per_layer costs 1.25-1.4x the FLOPs, dots_saveable < 1.05x:",
       all(1.25 < cost[d, "per_layer"].flops / cost[d, "none"].flops < 1.4 for d in DEPTHS)
       and all(cost[d, "dots_saveable"].flops / cost[d, "none"].flops < 1.05 for d in DEPTHS))
 for d in DEPTHS:
-    assert cost[d, "per_layer"].temp_bytes < 0.6 * cost[d, "none"].temp_bytes  # a third of the residuals kept
+    assert cost[d, "per_layer"].temp_bytes < 0.7 * cost[d, "none"].temp_bytes  # a third of the residuals kept
     assert 1.25 < cost[d, "per_layer"].flops / cost[d, "none"].flops < 1.4  # one more forward: 4/3 the FLOPs
     assert cost[d, "dots_saveable"].flops / cost[d, "none"].flops < 1.05  # recomputes only tanh
+assert cost[16, "per_layer"].temp_bytes < 0.5 * cost[16, "none"].temp_bytes  # the saving grows with depth
 assert cost[16, "none"].temp_bytes > 3 * cost[4, "none"].temp_bytes  # activations grow with depth
 
 # %% [markdown]
-# Per-layer remat keeps about a third of the activations (one saved array per layer
-# instead of three) for a third more FLOPs (one more forward; a training step is about
+# Per-layer remat keeps a third of the activations (one saved array per layer instead of
+# three; the temp buffer also holds the weights' gradients and scratch, so its total falls
+# less, by more the deeper the network) for a third more FLOPs (one more forward; a training step is about
 # three forwards). `dots_saveable` sits between them in memory at almost no extra
 # compute. Whether the FLOPs cost wall time depends on what bounds the step: timed,
 # interleaved, with the gradients compared:
@@ -870,11 +942,11 @@ for r in remat:
 assert all(r.grad_equal for r in remat)
 
 # %% [markdown]
-# The gradients are the same. On this CPU the extra third of FLOPs often does not show in
-# the medians (they move with the load, printed): the step is bound by moving activations
-# through memory as much as by arithmetic, and the remat program moves fewer. On an
-# accelerator bound by its matrix units, expect the step to take up to a third longer;
-# that is the price of the memory.
+# The gradients are the same. The medians are one interleaved measurement and move with
+# the load (printed); on this CPU the remat step has cost less than the third more that
+# its FLOPs suggest, because the step is bound by moving activations through memory as
+# much as by arithmetic, and the remat program moves fewer. On an accelerator bound by its
+# matrix units, expect up to a third longer: the price of the memory.
 #
 # **bf16 mixed precision** keeps float32 *master* weights and does the forward and
 # backward in bfloat16 (8 significand bits, 7 of them stored, and float32's 8-bit
@@ -956,6 +1028,8 @@ assert rows[-1].memory.temp_bytes < 0.5 * rows[0].memory.temp_bytes
 # 65,536 samples at every batch size, 4 seeds per cell (final held-out loss, mean ± std):
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (the losses' last digits can move with the CPU's instruction set; the claims are checked below)
 from course_lib.scaling.lr_rules import lr_scaling_experiment
 
 lr_result = lr_scaling_experiment(batch_sizes=(32, 128, 1024), seeds=(0, 1, 2, 3))
@@ -964,6 +1038,11 @@ mean, std = lr_result.mean_std()
 rules = list(lr_result.rules)
 none, linear = rules.index("none"), rules.index("linear")
 print(f"largest batch {lr_result.batch_sizes[-1]}: unscaled {mean[-1, none]:.3f} vs linear {mean[-1, linear]:.3f}")
+
+# %%
+print(f"at batch {lr_result.batch_sizes[-1]}: unscaled worse than linear by more than 2 std:",
+      bool(mean[-1, none] > mean[-1, linear] + 2 * std[-1, linear]),
+      "| linear < sqrt < unscaled:", bool(mean[-1, linear] < mean[-1, rules.index("sqrt")] < mean[-1, none]))
 assert mean[-1, none] > mean[-1, linear] + 2 * std[-1, linear]
 assert mean[-1, linear] < mean[-1, rules.index("sqrt")] < mean[-1, none]
 
@@ -1007,6 +1086,7 @@ print("trace written to", run_dir.relative_to(output_dir().parent))
 work = {c: ms for c, ms in summary.categories.items() if c not in ("waiting", "profiler")}
 print("share of the work (waiting and the profiler's own time left out):",
       ", ".join(f"{c} {ms / sum(work.values()):.0%}" for c, ms in sorted(work.items(), key=lambda kv: -kv[1])))
+print(f"one call of the 2-device program took {summary.device_span_ms:.0f} ms on the devices")
 
 # %%
 steps = DP_CONFIG.num_updates * DP_CONFIG.grad_steps_per_update
@@ -1014,9 +1094,8 @@ grad_allreduce = [o for o in summary.ops if o.opcode == "all-reduce" and o.count
 adv_stats = [o for o in summary.ops if o.category == "collective" and o.count == 2 * DP_CONFIG.num_updates]
 print(f"an all-reduce ran {2 * steps} times (2 devices x {steps} minibatch steps): the gradient pmean:", bool(grad_allreduce))
 print(f"a collective ran {2 * DP_CONFIG.num_updates} times (2 devices x {DP_CONFIG.num_updates} updates): the advantage statistics:", bool(adv_stats))
-print("of the work, compute takes more thread time than the collectives:", work["compute"] > work["collective"])
-assert summary.n_devices == 2 and grad_allreduce and adv_stats
-assert work["compute"] > work["collective"] > 0
+if plan.multi_platform == "cpu":  # GPU traces name kernels, not HLO ops: read them in Perfetto instead
+    assert summary.n_devices == 2 and grad_allreduce and adv_stats and work["collective"] > 0
 
 # %% [markdown]
 # How to read it: the shares are of *thread* time, summed over every thread XLA and the
@@ -1024,9 +1103,9 @@ assert work["compute"] > work["collective"] > 0
 # (`waiting`) and the profiler's own bookkeeping (`profiler`): leave those out and look at
 # the work. The program's structure is visible in the call counts: one gradient all-reduce
 # per minibatch step on each device, one collective per update for the advantage
-# statistics. Compute (the fused layers and matrix products, spread over many ops) takes
-# most of the work; yet the single op with the most time is often the gradient all-reduce
-# (`psum.*` above), because its time includes the rendezvous where the faster device waits
+# statistics. How the work divides between compute, collectives and host dispatch moves
+# between runs and machines (this trace is one call, printed as it came); what does not
+# move is that a collective's time includes the rendezvous, where the faster device waits
 # for the slower one. That waiting is why the profile's collective time is larger than the
 # pure transfer cost, and why the checklist in section 10 measures the whole cost of
 # keeping the devices in step, not the transfers alone.
@@ -1079,8 +1158,11 @@ assert comm.sync_share == 1 - comm.speedup / comm.ceiling and comm.verdict == ("
 # while the replicated parameters and optimizer state do not (section 5's FSDP shards
 # those). The communication row reads like section 3's throughput table: the share of the
 # ideal lost to keeping the devices in step, from the same kind of interleaved runs, with
-# the gradient all-reduces' own share beside it; its verdict moves with the load, and when
-# the loss exceeds the all-reduces' own time the rest is rendezvous and waiting.
+# the gradient all-reduces' own share beside it; when the loss exceeds the all-reduces' own
+# time the rest is rendezvous and waiting. Compare its speed-up and ceiling with section
+# 3's for 2 devices, measured minutes apart in the same kernel: on a shared 2-core machine
+# they can differ by a tenth of the ideal or more, which is why the row's verdict (20 %)
+# is a verdict on this run, on this load, and why benchmarks repeat and report the load.
 
 # %% [markdown]
 # ## Equation -> function
@@ -1106,7 +1188,7 @@ assert comm.sync_share == 1 - comm.speedup / comm.ceiling and comm.verdict == ("
 # | α (us/step), β (GB/s) | per-message latency and bandwidth of the fitted α-β model |
 # | forward / backward dx / grad sync MB | bytes each device sends per training step in a layout (ring collectives) |
 # | resident bytes | parameter and optimizer-state bytes held on one device (`addressable_shards`) |
-# | GFLOP | XLA's cost analysis of a compiled program (`cost_analysis()["flops"]`) |
+# | FLOPs / none | XLA's cost analysis of a compiled gradient (`cost_analysis()["flops"]`) over no remat's |
 # | lost to sync | $1 - $ speed-up / ceiling: the share of the ideal lost to keeping devices in step |
 # | temp / peak bytes | XLA's compiled-memory analysis: scratch buffers / arguments + outputs + scratch |
 # | compute / collective / waiting | thread-ms in compute ops / collectives (incl. rendezvous) / idle in a profile |
@@ -1156,8 +1238,9 @@ assert comm.sync_share == 1 - comm.speedup / comm.ceiling and comm.verdict == ("
 #   `tests/test_lesson05_one_device.py`).
 # * **Only a CPU**: as at the cpu scale.
 #
-# Absolute figures from a lent GPU, with date and device, are in BENCHMARKS.md; the 2-core
-# CPU benchmarks (`python bench/run.py dp_scaling collectives`) are there too.
+# No GPU has run this lesson's full scale yet; when one does, its absolute figures go into
+# BENCHMARKS.md with the date and device. The 2-core CPU benchmarks
+# (`python bench/run.py dp_scaling collectives`) are there.
 #
 # ## References
 #
@@ -1170,6 +1253,10 @@ assert comm.sync_share == 1 - comm.speedup / comm.ceiling and comm.verdict == ("
 # * P. Goyal et al. (2017). *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour.*
 #   arXiv:1706.02677. (Linear learning-rate scaling.) A. Krizhevsky (2014). *One weird
 #   trick for parallelizing convolutional neural networks.* arXiv:1404.5997. (Square root.)
+#   E. Hoffer, I. Hubara, D. Soudry (2017). *Train longer, generalize better.* NeurIPS.
+#   S. McCandlish et al. (2018). *An Empirical Model of Large-Batch Training.*
+#   arXiv:1812.06162. (The critical batch size.) S. Malladi et al. (2022). *On the SDEs and
+#   Scaling Rules for Adaptive Gradient Algorithms.* NeurIPS. (Square-root scaling for Adam.)
 # * T. Chen, B. Xu, C. Zhang, C. Guestrin (2016). *Training Deep Nets with Sublinear
 #   Memory Cost.* arXiv:1604.06174. (Rematerialisation.)
 # * P. Micikevicius et al. (2018). *Mixed Precision Training.* ICLR.

@@ -49,7 +49,12 @@ one machine).
   host's GPUs) or *one process per GPU* (the usual SLURM/``torchrun``-style layout). Each
   process's ``jax.local_devices()`` are its accelerators, the mesh spans
   ``jax.devices()``, and ``make_array_from_process_local_data`` takes each process's
-  rows for *all* its local devices; the programs here need no change.
+  rows for *all* its local devices. With one process per GPU and the ``COURSE_*``
+  variables, set ``COURSE_LOCAL_DEVICE_IDS`` (e.g. ``0``, the local rank) so each process
+  claims only its GPU (``jax.distributed.initialize(local_device_ids=...)``); SLURM's
+  auto-detection does this itself. ``dp_ppo``'s ``--num-envs`` must split over every
+  device of every process (e.g. ``--num-envs 4096`` on 2 x 8 GPUs): the program checks it
+  after joining and names the fix.
 - *The coordinator* is process 0's host: ``COURSE_COORDINATOR_ADDRESS=host0:PORT`` on every
   host (a reachable address, not ``127.0.0.1``; the port open between hosts), with
   ``COURSE_NUM_PROCESSES`` and each host's ``COURSE_PROCESS_ID``; start the same command on
@@ -303,6 +308,11 @@ def program_dp_ppo(mesh: Mesh, options: WorkerOptions) -> dict[str, Any]:
     from course_lib.scaling import ppo_dp
 
     config = ppo_config(options)
+    if config.num_envs % jax.device_count():
+        raise ValueError(
+            f"dp_ppo: --num-envs {config.num_envs} does not split over the job's {jax.device_count()} devices "
+            f"({jax.process_count()} processes x {jax.local_device_count()}): pass a multiple of {jax.device_count()}"
+        )
     key, k_init, k_envs = ppo_keys(options.seed)
     per = config.num_envs // jax.process_count()
     mine = jnp.arange(jax.process_index() * per, (jax.process_index() + 1) * per)
@@ -399,6 +409,10 @@ def _inject_fault(options: WorkerOptions) -> None:
     threading.Event().wait()  # hang: the others wait in their next collective
 
 
+#: Comma-separated local device ids this process drives (one process per GPU: its local rank).
+LOCAL_DEVICE_IDS_ENV = "COURSE_LOCAL_DEVICE_IDS"
+
+
 def join_cluster(info: Any, timeout_s: int) -> Mesh:
     """Join the job (``jax.distributed.initialize``) and return one ``data`` mesh over every process's devices.
 
@@ -407,14 +421,17 @@ def join_cluster(info: Any, timeout_s: int) -> Mesh:
     Open MPI). Every process must call this before its first computation; afterwards
     ``jax.devices()`` lists all processes' devices and ``jax.local_devices()`` this one's.
     """
+    ids = os.environ.get(LOCAL_DEVICE_IDS_ENV, "").strip()  # one process per GPU: which ones are mine
+    local_ids = [int(i) for i in ids.split(",")] if ids else None
     if info is None:
-        jax.distributed.initialize(initialization_timeout=timeout_s)
+        jax.distributed.initialize(initialization_timeout=timeout_s, local_device_ids=local_ids)
     else:
         local = info.coordinator_address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
         jax.distributed.initialize(
             coordinator_address=info.coordinator_address,  # process 0's host:port, the same for everyone
             num_processes=info.num_processes,
             process_id=info.process_id,
+            local_device_ids=local_ids,
             initialization_timeout=timeout_s,
             coordinator_bind_address=info.coordinator_address if local else None,
         )

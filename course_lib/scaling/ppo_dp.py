@@ -31,8 +31,9 @@ has to make too:
    or summed (``psum``) over devices.
 
 **Few collectives.** On CPU host devices every all-reduce is a rendezvous of all devices
-(about 0.1 ms: ``bench/bench_collectives.py``), so the count matters more than the
-bytes. The gradient is one flat vector (one all-reduce per minibatch step), the
+(tens of microseconds inside a compiled program, a few hundred called from Python:
+``bench/bench_collectives.py``), and each is a point where the faster device waits for the
+slower, so the count matters more than the bytes. The gradient is one flat vector (one all-reduce per minibatch step), the
 advantage statistics of *every* minibatch of the update are combined by one collective
 before the learning epochs (:func:`minibatch_adv_stats`), not two per minibatch step, and
 the metrics are reduced by one ``psum`` after the last update (:func:`global_metrics`).
