@@ -134,16 +134,6 @@ PUBLISHED_LINKS: dict[str, Link] = {
         2023,
         "50 Gb/s = 6.25 GB/s per chip each way",
     ),
-    "tpu_v4_pod_allreduce": Link(
-        "TPU v4 (per chip share of the pod's all-reduce bandwidth)",
-        "ici",
-        1.1e15 / 4096,
-        2 * 1.1e15 / 4096,
-        "Google Cloud TPU v4 documentation: all-reduce bandwidth per Pod 1.1 PB/s, 4096 chips, 3D mesh/torus",
-        2021,
-        "derived: 1.1 PB/s / 4096 chips = 269 GB/s; the page gives no per-chip ICI or DCN link figure",
-        derived=True,
-    ),
 }
 
 #: Per-step latency ``alpha`` of a ring step, **assumed** (not from the sources above): a few
