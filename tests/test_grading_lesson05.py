@@ -47,6 +47,9 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "data_parallel_grad-no_reduction",
         "data_parallel_grad-averaged_twice",
         "data_parallel_grad-moves_the_batch",
+        "data_parallel_grad-moves_tainted_batch",
+        "ring_allreduce-imports_library_ring",
+        "accumulate_grads-imports_library_accumulation",
         "accumulate_grads-summed_not_averaged",
         "accumulate_grads-last_micro_batch_dropped",
         "accumulate_grads-interleaved",
@@ -56,6 +59,45 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "remat_segments-no_divisibility_check",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
+
+
+def _notebook_hints() -> list[list[str]]:
+    """Each exercise's hints as exercises/src/05_scaling_jax.py writes them, as plain text:
+    <code> dropped, prose joined on one line, a <pre> block kept line by line."""
+    import html
+    import re
+
+    text = (ROOT / "exercises" / "src" / f"{LESSON}.py").read_text()
+    hints = []
+    for block in re.findall(r"# <details><summary>Hint \d</summary>\n(.*?)# </details>", text, re.S):
+        parts, lines = [], []
+        for line in (raw[2:] if raw.startswith("# ") else raw.lstrip("#") for raw in block.splitlines()):
+            if line.strip() in ("<pre>", "</pre>"):
+                parts.append(" ".join(" ".join(lines).split()) if line.strip() == "<pre>" else "\n".join(lines))
+                lines = []
+            else:
+                lines.append(line)
+        parts.append(" ".join(" ".join(lines).split()))
+        hints.append(html.unescape(re.sub(r"</?code>", "", "\n".join(p for p in parts if p))))
+    return [hints[i : i + 3] for i in range(0, len(hints), 3)]
+
+
+def test_the_graders_hints_are_the_notebooks():
+    assert [list(e.hints) for e in l05.EXERCISES] == _notebook_hints()
+
+
+def test_hints_lead_rather_than_give_the_solution():
+    """The ring's and accumulation's last hints are skeletons with blanks, and exercise 1's
+    statement describes the layouts in words: none of them holds the solution's key lines."""
+    ring, accumulate = l05.RING_ALLREDUCE.hints, l05.ACCUMULATE_GRADS.hints
+    assert "___" in ring[2] and "___" in accumulate[2]
+    for line in ("(i - s) % n", "(i - s - 1) % n", "(i + 1 - s) % n", ".add(recv)", ".set(recv)"):
+        assert all(line not in h for h in ring), line
+    assert all("jax.grad(loss_fn)" not in h and "jnp.add" not in h for h in accumulate)
+    text = (ROOT / "exercises" / "src" / f"{LESSON}.py").read_text()
+    statement = text[text.index("## Exercise 1") : text.index("def partition_specs")]
+    for spec in ('P(None, "model")', 'P("model", None)', 'P("model")', 'P("data", None)', "P()"):
+        assert spec not in statement, spec
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,11 +229,11 @@ def test_dependency_walk_labels_gathered_batch_and_reduced_gradients():
         return jax.lax.pmean(jax.grad(l05.mlp_loss)(p, b), "data")
 
     # x [4, 3] and y [4, 2] per device are gathered: computed from the batch alone
-    assert _dp_operands(gathered) == [("all_gather", 12, {"batch"}), ("all_gather", 8, {"batch"})]
+    assert _dp_operands(gathered) == [("all_gather", (4, 3), {"batch"}), ("all_gather", (4, 2), {"batch"})]
     # the gradient depends on both; pmean is a psum per leaf (w1 24, b1 8, w2 16, b2 2 numbers)
     ops = _dp_operands(reduced)
-    assert sorted(size for _, size, _ in ops) == [2, 8, 16, 24]
-    assert all(name.startswith("psum") and dep == {"params", "batch"} for name, _, dep in ops)
+    assert sorted(op.size for op in ops) == [2, 8, 16, 24]
+    assert all(op.primitive.startswith("psum") and op.deps == {"params", "batch"} for op in ops)
 
 
 def test_dependency_walk_sees_through_jit_and_loops():
@@ -206,9 +248,9 @@ def test_dependency_walk_sees_through_jit_and_loops():
         acc, _ = jax.lax.scan(step, jnp.zeros_like(b["x"]), None, length=2)
         return jax.tree.map(lambda w: w + acc.sum(), p)
 
-    assert [(n, d) for n, _, d in _dp_operands(gathered_in_jit)] == [("all_gather", {"batch"})] * 2
+    assert [(op.primitive, op.deps) for op in _dp_operands(gathered_in_jit)] == [("all_gather", {"batch"})] * 2
     (op,) = _dp_operands(scanned)
-    assert op[0] == "psum" and "batch" in op[2]
+    assert op.primitive == "psum" and "batch" in op.deps
 
 
 def test_the_batch_gathered_inside_jit_is_caught():
@@ -219,6 +261,166 @@ def test_the_batch_gathered_inside_jit_is_caught():
     outcome = run_exercise(l05.DATA_PARALLEL_GRAD, gathered_in_jit)
     assert [r.status for r in outcome.results] == ["pass", "pass", "pass", "fail"]  # right numbers, wrong traffic
     assert "it moves the data, not the gradients: all_gather" in outcome.message, outcome.message
+
+
+def test_gradient_shapes_are_a_leaf_or_a_flat_vector_of_one_leaf_or_of_all():
+    params, _ = l05.mlp_data(0)  # w1 (3, 8), b1 (8,), w2 (8, 2), b2 (2,): 50 numbers
+    for shape in [(3, 8), (8,), (8, 2), (2,), (24,), (16,), (50,)]:
+        assert l05.gradient_shaped(shape, params), shape
+    for shape in [(8, 3), (4, 3), (4, 2), (12,), (1, 50), (2, 8, 2)]:
+        assert not l05.gradient_shaped(shape, params), shape
+
+
+def test_a_batch_tainted_with_the_parameters_is_still_moved_data():
+    """The reviewer's defeat of a dependency-only rule: the gathered batch depends on the
+    parameters too, but it is shaped like the batch, so it is data crossing devices."""
+
+    def tainted(p, b):
+        z = 0 * jax.tree.leaves(p)[0].sum()
+        full = jax.tree.map(lambda x: jax.lax.all_gather(x + z, "data", tiled=True), b)
+        return jax.lax.pmean(jax.grad(l05.mlp_loss)(p, full), "data")
+
+    params, _ = l05.mlp_data(0)
+    ops = _dp_operands(tainted)
+    assert {op.deps for op in ops if op.primitive == "all_gather"} == {frozenset({"params", "batch"})}
+    not_gradient, copied = l05.moved_operands(ops, params)
+    assert [(op.primitive, op.shape) for op in not_gradient] == [("all_gather", (4, 3)), ("all_gather", (4, 2))]
+    assert copied == []
+
+
+def test_a_flattened_pmean_passes_and_a_gathered_gradient_is_named():
+    from jax.flatten_util import ravel_pytree
+
+    def flat_pmean(loss_fn, params, batch, axis_name):
+        flat, unravel = ravel_pytree(jax.grad(loss_fn)(params, batch))
+        return unravel(jax.lax.pmean(flat, axis_name))
+
+    def gathered_gradient(loss_fn, params, batch, axis_name):
+        grads = jax.grad(loss_fn)(params, batch)
+        return jax.tree.map(lambda g: jax.lax.all_gather(g, axis_name).mean(0), grads)
+
+    outcome = run_exercise(l05.DATA_PARALLEL_GRAD, flat_pmean)
+    assert outcome.passed, outcome.message
+    outcome = run_exercise(l05.DATA_PARALLEL_GRAD, gathered_gradient)
+    assert [r.status for r in outcome.results] == ["pass", "pass", "pass", "fail"]
+    assert "it copies the gradient between devices with all_gather" in outcome.message, outcome.message
+
+
+# ---------------------------------------------------------------------------------------
+# The guard: course_lib's own implementation is not an answer
+# ---------------------------------------------------------------------------------------
+
+_LIBRARY_FORMS = """
+import functools
+import jax
+import course_lib
+from course_lib.scaling import collectives
+from course_lib.scaling.collectives import ring_allreduce as library_ring
+
+
+def wrapper(x, axis_name, axis_size):
+    return library_ring(x, axis_name, axis_size)
+
+
+def module_attribute(x, axis_name, axis_size):
+    return collectives.ring_allreduce(x, axis_name, axis_size)
+
+
+def full_path(x, axis_name, axis_size):
+    return course_lib.scaling.collectives.ring_allreduce(x, axis_name, axis_size)
+
+
+def local_import(x, axis_name, axis_size):
+    from course_lib.scaling.collectives import ring_allreduce
+
+    return ring_allreduce(x, axis_name, axis_size)
+
+
+def _helper(x, axis_name, axis_size):
+    return [library_ring(x, axis_name, axis_size) for _ in range(1)][0]
+
+
+def through_a_helper(x, axis_name, axis_size):
+    return _helper(x, axis_name, axis_size)
+
+
+def default_argument(x, axis_name, axis_size, impl=library_ring):
+    return impl(x, axis_name, axis_size)
+
+
+def _make():
+    impl = library_ring
+
+    def closure(x, axis_name, axis_size):
+        return impl(x, axis_name, axis_size)
+
+    return closure
+
+
+closure = _make()
+partial = functools.partial(library_ring)
+jitted = jax.jit(library_ring, static_argnums=(1, 2))
+
+
+def by_string(x, axis_name, axis_size):
+    import importlib
+
+    return importlib.import_module("course_lib.scaling.collectives").ring_allreduce(x, axis_name, axis_size)
+
+
+def own(x, axis_name, axis_size):
+    i = jax.lax.axis_index(axis_name)
+    return jax.lax.ppermute(x, axis_name, [(j, (j + 1) % axis_size) for j in range(axis_size)]) + 0 * i
+"""
+_FORMS = (
+    "wrapper",
+    "module_attribute",
+    "full_path",
+    "local_import",
+    "through_a_helper",
+    "default_argument",
+    "closure",
+    "partial",
+    "jitted",
+    "by_string",
+)
+
+
+@pytest.mark.parametrize("form", _FORMS)
+def test_the_guard_finds_the_library_ring_however_it_is_reached(form):
+    from course_lib.course.grading.helpers import library_references
+
+    namespace: dict = {}
+    exec(compile(_LIBRARY_FORMS, "<learner>", "exec"), namespace)
+    assert library_references(namespace[form], l05.LIBRARY) == ["course_lib.scaling.collectives.ring_allreduce"]
+    outcome = run_exercise(l05.RING_ALLREDUCE, namespace[form])
+    assert [r.status for r in outcome.results] == ["fail"] * 4
+    assert outcome.message.endswith(
+        "ring_allreduce uses course_lib.scaling.collectives.ring_allreduce, the library's own implementation: write "
+        "ring_allreduce yourself, from jax.lax.ppermute, jax.lax.axis_index and indexing; the checks grade your code, "
+        "not course_lib's"
+    ), outcome.message
+
+
+def test_the_guard_passes_the_learners_own_code_and_every_solution():
+    from course_lib.course.grading.helpers import library_references
+
+    namespace: dict = {}
+    exec(compile(_LIBRARY_FORMS, "<learner>", "exec"), namespace)
+    assert library_references(namespace["own"], l05.LIBRARY) == []
+    for name in NAMES:  # the solutions' namespace imports course_lib.scaling (devices, remat): unused, so not named
+        assert library_references(solution_function(LESSON, name), l05.LIBRARY) == [], name
+
+
+@pytest.mark.parametrize("name", ["ppo_dp.synced_gradient", "remat.mlp_forward", "tensor_parallel.shard_mlp_params"])
+def test_the_guard_names_any_course_lib_scaling_function(name):
+    import importlib
+
+    from course_lib.course.grading.helpers import library_references
+
+    module, attr = name.split(".")
+    library_fn = getattr(importlib.import_module(f"course_lib.scaling.{module}"), attr)
+    assert library_references(lambda *a: library_fn(*a), l05.LIBRARY) == [f"course_lib.scaling.{name}"]
 
 
 def _layer(h, p):

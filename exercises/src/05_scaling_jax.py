@@ -30,6 +30,9 @@
 # **run it first, before anything else touches JAX** (if JAX already started, restart the
 # kernel). Every multi-device call below runs under a watchdog and blocks on its result:
 # on this CPU a hung collective ends the kernel with a clear message instead of hanging.
+# Every check also reads your function first: one that is, wraps or calls the lesson
+# library's own implementation (anything from `course_lib.scaling`) is refused; write each
+# from the building blocks its exercise names.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
@@ -66,16 +69,19 @@ print("devices:", jax.devices())
 # `b1` `[H]`, `w2` `[H, A]`, `b2` `[A]`, and return the spec of each array as a dict
 # `{"obs": ..., "w1": ..., "b1": ..., "w2": ..., "b2": ...}`:
 #
-# * on a mesh with axes `("data",)`, **data parallelism**: the batch axis of `obs` is split
-#   over `"data"` (each device gets `B / n` rows, every feature), and every parameter is
-#   **replicated** (`P()`: each device holds all of it);
-# * on a mesh with axes `("data", "model")`, **data x tensor parallelism**: `obs` as before;
-#   `w1` is **column-parallel**, its output columns split over `"model"`
-#   (`P(None, "model")`: device `j` computes hidden units `j H / m ... (j + 1) H / m - 1`),
-#   so `b1` is split the same way; `w2` is **row-parallel**, its input rows split over
-#   `"model"` (`P("model", None)`: device `j` multiplies the hidden units it holds, and a
-#   sum over `"model"` adds the partial outputs); `b2` is added after that sum, so it is
-#   replicated. No parameter is split over `"data"`.
+# * on a mesh with axes `("data",)`, **data parallelism**: the batch dimension of `obs` (its
+#   first) is split over `"data"`, so each device gets `B / n` rows with every feature, and
+#   every parameter is **replicated**: each device holds all of it;
+# * on a mesh with axes `("data", "model")`, **data x tensor parallelism**: `obs` as before.
+#   `w1` is **column-parallel**: the dimension that indexes the hidden units (its output
+#   columns) is split over `"model"`, so device `j` of `m` computes only hidden units
+#   `j H / m ... (j + 1) H / m - 1`; `b1` is added to those same hidden units, so it is split
+#   the same way. `w2` is **row-parallel**: the dimension that indexes the hidden units (for
+#   `w2` its input rows) is split over `"model"`, so device `j` multiplies only the hidden
+#   units it already holds, and a sum over `"model"` adds the partial outputs. `b2` is added
+#   once, after that sum, so it is replicated. The input features of `w1` and the outputs of
+#   `w2` are never split, and no parameter is split over `"data"` (data parallelism keeps a
+#   whole copy of the model on each row of devices).
 #
 # Column- then row-parallel needs no communication between the two layers (each device
 # keeps its own hidden units) and one all-reduce at the end: Megatron-LM's layout
@@ -84,8 +90,8 @@ print("devices:", jax.devices())
 # **How it is graded:** on 1-D meshes of 2 and 4 devices and 2-D meshes of 2 x 2 and 1 x 4,
 # each spec is used to `jax.device_put` an array of the right shape, and every device's
 # shard (`array.addressable_shards`) must hold exactly the rows and columns the layout
-# gives it; then the specs themselves must equal the expected ones (`P("data")` and
-# `P("data", None)` count as the same). A replicated batch, parameters split over `"data"`,
+# gives it; then the specs themselves must equal the expected ones (an unsplit axis at the
+# end may be written as `None` or left out). A replicated batch, parameters split over `"data"`,
 # `w1` and `w2` swapped, or a replicated `b1` are named in the message.
 #
 # <details><summary>Hint 1</summary>
@@ -93,8 +99,9 @@ print("devices:", jax.devices())
 # <code>"model" in mesh.axis_names</code> (a Python <code>if</code> on a static value is fine).
 # </details>
 # <details><summary>Hint 2</summary>
-# A spec has one entry per array axis, from the first: <code>obs</code> <code>[B, D]</code> split on
-# its batch axis is <code>P("data", None)</code>; a replicated array is <code>P()</code>.
+# A spec has one entry per array axis, from the first: the mesh axis that splits that array
+# axis, or <code>None</code> where it stays whole; entries left off at the end count as
+# <code>None</code>, so a spec with no entries is an array held whole on every device.
 # </details>
 # <details><summary>Hint 3</summary>
 # On the 2-D mesh, ask of each weight: which of its two axes indexes the hidden units? That
@@ -178,16 +185,36 @@ check("05_scaling_jax", "partition_specs", partition_specs)
 # collective are named in the message.
 #
 # <details><summary>Hint 1</summary>
-# <code>i = jax.lax.axis_index(axis_name)</code>; <code>chunks = x.reshape(axis_size, -1)</code>;
-# the ring's permutation is <code>[(j, (j + 1) % axis_size) for j in range(axis_size)]</code>.
+# Two phases of <code>n - 1</code> steps each (<code>n = axis_size</code>), every step one
+# <code>ppermute</code> in which each device sends one chunk to its right-hand neighbour
+# (<code>j</code> to <code>(j + 1) mod n</code>): first a reduce-scatter, after which each device
+# holds the complete sum of one chunk, then an all-gather, which passes the complete chunks
+# on round the ring until every device holds all <code>n</code> of them.
 # </details>
 # <details><summary>Hint 2</summary>
-# Reduce-scatter step <code>s</code>: <code>recv = jax.lax.ppermute(chunks[(i - s) % n], axis_name, right)</code>,
-# then <code>chunks = chunks.at[(i - s - 1) % n].add(recv)</code>.
+# With <code>chunks = x.reshape(n, -1)</code> and <code>i = jax.lax.axis_index(axis_name)</code>: at
+# reduce-scatter step <code>s</code>, which chunk index does device <code>i</code> send, and which of
+# its own chunks does the one arriving from device <code>i - 1</code> belong to (what did device
+# <code>i - 1</code> send at that step)? Ask the same two questions of all-gather step <code>s</code>,
+# knowing that device <code>i</code> starts it holding chunk <code>(i + 1) mod n</code> complete.
+# <code>i</code> is traced: index with it, modulo <code>n</code>, never branch on it.
 # </details>
 # <details><summary>Hint 3</summary>
-# All-gather step <code>s</code>: send <code>chunks[(i + 1 - s) % n]</code>, then
-# <code>chunks = chunks.at[(i - s) % n].set(recv)</code>; finally <code>return chunks.reshape(x.shape)</code>.
+# A skeleton: fill in the blanks (chunk indices in <code>i</code>, <code>s</code> and <code>n</code>; one
+# phase adds what it receives, the other replaces).
+# <pre>
+# n = axis_size
+# i = jax.lax.axis_index(axis_name)
+# chunks = x.reshape(n, -1)
+# right = ___  # (source, destination) pairs: every device to its right-hand neighbour
+# for s in range(n - 1):  # reduce-scatter
+#     recv = jax.lax.ppermute(chunks[___], axis_name, right)
+#     chunks = chunks.at[___].___(recv)
+# for s in range(n - 1):  # all-gather
+#     recv = jax.lax.ppermute(chunks[___], axis_name, right)
+#     chunks = chunks.at[___].___(recv)
+# return chunks.reshape(x.shape)
+# </pre>
 # </details>
 
 
@@ -272,11 +299,14 @@ check("05_scaling_jax", "ring_allreduce", ring_allreduce)
 # **How it is graded:** against `jax.grad` of the loss over the **whole** batch on one
 # device, for an MLP on 2 devices, for a softmax classifier with tuple parameters on 4
 # devices, and for three SGD steps on an axis not named `"data"`; each device's result is
-# collected, and all must agree. Then the program is inspected (`jax.make_jaxpr`): no
-# collective may act on values computed from the batch alone (moving the data), and every
-# number of the gradient must pass through an all-reduce. Adding instead of averaging
-# (`N` times too large), no reduction (each device keeps its own shard's gradient),
-# averaging twice (`N` times too small) and gathering the batch are named in the message.
+# collected, and all must agree. Then the program is inspected (`jax.make_jaxpr`): only
+# gradient-shaped values may cross devices (each collective's operand shaped like a
+# parameter, or a flat vector of one parameter's size or of all of them), only through a
+# reduction (no `all_gather`, `all_to_all` or `ppermute` of anything computed from the
+# batch), and every number of the gradient must pass through an all-reduce. Adding instead
+# of averaging (`N` times too large), no reduction (each device keeps its own shard's
+# gradient), averaging twice (`N` times too small) and gathering the batch are named in the
+# message.
 #
 # <details><summary>Hint 1</summary>
 # The reduction is over the mesh axis named <code>axis_name</code>. Among the collectives in
@@ -382,8 +412,15 @@ check("05_scaling_jax", "data_parallel_grad", data_parallel_grad)
 # hands <code>step(total, mb)</code> one micro-batch at a time.
 # </details>
 # <details><summary>Hint 3</summary>
-# In <code>step</code>: <code>g = jax.grad(loss_fn)(params, mb)</code>;
-# <code>return jax.tree.map(jnp.add, total, g), None</code>; at the end divide every leaf by <code>n_micro</code>.
+# A partial sketch: the blanks are yours, and the size check comes first (raise
+# <code>ValueError</code> before reshaping).
+# <pre>
+# def step(total, mb):
+#     grads = ___  # this micro-batch's gradient
+#     return ___, None  # the running sum, leaf by leaf
+# total, _ = jax.lax.scan(step, zeros, micro)
+# return ___  # the mean of the micro-batches' gradients, leaf by leaf
+# </pre>
 # </details>
 
 

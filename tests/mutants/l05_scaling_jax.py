@@ -108,6 +108,14 @@ MUTANTS: list[Mutant] = [
         "        chunks = chunks.at[(i - s) % n].set(recv)\n",
         "on a ring every device sends to its neighbour",
     ),
+    Mutant(
+        RA,
+        "imports_library_ring",
+        "def ring_allreduce(x, axis_name, axis_size):\n",
+        "from course_lib.scaling.collectives import ring_allreduce\n\n\ndef my_ring_allreduce(x, axis_name, axis_size):\n",
+        "ring_allreduce uses course_lib.scaling.collectives.ring_allreduce, the library's own implementation: "
+        "write ring_allreduce yourself",
+    ),
     Mutant(RA, "hardcoded_axis", "i = jax.lax.axis_index(axis_name)", 'i = jax.lax.axis_index("data")', "raised"),
     # data_parallel_grad
     Mutant(DP, "psum_not_pmean", PMEAN, "return jax.lax.psum(grads, axis_name)", "2 times too large: psum"),
@@ -139,7 +147,26 @@ MUTANTS: list[Mutant] = [
         "    return jax.grad(loss_fn)(params, jax.tree.map(place, batch))",
         "it moves the data, not the gradients: psum on the batch itself",
     ),
+    Mutant(
+        DP,
+        "moves_tainted_batch",
+        DP_SOLUTION,
+        "    z = 0 * jax.tree.leaves(params)[0].sum()  # the batch now depends on the parameters too\n"
+        "    taint = lambda b: (b + z).astype(b.dtype)\n"
+        "    full = jax.tree.map(lambda b: jax.lax.all_gather(taint(b), axis_name, tiled=True), batch)\n"
+        "    return jax.lax.pmean(jax.grad(loss_fn)(params, full), axis_name)",
+        "it moves the data, not the gradients: all_gather on the batch itself",
+    ),
     # accumulate_grads
+    Mutant(
+        AG,
+        "imports_library_accumulation",
+        "def accumulate_grads(loss_fn, params, batch, n_micro):\n",
+        "from course_lib.scaling.accumulation import accumulated_grad as accumulate_grads\n\n\n"
+        "def my_accumulate_grads(loss_fn, params, batch, n_micro):\n",
+        "accumulate_grads uses course_lib.scaling.accumulation.accumulated_grad, the library's own implementation: "
+        "write accumulate_grads yourself",
+    ),
     Mutant(
         AG,
         "summed_not_averaged",

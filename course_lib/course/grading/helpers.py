@@ -129,3 +129,213 @@ def torch_seeded(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
+
+
+# ---------------------------------------------------------------------------------------
+# The learner's function must be the learner's: no course_lib implementation behind it
+# ---------------------------------------------------------------------------------------
+
+
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _library_name(obj: Any, packages: tuple[str, ...]) -> str | None:
+    """``obj``'s dotted name when it is a module under ``packages`` or a function, class or
+    callable object defined there (a callable instance reads its class's module); else None."""
+    import types
+
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__ if _under(obj.__name__, packages) else None
+    try:
+        module = getattr(obj, "__module__", None)
+    except Exception:
+        return None
+    if not (isinstance(module, str) and callable(obj) and _under(module, packages)):
+        return None
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    return f"{module}.{name}"
+
+
+def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
+    """The implementations from ``packages`` (dotted module prefixes, e.g.
+    ``("course_lib.scaling",)``) that the learner's ``fn`` is, wraps or names, in the order
+    found; empty when it is the learner's own code.
+
+    A static walk, so nothing is run: ``fn`` itself (its ``__module__``); what it wraps
+    (``functools.partial``'s function and arguments, ``__wrapped__`` as ``functools.wraps``,
+    ``jax.jit`` and ``jax.checkpoint`` set it, a bound method's function); its closure cells
+    and default arguments; and its code and every code object nested in it (inner
+    functions, lambdas, comprehensions): each global name resolved in ``fn.__globals__``,
+    each ``import`` statement and each string constant naming a module under ``packages``.
+    A module under ``packages`` is reported by the attributes the code reads from it
+    (``collectives.ring_allreduce``), a parent package (``import course_lib``) when the code
+    reads the rest of the path. Functions defined in the learner's namespace (the same
+    globals) are walked in turn; anything else (jax, numpy, optax, the grader's helpers
+    passed as arguments) is only looked up, never walked.
+    """
+    import dis
+    import functools
+    import sys
+    import types
+
+    found: list[str] = []
+    seen: set[int] = set()
+    namespaces: set[int] = set()
+
+    def note(name: str) -> None:
+        if name not in found:
+            found.append(name)
+
+    def note_module(module: types.ModuleType, names: set[str], depth: int = 0) -> None:
+        """The module, or the library functions (and submodules) the code reads from it."""
+        specific = False
+        for attr in sorted(names):
+            value = getattr(module, attr, None)
+            name = _library_name(value, packages)
+            if name is None:
+                continue
+            specific = True
+            if isinstance(value, types.ModuleType) and depth < 4:
+                note_module(value, names - {attr}, depth + 1)
+            else:
+                note(name)
+        if not specific:
+            note(module.__name__)
+
+    def parent_of_library(module: types.ModuleType, names: set[str]) -> None:
+        """``import course_lib`` then ``course_lib.scaling.collectives...``: the rest of a
+        package's path read as attributes."""
+        for package in packages:
+            if package.startswith(module.__name__ + "."):
+                rest = package[len(module.__name__) + 1 :].split(".")
+                target = sys.modules.get(package)
+                if all(part in names for part in rest) and target is not None:
+                    note_module(target, names)
+
+    def visit_code(code: types.CodeType, globals_: dict[str, Any]) -> None:
+        names = set(code.co_names)
+        for instr in dis.get_instructions(code):
+            if instr.opname == "IMPORT_NAME" and isinstance(instr.argval, str):
+                module = sys.modules.get(instr.argval)
+                if _under(instr.argval, packages):
+                    if module is not None:
+                        note_module(module, names)
+                    else:
+                        note(instr.argval)
+                elif module is not None:
+                    parent_of_library(module, names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                visit_code(const, globals_)
+            elif (
+                isinstance(const, str) and _under(const, packages) and const.replace(".", "").replace("_", "").isalnum()
+            ):
+                module = sys.modules.get(const)
+                if module is not None:
+                    note_module(module, names)
+                else:
+                    note(const)
+        for name in code.co_names:
+            if name not in globals_:
+                continue
+            value = globals_[name]
+            if isinstance(value, types.ModuleType):
+                if _under(value.__name__, packages):
+                    note_module(value, names)
+                else:
+                    parent_of_library(value, names)
+            elif _library_name(value, packages) is not None:
+                visit(value, walk_code=False)
+            elif isinstance(value, types.FunctionType) and id(value.__globals__) in namespaces:
+                visit(value)  # the learner's own helper, defined beside fn
+            elif isinstance(value, functools.partial) or hasattr(value, "__wrapped__"):
+                visit(value, walk_code=False)
+
+    def visit(obj: Any, walk_code: bool = True) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        name = _library_name(obj, packages)
+        if name is not None:
+            note(name)
+            return
+        if isinstance(obj, functools.partial):
+            for inner in (obj.func, *obj.args, *obj.keywords.values()):
+                if callable(inner):
+                    visit(inner, walk_code)
+            return
+        if isinstance(obj, types.MethodType):
+            visit(obj.__func__, walk_code)
+            return
+        try:
+            wrapped = getattr(obj, "__wrapped__", None)
+        except Exception:
+            wrapped = None
+        if wrapped is not None:
+            visit(wrapped, walk_code=True)
+        if not isinstance(obj, types.FunctionType):
+            return
+        own = id(obj.__globals__) in namespaces
+        if not (walk_code or own):
+            return
+        for cell in obj.__closure__ or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(content) or isinstance(content, types.ModuleType):
+                visit(content)
+        for default in (*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()):
+            if callable(default) or isinstance(default, types.ModuleType):
+                visit(default)
+        visit_code(obj.__code__, obj.__globals__)
+
+    root = fn
+    for _ in range(20):  # the learner's namespace: the globals of the function under the wrappers
+        if isinstance(root, functools.partial):
+            root = root.func
+        elif isinstance(root, types.MethodType):
+            root = root.__func__
+        elif not isinstance(root, types.FunctionType) and getattr(root, "__wrapped__", None) is not None:
+            root = root.__wrapped__
+        else:
+            break
+    if isinstance(root, types.FunctionType):
+        namespaces.add(id(root.__globals__))
+    visit(fn)
+    return found
+
+
+def assert_not_library(fn: Any, *, name: str, packages: tuple[str, ...], advice: str) -> None:
+    """Fail when the learner's ``fn`` (the exercise ``name``) is, wraps or calls an
+    implementation from ``packages`` (see :func:`library_references`): the checks grade the
+    learner's code, and the library's answer passes them all.
+
+    The message names the first such function and says to write ``name`` from ``advice``
+    (the building blocks the exercise allows).
+    """
+    found = library_references(fn, packages)
+    if found:
+        more = f" (and {', '.join(found[1:])})" if len(found) > 1 else ""
+        fail(
+            f"{name} uses {found[0]}{more}, the library's own implementation: write {name} yourself, "
+            f"{advice}; the checks grade your code, not course_lib's"
+        )
+
+
+def guard_checks(checks: tuple[Any, ...], *, name: str, packages: tuple[str, ...], advice: str) -> tuple[Any, ...]:
+    """``checks`` (``Check`` objects), each first requiring :func:`assert_not_library` of
+    the learner's function, so that every check, the first included, refuses an imported
+    answer. The stub passes the guard and reaches the check (so it still reads "not
+    implemented yet")."""
+    import dataclasses
+
+    def guarded(check_fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        def run(fn: Any) -> None:
+            assert_not_library(fn, name=name, packages=packages, advice=advice)
+            check_fn(fn)
+
+        return run
+
+    return tuple(dataclasses.replace(check, fn=guarded(check.fn)) for check in checks)

@@ -22,15 +22,22 @@ from the mesh's device grid with numpy slices and compared with what
 ring schedule the exercise states; the gradients with ``jax.grad`` over the whole batch
 on one device (or over explicit contiguous slices). Structure is checked on the program
 itself (``jax.make_jaxpr``): the ring holds only ``ppermute`` collectives, each one step
-round the ring, sending ``2 (n - 1) / n`` of the array; accumulation is one ``scan``; the
-data-parallel gradient's collectives act on values computed from the parameters (the
-gradient), never on the batch alone (:func:`collective_operands`, a dependency walk: an
-``all_gather`` of the batch gives the right numbers but moves the data and splits no
-work); remat's checkpoints are counted with the matrix products inside each
+round the ring, sending ``2 (n - 1) / n`` of the array; accumulation is one ``scan``; in
+the data-parallel gradient only gradient-shaped values cross devices, and only by a
+reduction (:func:`collective_operands`, a walk of every collective's operand shapes and
+dependencies, and :func:`moved_operands`: an ``all_gather`` of the batch gives the right
+numbers but moves the data and splits no work, even when ``0 * params`` is added to it so
+that it depends on the parameters too); remat's checkpoints are counted with the matrix products inside each
 (:func:`checkpointed_segments`), and its memory is read from XLA's buffer assignment of
 the compiled gradient against the same network without remat (the oracle is a plain
 ``lax.scan`` of the layer; the library's ``remat`` module only builds the problem and
 reads the memory).
+
+Every check first refuses a function that is, wraps or calls course_lib's own answer
+(anything from ``course_lib.scaling``: the lesson's ring, accumulation, DP gradient, remat),
+by a static walk of its code, closures and wrappers
+(:func:`course_lib.course.grading.helpers.library_references`); the message names the
+library function and asks the learner to write it.
 
 Multi-device runs (the test session and the exercise notebook have 4 CPU devices) obey
 the lesson's rules: every program is compiled first and refused if it would run a LAPACK
@@ -44,7 +51,7 @@ with numpy, outside the programs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,7 +66,7 @@ from course_lib.course.grading.checks import (
     describe_type,
     fail,
 )
-from course_lib.course.grading.helpers import assert_raises, fail_if_known_mistake
+from course_lib.course.grading.helpers import assert_raises, fail_if_known_mistake, guard_checks
 
 LESSON = "05_scaling_jax"
 #: Devices the checks use at most (the notebook's first cell asks for this many).
@@ -70,6 +77,9 @@ WATCHDOG_S = 60.0
 CHECK_S = 30.0
 #: Closeness of float32 gradients to their float64-compared oracles.
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
+#: Where course_lib's own answers live (collectives, accumulation, ppo_dp, remat, ...): the
+#: learner's function must not be, wrap or call anything from there (every check's guard).
+LIBRARY = ("course_lib.scaling",)
 
 # ---------------------------------------------------------------------------------------
 # Helpers: meshes, running a multi-device program safely, walking a jaxpr
@@ -382,12 +392,22 @@ PARTITION_SPECS = Exercise(
     name=PS,
     points=10,
     title="PartitionSpecs: a batch split over 'data', an MLP replicated or column- then row-parallel over 'model'",
-    checks=(_ps_form, _ps_data_parallel, _ps_tensor_parallel, _ps_equal),
+    checks=guard_checks(
+        (_ps_form, _ps_data_parallel, _ps_tensor_parallel, _ps_equal),
+        name=PS,
+        packages=LIBRARY,
+        advice="returning jax.sharding.PartitionSpec objects you choose",
+    ),
     hints=(
-        "branch on 'model' in mesh.axis_names; obs [B, D] split on its batch axis is P('data', None) on both meshes",
-        "data parallel: every parameter is P() (replicated); no parameter is ever split over 'data'",
-        "on ('data', 'model'), ask of each weight which axis indexes the hidden units and split that one over "
-        "'model'; a bias follows the layer output it is added to, split only if it is added before the sum",
+        'mesh.axis_names is ("data",) or ("data", "model"); branch on "model" in mesh.axis_names (a Python '
+        "if on a static value is fine).",
+        "A spec has one entry per array axis, from the first: the mesh axis that splits that array axis, or "
+        "None where it stays whole; entries left off at the end count as None, so a spec with no entries is "
+        "an array held whole on every device.",
+        "On the 2-D mesh, ask of each weight: which of its two axes indexes the hidden units? That is the "
+        'axis to split over "model" (it is not the same axis in w1 and w2). A bias is added to a layer\'s '
+        'output: split it like that output if it is added before any sum over "model", keep it whole if it '
+        "is added after.",
     ),
 )
 
@@ -596,14 +616,35 @@ RING_ALLREDUCE = Exercise(
     name=RA,
     points=15,
     title="an all-reduce from ppermute: reduce-scatter, then all-gather, round a ring",
-    checks=(_ra_two, _ra_four, _ra_only_ppermute, _ra_volume),
+    checks=guard_checks(
+        (_ra_two, _ra_four, _ra_only_ppermute, _ra_volume),
+        name=RA,
+        packages=LIBRARY,
+        advice="from jax.lax.ppermute, jax.lax.axis_index and indexing",
+    ),
     hints=(
-        "i = jax.lax.axis_index(axis_name); chunks = x.reshape(axis_size, -1); right = [(j, (j + 1) % n) for j in "
-        "range(n)]",
-        "reduce-scatter step s: recv = jax.lax.ppermute(chunks[(i - s) % n], axis_name, right); "
-        "chunks = chunks.at[(i - s - 1) % n].add(recv)",
-        "all-gather step s: send chunks[(i + 1 - s) % n] and chunks = chunks.at[(i - s) % n].set(recv); return "
-        "chunks.reshape(x.shape)",
+        "Two phases of n - 1 steps each (n = axis_size), every step one ppermute in which each device sends "
+        "one chunk to its right-hand neighbour (j to (j + 1) mod n): first a reduce-scatter, after which "
+        "each device holds the complete sum of one chunk, then an all-gather, which passes the complete "
+        "chunks on round the ring until every device holds all n of them.",
+        "With chunks = x.reshape(n, -1) and i = jax.lax.axis_index(axis_name): at reduce-scatter step s, "
+        "which chunk index does device i send, and which of its own chunks does the one arriving from device "
+        "i - 1 belong to (what did device i - 1 send at that step)? Ask the same two questions of all-gather "
+        "step s, knowing that device i starts it holding chunk (i + 1) mod n complete. i is traced: index "
+        "with it, modulo n, never branch on it.",
+        "A skeleton: fill in the blanks (chunk indices in i, s and n; one phase adds what it receives, the "
+        "other replaces).\n"
+        "n = axis_size\n"
+        "i = jax.lax.axis_index(axis_name)\n"
+        "chunks = x.reshape(n, -1)\n"
+        "right = ___  # (source, destination) pairs: every device to its right-hand neighbour\n"
+        "for s in range(n - 1):  # reduce-scatter\n"
+        "    recv = jax.lax.ppermute(chunks[___], axis_name, right)\n"
+        "    chunks = chunks.at[___].___(recv)\n"
+        "for s in range(n - 1):  # all-gather\n"
+        "    recv = jax.lax.ppermute(chunks[___], axis_name, right)\n"
+        "    chunks = chunks.at[___].___(recv)\n"
+        "return chunks.reshape(x.shape)",
     ),
 )
 
@@ -764,6 +805,24 @@ def _dp_training(fn: Callable[..., Any]) -> None:
 
 #: Collectives (name prefixes of jaxpr primitives) whose operands the data-movement check inspects.
 COLLECTIVES = ("pmean", "ppermute", *OTHER_COLLECTIVES)
+#: Collectives that copy values between devices instead of reducing them: none may touch a
+#: value computed from the batch (the gradient included: an all-reduce is the exercise).
+COPYING = ("all_gather", "all_to_all", "ragged_all_to_all", "ppermute", "pgather")
+
+
+class Operand(NamedTuple):
+    """One operand of a collective: the primitive, the operand's shape and which of the
+    program's inputs it was computed from (``{"params"}``, ``{"batch"}``, both)."""
+
+    primitive: str
+    shape: tuple[int, ...]
+    deps: frozenset[str]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
 #: Primitives whose sub-programs run their inputs round a loop: their sub-programs' inputs
 #: get every input's dependencies (a carry started from zeros still picks up the batch).
 LOOPS = ("scan", "while")
@@ -781,10 +840,10 @@ def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
                 yield sub
 
 
-def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[tuple[str, int, frozenset[str]]]:
-    """Every collective in ``jaxpr`` (and the programs nested in it), one row per operand:
-    the primitive, the operand's size (elements) and which of the program's inputs it was
-    computed from, ``labels[i]`` naming input ``i`` (``{"params"}``, ``{"batch"}``).
+def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[Operand]:
+    """Every collective in ``jaxpr`` (and the programs nested in it), one :class:`Operand`
+    per operand: the primitive, the operand's shape and which of the program's inputs it
+    was computed from, ``labels[i]`` naming input ``i`` (``{"params"}``, ``{"batch"}``).
 
     Dependencies flow forward through every equation (each output depends on all its
     inputs); a nested program's inputs take the dependencies of the equation's matching
@@ -794,13 +853,13 @@ def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[tuple[
     from jax.extend import core as jcore
 
     env: dict[Any, frozenset[str]] = dict(zip(jaxpr.invars, labels))
-    found: list[tuple[str, int, frozenset[str]]] = []
+    found: list[Operand] = []
     for eqn in jaxpr.eqns:
         ins = [frozenset() if isinstance(v, jcore.Literal) else env.get(v, frozenset()) for v in eqn.invars]
         union = frozenset().union(*ins)
         name = eqn.primitive.name
         if name.startswith(COLLECTIVES):
-            found += [(name, int(np.prod(v.aval.shape)), dep) for v, dep in zip(eqn.invars, ins)]
+            found += [Operand(name, tuple(int(d) for d in v.aval.shape), dep) for v, dep in zip(eqn.invars, ins)]
         for sub in _sub_jaxprs(eqn):
             exact = name not in LOOPS and len(sub.invars) <= len(ins)
             found += collective_operands(sub, ins[len(ins) - len(sub.invars) :] if exact else [union] * len(sub.invars))
@@ -809,11 +868,38 @@ def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[tuple[
     return found
 
 
+def gradient_shaped(shape: tuple[int, ...], params: Any) -> bool:
+    """Whether a collective operand of ``shape`` can be (part of) the gradient of ``params``:
+    the shape of one parameter leaf, or a flat vector of one leaf's size or of all the
+    parameters' (``ravel_pytree`` of the gradient)."""
+    import jax
+
+    leaves = [tuple(np.shape(leaf)) for leaf in jax.tree.leaves(params)]
+    sizes = {int(np.prod(leaf)) for leaf in leaves} | {sum(int(np.prod(leaf)) for leaf in leaves)}
+    return shape in leaves or (len(shape) == 1 and shape[0] in sizes)
+
+
+def moved_operands(found: list[Operand], params: Any) -> tuple[list[Operand], list[Operand]]:
+    """The data-movement rule of exercise 3, structural: only gradient-shaped values may
+    cross devices, and only through a reduction. Returns the non-scalar operands that are
+    not gradient-shaped (data moved, whatever they were computed from: a batch tainted with
+    ``0 * params`` is still the batch), and the gradient-shaped ones computed from the batch
+    that a copying collective (``all_gather``, ``all_to_all``, ``ppermute``) sends instead
+    of an all-reduce."""
+    not_gradient = [op for op in found if op.size > 1 and not gradient_shaped(op.shape, params)]
+    copied = [
+        op
+        for op in found
+        if op.size > 1 and gradient_shaped(op.shape, params) and "batch" in op.deps and op.primitive.startswith(COPYING)
+    ]
+    return not_gradient, copied
+
+
 @check_case("all-reduces the gradients, not the data: no collective on the batch itself", time_limit=CHECK_S)
 def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
-    """The program inside the shard_map, traced: every collective's operands, labelled by
-    whether they were computed from the parameters, the batch, or both. A non-scalar
-    operand computed from the batch alone is data being moved."""
+    """The program inside the shard_map, traced: every collective's operands, with their
+    shapes and whether they were computed from the parameters, the batch, or both. Only
+    gradient-shaped values may cross devices, by a reduction (:func:`moved_operands`)."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -830,17 +916,26 @@ def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
     n_params, n_batch = len(jax.tree.leaves(params)), len(jax.tree.leaves(batch))
     labels = [frozenset({"params"})] * n_params + [frozenset({"batch"})] * n_batch
     found = collective_operands(inner, labels)
-    moved = [(name, size) for name, size, dep in found if dep == {"batch"} and size > 1]
+    not_gradient, copied = moved_operands(found, params)
     grad_size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
-    if moved:
-        names = ", ".join(sorted({name for name, _ in moved}))
-        shard = sum(size for _, size in moved)
+    if not_gradient:
+        names = ", ".join(sorted({op.primitive for op in not_gradient}))
+        shapes = ", ".join(sorted({str(op.shape) for op in not_gradient}))
+        shard = sum(op.size for op in not_gradient)
         fail(
-            f"it moves the data, not the gradients: {names} on the batch itself ({shard} numbers a device, every "
-            "step, growing with the batch), then each device takes the whole batch's gradient, so no work is split; "
-            f"keep each shard in place and all-reduce its gradient ({grad_size} numbers, whatever the batch)"
+            f"it moves the data, not the gradients: {names} on the batch itself (shaped {shapes}, not like any "
+            f"parameter: {shard} numbers a device, every step, growing with the batch), then each device takes the "
+            "whole batch's gradient, so no work is split; keep each shard in place and all-reduce its gradient "
+            f"({grad_size} numbers, whatever the batch)"
         )
-    reduced = sum(size for name, size, dep in found if name.startswith(("psum", "pmean")) and "params" in dep)
+    if copied:
+        names = ", ".join(sorted({op.primitive for op in copied}))
+        fail(
+            f"it copies the gradient between devices with {names}: each device receives the others' gradients "
+            "(or some of them) instead of their mean; average the local gradients with one all-reduce, "
+            "jax.lax.pmean(grads, axis_name)"
+        )
+    reduced = sum(op.size for op in found if op.primitive.startswith(("psum", "pmean")) and "params" in op.deps)
     assert_true(
         reduced >= grad_size,
         f"only {reduced} of the gradient's {grad_size} numbers pass through an all-reduce (psum or pmean) over "
@@ -852,14 +947,20 @@ DATA_PARALLEL_GRAD = Exercise(
     name=DP,
     points=15,
     title="the data-parallel gradient: local gradient, then the mean over devices",
-    checks=(_dp_two, _dp_four, _dp_training, _dp_moves_gradients),
+    checks=guard_checks(
+        (_dp_two, _dp_four, _dp_training, _dp_moves_gradients),
+        name=DP,
+        packages=LIBRARY,
+        advice="from jax.grad and one jax.lax collective",
+    ),
     hints=(
-        "the devices must end with one gradient, the mean over the mesh axis axis_name of their local ones: "
-        "which jax.lax collective averages over a named axis (and which one only adds)?",
-        "take this shard's gradient with jax.grad first, then reduce that pytree (not the batch, not the loss); "
-        "with check_vma=False jax.grad returns this device's own gradient, so the reduction is yours to write",
-        "grads = jax.grad(loss_fn)(params, batch) is one device's g_d of eq. 05.2; what single call over "
-        "axis_name turns the n g_d into their mean g, without a further division?",
+        "The reduction is over the mesh axis named axis_name. Among the collectives in jax.lax, one adds "
+        "over a named axis and one averages over it: eq. 05.2 asks for which?",
+        "Take this shard's gradient with jax.grad first, then reduce that pytree (the collectives accept a "
+        "whole pytree), not the batch and not the loss. With check_vma=False jax.grad returns this device's "
+        "own $g_d$, so nothing has been reduced for you yet.",
+        "grads = jax.grad(loss_fn)(params, batch) is $g_d$. What one call over axis_name turns the $N$ "
+        "values of grads into $g$, with no division of your own afterwards?",
     ),
 )
 
@@ -1038,13 +1139,24 @@ ACCUMULATE_GRADS = Exercise(
     name=AG,
     points=10,
     title="gradient accumulation: the mean of contiguous micro-batches' gradients by one lax.scan",
-    checks=(_ag_full_batch, _ag_contiguous, _ag_structure, _ag_indivisible),
+    checks=guard_checks(
+        (_ag_full_batch, _ag_contiguous, _ag_structure, _ag_indivisible),
+        name=AG,
+        packages=LIBRARY,
+        advice="from jax.grad, reshapes and one jax.lax.scan",
+    ),
     hints=(
-        "B = jax.tree.leaves(batch)[0].shape[0]; reshape every leaf to (n_micro, B // n_micro) + leaf.shape[1:] "
-        "(contiguous micro-batches on a new leading axis)",
-        "jax.lax.scan(step, zeros, micro) with zeros = jax.tree.map(jnp.zeros_like, params); step adds "
-        "jax.grad(loss_fn)(params, mb) to the running sum",
-        "return jax.tree.map(lambda g: g / n_micro, total); raise ValueError first if B % n_micro",
+        "B = jax.tree.leaves(batch)[0].shape[0]; every leaf reshaped to (n_micro, B // n_micro) + "
+        "leaf.shape[1:] puts the micro-batches on a new leading axis.",
+        "jax.lax.scan(step, zeros, micro) with zeros = jax.tree.map(jnp.zeros_like, params) hands "
+        "step(total, mb) one micro-batch at a time.",
+        "A partial sketch: the blanks are yours, and the size check comes first (raise ValueError before "
+        "reshaping).\n"
+        "def step(total, mb):\n"
+        "    grads = ___  # this micro-batch's gradient\n"
+        "    return ___, None  # the running sum, leaf by leaf\n"
+        "total, _ = jax.lax.scan(step, zeros, micro)\n"
+        "return ___  # the mean of the micro-batches' gradients, leaf by leaf",
     ),
 )
 
@@ -1252,14 +1364,20 @@ REMAT_SEGMENTS = Exercise(
     name=RS,
     points=15,
     title="rematerialisation in segments: jax.checkpoint around each run of k layers (Chen et al. 2016)",
-    checks=(_rs_gradient, _rs_memory, _rs_structure, _rs_indivisible),
+    checks=guard_checks(
+        (_rs_gradient, _rs_memory, _rs_structure, _rs_indivisible),
+        name=RS,
+        packages=LIBRARY,
+        advice="from jax.lax.scan and jax.checkpoint",
+    ),
     hints=(
-        "n = jax.tree.leaves(params)[0].shape[0]; give every leaf a new leading axis of segments, "
-        "(n // k, k) + leaf.shape[1:], so that a scan over that axis hands you one segment's k layers at a time",
-        "two scans: an inner one over the k layers of one segment (carry h), and an outer one over the n // k "
-        "segments whose body runs the inner scan; which of the two bodies should jax.checkpoint wrap?",
-        "jax.checkpoint on the outer body keeps only each segment's input h; wrapping the inner body instead is "
-        "per-layer remat; raise ValueError before reshaping if k < 1 or n % k",
+        "n = jax.tree.leaves(params)[0].shape[0]. Give every leaf a leading axis of segments, (n // k, k) + "
+        "leaf.shape[1:]: a lax.scan over that axis hands its body one segment's k layers at a time.",
+        "Two scans, nested: an inner one over the k layers of a segment (the carry is h), inside the body of "
+        "an outer one over the n // k segments. Which of the two bodies, wrapped in jax.checkpoint, keeps "
+        "one array per segment rather than one per layer?",
+        "A scan body returns (carry, output); the outer body's carry is the segment's input h and it has no "
+        "output (None). Check k before you reshape.",
     ),
 )
 
