@@ -139,8 +139,10 @@ jax.debug.visualize_array_sharding(weights_replicated)
 
 # %% [markdown]
 # **What `jit` does with shardings.** `jax.jit` compiles for the shardings its inputs
-# carry; XLA's partitioner then decides the output's sharding and inserts any collective
-# the computation needs. Multiplying a row-sharded batch by replicated weights needs no
+# carry. On this mesh (`jax.make_mesh`, whose axes are `Explicit` by default in this JAX,
+# as the next part explains) JAX works out each result's sharding from type rules while it
+# traces, and XLA inserts the collectives the computation needs; on `Auto` axes XLA's
+# partitioner decides the shardings itself. Multiplying a row-sharded batch by replicated weights needs no
 # communication (each device multiplies its rows) and the product stays row-sharded; a
 # sum over the batch needs an all-reduce, and XLA adds it.
 
@@ -254,7 +256,7 @@ assert same
 # $t(M) = 2(N-1)\,\alpha + 2\frac{N-1}{N}\frac{M}{\beta}$ (the $\alpha$-$\beta$ model).
 
 # %%
-show_source(ring_allreduce)  # its two phases, ring_reduce_scatter and ring_all_gather, are exercise 2
+show_source(ring_allreduce)  # its two phases themselves are exercise 2
 
 # %% [markdown]
 # We time the ring against the built-in `psum` over message sizes, interleaved, and fit
@@ -303,7 +305,8 @@ assert np.median([r.ring_over_psum for r in measured.rows]) > 1  # the next cell
 # %% [markdown]
 # On a GPU mesh NCCL's all-reduce is a fused ring or tree, and the comparison above is
 # the notebook's own at full scale; on CPU host devices it reads as follows. The
-# hand-written ring is exact but slower than XLA's own all-reduce here, and the two
+# hand-written ring gives psum's values (to float rounding) but is slower than XLA's own
+# all-reduce here, and the two
 # fits differ in both terms. They are different algorithms: on CPU host devices XLA's
 # `psum` is not a ring but one reduction in shared memory that the runtime schedules as a
 # unit, while our ring pays a rendezvous for each of its $2(N-1)$ steps and copies
@@ -372,7 +375,8 @@ for n in (2, 4):
     diff = np.abs(runs[n][0] - runs[1][0]).max()
     print(f"{n} devices vs 1 device: max |param difference| {'< 1e-5' if diff < 1e-5 else f'= {diff:.1e}'}")
     assert diff < 1e-5
-    assert np.array_equal(runs[n][1]["charts/episodes"], runs[1][1]["charts/episodes"])
+    if plan.multi_platform == "cpu":  # on GPUs a float near-tie in action sampling could move one episode
+        assert np.array_equal(runs[n][1]["charts/episodes"], runs[1][1]["charts/episodes"])
 assert moved > 1e-3  # 100x the tolerance: the comparison is of trained parameters
 
 # %% [markdown]
@@ -403,6 +407,8 @@ def mse(params, batch):
     x, y = batch
     return ((jnp.tanh(x @ params["w"]) @ params["v"] - y) ** 2).mean()
 
+
+show_source(synced_gradient)
 
 k = jax.random.split(jax.random.key(0), 4)
 toy_params = {"w": jax.random.normal(k[0], (5, 7)), "v": jax.random.normal(k[1], (7,))}
@@ -701,7 +707,8 @@ assert zero3.fsdp.memory.temp_bytes > zero3.dp.memory.temp_bytes
 # them again in the backward: JAX traces the extra all-gathers (a `jax.checkpoint` around
 # each layer) and the traffic is 1.5x. On this CPU backend XLA merges the backward's
 # gathers back into the forward's (the compiled count), so the memory saving that
-# re-gathering buys cannot be shown here; on GPUs and TPUs XLA keeps them apart.
+# re-gathering buys cannot be shown here (no GPU has run this cell yet; PyTorch FSDP
+# schedules the re-gather itself rather than leaving it to a compiler).
 #
 # At scale the stages of ZeRO are the memory budget of a run. The paper's Figure 1 (7.5B
 # parameters, 64 devices, mixed-precision Adam at 2 + 2 + 12 bytes per parameter),
@@ -909,18 +916,19 @@ ax.legend(title="jax.checkpoint")
 plt.show()
 
 # %%
-print("per_layer needs < 0.7 of no remat's temp memory at every depth, < 0.5 at 16 layers:",
-      all(cost[d, "per_layer"].temp_bytes < 0.7 * cost[d, "none"].temp_bytes for d in DEPTHS)
-      and cost[16, "per_layer"].temp_bytes < 0.5 * cost[16, "none"].temp_bytes)
+saved = {d: cost[d, "none"].temp_bytes - cost[d, "per_layer"].temp_bytes for d in DEPTHS}
+residual = {d: d * 256 * 512 * 4 for d in DEPTHS}  # one [B, W] float32 array per layer
+print("per_layer saves the 2 arrays per layer it stops keeping (within 1.5 MB), at every depth:",
+      all(abs(saved[d] - 2 * residual[d]) <= 1.5e6 for d in DEPTHS))
 print("per_layer costs 1.25-1.4x the FLOPs, dots_saveable < 1.05x:",
       all(1.25 < cost[d, "per_layer"].flops / cost[d, "none"].flops < 1.4 for d in DEPTHS)
       and all(cost[d, "dots_saveable"].flops / cost[d, "none"].flops < 1.05 for d in DEPTHS))
-for d in DEPTHS:
-    assert cost[d, "per_layer"].temp_bytes < 0.7 * cost[d, "none"].temp_bytes  # a third of the residuals kept
+for d in DEPTHS:  # differences: what does not depend on the layers (a GPU's matmul workspace) cancels
+    assert abs(saved[d] - 2 * residual[d]) <= 1.5e6  # 3 arrays per layer -> 1 (XLA's packing: within 1.5 MB)
     assert 1.25 < cost[d, "per_layer"].flops / cost[d, "none"].flops < 1.4  # one more forward: 4/3 the FLOPs
     assert cost[d, "dots_saveable"].flops / cost[d, "none"].flops < 1.05  # recomputes only tanh
-assert cost[16, "per_layer"].temp_bytes < 0.5 * cost[16, "none"].temp_bytes  # the saving grows with depth
-assert cost[16, "none"].temp_bytes > 3 * cost[4, "none"].temp_bytes  # activations grow with depth
+grown = cost[16, "none"].temp_bytes - cost[4, "none"].temp_bytes
+assert grown >= 0.9 * 3 * (residual[16] - residual[4])  # 3 arrays per extra layer: activations grow with depth
 
 # %% [markdown]
 # Per-layer remat keeps a third of the activations (one saved array per layer instead of
@@ -979,12 +987,14 @@ print(f"load average {os.getloadavg()[0]:.1f} | step f32 {speed.f32_median_s * 1
 
 # %%
 assert 0 < errors.grad_max < 5e-2 and errors.grad_dtype == "float32"
-if jax.default_backend() == "cpu":
-    assert speed.bf16_speedup < 1.15  # no bf16 gain on a CPU (XLA converts to float32 and back)
+cpu_flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+if jax.default_backend() == "cpu" and not any(f in cpu_flags for f in ("avx512_bf16", "amx_bf16")):
+    assert speed.bf16_speedup < 1.15  # no bf16 gain on a CPU without bf16 instructions (XLA converts)
 
 # %% [markdown]
 # The error is real but small (bf16 carries between 2 and 3 significant decimal digits).
-# On a CPU bf16 is not faster: there are no bf16 matrix units, and XLA converts. On GPUs
+# On a CPU without bf16 instructions (AVX512-BF16, AMX) bf16 is not faster: XLA converts
+# to float32 and back. On GPUs
 # (tensor cores) and TPUs (the MXU) bf16 matrix products run at 2x or more the float32
 # rate and halve the bytes moved, which is why large-scale training uses it; at full scale
 # on a GPU this cell measures it (BENCHMARKS.md records the figure where a GPU was lent).
@@ -1154,8 +1164,9 @@ assert comm.sync_share == 1 - comm.speedup / comm.ceiling and comm.verdict == ("
 # %% [markdown]
 # The learning-rate row warns by design: the rate was tuned at a quarter of this batch
 # and left unchanged, so it sits below both rules' suggestions. The parameters agree, the
-# rerun is bitwise equal, and the temporaries per device shrink with the device count
-# while the replicated parameters and optimizer state do not (section 5's FSDP shards
+# rerun is bitwise equal, and the N-device program needs no more memory per device than
+# the 1-device one: its temporaries (printed) are split, while the replicated parameters
+# and optimizer state are not (section 5's FSDP shards
 # those). The communication row reads like section 3's throughput table: the share of the
 # ideal lost to keeping the devices in step, from the same kind of interleaved runs, with
 # the gradient all-reduces' own share beside it; when the loss exceeds the all-reduces' own
@@ -1234,8 +1245,9 @@ assert comm.sync_share == 1 - comm.speedup / comm.ceiling and comm.verdict == ("
 #   it at the cpu scale's sizes; the single-device parts run on the accelerator at full
 #   size: PPO with 4,096 environments on one device (section 3's last cell) and the bf16
 #   timing with 4096-wide layers on a batch of 4,096, where tensor cores show. The test
-#   suite runs this path on a CPU (`COURSE_MAX_DEVICES=1`,
-#   `tests/test_lesson05_one_device.py`).
+#   suite runs this device plan on a CPU (`COURSE_MAX_DEVICES=1`,
+#   `tests/test_lesson05_one_device.py`: one main device, the meshes on CPU devices beside
+#   it); the accelerator's full sizes run only where a GPU is lent.
 # * **Only a CPU**: as at the cpu scale.
 #
 # No GPU has run this lesson's full scale yet; when one does, its absolute figures go into

@@ -485,7 +485,7 @@ check("05_scaling_jax", "accumulate_grads", accumulate_grads)
 # | each layer checkpointed | `n` | `3` |
 # | segments of `k` | `n / k` | `3 k` |
 #
-# `n / k + 3 k` is smallest near `k = sqrt(3 n)`: memory grows like `sqrt(n)`, for one more
+# `n / k + 3 k` is smallest near `k = sqrt(n / 3)`: memory grows like `sqrt(n)`, for one more
 # forward pass of compute, the same as per-layer remat.
 #
 # Write `remat_segments(layer, params, x, k)`: `layer(h, p)` applies one layer with its
