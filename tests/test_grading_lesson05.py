@@ -70,7 +70,8 @@ def _notebook_hints() -> list[list[str]]:
     text = (ROOT / "exercises" / "src" / f"{LESSON}.py").read_text()
     hints = []
     for block in re.findall(r"# <details><summary>Hint \d</summary>\n(.*?)# </details>", text, re.S):
-        parts, lines = [], []
+        parts: list[str] = []
+        lines: list[str] = []
         for line in (raw[2:] if raw.startswith("# ") else raw.lstrip("#") for raw in block.splitlines()):
             if line.strip() in ("<pre>", "</pre>"):
                 parts.append(" ".join(" ".join(lines).split()) if line.strip() == "<pre>" else "\n".join(lines))
