@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Result, child_main, measure_in_child
 
 from course_lib.course.paths import output_dir
-from course_lib.ppo_config import PPOConfig
+from course_lib.ppo.config import PPOConfig
 from course_lib.scaling.checklist import ceiling_run, device_run
 
 #: The lesson notebook's config (32 envs, 4 updates), and the same PPO with more envs per

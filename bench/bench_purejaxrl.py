@@ -1,9 +1,9 @@
 """PPO on CartPole, lesson 04: the end-to-end jitted JAX loop vs the classic torch + gymnasium loop.
 
-Same hyperparameters (`course_lib.ppo_config.PPOConfig`: 4 envs x 128 steps per update, 4
+Same hyperparameters (`course_lib.ppo.config.PPOConfig`: 4 envs x 128 steps per update, 4
 epochs x 4 minibatches, 500k env steps). Measured in one process, one after the other:
 
-1. the classic loop (`course_lib.ppo_torch.train_torch`: gymnasium's numpy-vectorised
+1. the classic loop (`course_lib.ppo.torch_ppo.train_torch`: gymnasium's numpy-vectorised
    CartPole, 1 torch thread, acting under no_grad), twice, `TORCH_UPDATES` updates each,
    steady-state steps/s after 2 warm-up updates;
 2. the JAX loop, 1 seed: end to end (a fresh `jax.jit(train)` called once: trace, compile
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import Result
 
-from course_lib.ppo_jax import use_reliable_xla_cpu_flags
+from course_lib.ppo.jax_ppo import use_reliable_xla_cpu_flags
 
 use_reliable_xla_cpu_flags()  # before JAX starts its backend (importing ppo_jax does it too; said here)
 
@@ -61,7 +61,7 @@ def _bare_grad_step_gflops(config, macs: int, steps: int = 500) -> float:
     import jax.numpy as jnp
     from jax.flatten_util import ravel_pytree
 
-    from course_lib.ppo_jax import Transition, init_params, ppo_loss
+    from course_lib.ppo.jax_ppo import Transition, init_params, ppo_loss
 
     n = config.minibatch_size
     flat, unravel = ravel_pytree(init_params(jax.random.key(0), hidden=config.hidden))
@@ -92,8 +92,8 @@ def measure() -> dict[str, float]:
     import jax
     import numpy as np
 
-    from course_lib.ppo_jax import PPOConfig, final_return, make_train
-    from course_lib.ppo_torch import train_torch
+    from course_lib.ppo.jax_ppo import PPOConfig, final_return, make_train
+    from course_lib.ppo.torch_ppo import train_torch
 
     config = PPOConfig()
     out: dict[str, float] = {"load_start": os.getloadavg()[0]}
@@ -220,7 +220,7 @@ def run() -> Result:
         notes=[
             f"4 envs x 128 steps per update, 4 epochs x 4 minibatches, {m['steps']:,} env steps per JAX run; every "
             "step is a real env step (no skipped or faked steps).",
-            f"Classic loop: `course_lib.ppo_torch.train_torch` (gymnasium's numpy-vectorised CartPole, 1 torch "
+            f"Classic loop: `course_lib.ppo.torch_ppo.train_torch` (gymnasium's numpy-vectorised CartPole, 1 torch "
             f"thread, no_grad acting), {TORCH_UPDATES} updates per measurement, twice before and twice after the "
             f"JAX runs; the median of the four ({m['torch_sps_min']:,.0f} to {m['torch_sps_max']:,.0f} steps/s), "
             "warm-up updates excluded; its steps include gymnasium's next-step reset steps, which favours the "
@@ -263,15 +263,17 @@ def compare_learning_phase(pairs: int, commit: str = "c767324") -> None:
 
     import jax
 
-    from course_lib import ppo_jax as new
+    from course_lib.ppo import jax_ppo as new
 
-    source = subprocess.run(
-        ["git", "show", f"{commit}:course_lib/ppo_jax.py"],
-        cwd=Path(__file__).resolve().parent.parent,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    root = Path(__file__).resolve().parent.parent
+    for where in ("course_lib/ppo/jax_ppo.py", "course_lib/ppo_jax.py"):  # before the regrouping
+        shown = subprocess.run(["git", "show", f"{commit}:{where}"], cwd=root, capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"{commit} has no course_lib/ppo/jax_ppo.py or course_lib/ppo_jax.py")
+    source = shown.stdout
+    source = source.replace("course_lib.ppo_config", "course_lib.ppo.config")  # its old name
     path = Path(tempfile.mkdtemp()) / "ppo_jax_old.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("ppo_jax_old", path)

@@ -58,7 +58,7 @@ for lesson in LESSONS:
 # %%
 import matplotlib.pyplot as plt
 
-from course_lib.plots import course_map
+from course_lib.course.plots import course_map
 
 fig = course_map()
 plt.show()
@@ -143,7 +143,7 @@ print(f"doctor ran {len(results)} checks; none failed")
 #
 # | equation | function |
 # |---|---|
-# | (00.1), (00.2) | `course_lib.pg.discounted_returns(rewards, dones, gamma, bootstrap=0.0)` |
+# | (00.1), (00.2) | `course_lib.rl.pg.discounted_returns(rewards, dones, gamma, bootstrap=0.0)` |
 #
 # The $(1-d_t)$ factor is what stops one episode's rewards leaking into the previous
 # episode's returns: forget it, and every episode boundary is silently wrong.
@@ -151,7 +151,7 @@ print(f"doctor ran {len(results)} checks; none failed")
 # %%
 import numpy as np
 
-from course_lib.pg import discounted_returns
+from course_lib.rl.pg import discounted_returns
 
 rewards = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
 dones = np.array([0, 0, 1, 0, 0, 0, 0, 1])
@@ -194,10 +194,10 @@ plt.show()
 #
 # | equation | function |
 # |---|---|
-# | (00.3) | `course_lib.pg.finished_episode_returns(rewards, dones)` |
+# | (00.3) | `course_lib.rl.pg.finished_episode_returns(rewards, dones)` |
 
 # %%
-from course_lib.pg import finished_episode_returns
+from course_lib.rl.pg import finished_episode_returns
 
 buffer_rewards = np.array([1.0, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0, 1.0])
 buffer_dones = np.array([0, 0, 1, 0, 0, 1, 0, 0])  # two episodes end; steps 6-7 are still running

@@ -132,7 +132,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # differences, then we check the *sampled* estimate (01.2) against it.
 
 # %%
-from course_lib.bandits import CategoricalBandit, finite_difference_gradient
+from course_lib.rl.bandits import CategoricalBandit, finite_difference_gradient
 
 bandit = CategoricalBandit(success_probs=(0.2, 0.4, 0.6, 0.8, 0.9))
 z = np.array([0.5, -0.3, 0.0, 0.2, -0.6])  # the policy's logits
@@ -201,7 +201,7 @@ plt.show()
 # We start it from "pretrained" logits that already prefer the right answer a little.
 
 # %%
-from course_lib.verifiable import make_arithmetic_task, sample_and_grade, verify
+from course_lib.rl.verifiable import make_arithmetic_task, sample_and_grade, verify
 
 task = make_arithmetic_task(n_prompts=32, n_candidates=8, seed=0)
 init_rng = np.random.default_rng(1)
@@ -217,7 +217,7 @@ print(f"initial accuracy J = {task.accuracy(init_logits):.3f}")
 # all wrong) gets zero advantage everywhere: it teaches nothing.
 
 # %%
-from course_lib.pg import group_relative_advantages
+from course_lib.rl.pg import group_relative_advantages
 
 batch = sample_and_grade(task, init_logits, n_prompts=3, group_size=8, rng=np.random.default_rng(5))
 adv_mean = group_relative_advantages(batch.rewards, normalize_std=False)
@@ -243,8 +243,8 @@ for i, p in enumerate(batch.prompt_ids):
 # gradient by $1 - 1/G$; dividing by the std rescales each prompt).
 
 # %%
-from course_lib.pg import gradient_variance
-from course_lib.verifiable import ESTIMATORS, gradients_by_estimator
+from course_lib.rl.pg import gradient_variance
+from course_lib.rl.verifiable import ESTIMATORS, gradients_by_estimator
 
 n_batches = pick(cpu=1_000, full=10_000)
 exact_task = task.exact_gradient(init_logits).reshape(-1)
@@ -297,7 +297,7 @@ plt.show()
 # answers) so that the noise shows.
 
 # %%
-from course_lib.verifiable import train_answer_policy
+from course_lib.rl.verifiable import train_answer_policy
 
 steps = pick(cpu=150, full=500)
 runs = {
@@ -358,13 +358,13 @@ plt.show()
 # steps). The policy is a small torch MLP; each update runs 16 vectorised envs until each
 # finishes one episode (acting under `torch.no_grad()`), weights every step by its
 # reward-to-go (01.3) minus the batch mean, divided by the batch std (01.5), and takes an
-# Adam step on the surrogate loss (01.7). `course_lib.reinforce.train_reinforce` is that
+# Adam step on the surrogate loss (01.7). `course_lib.rl.reinforce.train_reinforce` is that
 # loop, top to bottom; later lessons reuse it as *the classic CPU loop*. The whole
 # configuration:
 
 # %%
 from course_lib import describe
-from course_lib.reinforce import ReinforceConfig, train_reinforce
+from course_lib.rl.reinforce import ReinforceConfig, train_reinforce
 
 config = ReinforceConfig(n_updates=pick(cpu=50, full=150), lr_anneal=pick(cpu=False, full=True))
 seeds = list(range(pick(cpu=5, full=10)))
@@ -440,7 +440,7 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.reinforce import VARIANTS, gradients_by_variant
+from course_lib.rl.reinforce import VARIANTS, gradients_by_variant
 
 probe = replace(config, n_envs=8, seed=0)
 n_var_batches = pick(cpu=100, full=1_000)

@@ -138,10 +138,10 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # $\mathrm{Var}[w r] = \sum_k \pi_k^2 p_k/\mu_k - J^2$ per sample.
 
 # %%
-from course_lib.bandits import CategoricalBandit
-from course_lib.importance import (categorical_kl, chi_square, effective_sample_size, exact_is_moments,
+from course_lib.rl.bandits import CategoricalBandit
+from course_lib.rl.importance import (categorical_kl, chi_square, effective_sample_size, exact_is_moments,
                                    expected_ess_fraction, importance_weights, is_estimate)
-from course_lib.pg import softmax
+from course_lib.rl.pg import softmax
 
 bandit = CategoricalBandit(success_probs=(0.9, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1))
 z_target = 3.0 * bandit.mu
@@ -253,7 +253,7 @@ plt.show()
 # length $T$. The per-token weights of the same batches are the comparison.
 
 # %%
-from course_lib.importance import ess_from_log_weights
+from course_lib.rl.importance import ess_from_log_weights
 
 vocab, t_max = 32, 1024
 n_answers, n_batches = 64, pick(cpu=100, full=400)
@@ -352,7 +352,7 @@ plt.show()
 # estimate and the true gradient, which combines both, for three batch sizes.
 
 # %%
-from course_lib.importance import truncated_weights
+from course_lib.rl.importance import truncated_weights
 
 delta_trunc = 2.0
 mu = softmax(behaviour_logits(delta_trunc))
@@ -431,7 +431,7 @@ plt.show()
 # objective (02.5) is flat and the sample contributes no gradient:
 
 # %%
-from course_lib.importance import clipped_surrogate
+from course_lib.rl.importance import clipped_surrogate
 
 ratio_grid = np.linspace(0.0, 2.0, 201)
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=False)
@@ -473,7 +473,7 @@ plt.show()
 
 # %%
 from course_lib import describe
-from course_lib.staleness import LABELS, StalenessConfig, run_staleness_grid
+from course_lib.rl.staleness import LABELS, StalenessConfig, run_staleness_grid
 
 config = StalenessConfig(n_seeds=pick(cpu=16, full=64), n_updates=pick(cpu=60, full=150))
 print(describe(config))

@@ -127,7 +127,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # thresholds $\bar\rho = 1.5$, $\bar c = 0.8$, $\bar\rho_{pg} = 1$:
 
 # %%
-from course_lib.vtrace import discounts_from_dones, vtrace
+from course_lib.rl.vtrace import discounts_from_dones, vtrace
 
 ratios = np.array([[2.5, 0.5], [1.2, 0.9], [0.3, 3.0], [1.0, 1.1], [0.7, 0.6]])
 dones = np.array([[0, 0], [0, 0], [0, 1], [0, 0], [0, 0]])
@@ -150,7 +150,7 @@ for t in range(5):
 
 # %%
 from course_lib import show_source
-from course_lib.vtrace import vtrace_recursion
+from course_lib.rl.vtrace import vtrace_recursion
 
 show_source(vtrace_recursion)
 
@@ -164,7 +164,7 @@ show_source(vtrace_recursion)
 # thresholds:
 
 # %%
-from course_lib.vtrace import vtrace_naive
+from course_lib.rl.vtrace import vtrace_naive
 
 worst, worst_inclusive = 0.0, 0.0
 rng = np.random.default_rng(0)
@@ -185,7 +185,7 @@ assert worst < 1e-12 and worst_inclusive > 0.1
 # trace, so a trajectory holding two episodes equals the two computed apart:
 
 # %%
-from course_lib.pg import discounted_returns
+from course_lib.rl.pg import discounted_returns
 
 on_policy = vtrace(np.zeros_like(ratios), discounts, rewards, values, bootstrap)
 print("on-policy v_t, env 0:", on_policy.vs[:, 0].round(4))
@@ -205,7 +205,7 @@ assert np.allclose(np.concatenate(apart), out.vs[:, 1])
 # ($\bar\rho = \bar c = 1$) and untruncated importance sampling.
 
 # %%
-from course_lib.lag import two_action_chain_targets
+from course_lib.pipeline.lag import two_action_chain_targets
 
 p_behaviour = np.array([0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
 chain = [two_action_chain_targets(0.8, p) for p in p_behaviour]
@@ -361,7 +361,7 @@ print("every lag is >= 0, the mean below 10 updates, the largest at most 100: th
 # s.e. The configuration:
 
 # %%
-from course_lib.lag import METHODS, LagConfig, default_arms, run_lag_ablation
+from course_lib.pipeline.lag import METHODS, LagConfig, default_arms, run_lag_ablation
 
 lag_config = LagConfig(n_updates=pick(cpu=500, full=1000), n_envs=pick(cpu=16, full=32), hidden=64, lr=3e-3)
 lag_values = pick(cpu=[16, 64], full=[4, 16, 64, 128])

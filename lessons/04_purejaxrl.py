@@ -31,7 +31,7 @@
 # 2. Use `jax.jit`, `jax.vmap` and `jax.lax.scan` for what they are for: compile once,
 #    batch without loops, loop without Python.
 # 3. Read PPO as equations (GAE 04.2-04.3, clipped loss 04.4-04.6) and find each in
-#    `course_lib.ppo_jax`, an end-to-end jitted `make_train(config) -> train(key)`.
+#    `course_lib.ppo.jax_ppo`, an end-to-end jitted `make_train(config) -> train(key)`.
 # 4. Measure, in one run, the speedup over the classic torch + gymnasium loop, with
 #    compile time and run time apart.
 # 5. Vmap a whole training run over seeds and over learning rates, and read the
@@ -54,8 +54,8 @@ import course_lib
 from course_lib import progress, show_source
 from course_lib.envs import cartpole
 from course_lib import describe
-from course_lib.ppo_jax import PPOConfig, final_return, make_train, td_targets
-from course_lib.ppo_torch import train_torch
+from course_lib.ppo.jax_ppo import PPOConfig, final_return, make_train, td_targets
+from course_lib.ppo.torch_ppo import train_torch
 from course_lib import current_scale, pick
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | JAX backend: {jax.default_backend()}")
@@ -300,7 +300,7 @@ show_source(td_targets)
 # | shuffle: a permutation per epoch by one sort | `ppo_jax.shuffle_order` |
 # | optimiser (clip + Adam, annealed lr) | `ppo_jax.make_optimizer` (optax) |
 # | the whole run | `ppo_jax.make_train(config) -> train(key, lr=None)` |
-# | the classic loop, same hyperparameters | `ppo_torch.train_torch(config)` |
+# | the classic loop, same hyperparameters | `torch_ppo.train_torch(config)` |
 #
 # The hyperparameters are PureJaxRL's CartPole defaults, unchanged, 500k env steps per run
 # at both scales (the classic loop reads the same `PPOConfig`):
@@ -392,7 +392,7 @@ plt.show()
 #
 # ## 6 · The speedup over the classic loop, measured side by side
 #
-# The classic loop (`course_lib.ppo_torch.train_torch`) runs the same PPO with the same
+# The classic loop (`course_lib.ppo.torch_ppo.train_torch`) runs the same PPO with the same
 # hyperparameters, network and initialisation, and is written to be *fair*: gymnasium's
 # numpy-vectorised CartPole, acting under `torch.no_grad()`, one torch thread (fastest for
 # a 64-wide MLP on this machine), preallocated buffers and `torch.from_numpy` (no copies).

@@ -43,7 +43,7 @@
 #    scaling) with their costs measured.
 # 7. Read a profile of a data-parallel step, and run the scaling checklist.
 #
-# Builds on lesson 04 (the jitted PPO, `course_lib.ppo_jax`).
+# Builds on lesson 04 (the jitted PPO, `course_lib.ppo.jax_ppo`).
 
 # %% [markdown]
 # The device count is fixed when JAX starts its backend (the first computation), so the

@@ -123,7 +123,7 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # %%
 from course_lib import show_source
 from course_lib.pipeline.loss import pipeline_loss
-from course_lib.staleness import may_start_group
+from course_lib.rl.staleness import may_start_group
 
 show_source(pipeline_loss)
 show_source(may_start_group)

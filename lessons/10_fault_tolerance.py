@@ -258,7 +258,7 @@ print("every writer was killed after committing; every kill left only complete, 
 # %%
 from course_lib.checkpoint.crash import KillPoint
 from course_lib.checkpoint.reinforce_resume import train_reinforce_checkpointed, train_to_file
-from course_lib.reinforce import ReinforceConfig
+from course_lib.rl.reinforce import ReinforceConfig
 
 rf_config = ReinforceConfig(n_envs=8, n_updates=pick(cpu=20, full=100), hidden=32, seed=0)
 EVERY = 4
@@ -301,7 +301,7 @@ print(f"{len(kill_points)} kills, {len(kill_points)} resumes, the same {straight
 # %%
 from course_lib.checkpoint.jax_state import tree_equal
 from course_lib.checkpoint.ppo_resume import restore_run, train_checkpointed, train_checkpointed_in_child
-from course_lib.ppo_config import PPOConfig
+from course_lib.ppo.config import PPOConfig
 
 ppo_config = PPOConfig(num_envs=8, num_steps=32, total_timesteps=pick(cpu=10, full=100) * 8 * 32, hidden=32)
 PPO_EVERY, PPO_SEED = 2, 0

@@ -25,7 +25,7 @@ from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, ro
 from course_lib.actor_learner.model import ActorCritic
 from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault, compare_layouts
 from course_lib.actor_learner.timers import Timings, timing_table
-from course_lib.lag import Arm, LagConfig, run_lag_ablation
+from course_lib.pipeline.lag import Arm, LagConfig, run_lag_ablation
 from course_lib.runtime.processes import exit_reason, live_children
 from course_lib.runtime.processes import wait_gone as gone
 from course_lib.runtime.weights import SharedWeights, flat_parameters, load_flat_parameters

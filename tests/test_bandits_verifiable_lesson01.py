@@ -1,4 +1,4 @@
-"""course_lib.bandits and course_lib.verifiable (lesson 01): exact gradients against finite
+"""course_lib.rl.bandits and course_lib.rl.verifiable (lesson 01): exact gradients against finite
 differences, estimators against exact expectations, the verifier on known cases."""
 
 import math
@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from course_lib.bandits import CategoricalBandit, finite_difference_gradient
-from course_lib.pg import score_function_gradient, softmax
-from course_lib.verifiable import (
+from course_lib.rl.bandits import CategoricalBandit, finite_difference_gradient
+from course_lib.rl.pg import score_function_gradient, softmax
+from course_lib.rl.verifiable import (
     ESTIMATORS,
     ArithmeticTask,
     GroupBatch,

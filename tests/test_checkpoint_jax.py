@@ -5,7 +5,7 @@ in fresh processes) before, during and after saves and resumed bitwise exact."""
 from __future__ import annotations
 
 # isort: off
-from course_lib import ppo_jax  # first: sets XLA_FLAGS before JAX starts
+from course_lib.ppo import jax_ppo as ppo_jax  # first: sets XLA_FLAGS before JAX starts
 
 # isort: on
 import os
@@ -28,7 +28,7 @@ from course_lib.checkpoint.ppo_resume import (
     train_checkpointed,
     train_checkpointed_in_child,
 )
-from course_lib.ppo_config import PPOConfig
+from course_lib.ppo.config import PPOConfig
 from course_lib.runtime.processes import live_children
 
 # every child reaped, and multiprocessing's forkserver and resource tracker stopped after the module:

@@ -26,7 +26,7 @@ from course_lib.checkpoint.reinforce_resume import (
     train_to_file,
 )
 from course_lib.checkpoint.torch_state import MODEL, load_torch_state, save_torch_state
-from course_lib.reinforce import ReinforceConfig, make_policy
+from course_lib.rl.reinforce import ReinforceConfig, make_policy
 from course_lib.runtime.processes import live_children, wait_gone
 
 # every child reaped, and multiprocessing's forkserver and resource tracker stopped after the module:

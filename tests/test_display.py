@@ -9,7 +9,7 @@ import pytest
 
 from course_lib.course.display import progress, show_source, summary_line
 from course_lib.course.notebooks.execute import execute_notebook
-from course_lib.pg import discounted_returns
+from course_lib.rl.pg import discounted_returns
 
 
 def test_summary_line_says_how_far_the_work_got():
@@ -36,7 +36,7 @@ def test_a_negative_total_is_refused_with_the_value():
 def test_show_source_prints_the_library_code(capsys):
     show_source(discounted_returns)
     out = capsys.readouterr().out
-    assert out.startswith("# course_lib.pg.discounted_returns\ndef discounted_returns(")
+    assert out.startswith("# course_lib.rl.pg.discounted_returns\ndef discounted_returns(")
     assert "(00.1)" in out and "(00.2)" in out  # the docstring names the lesson's equations
 
 
@@ -77,12 +77,12 @@ def test_in_a_notebook_the_stored_output_is_the_summary_line_only(tmp_path):
 def test_in_a_notebook_show_source_stores_the_source_as_plain_text(tmp_path):
     nb = _run(
         [
-            "from course_lib.course.display import show_source\nfrom course_lib.pg import discounted_returns\nshow_source(discounted_returns)"
+            "from course_lib.course.display import show_source\nfrom course_lib.rl.pg import discounted_returns\nshow_source(discounted_returns)"
         ],
         tmp_path,
     )
     (out,) = nb.cells[0].outputs
-    assert out.data["text/plain"].startswith("# course_lib.pg.discounted_returns\ndef discounted_returns(")
+    assert out.data["text/plain"].startswith("# course_lib.rl.pg.discounted_returns\ndef discounted_returns(")
     assert "text/html" in out.data
 
 

@@ -35,13 +35,13 @@ LESSONS = (
     "11_capstone",
 )
 DOCSTRING_FILES = (
-    "course_lib/pg.py",
-    "course_lib/bandits.py",
-    "course_lib/verifiable.py",
-    "course_lib/reinforce.py",
-    "course_lib/importance.py",
-    "course_lib/staleness.py",
-    "course_lib/vtrace.py",
+    "course_lib/rl/pg.py",
+    "course_lib/rl/bandits.py",
+    "course_lib/rl/verifiable.py",
+    "course_lib/rl/reinforce.py",
+    "course_lib/rl/importance.py",
+    "course_lib/rl/staleness.py",
+    "course_lib/rl/vtrace.py",
     "course_lib/course/grading/lessons/l00_welcome.py",
     "course_lib/course/grading/lessons/l01_policy_gradients.py",
     "course_lib/course/grading/lessons/l02_importance_sampling.py",
@@ -244,15 +244,15 @@ def test_the_vtrace_equations_are_found_in_every_copy():
     where = {(label, w) for label, w, _ in copies()}
     for label in ("03.1", "03.2", "03.3", "03.4"):
         assert (label, "exercises/src/03_impala_vtrace.py") in where
-        assert (label, "course_lib/vtrace.py") in where
+        assert (label, "course_lib/rl/vtrace.py") in where
     for label in ("00.1", "00.2", "00.3"):
-        assert (label, "course_lib/pg.py") in where
+        assert (label, "course_lib/rl/pg.py") in where
 
 
 def test_a_drifted_copy_is_caught():
     """The comparison sees an off-by-one index, a swapped threshold and a dropped clause."""
     lesson = lesson_equations(ROOT / "lessons" / "03_impala_vtrace.py")
-    library = docstring_equations(ROOT / "course_lib" / "vtrace.py")
+    library = docstring_equations(ROOT / "course_lib" / "rl" / "vtrace.py")
     right = canonical(latex_to_plain(lesson["03.2"]))
     assert canonical(library["03.2"]) == right
     assert canonical(library["03.2"].replace("prod_{i=s}^{t-1}", "prod_{i=s}^{t}")) != right

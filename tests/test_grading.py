@@ -94,7 +94,7 @@ def test_oracle_hand_computed_values():
 
 
 def test_finished_episode_oracle_agrees_with_the_library():
-    from course_lib.pg import finished_episode_returns
+    from course_lib.rl.pg import finished_episode_returns
 
     np.testing.assert_allclose(naive_finished_episode_returns([1, 2, 3, 4, 5, 6], [0, 1, 0, 0, 1, 0]), [3.0, 12.0])
     assert naive_finished_episode_returns([1.0, 2.0], [0, 0]).shape == (0,)
@@ -114,8 +114,8 @@ def test_oracle_episode_end():
 
 
 def test_oracle_agrees_with_the_reference_implementation():
-    # the checks never call course_lib.pg; here the two independent implementations vouch for each other
-    from course_lib.pg import discounted_returns
+    # the checks never call course_lib.rl.pg; here the two independent implementations vouch for each other
+    from course_lib.rl.pg import discounted_returns
 
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -140,7 +140,7 @@ CHECK_FIXTURES = (
     "course_lib.weight_sync.integrity.OutOfOrderBucketError",
     # an oracle, not an implementation: V-trace as the paper's explicit O(T^2) double sum, kept
     # in the library so lesson 03 can show and use it too (it shares no code with vtrace())
-    "course_lib.vtrace.vtrace_naive",
+    "course_lib.rl.vtrace.vtrace_naive",
     # the safety rules every multi-device program obeys (lesson 05): refuse a LAPACK call on
     # several CPU devices before it can deadlock, end a hang with a clear message; they
     # implement no graded function
@@ -314,7 +314,7 @@ def test_correct_answer_passes_every_check_and_stub_is_not_implemented():
     assert not stubbed.passed
     assert stubbed.message == NOT_IMPLEMENTED
     # the reference implementation passes too (it accepts a bootstrap argument we never pass)
-    from course_lib.pg import discounted_returns
+    from course_lib.rl.pg import discounted_returns
 
     assert run_exercise(DISCOUNTED_RETURNS, discounted_returns).passed
 

@@ -92,7 +92,7 @@ def test_checks_leave_the_global_torch_rng_alone(solution):
 
 
 def test_oracle_reward_to_go_agrees_with_discounted_returns():
-    from course_lib.pg import discounted_returns
+    from course_lib.rl.pg import discounted_returns
 
     for seed in range(10):
         rewards, dones = l01.random_rollout(seed, 1 + seed % 7 * 3, 1 + seed % 4)
@@ -101,7 +101,7 @@ def test_oracle_reward_to_go_agrees_with_discounted_returns():
 
 
 def test_oracle_surrogate_agrees_with_the_reference_and_autograd():
-    from course_lib.pg import surrogate_loss
+    from course_lib.rl.pg import surrogate_loss
 
     logits, actions, adv = l01._sur_inputs(3, 7, 4, torch.float64)
     loss = surrogate_loss(logits, actions, adv)
@@ -111,7 +111,7 @@ def test_oracle_surrogate_agrees_with_the_reference_and_autograd():
 
 
 def test_oracle_group_advantages_agrees_with_the_reference():
-    from course_lib.pg import group_relative_advantages
+    from course_lib.rl.pg import group_relative_advantages
 
     rewards = np.random.default_rng(0).normal(size=(5, 7))
     rewards[2] = 1.0
@@ -122,7 +122,7 @@ def test_oracle_group_advantages_agrees_with_the_reference():
 
 
 def test_oracle_reinforce_gradient_agrees_with_the_reference_loop():
-    from course_lib.pg import discounted_returns, normalize_advantages, surrogate_loss
+    from course_lib.rl.pg import discounted_returns, normalize_advantages, surrogate_loss
 
     data = l01._rollout(7, n_t=5, n_b=3, obs_dim=3, n_actions=3)
     policy = l01._make_policy(3, 3, 7).double()

@@ -1,6 +1,6 @@
 """Lesson 02's graders beyond what tests/test_exercises.py checks for every lesson:
 planted bugs of tests/mutants/l02_importance_sampling.py in context,
-and their oracles agree with course_lib.importance; end to end through `course grade` too."""
+and their oracles agree with course_lib.rl.importance; end to end through `course grade` too."""
 
 from __future__ import annotations
 
@@ -73,12 +73,12 @@ def test_checks_leave_the_global_random_states_alone():
 
 
 # ---------------------------------------------------------------------------------------
-# The oracles against course_lib.importance (two independent codes vouch for each other)
+# The oracles against course_lib.rl.importance (two independent codes vouch for each other)
 # ---------------------------------------------------------------------------------------
 
 
 def test_oracles_agree_with_the_library():
-    from course_lib import importance
+    from course_lib.rl import importance
 
     rng = np.random.default_rng(0)
     values, lt, lb = rng.normal(size=20), rng.normal(size=20), rng.normal(size=20)
@@ -102,7 +102,7 @@ def test_oracles_agree_with_the_library():
 
 
 def test_clipped_oracle_agrees_with_the_library_loss_and_autograd():
-    from course_lib.importance import clipped_surrogate_loss
+    from course_lib.rl.importance import clipped_surrogate_loss
 
     old, ratios, adv = l02._csl_random(5, 40)
     new_t, old_t, adv_t = l02._csl_tensors(old, ratios, adv)

@@ -62,7 +62,7 @@ def test_checks_leave_the_global_torch_rng_alone():
 
 
 def test_course_lib_vtrace_passes_the_graders():
-    from course_lib.vtrace import vtrace
+    from course_lib.rl.vtrace import vtrace
 
     def targets(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, c_bar=1.0):
         return vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, None).vs
@@ -94,7 +94,7 @@ def test_course_lib_rollout_lag_and_unroll_pass_the_graders():
 
 
 def test_naive_nstep_return_agrees_with_discounted_returns():
-    from course_lib.pg import discounted_returns
+    from course_lib.rl.pg import discounted_returns
 
     rng = np.random.default_rng(0)
     rewards, dones, boot = rng.normal(size=(9, 3)), rng.random((9, 3)) < 0.3, rng.normal(size=3)

@@ -2,7 +2,7 @@
 bug is rejected with its message (tests/test_exercises.py, for every lesson; the first two
 are here too so they run where lessons/11_capstone.py is absent); the
 graders' oracles agree with the library (`course_lib.capstone.roles`, `.ledger`,
-`course_lib.staleness.may_start_group`, `course_lib.pipeline.loss.pipeline_loss` rescaled
+`course_lib.rl.staleness.may_start_group`, `course_lib.pipeline.loss.pipeline_loss` rescaled
 as `capstone.trainer.shard_loss` does) and with hand-made cases; the handshake
 simulation catches a trainer that raises `consumed` before it announces; bad submissions
 get a report, never a crash; an answer that calls course_lib's loss is named however it
@@ -30,7 +30,7 @@ from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
 from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l11_capstone as l11
 from course_lib.pipeline.loss import pipeline_loss
-from course_lib.staleness import may_start_group
+from course_lib.rl.staleness import may_start_group
 
 LESSON = "11_capstone"
 NAMES = ("assign_roles", "sync_and_admit", "restart_accounting", "data_parallel_losses")
@@ -285,8 +285,8 @@ def _shard_terms(shards: list[dict[str, Any]], clip_c: float, lib: Callable[...,
 
 
 def test_calling_the_library_is_named_however_it_is_imported():
-    from course_lib import importance
     from course_lib.pipeline import loss as loss_module
+    from course_lib.rl import importance
 
     exercise = get_exercise(LESSON, "data_parallel_losses")
     namespace: dict[str, Any] = {"_shard_terms": _shard_terms, "pipeline_loss": loss_module.pipeline_loss}

@@ -1,4 +1,4 @@
-"""course_lib.importance: known values, properties and independent oracles (lesson 02)."""
+"""course_lib.rl.importance: known values, properties and independent oracles (lesson 02)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.importance import (
+from course_lib.rl.importance import (
     CORRECTIONS,
     categorical_kl,
     chi_square,

@@ -1,9 +1,9 @@
-"""course_lib.pg: discounted returns against a naive oracle, known values, properties."""
+"""course_lib.rl.pg: discounted returns against a naive oracle, known values, properties."""
 
 import numpy as np
 import pytest
 
-from course_lib.pg import discounted_returns, finished_episode_returns
+from course_lib.rl.pg import discounted_returns, finished_episode_returns
 
 
 def naive_returns(rewards, dones, gamma, bootstrap=0.0):

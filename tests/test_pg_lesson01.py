@@ -1,4 +1,4 @@
-"""course_lib.pg, lesson 01 additions: oracles, known values and properties."""
+"""course_lib.rl.pg, lesson 01 additions: oracles, known values and properties."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.pg import (
+from course_lib.rl.pg import (
     VarianceStats,
     categorical_score,
     discounted_returns,

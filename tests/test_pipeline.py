@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.importance import truncated_is_loss
 from course_lib.lm import CountdownTask, SlotSampler, TinyLM
 from course_lib.lm.task import EOS, warm_start
 from course_lib.pipeline import system as pipeline_system
@@ -26,10 +25,11 @@ from course_lib.pipeline.system import (
     PipelineSystem,
 )
 from course_lib.pipeline.timeline import time_to_target
+from course_lib.rl.importance import truncated_is_loss
+from course_lib.rl.staleness import may_start_group
 from course_lib.runtime.processes import live_children
 from course_lib.runtime.processes import wait_gone as gone
 from course_lib.runtime.weights import SharedWeights, flat_parameters, load_flat_parameters
-from course_lib.staleness import may_start_group
 
 FAST = PipelineConfig(
     n_slots=8, group_size=2, groups_per_batch=4, n_updates=6, poll_s=0.05, stall_timeout_s=20.0, join_timeout_s=1.0

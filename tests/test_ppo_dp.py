@@ -16,7 +16,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from course_lib.envs import cartpole
-from course_lib.ppo_jax import EnvCarry, act_and_step, advantages_and_targets, init_params, make_optimizer, ppo_loss
+from course_lib.ppo.jax_ppo import EnvCarry, act_and_step, advantages_and_targets, init_params, make_optimizer, ppo_loss
 from course_lib.runtime.watchdog import watchdog
 from course_lib.scaling.devices import blocking_calls, data_mesh
 from course_lib.scaling.ppo_dp import (

@@ -1,4 +1,4 @@
-"""course_lib.ppo_jax: GAE against a Python-loop oracle, the PPO loss against a
+"""course_lib.ppo.jax_ppo: GAE against a Python-loop oracle, the PPO loss against a
 formula-by-formula numpy version, and make_train's contract (pure, vmappable over seeds
 and learning rates, learns CartPole)."""
 
@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from course_lib import ppo_jax
-from course_lib.ppo_config import PPOConfig
-from course_lib.ppo_jax import (
+from course_lib.ppo import jax_ppo as ppo_jax
+from course_lib.ppo.config import PPOConfig
+from course_lib.ppo.jax_ppo import (
     Transition,
     final_return,
     gae,
@@ -234,8 +234,11 @@ def _xla_flags_after(statements: str) -> str:
 
 def test_importing_ppo_jax_sets_the_xla_cpu_flag_before_jax_starts_and_the_envs_do_not():
     assert _xla_flags_after("import course_lib.envs.cartpole") == "--xla_cpu_multi_thread_eigen=true"
-    assert _xla_flags_after("import course_lib.ppo_jax") == f"--xla_cpu_multi_thread_eigen=true {ppo_jax.XLA_CPU_FLAGS}"
-    twice = "import course_lib.ppo_jax as p; p.use_reliable_xla_cpu_flags(); p.use_reliable_xla_cpu_flags()"
+    assert (
+        _xla_flags_after("import course_lib.ppo.jax_ppo")
+        == f"--xla_cpu_multi_thread_eigen=true {ppo_jax.XLA_CPU_FLAGS}"
+    )
+    twice = "import course_lib.ppo.jax_ppo as p; p.use_reliable_xla_cpu_flags(); p.use_reliable_xla_cpu_flags()"
     assert _xla_flags_after(twice).count("concurrency_optimized_scheduler") == 1
 
 

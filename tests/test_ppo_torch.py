@@ -1,4 +1,4 @@
-"""course_lib.ppo_torch, the classic-loop baseline: its GAE and loss agree with the JAX
+"""course_lib.ppo.torch_ppo, the classic-loop baseline: its GAE and loss agree with the JAX
 versions on the same inputs and weights, its rollout masks gymnasium's next-step reset
 steps, and a short run learns and is reproducible."""
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.ppo_config import PPOConfig
-from course_lib.ppo_jax import Transition, gae, init_params, ppo_loss
-from course_lib.ppo_torch import gae_numpy, make_actor_critic, ppo_loss_torch, train_torch
+from course_lib.ppo.config import PPOConfig
+from course_lib.ppo.jax_ppo import Transition, gae, init_params, ppo_loss
+from course_lib.ppo.torch_ppo import gae_numpy, make_actor_critic, ppo_loss_torch, train_torch
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -155,9 +155,9 @@ def test_classic_loop_learns_cartpole():
 
 
 def test_the_classic_baseline_imports_no_jax_and_sets_no_xla_flags():
-    """The torch loop reads the shared PPOConfig from course_lib.ppo_config, which has no JAX in it."""
+    """The torch loop reads the shared PPOConfig from course_lib.ppo.config, which has no JAX in it."""
     code = (
-        "import os, sys; import course_lib.ppo_torch, course_lib.ppo_config; "
+        "import os, sys; import course_lib.ppo.torch_ppo, course_lib.ppo.config; "
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxlib', 'optax')))); "
         "print(os.environ.get('XLA_FLAGS'))"
     )

@@ -1,4 +1,4 @@
-"""course_lib.reinforce: the CartPole REINFORCE loop (lesson 01), its pieces and a learning smoke test."""
+"""course_lib.rl.reinforce: the CartPole REINFORCE loop (lesson 01), its pieces and a learning smoke test."""
 
 import math
 from dataclasses import replace
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from course_lib import describe
-from course_lib.pg import discounted_returns
-from course_lib.reinforce import (
+from course_lib.rl.pg import discounted_returns
+from course_lib.rl.reinforce import (
     VARIANTS,
     EpisodeBatch,
     ReinforceConfig,

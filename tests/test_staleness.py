@@ -1,4 +1,4 @@
-"""course_lib.staleness: the vectorised stale-batch CartPole grid of lesson 02, section 4."""
+"""course_lib.rl.staleness: the vectorised stale-batch CartPole grid of lesson 02, section 4."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from course_lib import describe
-from course_lib.importance import clipped_surrogate_loss, correction_coefficients, truncated_is_loss
-from course_lib.staleness import (
+from course_lib.rl.importance import clipped_surrogate_loss, correction_coefficients, truncated_is_loss
+from course_lib.rl.staleness import (
     StaleBatch,
     StalenessConfig,
     label,

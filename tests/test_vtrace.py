@@ -1,4 +1,4 @@
-"""course_lib.vtrace against a deliberately naive O(T^2) implementation of the paper's formula
+"""course_lib.rl.vtrace against a deliberately naive O(T^2) implementation of the paper's formula
 (``vtrace_naive``, the oracle of lesson 03's grader, which mirrors Espeholt et al. 2018, eq. 1
 term by term), on inputs whose ratios cross both clip thresholds, plus properties."""
 
@@ -15,8 +15,8 @@ from course_lib.course.grading.lessons.l03_impala_vtrace import (
     naive_pg_advantages,
     random_trajectory,
 )
-from course_lib.pg import discounted_returns
-from course_lib.vtrace import (
+from course_lib.rl.pg import discounted_returns
+from course_lib.rl.vtrace import (
     VTraceReturns,
     discounts_from_dones,
     truncated_ratios,

@@ -17,7 +17,7 @@ Modules, one concept each:
 The package's public pieces, importable from here, are lesson 03's agent: the network
 (:class:`ActorCritic`), its loss (:func:`loss_terms`, :class:`LossConfig`) and the
 environments it trains on (:func:`make_envs`). The multi-process system uses them, and so
-does the single-process controlled-lag ablation (:mod:`course_lib.lag`), which imports
+does the single-process controlled-lag ablation (:mod:`course_lib.pipeline.lag`), which imports
 them from here and nothing else of the package. The system itself lives in
 :mod:`.system` (not imported here).
 """

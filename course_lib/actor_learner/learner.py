@@ -1,7 +1,7 @@
 r"""The IMPALA learner: the V-trace actor-critic loss and one update (lesson 03).
 
 Espeholt et al. 2018 (arXiv 1802.01561), section 4.2: with V-trace targets ``v_s`` and
-advantages ``A_s`` (:func:`course_lib.vtrace.vtrace`) treated as constants, each step
+advantages ``A_s`` (:func:`course_lib.rl.vtrace.vtrace`) treated as constants, each step
 ``s`` of a batch contributes::
 
     policy gradient   -A_s log pi(a_s|x_s)                                   (03.5)
@@ -13,7 +13,7 @@ and unweighted advantages, as if the stale data were on-policy.
 
 :func:`loss_terms` works on time-major ``[T, N]`` tensors of any number of independent
 columns, so the multi-process learner (:class:`Learner`) and the single-process
-controlled-lag ablation (:mod:`course_lib.lag`, many agents at once) share it.
+controlled-lag ablation (:mod:`course_lib.pipeline.lag`, many agents at once) share it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from course_lib.actor_learner.timers import Timings
-from course_lib.vtrace import VTraceReturns, discounts_from_dones, vtrace
+from course_lib.rl.vtrace import VTraceReturns, discounts_from_dones, vtrace
 
 
 @dataclass(frozen=True)

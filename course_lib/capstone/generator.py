@@ -39,7 +39,7 @@ from course_lib.capstone.metrics import MetricsWriter
 from course_lib.lm.model import TinyLM
 from course_lib.lm.sampler import SlotSampler, generator_for
 from course_lib.lm.task import EOS, CountdownTask, Problem
-from course_lib.staleness import may_start_group
+from course_lib.rl.staleness import may_start_group
 
 #: How often an idle generator (at the backpressure bound, or waiting for weights) asks the store again.
 IDLE_POLL_S = 0.002

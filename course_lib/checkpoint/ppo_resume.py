@@ -1,10 +1,10 @@
 """Lesson 04's jitted PPO, checkpointed with Orbax and resumed bit-exact after a SIGKILL.
 
-Lesson 04 runs a whole PPO training as one jitted program (:func:`course_lib.ppo_jax.
+Lesson 04 runs a whole PPO training as one jitted program (:func:`course_lib.ppo.jax_ppo.
 make_train`): nothing leaves the device until it ends, so nothing can be saved on the way.
 To checkpoint it we cut the same run into *chunks*: :func:`run_chunk` is a jitted
-``lax.scan`` of the same ``update_step`` (:func:`course_lib.ppo_jax.make_update_step`) over
-``n`` updates, and between chunks the host saves the whole :class:`~course_lib.ppo_jax.
+``lax.scan`` of the same ``update_step`` (:func:`course_lib.ppo.jax_ppo.make_update_step`) over
+``n`` updates, and between chunks the host saves the whole :class:`~course_lib.ppo.jax_ppo.
 RunnerState` (flat parameters, Adam's moments and count, every env's state and observation,
 the running episode returns, the run's PRNG key) plus the metrics so far; the update index
 is the checkpoint's step. Nothing else carries state from one update to the next (the data
@@ -29,14 +29,14 @@ that in general (a compiler may fuse a loop body differently in a different prog
 is why the bit-exact contract of this module is stated between *chunked* runs: killed and
 resumed vs uninterrupted, with the same chunk length.
 
-This module imports :mod:`course_lib.ppo_jax` first: it sets the XLA CPU flag the PPO
+This module imports :mod:`course_lib.ppo.jax_ppo` first: it sets the XLA CPU flag the PPO
 programs need before JAX starts its backend.
 """
 
 from __future__ import annotations
 
 # isort: off
-from course_lib import ppo_jax  # first: sets XLA_FLAGS before JAX starts a backend
+from course_lib.ppo import jax_ppo as ppo_jax  # first: sets XLA_FLAGS before JAX starts a backend
 
 # isort: on
 import dataclasses
@@ -53,8 +53,8 @@ from jax.flatten_util import ravel_pytree
 
 from course_lib.checkpoint.crash import KillPoint, maybe_kill
 from course_lib.checkpoint.jax_state import JaxCheckpoints, Restored
-from course_lib.ppo_config import PPOConfig
-from course_lib.ppo_jax import RunnerState
+from course_lib.ppo.config import PPOConfig
+from course_lib.ppo.jax_ppo import RunnerState
 
 Metrics = dict[str, np.ndarray]
 

@@ -1,6 +1,6 @@
 """Lesson 01's REINFORCE on CartPole as a resumable loop: killed any number of times, bit-exact.
 
-The loop of :func:`course_lib.reinforce.train_reinforce`, with a checkpoint every
+The loop of :func:`course_lib.rl.reinforce.train_reinforce`, with a checkpoint every
 ``every`` updates and a restore at the start::
 
     model, Adam, generator <- fresh from config.seed
@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from course_lib.checkpoint.atomic import CheckpointError, NoCheckpoint, keep_last, quarantine, restore_latest
 from course_lib.checkpoint.crash import KillPoint, maybe_kill
 from course_lib.checkpoint.torch_state import load_torch_state, save_torch_state
-from course_lib.reinforce import ReinforceConfig, collect_episodes, make_env, policy_for, reinforce_update
+from course_lib.rl.reinforce import ReinforceConfig, collect_episodes, make_env, policy_for, reinforce_update
 
 if TYPE_CHECKING:
     import torch

@@ -212,7 +212,7 @@ def _course_map_png(path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from course_lib.plots import course_map
+    from course_lib.course.plots import course_map
 
     figure = Figure(figsize=(12, 4.8))
     FigureCanvasAgg(figure)

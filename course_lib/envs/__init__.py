@@ -24,5 +24,5 @@ A new environment is a new module here that follows the interface, added to ``EN
 ``tests/test_envs_cartpole.py``, which checks every env listed there against it (and, with
 mypy, that the module type-checks as a ``JaxEnv``). Importing this package has
 no side effect (the XLA CPU flag the training programs need is set by
-:mod:`course_lib.ppo_jax`).
+:mod:`course_lib.ppo.jax_ppo`).
 """

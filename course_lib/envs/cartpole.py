@@ -184,7 +184,7 @@ def step(
         ``(obs, state, reward, terminated, truncated, info)``: ``obs`` / ``state`` start
         the next episode when ``terminated | truncated``; ``info["final_obs"]`` is the
         observation the step reached before any reset (bootstrap a truncated step from
-        its value: see :func:`course_lib.ppo_jax.td_targets`).
+        its value: see :func:`course_lib.ppo.jax_ppo.td_targets`).
 
     ``key`` is split in two, one half for the transition and one for the reset, so that
     no key is used twice even for an env whose dynamics are random

@@ -12,7 +12,7 @@ An environment is a **module of pure functions** over two pytrees (Lange, 2022, 
     obs, state, reward, terminated, truncated, info = step(key, state, action, params)
 
 What a module must guarantee, so that ``jax.jit``, ``jax.vmap`` and ``jax.lax.scan`` apply
-to it directly and a learner (:mod:`course_lib.ppo_jax`) can use any env unchanged:
+to it directly and a learner (:mod:`course_lib.ppo.jax_ppo`) can use any env unchanged:
 
 - ``EnvState`` and ``EnvParams`` are immutable pytrees: frozen dataclasses registered
   with ``jax.tree_util.register_dataclass``; what decides shapes or loop lengths (e.g. an
@@ -139,7 +139,7 @@ def auto_reset(done: Array, stepped: tuple[Array, StateT], fresh: tuple[Array, S
     Branch-free (``jnp.where`` on every field of the state pytree), so it works unchanged
     under ``vmap`` with ``done [B]``. :func:`step_with_auto_reset` draws ``fresh`` itself; a
     rollout can instead draw the reset states of all its steps in one call before its scan
-    (see :func:`course_lib.ppo_jax.collect_rollout`).
+    (see :func:`course_lib.ppo.jax_ppo.collect_rollout`).
     """
     obs_step, state_step = stepped
     obs_reset, state_reset = fresh

@@ -3,7 +3,7 @@ r"""Soft Actor-Critic with an on-device replay buffer, the whole loop one jitted
 SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXiv
 1812.05905) learns off-policy from a replay buffer: twin Q networks and their Polyak-averaged
 targets, a tanh-squashed Gaussian actor and a learned entropy temperature. Written in the
-PureJaxRL style of :mod:`course_lib.ppo_jax` and in the spirit of V-Max (Valeo AI, arXiv
+PureJaxRL style of :mod:`course_lib.ppo.jax_ppo` and in the spirit of V-Max (Valeo AI, arXiv
 2503.08388: SAC on Waymax, JAX end to end), *acting, storing, sampling and learning compile
 into one program*: the replay buffer (:mod:`course_lib.offpolicy.replay`) is a pytree of device
 arrays carried through ``lax.scan`` like the env states and the parameters. One call of
@@ -30,7 +30,7 @@ both give the same numbers, bit for bit. :func:`evaluate` measures V-Max's accur
 (``env.episode_success``), collision and off-road rates of the deterministic policy;
 :func:`time_breakdown` says where a training step's time goes.
 
-**Importing this module sets an XLA flag** (:func:`course_lib.ppo_jax.use_reliable_xla_cpu_flags`),
+**Importing this module sets an XLA flag** (:func:`course_lib.ppo.jax_ppo.use_reliable_xla_cpu_flags`),
 as lesson 04's module does: the nested scans here are the programs that need it.
 
 The environment is any module with the continuous-control interface of
@@ -58,7 +58,7 @@ from jax import Array
 
 from course_lib.envs import driving
 from course_lib.offpolicy import replay
-from course_lib.ppo_jax import use_reliable_xla_cpu_flags
+from course_lib.ppo.jax_ppo import use_reliable_xla_cpu_flags
 
 use_reliable_xla_cpu_flags()
 

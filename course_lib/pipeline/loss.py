@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 
-from course_lib.importance import ess_from_log_weights
 from course_lib.lm.task import PAD
-from course_lib.pg import group_relative_advantages
+from course_lib.rl.importance import ess_from_log_weights
+from course_lib.rl.pg import group_relative_advantages
 
 
 def pad_groups(groups: list[dict[str, Any]], pad: int = PAD) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def pipeline_loss(
     """Eq. 07.1-07.2, all inputs ``[N, T]``: one truncated importance weight per token, a
     constant (no gradient through it), the mean over the real tokens. ``correct=False``
     drops the correction (every weight 1: plain REINFORCE on whatever the sampler produced).
-    Equals ``course_lib.importance.truncated_is_loss(..., level="token")``."""
+    Equals ``course_lib.rl.importance.truncated_is_loss(..., level="token")``."""
     log_ratio = logp_new.detach() - logp_behaviour  # log pi_u - log mu, per token
     w = torch.clamp(torch.exp(log_ratio), max=c) if correct else torch.ones_like(log_ratio)
     m = mask.to(logp_new.dtype)

@@ -30,7 +30,7 @@ the trainer raises after publishing) *before* it pulls the weights. Then group `
 starts with a version ``>= consumed / B`` and is consumed by update ``<= consumed / B +
 bound``: no token is ever more than ``bound`` updates old (``bound`` = 0, 1 or
 ``max_lag``). The trainer checks it on every batch. The rule,
-:func:`~course_lib.staleness.may_start_group`, lives with the other staleness maths (the
+:func:`~course_lib.rl.staleness.may_start_group`, lives with the other staleness maths (the
 capstone's generators use it too); it is importable from here as well.
 
 **Faults.** Every wait has a timeout (``poll_s``) after which the trainer checks the
@@ -63,6 +63,7 @@ from course_lib.pipeline.loss import (
     token_ess_fraction,
     token_lags,
 )
+from course_lib.rl.staleness import may_start_group
 from course_lib.runtime.processes import (
     INJECTED_CRASH_EXIT,
     QUIET_EXIT,
@@ -72,7 +73,6 @@ from course_lib.runtime.processes import (
     stop_processes,
 )
 from course_lib.runtime.weights import SharedWeights, load_flat_parameters
-from course_lib.staleness import may_start_group
 
 Regime = Literal["sync", "one_step", "pipeline"]
 REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")

@@ -283,8 +283,8 @@ def program_dp_sgd(mesh: Mesh, options: WorkerOptions) -> dict[str, Any]:
 
 
 def ppo_config(options: WorkerOptions) -> Any:
-    """The lesson-04 :class:`~course_lib.ppo_config.PPOConfig` that ``dp_ppo`` trains with."""
-    from course_lib.ppo_config import PPOConfig
+    """The lesson-04 :class:`~course_lib.ppo.config.PPOConfig` that ``dp_ppo`` trains with."""
+    from course_lib.ppo.config import PPOConfig
 
     return PPOConfig(
         num_envs=options.num_envs,

@@ -76,7 +76,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from course_lib.envs import cartpole
-from course_lib.ppo_jax import (
+from course_lib.ppo.jax_ppo import (
     EnvCarry,
     Params,
     PPOConfig,

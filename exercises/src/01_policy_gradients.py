@@ -246,7 +246,7 @@ check("01_policy_gradients", "group_relative_advantages", group_relative_advanta
 # 4. return the loss (computed before the step) as a Python `float`.
 #
 # You may call your `reward_to_go` and `surrogate_loss` from above, or, if you are stuck
-# on one of them, the library's: `from course_lib.pg import discounted_returns, surrogate_loss`.
+# on one of them, the library's: `from course_lib.rl.pg import discounted_returns, surrogate_loss`.
 #
 # **How it is graded:** with plain SGD the parameters must move by exactly
 # $-\text{lr}\cdot\nabla L$, where $L$ is computed independently (naive returns per step,
@@ -303,13 +303,13 @@ def reinforce_update(policy, optimizer, obs, actions, rewards, dones, gamma):
 
 
 # %% [markdown]
-# Your update, in a complete training loop on CartPole: `course_lib.reinforce` collects
+# Your update, in a complete training loop on CartPole: `course_lib.rl.reinforce` collects
 # one episode from each of 16 vectorised envs per update and lays them back to back in
 # one column, the layout your function takes. About 5 seconds:
 
 # %% tags=["raises-in-stub"]
 # NBVAL_IGNORE_OUTPUT
-from course_lib.reinforce import ReinforceConfig, collect_episodes, make_env, make_policy
+from course_lib.rl.reinforce import ReinforceConfig, collect_episodes, make_env, make_policy
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # tiny network: one thread is fastest

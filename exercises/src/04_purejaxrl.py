@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from course_lib.envs.cartpole import EnvParams
-from course_lib.ppo_jax import use_reliable_xla_cpu_flags
+from course_lib.ppo.jax_ppo import use_reliable_xla_cpu_flags
 from course_lib import check
 
 use_reliable_xla_cpu_flags()  # before the first JAX computation: an XLA CPU setting that avoids a rare hang
@@ -293,7 +293,7 @@ check("04_purejaxrl", "autoreset_td_targets", autoreset_td_targets)
 # ## Exercise 4 · Vmap a training function over seeds and learning rates (★☆☆, 15 min, 10 points)
 #
 # `train(key, lr)` is a whole training run as a pure function (like
-# `course_lib.ppo_jax.make_train(config)`): it returns a pytree (for example a dict of
+# `course_lib.ppo.jax_ppo.make_train(config)`): it returns a pytree (for example a dict of
 # per-update metrics). Run it for `n_seeds` seeds and every learning rate in `lrs` as **one**
 # vmapped program, and return the pytree with two leading axes `[len(lrs), n_seeds]`.
 # Use the seeds `jax.random.split(key, n_seeds)`, the *same* seeds for every learning

@@ -170,7 +170,7 @@ check("11_capstone", "assign_roles", assign_roles)
 # way, starting without weights and missing validation are named in the message.
 #
 # (At full size: `course_lib.capstone.generator.Generator.run`, with
-# `course_lib.staleness.may_start_group`.)
+# `course_lib.rl.staleness.may_start_group`.)
 #
 # <details><summary>Hint 1</summary>
 # Two independent decisions: first the version (compare <code>announced</code> with

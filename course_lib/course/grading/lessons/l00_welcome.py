@@ -5,9 +5,9 @@ The learner writes ``discounted_returns(rewards, dones, gamma) -> [T] float arra
 return ``G_t`` of every step (the backward recursion, eq. 00.2), and
 ``finished_episode_returns(rewards, dones) -> [n_finished] float array``, ``R_j`` of
 every episode that ends (done = 1) in the buffer (eq. 00.3). The equations are stated in
-lesson 00 (and copied, checked, in :mod:`course_lib.pg`).
+lesson 00 (and copied, checked, in :mod:`course_lib.rl.pg`).
 
-The checks never call ``course_lib.pg``: they compare with
+The checks never call ``course_lib.rl.pg``: they compare with
 :func:`naive_discounted_returns`, an O(T^2) double loop that mirrors the closed form
 ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k`` (``e(t)`` = last step of t's episode), and
 with :func:`naive_finished_episode_returns`, which reads ``R_j`` off that oracle at

@@ -8,7 +8,7 @@ The learner writes:
 * ``group_relative_advantages(rewards [B, G], normalize_std=True, eps=1e-6) -> [B, G]``  (01.6)
 * ``reinforce_update(policy, optimizer, obs, actions, rewards, dones, gamma) -> float``
 
-The checks never call ``course_lib.pg`` or ``course_lib.reinforce``: they compare with
+The checks never call ``course_lib.rl.pg`` or ``course_lib.rl.reinforce``: they compare with
 the deliberately naive oracles below, which mirror the closed forms (a sum per step, an
 explicit log-sum-exp per row, explicit sums per group), with hand-computed values, and
 with properties. torch is imported inside the checks that need it, so loading this

@@ -10,7 +10,7 @@ The learner writes:
 * ``token_and_sequence_ratios(logp_new [N, T], logp_old [N, T], mask [N, T]) -> ([N, T], [N])``  (02.3)
 * ``clipped_surrogate_loss(logp_new [N], logp_old [N], advantages [N], eps=0.2) -> scalar tensor``  (02.5)
 
-The checks never call ``course_lib.importance``: they compare with the naive oracles
+The checks never call ``course_lib.rl.importance``: they compare with the naive oracles
 below (explicit loops over samples and tokens with ``math.exp``, mirroring the
 equations), with hand-computed values, and with properties. Inputs cross the
 clip thresholds on both sides. Where a wrong answer matches a known mistake (inverted

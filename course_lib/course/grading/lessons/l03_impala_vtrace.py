@@ -8,9 +8,9 @@ The learner writes:
 * ``rollout_lag(learner_version, versions [T, B]) -> [B]``
 * ``actor_unroll(envs, policy, obs, slot, version, generator) -> next obs``
 
-The checks never call the course's implementations (``course_lib.vtrace.vtrace``,
+The checks never call the course's implementations (``course_lib.rl.vtrace.vtrace``,
 ``course_lib.actor_learner``): they compare with deliberately naive oracles that mirror
-the paper's formula term by term (``course_lib.vtrace.vtrace_naive``, an explicit O(T^2)
+the paper's formula term by term (``course_lib.rl.vtrace.vtrace_naive``, an explicit O(T^2)
 double sum with an explicit product per term, which the lesson also shows; the ones
 below), with hand-computed values, and with properties, on inputs whose ratios cross
 both clip thresholds.
@@ -43,7 +43,7 @@ from course_lib.course.grading.helpers import (
     fail_if_known_mistake,
     torch_seeded,
 )
-from course_lib.vtrace import vtrace_naive
+from course_lib.rl.vtrace import vtrace_naive
 
 LESSON = "03_impala_vtrace"
 

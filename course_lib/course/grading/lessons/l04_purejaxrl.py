@@ -10,7 +10,7 @@ The learner writes:
   -> targets [T, B]``  (04.2)
 * ``train_grid(train, key, n_seeds, lrs) -> pytree [len(lrs), n_seeds, ...]``
 
-The checks never call ``course_lib.envs`` or ``course_lib.ppo_jax``: the env step is
+The checks never call ``course_lib.envs`` or ``course_lib.ppo.jax_ppo``: the env step is
 compared with gymnasium's own ``CartPole-v1``, GAE with a Python loop that sums the
 discounted deltas term by term, the TD targets with a case-by-case loop, and the grid
 with a Python loop over learning rates and seeds. Every learner function is also called

@@ -890,7 +890,7 @@ DP_SLIPS: dict[str, dict[str, Any]] = {
 #: course_lib's own implementations of the loss, which the learner's function must not call.
 LIBRARY_LOSSES = (
     ("course_lib.pipeline.loss", "pipeline_loss"),
-    ("course_lib.importance", "truncated_is_loss"),
+    ("course_lib.rl.importance", "truncated_is_loss"),
     ("course_lib.capstone.trainer", "shard_loss"),
 )
 LIBRARY_MESSAGE = (

@@ -1,8 +1,8 @@
 """PPO's hyperparameters (lesson 04), shared by the JAX loop and the classic torch loop.
 
 :class:`PPOConfig` is a plain frozen dataclass with no JAX or torch in it, so the classic
-baseline (:mod:`course_lib.ppo_torch`) reads the same hyperparameters as the end-to-end
-jitted loop (:mod:`course_lib.ppo_jax`, which re-exports it) without importing JAX.
+baseline (:mod:`course_lib.ppo.torch_ppo`) reads the same hyperparameters as the end-to-end
+jitted loop (:mod:`course_lib.ppo.jax_ppo`, which re-exports it) without importing JAX.
 ``course_lib.describe(PPOConfig())`` lists every field with its help.
 """
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.pg import discounted_returns, episode_returns, surrogate_loss
+from course_lib.rl.pg import discounted_returns, episode_returns, surrogate_loss
 
 if TYPE_CHECKING:
     import gymnasium as gym

@@ -10,7 +10,7 @@ grows from 0 to ``k``). Then we compare, at each ``k``:
 * **no correction**: the on-policy actor-critic loss applied to stale data as if it were
   fresh (IMPALA's "no-correction" baseline: n-step returns, unweighted advantages);
 * **V-trace**: the same loss with V-trace targets and truncated-ratio advantages
-  (:func:`course_lib.vtrace.vtrace`);
+  (:func:`course_lib.rl.vtrace.vtrace`);
 * **on-policy**: ``k = 0``, where both coincide (every ratio is 1).
 
 The loss of one agent, averaged over its ``T x B`` steps (Espeholt et al. 2018, eq. 2-4)::
@@ -401,7 +401,7 @@ def two_action_chain_targets(
         ``"true value"``: ``[1]`` ``V^pi = p_target / (1 - gamma)`` and ``"V-trace fixed
         point"``: ``[1]`` ``V^{pi_rho}`` (Espeholt et al. 2018, Theorem 1).
     """
-    from course_lib.vtrace import vtrace
+    from course_lib.rl.vtrace import vtrace
 
     rng = np.random.default_rng(seed)
     first: NDArray[np.bool_] = rng.random((n_steps, n_trajectories)) < p_behaviour  # action 0 taken

@@ -7,7 +7,7 @@ probability ``mu_k`` and 0 otherwise (a "verifiable" reward: right or wrong). Th
     grad_z J  = pi * (mu - J)                           (exact, elementwise)
     g_hat     = (1/N) sum_i (r_i - b) (onehot(a_i) - pi),   a_i ~ pi, r_i ~ Bernoulli(mu_{a_i})
 
-The score-function estimate ``g_hat`` (:func:`course_lib.pg.score_function_gradient`)
+The score-function estimate ``g_hat`` (:func:`course_lib.rl.pg.score_function_gradient`)
 is unbiased for any constant ``b``; :meth:`CategoricalBandit.estimate_errors` measures
 how fast it converges to the exact gradient as ``N`` grows.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from course_lib.pg import score_function_gradient, softmax
+from course_lib.rl.pg import score_function_gradient, softmax
 
 
 @dataclass(frozen=True)

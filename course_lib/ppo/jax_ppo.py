@@ -21,9 +21,9 @@ et al. 2016, arXiv 1506.02438; equation numbers as in the lesson)::
             theta <- Adam(clip_grad(grad L(theta)))                   (ppo_loss, 04.4-04.6; optax)
 
 Nothing leaves the device until ``train`` returns: no host round trip per step, no
-Python between steps. The hyperparameters are :class:`course_lib.ppo_config.PPOConfig`
+Python between steps. The hyperparameters are :class:`course_lib.ppo.config.PPOConfig`
 (re-exported here); the classic loop with the same hyperparameters is
-:mod:`course_lib.ppo_torch`.
+:mod:`course_lib.ppo.torch_ppo`.
 
 **Importing this module sets an XLA flag** (:func:`use_reliable_xla_cpu_flags`): the one
 setting the course's JAX training programs need on a CPU. See that function for why it is
@@ -46,7 +46,7 @@ from jax.flatten_util import ravel_pytree
 
 from course_lib.envs import cartpole
 from course_lib.envs.interface import auto_reset
-from course_lib.ppo_config import PPOConfig
+from course_lib.ppo.config import PPOConfig
 
 Params = dict[str, Any]
 

@@ -12,7 +12,7 @@ compared with the truth::
     g_hat             = 1/(B G) sum_i sum_j A_ij (onehot(a_ij) - pi_{p_i})   (in row p_i)
 
 with ``A_ij`` the reward (no baseline), or the group-relative advantage of GRPO
-(Shao et al. 2024, arXiv 2402.03300), :func:`course_lib.pg.group_relative_advantages`.
+(Shao et al. 2024, arXiv 2402.03300), :func:`course_lib.rl.pg.group_relative_advantages`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from course_lib.pg import group_relative_advantages, softmax
+from course_lib.rl.pg import group_relative_advantages, softmax
 
 _OPS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _PROMPT = re.compile(r"^\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*$")

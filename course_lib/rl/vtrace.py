@@ -36,7 +36,7 @@ where an episode ended at step ``t``, so nothing leaks across episodes;
 
 With ``rho_bar = c_bar = infinity`` and on-policy data (all ratios 1) ``v_s`` is the
 n-step bootstrapped return ``sum_t gamma^(t-s) r_t + gamma^(T-s) V(x_T)``
-(:func:`course_lib.pg.discounted_returns` with ``bootstrap``); with all ratios 1 the
+(:func:`course_lib.rl.pg.discounted_returns` with ``bootstrap``); with all ratios 1 the
 clipping never bites either.
 """
 

@@ -1,7 +1,7 @@
 r"""PPO as a classic loop: torch on the CPU, gymnasium's vectorised CartPole (lesson 04).
 
-The baseline that :mod:`course_lib.ppo_jax` is measured against, with the same
-hyperparameters (:class:`course_lib.ppo_config.PPOConfig`), the same network and
+The baseline that :mod:`course_lib.ppo.jax_ppo` is measured against, with the same
+hyperparameters (:class:`course_lib.ppo.config.PPOConfig`), the same network and
 initialisation, the same GAE and loss (eqs. 04.2-04.6). It is written to be a *fair*,
 fast classic loop in the CleanRL style (Huang et al. 2022, ``cleanrl/ppo.py``):
 
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.ppo_config import PPOConfig
+from course_lib.ppo.config import PPOConfig
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -59,7 +59,7 @@ def _layer(n_in: int, n_out: int, gain: float) -> nn.Linear:
 
 
 def make_actor_critic(obs_dim: int, n_actions: int, hidden: int) -> tuple[nn.Module, nn.Module]:
-    """The same two MLPs as :func:`course_lib.ppo_jax.init_params`: tanh, orthogonal
+    """The same two MLPs as :func:`course_lib.ppo.jax_ppo.init_params`: tanh, orthogonal
     weights (gain sqrt 2; 0.01 for the logits, 1 for the value), zero biases."""
     from torch import nn
 

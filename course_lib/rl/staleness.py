@@ -3,7 +3,7 @@
 An asynchronous RL system trains on batches its actors generated with an older policy.
 Here the update at step ``t`` uses episodes sampled by the policy of ``k`` updates ago,
 ``mu = pi_{theta_{t-k}}`` (the initial policy while ``t < k``), and one of the
-corrections of :func:`course_lib.importance.correction_coefficients` (eq. 02.8)::
+corrections of :func:`course_lib.rl.importance.correction_coefficients` (eq. 02.8)::
 
     g_t = (1/n) sum_i psi_i grad log pi_{theta_t}(a_i | s_i),
     psi_i = A_i | w_i A_i | min(w_i, c) A_i | w_i A_i 1[not clipped],   w_i = pi_t(a_i|s_i) / mu(a_i|s_i)
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.importance import (
+from course_lib.rl.importance import (
     CORRECTIONS,
     Correction,
     categorical_kl,
     correction_coefficients,
     effective_sample_size,
 )
-from course_lib.pg import discounted_returns
+from course_lib.rl.pg import discounted_returns
 
 if TYPE_CHECKING:
     import gymnasium as gym
