@@ -15,6 +15,7 @@ import torch
 
 from course_lib.runtime import ranks
 from course_lib.runtime.processes import live_children
+from course_lib.weight_sync import engine_model as em
 from course_lib.weight_sync import scale_model as sm
 from course_lib.weight_sync.buckets import ALIGN, pack, plan_buckets, unpack
 from course_lib.weight_sync.config import Phases
@@ -576,3 +577,57 @@ def test_ranks_exit_when_the_launching_process_is_killed(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+# --- checkpoint-engine's published table, stage by stage (course_lib.weight_sync.engine_model) ---
+
+
+def test_engine_model_predicts_every_published_row_within_1_25x():
+    rows = em.published_comparison()
+    assert len(rows) == 6
+    for row in rows:
+        assert 1 / 1.25 <= row.ratio <= 1.25, (row.setting, row.published_s, row.predicted_s)
+
+
+def test_engine_model_more_nodes_cost_ring_latency_and_nic_bound_only_across_nodes():
+    one_node = em.engine_update(em.KIMI_K2, "H20", 8, 8, 8 * em.GIB)
+    two = em.engine_update(em.KIMI_K2, "H20", 16, 16, 8 * em.GIB)
+    many = em.engine_update(em.KIMI_K2, "H20", 256, 16, 8 * em.GIB)
+    # the ring's fill grows with the GPUs it must reach; more buckets (one shard per GPU) too
+    assert one_node.ring_fill_s < two.ring_fill_s < many.ring_fill_s
+    assert many.n_buckets >= 256 and many.ring_fill_s * many.n_buckets > 10 * two.ring_fill_s * two.n_buckets
+    # but the H2D copies shrink: every GPU copies only its shard, B / W
+    assert many.h2d < two.h2d < one_node.h2d
+    # inside one node the NICs play no part; across nodes fewer NICs slow the broadcast
+    few_nics = 1 * 400e9 / 8
+    assert em.broadcast_rate("H20", 8, few_nics) == em.broadcast_rate("H20", 8)
+    assert em.broadcast_rate("H20", 16, few_nics) < em.broadcast_rate("H20", 16)
+    slow = em.engine_update(em.KIMI_K2, "H20", 256, 16, 8 * em.GIB, nic_per_node=few_nics)
+    assert slow.broadcast_s > many.broadcast_s and slow.bound == "broadcast" and slow.total > many.total
+    # the NICs (8 x 400 Gb/s) are no bottleneck for H20 (NVLink 450 GB/s per direction): the same rate
+    assert em.broadcast_rate("H20", 256) == pytest.approx(em.NCCL_EFFICIENCY * 400e9)
+
+
+def test_engine_model_bucket_size_trade_off():
+    def t(gib: float) -> float:
+        return em.engine_update(em.QWEN3_235B, "H800", 8, 8, gib * em.GIB).total
+
+    sizes = [2.0**k for k in range(-8, 7)]
+    times = [t(g) for g in sizes]
+    best = sizes[times.index(min(times))]
+    assert 0.5 <= best <= 32
+    assert t(sizes[0]) > 2 * min(times)  # tiny buckets: per-bucket overheads and ring latency dominate
+    huge = em.engine_update(em.QWEN3_235B, "H800", 8, 8, 64 * em.GIB)
+    assert (
+        huge.total > min(times)
+        and huge.fill_drain > 5 * em.engine_update(em.QWEN3_235B, "H800", 8, 8, best * em.GIB).fill_drain
+    )  # huge buckets: the undivided last bucket
+
+
+def test_engine_model_rejects_bad_settings():
+    with pytest.raises(ValueError):
+        em.engine_update(em.KIMI_K2, "H20", 24, 16, em.GIB)
+    with pytest.raises(ValueError):
+        em.engine_update(em.KIMI_K2, "B200", 16, 16, em.GIB)
+    with pytest.raises(ValueError):
+        em.engine_update(em.KIMI_K2, "H20", 16, 16, 0)

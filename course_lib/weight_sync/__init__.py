@@ -17,6 +17,7 @@ Modules, one concept each:
   out of the production path.
 * :mod:`.launch`: real processes with torch.distributed (gloo on CPU, NCCL when a GPU is there).
 * :mod:`.scale_model`: the analytic model of update time (09.1-09.4) and its calculator.
+* :mod:`.engine_model`: checkpoint-engine's broadcast update stage by stage, against its published table.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "comm",
     "config",
     "endpoints",
+    "engine_model",
     "faults",
     "integrity",
     "launch",

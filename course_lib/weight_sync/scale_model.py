@@ -198,7 +198,8 @@ def calibrate_stages(
 # the extrapolation with the eta measured on its own machine.
 CLUSTER_ASSUMED = Hardware(bandwidth=50e9, latency=50e-6, stage_bw=100e9, reload_bw=1000e9, write_bw=10e9, read_bw=50e9)
 
-# Published (MoonshotAI/checkpoint-engine README, see /work/shared/REFERENCES.md): seconds to update.
+# Published (MoonshotAI/checkpoint-engine README, quoted in the course's REFERENCES.md): seconds to update.
+# The stage-by-stage model of those runs, all six rows of the table, is in :mod:`.engine_model`.
 PUBLISHED = {
     "Kimi-K2 FP8, 16xH20, TP16 (bucket 5.89 GiB)": (14.36, 16, 16, 5.89),
     "Kimi-K2 FP8, 256xH20, TP16 (bucket 8.00 GiB)": (16.04, 256, 16, 8.00),
