@@ -14,8 +14,9 @@
 # # 10 · Fault tolerance and checkpointing: lose nothing, resume bit-exact
 #
 # At scale something always fails. Meta's Llama 3 report counts 419 unexpected
-# interruptions in a 54-day run on 16,384 H100s, one every three hours, most of them a GPU
-# or its memory. An RL run adds its own: a simulator that segfaults, an inference engine
+# interruptions in a 54-day snapshot of its pre-training on 16,384 H100s, one every three
+# hours; faulty GPUs and their HBM3 memory caused 47% of them, every GPU category together
+# 58.7%. An RL run adds its own: a simulator that segfaults, an inference engine
 # that hangs, a host preempted mid-save, a disk that fills while a checkpoint is written.
 # A training system is **fault tolerant** when a failure costs only the work since the
 # last checkpoint, a checkpoint is never half-written, and a resumed run is *exactly* the
@@ -34,13 +35,15 @@
 # 3. Checkpoint with the field's libraries: Orbax for JAX train state (asynchronous save,
 #    keep-last-N), safetensors for torch weights, `torch.distributed.checkpoint` for state
 #    sharded over ranks and resharded on load.
-# 4. Resume lesson 04's jitted PPO and a torch training loop, killed at random steps and
-#    in the middle of a save, to parameters **bitwise** equal to an uninterrupted run.
+# 4. Resume lesson 04's jitted PPO and a torch training loop, killed at chosen points (in
+#    the middle of an update, inside a save, just after one), to parameters **bitwise** equal
+#    to an uninterrupted run.
 # 5. Supervise workers: heartbeats catch a frozen actor, a dead one is restarted with the
 #    current weights, and the learner keeps going within its lag bound; measure what
-#    an actor killed every second or so costs.
-# 6. Choose the checkpoint interval: measure the cost of a blocking and an asynchronous
-#    save, derive Young's and Daly's optimum, and check it against a simulation.
+#    an actor killed every 140 learner updates (a few seconds apart) costs.
+# 6. Choose the checkpoint interval: measure the training time a blocking and an
+#    asynchronous save take away, derive Young's and Daly's optimum, and check it against a
+#    simulation.
 #
 # Builds on lesson 03 (the actor-learner system and its supervisor), lesson 04 (the jitted
 # PPO), lesson 07 (the pipeline's generator and trainer) and lesson 09 (the weight
@@ -87,8 +90,11 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 #
 # $$C_{block} = \frac{S}{B_{copy}}, \qquad \frac{S}{B_{disk}} < \tau \qquad (10.4)$$
 #
-# So an asynchronous save cuts $C$ in (10.1)-(10.3) from the whole write to the copy, and
-# the optimal interval shrinks with $\sqrt{C}$.
+# At best, then, an asynchronous save cuts $C$ in (10.1)-(10.3) from the whole write to the
+# copy, and the optimal interval shrinks with $\sqrt{C}$. At best: $C$ is the training time
+# a checkpoint takes away, and the background write also takes cores and memory bandwidth
+# from the loop, so the call time is a lower bound on it. Section 6 measures the real $C$
+# both ways.
 #
 # **Save, commit, restore** (what `checkpoint.atomic` does; Orbax and
 # `torch.distributed.checkpoint` follow the same plan)
@@ -244,6 +250,67 @@ print("every writer was killed after committing; every kill left only complete, 
       "and progress never went backwards")
 
 # %% [markdown]
+# **One piece missing: the rename.** A writer that saves straight into the final name
+# `step_00000002` (each file still fsynced, the manifest still last) is killed by `SIGKILL`
+# half way through its second file (`save_in_place`, a real kill at a fixed point, in a
+# child process). Steps 0 and 1 were committed properly before it.
+
+# %%
+from course_lib.checkpoint.crash import KillPoint, save_in_place
+
+root = WORK / "no_rename"
+for step in (0, 1):
+    commit(root, step, known_files(step))
+outcome = run_in_child(save_in_place, str(root), 2, KillPoint(2, "mid_save"), timeout_s=60)
+torn = {p.name: p.stat().st_size for p in sorted(step_dir(root, 2).iterdir())}
+print(f"writer: {outcome.reason}; committed-looking steps: {list_steps(root)}; step 2 holds {torn} "
+      f"(each file should be {len(known_files(2)['part_0.bin']):,} bytes; no manifest)")
+trusting = latest_complete(root, verify=False)
+print("a restore that trusts the newest step_* name picks step", trusting[0],
+      "-> its files equal step 2's:", {f: (trusting[1] / f).read_bytes() if (trusting[1] / f).exists() else None
+                                       for f in known_files(2)} == known_files(2))
+passed_over: list = []
+verified = latest_complete(root, skipped=passed_over)
+print("the verifying restore picks step", verified[0], "and says why it passed over step 2:",
+      passed_over[0][1].split(": ", 1)[1].split(". ")[0])
+
+# %%
+assert outcome.killed and torn == {"part_0.bin": 65_536, "part_1.bin": 32_768}  # one whole, one torn, one missing
+assert trusting[0] == 2 and verified[0] == 1
+print("without the rename the kill left a torn step 2 under a committed name; a restore that trusts names loads "
+      "it, the manifest check catches it and falls back to step 1")
+
+# %% [markdown]
+# Here the manifest saved the day, because it is written last: it doubles as a commit
+# record. Had the writer *overwritten* its one checkpoint in place (a fixed name such as
+# `latest/`), the kill would have left a mix of new and old files and no older checkpoint
+# to fall back to: a lost run. The rename makes the switch from old to new one atomic step.
+#
+# **One piece missing: the fsync.** A kill cannot show why it is needed. A child writes
+# 1 MiB without `fsync` and `SIGKILL`s itself at once:
+
+# %%
+from course_lib.checkpoint.crash import write_then_die
+
+unsynced = WORK / "unsynced.bin"
+outcome = run_in_child(write_then_die, str(unsynced), 2**20, timeout_s=60)
+survived = unsynced.read_bytes() == np.random.default_rng(0).bytes(2**20)
+print(f"writer: {outcome.reason}; all 1 MiB of unsynced bytes there after the kill: {survived}")
+
+# %%
+assert outcome.killed and survived
+print("a SIGKILL loses nothing the process had handed to the kernel: fsync or not, the bytes survive")
+
+# %% [markdown]
+# The written bytes sit in the kernel's page cache, which belongs to the kernel, not to the
+# process: a killed process loses nothing it had written. What `fsync` guards against is a
+# **power loss or a kernel crash** before the kernel writes those pages back (Linux does
+# it within about 30 s by default): then a file, or a rename (hence the fsync of the
+# directories), can be lost or come back short, after the rename already made the
+# checkpoint look committed. No test in this course cuts the power, so the fsyncs are
+# checked by tracing the calls (exercise 1's grader does) rather than by a crash.
+
+# %% [markdown]
 # ## 3. Bit-exact resume of a torch loop: safetensors and every RNG
 #
 # Lesson 01's REINFORCE on CartPole, made resumable (`train_reinforce_checkpointed`):
@@ -295,6 +362,18 @@ print(f"{len(kill_points)} kills, {len(kill_points)} resumes, the same {straight
 # finished step with our manifest, since Orbax itself keeps no checksums. Orbax has its
 # own commit protocol: it writes into `<step>.orbax-checkpoint-tmp-*` and renames.
 #
+# The Orbax calls themselves: `__init__` builds the `CheckpointManager` (keep-last-N,
+# asynchronous, its post-finalization hook), `save` hands it the arrays and our JSON as one
+# `ocp.args.Composite` step, and `_restore_item` reads items of a step back the same way.
+
+# %%
+from course_lib.checkpoint.jax_state import JaxCheckpoints
+
+show_source(JaxCheckpoints.__init__)
+show_source(JaxCheckpoints.save)
+show_source(JaxCheckpoints._restore_item)
+
+# %% [markdown]
 # We kill the run three times: during an asynchronous save (files written, before Orbax's
 # rename), just after a save (renamed, before our manifest), and in the middle of a chunk.
 
@@ -329,10 +408,24 @@ print("PPO killed 3 times (once inside an asynchronous save) and resumed: the sa
 # A large model's state lives in shards, one per rank, and the job that restores it may
 # have another number of ranks (a host lost, a bigger allocation). PyTorch's
 # `torch.distributed.checkpoint` (DCP) saves each rank's shard of a `DTensor` into its own
-# file and writes a global `.metadata` last (the coordinator's rename is its commit), and
-# on load each rank reads exactly the byte ranges its new shard needs. Two gloo ranks train
+# file and writes a global `.metadata` last (the coordinator's rename is its commit). On
+# load each rank plans which saved chunks overlap the rows it now owns; the file reader
+# reads each such chunk *whole* and then narrows it to the overlap, so a rank reads more
+# bytes than its new shard when the old and new shards do not line up. Two gloo ranks train
 # a few Adam steps on row-sharded weights and save; then one rank and three ranks load
 # the weights *and* Adam's moments into their own sharding.
+#
+# The calls, as each rank makes them: `get_state_dict` collects the model's and Adam's
+# state as DTensors keyed by parameter name, `dcp.save` writes it; to load, a rank builds
+# the same model in its own sharding, `dcp.load`s into its state dict in place, and
+# `set_state_dict` puts it back into the model and the optimizer.
+
+# %%
+from course_lib.checkpoint import sharded
+
+show_source(sharded._state)
+show_source(sharded._save)
+show_source(sharded._load)
 
 # %%
 import torch
@@ -355,59 +448,64 @@ print("one process with no process group reads the whole state too:", len(full),
 # %% [markdown]
 # ## 6. What a save costs: blocking against asynchronous
 #
-# The checkpoint cost $C$ of (10.1) is what the training loop waits for. We time Orbax
-# saves of a state of realistic shape (a few large matrices) both ways, interleaved
-# (blocking, async, blocking, async, ...) in fresh directories, medians of 3. For the
-# asynchronous save we time the call (what training waits for, $C_{block}$ of (10.4)) and
-# the whole write until `wait()` returns.
+# The checkpoint cost $C$ of (10.1) is the training time a checkpoint takes away. Two
+# measurements, both with Orbax's `CheckpointManager` (`course_lib.checkpoint.cost`):
+#
+# 1. **Save cost against state size**: states of 4, 16 and 64 MiB (four float32 matrices),
+#    saved blocking and asynchronously, sizes and modes interleaved, fresh directories,
+#    medians of 3. For the asynchronous save we time the call (what the loop waits for,
+#    $C_{block}$ of (10.4)) and the whole save until `wait_until_finished` returns.
+# 2. **Training time lost per checkpoint**: one jitted loop over a 32 MiB state, 60 steps
+#    with a checkpoint every 15 (3 checkpoints, none at the end), run with no checkpoint,
+#    with blocking saves and with asynchronous ones, interleaved, 3 repeats. Lost per
+#    checkpoint = (run with - run without, the same repeat) / 3, median over repeats. This
+#    is the $C$ that belongs in (10.1)-(10.3).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-import time
+from course_lib.checkpoint.cost import load_average, plot_save_costs, save_costs, training_time_lost
 
-import jax
-import jax.numpy as jnp
-
-from course_lib.checkpoint.jax_state import JaxCheckpoints
-
-state_mb = pick(cpu=64, full=256)
-n_mats = 4
-side = int((state_mb * 2**20 / 4 / n_mats) ** 0.5)
-big_state = {f"w{i}": jax.random.normal(jax.random.key(i), (side, side)) for i in range(n_mats)}
-state_bytes = sum(x.nbytes for x in big_state.values())
-jax.block_until_ready(big_state)
-
-timings: dict[str, list[float]] = {"blocking: save call": [], "async: save call": [], "async: until written": []}
-load_before = os.getloadavg()[0]
-for rep in range(3):
-    for mode in ("blocking", "async"):
-        with JaxCheckpoints(WORK / f"cost_{mode}_{rep}", keep=1, async_save=mode == "async") as ckpt:
-            t0 = time.perf_counter()
-            blocked = ckpt.save(0, big_state)
-            ckpt.wait()
-            total = time.perf_counter() - t0
-        timings[f"{mode}: save call"].append(blocked)
-        if mode == "async":
-            timings["async: until written"].append(total)
-medians = {k: float(np.median(v)) for k, v in timings.items()}
-print(f"state: {state_bytes / 2**20:.0f} MiB in {n_mats} float32 matrices; load average "
-      f"{load_before:.1f} -> {os.getloadavg()[0]:.1f} (2 cores)")
-for k, v in medians.items():
-    print(f"  {k:<22} median {v:6.3f} s  ({state_bytes / 2**20 / v:8.0f} MiB/s)   runs: {np.round(timings[k], 3).tolist()}")
-C_blocking, C_async = medians["blocking: save call"], medians["async: save call"]
+load_before = load_average()
+costs = save_costs([4, 16, 64], reps=3, root=WORK)
+lost = training_time_lost(32, steps=60, every=15, reps=3, root=WORK)
+C_blocking, C_async = lost.lost_per_checkpoint("blocking"), lost.lost_per_checkpoint("async")
+C_async_call = lost.call("async")
+ax = plot_save_costs(costs, lost)
+plt.show()
+for c in costs:
+    print(f"{c.mib:5.0f} MiB: blocking save {c.blocking:6.3f} s | async call {c.async_call:6.3f} s, "
+          f"until committed {c.async_written:6.3f} s")
+print(f"training loop, {lost.mib:.0f} MiB, {lost.steps} steps, {lost.n_checkpoints} checkpoints; median run: "
+      + ", ".join(f"{m} {lost.median(m):.2f} s" for m in ("none", "blocking", "async")))
+print(f"training time lost per checkpoint: blocking {C_blocking:.3f} s (its call {lost.call('blocking'):.3f} s), "
+      f"async {C_async:.3f} s (its call {C_async_call:.3f} s)")
+print(f"async / blocking, time lost: {C_async / C_blocking:.2f}; the async call understates its own cost "
+      f"{C_async / C_async_call:.1f}x; load average {load_before:.1f} -> {load_average():.1f} (2 cores)")
 
 # %%
-assert C_async < C_blocking / 3, medians
-print("the asynchronous save call blocks training more than 3x less than the blocking save (ratio above); "
-      "the write itself is no faster, it runs in the background")
+assert all(c.async_call < c.blocking for c in costs), costs  # the call returns before the write is done
+assert costs[-1].async_call < costs[-1].blocking / 5, costs[-1]  # a fixed few ms: far sooner for a large state
+assert costs[-1].blocking > costs[0].blocking and costs[-1].async_written > costs[0].async_written  # grows with size
+assert 0.5 < costs[-1].async_written / costs[-1].blocking < 2  # the write itself is no cheaper asynchronously
+assert C_async > 1.5 * C_async_call, (C_async, C_async_call)  # the background write takes training time too
+assert C_blocking > 0.5 * lost.call("blocking")  # a blocking save costs the loop at least about its call
+print("takeaway: the asynchronous save call returns sooner than a blocking save at every size (more than 5x sooner at "
+    f"{costs[-1].mib:.0f} MiB), but "
+      "the training it takes away is more than 1.5x its call time: put the measured time lost into (10.1), "
+      "not the call")
 
 # %% [markdown]
 # On a CPU, Orbax's asynchronous save keeps references to the (immutable) JAX arrays and
 # writes them from a background thread, so the call returns in milliseconds; on a GPU it
-# must first copy device memory to host ($S / B_{copy}$ in (10.4), a few GB/s over PCIe)
-# and the loop blocks for that copy only. The write is not free: on two cores the
-# background thread competes with training for the same cores (`bench/bench_checkpoint.py`
-# measures the training time lost per checkpoint both ways; see `BENCHMARKS.md`).
+# must first copy device memory to host ($S / B_{copy}$ in (10.4), over PCIe) and the
+# loop blocks for that copy. The write itself is no cheaper: at the largest size the two
+# modes' "until committed" times are within a factor of 2 of each other (asserted above),
+# and on two cores the background thread competes
+# with the training step for the same cores, so the time lost by an asynchronous save is
+# far above its call and, on this machine, may be close to the blocking save's (the ratio
+# printed above). On a GPU host the step runs on the accelerator and the host cores are
+# free for the writer, which is where the asynchronous save pays; `bench/bench_checkpoint.py`
+# measures both ways for a 256 MiB state in `BENCHMARKS.md`.
 
 # %% [markdown]
 # ## 7. Workers that die or freeze: heartbeats, restarts, the lag bound
@@ -497,29 +595,53 @@ print(f"frames/s with faults / without (median of 3 pairs): {comparison.throughp
       f"queued-lag bound: {lag_bound(al_config)}; load average {os.getloadavg()[0]:.1f}")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(7, 3.5))
+for i, arm in enumerate(comparison.runs):
+    fps = [run.frames_per_second for run in comparison.runs[arm]]
+    ax.plot([i] * len(fps), fps, "o", ms=8, alpha=0.7, label=f"{arm}: {len(fps)} runs")
+    ax.hlines(np.median(fps), i - 0.2, i + 0.2, color="k")
+ax.set_xticks(range(len(comparison.runs)), ["no faults" if a == "none" else f"an actor SIGKILLed every {kill_every} updates"
+                                           for a in comparison.runs])
+ax.set_xlim(-0.6, len(comparison.runs) - 0.4)
+ax.set_ylim(0, None)
+ax.set_ylabel("frames/s consumed by the learner")
+ax.set_title("IMPALA actor-learner under actor kills: throughput per run (black: median)")
+ax.legend(fontsize=8)
+plt.show()
+ratios = [f.frames_per_second / n.frames_per_second for n, f in zip(comparison.runs["none"], comparison.runs["faults"])]
+recoveries = [s for run in comparison.runs["faults"] for s in run.recoveries_s]
+print(f"takeaway: with an actor killed every {seconds_apart:.1f} s the learner kept "
+      f"{comparison.throughput_ratio():.2f} of its frames/s (median of 3 pairs; pairs {np.round(ratios, 2).tolist()}); "
+      f"each kill cost at most one unroll and a replacement delivered within {max(recoveries):.1f} s")
+
+# %%
 bound = lag_bound(al_config)
 for run in comparison.runs["faults"]:
     assert run.kills == n_fault_updates // kill_every and run.report.restarts == run.kills, (run.kills, run.report.restarts)
+    assert run.report.lost_unrolls <= run.kills, (run.report.lost_unrolls, run.kills)  # at most the unroll being written
+    assert len(run.recoveries_s) == run.kills and max(run.recoveries_s) < 5.0, run.recoveries_s
 for arm, runs in comparison.runs.items():
     assert all(run.report.updates == n_fault_updates for run in runs), arm
     assert all(run.queue_lag_max <= bound for run in runs), arm
     first, final = np.mean([r.first_return for r in runs]), np.mean([r.final_return for r in runs])
     assert final > first, (arm, first, final)  # learning, over the 3 seeds of the arm
-assert comparison.throughput_ratio() > 0.5 and not live_children()
-print(f"every fault run survived its {n_fault_updates // kill_every} kills (restarted each), "
-      f"every run kept the queued lag within {bound}, "
+assert comparison.throughput_ratio() > 0.75 and not live_children()
+print(f"every fault run survived its {n_fault_updates // kill_every} kills (restarted each, at most one unroll lost "
+      f"a kill, every replacement delivering within 5 s), every run kept the queued lag within {bound}, "
       "both arms learned (mean last-quarter return over 3 seeds above the first quarter's), "
-      "and the faults kept more than half the throughput")
+      "and the faults kept more than 0.75 of the throughput (median of 3 pairs)")
 
 # %% [markdown]
 # **Takeaway.** A replacement actor is forked from a warm `forkserver`, and its first
-# unroll reaches the learner within the recovery time printed above; a kill loses at most
-# the unroll being written, so at a kill every
-# second or so the system keeps most of its throughput (the ratio printed above varies from
-# run to run on a shared machine; `bench/bench_actor_faults.py` measures it at fixed kill
-# intervals in `BENCHMARKS.md`; the cell above asserts more than half), learning goes on
-# (over the seeds: a short run of one seed can stall), and the queued lag stays within its
-# bound. That is the IMPALA design paying off: actors are stateless apart from their
+# unroll reaches the learner within the recovery times printed above; a kill loses at most
+# the unroll being written, so with an actor killed every 140 updates (every few seconds
+# at most: the interval is printed above) the system kept more than three quarters of its
+# throughput (the ratio printed above varies from run to run on a
+# shared machine, and can exceed 1: the surviving actor gets the freed core;
+# `bench/bench_actor_faults.py` measures it at fixed kill intervals in `BENCHMARKS.md`),
+# learning goes on (over the seeds: a short run of one seed can stall), and the queued lag
+# stays within its bound. That is the IMPALA design paying off: actors are stateless apart from their
 # environments, so an actor fault costs a partial unroll, never a checkpoint. The learner
 # is the one process whose loss costs a restore, which is what sections 2-5 are for.
 #
@@ -560,14 +682,16 @@ print("the killed generator was reported, the run ended cleanly, and no process 
 # %% [markdown]
 # ## 8. How often to checkpoint
 #
-# Take the Llama 3 figures: 419 unexpected interruptions in 54 days on 16,384 GPUs, a
+# Take the Llama 3 figures: 419 unexpected interruptions in a 54-day snapshot on 16,384 GPUs, a
 # mean time between failures of the *job* of about 3.1 hours, and suppose a blocking save
 # of the whole sharded state takes $C$ = 60 s and a restart (reschedule, reload, warm-up)
 # $R$ = 10 minutes. The simulation draws exponential failures and counts every second
 # lost: saves, work since the last *completed* checkpoint (a save in flight at a failure is
 # lost too), restarts. Its points sit on the model's exact mean and a little above the
-# first-order (10.1), which leaves out that failures also strike the redone work, the
-# saves and the restarts; the gap grows away from the optimum. The best interval of the
+# first-order (10.1), which leaves out that failures also strike the redone work and the
+# saves; the gap grows away from the optimum. Both the simulation and the exact mean
+# (`exact_waste_fraction`) take a restart itself as failure-free, which a real restart of
+# 10 minutes is not quite (one in about 19 would meet a failure at this MTBF). The best interval of the
 # grid is where Young's (10.2) and Daly's (10.3) put it.
 
 # %%
@@ -606,8 +730,9 @@ print(f"the simulated optimum is within 30% of Young's interval; near it (10.1) 
 # **Where the waste goes at the optimum.** Split (10.1) into its three terms: saves,
 # work lost, restarts. At Young's interval the first two are nearly equal ($C/\tau = \tau/2M$
 # exactly there: that is what the optimum balances), and the restarts' $R/M$ is a floor no interval can lower: only a faster
-# restart or fewer failures can. An asynchronous save cuts $C$ to the copy (10.4), and
-# the interval shrinks with $\sqrt{C}$ (10.2).
+# restart or fewer failures can. An asynchronous save would, at best, cut $C$ to the copy
+# (10.4), here a hypothetical 2 s, and the interval shrinks with $\sqrt{C}$ (10.2); how
+# close a real one comes is section 6's measurement, used below.
 
 # %%
 for label, C in (("blocking save, 60 s", 60.0), ("async save, 2 s copy (10.4)", 2.0)):
@@ -617,17 +742,32 @@ for label, C in (("blocking save, 60 s", 60.0), ("async save, 2 s copy (10.4)", 
           f"{waste_fraction(tau, C, M_job, R_restart):.3f} = saves {saves:.3f} + lost work {lost:.3f} + restarts {restarts:.3f}")
     assert abs(saves - lost) < 0.01 and abs(saves + lost + restarts - waste_fraction(tau, C, M_job, R_restart)) < 1e-12
 
+# %% [markdown]
+# **With this machine's measured costs.** Put section 6's training time lost per checkpoint
+# into (10.2) and (10.1), for a job that fails once an hour, and beside it what the
+# asynchronous *call* time would have predicted.
+
 # %%
 # NBVAL_IGNORE_OUTPUT
 M_here = 3600.0  # say this machine's job failed once an hour
-tau_block, tau_async = young_interval(C_blocking, M_here), young_interval(C_async, M_here)
-print(f"section 6's measured costs (they vary): blocking C = {C_blocking:.2f} s -> tau* = {tau_block:.0f} s, "
-      f"waste {waste_fraction(tau_block, C_blocking, M_here):.4f}; async C_block = {C_async:.3f} s -> "
-      f"tau* = {tau_async:.0f} s, waste {waste_fraction(tau_async, C_async, M_here):.4f}")
+plans = {"blocking, time lost": C_blocking, "async, time lost": C_async, "async, the call only": C_async_call}
+for label, C in plans.items():
+    tau = young_interval(C, M_here)
+    print(f"{label:<22} C = {C:.3f} s -> Young tau* = {tau:5.0f} s (Daly {daly_interval(C, M_here):5.0f} s), "
+          f"waste {waste_fraction(tau, C, M_here):.4f}")
+waste_block = waste_fraction(young_interval(C_blocking, M_here), C_blocking, M_here)
+waste_async = waste_fraction(young_interval(C_async, M_here), C_async, M_here)
+waste_call = waste_fraction(young_interval(C_async_call, M_here), C_async_call, M_here)
+verdict = "less" if waste_async < waste_block else "no less"
+print(f"measured: the asynchronous save wastes {verdict} than the blocking one here "
+      f"({waste_async / waste_block:.2f} of it, about the square root of the cost ratio {C_async / C_blocking:.2f}); "
+      f"the call time would have claimed {waste_block / waste_call:.1f}x less waste than blocking")
 
 # %%
-assert tau_async < tau_block and waste_fraction(tau_async, C_async, M_here) < waste_fraction(tau_block, C_blocking, M_here)
-print("an asynchronous save lets the run checkpoint more often and waste less (with this machine's measured costs)")
+assert waste_call < waste_async / 1.2  # the call time overstates the async save's benefit (C_async > 1.5 C_call)
+assert np.isclose(waste_async / waste_block, np.sqrt(C_async / C_blocking), rtol=0.01)  # at Young's: W = sqrt(2C/M) + C/2M
+print("at Young's interval the waste grows with the square root of the measured cost; using the async call time "
+      "instead of the training time lost understates the waste by more than 1.2x")
 
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
@@ -638,9 +778,9 @@ print("an asynchronous save lets the run checkpoint more often and waste less (w
 # | complete / verified | a committed step whose manifest lists every file with its size and SHA-256, and every file matches |
 # | `.tmp-*` | a save in progress, or left by a writer that was killed; never read; `keep_last` removes those of dead writers |
 # | bitwise equal | `np.array_equal` on every parameter, optimizer, environment and RNG array (not `allclose`) |
-# | save call (blocked) | seconds the training loop waited for `save`; for an asynchronous save, the snapshot only ($C_{block}$, 10.4) |
-# | until written | seconds until the checkpoint is on disk and sealed with its manifest |
-# | MiB/s | state size over the time above |
+# | save call | seconds the training loop waited for `save`; for an asynchronous save, the snapshot only ($C_{block}$, 10.4) |
+# | until committed | seconds until the checkpoint is written and committed (`wait_until_finished`) |
+# | training time lost per checkpoint | (loop with checkpoints - the same loop without) / checkpoints: the $C$ of (10.1) |
 # | frames/s | environment steps consumed by the learner per second (lesson 03) |
 # | restarts, kills | actors replaced by the supervisor; actors the fault injector killed |
 # | lost unrolls | half-written slots of dead or frozen actors, reclaimed and never trained on |
@@ -663,15 +803,20 @@ print("an asynchronous save lets the run checkpoint more often and waste less (w
 # - The field's formats do this for you at scale: Orbax (asynchronous, keep-last-N, its
 #   own tmp-and-rename commit) for JAX, safetensors for torch weights, and
 #   `torch.distributed.checkpoint` for sharded state, resharded to another number of ranks.
+# - Leave out the rename and a kill leaves a torn checkpoint under a committed name; leave
+#   out an fsync and only a power loss shows it, which is why the fsyncs are traced, not
+#   crash-tested.
 # - Stateless workers are cheap to lose: heartbeats find the frozen ones, a replacement
-#   starts with the current weights, and at a kill a second the actor-learner system
-#   measured here kept most of its throughput and kept learning.
-# - Checkpoint every $\sqrt{2 C M}$ (10.2): an asynchronous save shrinks $C$ to the copy,
-#   so the run checkpoints more often and wastes less; restarts set a floor $R/M$.
+#   starts with the current weights, and with an actor killed every 140 updates the
+#   actor-learner system measured here kept more than three quarters of its throughput
+#   and kept learning.
+# - Checkpoint every $\sqrt{2 C M}$ (10.2), with $C$ the training time a checkpoint takes
+#   away: an asynchronous save's call is only a lower bound on it (here its cost was more
+#   than 1.5x the call); restarts set a floor $R/M$.
 #
 # **Full scale.** `COURSE_SCALE=full` kills the writer 30 times, runs 100 REINFORCE and
-# 100 PPO updates, saves a 256 MiB state, and runs the fault comparison for 4,000 updates
-# per run with an actor killed every 900.
+# 100 PPO updates, and runs the fault comparison for 4,000 updates per run with an actor
+# killed every 900.
 # The side-by-side figures for a 256 MiB state (Orbax blocking and asynchronous,
 # safetensors, DCP, torch.save) and the throughput under injected faults are in
 # `BENCHMARKS.md`: `python bench/run.py checkpoint` and `python bench/run.py actor_faults`.

@@ -18,7 +18,7 @@ from typing import Any
 import grading_helpers as gh
 import numpy as np
 import pytest
-from conftest import solution_function, stub_function
+from conftest import mutant_function, solution_function, stub_function
 from mutants.l10_fault_tolerance import MUTANTS
 
 from course_lib.checkpoint.interval import daly_interval, waste_fraction, young_interval
@@ -58,6 +58,8 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "commit_checkpoint-rename_before_fsync",
         "commit_checkpoint-no_fsync_at_all",
         "commit_checkpoint-manifest_after_rename",
+        "commit_checkpoint-no_dir_fsync",
+        "commit_checkpoint-no_tmp_dir_fsync",
         "commit_checkpoint-straight_into_final",
         "newest_complete-string_order",
         "newest_complete-no_hash_check",
@@ -126,16 +128,44 @@ def test_a_checkpoint_committed_by_the_solution_verifies_and_one_byte_breaks_it(
 def test_the_tracer_records_the_solutions_calls_in_order(tmp_path):
     commit = solution_function(LESSON, "commit_checkpoint")
     _, events = l10._cc_traced(commit, tmp_path, 1, {"x.bin": b"x", "y.bin": b"y"})
-    kinds = [(e.kind, Path(e.path).name) for e in events]
+    kinds = [(e.kind, Path(e.path).name, e.is_dir) for e in events]
     assert kinds == [
-        ("fsync", "x.bin"),
-        ("fsync", "y.bin"),
-        ("fsync", "manifest.json"),
-        ("replace", ".tmp-step_00000001"),
-        ("fsync", tmp_path.name),
+        ("fsync", "x.bin", False),
+        ("fsync", "y.bin", False),
+        ("fsync", "manifest.json", False),
+        ("fsync", ".tmp-step_00000001", True),  # the temporary directory, as the lesson's commit does
+        ("replace", ".tmp-step_00000001", False),
+        ("fsync", tmp_path.name, True),
     ]
-    assert events[3].listing == ("manifest.json", "x.bin", "y.bin")
+    assert events[4].listing == ("manifest.json", "x.bin", "y.bin")
     assert os.fsync.__module__ == "posix" and os.replace.__module__ == "posix"  # restored
+
+
+def test_the_solution_fsyncs_what_the_librarys_commit_fsyncs(tmp_path, monkeypatch):
+    """Exercise 1's protocol is the lesson's: the same directories fsynced, in the same order
+    relative to the rename, as course_lib.checkpoint.atomic.commit."""
+    from course_lib.checkpoint.atomic import commit as library_commit
+
+    def directory_fsyncs(fn, root):
+        _, events = l10._cc_traced(fn, root, 1, {"x.bin": b"x"})
+        i = next(
+            k for k, e in enumerate(events) if e.kind in ("replace", "rename") and Path(e.dst).name == "step_00000001"
+        )
+        before = [Path(e.path).name.startswith(".tmp-") for e in events[:i] if e.kind == "fsync" and e.is_dir]
+        after = [e.path == l10._real_path(root) for e in events[i + 1 :] if e.kind == "fsync" and e.is_dir]
+        return any(before), any(after)
+
+    solve = solution_function(LESSON, "commit_checkpoint")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert directory_fsyncs(solve, tmp_path / "a") == directory_fsyncs(library_commit, tmp_path / "b") == (True, True)
+
+
+def test_a_solution_without_the_temporary_folder_fsync_fails_with_its_message():
+    for name in ("no_tmp_dir_fsync", "tmp_dir_fsync_after_rename"):
+        mutant = next(m for m in MUTANTS if m.function == "commit_checkpoint" and m.name == name)
+        outcome = run_exercise(get_exercise(LESSON, "commit_checkpoint"), mutant_function(LESSON, mutant))
+        assert not outcome.passed and "fsync the temporary directory itself before os.replace" in outcome.message
 
 
 def test_train_until_solution_matches_the_key_oracle():

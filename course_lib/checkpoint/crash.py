@@ -184,3 +184,48 @@ def save_known_steps(root: str, n_steps: int, kill_point: KillPoint | None = Non
     for step in range(first, first + n_steps):
         commit(Path(root), step, known_files(step, size=size), metadata={"step": step}, kill_point=kill_point)
         keep_last(Path(root), 3)
+
+
+def save_in_place(root: str, step: int, kill_point: KillPoint | None = None, size: int = 64 * 1024) -> None:
+    """A child target: checkpoint ``step`` of :func:`known_files` content written the *wrong*
+    way, straight into its final name ``root/step_XXXXXXXX`` (no temporary directory, no
+    rename), each file fsynced, the manifest last.
+
+    ``KillPoint(step, "mid_save")`` kills the process with half of the second file written:
+    the committed-looking directory then holds one whole file, one torn file and no third
+    file or manifest. Lesson 10 shows what a restore makes of it; never use this to save.
+    """
+    from course_lib.checkpoint.atomic import step_dir, write_manifest
+
+    path = step_dir(Path(root), step)
+    path.mkdir(parents=True, exist_ok=True)
+    for i, (name, data) in enumerate(known_files(step, size=size).items()):
+        with open(path / name, "wb") as f:
+            half = len(data) // 2
+            f.write(data[:half])
+            f.flush()
+            os.fsync(f.fileno())
+            if i == 1:
+                maybe_kill(kill_point, step, "mid_save")
+            f.write(data[half:])
+            f.flush()
+            os.fsync(f.fileno())
+    write_manifest(path, step)
+    maybe_kill(kill_point, step, "after_save")
+
+
+def write_then_die(path: str, size: int, seed: int = 0) -> None:
+    """A child target: write ``size`` known bytes (``numpy`` ``default_rng(seed)``) to ``path``
+    with **no** flush to disk beyond Python's (no ``fsync``), then SIGKILL itself.
+
+    What survives is what the kernel holds: the page cache belongs to the kernel, not to the
+    process, so a kill loses nothing written, fsync or not. Only a power loss or a kernel
+    crash before the write-back (Linux: dirty pages older than about 30 s by default) loses
+    unsynced bytes; a kill cannot show why ``fsync`` is needed.
+    """
+    import numpy as np
+
+    with open(path, "wb") as f:
+        f.write(np.random.default_rng(seed).bytes(size))
+        f.flush()  # Python's buffer into the kernel; no os.fsync
+    kill_self()

@@ -6,7 +6,8 @@ an ``n``-row weight, ``c = ceil(n / N)`` (:func:`row_shard`; a late rank may hol
 Adam's moments are sharded the same way. :func:`save_sharded` starts ``N`` real ranks that
 train ``steps`` Adam steps and save with ``dcp.save``; :func:`load_resharded` starts ``M``
 ranks (any ``M``) that build the same model in *their* sharding and ``dcp.load`` into it:
-each rank reads exactly the byte ranges of the rows it now owns. :func:`load_full` reads the
+each rank reads every saved chunk that overlaps the rows it now owns (``FileSystemReader``
+loads such a chunk whole, then narrows it to the overlap). :func:`load_full` reads the
 whole state in this process, with no process group, for inspection.
 
 On-disk layout of a DCP checkpoint directory (``FileSystemWriter``)::

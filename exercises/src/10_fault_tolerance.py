@@ -29,7 +29,7 @@
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
-# | 1. `commit_checkpoint`: write, fsync, then rename | 15 | ★★☆ | 25 min |
+# | 1. `commit_checkpoint`: write, fsync, then rename | 15 | ★★☆ | 30 min |
 # | 2. `newest_complete`: the newest checkpoint that verifies | 15 | ★★☆ | 20 min |
 # | 3. `optimal_interval`: Young's and Daly's intervals | 10 | ★☆☆ | 10 min |
 # | 4. `train_until`: resume the key stream exactly | 10 | ★★☆ | 15 min |
@@ -51,7 +51,7 @@ import numpy as np
 from course_lib import check
 
 # %% [markdown]
-# ## Exercise 1 · Write, fsync, then rename (★★☆, 25 min, 15 points)
+# ## Exercise 1 · Write, fsync, then rename (★★☆, 30 min, 15 points)
 #
 # A process can die at any instruction of a save: SIGKILL, a preempted host, a full disk.
 # A checkpoint is safe when the name a restore looks for appears **only after every byte
@@ -70,9 +70,15 @@ from course_lib import check
 # 4. Write `manifest.json` the same way (flush and `os.fsync`), holding
 #    `{"step": step, "files": {name: {"sha256": <hex digest of the bytes>, "size": <bytes>}}}`
 #    (`hashlib.sha256(data).hexdigest()`).
-# 5. Commit: **`os.replace(tmp, final)`**, one atomic rename of the whole directory.
-# 6. Make the rename itself durable: fsync the **root directory**,
-#    `fd = os.open(root, os.O_RDONLY)`, `os.fsync(fd)`, `os.close(fd)`.
+# 5. Fsync the **temporary directory** itself: a directory's entries (the names of the
+#    files just written) are data too, and an fsync of each file does not make its name
+#    durable. A directory is fsynced through a descriptor from `os.open(path, os.O_RDONLY)`.
+# 6. Commit: **`os.replace(tmp, final)`**, one atomic rename of the whole directory.
+# 7. Make the rename itself durable: fsync the **root directory** the same way.
+#
+# This is the lesson's protocol (`checkpoint.atomic.commit`), step for step. A `SIGKILL`
+# cannot tell steps 3, 5 and 7 apart from their absence (the kernel keeps what a killed
+# process wrote); only a power loss would, so the grader traces the calls instead.
 #
 # Return the final directory, a `Path`. Call `os.fsync` and `os.replace` through the `os`
 # module as written (`os.fsync(...)`, not `from os import fsync`): the grader traces them.
@@ -80,24 +86,28 @@ from course_lib import check
 # **How it is graded:** the committed directory must hold exactly the files, their bytes
 # and a manifest with each file's sha256 and size; the traced calls must come in the
 # recipe's order (every file fsynced inside the temporary directory before `os.replace`,
-# the manifest in it at the rename, the root directory fsynced after); then the save is
+# the manifest in it at the rename, the temporary directory itself fsynced before it: the
+# grader records which fsynced descriptors are directories; the root directory fsynced
+# after); then the save is
 # crashed at each traced call in turn, and the last good checkpoint must survive and no
-# half-written `step_` directory appear. Renaming before fsync, no fsync at all, no
-# directory fsync, the manifest written after the rename, writing straight into the final
+# half-written `step_` directory appear. Renaming before fsync, no fsync at all, no fsync
+# of the temporary directory or of the root, the manifest written after the rename, writing straight into the final
 # directory and a leftover temporary directory are named in the message.
 #
 # <details><summary>Hint 1</summary>
-# Six steps, in order: the names and the checks of step 1, a fresh temporary directory,
-# the files, the manifest, <code>os.replace</code>, the directory fsync.
+# Follow the seven steps in order, and for each ask: if the process died right before it,
+# what would a restore see? Nothing may appear under the final name before every byte and
+# every name under it is durable.
 # </details>
 # <details><summary>Hint 2</summary>
-# <code>with open(tmp / name, "wb") as f: f.write(data); f.flush(); os.fsync(f.fileno())</code>;
-# build the manifest's entries in the same loop; write it with <code>json.dump</code> into a file
-# opened <code>"w"</code>, then flush and fsync it too.
+# <code>os.fsync</code> takes a file descriptor: a file you have open gives one with
+# <code>f.fileno()</code>; call it after <code>f.flush()</code>, while the file is still open.
+# The manifest's entries can be built in the loop that writes the files.
 # </details>
 # <details><summary>Hint 3</summary>
-# The directory fsync needs a file descriptor of the directory: <code>fd = os.open(root,
-# os.O_RDONLY)</code>; close it in a <code>finally</code>.
+# A directory has no <code>open()</code> file object, but <code>os.open(path, os.O_RDONLY)</code>
+# gives a descriptor for it too (close it in a <code>finally</code>). Two directories need an
+# fsync: which one before the rename, and which one after?
 # </details>
 
 
@@ -133,6 +143,11 @@ def commit_checkpoint(root, step, files):
         json.dump({"step": step, "files": entries}, f)
         f.flush()
         os.fsync(f.fileno())
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the names of the files in tmp are durable too
+    finally:
+        os.close(fd)
     os.replace(tmp, final)  # the commit: one atomic rename
     fd = os.open(root, os.O_RDONLY)
     try:

@@ -14,6 +14,13 @@ MANIFEST = (
     "        f.flush()\n"
     "        os.fsync(f.fileno())\n"
 )
+TMP_FSYNC = (
+    "    fd = os.open(tmp, os.O_RDONLY)\n"
+    "    try:\n"
+    "        os.fsync(fd)  # the names of the files in tmp are durable too\n"
+    "    finally:\n"
+    "        os.close(fd)\n"
+)
 COMMIT = "    os.replace(tmp, final)  # the commit: one atomic rename\n"
 DIR_FSYNC = (
     "    fd = os.open(root, os.O_RDONLY)\n"
@@ -33,6 +40,7 @@ TAIL = (
     + FILE_FSYNC
     + '        entries[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}\n'
     + MANIFEST
+    + TMP_FSYNC
     + COMMIT
     + DIR_FSYNC
 )
@@ -53,8 +61,9 @@ MUTANTS: list[Mutant] = [
     Mutant(
         CC,
         "manifest_fsync_after_rename",
-        MANIFEST + COMMIT,
+        MANIFEST + TMP_FSYNC + COMMIT,
         MANIFEST.replace("        os.fsync(f.fileno())\n", "")
+        + TMP_FSYNC
         + COMMIT
         + '    with open(final / "manifest.json", "rb") as f:\n        os.fsync(f.fileno())\n',
         "renamed before fsync",
@@ -66,15 +75,24 @@ MUTANTS: list[Mutant] = [
         TAIL,
         TAIL.replace("            os.fsync(f.fileno())  # on disk before the commit\n", "")
         .replace("        os.fsync(f.fileno())\n", "")
+        .replace(TMP_FSYNC, "")
         .replace(DIR_FSYNC, ""),
         "never calls os.fsync",
     ),
     Mutant(CC, "no_dir_fsync", DIR_FSYNC, "", "fsync the root directory"),
+    Mutant(CC, "no_tmp_dir_fsync", TMP_FSYNC, "", "fsync the temporary directory itself before os.replace"),
+    Mutant(
+        CC,
+        "tmp_dir_fsync_after_rename",
+        TMP_FSYNC + COMMIT,
+        COMMIT + TMP_FSYNC.replace("os.open(tmp,", "os.open(final,"),
+        "fsync the temporary directory itself before os.replace",
+    ),
     Mutant(
         CC,
         "manifest_after_rename",
-        MANIFEST + COMMIT,
-        COMMIT + MANIFEST.replace("tmp /", "final /"),
+        MANIFEST + TMP_FSYNC + COMMIT,
+        COMMIT + MANIFEST.replace("tmp /", "final /") + TMP_FSYNC.replace("os.open(tmp,", "os.open(final,"),
         "write the manifest before the rename",
     ),
     Mutant(

@@ -3,7 +3,8 @@ complete checkpoint, the optimal checkpoint interval, and resuming a JAX key str
 
 The learner writes:
 
-* ``commit_checkpoint(root, step, files) -> Path``  (write, fsync, os.replace, fsync the folder)
+* ``commit_checkpoint(root, step, files) -> Path``  (write and fsync each file, fsync the temporary
+  folder, os.replace, fsync the root folder)
 * ``newest_complete(root) -> (step, path) | None``  (the newest committed checkpoint that verifies)
 * ``optimal_interval(C, M) -> (young, daly)``  (eq. 10.2, 10.3)
 * ``train_until(checkpoint, total_steps, step_fn) -> checkpoint``  (the carried-key split)
@@ -26,6 +27,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -124,6 +126,7 @@ class _Event:
     path: str  # the fsynced file or directory, or the rename's source
     dst: str = ""
     listing: tuple[str, ...] = ()  # the source directory's entries at the rename
+    is_dir: bool = False  # an fsync of a directory's file descriptor (fstat: S_ISDIR)
 
 
 def _real_path(p: Any) -> str:
@@ -166,7 +169,11 @@ class _Tracer:
         def fsync(fd: Any) -> None:
             self._maybe_crash()
             number = fd if isinstance(fd, int) else fd.fileno()
-            self.events.append(_Event("fsync", _fd_path(number)))
+            try:
+                is_dir = stat.S_ISDIR(os.fstat(number).st_mode)
+            except OSError:
+                is_dir = False
+            self.events.append(_Event("fsync", _fd_path(number), is_dir=is_dir))
             real_fsync(fd)
 
         def mover(kind: str, real: Callable[..., None]) -> Callable[..., None]:
@@ -245,7 +252,8 @@ def _cc_manifest(manifest: Any, step: int, files: dict[str, bytes], what: str) -
 
 
 def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, bytes], what: str) -> None:
-    """The traced calls follow the recipe: fsync each file in tmp, rename tmp -> final, fsync root."""
+    """The traced calls follow the recipe: fsync each file in tmp, fsync tmp itself, rename tmp -> final,
+    fsync root."""
     root_s, final_s = _real_path(root), _real_path(root / f"step_{step:08d}")
     if not any(e.kind == "fsync" for e in events):
         fail(f"{what} never calls os.fsync: without it the bytes may sit in the page cache when the power goes")
@@ -278,6 +286,11 @@ def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, byte
             fail(f"{what}: {name} is never fsynced (os.fsync(f.fileno()) after f.flush()) before the rename")
         if synced[0] > i:
             fail(f"{what}: {name} is fsynced after os.replace (renamed before fsync); fsync before the rename")
+    if not any(e.kind == "fsync" and e.is_dir and e.path == tmp_s for e in events[:i]):
+        fail(
+            f"{what}: fsync the temporary directory itself before os.replace (its entries, the files' names, are "
+            "data too): without it a power cut after the rename can leave the committed directory without a file"
+        )
     if not any(e.kind == "fsync" and e.path == root_s for e in events[i + 1 :]):
         fail(
             f"{what}: fsync the root directory after os.replace (fd = os.open(root, os.O_RDONLY); os.fsync(fd)): "
@@ -378,15 +391,15 @@ def _cc_existing(fn: Callable[..., Any]) -> None:
 COMMIT_CHECKPOINT = Exercise(
     name=CC,
     points=15,
-    title="an atomic checkpoint commit: write, fsync, os.replace, fsync the folder",
+    title="an atomic checkpoint commit: write, fsync files and the temporary folder, os.replace, fsync the root",
     checks=(_cc_result, _cc_trace, _cc_crash, _cc_existing),
     hints=(
-        "six steps in order: the final name (FileExistsError if taken), a fresh temporary directory inside root, "
-        "each file written + flushed + os.fsync'd, manifest.json the same way, os.replace(tmp, final), then fsync "
-        "the root directory",
-        'with open(tmp / name, "wb") as f: f.write(data); f.flush(); os.fsync(f.fileno()); collect '
-        '{"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)} in the same loop',
-        "fd = os.open(root, os.O_RDONLY); try: os.fsync(fd) finally: os.close(fd)",
+        "follow the recipe's seven steps in order; which of them would a crash between two others expose? "
+        "Nothing may appear under the final name before the last byte and the last name are durable",
+        "os.fsync takes a file descriptor: an open file gives one with f.fileno(), after f.flush() while it is "
+        "still open; the manifest's entries can be built in the loop that writes the files",
+        "a directory has no open() file object, but os.open(path, os.O_RDONLY) gives a descriptor for it too "
+        "(close it in a finally); two directories need an fsync: which one before the rename, which one after?",
     ),
 )
 
