@@ -36,7 +36,8 @@
 #    corrupt bucket, an out-of-order bucket, a shape mismatch and a killed sender be rejected.
 # 5. Measure what bf16 and delta updates cost in accuracy, and what resharding saves in memory.
 # 6. Calibrate an analytic model on these measurements, then model checkpoint-engine's published
-#    updates (up to 1T parameters on 256 GPUs) stage by stage.
+#    updates (up to 1T parameters on 256 GPUs) stage by stage, and test that model on a table
+#    its constants were not chosen on.
 #
 # Builds on lesson 07 (in-flight weight updates between processes).
 
@@ -67,7 +68,11 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # the price of a **stage** (pack, at rate $\sigma$; on GPUs the host-to-device copy) and a
 # **reload** (unpack into the engine's weights, rate $\rho$). Done one after the other:
 #
-# $$T_{\text{bucketed}} = n\,\alpha + \frac{B}{\beta} + \frac{B}{\sigma} + \frac{B}{\rho}. \qquad (09.2)$$
+# $$T_{\text{bucketed}} = n\,\alpha + \frac{B}{\beta} + \frac{B}{\sigma} + \frac{B}{\rho} + 2k\gamma, \qquad (09.2)$$
+#
+# where the last term is a fixed cost $\gamma$ per tensor on each side (one small copy of
+# each of the $k$ tensors when packing, one when unpacking; in (09.3) each bucket's stage
+# and reload carry their tensors' share of it).
 #
 # With two buffers on each side (ping-pong) bucket $b+1$ is staged while bucket $b$ is on
 # the wire and bucket $b-1$ is being reloaded; after the first bucket, the slowest stage
@@ -79,13 +84,16 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 #
 # The **overlap efficiency** $\eta$ says how much of the other stages the pipeline hides:
 # $\eta = 1$ is the ideal (only the slowest stage counts), $\eta = 0$ runs the stages in
-# turn, which is (09.2) again, and $\eta < 0$ means that running them side by side costs
-# more than running them in turn, because they compete for the same hardware. It is a
-# property of the machine, and we will measure it.
+# turn, which is (09.2) again, and $\eta < 0$ means that the pipelined update took longer
+# than (09.2) with the measured stage times: either the stages compete for the same
+# hardware, or the stage times, measured one by one, undercount what an update costs.
+# We will fit it, and section 8 shows which of the two a negative value means here.
 #
-# A pipelined broadcast to $N$ receivers adds hops of latency, not bandwidth:
-# $n\alpha \to (n + h)\alpha$ (09.4), with $h = \lceil\log_2 N\rceil$ hops for a tree and
-# $h = N - 1$ for a chain (a ring, along which NCCL pipelines its broadcast); a loop of
+# A pipelined broadcast to $N$ receivers in which every node forwards each chunk once (a
+# chain, i.e. the ring along which NCCL pipelines its broadcast, or a double binary tree)
+# adds hops of latency, not bandwidth: $n\alpha \to (n + h)\alpha$ (09.4), with
+# $h = N - 1$ for a chain and about $\log_2 N$ for the trees. A plain binary tree, where
+# every parent sends each chunk to two children, also halves the bandwidth. A loop of
 # blocking per-tensor broadcasts pays the hops on every message, $n h \alpha$. With
 # **resharding** each of the $tp$ tensor-parallel ranks of an engine receives the bucket
 # but reloads only its shard, $B / tp$ bytes, so $\rho \to tp\,\rho$; the rows rank $r$
@@ -125,7 +133,7 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # | zero-copy buckets (no pack, no unpack) | `SyncConfig(in_place=True)`, `store.WeightStore.in_bucket_layout` |
 # | real processes | `launch.run_trials(trials, world_size)` |
 # | (09.1)-(09.5) as a model, the calculator | `scale_model.update_time`, `scale_model.pipelined_from_stages`, `scale_model.fit_overlap`, `scale_model.calibrate_link`, `scale_model.calibrate_stages`, `scale_model.calculator` |
-# | checkpoint-engine's schedule, stage by stage (section 9) | `engine_model.engine_update`, `engine_model.published_comparison` |
+# | checkpoint-engine's schedule, stage by stage (section 9) | `engine_model.engine_update`, `engine_model.published_comparison`, `engine_model.hardware_only`, `engine_model.fit_software`, `engine_model.bytes_line`, `engine_model.EARLIER_TABLE` |
 
 # %% [markdown]
 # ## 1. A transformer-like set of tensors, and its bucket plan
@@ -164,7 +172,7 @@ for m in plan.metas[:7]:
 import torch
 
 from course_lib.weight_sync.buckets import pack, unpack
-from course_lib.weight_sync.integrity import HEADER_BYTES, BucketHeader, CorruptBucketError, checksum, verify_bucket
+from course_lib.weight_sync.integrity import HEADER_BYTES, BucketHeader, checksum
 from course_lib.weight_sync.specs import make_weights
 
 weights64 = make_weights(specs64, seed=0)
@@ -175,19 +183,19 @@ BucketHeader(version=3, index=1, n_buckets=plan.n_buckets, nbytes=payload.numel(
 back = unpack(slot[:-HEADER_BYTES], metas)
 print(f"bucket 1: {len(metas)} tensors, {payload.numel():,} bytes; round trip exact: "
       f"{all(torch.equal(back[m.name], weights64[m.name]) for m in metas)}")
-verify_bucket(slot[:-HEADER_BYTES], BucketHeader.read(slot), version=3, index=1)
-slot[12345] ^= 0x04
-try:
-    verify_bucket(slot[:-HEADER_BYTES], BucketHeader.read(slot), version=3, index=1)
-except CorruptBucketError as exc:
-    print(f"after one flipped bit: {type(exc).__name__}: {exc}")
+assert checksum(slot[:-HEADER_BYTES]) == BucketHeader.read(slot).checksum  # as sent
+slot[12345] ^= 0x04  # one bit flipped on the way
+print(f"after one flipped bit the payload's sum64 differs from the one in the header: "
+      f"{checksum(slot[:-HEADER_BYTES]) != BucketHeader.read(slot).checksum} (exercise 4 writes the receiver's check)")
+assert checksum(slot[:-HEADER_BYTES]) != BucketHeader.read(slot).checksum
 
 # %% [markdown]
 # Which checksum: `sum64` (above) adds the payload's 64-bit words modulo $2^{64}$. It runs
 # at memory speed, which matters because both sides read every byte once more; it catches
 # flipped bits, truncated and stale buffers, the faults of a transport or a reused buffer,
-# but not two swapped words. `zlib.crc32` catches those too at ~2 GB/s on this machine
-# (`SyncConfig(checksum="crc32")`); GPU systems use a cheap reduction for the same reason.
+# but not two swapped words. `zlib.crc32` catches those too, at a higher cost per byte
+# (`SyncConfig(checksum="crc32")`; not timed in this lesson); GPU systems use a cheap
+# reduction for the same reason.
 
 # %% [markdown]
 # ## 2. Five methods between real processes: latency vs model size
@@ -302,10 +310,12 @@ plt.show()
 # transfer costs time too: at 16 MiB, where one bucket holds the whole model, the bucketed
 # and pipelined updates take more than 1.5x the roofline's time, because the extra copies
 # (pack, checksum, verify, unpack) run on the same two cores as the transfer. At the
-# larger sizes the `/ flat` rows move with the load of this shared machine (under heavy
-# load even the single large message of the roofline slows down). The zero-copy variant removes the copies and keeps
-# only the checksums; its like-for-like roofline is `flat + checksums`, one buffer with the
-# same two passes. The ratios measured side by side with a 256 MiB model (five rounds,
+# larger sizes the `/ flat` rows move between runs of this shared machine (the load
+# average before and after is printed with the table). The zero-copy variant removes the copies and keeps
+# only the checksums; its like-for-like reference is `flat + checksums`, one buffer with the
+# same two passes. "Roofline" is a name for a reference here, not a bound: the zero-copy
+# update keeps all its buckets in flight at once and can come out faster than the single
+# flat message (its `/ flat` row below 1x where it does). The ratios measured side by side with a 256 MiB model (five rounds,
 # the prestaged transfer against the plain roofline, the checksummed updates against the
 # checksummed one) are in `BENCHMARKS.md` (`python bench/run.py weight_sync`).
 
@@ -317,7 +327,18 @@ plt.show()
 # **reload** (verify, unpack, commit). In the bucketed method nothing else happens, so
 # the three add up to the wall time. In the pipelined method a bucket is on the wire (in
 # gloo's background thread) *while* the main thread stages the next one or reloads the
-# previous one, so the time spent blocked on the transfer is what overlap can shrink:
+# previous one, so the time spent blocked on the transfer is what overlap can shrink.
+# The pipelined method's sender and receiver, and the all-or-nothing commit, are these:
+
+# %%
+from course_lib import show_source
+from course_lib.weight_sync.endpoints import Receiver
+from course_lib.weight_sync.methods import BucketMethod, Pipelined
+
+show_source(Pipelined.send)  # two slots per side: stage b + 1 while b is on the wire (asynchronous broadcast)
+show_source(Pipelined.receive)  # post the receive of b + 1, then verify and reload b
+show_source(BucketMethod.agree)  # after the last bucket: all-reduce a status code over the receivers
+show_source(Receiver.receive)  # commit (swap staging in) only if no rank rejected the update
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -326,7 +347,8 @@ def mean_phases(res, rank):
     return {k: float(np.mean([p[k] for p in res.phases[rank]])) for k in keys}
 
 
-print(f"{big} MiB model, ms per update   stage  transfer  reload   wall")
+print(f"{big} MiB model, ms per update (means over the {ROUNDS} rounds; section 2's table gives medians)")
+print(f"{'':<31}stage  transfer  reload   wall")
 for name in ("bucketed", "pipelined"):
     for rank, who in ((0, "sender"), (1, "receiver")):
         p = mean_phases(results[big, name], rank)
@@ -357,7 +379,7 @@ for i, (name, rank) in enumerate([(n, r) for n in ("bucketed", "pipelined") for 
 ax.set_yticks(range(len(labels)), labels)
 ax.set_xlabel("ms per update (stages stacked; black bar = wall time)")
 ax.set_title(f"Stage times vs wall time, {big} MiB model")
-ax.legend(fontsize=8, loc="lower right")
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.tight_layout()
 plt.show()
 
@@ -406,11 +428,11 @@ print("buckets under 1 MiB are never the fastest here, and 64 KiB buckets are mo
 
 # %% [markdown]
 # **Takeaway:** below about 1 MiB the per-message cost $\alpha$ decides: hundreds of
-# buckets cost as much as hundreds of tensors. Above a few MiB there are only a handful
+# buckets pay hundreds of per-message costs, as per-tensor broadcasts do. Above a few MiB there are only a handful
 # of messages and the time is set by the bytes and the copies; where exactly the best size
 # lies, and whether the largest buckets are a little slower or faster than it, moves with
 # the load of this shared machine. On GPUs, checkpoint-engine's published runs use
-# buckets of 2.7 to 8 GiB (its table, quoted in section 9).
+# buckets of 1.4 to 8 GiB (its two tables, quoted in section 9).
 
 # %% [markdown]
 # ## 5. Resharding on the receiving side
@@ -430,14 +452,12 @@ print(f"whole model on each receiver: {full_copy.median_s * 1e3:.0f} ms; "
       f"resharded (tp = 2): {resharded.median_s * 1e3:.0f} ms per update")
 
 # %%
-from course_lib.weight_sync.reshard import shard_range
-
 assert not full_copy.errors and not resharded.errors
 for rank in (1, 2):
     print(f"receiver rank {rank} (tp rank {rank - 1}): keeps {resharded.kept_bytes[rank] / 2**20:.1f} MiB of "
           f"{full_copy.kept_bytes[rank] / 2**20:.1f} MiB; max |error| against its exact shard: "
           f"{resharded.final_abs_error:.1f}")
-print("rows of a 10-row matrix over tp = 4:", [shard_range(10, r, 4) for r in range(4)])
+print("the rows each tp rank keeps follow (09.5); exercise 3 asks you to write it")
 
 # %% [markdown]
 # **Takeaway:** resharding happens in the reload stage, as a strided copy out of the
@@ -594,15 +614,23 @@ def paired_ratio(mb, overlap):  # median over rounds of predicted / measured, ea
 
 staged = {mb: paired_ratio(mb, eta) for mb in sizes_mb}
 ideal = {mb: paired_ratio(mb, 1.0) for mb in sizes_mb}
+in_turn = {mb: (st[0] + st[1] + st[2]) / t[mb, "bucketed"] for mb, st in zip(sizes_mb, stages)}
 print(f"overlap efficiency fitted to the pipelined times: eta = {eta:.2f}")
-print("verdict: " + (f"here the pipeline falls short of the ideal overlap (eta = {eta:.2f} < 1): the stages could "
-                     "not run fully side by side" if eta < 0.995 else
-                     "here the pipeline reached the ideal overlap (eta = 1): the stages ran side by side"))
-print(f"{'MiB':>5} {'buckets':>8} {'stage ms':>9} {'flat ms':>8} {'reload ms':>10} {'pipelined ms':>13} "
+if eta < 0:
+    print(f"verdict: eta < 0, yet the pipelined update was no slower than the bucketed one at "
+          f"{sum(t[mb, 'pipelined'] <= 1.02 * t[mb, 'bucketed'] for mb in sizes_mb)} of {len(sizes_mb)} sizes: the "
+          f"stage times measured one by one add up to only {min(in_turn.values()):.2f}-{max(in_turn.values()):.2f} "
+          "of the bucketed update's time (column 'in turn'), so (09.2) undercounts the stages and eta absorbs "
+          "that model error")
+else:
+    print("verdict: " + (f"the pipeline falls short of the ideal overlap (eta = {eta:.2f} < 1)" if eta < 0.995 else
+                         "the pipeline reached the ideal overlap (eta = 1)"))
+print(f"{'MiB':>5} {'buckets':>8} {'stage ms':>9} {'flat ms':>8} {'reload ms':>10} {'in turn':>8} {'pipelined ms':>13} "
       f"{'(09.3) / measured':>18} {'eta = 1 / measured':>19}")
 for mb, (stage_s, flat_s, reload_s, n) in zip(sizes_mb, stages):
-    print(f"{mb:>5} {n:>8} {stage_s * 1e3:>9.1f} {flat_s * 1e3:>8.1f} {reload_s * 1e3:>10.1f} "
+    print(f"{mb:>5} {n:>8} {stage_s * 1e3:>9.1f} {flat_s * 1e3:>8.1f} {reload_s * 1e3:>10.1f} {in_turn[mb]:>8.2f} "
           f"{t[mb, 'pipelined'] * 1e3:>13.1f} {staged[mb]:>18.2f} {ideal[mb]:>19.2f}")
+print("in turn: (stage + flat + reload) / the bucketed update's measured time")
 
 alpha, beta = sm.calibrate_link(nbytes, [t[mb, "flat (roofline)"] for mb in sizes_mb],
                                  [t[mb, "per-tensor"] for mb in sizes_mb], n_tensors)
@@ -625,33 +653,36 @@ for mb, nb, k in zip(sizes_mb, nbytes, n_tensors):
     print(f"{mb:>5} | " + " | ".join(f"{ratios[mb, n]:>15.2f}" for n in model_method))
 
 # %%
-several = [mb for mb, st in zip(sizes_mb, stages) if st[3] > 1]  # the models of several buckets
 assert all(1 / 2 < staged[mb] < 2 for mb in sizes_mb), staged  # a bound that holds on a loaded machine too; see below
-assert eta <= 1 and all(ideal[mb] <= staged[mb] + 1e-12 for mb in several), (eta, ideal)  # eta = 1 is the bound
+assert eta >= 0 or min(in_turn.values()) < 0.95, (eta, in_turn)  # a negative eta comes with stages that undercount
 print("with the fitted overlap, (09.3) is within 2x of the pipelined method's measured time for every model "
-      "(the ratios are in the table above); the ideal overlap (eta = 1) predicts every update of "
-      "several buckets no slower than the fitted one: it is the bound (the verdict above says how close this "
-      "machine came)")
+      "(the ratios are in the table above); if the fitted eta is negative, the stages measured one by one add up "
+      "to less than 0.95 of the bucketed update at some size (asserted)")
 
 # %% [markdown]
 # The pipelined method is the one we extrapolate, so its equation is the one held to a
-# bound: within 2x of every measured update. On a quiet machine it does better for the
-# models of several buckets (their column above); on a loaded one a single $\eta$ cannot
-# fit every size as well (so the bound is 2x, what holds beside a CPU hog too), and a
-# single bucket's update is a few tens of milliseconds in which the pipeline's fixed costs
-# (starting the stages, handing the buffer over) weigh as much as its bytes, a cost (09.3)
-# has no term for. With the
-# ideal $\eta = 1$ of the ping-pong buffer instead, (09.3) predicts the models of several
-# buckets no slower (the last column; the 16 MiB model is a single bucket, where $\eta$
-# plays no part): on two busy cores the stages cannot run fully side by side, and the
-# fitted $\eta$ says how far they fall short (on a machine with cores to spare it can
-# reach 1). The rate model goes one step
+# bound: within 2x of every measured update (what holds beside a CPU hog too; a single
+# bucket's update is a few tens of milliseconds in which the pipeline's fixed costs weigh
+# as much as its bytes, a cost (09.3) has no term for). Read the fitted $\eta$ with care.
+# (09.3) builds its stages-in-turn time from the stage, flat and reload times measured
+# one by one; the `in turn` column compares their sum with the bucketed update's measured
+# time. Under load that sum can fall well short of it (the flat broadcast ran in another
+# slot of the round, and per-bucket work such as headers and hand-offs falls between the
+# stages), and then (09.3)'s baseline is too short: the one free parameter absorbs the
+# gap and $\eta$ comes out negative even where the pipelined update was faster than the
+# bucketed one (section 3's `pipelined / bucketed` line). So a negative $\eta$ here is
+# model error, not evidence that overlapping made the update slower; the assert above
+# ties the sign to the undercount. The ideal $\eta = 1$ (last column) is what the ping-pong buffer could
+# reach if the stages ran fully side by side on separate hardware; on two busy cores they
+# cannot, and how close this run came varies with the load. The rate model goes one step
 # further and predicts from the bytes alone, with one rate per stage; its rows show what
 # that leaves out. Fixed costs of an update (an `fsync`, opening a file, a barrier)
 # matter most for the small models, and one $\beta$, $\sigma$ or $\rho$ cannot follow
 # how this machine's per-byte costs change with the size and, on a shared machine, with
-# the load (compare the flat row across sizes); how close each row comes depends on how
-# steady the machine was during the runs.
+# the load (compare the flat row across sizes). The rates fitted here (e.g. $\gamma$, a
+# few microseconds per tensor on these cores) are this machine's; section 9's per-tensor
+# cost at scale is a different software path (an inference engine's weight loader) and
+# is not derived from them.
 #
 # ## 9. checkpoint-engine's published runs, stage by stage
 #
@@ -659,92 +690,177 @@ print("with the fitted overlap, (09.3) is within 2x of the pipelined method's me
 # schedule (its `ps.py`, summarised in `course_lib.weight_sync.engine_model`) decides how
 # they overlap. Each of the $W$ GPUs holds $B/W$ bytes of the new weights in pinned host
 # memory, cut into buckets of at most $b$ bytes. In each **round** every GPU copies its
-# next bucket host-to-device over its own PCIe link (all at once, then a synchronise: on
-# the critical path), then the $W$ owners **broadcast** their buckets one after another
-# (an NCCL ring: NVLink inside a node, the RDMA NICs between nodes) into a ping-pong
-# buffer, while the inference engine **reloads** the previous bucket (every tensor through
-# its weight loader, each TP rank keeping its shard); a barrier and a message hand each
-# bucket over. With $n$ buckets of $b$ bytes and $k$ tensors:
+# next bucket host-to-device over its own PCIe link (all at once, then a synchronise),
+# while the inference engine is still reloading the previous round's last bucket; then
+# the $W$ owners **broadcast** their buckets one after another (an NCCL ring: NVLink
+# inside a node, the RDMA NICs between nodes) into a ping-pong buffer, while the engine
+# **reloads** the previous bucket (every tensor through its weight loader, each TP rank
+# keeping its shard); a barrier and a message hand each bucket over. With $n$ buckets
+# (rounds $\times\,W$) of $b$ bytes, each holding $K/n$ of the checkpoint's $K$ tensors:
 #
-# $$T = T_0 + \text{rounds}\,\frac{b}{h} + n\,\big[\max(t_{bc}, t_{rl}) + o\big] + \min(t_{bc}, t_{rl}),\quad
-#   t_{bc} = (W-1)\Big(a + \frac{c}{\beta}\Big) + \frac{b}{\beta},\quad t_{rl} = k\,\gamma + \frac{b}{tp\,m/2}$$
+# $$T = T_0 + \underbrace{t_h + (\text{rounds}-1)\big[\max(t_h + t_{bc}, t_{rl}) - \max(t_{bc}, t_{rl})\big]}_{\text{H2D not hidden}}
+#   + (n-1)\max(t_{bc}, t_{rl}) + t_{bc} + t_{rl} + n\,o,$$
+# $$t_h = \frac{b}{h},\quad t_{bc} = (W-1)\Big(a + \frac{c}{\beta}\Big) + \frac{b}{\beta},\quad
+#   t_{rl} = \frac{K}{n}\,\gamma + \frac{b}{tp\,m/2}.$$
 #
-# the overlapped pair paced by its slower stage plus the other for one bucket (fill and
-# drain), the H2D copies that nothing hides, an overhead $o$ per bucket and a fixed $T_0$
-# per update; $(W-1)(a + c/\beta)$ is the time for the ring's first chunk to reach the
-# last GPU. The rates are datasheet figures, the same for every row: PCIe Gen5 x16
-# ($h$ = 50 GB/s, 80% of its 63 GB/s), NVLink (H800 400 GB/s, H20 900 GB/s, both
-# directions), HBM ($m$), 8 x 400 Gb/s NICs per node (the Kimi-K2 report's H800 cluster;
-# assumed for the H20 nodes, whose NICs are not published), NCCL at 80% of the link. Three
-# software costs are not datasheet rates but round values stated once: $\gamma$ = 0.1 ms
-# per tensor reloaded, $o$ = 1 ms per bucket, $T_0$ = 1 s per update. Nothing is fitted per row:
+# The hardware rates are datasheet figures, the same for every row: PCIe Gen5 x16 ($h$ =
+# 50 GB/s, 80% of its 63 GB/s), NVLink (H800 400 GB/s, H20 900 GB/s, both directions),
+# HBM ($m$), 8 x 400 Gb/s NICs per node (the Kimi-K2 report's H800 cluster; assumed for
+# the H20 nodes), NCCL at 80% of the link. The software costs are not: $o$ = 1 ms per
+# bucket, and the two that matter, $\gamma$ = 0.1 ms per tensor reloaded and $T_0$ = 1 s
+# per update, are round values chosen **with this table in view**, the same for every
+# row. The table prints the model, and in the column `hw only` what the hardware stages
+# alone (the same schedule with $\gamma = o = T_0 = 0$) take, as a share of the published
+# time:
 
 # %%
 from course_lib.weight_sync import engine_model as em
 
 engine_rows = em.published_comparison()
-print("seconds of one broadcast update (H2D, bcast, reload, ring: that stage's seconds over all buckets)")
+print("seconds of one broadcast update (H2D: not hidden; bcast, reload, ring: that stage's seconds over all buckets)")
 print(em.format_table(engine_rows))
+shares = [r.hardware_share for r in engine_rows]
+print(f"the hardware stages alone: {min(shares):.0%} to {max(shares):.0%} of the published times; "
+      "the per-tensor reload gamma and the fixed T0 carry the rest")
+gamma_ls, t0_ls = em.fit_software()
+print(f"gamma: chosen {em.PER_TENSOR_S * 1e3:.3f} ms, least squares over these six rows {gamma_ls * 1e3:.3f} ms; "
+      f"T0: chosen {em.PER_UPDATE_S:.2f} s, least squares {t0_ls:.2f} s")
+rate, cut, line_ratios = em.bytes_line()
+print(f"a line in the bytes alone, T = B / {rate / 1e9:.0f} GB/s {cut:+.2f} s (also fitted to these rows):")
+for r, x in zip(engine_rows, line_ratios):
+    print(f"  {r.setting:<50} stage model {r.ratio:.2f}   bytes-only line {x:.2f}")
+ring_added = [r.predicted_s - em.engine_update(c, g, w, tp, b * em.GIB, ring_latency=False).total
+              for r, (c, g, w, tp, b, _) in zip(engine_rows, em.PUBLISHED_TABLE)]
+print(f"what the ring's latency adds to the total: at most {max(ring_added) * 1e3:.0f} ms in any row "
+      "(the broadcast is hidden under the reload)")
 
 # %%
-assert len(engine_rows) == 6 and all(1 / 1.25 <= r.ratio <= 1.25 for r in engine_rows)
+assert len(engine_rows) == 6 and all(1 / 1.25 <= r.ratio <= 1.25 for r in engine_rows)  # a fit of 2 constants
 assert all(r.stages.bound == "reload" for r in engine_rows)
+assert all(s < 0.7 for s in shares) and sum(s < 0.35 for s in shares) == 4  # H20 rows: under a third
+assert abs(gamma_ls / em.PER_TENSOR_S - 1) < 0.1 and abs(t0_ls - em.PER_UPDATE_S) < 0.3  # the chosen values ~ the fit
+assert all(1 / 1.25 <= x <= 1.25 for x in line_ratios)  # bytes alone fit these rows as well
+assert max(ring_added) < 0.01
 for model in ("DeepSeek-V3.1 FP8", "Kimi-K2 FP8"):
     few = next(r for r in engine_rows if r.setting.startswith(model) and "16xH20" in r.setting)
     many = next(r for r in engine_rows if r.setting.startswith(model) and "256xH20" in r.setting)
-    assert many.stages.ring_fill_s * many.stages.n_buckets > 10 * few.stages.ring_fill_s * few.stages.n_buckets
     assert many.stages.h2d < few.stages.h2d and many.predicted_s < few.predicted_s  # published: the other way
 print(f"every row within 1.25x of the published time (ratios {min(r.ratio for r in engine_rows):.2f} to "
-      f"{max(r.ratio for r in engine_rows):.2f}); the reload paces every row; from 16 to 256 GPUs the model adds ring "
-      "latency but removes more H2D time, so it predicts 256 GPUs slightly faster, where the published times are "
-      "11-12% slower")
+      f"{max(r.ratio for r in engine_rows):.2f}), but that is two constants fitted to six numbers; the bytes-only "
+      f"line is as close ({min(line_ratios):.2f} to {max(line_ratios):.2f}); from 16 to 256 GPUs the model "
+      "predicts less time (less H2D per GPU), where the published times are 11-12% longer")
+
+# %% [markdown]
+# So agreement on these six rows proves little. The hardware at datasheet rates explains
+# a quarter to two-thirds of each published time; the rest is $K\gamma + T_0$, and the
+# least-squares values of those two constants over the same rows lie close to the round
+# values chosen (printed above). Nor can these rows say that the reload, rather than
+# something per byte, paces the updates: a line in the bytes alone fits them as well,
+# because the tensors and the bytes of these checkpoints grow together. And $T_0$ is not
+# a property of the engine: verl reports a 7B update through checkpoint-engine in 0.02 s
+# (REFERENCES.md), so whatever $T_0$ holds in this benchmark (the request to vLLM,
+# allocating three buckets of GPU memory and their IPC handles, the post-load hook of a
+# large FP8 model, tearing down the process group) grows with the model or is absent in
+# verl's integration; the model has no term for it. The ring's latency, about 1 ms per
+# bucket on 256 GPUs, adds almost nothing to the total (printed above), because the
+# broadcast runs under the reload.
+#
+# A real test needs data the constants were not chosen on. The engine's README at its
+# first commit (7185b55) published the same six settings with other bucket sizes; the
+# same model, nothing changed:
 
 # %%
-sizes_gib = [2.0**k for k in range(-8, 7)]
+earlier_rows = em.published_comparison(em.EARLIER_TABLE)
+print(em.format_table(earlier_rows))
+outside = [r for r in earlier_rows if not 1 / 1.25 <= r.ratio <= 1.25]
+print(f"rows outside 1.25x: {len(outside)} (" + ", ".join(f"{r.setting.rsplit(', bucket', 1)[0]}: {r.ratio:.2f}"
+                                                   for r in outside) + ")")
+print(f"{'setting (earlier -> current bucket)':<48} {'published change':>16} {'model change':>13}")
+for old, new, (c, g, w, _tp, b_old, _), (*_, b_new, _p) in zip(earlier_rows, engine_rows, em.EARLIER_TABLE,
+                                                             em.PUBLISHED_TABLE):
+    label = f"{c.name}, {w}x{g} ({b_old:.2f} -> {b_new:.2f} GiB)"
+    print(f"{label:<48} {new.published_s / old.published_s - 1:>+16.0%} {new.predicted_s / old.predicted_s - 1:>+13.0%}")
+
+# %%
+assert [r.setting.split(",")[1] for r in earlier_rows] == [r.setting.split(",")[1] for r in engine_rows]
+assert all(1 / 1.25 <= r.ratio <= 1.25 for r in earlier_rows if "256x" not in r.setting)
+assert len(outside) == 2 and all("256x" in r.setting and 0.7 <= r.ratio < 1 / 1.25 for r in outside)
+published_change = [abs(n.published_s / o.published_s - 1) for o, n in zip(earlier_rows, engine_rows)]
+model_change = [abs(n.predicted_s / o.predicted_s - 1) for o, n in zip(earlier_rows, engine_rows)]
+assert max(model_change) < 0.05 and min(published_change) > 0.06
+print("held out: the 8- and 16-GPU rows within 1.25x, the two 256-GPU rows 0.70-0.80x (outside the band); "
+      "the model changes by under 5% between the tables, the published times by 7% or more")
+
+# %% [markdown]
+# The held-out table is the honest verdict: on 8 and 16 GPUs the model stays within
+# 1.25x, on 256 GPUs it predicts about three quarters of the published time, and it
+# cannot follow the change between the tables at all. Part of that change is not the
+# bucket size: Qwen3 ran 8.5% slower at an almost identical bucket (2.69 against 2.67
+# GiB), so the engine or its setup changed too. On 256 GPUs the earlier Kimi-K2 run had
+# twice the buckets (512: two rounds) and took 5.5 s longer, far more than the model's
+# 1 ms per bucket; the earlier DeepSeek-V3.1 run had as many buckets as the current one
+# in the model (256) and still took 2.5 s longer. Something that grows with the cluster
+# (stragglers at each barrier of 256 ranks, a congested fabric, uneven shards: the
+# benchmark splits the tensors, not the bytes, evenly) is missing, and these two tables
+# cannot say which. Also not modelled: two GPUs sharing one PCIe switch (which would
+# lower the H2D rate while both copy) and the engine's fallback without an H2D buffer
+# when memory is short.
+#
+# The bucket size is not free either: the engine uses
+# $\min(\max(8\text{ GiB}, \text{largest tensor}), \text{free}/3)$, so buckets never fall
+# below the largest tensor (the embedding, 1.2 to 2.2 GiB here) and where the published
+# bucket is below 8 GiB it is the free-memory limit. The plot draws each curve solid over
+# that range and dotted outside it:
+
+# %%
+sizes_gib = [2.0**k for k in np.arange(-8, 6.01, 0.25)]
 fig, ax = plt.subplots(figsize=(8, 4.2))
+feasible = {}
 for ckpt, gpu, n_gpus, tp, bucket_gib, published in em.PUBLISHED_TABLE:
+    lo, hi = ckpt.largest_tensor / em.GIB, bucket_gib  # the engine's range: largest tensor .. its bucket (free/3 or 8 GiB)
     curve = [em.engine_update(ckpt, gpu, n_gpus, tp, g * em.GIB).total for g in sizes_gib]
-    line, = ax.loglog(sizes_gib, curve, "-", label=f"{ckpt.name}, {n_gpus}x{gpu}")
+    line, = ax.loglog(sizes_gib, curve, ":", lw=1)
+    inside = [(g, c) for g, c in zip(sizes_gib, curve) if lo <= g <= hi] + [(hi, em.engine_update(
+        ckpt, gpu, n_gpus, tp, hi * em.GIB).total)]
+    inside.sort()
+    ax.plot(*zip(*inside), "-", lw=2.5, color=line.get_color(), label=f"{ckpt.name}, {n_gpus}x{gpu}")
     ax.plot(bucket_gib, published, "*", ms=11, color=line.get_color())
+    feasible[ckpt.name, n_gpus] = inside
 ax.set_xlabel("bucket size (GiB)")
 ax.set_ylabel("time of one update (s)")
-ax.set_title("The engine model against the bucket size; stars: published (checkpoint-engine)")
-ax.legend(fontsize=7)
+ax.set_title("The engine model against the bucket size (solid: sizes the engine can run)\nstars: published")
+ax.legend(fontsize=7, loc="upper right")
 fig.tight_layout()
 plt.show()
 qwen = [em.engine_update(em.QWEN3_235B, "H800", 8, 8, g * em.GIB).total for g in sizes_gib]
-best_gib = sizes_gib[qwen.index(min(qwen))]
-assert qwen[0] > 2 * min(qwen) and qwen[-1] > min(qwen) and 0.5 <= best_gib <= 32
-flat = [q for g, q in zip(sizes_gib, qwen) if 1 <= g <= 8]
-assert max(flat) < 1.1 * min(flat)
-print(f"Qwen3-235B on 8xH800: {qwen[0]:.0f} s with {sizes_gib[0] * 1024:.0f} MiB buckets, best {min(qwen):.1f} s "
-      f"at {best_gib:g} GiB, {qwen[-1]:.1f} s at {sizes_gib[-1]:g} GiB; from 1 to 8 GiB within 10% "
-      f"({min(flat):.1f} to {max(flat):.1f} s)")
+qwen_ok = [c for g, c in feasible["Qwen3-235B-A22B BF16", 8]]
+assert qwen[0] > 2 * min(qwen) and max(qwen_ok) < 1.05 * min(qwen_ok)
+print(f"Qwen3-235B on 8xH800: {qwen[0]:.0f} s with {sizes_gib[0] * 1024:.0f} MiB buckets (far below what the engine "
+      f"runs); over the buckets it can run (1.16 to 2.67 GiB) {min(qwen_ok):.2f} to {max(qwen_ok):.2f} s")
 
 # %% [markdown]
-# **Takeaway:** with datasheet rates and three round software costs, every row of the
-# published table comes within 1.25x (0.93 to 1.14). Where the model agrees, it says why:
-# the updates are not bound by the network at all. NVLink and eight 400 Gb/s NICs broadcast
-# a terabyte in about 3 s; what paces every row is the engine's reload, about a hundred
-# thousand tensors for the FP8 mixture-of-experts models (3 per expert, doubled by the FP8
-# scales), each passing through the weight loader; the H2D copies add 0.5 to 1.2 s on 8 and 16 GPUs,
-# where each GPU holds a large shard. That is why DeepSeek-V3.1 and Kimi-K2 differ in the
-# ratio of their tensors and bytes, and why GLM-4.5-Air and Qwen3 on H800 cost about as much
-# per tensor as the FP8 models on H20. Where it disagrees: from 16 to 256 GPUs the published
-# times grow by 11-12%; the model adds the ring's latency across 256 GPUs and a bucket per
-# GPU (0.4 s), but removes more H2D time (each GPU's shard is 16 times smaller), so it
-# predicts the 256-GPU rows 0.93x and the 16-GPU rows 1.10-1.14x: something that grows with
-# the cluster is missing (congestion in a 32-node fabric, stragglers at each per-bucket
-# barrier), and the per-tensor cost, a single round value, is where the model is least
-# certain. The bucket size
-# trades per-bucket costs (overheads, ring latency; tiny buckets are many times slower)
-# against fill and drain (one bucket's reload not hidden; the last, undivided bucket): the
-# Qwen3 curve changes by less than 10% between 1 and 8 GiB (printed above), the range of
-# the engine's buckets.
+# **Takeaway:** the stage model gets the hardware right and says what it cannot explain.
+# At datasheet rates the network and the copies would take 23-66% of the published
+# times (19-61% on the earlier table; most on the H800 rows, whose BF16 checkpoints have
+# many bytes per tensor); the rest is
+# software, carried by a per-tensor reload cost and a fixed cost per update that are, in
+# effect, fitted to the six rows they are compared with, and those rows cannot tell a
+# cost per tensor from one per byte. On a table held out (the engine's earlier one) the
+# model is within 1.25x on 8 and 16 GPUs and at about 0.7-0.8x on 256 GPUs, and it
+# predicts almost no effect of the bucket size over the range the engine can run, where
+# the published times changed by 7-25% (with software changes mixed in). What it does
+# rule out firmly is tiny buckets, far below any size the engine runs.
 #
-# Try it yourself: the calculator evaluates (09.1)-(09.5) for any setting.
+# The calculator below is the simpler model of (09.1)-(09.5) with assumed cluster rates
+# (`scale_model.CLUSTER_ASSUMED`: ideal overlap, **no per-tensor cost**): it shows what
+# the bytes alone would cost through the network and the copies, not what section 9's
+# reload adds, so for the published settings it answers differently:
 
 # %%
+kimi_calc = sm.update_time("pipelined", em.KIMI_K2.nbytes, sm.CLUSTER_ASSUMED, bucket_bytes=8 * em.GIB,
+                           n_receivers=256, tp=16)
+print(f"Kimi-K2 on 256xH20, 8 GiB buckets: calculator (bytes only, assumed rates) {kimi_calc:.1f} s; "
+      f"section 9's stage model {engine_rows[-1].predicted_s:.1f} s; published {engine_rows[-1].published_s:.2f} s")
 sm.calculator()
 
 # %% [markdown]
@@ -754,7 +870,7 @@ sm.calculator()
 # |---|---|
 # | time per update | seconds from a barrier of all ranks until every receiver committed the new version (naive: and read every tensor once); median over updates |
 # | effective bandwidth | model bytes / time per update (GB/s, $10^9$ bytes/s) |
-# | roofline | the flat method: one broadcast of one already-packed buffer, no copies (09.1 with $n = 1$) |
+# | roofline | the flat method: one broadcast of one already-packed buffer, no copies (09.1 with $n = 1$); a reference, not a bound (zero-copy can beat it) |
 # | flat + checksums | the roofline with the same sum64 pass on each side: the like-for-like roofline of the checksummed methods |
 # | stage / transfer / reload | per rank: packing and checksums (sender), waiting on messages, verifying and unpacking into the model (receiver) |
 # | bucket size | bytes per flat buffer; the number of buckets is the number of messages $n$ |
@@ -770,22 +886,25 @@ sm.calculator()
 #
 # - A weight update is $B$ bytes through three stages (stage, transfer, reload); per
 #   message it also pays a latency $\alpha$ (09.1).
-# - Per-tensor broadcasts pay $\alpha$ per tensor; buckets pay it per bucket, and their
-#   transfer alone comes close to the single-buffer roofline (`BENCHMARKS.md`); the
+# - Per-tensor broadcasts pay $\alpha$ per tensor; buckets pay it per bucket, and the
 #   metadata (names, shapes, dtypes, offsets) goes once. What keeps a bucketed update
-#   from the roofline is the copies and checksums around the transfer.
+#   from the flat broadcast is the copies and checksums around the transfer (section 3);
+#   the zero-copy update removes the copies.
 # - With double buffers the stages can overlap, and ideally the slowest one sets the time
 #   (09.3, $\eta = 1$); that needs the stages to run on different hardware, as on GPU
-#   nodes. On two CPU cores the fitted overlap efficiency $\eta$ stays below 1.
+#   nodes. On two CPU cores the fitted overlap efficiency $\eta$ is below 1 and can come out
+#   negative: then it absorbs the stage times' undercount of the bucketed update (section 8),
+#   not a slowdown by overlapping.
 # - Receivers reshard while reloading (09.5); bf16 halves the bytes, deltas make its
-#   rounding error 10x smaller.
+#   rounding error more than 10x smaller (asserted; section 6 prints the errors).
 # - Versions, per-bucket checksums, a status all-reduce and a staging copy make an update
 #   all-or-nothing; a corrupt bucket, a stale version, a shape mismatch or a dead sender
 #   leave the old weights in place.
-# - checkpoint-engine's schedule, with datasheet rates and three round software costs,
-#   predicts every row of its published table within 1.25x; the engine's per-tensor
-#   reload, not the network, paces those updates, and the model misses the 11-12% that
-#   256 GPUs add over 16.
+# - checkpoint-engine's schedule at datasheet rates explains only part of its published
+#   times (23-66%); a per-tensor reload cost and a fixed cost per update, in effect fitted
+#   to the same six rows, carry the rest, and a line in the bytes fits those rows as well.
+#   On the engine's earlier table (held out) the model is within 1.25x on 8 and 16 GPUs
+#   but at 0.72-0.76x on 256 GPUs, and it misses the 11-12% that 256 GPUs add over 16.
 #
 # **Full scale.** `COURSE_SCALE=full` measures models of 64 MiB to 4 GiB and buckets up to
 # 1 GiB; run it with `.venv/bin/course run 09 --scale full`. On GPUs the same code runs
@@ -793,7 +912,8 @@ sm.calculator()
 # the weights, the control messages and the sum64 checksums move to it (NCCL needs one
 # GPU per rank, so at least two). The full-scale figures (gloo on the CPUs of a GPU host,
 # 64, 256 and 1024 MiB; the 4096 MiB group did not fit in the time) and the CPU figures are
-# in `BENCHMARKS.md`; the NCCL path was not measured (it needs a GPU per rank, and one was lent).
+# in `BENCHMARKS.md`; the NCCL path was not measured (it needs a GPU per rank, at least two,
+# and the machines lent to this course had one).
 #
 # **References.** MoonshotAI, *checkpoint-engine* (README: Kimi-K2 updated across thousands
 # of GPUs in about 20 s; its published table, quoted above, measures 16.04 s on 256 H20

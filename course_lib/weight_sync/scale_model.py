@@ -194,8 +194,10 @@ def calibrate_stages(
 # host-to-device copies of ~25 GB/s per GPU, done by the GPUs that own the buckets, four at
 # a time (100 GB/s); on-GPU reload copies ~1 TB/s; a shared file system that writes 10 GB/s
 # and serves 50 GB/s to all its readers together. Overlap eta = 1 (the ideal of 09.3: copy
-# engines, NICs and SMs are different hardware) and no per-tensor cost; lesson 09 also shows
-# the extrapolation with the eta measured on its own machine.
+# engines, NICs and SMs are different hardware) and no per-tensor cost: the bytes alone through
+# the network and the copies. Lesson 09's section 9 (engine_model) shows that checkpoint-engine's
+# published updates take more than that, mostly in the engine's per-tensor reload, which this
+# model and its calculator leave out.
 CLUSTER_ASSUMED = Hardware(bandwidth=50e9, latency=50e-6, stage_bw=100e9, reload_bw=1000e9, write_bw=10e9, read_bw=50e9)
 
 # Published (MoonshotAI/checkpoint-engine README, quoted in the course's REFERENCES.md): seconds to update.

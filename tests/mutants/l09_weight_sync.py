@@ -82,6 +82,13 @@ MUTANTS: list[Mutant] = [
         "expected",
     ),
     Mutant(SHARD, "extra_rows_last", START, "start = tp_rank * q + max(0, tp_rank - (tp_size - m))", "expected"),
+    Mutant(
+        SHARD,
+        "imports_library_shard_range",
+        "def shard_range(size, tp_rank, tp_size):\n",
+        "from course_lib.weight_sync.reshard import shard_range\n\n\ndef my_shard_range(size, tp_rank, tp_size):\n",
+        "shard_range uses course_lib.weight_sync.reshard.shard_range, the library's own implementation",
+    ),
     Mutant(SHARD, "no_rank_check", "if not 0 <= tp_rank < tp_size:", "if tp_rank < 0:", "expected ValueError"),
     # verify_bucket
     Mutant(
@@ -100,6 +107,17 @@ MUTANTS: list[Mutant] = [
         "if total != sent % 2**64:",
         "if total & 0x7FFF_FFFF_FFFF_FFFF != sent & 0x7FFF_FFFF_FFFF_FFFF:",
         "bit 128",
+    ),
+    Mutant(
+        VERIFY,
+        "wraps_library_verify",
+        "    words = slot[-HEADER_BYTES:].view(torch.int64).tolist()\n",
+        "    from course_lib.weight_sync.integrity import BucketHeader, verify_bucket as library_verify\n\n"
+        "    library_verify(slot[:-HEADER_BYTES], BucketHeader.read(slot), version=expected_version, "
+        "index=expected_index)\n"
+        "    return slot[:-HEADER_BYTES]\n"
+        "    words = slot[-HEADER_BYTES:].view(torch.int64).tolist()\n",
+        "verify_bucket uses course_lib.weight_sync.integrity.",
     ),
     Mutant(VERIFY, "no_version_check", "if version != expected_version:", "if False:", "stale"),
     Mutant(

@@ -12,18 +12,54 @@ The checks never call ``course_lib.weight_sync``'s implementations: they compare
 naive oracles below (a ``bytearray`` built byte by byte, per-bucket timelines, rows dealt
 one by one like cards, words summed as Python integers), hand-written values and properties.
 The error classes and header layout are taken from ``course_lib.weight_sync.integrity``.
+
+Every check first refuses a learner's function that is, wraps or calls ``course_lib.weight_sync``'s
+own implementation (:func:`_guard`, built on ``library_references`` as lesson 05's guard is): the
+library's ``shard_range`` or ``BucketHeader.read`` + ``verify_bucket`` pass every check. The error
+classes the exercises raise (:data:`ALLOWED`) and the constants (``HEADER_BYTES``, ``MAGIC``) may be
+imported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from course_lib.course.grading.checks import Exercise, assert_true, call, check_case, fail
+from course_lib.course.grading.checks import Check, Exercise, assert_true, call, check_case, fail
+from course_lib.course.grading.helpers import library_references
 
 LESSON = "09_weight_sync"
+LIBRARY = ("course_lib.weight_sync",)
+# what the exercises may take from the library: the error classes they raise
+ALLOWED = frozenset(
+    f"course_lib.weight_sync.integrity.{name}"
+    for name in ("CorruptBucketError", "OutOfOrderBucketError", "WeightSyncError")
+)
+
+
+def _guard(checks: tuple[Check, ...], *, name: str, advice: str) -> tuple[Check, ...]:
+    """``checks``, each first failing when the learner's function is, wraps or calls an
+    implementation from :data:`LIBRARY` other than the error classes in :data:`ALLOWED`
+    (lesson 05's ``guard_checks`` with an allow-list). The stub passes the guard."""
+
+    def guarded(check_fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        def run(fn: Any) -> None:
+            found = [f for f in library_references(fn, LIBRARY) if f not in ALLOWED]
+            if found:
+                more = f" (and {', '.join(found[1:])})" if len(found) > 1 else ""
+                fail(
+                    f"{name} uses {found[0]}{more}, the library's own implementation: write {name} yourself, "
+                    f"{advice}; the checks grade your code, not course_lib's"
+                )
+            check_fn(fn)
+
+        return run
+
+    return tuple(dataclasses.replace(check, fn=guarded(check.fn)) for check in checks)
+
 
 # ---------------------------------------------------------------------------------------
 # Oracles
@@ -214,7 +250,11 @@ PACK_BUCKETS = Exercise(
     name=PACK,
     points=15,
     title="tensors into flat buckets at aligned byte offsets",
-    checks=(_pack_places, _pack_exact_fit, _pack_oversized, _pack_bytes, _pack_roundtrip, _pack_unchanged),
+    checks=_guard(
+        (_pack_places, _pack_exact_fit, _pack_oversized, _pack_bytes, _pack_roundtrip, _pack_unchanged),
+        name=PACK,
+        advice="with torch tensors and byte offsets",
+    ),
     hints=(
         "one loop computes (bucket, offset) per tensor and the bucket sizes; a second allocates uint8 buckets and copies",
         "new bucket when `not sizes or (offset > 0 and offset + nbytes > bucket_bytes)`; next offset = "
@@ -320,7 +360,11 @@ PIPELINE_SCHEDULE = Exercise(
     name=SCHED,
     points=10,
     title="the double-buffered pack / send / unpack schedule",
-    checks=(_sched_length, _sched_order, _sched_buffers, _sched_known, _sched_stage_order),
+    checks=_guard(
+        (_sched_length, _sched_order, _sched_buffers, _sched_known, _sched_stage_order),
+        name=SCHED,
+        advice="as lists of (stage, bucket, buffer) steps",
+    ),
     hints=(
         "for s in range(n + 2): the buckets s, s - 1, s - 2 are packed, sent and unpacked (when in range(n))",
         "each entry is (stage, bucket, bucket % 2); return [] for n = 0",
@@ -399,7 +443,11 @@ SHARD_RANGE = Exercise(
     name=SHARD,
     points=10,
     title="the rows a tensor-parallel rank keeps",
-    checks=(_shard_known, _shard_tiles, _shard_empty, _shard_errors),
+    checks=_guard(
+        (_shard_known, _shard_tiles, _shard_empty, _shard_errors),
+        name=SHARD,
+        advice="with divmod and integer arithmetic (09.5)",
+    ),
     hints=(
         "q, m = divmod(size, tp_size): every rank gets q rows, the first m one more",
         "start = tp_rank * q + min(tp_rank, m); stop = start + q + (1 if tp_rank < m else 0)",
@@ -561,7 +609,12 @@ VERIFY_BUCKET = Exercise(
     name=VERIFY,
     points=15,
     title="versions, order and checksums of a received bucket",
-    checks=(_verify_good, _verify_wrap, _verify_bitflip, _verify_order, _verify_header, _verify_unchanged),
+    checks=_guard(
+        (_verify_good, _verify_wrap, _verify_bitflip, _verify_order, _verify_header, _verify_unchanged),
+        name=VERIFY,
+        advice="reading the header words and summing the payload yourself (only the error classes and "
+        "HEADER_BYTES, MAGIC may come from course_lib.weight_sync.integrity)",
+    ),
     hints=(
         "words = slot[-HEADER_BYTES:].view(torch.int64).tolist(); payload = slot[:-HEADER_BYTES]; check magic, "
         "version, index, nbytes, checksum in that order",

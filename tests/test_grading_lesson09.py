@@ -1,0 +1,104 @@
+"""Lesson 09's graders beyond what tests/test_exercises.py checks for every lesson: the guard
+that refuses course_lib's own implementations (the library's ``shard_range``, or
+``BucketHeader.read`` + ``verify_bucket``, pass every check), however they are reached, while
+the reference solutions and the error classes the exercises raise pass it."""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+from typing import Any
+
+import pytest
+from conftest import mutant_function, solution_function
+from mutants.l09_weight_sync import MUTANTS
+
+from course_lib.course.grading.checks import run_exercise
+from course_lib.course.grading.lessons import l09_weight_sync as l09
+
+LESSON = "09_weight_sync"
+NAMES = ("pack_buckets", "pipeline_schedule", "shard_range", "verify_bucket")
+EXERCISES = {e.name: e for e in l09.EXERCISES}
+
+pytestmark = pytest.mark.timeout(300)
+
+FORMS = textwrap.dedent(
+    """
+    import functools
+    import course_lib.weight_sync.reshard as reshard_module
+    from course_lib.weight_sync import reshard
+    from course_lib.weight_sync.reshard import shard_range as library_shard_range
+    from course_lib.weight_sync.integrity import (BucketHeader, CorruptBucketError, OutOfOrderBucketError,
+                                                  verify_bucket as library_verify)
+
+    direct = library_shard_range
+
+    def wrapper(size, tp_rank, tp_size):
+        return library_shard_range(size, tp_rank, tp_size)
+
+    def via_module(size, tp_rank, tp_size):
+        return reshard.shard_range(size, tp_rank, tp_size)
+
+    def via_import_inside(size, tp_rank, tp_size):
+        from course_lib.weight_sync.reshard import shard_range
+        return shard_range(size, tp_rank, tp_size)
+
+    partial = functools.partial(library_shard_range)
+
+    def verify_wrapper(slot, expected_version, expected_index):
+        library_verify(slot[:-64], BucketHeader.read(slot), version=expected_version, index=expected_index)
+        return slot[:-64]
+
+    def own_verify_raising_library_errors(slot, expected_version, expected_index):
+        if expected_version < 0:
+            raise OutOfOrderBucketError("stale")
+        raise CorruptBucketError("not written yet")
+    """
+)
+
+
+def _namespace() -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(FORMS, "<learner>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("form", ["direct", "wrapper", "via_module", "via_import_inside", "partial"])
+def test_the_guard_refuses_the_library_shard_range_however_it_is_reached(form: str) -> None:
+    fn = _namespace()[form]
+    results = run_exercise(EXERCISES["shard_range"], fn).results
+    assert results and all(r.status == "fail" for r in results), [(r.status, r.message) for r in results]
+    assert "course_lib.weight_sync.reshard.shard_range, the library's own implementation" in results[0].message
+
+
+def test_the_guard_refuses_a_two_line_wrapper_of_the_library_verify() -> None:
+    results = run_exercise(EXERCISES["verify_bucket"], _namespace()["verify_wrapper"]).results
+    assert all(r.status == "fail" for r in results)
+    assert "course_lib.weight_sync.integrity." in results[0].message
+    assert "the library's own implementation" in results[0].message
+
+
+def test_the_error_classes_may_be_imported() -> None:
+    fn = _namespace()["own_verify_raising_library_errors"]
+    found = l09.library_references(fn, l09.LIBRARY)
+    assert found and set(found) <= l09.ALLOWED
+    results = run_exercise(EXERCISES["verify_bucket"], fn).results
+    assert not any("the library's own implementation" in r.message for r in results)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_reference_solution_passes_the_guard_and_every_check(name: str) -> None:
+    fn = solution_function(LESSON, name)
+    assert [f for f in l09.library_references(fn, l09.LIBRARY) if f not in l09.ALLOWED] == []
+    results = run_exercise(EXERCISES[name], fn).results
+    assert all(r.status == "pass" for r in results), [(r.status, r.message) for r in results]
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if "library" in m.name], ids=lambda m: m.id)
+def test_the_planted_library_answers_are_refused(mutant: Any) -> None:
+    results = run_exercise(EXERCISES[mutant.function], mutant_function(LESSON, mutant)).results
+    assert results[0].status == "fail" and mutant.expected in results[0].message, results[0].message
+
+
+def test_partial_is_the_library_function() -> None:  # the form above really is the library's
+    assert isinstance(_namespace()["partial"], functools.partial)
