@@ -60,6 +60,9 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "commit_checkpoint-manifest_after_rename",
         "commit_checkpoint-no_dir_fsync",
         "commit_checkpoint-no_tmp_dir_fsync",
+        "commit_checkpoint-fsync_without_flush",
+        "commit_checkpoint-tmp_dir_fsynced_when_empty",
+        "optimal_interval-imports_library_intervals",
         "commit_checkpoint-straight_into_final",
         "newest_complete-string_order",
         "newest_complete-no_hash_check",
@@ -166,6 +169,72 @@ def test_a_solution_without_the_temporary_folder_fsync_fails_with_its_message():
         mutant = next(m for m in MUTANTS if m.function == "commit_checkpoint" and m.name == name)
         outcome = run_exercise(get_exercise(LESSON, "commit_checkpoint"), mutant_function(LESSON, mutant))
         assert not outcome.passed and "fsync the temporary directory itself before os.replace" in outcome.message
+
+
+def test_the_tracer_records_each_fsynced_files_size_and_each_directorys_entries(tmp_path):
+    """What makes a flush-less fsync and an early directory fsync visible: the file's size on
+    disk at the fsync (Python's buffer holds a small write until flush) and the directory's
+    entries at its fsync."""
+    commit = solution_function(LESSON, "commit_checkpoint")
+    _, events = l10._cc_traced(commit, tmp_path, 1, {"x.bin": b"x" * 300, "y.bin": b"yy"})
+    assert [e.size for e in events[:2]] == [300, 2]
+    assert events[3].is_dir and events[3].listing == ("manifest.json", "x.bin", "y.bin")
+
+
+def _reviewers_commit(root, step, files):
+    """The submission an independent review found passing 4/4: the temporary directory fsynced
+    right after mkdir (empty), each file fsynced with its bytes still in Python's buffer."""
+    import hashlib
+    import json
+    import shutil
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / f"step_{step:08d}", root / f".tmp-step_{step:08d}"
+    if final.exists():
+        raise FileExistsError(final)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    fd = os.open(tmp, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    entries = {}
+    for name, data in files.items():
+        with open(tmp / name, "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+        entries[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    with open(tmp / "manifest.json", "w") as f:
+        json.dump({"step": step, "files": entries}, f)
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    fd = os.open(root, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    return final
+
+
+def test_a_flushless_fsync_and_an_early_directory_fsync_fail():
+    outcome = run_exercise(get_exercise(LESSON, "commit_checkpoint"), _reviewers_commit)
+    assert not outcome.passed and "call f.flush() before os.fsync" in outcome.message
+    assert "held 0 of its 768 bytes on disk" in outcome.message
+    for name, fragment in (
+        ("fsync_without_flush", "call f.flush() before os.fsync"),
+        ("tmp_dir_fsynced_when_empty", "before its entries were written"),
+    ):
+        mutant = next(m for m in MUTANTS if m.function == "commit_checkpoint" and m.name == name)
+        outcome = run_exercise(get_exercise(LESSON, "commit_checkpoint"), mutant_function(LESSON, mutant))
+        assert not outcome.passed and fragment in outcome.message, outcome.message
+
+
+def test_optimal_interval_refuses_the_librarys_implementation():
+    def imported(C, M):
+        return young_interval(C, M), daly_interval(C, M)
+
+    assert run_exercise(get_exercise(LESSON, "optimal_interval"), solution_function(LESSON, "optimal_interval")).passed
+    outcome = run_exercise(get_exercise(LESSON, "optimal_interval"), imported)
+    assert not outcome.passed and "course_lib.checkpoint.interval.young_interval" in outcome.message
 
 
 def test_train_until_solution_matches_the_key_oracle():

@@ -244,7 +244,9 @@ def plot_save_costs(costs: Sequence[SaveCost], lost: TimeLost | None = None, ax:
     ax.minorticks_off()
     ax.set_xlabel("state size (MiB)")
     ax.set_ylabel("seconds (median)")
-    ax.set_title("What an Orbax checkpoint costs, against the state's size (CPU, this machine)")
+    import jax
+
+    ax.set_title(f"What an Orbax checkpoint costs, against the state's size ({jax.default_backend()}, this machine)")
     ax.legend(fontsize=8, loc="upper left")
     return ax
 

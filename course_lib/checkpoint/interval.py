@@ -82,8 +82,11 @@ def waste_fraction(tau: ArrayLike, C: float, M: float, R: float = 0.0) -> Any:
 def exact_waste_fraction(tau: ArrayLike, C: float, M: float, R: float = 0.0) -> Any:
     """The simulated model's mean waste without expansion: a segment of ``L = tau + C`` seconds
     with exponential failures (rate ``1/M``) and a failure-free restart ``R`` takes on average
-    ``(M + R)(exp(L / M) - 1)`` seconds, so the waste is that over ``tau``, minus 1. Its first
-    order in ``L / M`` is eq. 10.1 plus ``C (tau + C) / (2 M tau)``; it is always above eq. 10.1.
+    ``(M + R)(exp(L / M) - 1)`` seconds, so the waste is that over ``tau``, minus 1. Expanded to
+    second order in ``L / M`` it is eq. 10.1 plus ``C (tau + C) / (2 M tau) + R C / (M tau)``:
+    two terms of first order in ``C / M`` that eq. 10.1 drops (a failure also strikes the save
+    in flight, and the restart is paid per segment of ``tau + C``, not per ``tau``), plus the
+    terms of order ``(L / M)^2``. It is always above eq. 10.1.
 
     Returns:
         a float for a scalar ``tau``, else an array of ``tau``'s shape.

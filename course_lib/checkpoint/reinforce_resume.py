@@ -15,6 +15,8 @@ Checkpoint ``step`` N holds the state after N updates. Everything the next updat
 in it: the weights, Adam's moments and step count, the action generator's state, and the
 update index (the data position: it seeds the env resets). So a run killed at any point
 and resumed in a fresh process ends with parameters bitwise equal to an uninterrupted run.
+``leave_out`` restores all but one piece (a careless resume, for the lesson's demonstration):
+the run then departs from the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -115,6 +117,10 @@ def _restore(
     return restored.step, restored.value, restored.skipped
 
 
+#: The pieces of the state that ``leave_out`` can leave out of a restore.
+PIECES = ("generator", "optimizer")
+
+
 def train_reinforce_checkpointed(
     config: ReinforceConfig,
     root: Path,
@@ -122,6 +128,7 @@ def train_reinforce_checkpointed(
     kill_point: KillPoint | None = None,
     progress: Callable[[int, Any], None] | None = None,
     keep: int = 3,
+    leave_out: str | None = None,
 ) -> ResumableResult:
     """Train REINFORCE to ``config.n_updates``, resuming from ``root`` and checkpointing every ``every`` updates.
 
@@ -130,9 +137,13 @@ def train_reinforce_checkpointed(
     newest ``keep``. ``kill_point`` kills this process at a named point (for the kill tests
     and the lesson's demonstration): ``KillPoint(s, "mid_update")`` during the update that
     makes step ``s``; the save phases at saving checkpoint ``s``. ``progress(update, batch)``
-    is called after every update.
+    is called after every update. ``leave_out`` (one of :data:`PIECES`) restores everything
+    but that piece, which stays as a fresh run builds it: ``"generator"`` the action
+    generator seeded from ``config.seed`` again, ``"optimizer"`` a fresh Adam (no moments,
+    step count 0).
 
     Raises:
+        ValueError: ``leave_out`` is not None or one of :data:`PIECES`.
         CheckpointError: ``every < 1``; the newest checkpoint was written with another
             config (other than ``n_updates``), is past ``n_updates``, or does not fit the model.
     """
@@ -140,11 +151,13 @@ def train_reinforce_checkpointed(
 
     if every < 1:
         raise CheckpointError(f"every must be >= 1 update between checkpoints, got {every}")
+    if leave_out is not None and leave_out not in PIECES:
+        raise ValueError(f"leave_out must be None or one of {PIECES}; got {leave_out!r}")
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.torch_threads)
     envs = make_env(config)
     try:
-        return _train(config, Path(root), every, keep, kill_point, progress, envs)
+        return _train(config, Path(root), every, keep, kill_point, progress, envs, leave_out)
     finally:
         envs.close()
         torch.set_num_threads(previous_threads)
@@ -158,6 +171,7 @@ def _train(
     kill_point: KillPoint | None,
     progress: Callable[[int, Any], None] | None,
     envs: Any,
+    leave_out: str | None = None,
 ) -> ResumableResult:
     import torch
 
@@ -167,6 +181,10 @@ def _train(
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     generator = torch.Generator().manual_seed(config.seed)
     start, extra, skipped = _restore(config, root, policy, optimizer, generator)
+    if start > 0 and leave_out == "generator":
+        generator.manual_seed(config.seed)
+    if start > 0 and leave_out == "optimizer":
+        optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     returns: list[list[float]] = list(extra.get("returns", []))
     resumed_from: list[int] = list(extra.get("resumed_from", [])) + ([start] if extra else [])
     result = ResumableResult(

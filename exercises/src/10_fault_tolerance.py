@@ -284,16 +284,17 @@ check("10_fault_tolerance", "newest_complete", newest_complete)
 # forgotten, the `1/3` and `1/9` swapped and the missing `C >= 2M` branch are named.
 #
 # <details><summary>Hint 1</summary>
-# <code>young = math.sqrt(2 * C * M)</code>; Daly's is Young's times a correction, minus
-# <code>C</code>, with <code>x = C / (2 * M)</code>.
+# Both formulas share one ratio: name <code>x = C / (2 * M)</code> once and write (10.3) as
+# Young's interval times a polynomial in <code>sqrt(x)</code>, minus <code>C</code>.
 # </details>
 # <details><summary>Hint 2</summary>
-# Check the inputs first (<code>C &lt;= 0 or M &lt;= 0</code>), and return
-# <code>(young, float(M))</code> when <code>C &gt;= 2 * M</code>.
+# Which inputs make a save cost or an MTBF meaningless, and which of the two branches of
+# (10.3) applies before you compute the correction?
 # </details>
 # <details><summary>Hint 3</summary>
-# <code>C = 60, M = 3600</code>: <code>young = sqrt(432,000) = 657.27</code>, <code>x = 1/120</code>,
-# <code>daly = 657.27 * (1 + 0.0304 + 0.000926) - 60 = 617.88</code>.
+# Check by hand: <code>C = 60, M = 3600</code> gives <code>x = 1/120</code>,
+# <code>sqrt(x)/3 = 0.0304</code> and <code>x/9 = 0.000926</code>; Daly's interval should
+# come out about 40 s below Young's.
 # </details>
 
 
@@ -366,7 +367,8 @@ check("10_fault_tolerance", "optimal_interval", optimal_interval)
 # would split: save the carried <code>key</code>, never <code>k_batch</code> or <code>k_noise</code>.
 # </details>
 # <details><summary>Hint 3</summary>
-# <code>return {"seed": checkpoint["seed"], "step": total_steps, "params": params, "key": key}</code>
+# The returned checkpoint has the same four fields as the one given; which of them change,
+# and what does <code>step</code> count once the loop is done?
 # </details>
 
 

@@ -80,6 +80,20 @@ MUTANTS: list[Mutant] = [
         "never calls os.fsync",
     ),
     Mutant(CC, "no_dir_fsync", DIR_FSYNC, "", "fsync the root directory"),
+    Mutant(
+        CC,
+        "fsync_without_flush",
+        FILE_FSYNC,
+        FILE_FSYNC.replace("            f.flush()\n", ""),
+        "call f.flush() before os.fsync",
+    ),
+    Mutant(
+        CC,
+        "tmp_dir_fsynced_when_empty",
+        "    tmp.mkdir()\n    entries = {}\n" + TAIL,
+        "    tmp.mkdir()\n" + TMP_FSYNC + "    entries = {}\n" + TAIL.replace(TMP_FSYNC, ""),
+        "before its entries were written",
+    ),
     Mutant(CC, "no_tmp_dir_fsync", TMP_FSYNC, "", "fsync the temporary directory itself before os.replace"),
     Mutant(
         CC,
@@ -161,6 +175,15 @@ MUTANTS: list[Mutant] = [
     Mutant(OI, "no_minus_c", "math.sqrt(x) / 3 + x / 9) - C", "math.sqrt(x) / 3 + x / 9)", "subtracts C"),
     Mutant(OI, "thirds_ninths", "math.sqrt(x) / 3 + x / 9)", "math.sqrt(x) / 9 + x / 3)", "1/3 and 1/9 are swapped"),
     Mutant(OI, "no_cap", "    if C >= 2 * M:\n        return young, float(M)\n", "", "for C >= 2M"),
+    Mutant(
+        OI,
+        "imports_library_intervals",
+        "def optimal_interval(C, M):\n",
+        "from course_lib.checkpoint.interval import daly_interval, young_interval\n\n\n"
+        "def optimal_interval(C, M):\n    return young_interval(C, M), daly_interval(C, M)\n\n\n"
+        "def unused(C, M):\n",
+        "optimal_interval uses course_lib.checkpoint.interval",
+    ),
     Mutant(OI, "no_value_error", "    if C <= 0 or M <= 0:\n", "    if C < 0 and M < 0:\n", "expected ValueError"),
     # train_until: the key stream and the checkpoint
     Mutant(

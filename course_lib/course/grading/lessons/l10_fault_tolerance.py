@@ -9,7 +9,8 @@ The learner writes:
 * ``optimal_interval(C, M) -> (young, daly)``  (eq. 10.2, 10.3)
 * ``train_until(checkpoint, total_steps, step_fn) -> checkpoint``  (the carried-key split)
 
-The checks never call ``course_lib.checkpoint``: they trace the learner's ``os.fsync``,
+The checks never call ``course_lib.checkpoint``: they trace the learner's ``os.fsync``
+(with the fsynced file's size on disk and a directory's entries at that moment),
 ``os.replace`` and ``os.rename`` (patched on the ``os`` module during the call), crash the
 save by raising at each traced call in turn, build checkpoint folders by hand, and compare
 with the oracles below: a verifier written from the manifest format, the interval formulas
@@ -45,9 +46,11 @@ from course_lib.course.grading.checks import (
     fail,
     fmt_number,
 )
-from course_lib.course.grading.helpers import assert_raises
+from course_lib.course.grading.helpers import assert_raises, guard_checks
 
 LESSON = "10_fault_tolerance"
+#: The library whose implementations a learner's answer may not import (exercise 3 is one line of it).
+LIBRARY = ("course_lib.checkpoint",)
 
 
 @contextlib.contextmanager
@@ -125,8 +128,9 @@ class _Event:
     kind: str  # "fsync", "replace" or "rename"
     path: str  # the fsynced file or directory, or the rename's source
     dst: str = ""
-    listing: tuple[str, ...] = ()  # the source directory's entries at the rename
+    listing: tuple[str, ...] = ()  # the entries of the renamed (or fsynced) directory at the call
     is_dir: bool = False  # an fsync of a directory's file descriptor (fstat: S_ISDIR)
+    size: int = -1  # an fsynced file's size on disk at the call (fstat: st_size), what the fsync makes durable
 
 
 def _real_path(p: Any) -> str:
@@ -170,10 +174,13 @@ class _Tracer:
             self._maybe_crash()
             number = fd if isinstance(fd, int) else fd.fileno()
             try:
-                is_dir = stat.S_ISDIR(os.fstat(number).st_mode)
+                info = os.fstat(number)
+                is_dir, size = stat.S_ISDIR(info.st_mode), int(info.st_size)
             except OSError:
-                is_dir = False
-            self.events.append(_Event("fsync", _fd_path(number), is_dir=is_dir))
+                is_dir, size = False, -1
+            path = _fd_path(number)
+            listing = tuple(sorted(os.listdir(path))) if is_dir and os.path.isdir(path) else ()
+            self.events.append(_Event("fsync", path, listing=listing, is_dir=is_dir, size=size))
             real_fsync(fd)
 
         def mover(kind: str, real: Callable[..., None]) -> Callable[..., None]:
@@ -274,6 +281,10 @@ def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, byte
         if name not in listing:
             late = "write the manifest before the rename: the rename is the commit" if name == "manifest.json" else ""
             fail(f"{what}: {name} was not in the directory when it was renamed; {late or 'write every file first'}")
+    try:
+        manifest_size = os.path.getsize(os.path.join(final_s, "manifest.json"))
+    except OSError:
+        fail(f"{what}: no {Path(final_s).name}/manifest.json after the call")
     for name in [*files, "manifest.json"]:
         synced = [k for k, e in enumerate(events) if e.kind == "fsync" and e.path == os.path.join(tmp_s, name)]
         if not synced:
@@ -286,7 +297,20 @@ def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, byte
             fail(f"{what}: {name} is never fsynced (os.fsync(f.fileno()) after f.flush()) before the rename")
         if synced[0] > i:
             fail(f"{what}: {name} is fsynced after os.replace (renamed before fsync); fsync before the rename")
-    if not any(e.kind == "fsync" and e.is_dir and e.path == tmp_s for e in events[:i]):
+        want = manifest_size if name == "manifest.json" else len(files[name])
+        if not any(events[k].size == want for k in synced if k < i):
+            fail(
+                f"{what}: {name} held {events[synced[0]].size} of its {want} bytes on disk when it was fsynced: "
+                "the rest sat in Python's buffer, which fsync never sees; call f.flush() before os.fsync(f.fileno())"
+            )
+    tmp_syncs = [e for e in events[:i] if e.kind == "fsync" and e.is_dir and e.path == tmp_s]
+    if tmp_syncs and not any({*files, "manifest.json"} <= set(e.listing) for e in tmp_syncs):
+        fail(
+            f"{what}: the temporary directory was fsynced when it held only {list(tmp_syncs[-1].listing)}, before "
+            "its entries were written: fsync it after the last file (the manifest) is written and fsynced, just "
+            "before os.replace, so that every name it holds is durable"
+        )
+    if not tmp_syncs:
         fail(
             f"{what}: fsync the temporary directory itself before os.replace (its entries, the files' names, are "
             "data too): without it a power cut after the rename can leave the committed directory without a file"
@@ -298,7 +322,10 @@ def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, byte
         )
 
 
-@check_case("traced os calls: every file fsynced in a temporary directory, then os.replace, then the root fsynced")
+@check_case(
+    "traced os calls: every file flushed and fsynced in a temporary directory, that directory fsynced once it "
+    "holds them, then os.replace, then the root fsynced"
+)
 def _cc_trace(fn: Callable[..., Any]) -> None:
     for step, files in ((3, FILES), (12, {"a.bin": b"a"})):
         with _scratch() as root:
@@ -690,11 +717,19 @@ OPTIMAL_INTERVAL = Exercise(
     name=OI,
     points=10,
     title="Young's and Daly's optimal checkpoint intervals (eq. 10.2, 10.3)",
-    checks=(_oi_known, _oi_oracle, _oi_bad),
+    checks=guard_checks(
+        (_oi_known, _oi_oracle, _oi_bad),
+        name=OI,
+        packages=LIBRARY,
+        advice="from the formulas (10.2) and (10.3) with math.sqrt",
+    ),
     hints=(
-        "young = math.sqrt(2 * C * M); Daly's is Young's times a correction in x = C / (2 * M), minus C",
-        "check C <= 0 or M <= 0 first; return (young, float(M)) when C >= 2 * M",
-        "C = 60, M = 3600: young = 657.27, x = 1/120, daly = 657.27 * (1 + 0.0304 + 0.000926) - 60 = 617.88",
+        "both formulas share one ratio: name x = C / (2 * M) once and write (10.3) as Young's interval times a "
+        "polynomial in sqrt(x), minus C",
+        "which inputs make a save cost or an MTBF meaningless, and which branch of (10.3) applies before the "
+        "correction is computed?",
+        "check by hand: C = 60, M = 3600 gives x = 1/120, sqrt(x)/3 = 0.0304 and x/9 = 0.000926; Daly's interval "
+        "should come out about 40 s below Young's",
     ),
 )
 
@@ -883,7 +918,8 @@ TRAIN_UNTIL = Exercise(
         'loop for _ in range(checkpoint["step"], total_steps), carrying key and params from the checkpoint',
         "the checkpoint's key is the key after the last step's split, the one the next step would split: save "
         "the carried key, never k_batch or k_noise",
-        'return {"seed": checkpoint["seed"], "step": total_steps, "params": params, "key": key}',
+        "the returned checkpoint has the same four fields as the one given; which of them change, and what does "
+        "step count once the loop is done?",
     ),
 )
 
