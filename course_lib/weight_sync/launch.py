@@ -2,12 +2,17 @@
 
 :func:`run_trials` starts a :class:`RankGroup` of ``world_size`` processes (``forkserver``;
 each runs one torch thread and exits by itself if its parent dies) on a free port of
-127.0.0.1, initialises a gloo process group with a timeout (NCCL with ``backend="nccl"``
-when every rank has a GPU), runs a list of :class:`Trial` s in every rank, and returns what
+127.0.0.1, initialises a gloo process group with a timeout (NCCL with ``backend="nccl"``:
+rank ``r`` on GPU ``r``, refused before any rank starts when this machine shows fewer GPUs
+than ranks), runs a list of :class:`Trial` s in every rank, and returns what
 each rank measured. Every wait has a deadline; whatever happens, every child is stopped
 the way every system of the course stops its children
 (:func:`course_lib.runtime.processes.stop_processes`) and the process group is destroyed in
 every rank that can still do it.
+
+One node only: every rank runs on this machine and the rendezvous is 127.0.0.1 (there is
+no option for another address; a multi-node job is launched by ``torchrun``, as the
+capstone's is).
 """
 
 from __future__ import annotations
@@ -288,14 +293,19 @@ def run_trials(
 ) -> list[TrialResult]:
     """Run ``trials`` in ``world_size`` real processes (rank 0 sends); merge what the ranks report.
 
+    One node: every rank runs on this machine, meeting the others on 127.0.0.1.
+
     Args:
         trials: the measurements, run in order in one process group.
         world_size: 1 sender + ``world_size - 1`` receivers (>= 2).
-        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPUs; tensors must then live on the GPU).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPUs: rank ``r`` on GPU ``r``, so this machine
+            must show at least ``world_size`` GPUs; the weights then live on the GPU).
         timeout_s: torch.distributed's timeout for every collective (a dead peer is reported after at most this).
         deadline_s: the whole run's limit; after it every child is killed.
 
     Raises:
+        ValueError: ``world_size`` below 2, an unknown ``backend``, or ``"nccl"`` with fewer visible
+            GPUs than ranks (before any rank starts; the message says what to do instead).
         RanksFailed: a rank died without reporting or the deadline passed (children are stopped first).
     """
     if world_size < 2:
