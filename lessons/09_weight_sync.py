@@ -796,7 +796,11 @@ print("held out: the 8- and 16-GPU rows within 1.25x, the two 256-GPU rows 0.70-
 # 1.25x, on 256 GPUs it predicts about three quarters of the published time, and it
 # cannot follow the change between the tables at all. Part of that change is not the
 # bucket size: Qwen3 ran 8.5% slower at an almost identical bucket (2.69 against 2.67
-# GiB), so the engine or its setup changed too. On 256 GPUs the earlier Kimi-K2 run had
+# GiB), so the engine or its setup changed too. The README says how: between the two
+# commits it adds "We bind each GPU to its corresponding NUMA node to ensure stable H2D
+# transfer speeds", its metadata-gathering times fall 19-43% and its P2P times 2.1-2.8x
+# (the commits between them rework the P2P path and make the GPU count and memory
+# fraction configurable). On 256 GPUs the earlier Kimi-K2 run had
 # twice the buckets (512: two rounds) and took 5.5 s longer, far more than the model's
 # 1 ms per bucket; the earlier DeepSeek-V3.1 run had as many buckets as the current one
 # in the model (256) and still took 2.5 s longer. Something that grows with the cluster
