@@ -133,7 +133,7 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # | zero-copy buckets (no pack, no unpack) | `SyncConfig(in_place=True)`, `store.WeightStore.in_bucket_layout` |
 # | real processes | `launch.run_trials(trials, world_size)` |
 # | (09.1)-(09.5) as a model, the calculator | `scale_model.update_time`, `scale_model.pipelined_from_stages`, `scale_model.fit_overlap`, `scale_model.calibrate_link`, `scale_model.calibrate_stages`, `scale_model.calculator` |
-# | checkpoint-engine's schedule, stage by stage (section 9) | `engine_model.engine_update`, `engine_model.published_comparison`, `engine_model.hardware_only`, `engine_model.fit_software`, `engine_model.bytes_line`, `engine_model.EARLIER_TABLE` |
+# | checkpoint-engine's schedule, stage by stage (section 9) | `engine_model.engine_update`, `engine_model.published_comparison`, `engine_model.hardware_only`, `engine_model.fit_software`, `engine_model.bytes_line`, `engine_model.EARLIER_TABLE`, `engine_model.P2P_TABLE` (published, not modelled) |
 
 # %% [markdown]
 # ## 1. A transformer-like set of tensors, and its bucket plan
@@ -281,6 +281,8 @@ print(f"every update arrived bit-exact; at {big} MiB the naive save/load is the 
       + f"at {small} MiB the bucketed and pipelined updates take more than 1.5x the roofline's time")
 
 # %%
+import matplotlib.ticker as mticker
+
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
 mb_actual = [total_bytes(list(models[mb])) / 2**20 for mb in sizes_mb]
 for name, marker in zip(methods, "sovxD^P"):
@@ -293,6 +295,8 @@ axes[1].set_xlabel("model size (MiB, float32)")
 axes[1].set_ylabel("effective bandwidth (GB/s = model bytes / time)")
 axes[1].set_title("Effective bandwidth; the flat buffer is the roofline")
 for ax in axes:
+    ax.set_xticks(mb_actual, [f"{mb:.0f}" for mb in mb_actual])  # the sizes measured, no crowded minor labels
+    ax.xaxis.set_minor_formatter(mticker.NullFormatter())
     ax.legend(fontsize=8)
 fig.suptitle("Weight sync between two processes over gloo (2 CPU cores)")
 fig.tight_layout()
@@ -412,7 +416,8 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-bucket_sizes = pick(cpu=[0.0625, 0.25, 1.0, 4.0, 16.0, 64.0], full=[0.25, 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0])
+bucket_sizes = pick(cpu=[0.0625, 0.25, 1.0, 4.0, 16.0, 64.0], full=[0.0625, 0.25, 1.0, 4.0, 16.0, 32.0, 64.0])
+# (at both scales the largest bucket is the model's size: 2 buckets of the 64.1 MiB model; larger ones are 1 bucket)
 sweep_trials = {b: Trial(SyncConfig("bucketed", bucket_mb=b), models[64], updates=1, warmup=1) for b in bucket_sizes}
 sweep = run_interleaved(sweep_trials, ROUNDS, timeout_s=120, deadline_s=DEADLINE_S)
 for b, r in sweep.items():
@@ -700,13 +705,17 @@ print("with the fitted overlap, (09.3) is within 2x of the pipelined method's me
 #
 # $$T = T_0 + \underbrace{t_h + (\text{rounds}-1)\big[\max(t_h + t_{bc}, t_{rl}) - \max(t_{bc}, t_{rl})\big]}_{\text{H2D not hidden}}
 #   + (n-1)\max(t_{bc}, t_{rl}) + t_{bc} + t_{rl} + n\,o,$$
-# $$t_h = \frac{b}{h},\quad t_{bc} = (W-1)\Big(a + \frac{c}{\beta}\Big) + \frac{b}{\beta},\quad
+# $$t_h = \frac{b}{h},\quad t_{bc} = (W-1)\Big(a + \frac{k\,c}{\beta}\Big) + \frac{b}{\beta},\quad
 #   t_{rl} = \frac{K}{n}\,\gamma + \frac{b}{tp\,m/2}.$$
 #
 # The hardware rates are datasheet figures, the same for every row: PCIe Gen5 x16 ($h$ =
 # 50 GB/s, 80% of its 63 GB/s), NVLink (H800 400 GB/s, H20 900 GB/s, both directions),
 # HBM ($m$), 8 x 400 Gb/s NICs per node (the Kimi-K2 report's H800 cluster; assumed for
-# the H20 nodes), NCCL at 80% of the link. The software costs are not: $o$ = 1 ms per
+# the H20 nodes), NCCL at 80% of the link. The ring's fill $(W-1)(a + kc/\beta)$ is the
+# time for the first chunk ($c$ = 512 KiB, NCCL's default buffer over its 8 steps) to pass
+# $W - 1$ hops of latency $a$ = 5 us; NCCL splits the bucket over $k$ channels, each
+# moving its share at $\beta/k$, and the model assumes $k$ = 16 (NCCL picks the count from
+# the topology it detects; 16 is assumed, not read from these runs). The software costs are not: $o$ = 1 ms per
 # bucket, and the two that matter, $\gamma$ = 0.1 ms per tensor reloaded and $T_0$ = 1 s
 # per update, are round values chosen **with this table in view**, the same for every
 # row. The table prints the model, and in the column `hw only` what the hardware stages
@@ -737,7 +746,7 @@ print(f"what the ring's latency adds to the total: at most {max(ring_added) * 1e
 # %%
 assert len(engine_rows) == 6 and all(1 / 1.25 <= r.ratio <= 1.25 for r in engine_rows)  # a fit of 2 constants
 assert all(r.stages.bound == "reload" for r in engine_rows)
-assert all(s < 0.7 for s in shares) and sum(s < 0.35 for s in shares) == 4  # H20 rows: under a third
+assert all(s < 0.7 for s in shares) and sum(s < 0.4 for s in shares) == 4  # H20 rows: under 40%
 assert abs(gamma_ls / em.PER_TENSOR_S - 1) < 0.1 and abs(t0_ls - em.PER_UPDATE_S) < 0.3  # the chosen values ~ the fit
 assert all(1 / 1.25 <= x <= 1.25 for x in line_ratios)  # bytes alone fit these rows as well
 assert max(ring_added) < 0.01
@@ -752,7 +761,7 @@ print(f"every row within 1.25x of the published time (ratios {min(r.ratio for r 
 
 # %% [markdown]
 # So agreement on these six rows proves little. The hardware at datasheet rates explains
-# a quarter to two-thirds of each published time; the rest is $K\gamma + T_0$, and the
+# under a third to two-thirds of each published time; the rest is $K\gamma + T_0$, and the
 # least-squares values of those two constants over the same rows lie close to the round
 # values chosen (printed above). Nor can these rows say that the reload, rather than
 # something per byte, paces the updates: a line in the bytes alone fits them as well,
@@ -761,9 +770,9 @@ print(f"every row within 1.25x of the published time (ratios {min(r.ratio for r 
 # (REFERENCES.md), so whatever $T_0$ holds in this benchmark (the request to vLLM,
 # allocating three buckets of GPU memory and their IPC handles, the post-load hook of a
 # large FP8 model, tearing down the process group) grows with the model or is absent in
-# verl's integration; the model has no term for it. The ring's latency, about 1 ms per
-# bucket on 256 GPUs, adds almost nothing to the total (printed above), because the
-# broadcast runs under the reload.
+# verl's integration; the model has no term for it. The ring's latency, about 8 ms per
+# bucket on 256 GPUs (a 512 KiB chunk at a sixteenth of the rate, 255 hops), adds almost
+# nothing to the total (printed above), because the broadcast runs under the reload.
 #
 # A real test needs data the constants were not chosen on. The engine's README at its
 # first commit (7185b55) published the same six settings with other bucket sizes; the
@@ -802,7 +811,7 @@ print("held out: the 8- and 16-GPU rows within 1.25x, the two 256-GPU rows 0.70-
 # (the commits between them rework the P2P path and make the GPU count and memory
 # fraction configurable). On 256 GPUs the earlier Kimi-K2 run had
 # twice the buckets (512: two rounds) and took 5.5 s longer, far more than the model's
-# 1 ms per bucket; the earlier DeepSeek-V3.1 run had as many buckets as the current one
+# 1 ms overhead and 8 ms of ring latency per bucket (the latter hidden under the reload); the earlier DeepSeek-V3.1 run had as many buckets as the current one
 # in the model (256) and still took 2.5 s longer. Something that grows with the cluster
 # (stragglers at each barrier of 256 ranks, a congested fabric, uneven shards: the
 # benchmark splits the tensors, not the bytes, evenly) is missing, and these two tables
@@ -844,8 +853,8 @@ print(f"Qwen3-235B on 8xH800: {qwen[0]:.0f} s with {sizes_gib[0] * 1024:.0f} MiB
 
 # %% [markdown]
 # **Takeaway:** the stage model gets the hardware right and says what it cannot explain.
-# At datasheet rates the network and the copies would take 23-66% of the published
-# times (19-61% on the earlier table; most on the H800 rows, whose BF16 checkpoints have
+# At datasheet rates the network and the copies would take 30-67% of the published
+# times (26-62% on the earlier table; most on the H800 rows, whose BF16 checkpoints have
 # many bytes per tensor); the rest is
 # software, carried by a per-tensor reload cost and a fixed cost per update that are, in
 # effect, fitted to the six rows they are compared with, and those rows cannot tell a
@@ -855,6 +864,25 @@ print(f"Qwen3-235B on 8xH800: {qwen[0]:.0f} s with {sizes_gib[0] * 1024:.0f} MiB
 # the published times changed by 7-25% (with software changes mixed in). What it does
 # rule out firmly is tiny buckets, far below any size the engine runs.
 #
+# **The engine's other mode, P2P.** Everything above is the broadcast, which updates every
+# instance at once. P2P is for **new instances joining while the others keep serving**
+# (after a restart, or as GPUs become available): to leave the serving GPUs alone, the
+# weights go from the existing instances' pinned **CPU memory** over RDMA
+# (`mooncake-transfer-engine`) straight to the new instances' GPUs, and the engine assigns
+# the buckets to each sender-receiver pair so that every sender's and receiver's NICs stay
+# busy. Its README (at a291782) publishes a P2P column beside the broadcast one, measured
+# updating at most 16 GPUs of each cluster. The numbers are printed below as published;
+# **P2P is not modelled here** (nothing above predicts them):
+
+# %%
+print(f"published update times, README at a291782 (P2P: at most {em.P2P_MAX_UPDATED_GPUS} GPUs of the cluster updated)")
+print(em.format_p2p_table())
+p2p_ratio = [p[5] / b[5] for p, b in zip(em.P2P_TABLE, em.PUBLISHED_TABLE)]
+assert all(1 < x < 1.25 for x in p2p_ratio) and max(p2p_ratio[4:]) < min(p2p_ratio[:4])
+print(f"P2P takes {min(p2p_ratio):.2f}-{max(p2p_ratio):.2f}x the broadcast's time; closest on the 256-GPU "
+      "clusters, where it still updates only 16 GPUs")
+
+# %% [markdown]
 # The calculator below is the simpler model of (09.1)-(09.5) with assumed cluster rates
 # (`scale_model.CLUSTER_ASSUMED`: ideal overlap, **no per-tensor cost**): it shows what
 # the bytes alone would cost through the network and the copies, not what section 9's
@@ -905,7 +933,7 @@ sm.calculator()
 #   all-or-nothing; a corrupt bucket, a stale version, a shape mismatch or a dead sender
 #   leave the old weights in place.
 # - checkpoint-engine's schedule at datasheet rates explains only part of its published
-#   times (23-66%); a per-tensor reload cost and a fixed cost per update, in effect fitted
+#   times (30-67%); a per-tensor reload cost and a fixed cost per update, in effect fitted
 #   to the same six rows, carry the rest, and a line in the bytes fits those rows as well.
 #   On the engine's earlier table (held out) the model is within 1.25x on 8 and 16 GPUs
 #   but at 0.72-0.76x on 256 GPUs, and it misses the 11-12% that 256 GPUs add over 16.

@@ -624,6 +624,31 @@ def test_engine_model_bucket_size_trade_off():
     )  # huge buckets: the undivided last bucket
 
 
+def test_engine_model_ring_fill_runs_each_channel_at_its_share_of_the_rate():
+    many = em.engine_update(em.KIMI_K2, "H20", 256, 16, 8 * em.GIB)
+    # each of NCCL's channels carries its share at beta / n_channels: a chunk takes n_channels c / beta a hop
+    hop = em.RING_HOP_S + em.NCCL_CHANNELS * em.RING_CHUNK / many.beta
+    assert many.ring_fill_s == pytest.approx(255 * hop)
+    one = em.engine_update(em.KIMI_K2, "H20", 256, 16, 8 * em.GIB, n_channels=1)
+    wide = em.engine_update(em.KIMI_K2, "H20", 256, 16, 8 * em.GIB, n_channels=32)
+    assert one.ring_fill_s < many.ring_fill_s < wide.ring_fill_s
+    assert wide.ring_fill_s - many.ring_fill_s == pytest.approx(255 * 16 * em.RING_CHUNK / many.beta)
+    # the published rows stay reload-bound at 32 channels too
+    for c, g, w, tp, b, _ in em.PUBLISHED_TABLE:
+        assert em.engine_update(c, g, w, tp, b * em.GIB, n_channels=32).bound == "reload"
+    with pytest.raises(ValueError):
+        em.engine_update(em.KIMI_K2, "H20", 16, 16, em.GIB, n_channels=0)
+
+
+def test_p2p_table_is_published_data_beside_the_broadcast_column():
+    assert [r[:4] for r in em.P2P_TABLE] == [r[:4] for r in em.PUBLISHED_TABLE]
+    assert [r[5] for r in em.P2P_TABLE] == [4.12, 7.10, 11.80, 17.49, 11.81, 16.75]
+    # P2P is slower than the broadcast in every published row (1.04-1.22x)
+    assert all(1 < p[5] / b[5] < 1.25 for p, b in zip(em.P2P_TABLE, em.PUBLISHED_TABLE))
+    text = em.format_p2p_table()
+    assert "17.49s" in text and "1.22" in text and len(text.splitlines()) == 7
+
+
 def test_engine_model_rejects_bad_settings():
     with pytest.raises(ValueError):
         em.engine_update(em.KIMI_K2, "H20", 24, 16, em.GIB)

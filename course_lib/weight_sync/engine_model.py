@@ -17,20 +17,22 @@ runs in **rounds**; in each round
    its shard); then a barrier and a ZeroMQ round trip hand bucket ``g`` over (**per-bucket overhead**).
 
 So with ``n = rounds x W`` buckets of ``b`` bytes and ``K / n`` tensors each (the stages of one bucket:
-``t_h2d = b / h``, ``t_bc = (W - 1)(a + c / beta) + b / beta``, ``t_rl = (K / n) gamma + b / (tp m / 2)``)::
+``t_h2d = b / h``, ``t_bc = (W - 1)(a + k c / beta) + b / beta``, ``t_rl = (K / n) gamma + b / (tp m / 2)``)::
 
     T = T_0 + [t_h2d + (rounds - 1) (max(t_h2d + t_bc, t_rl) - max(t_bc, t_rl))]
             + (n - 1) max(t_bc, t_rl) + (t_bc + t_rl) + n o
 
 the H2D copies as far as the reload does not hide them, the overlapped pair paced by its slower
 stage, the first bucket's broadcast and the last one's reload (fill and drain), the per-bucket
-overheads and a fixed cost per update. The ring term ``(W - 1)(a + c / beta)`` is the time for the
-first chunk ``c`` to reach the last of ``W`` GPUs; the broadcast rate ``beta`` is NVLink's inside one
-node and the smaller of NVLink and the node's NICs across nodes.
+overheads and a fixed cost per update. The ring term ``(W - 1)(a + k c / beta)`` is the time for the
+first chunk ``c`` to reach the last of ``W`` GPUs: NCCL splits the bucket over ``k`` channels
+(:data:`NCCL_CHANNELS`), each a ring of its own moving its share at ``beta / k``, so one chunk takes
+``k c / beta`` per hop; the broadcast rate ``beta`` is NVLink's inside one node and the smaller of
+NVLink and the node's NICs across nodes.
 
 **What is datasheet and what is fitted.** The hardware rates below (PCIe, NVLink, HBM, NICs) are
 datasheet figures; the hardware stages alone (:func:`hardware_only`) explain only a small part of
-the published times (23-66% of the current table's rows, 19-61% of the earlier one's). The rest is carried by two global software
+the published times (30-67% of the current table's rows, 26-62% of the earlier one's). The rest is carried by two global software
 constants, the reload cost per tensor :data:`PER_TENSOR_S` (gamma) and the fixed cost per update
 :data:`PER_UPDATE_S` (T0). They are round values, the same for every row, but they were chosen with
 the six rows of :data:`PUBLISHED_TABLE` in view: :func:`fit_software` finds the least-squares values
@@ -74,6 +76,12 @@ NIC_PER_NODE = 8 * 400e9 / 8
 NCCL_EFFICIENCY = 0.8  # bus bandwidth a ring collective attains of the link's peak (nccl-tests range)
 RING_HOP_S = 5e-6  # latency of one ring step (NVLink or RDMA)
 RING_CHUNK = 4 * 2**20 // 8  # NCCL's pipelining chunk: NCCL_BUFFSIZE (4 MiB default) / NCCL_STEPS (8)
+# Assumption: NCCL runs the ring broadcast on 16 channels (each one SM and one ring of its own, each
+# carrying 1/16 of the bucket at beta / 16). NCCL picks the count from the topology it detects at
+# start-up (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS override it); 16 is an assumed value for 8-GPU
+# NVLink nodes with 8 NICs, not read from a log of these runs. The published rows stay reload-bound
+# with 32 channels as well (tests/test_weight_sync.py).
+NCCL_CHANNELS = 16
 PER_BUCKET_S = 1e-3  # barrier + device synchronise + ZeroMQ round trip + Python, per bucket
 # The two software constants that carry most of every prediction; round values chosen with the six
 # rows of PUBLISHED_TABLE in view (fit_software gives their least-squares values over those rows):
@@ -130,7 +138,7 @@ class Stages:
     h2d_s: float  # t_h2d of one bucket
     broadcast_s: float  # t_bc of one bucket
     reload_s: float  # t_rl of one bucket
-    ring_fill_s: float  # (W - 1)(a + c / beta): the broadcast's ring latency, per bucket
+    ring_fill_s: float  # (W - 1)(a + k c / beta): the broadcast's ring latency, per bucket
     beta: float  # broadcast rate, bytes/s
 
     @property
@@ -166,14 +174,17 @@ def engine_update(
     per_tensor_s: float = PER_TENSOR_S,
     per_update_s: float = PER_UPDATE_S,
     ring_latency: bool = True,
+    n_channels: int = NCCL_CHANNELS,
 ) -> Stages:
     """The model of the module docstring for one update of ``ckpt`` on ``n_gpus`` GPUs (engines of
-    ``tp`` GPUs) with buckets of at most ``bucket_bytes``; ``ring_latency=False`` drops the ring's
-    fill term (to see what it changes in the total)."""
+    ``tp`` GPUs) with buckets of at most ``bucket_bytes``, NCCL's ring on ``n_channels`` channels;
+    ``ring_latency=False`` drops the ring's fill term (to see what it changes in the total)."""
     if n_gpus < 1 or tp < 1 or n_gpus % tp or bucket_bytes <= 0:
         raise ValueError(
             f"need n_gpus >= 1 divisible by tp >= 1 and a positive bucket, got {n_gpus}, {tp}, {bucket_bytes}"
         )
+    if n_channels < 1:
+        raise ValueError(f"need n_channels >= 1, got {n_channels}")
     if min(per_bucket_s, per_tensor_s, per_update_s) < 0:
         raise ValueError("software costs must be >= 0")
     beta = broadcast_rate(gpu, n_gpus, nic_per_node)
@@ -181,7 +192,8 @@ def engine_update(
     rounds = math.ceil(shard / bucket_bytes)
     b = shard / rounds  # the buckets of a shard, equal in size
     n = rounds * n_gpus
-    ring_fill = (n_gpus - 1) * (RING_HOP_S + RING_CHUNK / beta) if ring_latency else 0.0
+    # each channel carries its share at beta / n_channels: its first chunk takes n_channels c / beta a hop
+    ring_fill = (n_gpus - 1) * (RING_HOP_S + n_channels * RING_CHUNK / beta) if ring_latency else 0.0
     t_h2d = b / PCIE_GEN5_X16_H2D
     t_bc = ring_fill + b / beta
     t_rl = ckpt.n_tensors / n * per_tensor_s + b / (tp * HBM[gpu] / 2)  # a copy reads and writes HBM
@@ -228,6 +240,32 @@ EARLIER_TABLE: list[tuple[Checkpoint, str, int, int, float, float]] = [
     (DEEPSEEK_V31, "H20", 256, 16, 2.54, 13.88),
     (KIMI_K2, "H20", 256, 16, 2.99, 21.50),
 ]
+
+# The same README at a291782, column "Update (P2P)": seconds and bucket GiB, same rows and order as
+# PUBLISHED_TABLE. P2P is the engine's other mode, for new instances joining while the others serve:
+# the weights go from the existing instances' pinned CPU memory over RDMA (mooncake-transfer-engine)
+# straight to the new instances' GPUs, with the buckets assigned per sender-receiver pair. The README
+# tested it updating at most 16 GPUs of each cluster (``ParameterServer.update(ranks=range(0, 16))``).
+# Published data only: nothing in this module models P2P.
+P2P_TABLE: list[tuple[Checkpoint, str, int, int, float, float]] = [
+    (GLM_45_AIR, "H800", 8, 8, 3.02, 4.12),
+    (QWEN3_235B, "H800", 8, 8, 2.68, 7.10),
+    (DEEPSEEK_V31, "H20", 16, 16, 5.41, 11.80),
+    (KIMI_K2, "H20", 16, 16, 5.91, 17.49),
+    (DEEPSEEK_V31, "H20", 256, 16, 8.00, 11.81),
+    (KIMI_K2, "H20", 256, 16, 8.00, 16.75),
+]
+P2P_MAX_UPDATED_GPUS = 16
+
+
+def format_p2p_table() -> str:
+    """The README's broadcast and P2P columns side by side (published figures, not a model)."""
+    lines = [f"{'setting':<36} {'broadcast':>9} {'P2P':>7} {'P2P / broadcast':>15}"]
+    for (c, g, w, tp, _b, bc), (c2, g2, w2, tp2, _b2, p2p) in zip(PUBLISHED_TABLE, P2P_TABLE, strict=True):
+        if (c, g, w, tp) != (c2, g2, w2, tp2):
+            raise ValueError(f"P2P_TABLE and PUBLISHED_TABLE differ in setting: {c.name} vs {c2.name}")
+        lines.append(f"{f'{c.name}, {w}x{g} TP{tp}':<36} {bc:>8.2f}s {p2p:>6.2f}s {p2p / bc:>15.2f}")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -338,3 +376,5 @@ if __name__ == "__main__":
     )
     print("earlier table (README at 7185b55), held out:")
     print(format_table(published_comparison(EARLIER_TABLE)))
+    print(f"P2P mode (README at a291782; updating at most {P2P_MAX_UPDATED_GPUS} GPUs of the cluster; not modelled):")
+    print(format_p2p_table())
