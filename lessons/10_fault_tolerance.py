@@ -147,6 +147,7 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 # | (10.1) waste | `checkpoint.interval.waste_fraction`; simulated: `simulate_lost_work`, `sweep` |
 # | (10.2), (10.3) optimal interval | `checkpoint.interval.young_interval`, `daly_interval` |
 # | (10.4) asynchronous save | `checkpoint.interval.async_blocking_cost` |
+# | $C$ measured: save time, training time lost, our seal | `checkpoint.cost.save_costs`, `training_time_lost`, `seal_seconds` |
 
 # %%
 from course_lib.checkpoint.atomic import commit
@@ -328,18 +329,22 @@ print("a SIGKILL loses nothing the process had handed to the kernel: fsync or no
 # %% [markdown]
 # ## 3. Bit-exact resume of a torch loop: safetensors and every RNG
 #
-# Lesson 01's REINFORCE on CartPole, made resumable (`train_reinforce_checkpointed`):
-# every `every` updates it saves, through `commit`, the weights and Adam's state as
-# safetensors files (flat, memory-mappable tensors with a JSON header: no pickle, so
+# Lesson 01's REINFORCE on CartPole, made resumable (`train_reinforce_checkpointed`, whose
+# loop is below). `save_torch_state` writes, through `commit`, the weights and Adam's state
+# as safetensors files (flat, memory-mappable tensors with a JSON header: no pickle, so
 # loading a checkpoint cannot run code), torch's global RNG and the action generator's
-# state, and the update index, which seeds the env resets. At start it restores the
-# newest complete checkpoint. We run it once uninterrupted, then again in fresh processes
-# killed at three points: in the middle of an update, in the middle of a save (after the
-# first file, before the manifest and the rename), and just after a save.
+# state; `extra` carries the returns so far; the update index (the step) seeds the env
+# resets. `_restore` loads the newest complete checkpoint into the same objects. We run it
+# once uninterrupted, then again in fresh processes killed at three points: in the middle
+# of an update, in the middle of a save (after the first file, before the manifest and the
+# rename), and just after a save.
 
 # %%
+from course_lib.checkpoint import reinforce_resume
 from course_lib.checkpoint.crash import KillPoint
 from course_lib.checkpoint.reinforce_resume import train_reinforce_checkpointed, train_to_file
+
+show_source(reinforce_resume._train)
 from course_lib.rl.reinforce import ReinforceConfig
 
 rf_config = ReinforceConfig(n_envs=8, n_updates=pick(cpu=20, full=100), hidden=32, seed=0)
@@ -398,10 +403,12 @@ print("leave out one piece and the resumed run departs from the uninterrupted on
 #
 # ## 4. Bit-exact resume of lesson 04's jitted PPO, with Orbax
 #
-# The whole PPO run of lesson 04 is one `lax.scan`; to checkpoint it, `ppo_resume` runs
-# it as jitted chunks of `every` updates (`run_chunk`) and saves the runner state between
-# chunks: the flat parameters, the optax state, every environment's state mid-episode,
-# the carried RNG key, the update index and the metrics so far. `JaxCheckpoints` saves it
+# The whole PPO run of lesson 04 is one `lax.scan`; to checkpoint it, `train_checkpointed`
+# (below) runs it as jitted chunks of `every` updates (`run_chunk`) and saves between chunks
+# the runner state (the flat parameters, the optax state, every environment's state
+# mid-episode, the carried RNG key) and the metrics so far, under the update index, with
+# the run's config and seed as metadata (`_check_same_run` refuses another run's
+# checkpoint). `JaxCheckpoints` saves it
 # with Orbax's `CheckpointManager`, asynchronously (the save call returns once the arrays
 # are referenced; a background thread writes them) with keep-last-N, and seals each
 # finished step with our manifest, since Orbax itself keeps no checksums. Orbax has its
@@ -413,7 +420,9 @@ print("leave out one piece and the resumed run departs from the uninterrupted on
 
 # %%
 from course_lib.checkpoint.jax_state import JaxCheckpoints
+from course_lib.checkpoint.ppo_resume import train_checkpointed
 
+show_source(train_checkpointed)
 show_source(JaxCheckpoints.__init__)
 show_source(JaxCheckpoints.save)
 show_source(JaxCheckpoints._restore_item)
@@ -446,6 +455,22 @@ print("metrics of every update bitwise equal:", tree_equal(metrics, reference.me
 assert update == ppo_config.num_updates
 assert tree_equal(runner, reference.runner) and tree_equal(metrics, reference.metrics)
 print("PPO killed 3 times (once inside an asynchronous save) and resumed: the same bits as never interrupted")
+
+# %% [markdown]
+# **On more than one host** this lesson's checkpointers are not enough as they stand.
+# `keep_last` judges whether the writer of a `.tmp-*` directory is alive by its pid *on this
+# host*: on a shared file system another host's pid means nothing here, so it could delete
+# a save still in flight; several hosts need a lease or a single cleaner. Every process of a
+# multi-host JAX job runs `JaxCheckpoints`, and only one should write outside Orbax: our
+# class seals and quarantines from process 0 only (`process_index`, default
+# `jax.process_index()`; `tests/test_checkpoint_jax.py` fakes index 1 and checks that it
+# writes no manifest and moves nothing), but it does not make the processes agree on the
+# step they restore (that needs a barrier). Hashing every byte with SHA-256 after each save
+# and before each restore costs a full re-read (section 6 measures it); at scale the
+# checksum is cheaper and computed while the bytes are written (CRC32C, which cloud object
+# stores such as GCS check on upload), not in a second pass. And the plan of the key equations relies on an
+# atomic rename, which object stores (S3, GCS) lack: there Orbax writes a commit marker
+# file last instead.
 
 # %% [markdown]
 # ## 5. State sharded over ranks, resharded on load
@@ -504,19 +529,29 @@ print("one process with no process group reads the whole state too:", len(full),
 # 2. **Training time lost per checkpoint**: one jitted loop over a 32 MiB state (128 MiB at
 #    full, with a 16 times longer step, so that an asynchronous write on a fast device still
 #    has steps to overlap), 60 steps with a checkpoint every 15 (3 checkpoints, none at the end), run with no checkpoint,
-#    with blocking saves and with asynchronous ones, interleaved, 3 repeats. Lost per
+#    with blocking saves and with asynchronous ones, interleaved, 5 repeats (3 at full). Lost per
 #    checkpoint = (run with - run without, the same repeat) / 3, median over repeats. This
-#    is the $C$ that belongs in (10.1)-(10.3).
+#    is the $C$ of bare Orbax that belongs in (10.1)-(10.3).
+# 3. **What our seal adds**: `JaxCheckpoints` (section 4) re-reads every file of a committed
+#    step, SHA-256-hashes it, fsyncs it and writes the manifest (`seal_seconds`, median of
+#    3; the files were just written, so the re-read is mostly from the page cache). A
+#    blocking `JaxCheckpoints.save` pays it inside the call: its $C$ is the bare Orbax $C$
+#    plus the seal. An asynchronous one seals in a background thread, which competes for
+#    the cores like the write and must end before the next save (whose call joins it), so
+#    the seal counts in the write time of (10.4), which `async_blocking_cost` checks with the
+#    measured rates.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 import jax
 
-from course_lib.checkpoint.cost import load_average, plot_save_costs, save_costs, training_time_lost
+from course_lib.checkpoint.cost import load_average, plot_save_costs, save_costs, seal_seconds, training_time_lost
+from course_lib.checkpoint.interval import async_blocking_cost
 
 load_before = load_average()
 costs = save_costs(pick(cpu=[4, 16, 64], full=[16, 64, 256]), reps=3, root=WORK)
-lost = training_time_lost(pick(cpu=32, full=128), steps=60, every=15, reps=3, passes=pick(cpu=4, full=64), root=WORK)
+lost = training_time_lost(pick(cpu=32, full=128), steps=60, every=15, reps=pick(cpu=5, full=3), passes=pick(cpu=4, full=64),
+                          root=WORK)
 C_blocking, C_async = lost.lost_per_checkpoint("blocking"), lost.lost_per_checkpoint("async")
 C_async_call = lost.call("async")
 ax = plot_save_costs(costs, lost)
@@ -531,10 +566,16 @@ print(f"training time lost per checkpoint: blocking {C_blocking:.3f} s (its call
 print(f"async / blocking, time lost: {C_async / C_blocking:.2f}; the async call understates its own cost "
       f"{C_async / C_async_call:.1f}x; load average {load_before:.1f} -> {load_average():.1f} "
       f"({os.cpu_count()} cores, JAX backend {jax.default_backend()})")
+seal_s = seal_seconds(lost.mib, reps=3, root=WORK)
+print(f"our seal of a {lost.mib:.0f} MiB step (re-read, SHA-256, fsync, manifest): {seal_s:.3f} s; a blocking "
+      f"JaxCheckpoints save costs about C = {C_blocking:.3f} + {seal_s:.3f} = {C_blocking + seal_s:.3f} s")
 gap_s = lost.median("none") / lost.steps * 15  # training time between two saves
 write_s = float(np.interp(lost.mib, [c.mib for c in costs], [c.async_written for c in costs]))
-print(f"(10.4) keep-up: an async write of {lost.mib:.0f} MiB takes about {write_s:.3f} s (interpolated above), "
-      f"the loop runs {gap_s:.3f} s between saves: the write {'fits' if write_s < gap_s else 'does not fit'}")
+S_bytes = lost.mib * 2**20
+for who, background_s in (("Orbax alone", write_s), ("JaxCheckpoints (write + seal)", write_s + seal_s)):
+    keep_up = async_blocking_cost(S_bytes, copy_bw=S_bytes / C_async_call, disk_bw=S_bytes / background_s, tau=gap_s)
+    print(f"(10.4), {who}: C_block = S/B_copy = {keep_up.blocking_s:.3f} s (the call), background "
+          f"S/B_disk = {keep_up.write_s:.3f} s, tau = {gap_s:.3f} s between saves: keeps up: {keep_up.keeps_up}")
 
 # %%
 assert all(c.async_call < c.blocking for c in costs), costs  # the call returns before the write is done
@@ -559,7 +600,8 @@ print("takeaway: the asynchronous save call returns sooner than a blocking save 
 # far above its call and, on this machine, may be close to the blocking save's (the ratio
 # printed above). On a GPU host the step runs on the accelerator and the host cores are
 # free for the writer, which is where the asynchronous save *should* pay, as long as the
-# write fits between two saves (the keep-up line printed above, (10.4)). That is untested:
+# write fits between two saves (the keep-up lines printed above, (10.4); with our seal the
+# background work is longer still, and the next `save` call waits for it). That is untested:
 # this lesson has never been run on a GPU, so its full-scale sizes (larger states, a longer
 # step) are chosen by reasoning, not measured; `bench/bench_checkpoint.py` measures both
 # ways for a 256 MiB state on this machine's CPU in `BENCHMARKS.md`.
@@ -568,17 +610,25 @@ print("takeaway: the asynchronous save call returns sooner than a blocking save 
 # ## 7. Workers that die or freeze: heartbeats, restarts, the lag bound
 #
 # Lesson 03's actor-learner system has a supervisor. Every actor writes a **heartbeat**
-# (time, unroll count, weight version) into shared memory at every unroll and every idle
-# wait. At each `poll_s` the learner's supervisor checks its children:
-#
-# - an actor that has **exited** (a crash, the OOM killer, `SIGKILL`) is reported with its
-#   exit code or signal;
-# - an actor whose heartbeat is older than `heartbeat_timeout_s` is **frozen** (a deadlock,
-#   a hung simulator, `SIGSTOP`): it is killed with `SIGKILL`;
-#
-# either way the slots it held are reclaimed (their half-written unrolls are lost, never
-# trained on) and a replacement starts from the learner's **current** weights. The learner
-# never blocks on a peer that may be gone: every wait has a timeout.
+# (time, unroll count, weight version, whether it is mid-unroll) into shared memory at
+# every unroll and every idle wait. At each `poll_s` the learner's supervisor
+# (`_supervise`, below) restarts an actor that has **exited** (a crash, the OOM killer,
+# `SIGKILL`), naming its exit code or signal, and kills with `SIGKILL` one that is
+# **frozen** (a deadlock, a hung simulator, `SIGSTOP`): its heartbeat is older than
+# `heartbeat_timeout_s` (`Heartbeats.silent_for`). `_restart` hands the slots the old actor
+# held to its replacement (a half-written unroll is lost, never trained on), which starts
+# from the learner's **current** weights. The learner never blocks on a peer that may be
+# gone: every wait has a timeout.
+
+# %%
+from course_lib.actor_learner.heartbeats import Heartbeats
+from course_lib.actor_learner.system import ActorLearnerSystem
+
+show_source(Heartbeats.silent_for)
+show_source(ActorLearnerSystem._supervise)
+show_source(ActorLearnerSystem._restart)
+
+# %% [markdown]
 #
 # First, a frozen actor: we stop one with `SIGSTOP` (alive, but doing nothing) and keep
 # training until the supervisor has replaced it and the learner has learned from the
@@ -840,13 +890,15 @@ for label, C in (("blocking save, 60 s", 60.0), ("async save, 2 s copy (10.4)", 
 
 # %% [markdown]
 # **With this machine's measured costs.** Put section 6's training time lost per checkpoint
-# into (10.2) and (10.1), for a job that fails once an hour, and beside it what the
+# into (10.2) and (10.1) (for a blocking save also with our seal added), for a job that fails
+# once an hour, and beside it what the
 # asynchronous *call* time would have predicted.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 M_here = 3600.0  # say this machine's job failed once an hour
-plans = {"blocking, time lost": C_blocking, "async, time lost": C_async, "async, the call only": C_async_call}
+plans = {"blocking, time lost": C_blocking, "blocking + our seal": C_blocking + seal_s,
+         "async, time lost": C_async, "async, the call only": C_async_call}
 for label, C in plans.items():
     tau = young_interval(C, M_here)
     print(f"{label:<22} C = {C:.3f} s -> Young tau* = {tau:5.0f} s (Daly {daly_interval(C, M_here):5.0f} s), "

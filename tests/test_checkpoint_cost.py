@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from course_lib.checkpoint.atomic import commit, latest_complete, list_steps, step_dir
-from course_lib.checkpoint.cost import TimeLost, make_state, save_costs, state_bytes, training_time_lost
+from course_lib.checkpoint.cost import TimeLost, make_state, save_costs, seal_seconds, state_bytes, training_time_lost
 from course_lib.checkpoint.crash import KillPoint, known_files, run_in_child, save_in_place, write_then_die
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("no_helpers_left_behind")]
@@ -30,6 +30,14 @@ def test_save_costs_times_every_size_both_ways(tmp_path):
     assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
     with pytest.raises(ValueError):
         save_costs([], reps=1)
+
+
+def test_seal_seconds_times_a_real_seal_and_cleans_up(tmp_path):
+    small, large = seal_seconds(1, reps=1, root=tmp_path), seal_seconds(32, reps=3, root=tmp_path)
+    assert 0 < small < large  # hashing 32 MiB takes longer than 1 MiB
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError):
+        seal_seconds(1, reps=0)
 
 
 def test_training_time_lost_runs_every_mode_and_counts_the_checkpoints(tmp_path):

@@ -122,6 +122,26 @@ def test_a_damaged_array_file_is_named_and_restore_falls_back(tmp_path, damage):
     assert len(list((tmp_path / "quarantine").iterdir())) == 1
 
 
+def test_only_process_0_seals_and_quarantines(tmp_path):
+    with JaxCheckpoints(tmp_path, async_save=False, process_index=1) as other:
+        other.save(1, state(1))
+        other.save(2, state(2))
+        assert not other.is_sealed(1) and not other.is_sealed(2)  # a non-primary process writes no manifest
+    victim = data_files(tmp_path / "2")[0]
+    victim.write_bytes(victim.read_bytes()[:-1])
+    with JaxCheckpoints(tmp_path, async_save=False, process_index=1) as other:
+        found = other.restore_latest(state(0))
+        assert found is not None and found.step == 1 and tree_equal(found.state, state(1))
+        assert len(found.skipped) == 1 and other.all_steps() == [1, 2]  # step 2 left in place
+        assert not other.is_sealed(1) and not (tmp_path / "quarantine").exists()
+    with JaxCheckpoints(tmp_path, async_save=False, process_index=0) as primary:
+        found = primary.restore_latest(state(0))
+        assert found is not None and found.step == 1 and primary.all_steps() == [1]  # process 0 moves it
+        assert primary.is_sealed(1) and len(list((tmp_path / "quarantine").iterdir())) == 1
+    with pytest.raises(ValueError, match="process_index"):
+        JaxCheckpoints(tmp_path / "x", process_index=-1)
+
+
 def test_a_leftover_orbax_tmp_dir_is_ignored(tmp_path):
     with JaxCheckpoints(tmp_path, async_save=False) as ckpts:
         ckpts.save(1, state(1))

@@ -216,6 +216,34 @@ def training_time_lost(
     return TimeLost(seconds, calls, (steps - 1) // every, steps, state_bytes(params) / 2**20)
 
 
+def seal_seconds(mib: float, reps: int = 3, root: Path | None = None) -> float:
+    """Median seconds :class:`~course_lib.checkpoint.jax_state.JaxCheckpoints` adds to a committed
+    Orbax step of a ``mib`` MiB state when it seals it: re-read every file, SHA-256 it, write and
+    fsync the manifest (:func:`~course_lib.checkpoint.atomic.write_manifest`). The step's files were
+    just written, so the re-read is mostly from the page cache: a lower bound on a cold read."""
+    import orbax.checkpoint as ocp
+
+    from course_lib.checkpoint.atomic import MANIFEST, write_manifest
+
+    if reps < 1:
+        raise ValueError(f"need reps >= 1, got {reps}")
+    work = Path(tempfile.mkdtemp(prefix="seal-cost-", dir=root))
+    try:
+        mgr = _manager(work, asynchronous=False)
+        mgr.save(0, args=ocp.args.StandardSave(make_state(mib)))
+        mgr.wait_until_finished()
+        mgr.close()
+        times = []
+        for _ in range(reps):
+            (work / "0" / MANIFEST).unlink(missing_ok=True)
+            start = time.perf_counter()
+            write_manifest(work / "0", 0)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def plot_save_costs(costs: Sequence[SaveCost], lost: TimeLost | None = None, ax: Any = None) -> Any:
     """Seconds against state size (log-log): blocking save, async call, async until written; and,
     given ``lost``, the training time lost per checkpoint at its size. Returns the axes."""

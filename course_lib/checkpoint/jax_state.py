@@ -133,6 +133,12 @@ class JaxCheckpoints:
             asynchronous saves only.
         before_seal: fault injection (``KillPoint(step, "after_save")``): called with the
             step once Orbax has committed it, before our manifest is written.
+        process_index: this process's index in a multi-host job (default
+            ``jax.process_index()``). Only process 0 writes to shared state outside Orbax: it
+            seals steps and quarantines unreadable ones; any other process verifies and
+            restores but leaves a bad step in place (skipped, for process 0 to move). A
+            test fakes the index; a real multi-host job also needs the processes to agree on
+            the step restored (a barrier), which this class does not do.
     """
 
     def __init__(
@@ -142,12 +148,17 @@ class JaxCheckpoints:
         async_save: bool = True,
         before_commit: Callable[[int], None] | None = None,
         before_seal: Callable[[int], None] | None = None,
+        process_index: int | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1 (steps to keep), got {keep}")
         if before_commit is not None and not async_save:
             raise ValueError("before_commit runs in Orbax's background thread: it needs async_save=True")
         self.root = Path(root).absolute()
+        self.process_index = jax.process_index() if process_index is None else process_index
+        if self.process_index < 0:
+            raise ValueError(f"process_index must be >= 0, got {self.process_index}")
+        self.primary = self.process_index == 0  # the one process that seals and quarantines
         self.async_save = async_save
         self._before_commit = before_commit
         self._before_seal = before_seal
@@ -219,7 +230,7 @@ class JaxCheckpoints:
 
     def _seal(self, step: int) -> None:
         step_dir = self.step_dir(step)
-        if not (step_dir / MANIFEST).exists():
+        if self.primary and not (step_dir / MANIFEST).exists():
             write_manifest(step_dir, step, metadata={"writer": "orbax", "sealed_by": "JaxCheckpoints"})
 
     def close(self) -> None:
@@ -292,7 +303,8 @@ class JaxCheckpoints:
         """The newest step that restores and verifies, falling back to older ones.
 
         Each newer step that fails is logged, moved to ``root/quarantine/<step>`` (so the run
-        can save that step number again) and listed in ``skipped`` with the file named.
+        can save that step number again; by process 0 only, others leave it in place) and
+        listed in ``skipped`` with the file named.
         Returns None when no step restores (a fresh run).
         """
         self.wait()
@@ -304,7 +316,8 @@ class JaxCheckpoints:
                 line = f"step {step} skipped: {err}"
                 log.warning(line)
                 skipped.append(line)
-                self._quarantine(step)
+                if self.primary:
+                    self._quarantine(step)
         return None
 
     def _quarantine(self, step: int) -> None:
