@@ -47,6 +47,7 @@ import torch
 from run import Result, render
 
 from course_lib.checkpoint.atomic import fsync_file
+from course_lib.checkpoint.cost import train_with_checkpoints
 from course_lib.checkpoint.sharded import load_resharded, save_sharded
 
 ROUNDS = 3
@@ -208,33 +209,9 @@ def measure_save_restore(root: Path) -> dict[str, list[dict[str, float]]]:
 
 def training_run(params: Any, mode: str, root: Path) -> dict[str, float]:
     """``STEPS`` jitted steps, a checkpoint every ``EVERY`` (mode none / sync / async); wall seconds, blocking."""
-    import jax
-    import jax.numpy as jnp
-    import orbax.checkpoint as ocp
-
-    @jax.jit
-    def step(p: Any) -> Any:
-        return jax.tree.map(lambda w: w - 1e-3 * (w * jnp.abs(w) - 0.5 * w), p)
-
-    blocks: list[float] = []
     with fresh_dir(root, f"train-{mode}") as d:
-        mgr = orbax_manager(d / "ckpt", mode == "async") if mode != "none" else None
-        p = jax.block_until_ready(step(params))  # compiled before the clock starts
-        start = time.perf_counter()
-        for k in range(1, STEPS + 1):
-            p = step(p)
-            if mgr is not None and k % EVERY == 0 and k < STEPS:  # each save has EVERY steps to overlap
-                jax.block_until_ready(p)  # the steps dispatched so far run first: not the save's cost
-                t = time.perf_counter()
-                mgr.save(k, args=ocp.args.StandardSave(p))
-                blocks.append(time.perf_counter() - t)
-        jax.block_until_ready(p)
-        if mgr is not None:
-            mgr.wait_until_finished()
-        seconds = time.perf_counter() - start
-        if mgr is not None:
-            mgr.close()
-    return {"seconds": seconds, "block": statistics.mean(blocks) if blocks else 0.0}
+        seconds, block = train_with_checkpoints(params, mode, STEPS, EVERY, 1, d / "ckpt")
+    return {"seconds": seconds, "block": block}
 
 
 def measure_training(root: Path) -> dict[str, list[dict[str, float]]]:

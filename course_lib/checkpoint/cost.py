@@ -156,7 +156,12 @@ class TimeLost:
         return statistics.median(self.calls[mode])
 
 
-def _train(params: Any, mode: str, steps: int, every: int, passes: int, directory: Path) -> tuple[float, float]:
+def train_with_checkpoints(
+    params: Any, mode: str, steps: int, every: int, passes: int, directory: Path
+) -> tuple[float, float]:
+    """Wall seconds of ``steps`` jitted steps (``passes`` elementwise updates of every parameter
+    each) with a checkpoint every ``every`` (mode ``none`` / ``sync`` / ``async``; none at the last
+    step), and the mean seconds the ``save`` call blocked. Also bench/bench_checkpoint.py's run."""
     import jax
     import jax.numpy as jnp
     import orbax.checkpoint as ocp
@@ -204,10 +209,10 @@ def training_time_lost(
     seconds: dict[str, list[float]] = {m: [] for m in MODES}
     calls: dict[str, list[float]] = {m: [] for m in MODES[1:]}
     try:
-        _train(params, "none", steps, every, passes, work / "warm-up")
+        train_with_checkpoints(params, "none", steps, every, passes, work / "warm-up")
         for rep in range(reps):
             for mode in MODES:
-                s, c = _train(params, mode, steps, every, passes, work / f"{mode}-{rep}")
+                s, c = train_with_checkpoints(params, mode, steps, every, passes, work / f"{mode}-{rep}")
                 seconds[mode].append(s)
                 if mode != "none":
                     calls[mode].append(c)
