@@ -122,6 +122,8 @@ def test_a_damaged_array_file_is_named_and_restore_falls_back(tmp_path, damage):
     assert len(list((tmp_path / "quarantine").iterdir())) == 1
 
 
+# the truncated step 2's failed restore leaves Orbax's "Event loop is closed" callback (see below)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_only_process_0_seals_and_quarantines(tmp_path):
     with JaxCheckpoints(tmp_path, async_save=False, process_index=1) as other:
         other.save(1, state(1))
