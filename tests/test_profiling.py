@@ -134,3 +134,17 @@ def test_hlo_reader_on_hand_written_hlo():
     assert found["cp"].bytes_sent_per_device == 512
     # reduce-scatter over every device (replica_groups={}, num_partitions=4): 3/4 * 512
     assert (found["rs"].group_size, found["rs"].bytes_sent_per_device) == (4, 384)
+
+
+def test_hlo_collectives_reads_operands_after_xla_index_comments():
+    # XLA prints "/*index=5*/" before the sixth item of long lists (operands and tuple types)
+    params = "\n".join(f"  %p{i} = f32[4]{{0}} parameter({i})" for i in range(7))
+    types = ", ".join(("/*index=5*/" if i == 5 else "") + "f32[4]{0}" for i in range(7))
+    operands = ", ".join(("/*index=5*/" if i == 5 else "") + f"%p{i}" for i in range(7))
+    hlo = (
+        "HloModule m, num_partitions=2\nENTRY %main {\n"
+        + params
+        + f"\n  %ar = ({types}) all-reduce({operands}), replica_groups={{{{0,1}}}}, to_apply=%sum\n}}"
+    )
+    (found,) = hlo_collectives(hlo)
+    assert found.operand_bytes == 7 * 16 and found.bytes_sent_per_device == 7 * 16

@@ -124,6 +124,7 @@ def hlo_instructions(hlo_text: str) -> dict[str, HloInstruction]:
     """Every instruction of an HLO module's text (``compiled.as_text()``), by name."""
     out: dict[str, HloInstruction] = {}
     for line in hlo_text.splitlines():
+        line = re.sub(r"/\*.*?\*/", "", line)  # XLA numbers long lists: "/*index=5*/%f" is operand %f
         m = _INSTRUCTION.match(line)
         if not m:
             continue
