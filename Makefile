@@ -15,11 +15,16 @@ NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# WHEELHOUSE=DIR: install with no network from a folder made by `course wheelhouse DIR`
+# (pip gets --no-index --find-links DIR); unset, pip uses its indexes as before.
+WHEELHOUSE ?=
+PIP_OFFLINE := $(if $(WHEELHOUSE), --no-index --find-links "$(WHEELHOUSE)")
+
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check$(PIP_OFFLINE) -e .
 	touch $(STAMP)
 
-## install: create .venv and install the course (idempotent)
+## install: create .venv and install the course (idempotent); WHEELHOUSE=DIR installs from a wheelhouse, offline
 install: $(STAMP)
 
 ## lab: open JupyterLab on the course and print its URL

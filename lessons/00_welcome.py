@@ -83,7 +83,7 @@ plt.show()
 # The run contract, read in one place (`course_lib.course.scale`):
 #
 # - `COURSE_SCALE=cpu` (default): the sizes of the committed outputs, which CI re-checks
-#   with nbval. Every notebook finishes in at most 3 minutes on a 2-core CPU.
+#   with nbval. Every notebook finishes within 150 s on a 2-core CPU.
 # - `COURSE_SCALE=full`: the sizes that show the real effect on a GPU; each lesson
 #   documents its figures measured on real hardware.
 #

@@ -215,9 +215,26 @@ def test_pins_come_from_installed_metadata_and_local_labels_match():
 
 
 def test_old_python_fails(monkeypatch):
-    monkeypatch.setattr(doctor, "MIN_PYTHON", (sys.version_info[0], sys.version_info[1] + 1))
+    monkeypatch.setattr(doctor, "MIN_PYTHON", (sys.version_info[0], sys.version_info[1], sys.version_info[2] + 1))
     status, detail = doctor.check_python()
     assert status == "FAIL" and ">=" in detail
+
+
+def test_python_newer_than_the_pins_support_warns(monkeypatch):
+    monkeypatch.setattr(doctor, "MAX_PYTHON", (sys.version_info[0], sys.version_info[1]))
+    status, detail = doctor.check_python()
+    assert status == "WARN" and "tested below Python" in detail
+
+
+def test_python_bounds_match_requires_python():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    bounds = re.search(r'requires-python = ">=(\d+)\.(\d+)\.(\d+),<(\d+)\.(\d+)"', text)
+    assert bounds is not None, "pyproject.toml's requires-python changed form: update doctor's bounds"
+    low, high = tuple(map(int, bounds.group(1, 2, 3))), tuple(map(int, bounds.group(4, 5)))
+    assert (low, high) == (doctor.MIN_PYTHON, doctor.MAX_PYTHON)
 
 
 def test_no_gpu_passes_at_cpu_scale_warns_at_full(monkeypatch):
@@ -321,3 +338,122 @@ def test_small_machine_warns(monkeypatch):
     monkeypatch.setattr(doctor, "MIN_MEMORY_GIB", 10.0**9)
     status, detail = doctor.check_memory()
     assert status == "WARN" and "GiB" in detail
+
+
+# --------------------------------------------------------------------------- --time (lesson 00 against the reference)
+
+TIME_LINE = re.compile(
+    r"^(PASS|WARN|FAIL)  lesson 00 time   lesson 00 ran in (\d+\.\d) s \(.*\); "
+    r"reference (\d+\.\d) s on (.+), (\d{4}-\d{2}-\d{2}) \(.*\) \(factor (\d+\.\d\d)\)",
+    re.M,
+)
+
+
+def _reference_s() -> float:
+    from course_lib.course.pacing import load_reference
+
+    return load_reference().run_s(doctor.TIME_LESSON)
+
+
+def _run_time(json_path=None, timeout=doctor.TIME_TIMEOUT_S) -> int:
+    return doctor.run(argparse.Namespace(json=json_path, time=True, time_timeout=timeout))
+
+
+def test_default_doctor_does_not_time_a_lesson(sandbox, monkeypatch, capsys):
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the default doctor must not run a lesson")
+
+    monkeypatch.setattr(doctor, "run_timed_lesson", must_not_run)
+    _run()
+    names = [m.group(2).rstrip() for m in _report_lines(capsys.readouterr().out)]
+    assert names == EXPECTED_NAMES
+
+
+@pytest.mark.parametrize(("ratio", "status"), [(1.5, "PASS"), (2.0, "PASS"), (3.0, "WARN")])
+def test_time_line_compares_with_the_reference(sandbox, monkeypatch, capsys, ratio, status):
+    reference = _reference_s()
+    calls = []
+
+    def fake(lesson_id, timeout_s):
+        calls.append((lesson_id, timeout_s))
+        return reference * ratio
+
+    monkeypatch.setattr(doctor, "run_timed_lesson", fake)
+    json_path = sandbox / "doctor.json"
+    assert _run_time(json_path, timeout=77) == 0
+    out = capsys.readouterr().out
+    assert calls == [("00_welcome", 77)]
+    line = TIME_LINE.search(out)
+    assert line, out
+    assert line.group(1) == status
+    assert float(line.group(2)) == pytest.approx(reference * ratio, abs=0.05)
+    assert float(line.group(3)) == reference and float(line.group(6)) == ratio
+    assert f"course pace --machine-factor {ratio:.2f}" in out
+    assert ("read notebooks over 60 s here from their stored outputs" in out) == (status == "WARN")
+    _assert_fenced_block_with_time(out)
+    data = json.loads(json_path.read_text())
+    timing = data["lesson_time"]
+    assert timing["factor"] == ratio and timing["status"] == status and timing["reference_s"] == reference
+    assert timing["machine"] == line.group(4) and timing["date"] == line.group(5)
+    assert data["results"][-1]["name"] == doctor.TIME_NAME
+
+
+def _assert_fenced_block_with_time(out: str) -> None:
+    rows = out.splitlines()
+    start, end = rows.index("```text"), rows.index("```", rows.index("```text") + 1)
+    names = [m.group(2).rstrip() for m in _report_lines("\n".join(rows[start:end]))]
+    assert names == [*EXPECTED_NAMES, doctor.TIME_NAME]
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (TimeoutError("did not finish within 5 s (--time-timeout)"), "TimeoutError: did not finish within 5 s"),
+        (RuntimeError("exit code 1: CellExecutionError: AssertionError"), "RuntimeError: exit code 1"),
+    ],
+)
+def test_time_fails_on_timeout_or_error(sandbox, monkeypatch, capsys, error, shown):
+    def fake(lesson_id, timeout_s):
+        raise error
+
+    monkeypatch.setattr(doctor, "run_timed_lesson", fake)
+    json_path = sandbox / "doctor.json"
+    assert _run_time(json_path) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    line = next(m for m in _report_lines(captured.out) if m.group(2).rstrip() == doctor.TIME_NAME)
+    assert line.group(1) == "FAIL"
+    assert line.group(3).startswith(f"lesson 00 failed: {shown}")
+    assert f"reference {_reference_s():.1f} s on " in line.group(3)
+    data = json.loads(json_path.read_text())
+    assert data["ok"] is False and data["lesson_time"]["seconds"] is None and data["lesson_time"]["factor"] is None
+
+
+def test_time_timeout_must_be_positive():
+    parser = argparse.ArgumentParser()
+    doctor.add_arguments(parser)
+    assert parser.parse_args(["--time", "--time-timeout", "12.5"]).time_timeout == 12.5
+    for bad in ("0", "-3", "soon", "inf"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--time", "--time-timeout", bad])
+
+
+def test_real_timed_run_stops_at_its_timeout():
+    """A real child that cannot finish in 2 s is stopped, and says so, well within the grace period."""
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(TimeoutError, match="did not finish within 2 s"):
+        doctor.run_timed_lesson(doctor.TIME_LESSON, 2)
+    assert time.perf_counter() - start < 2 + 10 + 3
+
+
+def test_real_time_of_lesson_00(sandbox):
+    """The real measurement: lesson 00 in a fresh kernel (about 14 s on this 2-core machine)."""
+    timing = doctor.time_lesson(timeout_s=150)
+    assert timing.status in ("PASS", "WARN"), timing.detail
+    assert timing.seconds is not None and timing.reference_s == _reference_s()
+    assert timing.factor == round(timing.seconds / timing.reference_s, 2)
+    # a notebook of ~12 s cannot run in under a second: the time is the real run's
+    assert timing.seconds > 1.0
+    assert TIME_LINE.search(f"{timing.status}  {doctor.TIME_NAME:<16} {timing.detail}")

@@ -108,7 +108,7 @@ def test_site_has_every_available_lesson(built_site):
 
 def _page_paths(pages: SitePages) -> list[str]:
     return (
-        ["index.html", "setup.html", "benchmarks.html", "exercises/index.html"]
+        ["index.html", "setup.html", "benchmarks.html", "instructors.html", "exercises/index.html"]
         + [f"lessons/{lesson.id}.html" for lesson in pages.lessons]
         + [f"exercises/{lesson.id}.html" for lesson in pages.exercises]
     )
@@ -124,6 +124,7 @@ def _expected_titles(path: str) -> tuple[str, str]:
         "index.html": (SITE_NAME, SITE_NAME),
         "setup.html": (f"Setup - {SITE_NAME}", "Setup"),
         "benchmarks.html": (f"Benchmarks - {SITE_NAME}", "Benchmarks"),
+        "instructors.html": (f"Instructors - {SITE_NAME}", "Instructor's guide"),
         "exercises/index.html": (f"How grading works - {SITE_NAME}", "Exercises and grading"),
     }
     return fixed[path]

@@ -21,6 +21,19 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("course_lib.course.notebooks.run", "execute lessons headless and print a timing table"),
     "grade": ("course_lib.course.grading.cli", "grade exercise notebooks in a separate kernel and report the score"),
+    "grade-class": (
+        "course_lib.course.grading.classroom",
+        "grade a folder of participants' submissions (one subfolder or notebook each); tables and CSV/JSON",
+    ),
+    "reset": (
+        "course_lib.course.reset",
+        "restore an exercise notebook, or one exercise in it, to its stub; the replaced version is backed up",
+    ),
+    "wheelhouse": (
+        "course_lib.course.wheelhouse",
+        "download every package the course needs into a folder, for an install with no network",
+    ),
+    "pace": ("course_lib.course.pacing", "workshop schedules from the measured notebook times and exercise estimates"),
     "site": ("course_lib.course.site", "build the course website (offline) into outputs/site; --serve to view it"),
     "capstone": ("course_lib.capstone.cli", "run lesson 11's torchrun job (generators + trainers) and summarise it"),
     "portability": (
@@ -33,7 +46,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="course",
-        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade, site, capstone, portability).",
+        description="Efficient RL Systems: course tools (doctor, lab, build, run, grade, grade-class, reset, pace, "
+        "wheelhouse, site, capstone, portability).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():

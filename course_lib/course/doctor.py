@@ -10,6 +10,10 @@ issue as is::
 
 Heavy libraries (torch, jax, gymnasium, ...) are imported inside the checks, so
 importing this module (and ``course --help``) stays fast.
+
+``course doctor --time`` (opt-in; about 15 s) adds one line: lesson 00 run headless in a
+fresh kernel against its time on BENCHMARKS.md's reference machine, and the factor between
+them, which ``course pace --machine-factor`` takes to pace a workshop on this machine.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -34,7 +39,8 @@ from types import ModuleType
 
 DIST_NAME = "efficient-rl-course"
 INSTALL_HINT = "run `make lab` or `pip install -e .`"
-MIN_PYTHON = (3, 11)
+MIN_PYTHON = (3, 11, 5)  # pyproject.toml's requires-python: pymdown-extensions and soupsieve need 3.11.5
+MAX_PYTHON = (3, 14)  # exclusive, as pyproject.toml's requires-python
 MIN_CORES = 2
 MIN_MEMORY_GIB = 4.0
 
@@ -58,6 +64,14 @@ ENVIRONMENTS: tuple[str, ...] = ("CartPole-v1",)
 
 _NAME_WIDTH = 16
 _DETAIL_LIMIT = 400
+
+# `course doctor --time`: lesson 00 run headless against BENCHMARKS.md's reference time.
+TIME_LESSON = "00_welcome"
+TIME_NAME = "lesson 00 time"
+TIME_TIMEOUT_S = 300
+#: above this factor (this machine's time / the reference's) the time line warns
+TIME_WARN_FACTOR = 2.0
+_TIME_ERROR_MARK = "course doctor --time error: "
 
 
 @dataclass(frozen=True)
@@ -174,7 +188,13 @@ def _selected_scale() -> str:
 def check_python() -> Outcome:
     version = platform.python_version()
     where = sys.executable or "unknown interpreter"
-    if sys.version_info[:2] >= MIN_PYTHON:
+    if sys.version_info[:2] >= MAX_PYTHON:
+        top = ".".join(map(str, MAX_PYTHON))
+        return (
+            "WARN",
+            f"{version} ({where}); the course is tested below Python {top}: its pinned packages may not install",
+        )
+    if sys.version_info[:3] >= MIN_PYTHON:
         return "PASS", f"{version} ({where})"
     need = ".".join(map(str, MIN_PYTHON))
     return "FAIL", f"{version} ({where}); the course needs Python >= {need}: {INSTALL_HINT} with a newer Python"
@@ -366,6 +386,142 @@ def check_kernel() -> Outcome:
     return "WARN", f"python3 runs {resolved}, not {sys.executable}; {fix}"
 
 
+# --------------------------------------------------------------------------- timing (--time)
+
+
+@dataclass(frozen=True)
+class LessonTiming:
+    """What ``course doctor --time`` measured: lesson 00 here against the reference machine.
+
+    Attributes:
+        seconds: this machine's time (None if the run failed or timed out).
+        reference_s: BENCHMARKS.md's time for the same notebook on the reference machine.
+        factor: ``seconds / reference_s`` rounded to 0.01 (for ``course pace --machine-factor``).
+        status, detail: the report line.
+    """
+
+    lesson: str
+    seconds: float | None
+    reference_s: float | None
+    machine: str
+    date: str
+    factor: float | None
+    status: str
+    detail: str
+
+
+def _time_child(argv: list[str]) -> int:
+    """Child side of :func:`run_timed_lesson`: ``ROOT LESSON_ID CELL_TIMEOUT``; prints ``{"seconds": ...}``.
+
+    Runs the lesson as `course build` does (rendered from its text source, nbclient, a fresh
+    ``python3`` kernel, the cpu scale) in a temporary copy of the layout it needs: its
+    exercise and solution notebooks rendered from ``exercises/src``, so a learner's edited
+    exercise notebook changes neither the result nor the checkout.
+    """
+    import signal
+
+    def _stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds nbclient, which then shuts its kernel down
+
+    signal.signal(signal.SIGTERM, _stop)
+    root, lesson_id, cell_timeout = Path(argv[0]), argv[1], int(argv[2])
+    try:
+        from course_lib.course.notebooks.execute import execute_notebook, write_notebook
+        from course_lib.course.notebooks.source import Target, render
+
+        with tempfile.TemporaryDirectory(prefix="course-doctor-time-") as tmp:
+            work = Path(tmp)
+            exercise_src = root / "exercises" / "src" / f"{lesson_id}.py"
+            for target in (
+                Target(lesson_id, "exercise", exercise_src, work / "exercises" / f"{lesson_id}.ipynb"),
+                Target(lesson_id, "solution", exercise_src, work / "solutions" / f"{lesson_id}.ipynb"),
+            ):
+                write_notebook(render(target), target.notebook)
+            source = root / "lessons" / f"{lesson_id}.py"
+            nb = render(Target(lesson_id, "lesson", source, work / "lessons" / f"{lesson_id}.ipynb"))
+            (work / "lessons").mkdir()
+            seconds = execute_notebook(nb, work / "lessons", scale="cpu", cell_timeout=cell_timeout)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        print(f"{_TIME_ERROR_MARK}{type(exc).__name__}: {text[-1] if text else ''}"[:300], file=sys.stderr)
+        return 1
+    print(json.dumps({"seconds": seconds}))
+    return 0
+
+
+def run_timed_lesson(lesson_id: str, timeout_s: float) -> float:
+    """Run ``lessons/<lesson_id>`` headless in a child process; return the executor's seconds.
+
+    The child is stopped (SIGTERM, then SIGKILL after 10 s) when it passes ``timeout_s``.
+
+    Raises:
+        TimeoutError: if it did not finish within ``timeout_s``.
+        RuntimeError: if a cell raised or the child failed otherwise (the message says which).
+    """
+    from course_lib.course.paths import repo_root
+
+    root = repo_root()
+    code = "import sys; from course_lib.course.doctor import _time_child; raise SystemExit(_time_child(sys.argv[1:]))"
+    command = [sys.executable, "-c", code, str(root), lesson_id, str(max(1, int(timeout_s)))]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise TimeoutError(f"did not finish within {timeout_s:g} s (--time-timeout)") from None
+    if proc.returncode != 0:
+        marked = [line[len(_TIME_ERROR_MARK) :] for line in err.splitlines() if line.startswith(_TIME_ERROR_MARK)]
+        tail = [line for line in err.splitlines() if line.strip()]
+        why = marked[-1] if marked else (tail[-1] if tail else "no message")
+        raise RuntimeError(f"exit code {proc.returncode}: {why}")
+    try:
+        return float(json.loads(out.strip().splitlines()[-1])["seconds"])
+    except (IndexError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"the timing child printed no time ({_describe(exc)}): {out[-200:]!r}") from exc
+
+
+def time_lesson(timeout_s: float = TIME_TIMEOUT_S) -> LessonTiming:
+    """Time lesson 00 here (:func:`run_timed_lesson`) and compare it with the reference machine.
+
+    PASS within TIME_WARN_FACTOR of the reference, WARN above it, FAIL if the run errs or
+    times out. Never raises.
+    """
+    lesson = TIME_LESSON[:2]
+    how = "nbclient in a fresh kernel, kernel start included, as `course build`"
+    try:
+        from course_lib.course.pacing import LIVE_LIMIT_S, load_reference
+
+        reference = load_reference()
+        reference_s = reference.run_s(TIME_LESSON)
+    except Exception as exc:
+        detail = f"cannot read the reference time ({_describe(exc)})"
+        return LessonTiming(lesson, None, None, "", "", None, "FAIL", _one_line(detail))
+    machine, date = reference.machine, reference.date
+    where = f"reference {reference_s:.1f} s on {machine}, {date} ({reference.method})"
+    try:
+        seconds = run_timed_lesson(TIME_LESSON, timeout_s)
+    except Exception as exc:
+        detail = f"lesson {lesson} failed: {_describe(exc)}; {where}"
+        return LessonTiming(lesson, None, reference_s, machine, date, None, "FAIL", _one_line(detail))
+    factor = round(seconds / reference_s, 2)
+    detail = f"lesson {lesson} ran in {seconds:.1f} s ({how}); {where} (factor {factor:.2f})"
+    if factor > TIME_WARN_FACTOR:
+        status = "WARN"
+        detail += (
+            f": over {TIME_WARN_FACTOR:g}x slower; read notebooks over {LIVE_LIMIT_S:.0f} s here from their stored "
+            f"outputs: `course pace --machine-factor {factor:.2f}`"
+        )
+    else:
+        status = "PASS"
+        detail += f"; for `course pace --machine-factor {factor:.2f}`"
+    return LessonTiming(lesson, seconds, reference_s, machine, date, factor, status, _one_line(detail))
+
+
 # --------------------------------------------------------------------------- running
 
 
@@ -439,16 +595,32 @@ def format_report(results: list[DoctorResult]) -> str:
     return "\n".join(lines)
 
 
-def doctor(print_report: bool = True) -> list[DoctorResult]:
-    """Run every check; print the pasteable report unless ``print_report`` is False."""
+def _run_all(time: bool, time_timeout_s: float) -> tuple[list[DoctorResult], LessonTiming | None]:
     results = run_checks()
+    timing = None
+    if time:
+        print(f"course doctor: timing lesson {TIME_LESSON[:2]} (up to {time_timeout_s:g} s) ...", file=sys.stderr)
+        timing = time_lesson(time_timeout_s)
+        results.append(DoctorResult(TIME_NAME, timing.status, timing.detail))
+    return results, timing
+
+
+def doctor(
+    print_report: bool = True, *, time: bool = False, time_timeout_s: float = TIME_TIMEOUT_S
+) -> list[DoctorResult]:
+    """Run every check; print the pasteable report unless ``print_report`` is False.
+
+    ``time=True`` adds one line: lesson 00 run headless here against the reference machine
+    (:func:`time_lesson`; about 15 s on the reference machine).
+    """
+    results, _ = _run_all(time, time_timeout_s)
     if print_report:
         print(format_report(results), flush=True)
     return results
 
 
-def to_json(results: list[DoctorResult]) -> dict:
-    return {
+def to_json(results: list[DoctorResult], timing: LessonTiming | None = None) -> dict:
+    data = {
         "course": _course_version(),
         "python": platform.python_version(),
         "executable": sys.executable,
@@ -457,6 +629,9 @@ def to_json(results: list[DoctorResult]) -> dict:
         "ok": not any(r.status == "FAIL" for r in results),
         "results": [asdict(r) for r in results],
     }
+    if timing is not None:
+        data["lesson_time"] = asdict(timing)
+    return data
 
 
 # --------------------------------------------------------------------------- CLI
@@ -469,15 +644,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="also write the results as JSON to FILE",
     )
+    parser.add_argument(
+        "--time",
+        action="store_true",
+        help=f"also run lesson {TIME_LESSON[:2]} headless and compare its time with the reference machine "
+        "(about 15 s; its factor feeds `course pace --machine-factor`)",
+    )
+    parser.add_argument(
+        "--time-timeout",
+        type=_positive_seconds,
+        default=TIME_TIMEOUT_S,
+        metavar="S",
+        help=f"--time: seconds the lesson may run before it counts as FAIL (default {TIME_TIMEOUT_S})",
+    )
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
-    results = doctor(print_report=True)
+    results, timing = _run_all(bool(getattr(args, "time", False)), getattr(args, "time_timeout", TIME_TIMEOUT_S))
+    print(format_report(results), flush=True)
     json_path = getattr(args, "json", None)
     if json_path is not None:
         json_path = Path(json_path)
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(to_json(results), indent=2) + "\n")
+        json_path.write_text(json.dumps(to_json(results, timing), indent=2) + "\n")
         print(f"wrote {json_path}")
     return 1 if any(r.status == "FAIL" for r in results) else 0
 

@@ -11,7 +11,7 @@ files any static server can serve (or a browser can open directly):
   figures (:mod:`course_lib.course.site_markdown`), linked to its notebook and text source;
 - one page per exercise notebook (the statements: stubs, hints, checks; no outputs) and
   README's "Exercises and grading" as the page on how grading works;
-- README's setup sections and BENCHMARKS.md.
+- README's setup sections, BENCHMARKS.md and the instructor's guide (INSTRUCTORS.md).
 
 Offline by construction: math is typeset by MathJax 3 copied from the pinned
 ``django-static-mathjax`` package, search is Material's bundled lunr index, the theme's
@@ -274,6 +274,7 @@ def write_sources(docs: Path, root: Path | None = None) -> SitePages:
         f"# {GRADING_SECTION}\n\n{grading}\n\n## The exercise notebooks\n\n{listing}\n", encoding="utf-8"
     )
     shutil.copy2(root / "BENCHMARKS.md", docs / "benchmarks.md")
+    shutil.copy2(root / "INSTRUCTORS.md", docs / "instructors.md")
 
     for lesson in lessons:
         text, pages.widgets[lesson.id] = _lesson_page(lesson, root, docs, lesson in exercises)
@@ -300,6 +301,7 @@ def write_sources(docs: Path, root: Path | None = None) -> SitePages:
             + [{page_title(lesson): f"exercises/{lesson.id}.md"} for lesson in exercises]
         },
         {"Benchmarks": "benchmarks.md"},
+        {"Instructors": "instructors.md"},
     ]
     return pages
 

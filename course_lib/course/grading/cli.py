@@ -18,7 +18,7 @@ import traceback
 from course_lib.course.grading.report import DEFAULT_PASS_MARK
 
 
-def _positive(text: str) -> float:
+def positive_seconds_arg(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -28,7 +28,7 @@ def _positive(text: str) -> float:
     return value
 
 
-def _fraction(text: str) -> float:
+def fraction_arg(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -51,19 +51,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--markdown", metavar="FILE", default=None, help="write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)"
     )
+    add_limit_arguments(parser)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The pass mark and the time limits, shared by ``course grade`` and ``course grade-class``."""
     parser.add_argument(
         "--pass-mark",
-        type=_fraction,
+        type=fraction_arg,
         default=DEFAULT_PASS_MARK,
         metavar="FRACTION",
         help=f"fraction of the points needed to pass (default {DEFAULT_PASS_MARK})",
     )
     parser.add_argument(
-        "--cell-timeout", type=_positive, default=60.0, metavar="S", help="seconds each cell may run (default 60)"
+        "--cell-timeout",
+        type=positive_seconds_arg,
+        default=60.0,
+        metavar="S",
+        help="seconds each cell may run (default 60)",
     )
     parser.add_argument(
         "--total-timeout",
-        type=_positive,
+        type=positive_seconds_arg,
         default=300.0,
         metavar="S",
         help="seconds the whole notebook may run, kernel start included; the checks then get at most "
@@ -71,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--check-timeout",
-        type=_positive,
+        type=positive_seconds_arg,
         default=10.0,
         metavar="S",
         help="seconds each check of an exercise may run (default 10)",

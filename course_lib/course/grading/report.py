@@ -108,11 +108,11 @@ class NotebookReport:
 # ---------------------------------------------------------------------------------------
 
 
-def _points(x: float) -> str:
+def format_points(x: float) -> str:
     return f"{x:g}"
 
 
-def _cut(text: str, width: int) -> str:
+def cut_text(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -128,10 +128,10 @@ def render_table(report: NotebookReport, *, message_width: int = 70, hint_width:
         rows = [
             (
                 e.name,
-                f"{_points(e.score)}/{_points(e.points)}",
+                f"{format_points(e.score)}/{format_points(e.points)}",
                 "PASS" if e.passed else "FAIL",
-                _cut(e.message, message_width),
-                "" if e.passed else _cut(e.hint, hint_width),
+                cut_text(e.message, message_width),
+                "" if e.passed else cut_text(e.hint, hint_width),
             )
             for e in report.exercises
         ]
@@ -149,7 +149,7 @@ def render_table(report: NotebookReport, *, message_width: int = 70, hint_width:
                 lines.append(f"    hint: {e.hint}")
     verdict = "PASS" if report.passed else "FAIL"
     lines.append(
-        f"  total: {_points(report.score)}/{_points(report.max_score)} points "
+        f"  total: {format_points(report.score)}/{format_points(report.max_score)} points "
         f"({report.fraction:.0%}), pass mark {report.pass_mark:.0%}: {verdict}"
     )
     return "\n".join(lines)
@@ -235,7 +235,7 @@ def to_markdown(reports: Sequence[NotebookReport]) -> str:
         out.append(f"### Grade: `{report.path}` (lesson {report.lesson or '?'})")
         out.append("")
         out.append(
-            f"**{_points(report.score)}/{_points(report.max_score)} points ({report.fraction:.0%}): {verdict}** "
+            f"**{format_points(report.score)}/{format_points(report.max_score)} points ({report.fraction:.0%}): {verdict}** "
             f"(pass mark {report.pass_mark:.0%})"
         )
         out.append("")
@@ -253,7 +253,7 @@ def to_markdown(reports: Sequence[NotebookReport]) -> str:
                 result = "pass" if e.passed else "fail"
                 hint = "" if e.passed else _md(e.hint)
                 out.append(
-                    f"| `{e.name}` | {_points(e.score)}/{_points(e.points)} | {result} | {_md(e.message)} | {hint} |"
+                    f"| `{e.name}` | {format_points(e.score)}/{format_points(e.points)} | {result} | {_md(e.message)} | {hint} |"
                 )
             out.append("")
     return "\n".join(out) + "\n"
