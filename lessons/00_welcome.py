@@ -19,7 +19,8 @@
 # accelerator (PureJaxRL), to the LLM post-training machinery of pipeline RL, cluster
 # layout and checkpoint-engine weight sync, and a capstone asynchronous run.
 #
-# Every lesson runs on a 2-core laptop CPU in minutes and scales the same code to GPUs.
+# Every lesson runs on a 2-core laptop CPU in minutes; its `full` scale runs the same code at
+# the sizes that show the real effect, on a GPU where the lesson uses one.
 #
 # **Learning goals of this lesson**
 # 1. Know the map of the course and which lesson builds on which.
@@ -42,9 +43,10 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # %% [markdown]
 # ## 1. The course map
 #
-# Each lesson has learning goals, key equations, pseudocode, an *equation → function*
-# table, runnable demos backed by the tested library `course_lib`, plots, at least one
-# measured result, a glossary of the metrics it logs, and graded exercises.
+# Each lesson from 01 on has learning goals, key equations, pseudocode, an *equation →
+# function* table, runnable demos backed by the tested library `course_lib`, plots, at
+# least one measured result, a glossary of the metrics it logs, references, and graded
+# exercises.
 # Later lessons import `course_lib`'s reference implementations, never your exercise
 # code, so being stuck on one exercise never blocks the next lesson.
 
@@ -64,11 +66,12 @@ fig = course_map()
 plt.show()
 
 # %% [markdown]
-# Solid boxes are lessons whose notebook is in your checkout; dashed ones are planned.
+# Solid boxes are lessons whose notebook is in your checkout (a planned one would be
+# dashed); a dotted arrow arcs over the column it skips.
 #
-# **Takeaway:** three tracks leave the foundations (lessons 01-02): actor-learner systems
-# (03), whole loops on the accelerator (04-06) and LLM RL systems (07-10); the capstone
-# (11) needs them all.
+# **Takeaway:** the foundations (01-02) lead to IMPALA (03), off-policy correction in an
+# actor-learner system, which both later tracks need: whole loops on the accelerator
+# (04-06) and LLM RL systems (07-10); the capstone (11) draws on both.
 
 # %% [markdown]
 # ## 2. Running a lesson, and the two scales
@@ -76,16 +79,23 @@ plt.show()
 # | what | command |
 # |---|---|
 # | open the course in JupyterLab | `make lab` |
-# | run every test (unit, grader, notebook sync, nbval on every notebook) | `make test` |
+# | run every test (unit, grader, notebook sync, nbval on every notebook; about 40 min on 2 cores) | `make test` |
 # | execute lessons headless with a timing table | `course run 01 02` |
-# | the same at GPU scale | `course run 01 --scale full` |
+# | the same at the full scale (lesson 04's full scale needs a GPU) | `course run 04 --scale full` |
+# | check this machine; `--time` also times lesson 00 against the reference machine | `course doctor` |
+# | put an exercise notebook, or one exercise, back to its stub (a backup is kept) | `course reset exercises/00_welcome.ipynb --exercise 1` |
+#
+# `course` is `.venv/bin/course` in the course folder (or plain `course` once the
+# virtual environment is activated: `source .venv/bin/activate`).
 #
 # The run contract, read in one place (`course_lib.course.scale`):
 #
 # - `COURSE_SCALE=cpu` (default): the sizes of the committed outputs, which CI re-checks
-#   with nbval. Every notebook finishes within 150 s on a 2-core CPU.
-# - `COURSE_SCALE=full`: the sizes that show the real effect on a GPU; each lesson
-#   documents its figures measured on real hardware.
+#   with nbval. Every notebook finishes within 150 s on an idle 2-core CPU (`BENCHMARKS.md`,
+#   "Notebook execution time"); about twice that when other work loads the machine.
+# - `COURSE_SCALE=full`: the sizes that show the real effect. `BENCHMARKS.md`, "Full scale
+#   on a GPU", records the lessons run at that scale so far (03, 04, 06, 07, 09, 11), with
+#   their figures and what failed; the others have not been run there yet.
 #
 # Lessons take every size from `pick`, so one notebook serves both scales:
 
@@ -124,7 +134,7 @@ print(f"doctor ran {len(results)} checks; none failed")
 #
 # An agent acts at steps $t = 0, 1, \dots, T-1$ and receives reward $r_t$ after each
 # action. A rollout buffer holds several episodes back to back; $d_t = 1$ marks the step
-# at which an episode ended (terminated or truncated). The *discounted return* of step
+# at which an episode ended (terminated, or truncated by a time limit). The *discounted return* of step
 # $t$ sums the rewards that follow it **within its own episode**:
 #
 # $$G_t = \sum_{k=t}^{e(t)} \gamma^{\,k-t}\, r_k \qquad (00.1)$$
@@ -147,6 +157,15 @@ print(f"doctor ran {len(results)} checks; none failed")
 #
 # The $(1-d_t)$ factor is what stops one episode's rewards leaking into the previous
 # episode's returns: forget it, and every episode boundary is silently wrong.
+#
+# **Where this return stops, and a value target does not.** $G_T = 0$ and $d_t = 1$ at a
+# truncation give the return of the episode *as played*, which is what a learning curve
+# reports. A *training target* must tell the two endings apart: after a truncation (a time
+# limit) or at the end of a buffer that stops mid-episode, the next state still has a value,
+# and the target bootstraps from an estimate $V$ of it instead of 0 (Pardo et al. 2018,
+# "Time limits in reinforcement learning"). `discounted_returns(..., bootstrap=V)` starts
+# the backward pass from $G_T = V$ (exercise 1); the environments' interface keeps
+# `terminated` and `truncated` apart, and lesson 04's targets bootstrap at truncations.
 
 # %%
 import numpy as np
@@ -160,7 +179,10 @@ returns = discounted_returns(rewards, dones, gamma)
 leaky = discounted_returns(rewards, np.zeros_like(dones), gamma)
 print("returns           ", np.round(returns, 3))
 print("ignoring episodes ", np.round(leaky, 3))
-assert returns[2] == 1.0 and leaky[2] > 1.0  # step 2 ends an episode: nothing may follow it
+ends = np.flatnonzero(dones)
+assert np.all(returns[ends] == rewards[ends])  # an episode's last step: nothing may follow it
+assert np.all(returns[ends[:-1] + 1] == leaky[ends[:-1] + 1])  # the step after an end starts afresh
+assert np.all(leaky[ends[:-1]] > returns[ends[:-1]])  # ignoring d_t adds the next episode's rewards
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -178,8 +200,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Takeaway:** returns restart at every episode boundary; ignoring $d_t$ inflates the
-# returns of the steps before each boundary.
+# **Takeaway:** returns restart at every episode boundary; ignoring $d_t$ adds the next
+# episode's rewards to the steps before each boundary (here it inflates them, the rewards
+# being positive; with negative rewards it would deflate them).
 
 # %% [markdown]
 # **The episode return.** $G_t$ is what a learner trains on; what a learning curve plots
@@ -237,7 +260,9 @@ assert ep_returns.tolist() == undiscounted[[0, 3]].tolist()  # R_j = G at each e
 # The grader runs your notebook in a separate kernel with a time limit per cell and per
 # check, so an infinite loop or a crash in your code gives a clear message instead of a
 # hang. It exits 0 when the score reaches the pass mark. In your fork on GitHub, the
-# workflow `.github/workflows/grade.yml` runs the same command on every push.
+# workflow `.github/workflows/grade.yml` grades every exercise notebook on every push, so it
+# stays red until all of them reach the pass mark. The grader refuses an answer that
+# calls `course_lib`'s own implementation.
 #
 # Here the grader is run on lesson 00's solution notebook and on the untouched exercise
 # notebook (two exercises, 10 points each):
@@ -266,8 +291,10 @@ assert "total: 0/20 points (0%)" in untouched.stdout
 print("solutions pass with 20/20 points; untouched exercises score 0/20, failing with 'not implemented yet'")
 
 # %% [markdown]
-# Now open `exercises/00_welcome.ipynb`, implement `discounted_returns` (eq. 00.1-00.2)
-# and `finished_episode_returns` (eq. 00.3), run each check cell, then grade the notebook.
+# Now open `exercises/00_welcome.ipynb`, implement `discounted_returns` (eq. 00.1-00.2,
+# with the bootstrap value above) and `finished_episode_returns` (eq. 00.3), run each
+# check cell, then grade the notebook. Broke it? `course reset exercises/00_welcome.ipynb
+# --exercise 1` puts exercise 1 back to its stub and keeps your other answers.
 #
 # ## Glossary
 #
@@ -277,6 +304,16 @@ print("solutions pass with 20/20 points; untouched exercises score 0/20, failing
 # | episode end $d_t$ | 1 where the episode terminated or was truncated at step $t$ |
 # | discount $\gamma$ | weight of a reward one step later, in $[0, 1]$ |
 # | return $G_t$ | discounted sum of the rewards from $t$ to the end of $t$'s episode |
+# | bootstrap $V$ | an estimate of the value of the state after a buffer's last step (or after a truncation), where the episode goes on |
 # | episode return $R_j$ | undiscounted sum of one whole episode's rewards; what learning curves plot |
 # | scale | `cpu` (default, CI-verified outputs) or `full` (GPU sizes), from `COURSE_SCALE` |
 # | pass mark | fraction of an exercise notebook's points that `course grade` needs to exit 0 |
+#
+# ## References
+#
+# - R. S. Sutton and A. G. Barto, *Reinforcement Learning: An Introduction*, 2nd ed., 2018,
+#   section 3.3 (returns and episodes; eq. 3.8).
+# - F. Pardo, A. Tavakoli, V. Levdik, P. Kormushev, "Time limits in reinforcement
+#   learning", ICML 2018 (bootstrapping at time-limit truncations).
+# - S. Huang et al., "CleanRL: high-quality single-file implementations of deep
+#   reinforcement learning algorithms", JMLR 2022 (`charts/episodic_return`).

@@ -457,3 +457,16 @@ def test_real_time_of_lesson_00(sandbox):
     # a notebook of ~12 s cannot run in under a second: the time is the real run's
     assert timing.seconds > 1.0
     assert TIME_LINE.search(f"{timing.status}  {doctor.TIME_NAME:<16} {timing.detail}")
+
+
+def test_a_gpu_only_torch_sees_warns(monkeypatch):
+    import jax
+    import torch
+
+    if any(d.platform != "cpu" for d in jax.devices()):
+        pytest.skip("JAX sees an accelerator here")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    status, detail = doctor.check_gpu()
+    assert status == "WARN" and "torch: 1 x NVIDIA H100" in detail and "JAX sees no GPU" in detail

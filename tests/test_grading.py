@@ -105,7 +105,8 @@ def test_finished_episode_oracle_agrees_with_the_library():
         np.testing.assert_allclose(
             naive_finished_episode_returns(rewards, dones), finished_episode_returns(rewards, dones), rtol=1e-12
         )
-    assert run_exercise(FINISHED_EPISODE_RETURNS, finished_episode_returns).passed
+    refused = run_exercise(FINISHED_EPISODE_RETURNS, finished_episode_returns)  # right values, not the learner's code
+    assert not refused.passed and "course_lib.rl.pg.finished_episode_returns, the library's own" in refused.message
 
 
 def test_oracle_episode_end():
@@ -313,18 +314,26 @@ def test_correct_answer_passes_every_check_and_stub_is_not_implemented():
     stubbed = run_exercise(DISCOUNTED_RETURNS, stub)
     assert not stubbed.passed
     assert stubbed.message == NOT_IMPLEMENTED
-    # the reference implementation passes too (it accepts a bootstrap argument we never pass)
+    # the library's implementation gets every value right, and is refused: the checks grade the learner's code
     from course_lib.rl.pg import discounted_returns
 
-    assert run_exercise(DISCOUNTED_RETURNS, discounted_returns).passed
+    refused = run_exercise(DISCOUNTED_RETURNS, discounted_returns)
+    assert not refused.passed and "course_lib.rl.pg.discounted_returns, the library's own" in refused.message
+
+    def quadratic(rewards, dones, gamma, bootstrap=0.0):  # eq. 00.1 summed per step: right, but O(T^2)
+        return naive_discounted_returns(rewards, dones, gamma, bootstrap)
+
+    slow = run_exercise(DISCOUNTED_RETURNS, quadratic, time_limit_s=2.0)
+    assert [r.passed for r in slow.results[:-3]] == [True] * (len(slow.results) - 3)
+    assert not slow.passed and "did not finish within 2 s" in slow.message
 
 
 def test_list_inputs_and_array_inputs_are_both_used():
     calls = []
 
-    def spy(rewards, dones, gamma):
+    def spy(rewards, dones, gamma, bootstrap=0.0):
         calls.append((type(rewards), type(dones)))
-        return correct(rewards, dones, gamma)
+        return correct(rewards, dones, gamma, bootstrap)
 
     assert run_exercise(DISCOUNTED_RETURNS, spy).passed
     assert (list, list) in calls and (np.ndarray, np.ndarray) in calls

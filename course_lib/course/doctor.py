@@ -259,6 +259,16 @@ def check_gpu() -> Outcome:
             names.append(f"torch: {torch_gpus} x {torch.cuda.get_device_name(0)}")
         if jax_gpus:
             names.append(f"jax: {len(jax_gpus)} x {getattr(jax_gpus[0], 'device_kind', 'gpu')}")
+        if not jax_gpus:  # e.g. PyPI's CUDA torch beside the CPU-only jaxlib the pins install
+            return "WARN", (
+                f"{names[0]}, but JAX sees no GPU: the JAX lessons (04-06) would run on the CPU at any scale; "
+                "install the CUDA build of the pinned jaxlib (JAX's installation guide: the jax[cudaNN] extra)"
+            )
+        if not torch_gpus:
+            return "WARN", (
+                f"{names[0]}, but torch sees no GPU: the torch lessons' GPU paths (09, 11) would run on the CPU; "
+                "install a CUDA build of the pinned torch"
+            )
         return "PASS", "; ".join(names)
     if _selected_scale() == "full":
         return (

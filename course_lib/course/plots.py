@@ -31,7 +31,8 @@ def lesson_depths() -> dict[int, int]:
 
 def course_map(ax: Axes | None = None) -> Figure:
     """Draw the lessons as boxes in columns of prerequisite depth, with arrows from
-    each prerequisite. Lessons whose notebook exists are drawn solid, planned ones dashed."""
+    each prerequisite (dotted, arcing over the boxes, where it skips a column). Lessons whose
+    notebook exists are drawn solid, planned ones dashed."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Patch
 
@@ -54,13 +55,20 @@ def course_map(ax: Axes | None = None) -> Figure:
         x, y = pos[lesson.number]
         for r in lesson.requires:
             rx, ry = pos[r]
+            skips = depth[lesson.number] - depth[r] > 1  # passes a column of other lessons: arc over them
             ax.annotate(
                 "",
-                xy=(x - w / 2, y),
-                xytext=(rx + w / 2, ry),
+                xy=(x - w / 2, y + (h / 2 if skips else 0)),
+                xytext=(rx + w / 2, ry + (h / 2 if skips else 0)),
                 zorder=1,
                 arrowprops=dict(
-                    arrowstyle="->", color="#888888", lw=0.8, shrinkA=2, shrinkB=2, connectionstyle="arc3,rad=-0.12"
+                    arrowstyle="->",
+                    color="#888888",
+                    lw=0.8,
+                    ls=":" if skips else "-",
+                    shrinkA=2,
+                    shrinkB=2,
+                    connectionstyle=f"arc3,rad={-0.45 if skips else -0.12}",
                 ),
             )
         box = FancyBboxPatch(

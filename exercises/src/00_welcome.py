@@ -37,16 +37,22 @@ from course_lib import check
 #
 # A rollout buffer holds episodes back to back. `rewards[t]` is the reward after the
 # action at step `t`; `dones[t] = 1` means the episode ended at step `t`. Return the
-# discounted return of every step, within its own episode (lesson 00, eq. 00.1-00.2):
+# discounted return of every step, within its own episode (lesson 00, eq. 00.1-00.2), with
+# one addition the lesson describes but does not code: the buffer usually stops in the
+# middle of an episode, and the state after its last step still has a value $V$ (an
+# estimate, passed in as `bootstrap`). The backward pass then starts from it:
 #
-# $$G_t = r_t + \gamma\,(1 - d_t)\,G_{t+1}, \qquad G_T = 0 .$$
+# $$G_t = r_t + \gamma\,(1 - d_t)\,G_{t+1}, \qquad G_T = V \;(\text{default } 0) .$$
 #
-# Return a 1-D float numpy array of length `T` (`T` may be 0).
+# If the last step ended an episode, $(1 - d_{T-1}) = 0$ and $V$ is not used. Return a 1-D
+# float numpy array of length `T` (`T` may be 0). Do not call `course_lib`'s own
+# implementation: the grader refuses it.
 #
 # **How it is graded:** against an independent implementation of
-# $G_t = \sum_{k=t}^{e(t)} \gamma^{k-t} r_k$ on random trajectories, hand-computed values,
-# and properties (with $\gamma = 0$ the returns are the rewards; two episodes computed
-# together equal the two computed apart).
+# $G_t = \sum_{k=t}^{e(t)} \gamma^{k-t} r_k$ (plus $\gamma^{T-t} V$ for an episode still
+# running) on random trajectories, hand-computed values, properties (with $\gamma = 0$ the
+# returns are the rewards; two episodes computed together equal the two computed apart),
+# and a 200,000-step buffer that only one backward pass finishes within the time limit.
 #
 # <details><summary>Hint 1</summary>
 # Walk the trajectory backwards, keeping a running return.
@@ -56,18 +62,20 @@ from course_lib import check
 # carried return by <code>(1 - dones[t])</code> before adding <code>rewards[t]</code>.
 # </details>
 # <details><summary>Hint 3</summary>
-# <code>G = rewards[t] + gamma * (1 - dones[t]) * G</code>, stored into
-# <code>out[t]</code>, for <code>t</code> from <code>T - 1</code> down to <code>0</code>.
+# Start with <code>G = bootstrap</code>; then <code>G = rewards[t] + gamma * (1 - dones[t]) * G</code>,
+# stored into <code>out[t]</code>, for <code>t</code> from <code>T - 1</code> down to <code>0</code>.
 # </details>
 
 # %% tags=["exercise"]
-def discounted_returns(rewards, dones, gamma):
+def discounted_returns(rewards, dones, gamma, bootstrap=0.0):
     """Discounted return of every step, cut at episode ends.
 
     Args:
         rewards: sequence of T rewards.
         dones: sequence of T flags, 1 where an episode ended at that step.
         gamma: discount factor in [0, 1].
+        bootstrap: the value of the state after the last step (used only if the
+            last step did not end an episode).
 
     Returns:
         np.ndarray of shape (T,), dtype float64.
@@ -76,7 +84,7 @@ def discounted_returns(rewards, dones, gamma):
     rewards = np.asarray(rewards, dtype=np.float64)
     dones = np.asarray(dones, dtype=np.float64)
     out = np.zeros_like(rewards)
-    running = 0.0
+    running = float(bootstrap)  # G_T
     for t in reversed(range(len(rewards))):
         running = rewards[t] + gamma * (1.0 - dones[t]) * running
         out[t] = running
@@ -85,7 +93,7 @@ def discounted_returns(rewards, dones, gamma):
 
 
 # %% tags=["raises-in-stub"]
-discounted_returns([1.0, 1.0, 1.0, 1.0], [0, 1, 0, 0], gamma=0.5)
+discounted_returns([1.0, 1.0, 1.0, 1.0], [0, 1, 0, 0], gamma=0.5, bootstrap=2.0)  # [1.5, 1.0, 2.0, 2.0]
 
 # %% tags=["exercise-check"]
 check("00_welcome", "discounted_returns", discounted_returns)

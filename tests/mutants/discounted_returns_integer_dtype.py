@@ -5,10 +5,10 @@ import numpy as np
 EXPECTED = "expected a float array"
 
 
-def discounted_returns(rewards, dones, gamma):
+def discounted_returns(rewards, dones, gamma, bootstrap=0.0):
     r = np.asarray(rewards)
     out = np.zeros_like(r)
-    g = 0.0
+    g = float(bootstrap)
     for t in range(len(r) - 1, -1, -1):
         g = r[t] + gamma * (1 - dones[t]) * g
         out[t] = g

@@ -3,9 +3,9 @@
 EXPECTED = "is a list of length 3; expected a numpy array of shape (4,)"
 
 
-def discounted_returns(rewards, dones, gamma):
+def discounted_returns(rewards, dones, gamma, bootstrap=0.0):
     out = []
-    g = 0.0
+    g = float(bootstrap)
     for t in range(len(rewards) - 2, -1, -1):
         g = rewards[t] + gamma * (1 - dones[t]) * g
         out.insert(0, g)

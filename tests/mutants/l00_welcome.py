@@ -16,6 +16,14 @@ from conftest import Mutant
 # ---------------------------------------------------------------------------------------
 
 DISCOUNTED_RETURNS = [
+    # the backward pass starts from 0 whatever the value after the buffer
+    Mutant(
+        "discounted_returns",
+        "ignores_bootstrap",
+        old="running = float(bootstrap)  # G_T",
+        new="running = 0.0",
+        expected="bootstrap=4.0",
+    ),
     # the carried return is never cut at an episode end
     Mutant(
         "discounted_returns",

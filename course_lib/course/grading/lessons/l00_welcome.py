@@ -1,8 +1,9 @@
 """Lesson 00's graded exercises: ``discounted_returns`` (eq. 00.1-00.2) and
 ``finished_episode_returns`` (eq. 00.3).
 
-The learner writes ``discounted_returns(rewards, dones, gamma) -> [T] float array``, the
-return ``G_t`` of every step (the backward recursion, eq. 00.2), and
+The learner writes ``discounted_returns(rewards, dones, gamma, bootstrap=0.0) -> [T] float
+array``, the return ``G_t`` of every step (the backward recursion, eq. 00.2, started from
+``G_T = bootstrap``, the value after the buffer where its last episode is still running), and
 ``finished_episode_returns(rewards, dones) -> [n_finished] float array``, ``R_j`` of
 every episode that ends (done = 1) in the buffer (eq. 00.3). The equations are stated in
 lesson 00 (and copied, checked, in :mod:`course_lib.rl.pg`).
@@ -14,6 +15,9 @@ with :func:`naive_finished_episode_returns`, which reads ``R_j`` off that oracle
 gamma = 1 at each finished episode's first step; with hand-computed values; and with
 properties (gamma = 0 and all-done give the rewards; two episodes computed together equal
 the two computed apart; the episode returns add up to the rewards up to the last end).
+A 200,000-step buffer is checked through the recursion's identity within the time limit,
+which the O(T^2) sum does not meet. Every check first refuses a function that is, wraps or
+calls the course's own implementation (:func:`~course_lib.course.grading.helpers.guard_checks`).
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ from course_lib.course.grading.checks import (
     fail,
     short_repr,
 )
-from course_lib.course.grading.helpers import call_on_copies
+from course_lib.course.grading.helpers import call_on_copies, guard_checks
 
 LESSON = "00_welcome"
 NAME = "discounted_returns"
+#: where the course's own returns live: an exercise that is, wraps or calls them is refused
+LIBRARY = ("course_lib.rl", "course_lib.ppo", "course_lib.actor_learner", "course_lib.offpolicy")
 
 
 def episode_end(dones: Sequence[float], t: int) -> int:
@@ -52,8 +58,11 @@ def episode_end(dones: Sequence[float], t: int) -> int:
     return len(dones) - 1
 
 
-def naive_discounted_returns(rewards: Iterable[float], dones: Iterable[float], gamma: float) -> NDArray[np.float64]:
-    """Ground truth: ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k``, one sum per step (O(T^2)).
+def naive_discounted_returns(
+    rewards: Iterable[float], dones: Iterable[float], gamma: float, bootstrap: float = 0.0
+) -> NDArray[np.float64]:
+    """Ground truth: ``G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k``, one sum per step (O(T^2)),
+    plus ``gamma^(T-t) bootstrap`` for a step whose episode is still running after the last step.
 
     Deliberately naive: it mirrors the closed form, not the backward recursion the
     learner writes, so the two fail differently.
@@ -62,6 +71,7 @@ def naive_discounted_returns(rewards: Iterable[float], dones: Iterable[float], g
         rewards: ``[T]`` rewards.
         dones: ``[T]``, 1 where an episode ended at that step.
         gamma: discount.
+        bootstrap: the value of the state after the last step.
 
     Returns:
         ``[T]`` float64 returns.
@@ -70,7 +80,10 @@ def naive_discounted_returns(rewards: Iterable[float], dones: Iterable[float], g
     d = [float(x) for x in dones]
     out = np.zeros(len(r), dtype=np.float64)
     for t in range(len(r)):
-        out[t] = sum(gamma ** (k - t) * r[k] for k in range(t, episode_end(d, t) + 1))
+        end = episode_end(d, t)
+        out[t] = sum(gamma ** (k - t) * r[k] for k in range(t, end + 1))
+        if not d[end]:  # still running after the buffer: the state after it has a value
+            out[t] += gamma ** (len(r) - t) * bootstrap
     return out
 
 
@@ -150,6 +163,44 @@ def _matches_oracle(fn: Callable[..., Any]) -> None:
         assert_allclose(got, expected, what=f"random case {case + 1} (T={length}, gamma={gamma:g})")
 
 
+@check_case("bootstrap: the value after the last step enters only an episode still running there (hand-computed)")
+def _bootstrap_known_values(fn: Callable[..., Any]) -> None:
+    # running at the end: G_1 = 1 + 0.5 * 4 = 3, G_0 = 1 + 0.5 * 3 = 2.5
+    got = call_on_copies(fn, [1.0, 1.0], [0.0, 0.0], 0.5, bootstrap=4.0)
+    assert_allclose(got, [2.5, 3.0], what=f"{NAME}([1, 1], [0, 0], gamma=0.5, bootstrap=4.0)")
+    # the last step ends its episode: nothing follows it, the bootstrap is not used
+    got = call_on_copies(fn, [1.0, 1.0], [0.0, 1.0], 0.5, bootstrap=4.0)
+    assert_allclose(got, [1.5, 1.0], what=f"{NAME}([1, 1], [0, 1], gamma=0.5, bootstrap=4.0)")
+
+
+@check_case("bootstrap: matches the naive sum plus gamma^(T-t) V on random trajectories")
+def _bootstrap_matches_oracle(fn: Callable[..., Any]) -> None:
+    for case, (seed, length, gamma, value) in enumerate([(40, 9, 0.9, 2.5), (41, 30, 0.99, -1.0), (42, 12, 1.0, 3.0)]):
+        rewards, dones = random_trajectory(seed, length)
+        dones[-1] = 0.0  # the last episode is still running
+        got = call_on_copies(fn, rewards, dones, gamma, bootstrap=value)
+        expected = naive_discounted_returns(rewards, dones, gamma, value)
+        assert_allclose(
+            got, expected, what=f"bootstrap case {case + 1} (T={length}, gamma={gamma:g}, bootstrap={value:g})"
+        )
+
+
+@check_case("one backward pass: a 200,000-step buffer within the time limit, each G_t = r_t + gamma (1 - d_t) G_t+1")
+def _long_buffer(fn: Callable[..., Any]) -> None:
+    # the per-step sum of eq. 00.1 is quadratic in an episode's length: ~10^10 terms here
+    rewards, dones = random_trajectory(seed=30, length=200_000, p_done=1e-5)
+    gamma = 0.999
+    got = assert_array(
+        call_on_copies(fn, rewards, dones, gamma), what=f"{NAME} of a 200,000-step buffer", shape=(200_000,)
+    )
+    carried = np.append(got[1:], 0.0)
+    assert_allclose(
+        got - gamma * (1.0 - dones) * carried,
+        rewards,
+        what="G_t - gamma (1 - d_t) G_t+1 on a 200,000-step buffer (it must equal r_t)",
+    )
+
+
 @check_case("an empty trajectory (T = 0) gives an empty float array")
 def _empty(fn: Callable[..., Any]) -> None:
     got = call_on_copies(fn, [], [], 0.9)
@@ -168,20 +219,28 @@ DISCOUNTED_RETURNS = Exercise(
     name=NAME,
     points=10,
     title="discounted return of every step, cut at episode ends (equation 00.1)",
-    checks=(
-        _returns_float_array,
-        _known_values_one_episode,
-        _known_values_episode_end,
-        _gamma_zero,
-        _all_done,
-        _episodes_independent,
-        _matches_oracle,
-        _empty,
-        _inputs_unchanged,
+    checks=guard_checks(
+        (
+            _returns_float_array,
+            _known_values_one_episode,
+            _known_values_episode_end,
+            _gamma_zero,
+            _all_done,
+            _episodes_independent,
+            _matches_oracle,
+            _bootstrap_known_values,
+            _bootstrap_matches_oracle,
+            _long_buffer,
+            _empty,
+            _inputs_unchanged,
+        ),
+        name=NAME,
+        packages=LIBRARY,
+        advice="one backward pass over the rewards (eq. 00.2)",
     ),
     hints=(
         "loop backwards over t, carrying the next step's return: "
-        "G_t = r_t + gamma * (1 - done_t) * G_{t+1}, with G = 0 after the last step",
+        "G_t = r_t + gamma * (1 - done_t) * G_{t+1}, starting from G = bootstrap after the last step",
         "done_t = 1 means the episode ended AT step t: G_t is just r_t, nothing after t is added",
         "allocate the output as np.zeros(len(rewards), dtype=np.float64) so integer rewards give float returns",
     ),
@@ -311,14 +370,19 @@ FINISHED_EPISODE_RETURNS = Exercise(
     name=FER,
     points=10,
     title="the undiscounted return of every finished episode (equation 00.3)",
-    checks=(
-        _fer_returns_float_array,
-        _fer_known_values,
-        _fer_unfinished,
-        _fer_all_done,
-        _fer_conserves_reward,
-        _fer_matches_oracle,
-        _fer_inputs,
+    checks=guard_checks(
+        (
+            _fer_returns_float_array,
+            _fer_known_values,
+            _fer_unfinished,
+            _fer_all_done,
+            _fer_conserves_reward,
+            _fer_matches_oracle,
+            _fer_inputs,
+        ),
+        name=FER,
+        packages=LIBRARY,
+        advice="one forward pass summing rewards until each episode end (eq. 00.3)",
     ),
     hints=(
         "walk forwards keeping a running sum of rewards; at a step with done = 1 record the sum, then restart it at 0",
