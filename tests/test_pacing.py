@@ -239,7 +239,7 @@ def test_lesson_figures_add_up(plans, reference):
         assert plan.lesson_id == lesson.id and plan.title == lesson.title
         assert plan.reading_min == reference.words[lesson.id] / pacing.READING_WPM
         assert plan.exercise_min() == sum(e.minutes for e in reference.exercises[lesson.id])
-        assert plan.total_min == plan.lesson_min + plan.exercise_min()
+        assert plan.total_min == plan.lesson_min + pacing.DISCUSSION_MIN + plan.exercise_min()
         assert plan.lesson_min >= plan.reading_min
 
 
@@ -272,7 +272,7 @@ def _check_day_sums(day: pacing.DaySchedule, shape: pacing.DayShape) -> None:
     inside = sum(b.minutes for b in day.blocks if b.kind != "over")
     assert inside == shape.length_min == day.box_end - day.start
     assert day.minutes_of("break") == shape.length_min - shape.teaching_min
-    assert day.minutes_of("lesson", "exercises", "buffer") == shape.teaching_min
+    assert day.minutes_of("setup", "lesson", "discussion", "exercises", "buffer") == shape.teaching_min
     assert day.end == day.box_end + day.over_min
 
 
@@ -289,6 +289,19 @@ def test_every_format_sums_correctly_and_fits(key, plans):
         assert day.minutes_of("lesson") == expected_lessons
         assert day.minutes_of("exercises") == expected_exercises
         assert [b.lesson for b in day.blocks if b.kind == "lesson"] == [f"{p.lesson:02d}" for p in parts]
+        # the room's setup opens day 1 (only day 1); each lesson is followed at once by its discussion
+        setups = [b for b in day.blocks if b.kind == "setup"]
+        if day.day == 1:
+            assert day.blocks[0] == pacing.Block("setup", fmt.shape.start_min, pacing.SETUP_MIN, "", pacing.SETUP_WHAT)
+            assert setups == [day.blocks[0]] and pacing.SETUP_WHAT == "setup: course doctor, make lab, open lesson 00"
+        else:
+            assert not setups
+        assert day.minutes_of("discussion") == pacing.DISCUSSION_MIN * len(parts)
+        for i, block in enumerate(day.blocks):
+            if block.kind == "lesson":
+                after = day.blocks[i + 1]
+                assert (after.kind, after.lesson, after.minutes) == ("discussion", block.lesson, pacing.DISCUSSION_MIN)
+                assert after.start == block.start + block.minutes  # same session: no break between them
         # no session runs into its break: breaks sit at the shape's fixed times
         breaks = [b.start for b in day.blocks if b.kind == "break"]
         starts, t = [], fmt.shape.start_min
@@ -319,13 +332,60 @@ def test_a_format_that_does_not_fit_warns(plans):
     assert not sched.fits
     (day,) = sched.days
     _check_day_sums(day, too_much.shape)
-    teaching = sum(p.total_min for p in plans.values())
-    assert day.minutes_of("lesson", "exercises") + day.over_min == teaching
+    teaching = pacing.SETUP_MIN + sum(p.total_min for p in plans.values())
+    assert day.minutes_of("setup", "lesson", "discussion", "exercises") + day.over_min == teaching
     assert day.over_min >= teaching - too_much.shape.teaching_min
     assert len(sched.warnings) == 1 and f"{day.over_min} min over" in sched.warnings[0]
     text = "\n".join(pacing.render_schedule(sched, markdown=True))
     assert "DOES NOT FIT" in text and "WARNING: x day 1 does not fit its time box (09:00-12:00)" in text
     assert all(b.what.startswith("OVER TIME") for b in day.blocks if b.kind == "over")
+
+
+def _plan(number: int, words: int, *exercise_minutes: int) -> pacing.LessonPlan:
+    exercises = tuple(pacing.Exercise(k, f"`e{k}`", m) for k, m in enumerate(exercise_minutes, 1))
+    return pacing.LessonPlan(f"{number:02d}_x", number, f"lesson {number}", 10.0, 1.0, words, exercises)
+
+
+def test_a_lesson_and_its_discussion_share_a_session():
+    """A lesson that fits before the break but whose discussion would not moves with it."""
+    shape = pacing.DayShape("09:00", (60, 60), (("break", 15),))
+    # setup 15 + lesson 0 (3 min) + discussion 5 + exercise 30 = 53 min; lesson 1's block is 6 min:
+    # it would end at 59 (fits in 60), its discussion at 64 (does not): both go after the break
+    plans = {0: _plan(0, 300, 30), 1: _plan(1, 750, 20)}
+    assert (plans[0].lesson_min, plans[1].lesson_min) == (3, 6)
+    fmt = pacing.WorkshopFormat("t", "test", "a test", shape, ((pacing.Part(0), pacing.Part(1)),))
+    sched = pacing.schedule(fmt, plans)
+    (day,) = sched.days
+    rows = [(pacing._hhmm(b.start), b.minutes, b.kind, b.lesson) for b in day.blocks]
+    assert rows == [
+        ("09:00", 15, "setup", ""),
+        ("09:15", 3, "lesson", "00"),
+        ("09:18", 5, "discussion", "00"),
+        ("09:23", 30, "exercises", "00"),
+        ("09:53", 7, "buffer", ""),
+        ("10:00", 15, "break", ""),
+        ("10:15", 6, "lesson", "01"),
+        ("10:21", 5, "discussion", "01"),
+        ("10:26", 20, "exercises", "01"),
+        ("10:46", 29, "buffer", ""),
+    ]
+    assert sched.fits
+    _check_day_sums(day, shape)
+    text = "\n".join(pacing.render_schedule(sched, markdown=False))
+    assert (
+        "Day 1 totals: setup 15 min + lessons 9 min + discussion 10 min + exercises 50 min = 84 teaching min of 120"
+        in text
+    )
+    # past the last session: lesson 2's block (6 min) would fit in the last 9 minutes, its discussion
+    # not, so both run over time together
+    plans = {0: _plan(0, 300, 30), 1: _plan(1, 750, 40), 2: _plan(2, 750)}
+    fmt = pacing.WorkshopFormat("t", "test", "a test", shape, ((pacing.Part(0), pacing.Part(1), pacing.Part(2)),))
+    late = pacing.schedule(fmt, plans)
+    assert not late.fits
+    over = [(b.kind, b.lesson, b.minutes, pacing._hhmm(b.start)) for b in late.days[0].blocks if b.kind == "over"]
+    assert over == [("over", "02", 6, "11:15"), ("over", "02", 5, "11:21")]
+    assert late.days[0].blocks[-3] == pacing.Block("buffer", 666, 9, "", "buffer: questions, catching up")
+    assert "11 min over, it would end at 11:26" in late.warnings[0]
 
 
 def test_homework_lists_the_exercises_left_out(plans):
@@ -346,8 +406,12 @@ def test_course_pace_all_prints_every_format(capsys):
     out = capsys.readouterr().out
     for fmt in pacing.FORMATS.values():
         assert f"{fmt.key}: {fmt.title}" in out
-    assert "ESTIMATED" in out and "MEASURED" in out and "WARNING" not in out
+    assert "ESTIMATED" in out and "MEASURED" in out and "ASSUMED" in out and "WARNING" not in out
     assert out.count("(fits)") == 4  # 3h, 1day, and the two days of 2day
+    # the setup opens day 1 of each format (not day 2); a discussion follows every lesson taught
+    assert out.count(f"09:00  {pacing.SETUP_MIN}   setup") == 3
+    taught = sum(len(day) for fmt in pacing.FORMATS.values() for day in fmt.days)
+    assert len(re.findall(r"^\d\d:\d\d  5    discussion  \d\d ", out, re.M)) == taught
 
 
 def test_course_pace_markdown_tables_are_self_contained(capsys):

@@ -143,7 +143,65 @@ def test_reset_one_exercise_keeps_everything_else(tmp_path, capsys, spec):
     assert re.fullmatch(re.escape(path.name) + r"\.bak-\d{8}-\d{6}", backup.name)
     assert f"to undo: cp {backup} {path}" in out
     assert "restored to the stub" in out and "exercise 2 · The surrogate loss:" in out
+    # after the write: reload the tab from disk, and restart the kernel that holds the old answer
+    assert "File > Reload Notebook from Disk" in out and "restart its kernel (Kernel > Restart Kernel)" in out
     nbformat.validate(after)
+
+
+def test_cells_are_named_by_role_and_first_line_not_by_a_number_jupyter_does_not_show(tmp_path, capsys):
+    path = participant(tmp_path)
+    nb = read(path)
+    answer = [c.id for c in nb.cells].index("c007")  # exercise 2's answer, below markdown cells
+    assert nb.cells[answer - 1].cell_type == "markdown"
+    first = nb.cells[answer].source.splitlines()[0]
+    assert course(str(path), "-e", "2", "--dry-run") == 0
+    out = capsys.readouterr().out
+    # the position counts markdown cells too, and says so
+    assert f"  answer cell `{first}` (the {answer + 1}th cell, counting markdown cells): restored to the stub" in out
+    assert "  check cell `check(" in out and "  demo cell `" in out
+    assert not re.search(r"\bcell \d+\b", out), out
+    # a dry run writes nothing, so it has no reload/restart advice
+    assert "Restart Kernel" not in out
+    # the whole-notebook summary names the exercise each differing cell belongs to
+    assert course(str(path), "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert f"    exercise 2's answer cell `{first}` (the {answer + 1}th cell, counting markdown cells)" in out
+    assert "    a cell under exercise 1 `my_notes = 'gamma 0.99 worked best'" in out  # the participant's own cell
+    assert not re.search(r"\bcell \d+\b", out), out
+
+
+def test_a_reinserted_cell_is_placed_by_its_neighbour_s_role(tmp_path, capsys):
+    path = participant(tmp_path)
+    _edit(path, lambda nb: nb.cells.remove(by_id(nb)["c009"]))  # exercise 2's check cell
+    assert course(str(path), "-e", "2") == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "was missing" in line)
+    assert re.fullmatch(
+        r"  check cell `check\(.*` was missing: reinserted after its demo cell `.*` "
+        r"\(the \d+th cell, counting markdown cells\)",
+        line,
+    ), line
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (1, "1st"),
+        (2, "2nd"),
+        (3, "3rd"),
+        (4, "4th"),
+        (11, "11th"),
+        (12, "12th"),
+        (13, "13th"),
+        (21, "21st"),
+        (22, "22nd"),
+        (101, "101st"),
+        (111, "111th"),
+        (112, "112th"),
+    ],
+)
+def test_ordinals(n, text):
+    assert reset._ordinal(n) == text
 
 
 def test_reset_two_exercises_and_comma_list(tmp_path):
@@ -195,7 +253,10 @@ def test_deleted_answer_cell_is_reinserted_after_the_heading(tmp_path, capsys):
     _edit(path, lambda nb: nb.cells.remove(by_id(nb)["c007"]))
     assert course(str(path), "-e", "2") == 0
     out = capsys.readouterr().out
-    assert "was missing: reinserted after cell" in out and "## Exercise 2" in out
+    assert (
+        "answer cell `def surrogate_loss(" in out
+        and "was missing: reinserted after its heading cell `## Exercise 2" in out
+    )
     after = read(path)
     ids = [c.id for c in after.cells]
     assert ids[ids.index("c006") : ids.index("c006") + 4] == ["c006", "c007", "c008", "c009"]
@@ -402,7 +463,12 @@ def test_a_corrupt_notebook_with_another_name_needs_lesson(tmp_path, capsys):
     assert course(str(path), "-e", "1") == 2  # a corrupt file is named as such before its lesson is asked for
     assert "is not a readable notebook (not valid JSON" in capsys.readouterr().err
     assert course(str(path)) == 2
-    assert "pass --lesson" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # the file is broken, and that is what the message says (not "no course.lesson in its metadata")
+    assert "mine.ipynb is not a readable notebook (not valid JSON: " in err and "metadata" in err
+    assert "no course.lesson" not in err
+    assert f"`course reset {path} --lesson NN`" in err and "keeps the current bytes in a backup" in err
+    assert path.read_bytes() == b"{not json" and backups(path) == []
     assert course(str(path), "--lesson", "1") == 0
     assert_is_stub(read(path), LESSON)
 

@@ -131,12 +131,36 @@ def test_cli_rejects_bad_version_before_touching_dir(tmp_path, capsys):
     assert wh.main([str(target), "--python-version", "3.9"]) == 2
     assert "Python 3.9 is not supported" in capsys.readouterr().err
     assert wh.main([str(target), "--platform", "Linux x86-64"]) == 2
-    assert "unknown platform tag 'Linux x86-64'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown platform tag 'Linux x86-64'" in err
+    # the examples name only what the course supports: Linux and macOS on Apple silicon, no Windows
+    assert "manylinux_2_28_x86_64 (Linux x86-64) or macosx_14_0_arm64" in err and "win" not in err
     assert not target.exists()
 
 
+@pytest.mark.parametrize("tag", ["win_amd64", "win32", "win_arm64"])
+def test_windows_tags_are_refused_before_touching_dir(tmp_path, capsys, tag):
+    target = tmp_path / "wh"
+    assert wh.main([str(target), "--platform", "manylinux_2_28_x86_64", "--platform", tag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tag} is a Windows tag, and the course does not run on Windows")
+    assert "WSL 2" in err and "manylinux_2_28_x86_64 (Linux x86-64)" in err and err.count("\n") == 1
+    assert not target.exists()
+
+
+def test_help_says_which_platforms_can_install_the_pins(capsys):
+    with pytest.raises(SystemExit):
+        wh.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "win_amd64" not in text and "does not run on Windows" in text
+    assert "macOS on Intel (x86_64) cannot install it" in text and "no macOS x86-64 wheels after torch 2.2" in text
+    assert f"pins torch {wh.TORCH_PIN}" in text and "macosx_14_0_arm64: it needs macOS 14 or later" in text
+    # the torch named in the help is the one pyproject.toml pins
+    assert f'"torch=={wh.TORCH_PIN}"' in (repo_root() / "pyproject.toml").read_text()
+
+
 def test_cli_check_takes_no_build_options(tmp_path, capsys):
-    assert wh.main(["--check", str(tmp_path), "--platform", "win_amd64"]) == 2
+    assert wh.main(["--check", str(tmp_path), "--platform", "macosx_14_0_arm64"]) == 2
     assert "--check verifies DIR against the Python running it and takes no --platform" in capsys.readouterr().err
 
 

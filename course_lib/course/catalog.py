@@ -60,7 +60,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(8, "cluster_layout", "Laying out the cluster", (7,), "LLM RL systems"),
     Lesson(9, "weight_sync", "Checkpoint-engine weight sync", (7,), "LLM RL systems"),
     Lesson(10, "fault_tolerance", "Fault tolerance and checkpointing", (3, 9), "LLM RL systems"),
-    Lesson(11, "capstone", "Capstone: a multi-device asynchronous RL run", (5, 7, 8, 9, 10), "capstone"),
+    Lesson(11, "capstone", "Capstone: a multi-process asynchronous RL run", (5, 7, 8, 9, 10), "capstone"),
 )
 
 

@@ -11,6 +11,12 @@ equally solid:
 - **exercise time**, STATED: the ``time`` column of each exercise source's header table
   (``exercises/src/NN_*.py``), summed over the exercises a format does in the room.
 
+Two more kinds of block are ASSUMED, fixed minutes that no measurement gives: the room's
+setup at the start of day 1 (:data:`SETUP_MIN`: ``course doctor``, ``make lab``, open
+lesson 00, as INSTRUCTORS.md's "the morning" asks) and a discussion after each lesson
+taught (:data:`DISCUSSION_MIN`: the 2-3 questions INSTRUCTORS.md section 3 gives per
+lesson). A lesson and its discussion are kept in one session (never split by a break).
+
 The parsed figures ship as ``pacing_reference.json`` beside this module, so ``course pace``
 also works from an installed package without the checkout; ``course pace
 --write-reference`` regenerates it from the checkout, and tests/test_pacing.py fails when it
@@ -38,6 +44,11 @@ from typing import Any
 READING_WPM = 150
 #: a notebook (or cell) that runs longer than this on the room's machine is read from its stored outputs
 LIVE_LIMIT_S = 60.0
+#: the room's setup at the start of day 1, in minutes (an assumption, not a measurement)
+SETUP_MIN = 15
+SETUP_WHAT = "setup: course doctor, make lab, open lesson 00"
+#: minutes of discussion after each lesson taught (an assumption: 2-3 questions, INSTRUCTORS.md section 3)
+DISCUSSION_MIN = 5
 #: where the parsed figures ship (package data)
 REFERENCE_PATH = Path(__file__).with_name("pacing_reference.json")
 
@@ -340,7 +351,8 @@ class LessonPlan:
 
     @property
     def total_min(self) -> int:
-        return self.lesson_min + self.exercise_min()
+        """The lesson block, its discussion and every exercise."""
+        return self.lesson_min + DISCUSSION_MIN + self.exercise_min()
 
 
 def lesson_plans(reference: Reference, factor: float = 1.0) -> dict[int, LessonPlan]:
@@ -421,7 +433,8 @@ class WorkshopFormat:
 _HALF_DAY = DayShape("09:00", (80, 85), (("break", 15),))
 _FULL_DAY = DayShape("09:00", (90, 105, 90, 105), (("break", 15), ("lunch", 60), ("break", 15)))
 
-_ONE_DAY = (Part(0), Part(1), Part(2, (1, 2, 3, 4)), Part(3), Part(7))
+# 07's exercise 2 (per-token lag accounting) repeats 03's exercise 3 (lag accounting): homework
+_ONE_DAY = (Part(0), Part(1), Part(2, (1, 2, 3, 4)), Part(3), Part(7, (1, 3, 4)))
 
 FORMATS: dict[str, WorkshopFormat] = {
     f.key: f
@@ -431,11 +444,11 @@ FORMATS: dict[str, WorkshopFormat] = {
             title="Three-hour introduction",
             why=(
                 "the foundations every later lesson stands on (returns, the policy-gradient estimator, importance "
-                "ratios); all three notebooks run live in under a minute, their core exercises fit beside them, "
-                "and the buffer absorbs a first session's setup problems"
+                "ratios); all three notebooks run live in under a minute, their core exercises fit beside them "
+                "after the room's setup, and the buffer absorbs what the setup block does not"
             ),
             shape=_HALF_DAY,
-            days=((Part(0), Part(1, (1, 2, 3)), Part(2, (1, 2, 4))),),
+            days=((Part(0, (1,)), Part(1, (1, 2, 3)), Part(2, (1, 2, 4))),),
         ),
         WorkshopFormat(
             key="1day",
@@ -456,7 +469,7 @@ FORMATS: dict[str, WorkshopFormat] = {
                 "the capstone (11, which needs 05) are left for self-study"
             ),
             shape=_FULL_DAY,
-            days=(_ONE_DAY, (Part(8), Part(9), Part(10))),
+            days=(_ONE_DAY, (Part(8), Part(9), Part(10, (1, 2, 4)))),
         ),
     )
 }
@@ -467,7 +480,8 @@ FORMATS: dict[str, WorkshopFormat] = {
 
 @dataclass(frozen=True)
 class Block:
-    """One row of a schedule. ``kind``: lesson, exercises, break, buffer or over (past the time box)."""
+    """One row of a schedule. ``kind``: setup, lesson, discussion, exercises, break, buffer or over
+    (past the time box)."""
 
     kind: str
     start: int  # minutes since midnight
@@ -539,14 +553,22 @@ def _hhmm(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-def _schedule_day(day: int, parts: tuple[Part, ...], plans: dict[int, LessonPlan], shape: DayShape) -> DaySchedule:
-    items: list[_Item] = []
+def _discussion_item(plan: LessonPlan) -> _Item:
+    what = f"discussion: lesson {plan.number:02d}'s questions (INSTRUCTORS.md section 3)"
+    return _Item("discussion", f"{plan.number:02d}", what, DISCUSSION_MIN)
+
+
+def _schedule_day(
+    day: int, parts: tuple[Part, ...], plans: dict[int, LessonPlan], shape: DayShape, setup: bool
+) -> DaySchedule:
+    # groups of items placed together: the setup; a lesson with its discussion; each exercise
+    groups: list[list[_Item]] = [[_Item("setup", "", SETUP_WHAT, SETUP_MIN)]] if setup else []
     for part in parts:
         plan = plans[part.lesson]
-        items.append(_lesson_item(plan))
+        groups.append([_lesson_item(plan), _discussion_item(plan)])
         for ex in plan.exercises:
             if part.exercises is None or ex.number in part.exercises:
-                items.append(_Item("exercises", f"{plan.number:02d}", "", ex.minutes, (ex,)))
+                groups.append([_Item("exercises", f"{plan.number:02d}", "", ex.minutes, (ex,))])
 
     session_starts = []
     t = shape.start_min
@@ -558,19 +580,21 @@ def _schedule_day(day: int, parts: tuple[Part, ...], plans: dict[int, LessonPlan
     placed: list[list[_Item]] = [[] for _ in shape.sessions]
     over: list[_Item] = []
     session, used = 0, 0
-    for item in items:
-        while session < len(shape.sessions) and used + item.minutes > shape.sessions[session]:
+    for group in groups:
+        minutes = sum(item.minutes for item in group)
+        while session < len(shape.sessions) and used + minutes > shape.sessions[session]:
             session, used = session + 1, 0
         if session == len(shape.sessions):
-            over.append(item)
+            over += group
             continue
-        last = placed[session][-1] if placed[session] else None
-        if last is not None and last.kind == item.kind == "exercises" and last.lesson == item.lesson:
-            last.minutes += item.minutes
-            last.exercises += item.exercises
-        else:
-            placed[session].append(_Item(item.kind, item.lesson, item.what, item.minutes, item.exercises))
-        used += item.minutes
+        for item in group:
+            last = placed[session][-1] if placed[session] else None
+            if last is not None and last.kind == item.kind == "exercises" and last.lesson == item.lesson:
+                last.minutes += item.minutes
+                last.exercises += item.exercises
+            else:
+                placed[session].append(_Item(item.kind, item.lesson, item.what, item.minutes, item.exercises))
+        used += minutes
 
     blocks: list[Block] = []
     for k, (start, length) in enumerate(zip(session_starts, shape.sessions)):
@@ -597,7 +621,7 @@ def schedule(fmt: WorkshopFormat, plans: dict[int, LessonPlan]) -> Schedule:
     unknown = [p.lesson for day in fmt.days for p in day if p.lesson not in plans]
     if unknown:
         raise KeyError(f"format {fmt.key!r} names lessons without figures: {unknown}")
-    days = tuple(_schedule_day(d, parts, plans, fmt.shape) for d, parts in enumerate(fmt.days, 1))
+    days = tuple(_schedule_day(d, parts, plans, fmt.shape, setup=d == 1) for d, parts in enumerate(fmt.days, 1))
     homework = []
     for day in fmt.days:
         for part in day:
@@ -640,6 +664,9 @@ def assumptions(reference: Reference, factor: float) -> list[str]:
         f"- Reading times: ESTIMATED from each lesson's markdown word count at {READING_WPM} words/min "
         "(technical text with equations); an instructor presenting may go faster or slower.",
         "- Exercise times: the estimates stated in each exercise notebook's header table.",
+        f"- Setup and discussion: ASSUMED: {SETUP_MIN} min at the start of day 1 ({SETUP_WHAT.removeprefix('setup: ')}), "
+        f"and {DISCUSSION_MIN} min after each lesson for its 2-3 discussion questions (INSTRUCTORS.md section 3), "
+        "in the same session as the lesson.",
         f"- Live or stored: a notebook that runs under {LIVE_LIMIT_S:.0f} s here is run live (no cell can be longer); "
         "a longer one may have longer cells (BENCHMARKS.md times whole notebooks), so its stored outputs are read "
         "and it can be re-run after the session.",
@@ -653,6 +680,7 @@ def lesson_table(plans: dict[int, LessonPlan], markdown: bool) -> list[str]:
         "in the room",
         "reading (est. min)",
         "exercises (stated min)",
+        "discussion (min)",
         "total (min)",
     ]
     rows = []
@@ -665,6 +693,7 @@ def lesson_table(plans: dict[int, LessonPlan], markdown: bool) -> list[str]:
                 room,
                 f"{p.reading_min:.1f}",
                 f"{p.exercise_min()} ({len(p.exercises)} exercises)",
+                str(DISCUSSION_MIN),
                 str(p.total_min),
             ]
         )
@@ -690,11 +719,14 @@ def render_schedule(sched: Schedule, markdown: bool, heading_level: int = 2) -> 
             lines += [f"{'#' * (heading_level + 2) + ' ' if markdown else ''}Day {d.day}", ""]
         rows = [[_hhmm(b.start), str(b.minutes), b.kind, b.lesson, b.what] for b in d.blocks]
         lines += _table(["start", "min", "block", "lesson", "what"], rows, markdown)
-        lessons_min, exercise_min = d.minutes_of("lesson"), d.minutes_of("exercises")
+        parts = [(kind, d.minutes_of(kind)) for kind in ("setup", "lesson", "discussion", "exercises")]
+        parts = [(kind, minutes) for kind, minutes in parts if minutes or kind in ("lesson", "exercises")]
+        names = {"setup": "setup", "lesson": "lessons", "discussion": "discussion", "exercises": "exercises"}
+        sums = " + ".join(f"{names[kind]} {minutes} min" for kind, minutes in parts)
         lines += [
             "",
-            f"Day {d.day} totals: lessons {lessons_min} min + exercises {exercise_min} min = "
-            f"{lessons_min + exercise_min} teaching min of {shape.teaching_min}; breaks {d.minutes_of('break')} min; "
+            f"Day {d.day} totals: {sums} = {sum(m for _, m in parts)} teaching min of {shape.teaching_min}; "
+            f"breaks {d.minutes_of('break')} min; "
             f"buffer {d.minutes_of('buffer')} min; over time {d.over_min} min; "
             f"{_hhmm(d.start)}-{_hhmm(d.end)} ({'fits' if not d.over_min else 'DOES NOT FIT'}).",
             "",

@@ -310,6 +310,14 @@ def _lesson_of(part: Participant, requested: str | None, root: Path) -> str:
                 "notebook: course reset restores exercise notebooks only (exercises/NN_*.ipynb)"
             )
     lesson_id, problem = resolve_lesson(part.path, part.nb, requested)
+    if lesson_id is None and part.nb is None and requested is None:
+        # no metadata to read: say why (the file is broken), not "no course.lesson in its metadata"
+        command = f"course reset {shlex.quote(str(part.path))} --lesson NN"
+        raise ResetError(
+            f"{part.path} is not a readable notebook ({part.problem}), so its metadata cannot say which lesson it "
+            f"belongs to, and its name has no lesson number. Pass the lesson: `{command}` (e.g. --lesson 01) "
+            "replaces the whole file by that lesson's stub and keeps the current bytes in a backup"
+        )
     if problem is not None or lesson_id is None:
         raise ResetError(problem or f"cannot tell the lesson of {part.path}; pass --lesson")
     return lesson_id
@@ -353,8 +361,47 @@ def _first_line(source: str, limit: int = 60) -> str:
     return "(empty)"
 
 
-def _cell_name(nb: NotebookNode, index: int) -> str:
-    return f"cell {index + 1} (`{_first_line(_text(nb.cells[index]))}`)"
+#: how the report calls each role (the ``exercise`` cell is the one the participant answers in)
+SHOWN_ROLE: dict[str, str] = {
+    "heading": "heading",
+    "markdown": "text",
+    "exercise": "answer",
+    "check": "check",
+    "demo": "demo",
+}
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _cell_name(nb: NotebookNode, index: int, label: str = "the cell") -> str:
+    """A cell as a participant finds it: ``label`` (e.g. "exercise 2's answer cell"), its first line,
+    and its position counted with the markdown cells (Jupyter shows no cell numbers)."""
+    first = _first_line(_text(nb.cells[index]))
+    return f"{label} `{first}` (the {_ordinal(index + 1)} cell, counting markdown cells)"
+
+
+def _exercise_of(nb: NotebookNode, index: int) -> int | None:
+    """K of the last ``## Exercise K`` heading at or above cell ``index`` (None above the first)."""
+    for i in range(index, -1, -1):
+        number = _heading_number(nb.cells[i])
+        if number is not None:
+            return number
+    return None
+
+
+def _label(nb: NotebookNode, index: int) -> str:
+    """What a cell is, from the headings above it and its tags: "exercise 2's answer cell" (or check
+    cell), "a cell under exercise 2", or "the cell" above the first exercise."""
+    number = _exercise_of(nb, index)
+    if number is None:
+        return "the cell"
+    tags = _tags(nb.cells[index])
+    if EXERCISE_TAG in tags or CHECK_TAG in tags:
+        return f"exercise {number}'s {'answer' if EXERCISE_TAG in tags else 'check'} cell"
+    return f"a cell under exercise {number}"
 
 
 class _Matcher:
@@ -555,14 +602,16 @@ def reset_exercises(
             if clash:
                 other = owner[clash[0]]
                 raise ResetError(
-                    f"{_cell_name(nb, m.found)} holds {ex.label}'s {m.role} cell and also "
+                    f"{_cell_name(nb, m.found)} holds {ex.label}'s {SHOWN_ROLE[m.role]} cell and also "
                     f"{', '.join(clash)} of exercise {other.number}; restoring it would lose that answer. "
                     f"Split the cell, or reset both: --exercise {ex.number} --exercise {other.number}. "
                     "Nothing was changed"
                 )
         for m in code:
             s = stub.cells[m.stub_index]
+            shown = f"{SHOWN_ROLE[m.role]} cell"
             if m.found is not None:
+                name = _cell_name(nb, m.found, shown)
                 cell = nb.cells[m.found]
                 same = (
                     cell.get("cell_type") == s.cell_type
@@ -572,13 +621,13 @@ def reset_exercises(
                 outputs = bool(cell.get("outputs")) or cell.get("execution_count") is not None
                 where = "" if m.found in matcher.section(ex.number) else f", found away from its heading ({m.how})"
                 if same and not outputs:
-                    lines.append(f"  {m.role} {_cell_name(nb, m.found)}: already the stub")
+                    lines.append(f"  {name}: already the stub")
                 elif same:
-                    lines.append(f"  {m.role} {_cell_name(nb, m.found)}: already the stub; outputs cleared{where}")
+                    lines.append(f"  {name}: already the stub; outputs cleared{where}")
                     changed = True
                 else:
                     kind = "" if cell.get("cell_type") == s.cell_type else f" (it was a {cell.get('cell_type')} cell)"
-                    lines.append(f"  {m.role} {_cell_name(nb, m.found)}: restored to the stub{kind}{where}")
+                    lines.append(f"  {name}: restored to the stub{kind}{where}")
                     if verbose:
                         lines += _diff(_text(cell), _text(s))
                     changed = True
@@ -589,17 +638,14 @@ def reset_exercises(
             used_ids.add(new["id"])
             prev = [p for p in matches[: matches.index(m)] if p.found is not None]
             nxt = [p for p in matches[matches.index(m) + 1 :] if p.found is not None]
-            if prev:
-                anchor = prev[-1].found
-                assert anchor is not None
-                after.setdefault(anchor, []).append(new)
-                place = f"after {_cell_name(nb, anchor)}"
-            else:
-                anchor = nxt[0].found
-                assert anchor is not None
-                before.setdefault(anchor, []).append(new)
-                place = f"before {_cell_name(nb, anchor)}"
-            lines.append(f"  {m.role} cell `{_first_line(_text(s))}` was missing: reinserted {place}")
+            neighbour = prev[-1] if prev else nxt[0]
+            anchor = neighbour.found
+            assert anchor is not None
+            (after if prev else before).setdefault(anchor, []).append(new)
+            place = (
+                f"{'after' if prev else 'before'} {_cell_name(nb, anchor, f'its {SHOWN_ROLE[neighbour.role]} cell')}"
+            )
+            lines.append(f"  {shown} `{_first_line(_text(s))}` was missing: reinserted {place}")
             changed = True
         later = _overriding_cells(nb, ex, [m.found for m in code if m.found is not None], matcher.taken)
         lines += later
@@ -743,7 +789,7 @@ def _whole_summary(nb: NotebookNode | None, stub: NotebookNode) -> list[str]:
     if not differ:
         return ["  every cell's text is already the stub's" + (f"; {run} cell(s) have outputs, cleared" if run else "")]
     lines = [f"  {len(differ)} cell(s) differ from the stub (answers, edits, cells of your own):"]
-    lines += [f"    {_cell_name(nb, i)}" for i in differ[:12]]
+    lines += [f"    {_cell_name(nb, i, _label(nb, i))}" for i in differ[:12]]
     if len(differ) > 12:
         lines.append(f"    ... and {len(differ) - 12} more")
     return lines
@@ -807,6 +853,7 @@ def reset(path: Path, exercises: list[str], *, lesson: str | None = None, dry_ru
         *lines,
         f"backup of the previous file: {backup}",
         f"to undo: cp {shlex.quote(str(backup))} {shlex.quote(str(path))}",
-        "if the notebook is open in Jupyter, reload it from disk (File > Reload Notebook from Disk) before you "
-        "save again, or Jupyter writes the old version back",
+        "if the notebook is open in Jupyter: reload it from disk (File > Reload Notebook from Disk) before you "
+        "save again, or Jupyter writes the old version back; then restart its kernel (Kernel > Restart Kernel), "
+        "which still holds your old definitions (a check cell run now would test them, not the stub)",
     ]

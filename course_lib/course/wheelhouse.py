@@ -233,11 +233,27 @@ def wheel_tags(filename: str) -> set[str]:
     return {f"{p}-{a}-{pl}" for p in pys.split(".") for a in abis.split(".") for pl in plats.split(".")}
 
 
+#: platform tags of the systems the course supports (README, "Platforms"), for messages
+PLATFORM_EXAMPLES = "manylinux_2_28_x86_64 (Linux x86-64) or macosx_14_0_arm64 (macOS 14 or later on Apple silicon)"
+#: what ``--help`` says about macOS, checked with pip against its index on 2026-11-28 (``pip index versions torch
+#: --platform TAG --python-version 3.11 --only-binary=:all:``): macosx_15_0_x86_64 lists torch 2.0.0-2.2.2 only,
+#: macosx_15_0_arm64 lists up to 2.15.0 with 2.13.0, macosx_13_0_arm64 stops at 2.11.0; tests/test_wheelhouse.py
+#: checks that pyproject.toml still pins the torch named here
+TORCH_PIN = "2.13.0"
+MACOS_NOTE = (
+    "Linux and macOS only: the course does not run on Windows (use WSL 2, a Linux). macOS on Intel (x86_64) "
+    f"cannot install it: PyTorch publishes no macOS x86-64 wheels after torch 2.2 (2.2.2), and the course pins "
+    f"torch {TORCH_PIN}. On Apple silicon, torch {TORCH_PIN}'s wheel is macosx_14_0_arm64: it needs macOS 14 or later."
+)
+
+
 def _validate_platform(text: str) -> str:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", text):
+        raise WheelhouseError(f"unknown platform tag {text!r}: give a wheel platform tag such as {PLATFORM_EXAMPLES}")
+    if text.startswith("win"):
         raise WheelhouseError(
-            f"unknown platform tag {text!r}: give a wheel platform tag such as manylinux_2_28_x86_64, "
-            "macosx_14_0_arm64 or win_amd64"
+            f'{text} is a Windows tag, and the course does not run on Windows (README, "Platforms"); in WSL 2 '
+            f"the machines install Linux wheels: give a tag such as {PLATFORM_EXAMPLES}"
         )
     return text
 
@@ -264,7 +280,7 @@ def expand_platform(tag: str) -> list[str]:
     pip takes ``--platform manylinux_2_28_x86_64`` literally (a ``manylinux_2_27`` wheel, as
     jaxlib 0.10.2's, does not match it), while a glibc 2.28 machine installs every older
     manylinux tag: those are listed here, legacy aliases included, and older musllinux ones
-    likewise. Other tags (macOS, Windows) pip expands itself.
+    likewise. Other tags (macOS) pip expands itself.
     """
     glibc = _glibc(tag)
     if glibc is not None:
@@ -933,6 +949,7 @@ def check_wheelhouse(directory: Path) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = f"Platforms: {MACOS_NOTE}"
     parser.add_argument("dir", type=Path, metavar="DIR", help="the folder to fill (created if missing), or to check")
     parser.add_argument(
         "--check",
@@ -950,8 +967,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="TAG",
-        help="wheel platform tag of those machines, e.g. manylinux_2_28_x86_64 (repeat for a mixed room: "
-        "one resolution each); default: this interpreter's",
+        help="wheel platform tag of those machines, e.g. manylinux_2_28_x86_64 or macosx_14_0_arm64 (repeat for a "
+        "mixed room: one resolution each); default: this interpreter's. No Windows tags, and no macosx_*_x86_64: "
+        "see below",
     )
     parser.add_argument(
         "--extra",

@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # Exercises 11 · Capstone: a multi-device asynchronous RL run
+# # Exercises 11 · Capstone: a multi-process asynchronous RL run
 #
 # This notebook is generated from `exercises/src/11_capstone.py`; the worked solutions
 # are in `solutions/11_capstone.ipynb`. Write the function bodies where they raise

@@ -1,19 +1,33 @@
 """``course grade-class DIR``: grade a whole workshop's submissions in one command.
 
 ``DIR`` holds one entry per participant: a subfolder (the participant is the folder's
-name; every ``*.ipynb`` in it is graded, recursively, leaving out hidden folders such as
+name; every ``*.ipynb`` in it is found, recursively, leaving out hidden folders such as
 ``.ipynb_checkpoints``) or a single ``.ipynb`` file (the participant is its stem). Each
 notebook is graded as ``course grade`` grades it (:func:`course_lib.course.grading.runner.grade_notebook`:
 a fresh kernel, cell and total time limits, a watchdog); the lesson comes from the
 notebook's metadata or file name, and ``--lesson`` overrides it for all.
 
+``--lessons 00,01,02`` grades only the notebooks of those lessons (participants usually
+hand in their whole ``exercises/`` folder); the others are listed as not graded, are not
+run, and do not count. The pass rule, printed under the tables: a participant passes when
+every notebook that counts reaches the pass mark (with ``--lessons``: and there is a
+notebook of each lesson asked for; without: and there is at least one notebook). A
+notebook that cannot be read fails ("unreadable notebook: <reason>"), and counts unless
+``--lessons`` leaves out its lesson (told by its file name; none told: left out too); the
+course's solution notebook handed in (metadata ``course.kind == "solution"``, or the
+bytes of ``solutions/NN_*.ipynb``) is graded, flagged, and counts as not passed.
+
 The terminal shows a progress line per participant, then a table per participant and
-notebook and a table per exercise (how many participants passed it, the mean points,
-the most common failure); ``--csv`` and ``--json`` export the same. The exit status is 0
-if every participant reaches the pass mark in every notebook, 1 otherwise, 2 on a usage
-error. A bad submission (a stub, a crash, a timeout, an unreadable or truncated notebook,
-an empty folder, a notebook of an unknown lesson) is reported on its participant's line
-and never stops the run.
+notebook (each failing exercise as ``name: <what failed>``, wrapped to the terminal's
+width) and a table per exercise (every participant counted: how many passed it, the mean
+points, how many left the stub as it was, whose notebook could not be graded, who had no
+notebook of the lesson, and the most common failure among the answers attempted, equals
+in alphabetical order); ``--csv`` and ``--json`` export the
+same, with each exercise's status and, where it failed, its first hint. The exit status
+is 0 if every participant passes, 1 otherwise, 2 on a usage error. A bad submission (a
+stub, a crash, a timeout, an unreadable or truncated notebook, an empty folder, a
+notebook of an unknown lesson) is reported on its participant's line and never stops the
+run.
 
 Keeping submissions apart
 -------------------------
@@ -46,6 +60,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
+import hashlib
 import io
 import json
 import os
@@ -56,6 +72,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -63,6 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from course_lib.course.grading.checks import NOT_IMPLEMENTED
 from course_lib.course.grading.cli import add_limit_arguments, positive_seconds_arg
 from course_lib.course.grading.report import (
     DEFAULT_PASS_MARK,
@@ -81,10 +99,14 @@ MAX_EVENTS_BYTES = 64 * 1024 * 1024
 PER_NOTEBOOK_SLACK_S = 20.0
 #: Seconds added per participant (the child's interpreter start and imports).
 STARTUP_SLACK_S = 30.0
-#: Width of the problems column of the participant table.
-PROBLEMS_WIDTH = 110
-#: Width of the failure column of the exercise table.
-FAILURE_WIDTH = 60
+#: Width of the tables when the terminal's cannot be told (output to a file or a pipe).
+DEFAULT_WIDTH = 150
+#: Narrowest and widest tables: the last column wraps to fit what is left.
+MIN_WIDTH, MAX_WIDTH = 100, 220
+#: Narrowest wrapped column, whatever the other columns take.
+MIN_WRAP = 30
+#: Longest text of one problem or failure in the tables (CSV and JSON keep all of it).
+MAX_PROBLEM_CHARS = 400
 
 EPILOG = """\
 DIR holds one entry per participant: a subfolder (every *.ipynb in it, recursively,
@@ -99,8 +121,14 @@ This is NOT a security sandbox: submissions run as your user and can read and wr
 anything you can (your home folder, the course's virtual environment). For untrusted
 code, run the grader in a container or under a throwaway account.
 
-Exit status: 0 if every participant reaches the pass mark in every notebook, 1 if not,
-2 on a usage error."""
+Which notebooks count: with --lessons, those of the lessons named (a participant without
+a notebook of one of them does not pass); the others are listed as not graded, not run.
+Without it, every notebook found. A participant passes when every notebook that counts
+reaches the pass mark; an unreadable notebook that counts fails; the course's solution
+notebook handed in (metadata course.kind = solution, or byte for byte
+solutions/NN_*.ipynb) is flagged and does not pass. The summary states the rule applied.
+
+Exit status: 0 if every participant passes, 1 if not, 2 on a usage error."""
 
 _WORKER_CODE = (
     "import sys; from course_lib.course.grading.classroom import worker_main; sys.exit(worker_main(sys.argv[1:]))"
@@ -135,14 +163,79 @@ class Submission:
 
 
 @dataclass
+class NotebookEntry:
+    """One notebook a participant handed in, and what became of it.
+
+    Attributes:
+        report: its grade; for a notebook not graded, its path and lesson (no exercises).
+        skipped: why it was not graded and does not count (``--lessons`` leaves its
+            lesson out, or its lesson cannot be told); None when it counts.
+        unreadable: why it could not be read or parsed (it counts, and fails).
+        solution: why it is taken for the course's solution notebook (it is graded, but
+            counts as 0 points and not passed).
+    """
+
+    report: NotebookReport
+    skipped: str | None = None
+    unreadable: str | None = None
+    solution: str | None = None
+
+    @property
+    def counts(self) -> bool:
+        return self.skipped is None
+
+    @property
+    def passed(self) -> bool:
+        return self.counts and self.unreadable is None and self.solution is None and self.report.passed
+
+    @property
+    def score(self) -> float:
+        """The points that count: none for a notebook skipped, unreadable or the solution's."""
+        return self.report.score if self.counts and self.solution is None and self.unreadable is None else 0.0
+
+    @property
+    def max_score(self) -> float:
+        return self.report.max_score if self.counts else 0.0
+
+    @property
+    def status(self) -> str:
+        """``graded``, ``not graded``, ``unreadable`` or ``solution notebook``."""
+        if self.skipped is not None:
+            return "not graded"
+        if self.unreadable is not None:
+            return "unreadable"
+        return "solution notebook" if self.solution is not None else "graded"
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = self.report.to_dict()
+        doc["graded_score"] = doc["score"]
+        doc.update(
+            status=self.status,
+            counts=self.counts,
+            score=self.score,
+            max_score=self.max_score,
+            fraction=round(self.score / self.max_score, 6) if self.max_score > 0 else 0.0,
+            passed=self.passed,
+            not_graded=self.skipped,
+            unreadable=self.unreadable,
+            solution_notebook=self.solution,
+        )
+        for exercise, result in zip(doc["exercises"], self.report.exercises, strict=True):
+            exercise["status"] = entry_exercise_status(self, result)
+            exercise["failure"] = "" if result.passed else failure_text(result)
+        return doc
+
+
+@dataclass
 class Participant:
-    """One participant: the snapshot of its submissions and, once graded, its reports.
+    """One participant: the snapshot of its submissions and, once graded, its notebooks.
 
     Attributes:
         name: the folder's name, or the notebook's stem.
         source: the entry of ``DIR`` (``alice/`` or ``zoe.ipynb``).
         submissions: its notebooks, in path order.
-        reports: one per submission, once graded.
+        entries: one per submission, once graded.
+        missing: the lessons of ``--lessons`` it has no notebook of.
         problems: what went wrong beyond single notebooks (an empty or unreadable folder,
             processes left running); a crash or a timeout is on the notebooks' lines.
         outcome: ``graded``, ``timed out`` or ``crashed`` (the child process's fate).
@@ -152,23 +245,40 @@ class Participant:
     name: str
     source: str
     submissions: list[Submission] = field(default_factory=list)
-    reports: list[NotebookReport] = field(default_factory=list)
+    entries: list[NotebookEntry] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     outcome: str = "graded"
     seconds: float = 0.0
 
     @property
+    def counted(self) -> list[NotebookEntry]:
+        """The notebooks that count (all of them, without ``--lessons``)."""
+        return [e for e in self.entries if e.counts]
+
+    @property
+    def reports(self) -> list[NotebookReport]:
+        """The reports of the notebooks that count."""
+        return [e.report for e in self.counted]
+
+    @property
     def score(self) -> float:
-        return float(sum(r.score for r in self.reports))
+        return float(sum(e.score for e in self.counted))
 
     @property
     def max_score(self) -> float:
-        return float(sum(r.max_score for r in self.reports))
+        return float(sum(e.max_score for e in self.counted))
+
+    @property
+    def solution_submitted(self) -> bool:
+        return any(e.solution is not None for e in self.counted)
 
     @property
     def passed(self) -> bool:
-        """At least one notebook, and every notebook reaches the pass mark."""
-        return bool(self.reports) and all(r.passed for r in self.reports)
+        """At least one notebook that counts, none of the lessons asked for missing, and
+        every notebook that counts passes (readable, not the solution, at the pass mark)."""
+        counted = self.counted
+        return bool(counted) and not self.missing and all(e.passed for e in counted)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -177,10 +287,12 @@ class Participant:
             "passed": self.passed,
             "score": self.score,
             "max_score": self.max_score,
+            "missing_lessons": list(self.missing),
+            "solution_submitted": self.solution_submitted,
             "problems": list(self.problems),
             "outcome": self.outcome,
             "seconds": round(self.seconds, 3),
-            "notebooks": [r.to_dict() for r in self.reports],
+            "notebooks": [e.to_dict() for e in self.entries],
         }
 
 
@@ -300,14 +412,46 @@ def discover(root: Path) -> tuple[list[Participant], list[str]]:
 # ---------------------------------------------------------------------------------------
 
 
+def parse_lessons(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``--lessons`` values (each comma-separated) as lesson ids, in course order.
+
+    Raises:
+        UsageError: a name that is no lesson, or no name at all.
+    """
+    if values is None:
+        return None
+    from course_lib.course.catalog import get_lesson
+
+    names = [name.strip() for value in values for name in value.split(",")]
+    if not any(names):
+        raise UsageError("--lessons: no lesson given; name them, e.g. --lessons 00,01,02")
+    ids: set[str] = set()
+    for name in names:
+        if not name:
+            continue
+        try:
+            ids.add(get_lesson(name).id)
+        except KeyError as exc:
+            raise UsageError(f"--lessons: {exc.args[0]}") from None
+    return tuple(sorted(ids))
+
+
+def lesson_number(lesson_id: str) -> str:
+    """``00_welcome`` -> ``00`` (how the tables and messages name a lesson)."""
+    return lesson_id.split("_", 1)[0]
+
+
 @dataclass(frozen=True)
 class ClassOptions:
-    """How to grade the class: the runner's options, and the participant time limit.
+    """How to grade the class: the runner's options, the lessons that count, and the
+    participant time limit.
 
-    ``participant_timeout`` None means :func:`participant_limit`'s default.
+    ``lessons`` None means every notebook counts; ``participant_timeout`` None means
+    :func:`participant_limit`'s default.
     """
 
     lesson: str | None = None
+    lessons: tuple[str, ...] | None = None
     pass_mark: float = DEFAULT_PASS_MARK
     cell_timeout: float = 60.0
     total_timeout: float = 300.0
@@ -316,9 +460,27 @@ class ClassOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ClassOptions:
-        """The options of a parsed ``course grade-class`` command line."""
+        """The options of a parsed ``course grade-class`` command line.
+
+        Raises:
+            UsageError: an unknown lesson in ``--lessons`` or ``--lesson``, or both given.
+        """
+        lessons = parse_lessons(args.lessons)
+        if args.lesson is not None:
+            from course_lib.course.catalog import get_lesson
+
+            try:
+                get_lesson(args.lesson)
+            except KeyError as exc:
+                raise UsageError(f"--lesson: {exc.args[0]}") from None
+            if lessons is not None:
+                raise UsageError(
+                    "--lesson and --lessons cannot be combined: --lesson grades every notebook as that one lesson, "
+                    "--lessons grades only the notebooks of the lessons it names"
+                )
         return cls(
             lesson=args.lesson,
+            lessons=lessons,
             pass_mark=args.pass_mark,
             cell_timeout=args.cell_timeout,
             total_timeout=args.total_timeout,
@@ -537,22 +699,97 @@ def child_environment(root: Path, private: Path, work: Path) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------
 
 
-def _template(copy: Path, rel: str, options: ClassOptions) -> NotebookReport:
-    """What the notebook is graded as (lesson, its exercises at 0 points), told without
-    running it, so a crash or a timeout still lists every exercise."""
-    from course_lib.course.grading.lessons import exercises_for
-    from course_lib.course.grading.runner import load_notebook, resolve_lesson
+@functools.cache
+def solution_digests() -> dict[str, str]:
+    """The SHA-256 of each of the course's solution notebooks -> its path (``solutions/00_welcome.ipynb``);
+    empty if the checkout cannot be found."""
+    from course_lib.course.paths import repo_root
 
-    report = NotebookReport(path=rel, lesson=None, pass_mark=options.pass_mark)
+    try:
+        folder = repo_root() / "solutions"
+    except FileNotFoundError:
+        return {}
+    digests: dict[str, str] = {}
+    for path in sorted(folder.glob("*.ipynb")):
+        with contextlib.suppress(OSError):
+            digests[hashlib.sha256(path.read_bytes()).hexdigest()] = f"solutions/{path.name}"
+    return digests
+
+
+def solution_reason(data: bytes, nb: Any, digests: dict[str, str]) -> str | None:
+    """Why the notebook (``data``, parsed as ``nb``) is the course's solution notebook, or None."""
+    known = digests.get(hashlib.sha256(data).hexdigest())
+    if known is not None:
+        return f"byte for byte the course's {known}"
+    metadata = getattr(nb, "metadata", None)
+    course = metadata.get("course") if isinstance(metadata, dict) else None
+    if isinstance(course, dict) and course.get("kind") == "solution":
+        return "its metadata says course.kind = solution"
+    return None
+
+
+def unreadable_reason(message: str, path: str) -> str:
+    """A reader's one-line problem without the path it starts with:
+    ``x.ipynb is not valid JSON (...)`` -> ``not valid JSON (...)``."""
+    text = " ".join(message.split())
+    if path and text.startswith(path):
+        text = text[len(path) :].lstrip(": ").removeprefix("is ")
+    return text or "it cannot be read"
+
+
+def _entry_for(
+    sub: Submission, copy: Path | None, options: ClassOptions, digests: dict[str, str]
+) -> tuple[NotebookEntry, bool]:
+    """What the notebook is, told without running it: readable or not, its lesson and
+    that lesson's exercises (at 0 points, so a crash or a timeout still lists them all),
+    whether ``--lessons`` leaves it out, whether it is the solution notebook.
+
+    Returns:
+        The entry (its report is the template of the grading) and whether to grade it.
+    """
+    from course_lib.course.grading.lessons import exercises_for
+    from course_lib.course.grading.runner import NotebookProblem, load_notebook, resolve_lesson
+
+    report = NotebookReport(path=sub.rel, lesson=None, pass_mark=options.pass_mark)
+    entry = NotebookEntry(report)
     nb = None
-    with contextlib.suppress(Exception):  # unreadable, or deep enough to exhaust the JSON parser
-        nb = load_notebook(copy)
-    with contextlib.suppress(Exception):
-        lesson_id, _ = resolve_lesson(copy, nb, options.lesson)
-        if lesson_id is not None:
-            report.lesson = lesson_id
+    if copy is None:
+        entry.unreadable = unreadable_reason(sub.problem or f"{sub.rel} cannot be read", sub.rel)
+    else:
+        try:
+            nb = load_notebook(copy)
+        except NotebookProblem as exc:
+            entry.unreadable = unreadable_reason(str(exc), str(copy))
+        except Exception as exc:  # nested deep enough to exhaust the JSON parser, ...
+            entry.unreadable = f"it cannot be parsed ({type(exc).__name__})"
+    lesson_id: str | None = None
+    lesson_problem: str | None = None
+    try:
+        lesson_id, lesson_problem = resolve_lesson(Path(sub.inner), nb, options.lesson)
+    except Exception as exc:
+        lesson_problem = f"its lesson cannot be told ({type(exc).__name__})"
+    report.lesson = lesson_id
+    if options.lessons is not None:
+        if lesson_id is None:
+            why = "" if entry.unreadable is not None or lesson_problem is None else f": {lesson_problem}"
+            entry.skipped = f"not graded (its lesson cannot be told, so it is none of --lessons{why})"
+            return entry, False
+        if lesson_id not in options.lessons:
+            entry.skipped = f"not graded (lesson {lesson_number(lesson_id)} not in --lessons)"
+            return entry, False
+    if lesson_id is not None:
+        with contextlib.suppress(Exception):  # the child reports checks that cannot be loaded
             report.exercises = [ExerciseResult(e.name, float(e.points), hint=e.hint) for e in exercises_for(lesson_id)]
-    return report
+    if entry.unreadable is not None:
+        report.error = f"unreadable notebook: {entry.unreadable}"
+        for result in report.exercises:
+            result.message = f"not graded: {report.error}"
+        return entry, False
+    if lesson_id is None:  # what the runner would say, without starting it
+        report.error = lesson_problem or f"cannot tell which lesson {Path(sub.inner).name} belongs to"
+        return entry, False
+    entry.solution = solution_reason(sub.data or b"", nb, digests)
+    return entry, True
 
 
 def _not_graded(template: NotebookReport, why: str) -> NotebookReport:
@@ -713,31 +950,34 @@ def grade_participant(participant: Participant, root: Path, options: ClassOption
 def _grade_in(participant: Participant, root: Path, options: ClassOptions, before: set[int], private: Path) -> None:
     work = private / "work" / participant.name
     work.mkdir(parents=True)
-    slots: list[NotebookReport | None] = []
-    templates: list[NotebookReport] = []
-    copies: list[Path] = []
+    digests = solution_digests()
+    to_grade: list[tuple[NotebookEntry, Path]] = []
     for sub in participant.submissions:
-        if sub.data is None:
-            report = NotebookReport(path=sub.rel, lesson=None, pass_mark=options.pass_mark)
-            report.error = sub.problem or f"{sub.rel} cannot be read"
-            slots.append(report)
-            continue
-        copy = work / sub.inner
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_bytes(sub.data)
-        sub.data = b""  # the copy is all that is needed now: release the memory
-        slots.append(None)
-        templates.append(_template(copy, sub.rel, options))
-        copies.append(copy)
-    graded: list[NotebookReport] = []
-    if copies:
+        copy = None
+        if sub.data is not None:
+            copy = work / sub.inner
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(sub.data)
+        entry, grade = _entry_for(sub, copy, options, digests)
+        if sub.data is not None:
+            sub.data = b""  # the copy is all that is needed now: release the memory
+        participant.entries.append(entry)
+        if grade and copy is not None:
+            to_grade.append((entry, copy))
+        elif copy is not None:
+            copy.unlink()  # not run: the kernels need not see it
+    if to_grade:
+        copies = [copy for _, copy in to_grade]
+        templates = [entry.report for entry, _ in to_grade]
         limit = participant_limit(options, len(copies))
         run = _run_child(private, work, child_environment(root, private, work), copies, options, limit, before)
         paths = {str(c): t.path for c, t in zip(copies, templates, strict=True)}
         paths[str(work)] = participant.source.rstrip("/")
-        graded = _collect(participant, templates, run, limit, paths)
-    iterator = iter(graded)
-    participant.reports = [slot if slot is not None else next(iterator) for slot in slots]
+        for (entry, _), report in zip(to_grade, _collect(participant, templates, run, limit, paths), strict=True):
+            entry.report = report
+    if options.lessons is not None:
+        handed_in = {e.report.lesson for e in participant.counted}
+        participant.missing = [lesson for lesson in options.lessons if lesson not in handed_in]
 
 
 def _collect(
@@ -787,60 +1027,195 @@ def _collect(
 # Tables and exports
 # ---------------------------------------------------------------------------------------
 
+_CHECK_STATUS = {"fail": "failed", "error": "error", "timeout": "timeout", "not_implemented": "not implemented"}
+_UNDEFINED = re.compile(r"`[^`]+` is not defined")
+#: The statuses of an answer that failed on its own account: the CSV gives them a hint.
+HINTED = frozenset({"failed", "error", "timeout", "not implemented", "not defined"})
+
+
+def exercise_status(result: ExerciseResult) -> str:
+    """What became of one exercise: ``passed``, ``failed`` (a wrong answer), ``not implemented``
+    (the stub), ``error`` (it raised, or the cell defining it did), ``timeout``, ``not defined``
+    (no cell defines it) or ``not graded`` (the notebook could not be graded: it crashed
+    its grader, ran past a time limit of the whole notebook, is another lesson's, ...)."""
+    if result.passed:
+        return "passed"
+    for check in result.checks:
+        status = check.get("status")
+        if status not in ("pass", "skipped"):
+            return _CHECK_STATUS.get(str(status), "error")
+    message = " ".join(result.message.split())
+    if message == NOT_IMPLEMENTED:
+        return "not implemented"
+    if message.startswith("not graded"):
+        return "not graded"
+    if _UNDEFINED.match(message):
+        if "the cell defining it" not in message:
+            return "not defined"
+        return "timeout" if "time limit" in message else "error"
+    return "failed"
+
+
+def entry_exercise_status(entry: NotebookEntry, result: ExerciseResult) -> str:
+    """:func:`exercise_status`, or what the whole notebook is (``not graded``, ``unreadable``,
+    ``solution notebook``)."""
+    return exercise_status(result) if entry.status == "graded" else entry.status
+
+
+def failure_text(result: ExerciseResult) -> str:
+    """The failure of one exercise without the description of the check the report puts
+    before it (``returns a float array ...: f(...) has 3 values ...`` -> ``f(...) has 3 values ...``)."""
+    message = " ".join(result.message.split())
+    for check in result.checks:
+        if check.get("status") in ("pass", "skipped"):
+            continue
+        description = " ".join(str(check.get("description", "")).split())
+        if description and message.startswith(description + ": "):
+            return message[len(description) + 2 :] or message
+        break
+    return message or "failed"
+
 
 def notebook_problems(report: NotebookReport) -> list[str]:
     """What went wrong in one notebook, most important first: the error, the failed
-    exercises (grouped by message), then the notes."""
+    exercises (``name: failure``, those failing alike grouped), then the notes."""
     out = [report.error] if report.error else []
-    by_message: dict[str, list[str]] = {}
+    by_failure: dict[str, list[str]] = {}
     for e in report.exercises:
         if not e.passed and not (report.error and e.message == f"not graded: {report.error}"):
-            by_message.setdefault(" ".join(e.message.split()) or "failed", []).append(e.name)
-    out += [f"{', '.join(names)}: {message}" for message, names in by_message.items()]
+            by_failure.setdefault(failure_text(e), []).append(e.name)
+    out += [f"{', '.join(names)}: {failure}" for failure, names in by_failure.items()]
     return out + list(report.notes)
 
 
-def _format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+def entry_problems(entry: NotebookEntry) -> list[str]:
+    """:func:`notebook_problems`, led by what the notebook is when not simply graded."""
+    unreadable = [f"unreadable notebook: {entry.unreadable}"] if entry.unreadable is not None else []
+    if entry.skipped is not None:
+        return [*unreadable, entry.skipped]
+    if unreadable:
+        return unreadable
+    out = notebook_problems(entry.report)
+    if entry.solution is not None:
+        graded = f"{format_points(entry.report.score)}/{format_points(entry.report.max_score)}"
+        out.insert(
+            0, f"submitted the solution notebook ({entry.solution}): not counted as passed (its grading gave {graded})"
+        )
+    return out
 
-    def line(row: Sequence[str]) -> str:
-        return "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
 
-    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(
+        cut_text(text, MAX_PROBLEM_CHARS), width, subsequent_indent="  ", break_long_words=True, break_on_hyphens=False
+    ) or [""]
 
 
-def participant_rows(participants: Sequence[Participant]) -> list[tuple[str, str, str, str, str, str]]:
-    """One row per participant and notebook (one for a participant without notebooks)."""
-    rows = []
+#: A table row: its fixed cells, and the items of its last column (wrapped, one after the other).
+Row = tuple[tuple[str, ...], list[str]]
+
+
+def format_table(header: Sequence[str], rows: Sequence[Row], width: int = DEFAULT_WIDTH) -> list[str]:
+    """Columns padded to their widest cell; the last one's items wrapped to what is left of
+    ``width`` (at least ``MIN_WRAP``), each on lines of its own, indented when continued."""
+    fixed = len(header) - 1
+    widths = [max([len(header[i]), *(len(cells[i]) for cells, _ in rows)]) for i in range(fixed)]
+    room = max(MIN_WRAP, width - 2 - sum(w + 2 for w in widths))
+    wrapped = [[line for item in items for line in _wrap(item, room)] or [""] for _, items in rows]
+    widths.append(max([len(header[-1]), *(len(line) for lines in wrapped for line in lines)]))
+
+    def line(cells: Sequence[str]) -> str:
+        return ("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))).rstrip()
+
+    out = [line(header), line(["-" * w for w in widths])]
+    for (cells, _), lines in zip(rows, wrapped, strict=True):
+        out.append(line([*cells, lines[0]]))
+        out += [line([*([""] * fixed), text]) for text in lines[1:]]
+    return out
+
+
+def _number_ranges(numbers: Sequence[str]) -> str:
+    """``["01", "02", "03", "05"]`` -> ``01-03,05``."""
+    values = sorted({int(n) for n in numbers})
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][-1] + 1:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    return ",".join(f"{r[0]:02d}-{r[-1]:02d}" if len(r) > 2 else ",".join(f"{v:02d}" for v in r) for r in runs)
+
+
+PARTICIPANT_HEADER = ("participant", "verdict", "notebook", "lesson", "points", "result", "problems")
+
+
+def participant_rows(participants: Sequence[Participant]) -> list[Row]:
+    """Per participant: a row of its own problems (lessons of ``--lessons`` it has no
+    notebook of, an empty folder, processes left running) if any, one row per notebook
+    that counts or could not be placed, and one row for the notebooks ``--lessons`` left out.
+    The participant's name and verdict are on its first row only."""
+    rows: list[Row] = []
     for p in participants:
-        if not p.reports:
-            rows.append(
-                (p.name, "-", "-", "0/0", "FAIL", cut_text("; ".join(p.problems) or "nothing graded", PROBLEMS_WIDTH))
-            )
-        for i, r in enumerate(p.reports):
-            problems = notebook_problems(r) + (p.problems if i == len(p.reports) - 1 else [])
-            rows.append(
+        mine: list[Row] = []
+        own = [f"no notebook of lesson {lesson_number(lesson)}" for lesson in p.missing] + p.problems
+        if own or not p.entries:
+            mine.append((("-", "-", "-", "-"), own or ["nothing graded"]))
+        left_out = [e for e in p.entries if e.skipped is not None and e.report.lesson is not None]
+        for e in p.entries:
+            if e.skipped is not None and e.report.lesson is not None:
+                continue
+            r = e.report
+            counted = e.counts
+            mine.append(
                 (
-                    p.name,
-                    r.path.removeprefix(f"{p.name}/"),
-                    r.lesson or "?",
-                    f"{format_points(r.score)}/{format_points(r.max_score)}",
-                    "PASS" if r.passed else "FAIL",
-                    cut_text("; ".join(problems), PROBLEMS_WIDTH),
+                    (
+                        r.path.removeprefix(f"{p.name}/"),
+                        lesson_number(r.lesson) if r.lesson else "?",
+                        f"{format_points(e.score)}/{format_points(e.max_score)}" if counted else "-",
+                        ("PASS" if e.passed else "FAIL") if counted else "-",
+                    ),
+                    entry_problems(e),
                 )
             )
+        if left_out:
+            numbers = sorted({lesson_number(e.report.lesson or "") for e in left_out})
+            what = (
+                left_out[0].report.path.removeprefix(f"{p.name}/")
+                if len(left_out) == 1
+                else f"{len(left_out)} notebooks"
+            )
+            lessons = f"lesson{'s' if len(numbers) > 1 else ''} {', '.join(numbers)}"
+            mine.append(((what, _number_ranges(numbers), "-", "-"), [f"not graded ({lessons} not in --lessons)"]))
+        for i, (cells, problems) in enumerate(mine):
+            lead = (p.name, "PASS" if p.passed else "FAIL") if i == 0 else ("", "")
+            rows.append(((*lead, *cells), problems))
     return rows
 
 
 @dataclass
 class ExerciseStats:
-    """How the class did on one exercise (each participant counted once: its best notebook)."""
+    """How the class did on one exercise: every participant counted once (its best
+    notebook of the lesson), those without a readable one of it included.
+
+    Attributes:
+        participants: every participant of the class.
+        passed: those whose notebook passes it.
+        not_attempted: those who left the stub as it was ("not implemented yet"), or handed
+            in the solution notebook.
+        not_graded: those whose notebook of the lesson could not be graded (unreadable, it
+            crashed its grader or ran past a time limit of the whole notebook, ...), or who
+            have an unreadable notebook of no lesson that can be told and none of this one.
+        no_notebook: those with no notebook of the lesson (the "missing" column).
+        failures: the failures of the answers attempted and graded that did not pass, by text.
+    """
 
     lesson: str
     exercise: str
     max_points: float
     participants: int = 0
     passed: int = 0
+    not_attempted: int = 0
+    not_graded: int = 0
+    no_notebook: int = 0
     total_points: float = 0.0
     failures: Counter[str] = field(default_factory=Counter)
 
@@ -849,8 +1224,17 @@ class ExerciseStats:
         return self.total_points / self.participants if self.participants else 0.0
 
     @property
+    def failed(self) -> int:
+        """How many attempted answers failed."""
+        return sum(self.failures.values())
+
+    @property
     def common_failure(self) -> tuple[str, int]:
-        return self.failures.most_common(1)[0] if self.failures else ("", 0)
+        """The most frequent failure of the attempted answers; among equals, the first in
+        alphabetical order. ``("", 0)`` when none failed."""
+        if not self.failures:
+            return "", 0
+        return min(self.failures.items(), key=lambda item: (-item[1], item[0]))
 
     def to_dict(self) -> dict[str, Any]:
         message, count = self.common_failure
@@ -861,110 +1245,246 @@ class ExerciseStats:
             "participants": self.participants,
             "passed": self.passed,
             "mean_points": round(self.mean_points, 6),
+            "not_attempted": self.not_attempted,
+            "not_graded": self.not_graded,
+            "no_notebook": self.no_notebook,
+            "failed_attempts": self.failed,
             "common_failure": message,
             "common_failure_count": count,
         }
 
 
-def exercise_stats(participants: Sequence[Participant]) -> list[ExerciseStats]:
-    """Per exercise of every lesson graded: participants who passed it, mean points, the
-    most common failure message (among participants who did not pass it)."""
-    stats: dict[tuple[str, str], ExerciseStats] = {}
+def _exercises_of(lesson: str, participants: Sequence[Participant]) -> list[tuple[str, float]]:
+    """The exercises of ``lesson`` (name, points), in the lesson's order."""
     for p in participants:
-        best: dict[tuple[str, str], list[ExerciseResult]] = {}
-        for r in p.reports:
-            for e in r.exercises:
-                if r.lesson is not None:
-                    best.setdefault((r.lesson, e.name), []).append(e)
-        for key, results in best.items():
-            s = stats.setdefault(key, ExerciseStats(key[0], key[1], results[0].points))
-            s.participants += 1
-            s.total_points += max(e.score for e in results)
-            if any(e.passed for e in results):
-                s.passed += 1
-            else:
-                s.failures[" ".join(results[0].message.split()) or "failed"] += 1
-    order: dict[tuple[str, str], int] = {}
-    for p in participants:  # the lesson's own order of exercises, lessons sorted
-        for r in p.reports:
-            for i, e in enumerate(r.exercises):
-                order.setdefault((r.lesson or "", e.name), i)
-    return sorted(stats.values(), key=lambda s: (s.lesson, order.get((s.lesson, s.exercise), 0)))
+        for e in p.counted:
+            if e.report.lesson == lesson and e.report.exercises:
+                return [(x.name, x.points) for x in e.report.exercises]
+    from course_lib.course.grading.lessons import exercises_for
+
+    with contextlib.suppress(Exception):
+        return [(x.name, float(x.points)) for x in exercises_for(lesson)]
+    return []
 
 
-def render_class(participants: Sequence[Participant], stats: Sequence[ExerciseStats], pass_mark: float) -> str:
-    """Both tables and the summary line, as plain text."""
-    lines = ["Participants"]
-    lines += _format_table(
-        ("participant", "notebook", "lesson", "points", "result", "problems"), participant_rows(participants)
-    )
-    if stats:
-        lines += ["", "Exercises"]
-        rows = []
-        for s in stats:
-            message, count = s.common_failure
-            failure = f"{cut_text(message, FAILURE_WIDTH)} (x{count})" if count else ""
-            rows.append(
+def class_lessons(participants: Sequence[Participant], lessons: Sequence[str] | None = None) -> list[str]:
+    """``lessons`` (``--lessons``) if given, else every lesson of a notebook that counts."""
+    if lessons is not None:
+        return list(lessons)
+    return sorted({e.report.lesson for p in participants for e in p.counted if e.report.lesson})
+
+
+def exercise_stats(participants: Sequence[Participant], lessons: Sequence[str] | None = None) -> list[ExerciseStats]:
+    """Per exercise of each lesson of :func:`class_lessons`, in the lesson's order: see
+    :class:`ExerciseStats`. Every participant counts in every lesson's exercises."""
+    out: list[ExerciseStats] = []
+    for lesson in class_lessons(participants, lessons):
+        stats = [ExerciseStats(lesson, name, points) for name, points in _exercises_of(lesson, participants)]
+        for p in participants:
+            mine = [e for e in p.counted if e.report.lesson == lesson]
+            # a notebook that cannot be read nor placed in a lesson may be this lesson's
+            unplaced = any(e.unreadable is not None and e.report.lesson is None for e in p.entries)
+            answers = [e for e in mine if e.status == "graded"]
+            for s in stats:
+                s.participants += 1
+                results = [r for e in answers for r in e.report.exercises if r.name == s.exercise]
+                s.total_points += max((r.score for r in results), default=0.0)
+                statuses = {exercise_status(r) for r in results}
+                if "passed" in statuses:
+                    s.passed += 1
+                elif statuses - {"not implemented", "not graded"}:
+                    failed = next(r for r in results if exercise_status(r) not in ("not implemented", "not graded"))
+                    s.failures[failure_text(failed)] += 1
+                elif "not implemented" in statuses or any(e.solution is not None for e in mine):
+                    s.not_attempted += 1
+                elif "not graded" in statuses or mine or unplaced:
+                    s.not_graded += 1
+                else:
+                    s.no_notebook += 1
+        out += stats
+    return out
+
+
+EXERCISE_HEADER = (
+    "lesson",
+    "exercise",
+    "passed",
+    "mean",
+    "not attempted",
+    "not graded",
+    "missing",
+    "most common failure",
+)
+
+
+def exercise_rows(stats: Sequence[ExerciseStats]) -> list[Row]:
+    rows: list[Row] = []
+    for s in stats:
+        message, count = s.common_failure
+        rows.append(
+            (
                 (
-                    s.lesson,
+                    lesson_number(s.lesson),
                     s.exercise,
                     f"{s.passed}/{s.participants}",
                     f"{s.mean_points:.1f}/{format_points(s.max_points)}",
-                    failure,
-                )
+                    str(s.not_attempted),
+                    str(s.not_graded),
+                    str(s.no_notebook),
+                ),
+                [f"{count}/{s.failed}: {message}"] if count else [],
             )
-        lines += _format_table(("lesson", "exercise", "passed", "mean points", "most common failure"), rows)
+        )
+    return rows
+
+
+def pass_rule(options: ClassOptions) -> str:
+    """The rule that decides whether a participant passes, in one sentence."""
+    mark = f"the pass mark ({options.pass_mark:.0%} of its points)"
+    if options.lessons is not None:
+        many = len(options.lessons) > 1
+        names = ", ".join(lesson_number(lesson) for lesson in options.lessons)
+        which = "each of lessons" if many else "lesson"
+        core = (
+            f"hand in a notebook of {which} {names} (--lessons) and every notebook of "
+            f"{'those lessons' if many else 'that lesson'} reaches {mark}; notebooks of other lessons are not graded "
+            "and do not count"
+        )
+    elif options.lesson is not None:
+        core = (
+            f"hand in at least one notebook and every notebook, each graded as lesson {options.lesson} (--lesson), "
+            f"reaches {mark}"
+        )
+    else:
+        core = f"hand in at least one notebook and every notebook handed in reaches {mark}"
+    return (
+        f"Pass rule: a participant passes when they {core}. An unreadable notebook fails; "
+        "a solution notebook handed in is not counted as passed."
+    )
+
+
+def _paragraph(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, max(MIN_WRAP, width - 2), initial_indent="  ", subsequent_indent="    ")
+
+
+def render_class(
+    participants: Sequence[Participant],
+    stats: Sequence[ExerciseStats],
+    options: ClassOptions,
+    width: int = DEFAULT_WIDTH,
+) -> str:
+    """Both tables, what the exercise table's columns count, the pass rule and the
+    summary line, as plain text no wider than ``width`` where words allow."""
+    lines = ["Participants"]
+    lines += format_table(PARTICIPANT_HEADER, participant_rows(participants), width)
+    lines += _paragraph("verdict: the participant's (the pass rule below); result: the notebook's.", width)
+    if stats:
+        lines += ["", "Exercises (each participant counted once: its best notebook of the lesson)"]
+        lines += format_table(EXERCISE_HEADER, exercise_rows(stats), width)
+        lines += _paragraph(
+            "mean: points per participant. not attempted: the stub left as it was (not implemented yet), or the "
+            "solution notebook handed in. not graded: the notebook could not be graded (unreadable, crashed, over a "
+            "time limit of the whole notebook, another lesson's). missing: no notebook of the lesson. most common "
+            "failure: among the answers attempted that failed, how many gave it / how many failed; equals in "
+            "alphabetical order.",
+            width,
+        )
     passed = sum(p.passed for p in participants)
-    lines += [
-        "",
-        f"{passed}/{len(participants)} participants reached the pass mark ({pass_mark:.0%} of the points of each notebook)",
-    ]
+    lines += ["", *textwrap.wrap(pass_rule(options), max(MIN_WRAP, width))]
+    summary = f"{passed}/{len(participants)} participants passed."
+    solutions = [p.name for p in participants if p.solution_submitted]
+    if solutions:
+        summary += f" Handed in the solution notebook: {', '.join(solutions)}."
+    lines.append(summary)
     return "\n".join(lines)
 
 
-CSV_COLUMNS = ("participant", "notebook", "lesson", "exercise", "points", "max_points", "passed", "message")
+CSV_COLUMNS = (
+    "participant",
+    "notebook",
+    "lesson",
+    "exercise",
+    "points",
+    "max_points",
+    "passed",
+    "status",
+    "message",
+    "hint",
+)
 
 
 def to_csv(participants: Sequence[Participant]) -> str:
-    """One row per participant x notebook x exercise; a notebook with no exercises (or a
-    participant with no notebook) gets one row with an empty exercise and the reason."""
+    """One row per participant x notebook x exercise. A notebook without exercises (not
+    graded, unreadable, of no lesson) gets one row with an empty exercise and the reason; a
+    lesson of ``--lessons`` a participant has no notebook of, one row of status ``no
+    notebook``; so does a participant without any notebook."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for p in participants:
-        if not p.reports:
-            writer.writerow((p.name, "", "", "", 0, 0, False, "; ".join(p.problems)))
-        for r in p.reports:
-            if not r.exercises:
-                writer.writerow((p.name, r.path, r.lesson or "", "", 0, 0, False, "; ".join(notebook_problems(r))))
+        for i, lesson in enumerate(p.missing):
+            message = f"no notebook of lesson {lesson_number(lesson)}"
+            if i == 0 and not p.entries and p.problems:
+                message += "; " + "; ".join(p.problems)
+            writer.writerow((p.name, "", lesson, "", 0, 0, False, "no notebook", message, ""))
+        if not p.entries and not p.missing:
+            writer.writerow((p.name, "", "", "", 0, 0, False, "no notebook", "; ".join(p.problems), ""))
+        for entry in p.entries:
+            r = entry.report
+            if not r.exercises or not entry.counts:
+                problems = "; ".join(entry_problems(entry))
+                writer.writerow((p.name, r.path, r.lesson or "", "", 0, 0, False, entry.status, problems, ""))
+                continue
             for e in r.exercises:
-                message = e.message if e.passed or e.message else (r.error or "")
+                status = entry_exercise_status(entry, e)
+                if entry.solution is not None:
+                    message = f"submitted the solution notebook ({entry.solution})"
+                elif entry.unreadable is not None:
+                    message = f"unreadable notebook: {entry.unreadable}"
+                else:
+                    message = e.message if e.passed or e.message else (r.error or "")
+                counted = entry.status == "graded"
                 writer.writerow(
                     (
                         p.name,
                         r.path,
                         r.lesson or "",
                         e.name,
-                        format_points(e.score),
+                        format_points(e.score if counted else 0.0),
                         format_points(e.points),
-                        e.passed,
+                        e.passed and counted,
+                        status,
                         message,
+                        e.hint if status in HINTED else "",
                     )
                 )
     return buffer.getvalue()
 
 
 def to_class_json(
-    participants: Sequence[Participant], stats: Sequence[ExerciseStats], pass_mark: float, ignored: Sequence[str]
+    participants: Sequence[Participant],
+    stats: Sequence[ExerciseStats],
+    options: ClassOptions,
+    ignored: Sequence[str],
 ) -> str:
     doc = {
         "passed": all(p.passed for p in participants),
-        "pass_mark": pass_mark,
+        "pass_mark": options.pass_mark,
+        "lessons": list(options.lessons) if options.lessons is not None else None,
+        "pass_rule": pass_rule(options),
+        "participants_passed": sum(p.passed for p in participants),
         "participants": [p.to_dict() for p in participants],
         "exercises": [s.to_dict() for s in stats],
         "ignored": list(ignored),
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def table_width() -> int:
+    """The terminal's width (``COLUMNS`` if set), between ``MIN_WIDTH`` and ``MAX_WIDTH``;
+    ``DEFAULT_WIDTH`` when the output is not a terminal."""
+    columns = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return min(MAX_WIDTH, max(MIN_WIDTH, columns))
 
 
 # ---------------------------------------------------------------------------------------
@@ -978,6 +1498,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("dir", metavar="DIR", help="folder with one subfolder or .ipynb file per participant")
     parser.add_argument(
+        "--lessons",
+        action="append",
+        default=None,
+        metavar="LIST",
+        help="grade only the notebooks of these lessons (numbers, ids or slugs, comma-separated or the option "
+        "repeated: --lessons 00,01,02); the others are listed as not graded, are not run and do not count, and a "
+        "participant without a notebook of one of these lessons does not pass",
+    )
+    parser.add_argument(
         "--lesson",
         default=None,
         help="grade every notebook as this lesson (number, id or slug); default: each notebook's metadata, "
@@ -990,10 +1519,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="seconds one participant's grading may take before it is stopped and reported as timed out "
-        f"(default: about (total timeout + 45 s) x notebooks + {STARTUP_SLACK_S:g} s)",
+        f"(default: about (total timeout + 45 s) x notebooks graded + {STARTUP_SLACK_S:g} s)",
     )
     parser.add_argument(
-        "--csv", metavar="FILE", default=None, help="write one row per participant x notebook x exercise"
+        "--csv",
+        metavar="FILE",
+        default=None,
+        help="write one row per participant x notebook x exercise (with its status and, where it failed, its hint)",
     )
     parser.add_argument("--json", metavar="FILE", default=None, help="write the full results as JSON")
 
@@ -1007,20 +1539,13 @@ def run(args: argparse.Namespace) -> int:
     """Grade every participant of ``args.dir``; print the tables; write the exports.
 
     Returns:
-        0 if every participant reaches the pass mark, 1 otherwise, 2 on a usage error
+        0 if every participant passes (:func:`pass_rule`), 1 otherwise, 2 on a usage error
         (or an export that could not be written).
     """
     root = Path(args.dir).expanduser()
-    options = ClassOptions.from_args(args)
     exports: list[tuple[str, Path]] = []
     try:
-        if options.lesson is not None:
-            from course_lib.course.catalog import get_lesson
-
-            try:
-                get_lesson(options.lesson)
-            except KeyError as exc:
-                raise UsageError(f"--lesson: {exc.args[0]}") from None
+        options = ClassOptions.from_args(args)
         if root.is_dir():  # export paths first: a typo should not cost a whole grading run
             requested = [(flag, target) for flag, target in (("--csv", args.csv), ("--json", args.json)) if target]
             exports = [(flag, check_export(target, root, flag)) for flag, target in requested]
@@ -1052,19 +1577,18 @@ def _grade_class(
             verdict = "PASS" if participant.passed else "FAIL"
             if participant.outcome != "graded":
                 verdict += f" ({participant.outcome.upper()})"
+            left_out = sum(not e.counts for e in participant.entries)
             print(
                 f" {verdict} {format_points(participant.score)}/{format_points(participant.max_score)} "
-                f"({participant.seconds:.1f} s)",
+                f"({participant.seconds:.1f} s" + (f"; {left_out} notebook(s) not graded)" if left_out else ")"),
                 flush=True,
             )
-    stats = exercise_stats(participants)
+    stats = exercise_stats(participants, options.lessons)
     print()
-    print(render_class(participants, stats, options.pass_mark), flush=True)
+    print(render_class(participants, stats, options, table_width()), flush=True)
     status = 0 if all(p.passed for p in participants) else 1
     for flag, target in exports:
-        text = (
-            to_csv(participants) if flag == "--csv" else to_class_json(participants, stats, options.pass_mark, ignored)
-        )
+        text = to_csv(participants) if flag == "--csv" else to_class_json(participants, stats, options, ignored)
         try:
             write_text(target, text)
         except OSError as exc:

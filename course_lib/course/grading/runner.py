@@ -126,7 +126,8 @@ def load_notebook(path: Path) -> NotebookNode:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise NotebookProblem(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): "
+            f"{path} is not valid JSON ({exc.msg}{' ' if exc.msg.endswith(' at') else ' at '}line {exc.lineno}, "
+            f"column {exc.colno}): "
             "the file is corrupt or truncated; restore it from git or re-save it in Jupyter"
         ) from None
     if not isinstance(data, dict) or "cells" not in data or "nbformat" not in data:
