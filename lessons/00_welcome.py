@@ -19,8 +19,8 @@
 # accelerator (PureJaxRL), to the LLM post-training machinery of pipeline RL, cluster
 # layout and checkpoint-engine weight sync, and a capstone asynchronous run.
 #
-# Every lesson runs on a 2-core laptop CPU in minutes; its `full` scale runs the same code at
-# the sizes that show the real effect, on a GPU where the lesson uses one.
+# Every lesson runs on a 2-core CPU in minutes; its `full` scale runs the same code at the
+# sizes that show the real effect, on a GPU where the lesson uses one.
 #
 # **Learning goals of this lesson**
 # 1. Know the map of the course and which lesson builds on which.
@@ -67,7 +67,8 @@ plt.show()
 
 # %% [markdown]
 # Solid boxes are lessons whose notebook is in your checkout (a planned one would be
-# dashed); a dotted arrow arcs over the column it skips.
+# dashed). A dotted arrow skips a column: it is drawn across the boxes it passes, and
+# links only its two ends (the table above lists every prerequisite).
 #
 # **Takeaway:** the foundations (01-02) lead to IMPALA (03), off-policy correction in an
 # actor-learner system, which both later tracks need: whole loops on the accelerator
@@ -81,7 +82,7 @@ plt.show()
 # | open the course in JupyterLab | `make lab` |
 # | run every test (unit, grader, notebook sync, nbval on every notebook; about 40 min on 2 cores) | `make test` |
 # | execute lessons headless with a timing table | `course run 01 02` |
-# | the same at the full scale (lesson 04's full scale needs a GPU) | `course run 04 --scale full` |
+# | the same at the full scale (sized for a GPU) | `course run 04 --scale full` |
 # | check this machine; `--time` also times lesson 00 against the reference machine | `course doctor` |
 # | put an exercise notebook, or one exercise, back to its stub (a backup is kept) | `course reset exercises/00_welcome.ipynb --exercise 1` |
 #
@@ -91,8 +92,9 @@ plt.show()
 # The run contract, read in one place (`course_lib.course.scale`):
 #
 # - `COURSE_SCALE=cpu` (default): the sizes of the committed outputs, which CI re-checks
-#   with nbval. Every notebook finishes within 150 s on an idle 2-core CPU (`BENCHMARKS.md`,
-#   "Notebook execution time"); about twice that when other work loads the machine.
+#   with nbval. Every notebook is sized to finish within 150 s on an idle 2-core CPU
+#   (`BENCHMARKS.md`, "Notebook execution time": 108 s at most there); it takes several
+#   times longer when other work loads the machine.
 # - `COURSE_SCALE=full`: the sizes that show the real effect. `BENCHMARKS.md`, "Full scale
 #   on a GPU", records the lessons run at that scale so far (03, 04, 06, 07, 09, 11), with
 #   their figures and what failed; the others have not been run there yet.
@@ -164,8 +166,13 @@ print(f"doctor ran {len(results)} checks; none failed")
 # limit) or at the end of a buffer that stops mid-episode, the next state still has a value,
 # and the target bootstraps from an estimate $V$ of it instead of 0 (Pardo et al. 2018,
 # "Time limits in reinforcement learning"). `discounted_returns(..., bootstrap=V)` starts
-# the backward pass from $G_T = V$ (exercise 1); the environments' interface keeps
-# `terminated` and `truncated` apart, and lesson 04's targets bootstrap at truncations.
+# the backward pass from $G_T = V$ (exercise 1). A truncation inside the buffer needs the
+# two flags apart, per step:
+#
+# $$G_t = r_t + \gamma\,\big[(1 - \mathrm{term}_t)(1 - \mathrm{trunc}_t)\,G_{t+1} + \mathrm{trunc}_t\,(1 - \mathrm{term}_t)\,V(s'_t)\big],$$
+#
+# with $s'_t$ the state the truncated step reached; the environments' interface keeps
+# `terminated` and `truncated` apart, and lesson 04's targets bootstrap this way.
 
 # %%
 import numpy as np
@@ -181,8 +188,11 @@ print("returns           ", np.round(returns, 3))
 print("ignoring episodes ", np.round(leaky, 3))
 ends = np.flatnonzero(dones)
 assert np.all(returns[ends] == rewards[ends])  # an episode's last step: nothing may follow it
-assert np.all(returns[ends[:-1] + 1] == leaky[ends[:-1] + 1])  # the step after an end starts afresh
-assert np.all(leaky[ends[:-1]] > returns[ends[:-1]])  # ignoring d_t adds the next episode's rewards
+starts = np.r_[0, ends[:-1] + 1]
+for s0, e in zip(starts, ends, strict=True):  # ignoring d_t adds the next episode's return, discounted
+    leaked = 0.0 if e + 1 == len(rewards) else leaky[e + 1]
+    t = np.arange(s0, e + 1)
+    assert np.allclose(leaky[t] - returns[t], gamma ** (e + 1 - t) * leaked)
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -201,8 +211,9 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway:** returns restart at every episode boundary; ignoring $d_t$ adds the next
-# episode's rewards to the steps before each boundary (here it inflates them, the rewards
-# being positive; with negative rewards it would deflate them).
+# episode's return, discounted by $\gamma^{e+1-t}$, to every step $t$ of the episode ending at
+# $e$ (here it inflates them, the next episode's return being positive; a negative one would
+# deflate them).
 
 # %% [markdown]
 # **The episode return.** $G_t$ is what a learner trains on; what a learning curve plots
@@ -213,7 +224,9 @@ plt.show()
 # $$R_j = \sum_{t=s_j}^{e_j} r_t = G_{s_j}\big|_{\gamma = 1} . \qquad (00.3)$$
 #
 # An episode still running after the buffer's last step has no return yet: it is left
-# out, and counted when it ends (in the next buffer).
+# out here. A logger that keeps a running sum per environment across buffers (CleanRL's
+# `RecordEpisodeStatistics` wrapper) reports it whole when it ends; this function alone,
+# called on the next buffer, would report only that buffer's part of it.
 #
 # | equation | function |
 # |---|---|
@@ -262,7 +275,8 @@ assert ep_returns.tolist() == undiscounted[[0, 3]].tolist()  # R_j = G at each e
 # hang. It exits 0 when the score reaches the pass mark. In your fork on GitHub, the
 # workflow `.github/workflows/grade.yml` grades every exercise notebook on every push, so it
 # stays red until all of them reach the pass mark. The grader refuses an answer that
-# calls `course_lib`'s own implementation.
+# imports and calls `course_lib`'s own implementation by name (a static check of your code,
+# not a sandbox).
 #
 # Here the grader is run on lesson 00's solution notebook and on the untouched exercise
 # notebook (two exercises, 10 points each):

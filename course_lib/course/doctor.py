@@ -59,6 +59,15 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("numpy", "numpy"),
     ("matplotlib", "matplotlib"),
     ("nbval", "nbval"),
+    # the libraries later lessons import (04-06, 10, 08)
+    ("optax", "optax"),
+    ("flax", "flax"),
+    ("chex", "chex"),
+    ("flashbax", "flashbax"),
+    ("orbax-checkpoint", "orbax.checkpoint"),
+    ("safetensors", "safetensors"),
+    ("simpy", "simpy"),
+    ("shapely", "shapely"),
 )
 
 # Gymnasium environment ids the lessons construct; later lessons append theirs here.
@@ -250,6 +259,9 @@ def _torch_cuda(torch: ModuleType) -> str:
 
 
 def check_jax_devices() -> Outcome:
+    # run inside a notebook kernel, the first JAX call on a GPU would reserve 75% of its memory
+    # for the kernel's lifetime; only devices are listed here (effective if JAX is not started yet)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     with _quiet():
         import jax
 

@@ -31,8 +31,8 @@ def lesson_depths() -> dict[int, int]:
 
 def course_map(ax: Axes | None = None) -> Figure:
     """Draw the lessons as boxes in columns of prerequisite depth, with arrows from
-    each prerequisite (dotted, arcing over the boxes, where it skips a column). Lessons whose
-    notebook exists are drawn solid, planned ones dashed."""
+    each prerequisite (dotted and drawn across the boxes it passes, where it skips a column).
+    Lessons whose notebook exists are drawn solid, planned ones dashed."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Patch
 
@@ -60,12 +60,13 @@ def course_map(ax: Axes | None = None) -> Figure:
                 "",
                 xy=(x - w / 2, y + (h / 2 if skips else 0)),
                 xytext=(rx + w / 2, ry + (h / 2 if skips else 0)),
-                zorder=1,
+                zorder=4 if skips else 1,  # over the boxes it crosses, so it cannot seem to leave one
                 arrowprops=dict(
                     arrowstyle="->",
                     color="#888888",
                     lw=0.8,
                     ls=":" if skips else "-",
+                    alpha=0.8 if skips else 1.0,
                     shrinkA=2,
                     shrinkB=2,
                     connectionstyle=f"arc3,rad={-0.45 if skips else -0.12}",
