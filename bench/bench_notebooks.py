@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Result
 
 from course_lib.course.catalog import available_lessons
-from course_lib.course.notebooks.execute import execute_notebook
+from course_lib.course.notebooks.execute import execute_notebook, needs_isolation
 from course_lib.course.notebooks.pytest_timing import BUDGET_S
 from course_lib.course.notebooks.source import render, targets_for
 from course_lib.course.paths import repo_root
@@ -27,7 +27,7 @@ def run() -> Result:
     for lesson in available_lessons(root):
         for target in targets_for(lesson.id, root):
             nb = render(target)
-            seconds = execute_notebook(nb, target.notebook.parent, scale="cpu")
+            seconds = execute_notebook(nb, target.notebook.parent, scale="cpu", isolate_network=needs_isolation(target))
             rel = target.notebook.relative_to(root)
             rows.append([f"`{rel}`", f"{seconds:.1f}", "yes" if seconds <= BUDGET_S else "**no**"])
     return Result(

@@ -72,7 +72,8 @@ plt.show()
 #
 # **Takeaway:** the foundations (01-02) lead to IMPALA (03), off-policy correction in an
 # actor-learner system, which both later tracks need: whole loops on the accelerator
-# (04-06) and LLM RL systems (07-10); the capstone (11) draws on both.
+# (04-06) and LLM RL systems (07-10); the capstone (11 on torchrun, 12 the same run on Ray)
+# draws on both.
 
 # %% [markdown]
 # ## 2. Running a lesson, and the two scales

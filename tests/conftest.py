@@ -162,3 +162,37 @@ def no_helpers_left_behind():
     yield
     stop_multiprocessing_helpers()
     assert wait_gone([p.pid for p in psutil.Process().children(recursive=True)])
+
+
+# ---------------------------------------------------------------------------------------
+# Ray: only inside a loopback-only network namespace (course_lib.runtime.netns)
+# ---------------------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from course_lib.course.notebooks.execute import ISOLATED_LESSONS  # noqa: E402
+from course_lib.runtime.netns import HOW_TO_RUN, in_loopback_namespace  # noqa: E402
+
+#: why a Ray test or a Ray lesson notebook is skipped outside the namespace
+RAY_SKIP_REASON = f"starts Ray: runs only inside a loopback-only network namespace; run {HOW_TO_RUN}"
+
+
+def needs_loopback_namespace(item: pytest.Item) -> bool:
+    """Items that start Ray: tests marked ``ray``, and nbval's cells of the lesson notebooks
+    in ``ISOLATED_LESSONS`` (``lessons/12_capstone_ray.ipynb``; not its exercise and solution
+    notebooks, which do not start Ray)."""
+    if item.get_closest_marker("ray") is not None:
+        return True
+    path = Path(str(item.path))
+    return path.suffix == ".ipynb" and path.parent.name == "lessons" and path.stem in ISOLATED_LESSONS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the items that start Ray unless this process is in a loopback-only namespace.
+
+    Called for every item of the session, notebooks under ``--nbval`` included, whenever
+    ``tests/`` is among pytest's arguments (as in ``make test``)."""
+    chosen = [item for item in items if needs_loopback_namespace(item)]
+    if chosen and not in_loopback_namespace():
+        for item in chosen:
+            item.add_marker(pytest.mark.skip(reason=RAY_SKIP_REASON))

@@ -33,6 +33,7 @@ EXPECTED_NAMES = [
     "cache dir",
     "output dir",
     "kernel python3",
+    doctor.NETNS_NAME,
 ]
 
 
@@ -293,6 +294,33 @@ def test_missing_kernel_warns(monkeypatch):
     monkeypatch.setattr(kernelspec.KernelSpecManager, "get_kernel_spec", no_kernel)
     status, detail = doctor.check_kernel()
     assert status == "WARN" and "ipykernel install" in detail
+
+
+def test_ray_is_checked_at_its_pin():
+    assert ("ray", "ray") in doctor.PACKAGES
+    status, detail = doctor.check_package("ray", "ray")
+    assert (status, detail) == ("PASS", "2.60.0")
+
+
+def test_loopback_namespace_passes_here():
+    """This machine can make one (as `make test` needs), or the doctor already runs in one."""
+    status, detail = doctor.check_network_namespace()
+    assert status == "PASS", detail
+    assert "unshare" in detail or "in one already" in detail
+
+
+def test_no_loopback_namespace_warns_with_the_reason_and_fix(monkeypatch):
+    from course_lib.runtime import netns
+
+    reason = "`unshare -rn` failed: unshare: unshare failed: Operation not permitted; " + netns._fix(root=False)
+    monkeypatch.setattr(netns, "in_loopback_namespace", lambda: False)
+    monkeypatch.setattr(netns, "probe", lambda: netns.Probe((), reason))
+    status, detail = doctor.check_network_namespace()
+    assert status == "WARN"
+    assert "`make test` needs one" in detail and detail.endswith(reason)
+    line = doctor.run_doctor_check(doctor.NETNS_NAME, doctor.check_network_namespace)
+    assert line.detail == detail  # fits the report's line limit, fix included
+    assert "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0" in line.detail
 
 
 # --------------------------------------------------------------------------- API and JSON

@@ -14,6 +14,7 @@ from conftest import mutant_function, solution_function
 from mutants.l09_weight_sync import MUTANTS
 
 from course_lib.course.grading.checks import run_exercise
+from course_lib.course.grading.helpers import library_references
 from course_lib.course.grading.lessons import l09_weight_sync as l09
 
 LESSON = "09_weight_sync"
@@ -80,7 +81,7 @@ def test_the_guard_refuses_a_two_line_wrapper_of_the_library_verify() -> None:
 
 def test_the_error_classes_may_be_imported() -> None:
     fn = _namespace()["own_verify_raising_library_errors"]
-    found = l09.library_references(fn, l09.LIBRARY)
+    found = library_references(fn, l09.LIBRARY)
     assert found and set(found) <= l09.ALLOWED
     results = run_exercise(EXERCISES["verify_bucket"], fn).results
     assert not any("the library's own implementation" in r.message for r in results)
@@ -89,7 +90,7 @@ def test_the_error_classes_may_be_imported() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_reference_solution_passes_the_guard_and_every_check(name: str) -> None:
     fn = solution_function(LESSON, name)
-    assert [f for f in l09.library_references(fn, l09.LIBRARY) if f not in l09.ALLOWED] == []
+    assert [f for f in library_references(fn, l09.LIBRARY) if f not in l09.ALLOWED] == []
     results = run_exercise(EXERCISES[name], fn).results
     assert all(r.status == "pass" for r in results), [(r.status, r.message) for r in results]
 

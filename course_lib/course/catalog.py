@@ -18,7 +18,7 @@ class Lesson:
     """One lesson of the course.
 
     Attributes:
-        number: position in the sequence (0-11).
+        number: position in the sequence (0-12; 12 is the capstone's second part).
         slug: short name used in file names.
         title: human title shown in the map and tables.
         requires: numbers of the lessons it builds on.
@@ -61,6 +61,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(9, "weight_sync", "Checkpoint-engine weight sync", (7,), "LLM RL systems"),
     Lesson(10, "fault_tolerance", "Fault tolerance and checkpointing", (3, 9), "LLM RL systems"),
     Lesson(11, "capstone", "Capstone: a multi-process asynchronous RL run", (5, 7, 8, 9, 10), "capstone"),
+    Lesson(12, "capstone_ray", "Capstone, part 2: the same run on Ray", (11,), "capstone"),
 )
 
 

@@ -68,12 +68,14 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("safetensors", "safetensors"),
     ("simpy", "simpy"),
     ("shapely", "shapely"),
+    ("ray", "ray"),  # lesson 12 (core only: ray[rllib] pins an older gymnasium)
 )
 
 # Gymnasium environment ids the lessons construct; later lessons append theirs here.
 ENVIRONMENTS: tuple[str, ...] = ("CartPole-v1",)
 
 _NAME_WIDTH = 16
+NETNS_NAME = "loopback netns"
 _DETAIL_LIMIT = 400
 
 # `course doctor --time`: lesson 00 run headless against BENCHMARKS.md's reference time.
@@ -424,6 +426,21 @@ def check_kernel() -> Outcome:
     return "WARN", f"python3 runs {resolved}, not {sys.executable}; {fix}"
 
 
+def check_network_namespace() -> Outcome:
+    """Whether a network namespace with only loopback up can be made here (``course_lib.runtime.netns``):
+    ``make test`` runs Ray's tests and lesson 12's notebook there. A WARN does not stop the lessons."""
+    from course_lib.runtime.netns import in_loopback_namespace, probe
+
+    if in_loopback_namespace():
+        return "PASS", "this process is in one already (only lo has addresses): Ray stays on loopback"
+    found = probe()
+    if found.ok:
+        how = " ".join([Path(found.prefix[0]).name, *found.prefix[1:]])
+        return "PASS", f"`{how}` makes one: `make test` runs Ray's tests and lesson 12 there, loopback only"
+    # lesson 12 still runs without one (Ray then listens on every interface, as the notebook says)
+    return "WARN", f"none can be made, and `make test` needs one (Ray's tests, lesson 12): {found.reason}"
+
+
 # --------------------------------------------------------------------------- timing (--time)
 
 
@@ -584,6 +601,7 @@ def checks() -> list[tuple[str, Callable[[], Outcome]]]:
         ("cache dir", check_cache_dir),
         ("output dir", check_output_dir),
         ("kernel python3", check_kernel),
+        (NETNS_NAME, check_network_namespace),
     ]
     return items
 

@@ -466,7 +466,7 @@ FORMATS: dict[str, WorkshopFormat] = {
             why=(
                 "day 1 is the one-day course; day 2 completes the LLM RL systems track (08 cluster layout, 09 weight "
                 "sync, 10 fault tolerance), whose prerequisites all come before; the accelerator track (04-06) and "
-                "the capstone (11, which needs 05) are left for self-study"
+                "the capstone (11, which needs 05, and its Ray part 12) are left for self-study"
             ),
             shape=_FULL_DAY,
             days=(_ONE_DAY, (Part(8), Part(9), Part(10, (1, 2, 4)))),

@@ -6,6 +6,10 @@ more roles than sender and receivers (lesson 11: generators and several trainers
 engine on a group of its own (``torch.distributed.new_group``), so that ranks outside it
 never wait on a weight transfer. Under gloo every tensor is on the CPU; under NCCL control
 messages live on this rank's GPU, like the buffers, with the same code.
+
+``group`` may also be a :class:`~course_lib.runtime.groups.StandaloneGroup` (a gloo group
+outside the default world, lesson 12's sync group between Ray actors): every function below
+then runs the same collective on it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup, Work
 
+from course_lib.runtime.groups import StandaloneGroup
 from course_lib.weight_sync.buckets import BucketPlan
 from course_lib.weight_sync.integrity import ShapeMismatchError, WeightSyncError
 from course_lib.weight_sync.specs import TensorSpec
@@ -24,32 +29,47 @@ STATUS = {0: "ok", 1: "corrupt bucket", 2: "out-of-order or stale bucket", 3: "o
 #: The sender's rank in the engine's group.
 SOURCE = 0
 
+#: What the engine runs on: a torch.distributed group (``None``: the default one) or a standalone group.
+Group = ProcessGroup | StandaloneGroup | None
 
-def rank(group: ProcessGroup | None) -> int:
+
+def rank(group: Group) -> int:
     """This process's rank in ``group`` (-1 if it is not a member)."""
+    if isinstance(group, StandaloneGroup):
+        return group.rank()
     return dist.get_rank(group)
 
 
-def world_size(group: ProcessGroup | None) -> int:
+def world_size(group: Group) -> int:
     """How many ranks ``group`` holds: the sender and its receivers."""
+    if isinstance(group, StandaloneGroup):
+        return group.size()
     return dist.get_world_size(group)
 
 
-def device(group: ProcessGroup | None) -> torch.device:
-    """Where this rank's tensors live: its GPU under NCCL, else the CPU."""
+def device(group: Group) -> torch.device:
+    """Where this rank's tensors live: its GPU under NCCL, else the CPU (a standalone group is gloo)."""
+    if isinstance(group, StandaloneGroup):
+        return torch.device("cpu")
     if dist.is_initialized() and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def broadcast(tensor: torch.Tensor, group: ProcessGroup | None) -> None:
+def broadcast(tensor: torch.Tensor, group: Group) -> None:
     """Broadcast ``tensor`` from the sender (group rank 0) to ``group`` (blocking)."""
+    if isinstance(group, StandaloneGroup):
+        group.broadcast(tensor, SOURCE)
+        return
     dist.broadcast(tensor, group=group, group_src=SOURCE)
 
 
-def post(tensor: torch.Tensor, group: ProcessGroup | None) -> Work:
+def post(tensor: torch.Tensor, group: Group) -> Work:
     """Start a broadcast of ``tensor`` from the sender to ``group`` and return the handle to wait on."""
-    work = dist.broadcast(tensor, group=group, group_src=SOURCE, async_op=True)
+    if isinstance(group, StandaloneGroup):
+        work = group.broadcast(tensor, SOURCE, async_op=True)
+    else:
+        work = dist.broadcast(tensor, group=group, group_src=SOURCE, async_op=True)
     assert work is not None
     return work
 
@@ -59,10 +79,13 @@ def small(value: int, device: torch.device) -> torch.Tensor:
     return torch.tensor([value], dtype=torch.int64, device=device)
 
 
-def all_reduce_status(code: int, group: ProcessGroup | None, device: torch.device) -> int:
+def all_reduce_status(code: int, group: Group, device: torch.device) -> int:
     """Every rank of ``group``: its status code in, the worst (largest) out."""
     status = small(code, device)
-    dist.all_reduce(status, op=dist.ReduceOp.MAX, group=group)
+    if isinstance(group, StandaloneGroup):
+        group.all_reduce(status, dist.ReduceOp.MAX)
+    else:
+        dist.all_reduce(status, op=dist.ReduceOp.MAX, group=group)
     return int(status.item())
 
 
@@ -84,18 +107,19 @@ def check_plan(plan: BucketPlan, specs: list[TensorSpec]) -> None:
             )
 
 
-def handshake(
-    plan: BucketPlan | None, specs: list[TensorSpec], group: ProcessGroup | None, device: torch.device
-) -> BucketPlan:
+def handshake(plan: BucketPlan | None, specs: list[TensorSpec], group: Group, device: torch.device) -> BucketPlan:
     """The sender (group rank 0) broadcasts its ``plan`` once; every receiver checks it against its
     ``specs``; every rank of ``group`` agrees on the outcome.
 
     Raises:
         ShapeMismatchError: on every rank, if any receiver's model does not match.
     """
-    box: list[object] = [plan]
-    dist.broadcast_object_list(box, group=group, group_src=SOURCE)
-    received = box[0]
+    if isinstance(group, StandaloneGroup):
+        received = group.broadcast_object(plan, SOURCE)
+    else:
+        box: list[object] = [plan]
+        dist.broadcast_object_list(box, group=group, group_src=SOURCE)
+        received = box[0]
     assert isinstance(received, BucketPlan)
     error: WeightSyncError | None = None
     if rank(group) != SOURCE:

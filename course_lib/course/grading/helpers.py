@@ -307,15 +307,18 @@ def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
     return found
 
 
-def assert_not_library(fn: Any, *, name: str, packages: tuple[str, ...], advice: str) -> None:
+def assert_not_library(
+    fn: Any, *, name: str, packages: tuple[str, ...], advice: str, allowed: frozenset[str] = frozenset()
+) -> None:
     """Fail when the learner's ``fn`` (the exercise ``name``) is, wraps or calls an
     implementation from ``packages`` (see :func:`library_references`): the checks grade the
     learner's code, and the library's answer passes them all.
 
     The message names the first such function and says to write ``name`` from ``advice``
-    (the building blocks the exercise allows).
+    (the building blocks the exercise allows). Names in ``allowed`` (result or error classes the
+    exercise's contract uses) do not count.
     """
-    found = library_references(fn, packages)
+    found = [f for f in library_references(fn, packages) if f not in allowed]
     if found:
         more = f" (and {', '.join(found[1:])})" if len(found) > 1 else ""
         fail(
@@ -324,7 +327,14 @@ def assert_not_library(fn: Any, *, name: str, packages: tuple[str, ...], advice:
         )
 
 
-def guard_checks(checks: tuple[Any, ...], *, name: str, packages: tuple[str, ...], advice: str) -> tuple[Any, ...]:
+def guard_checks(
+    checks: tuple[Any, ...],
+    *,
+    name: str,
+    packages: tuple[str, ...],
+    advice: str,
+    allowed: frozenset[str] = frozenset(),
+) -> tuple[Any, ...]:
     """``checks`` (``Check`` objects), each first requiring :func:`assert_not_library` of
     the learner's function, so that every check, the first included, refuses an imported
     answer. The stub passes the guard and reaches the check (so it still reads "not
@@ -333,7 +343,7 @@ def guard_checks(checks: tuple[Any, ...], *, name: str, packages: tuple[str, ...
 
     def guarded(check_fn: Callable[[Any], None]) -> Callable[[Any], None]:
         def run(fn: Any) -> None:
-            assert_not_library(fn, name=name, packages=packages, advice=advice)
+            assert_not_library(fn, name=name, packages=packages, advice=advice, allowed=allowed)
             check_fn(fn)
 
         return run

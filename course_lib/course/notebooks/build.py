@@ -5,6 +5,10 @@
 ``solutions/<id>.ipynb``, executed at the ``cpu`` scale so their outputs are the ones
 nbval checks. ``course build --check`` executes nothing: it names every notebook that
 differs from what build would produce and exits non-zero.
+
+The lesson notebooks that start Ray (``execute.ISOLATED_LESSONS``: lesson 12) are executed
+inside a loopback-only network namespace (``course_lib.runtime.netns``); where none can be
+made, their build fails naming why and how to fix it.
 """
 
 from __future__ import annotations
@@ -95,14 +99,15 @@ def build(lesson_ids: list[str], root: Path, execute: bool = True) -> list[tuple
     """Regenerate (and execute) the notebooks of ``lesson_ids``; returns (path, seconds)."""
     from tqdm.auto import tqdm
 
-    from course_lib.course.notebooks.execute import execute_notebook, write_notebook
+    from course_lib.course.notebooks.execute import execute_notebook, needs_isolation, write_notebook
     from course_lib.course.notebooks.source import render, targets_for
 
     targets = [t for lid in lesson_ids for t in targets_for(lid, root)]
     timings = []
     for target in tqdm(targets, desc="building notebooks", unit="nb", file=sys.stderr):
         nb = render(target)
-        seconds = execute_notebook(nb, target.notebook.parent) if execute else 0.0
+        isolate = needs_isolation(target)
+        seconds = execute_notebook(nb, target.notebook.parent, isolate_network=isolate) if execute else 0.0
         write_notebook(nb, target.notebook)
         timings.append((str(target.notebook.relative_to(root)), seconds))
     return timings
@@ -128,11 +133,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from nbclient.exceptions import CellExecutionError
 
+    from course_lib.course.notebooks.execute import IsolationError
     from course_lib.course.notebooks.source import SourceError
 
     try:
         timings = build(ids, root, execute=not args.no_execute)
-    except (SourceError, CellExecutionError) as exc:
+    except (SourceError, CellExecutionError, IsolationError) as exc:
         print(f"course build failed: {exc}", file=sys.stderr)
         return 1
     for path, seconds in timings:

@@ -22,14 +22,13 @@ imported.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from course_lib.course.grading.checks import Check, Exercise, assert_true, call, check_case, fail
-from course_lib.course.grading.helpers import library_references
+from course_lib.course.grading.helpers import guard_checks
 
 LESSON = "09_weight_sync"
 LIBRARY = ("course_lib.weight_sync",)
@@ -44,21 +43,7 @@ def _guard(checks: tuple[Check, ...], *, name: str, advice: str) -> tuple[Check,
     """``checks``, each first failing when the learner's function is, wraps or calls an
     implementation from :data:`LIBRARY` other than the error classes in :data:`ALLOWED`
     (lesson 05's ``guard_checks`` with an allow-list). The stub passes the guard."""
-
-    def guarded(check_fn: Callable[[Any], None]) -> Callable[[Any], None]:
-        def run(fn: Any) -> None:
-            found = [f for f in library_references(fn, LIBRARY) if f not in ALLOWED]
-            if found:
-                more = f" (and {', '.join(found[1:])})" if len(found) > 1 else ""
-                fail(
-                    f"{name} uses {found[0]}{more}, the library's own implementation: write {name} yourself, "
-                    f"{advice}; the checks grade your code, not course_lib's"
-                )
-            check_fn(fn)
-
-        return run
-
-    return tuple(dataclasses.replace(check, fn=guarded(check.fn)) for check in checks)
+    return guard_checks(checks, name=name, packages=LIBRARY, advice=advice, allowed=ALLOWED)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,202 @@
+"""Reading run reports: side-by-side rows, phases, the kill timeline, reward against wall clock;
+and lesson 11's torchrun job on the same task, for the side-by-side.
+
+Every function takes the dicts :func:`course_lib.capstone_ray.controller.run` returns (and
+:func:`run_torchrun_same_task`'s), so a notebook can print or plot them without Ray.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+#: The side-by-side columns: (heading, report key).
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("updates/s", "updates_per_s"),
+    ("samples/s", "samples_per_s"),
+    ("controller ms/update", "controller_overhead_ms_per_update"),
+    ("lag max", "lag_max"),
+    ("held-out start", "eval_start"),
+    ("held-out end", "eval_end"),
+)
+
+
+def side_by_side(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per run (``name -> report``): the :data:`COLUMNS` (``None`` where a report lacks one,
+    e.g. the torchrun job's controller overhead) and whether its audit was exact."""
+    rows = []
+    for name, rep in runs.items():
+        row: dict[str, Any] = {"run": name}
+        for heading, key in COLUMNS:
+            row[heading] = rep.get(key)
+        audit = rep.get("audit")
+        row["audit"] = ("exact" if audit["ok"] else "FAILED") if isinstance(audit, Mapping) else "-"
+        rows.append(row)
+    return rows
+
+
+def format_rows(rows: list[dict[str, Any]], digits: int = 3) -> str:
+    """A fixed-width text table of ``rows`` (dicts with the same keys), numbers rounded to ``digits``."""
+    if not rows:
+        return ""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "-" if math.isnan(v) else f"{v:.{digits}g}" if abs(v) >= 1 else f"{v:.{digits}f}"
+        return "-" if v is None else str(v)
+
+    keys = list(rows[0])
+    cells = [[cell(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def phases_table(rep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """sync_colocated: the median ms per update of each phase (generate, hand-over, train, sync) and
+    its share of their sum. Empty for the split layouts (their phases overlap)."""
+    phases = rep.get("phases_ms_median") or {}
+    total = sum(phases.values())
+    return [
+        {"phase": name.removeprefix("phase_"), "ms": ms, "share": ms / total if total else float("nan")}
+        for name, ms in phases.items()
+    ]
+
+
+def kill_timeline(rep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The kill of a generator, as events in seconds after the SIGKILL: the controller sees the death
+    (its decoding call fails), the restarted incarnation answers, its first weight transfer starts
+    (after any transfer in flight has ended; the engine first rebuilds the group with it), its first
+    group comes back. Empty if the run had no kill."""
+    k = rep.get("kill") or {}
+    if not k:
+        return []
+    events = [
+        (f"SIGKILL of generator 1 (pid {k['old_pid']}) after update {k['u']}", 0.0),
+        (f"death seen: its decoding call fails; {k['lost_groups']} groups lost in flight", k["detect_s"]),
+        (f"restarted incarnation answers (pid {k.get('new_pid')})", k["restart_ready_s"]),
+        ("it rejoins: its first weight transfer starts (engine: on a rebuilt group)", k["rejoined_s"]),
+        ("its first group returns", k["first_group_s"]),
+    ]
+    return [{"event": e, "s_after_kill": float(t)} for e, t in events]
+
+
+def updates_around(rep: Mapping[str, Any], t: float, window_s: float = 5.0) -> tuple[int, int]:
+    """(updates in the ``window_s`` before time ``t``, in the ``window_s`` after), ``t`` in seconds since
+    the loop began: the throughput dip of a kill (``t = rep["kill"]["at_s"]``)."""
+    times = np.asarray([m["time"] for m in rep["metrics"]])
+    return int(((times > t - window_s) & (times <= t)).sum()), int(((times > t) & (times <= t + window_s)).sum())
+
+
+def reward_vs_time(rep: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds since the loop began, batch reward) per update, for a plot against wall clock."""
+    m = rep["metrics"]
+    return np.asarray([x["time"] for x in m], dtype=float), np.asarray([x["reward"] for x in m], dtype=float)
+
+
+def heldout_vs_time(rep: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, held-out reward) at the start (0: before the first update) and the end (the last
+    update's end): the two evaluations of a run."""
+    end = rep["metrics"][-1]["time"] if rep.get("metrics") else 0.0
+    return np.asarray([0.0, end]), np.asarray([rep["eval_start"], rep["eval_end"]], dtype=float)
+
+
+def run_torchrun_same_task(
+    seed: int = 0,
+    n_updates: int = 120,
+    max_lag: int = 4,
+    deadline_s: float = 300.0,
+    *,
+    like: Any = None,
+    kill_at: int = -1,
+) -> dict[str, Any]:
+    """Lesson 11's torchrun job with the Ray runs' sizes (2 trainers + 2 generators x 16 slots, the
+    same held-out set of 512 prompts), ``max_lag`` 4 (async) or 0 (sync); no calibration; gloo on
+    CPUs, as the Ray actors. ``like`` (a :class:`~course_lib.capstone_ray.controller.RayRunConfig`)
+    gives the model, learning rate, warm start and batch (default: ``RayRunConfig()``'s), so the two
+    runs share their warm start and held-out set at every scale. ``kill_at >= 0``: generator rank 3
+    SIGKILLs itself at that update and torchrun restarts the whole job once, from its newest
+    checkpoint (every 40 updates).
+
+    Returns ``updates_per_s``, ``samples_per_s``, ``tokens_per_s``, ``eval_start``, ``eval_end``,
+    ``lag_max``, ``wall_s``, ``reward_time``/``reward`` (per update, seconds since its first line),
+    ``load_1min_before``, and with a kill ``restart``: ``resumed_step``, ``updates_redone``,
+    ``discarded_samples``, ``kill_to_restart_s`` (to the restarted attempt's first line) and
+    ``kill_to_first_update_s``. Run it inside the loopback namespace like the Ray runs.
+
+    Raises:
+        course_lib.capstone.launch.CapstoneFailed: the job failed or ran past ``deadline_s``.
+    """
+    from course_lib.capstone import run as run_capstone
+    from course_lib.capstone_ray.controller import RayRunConfig
+
+    cfg = like if like is not None else RayRunConfig()
+    kill = {"kill_rank": 3, "kill_at_update": kill_at, "checkpoint_every": 40} if kill_at >= 0 else {}
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        rep = run_capstone(
+            d,
+            nproc_per_node=4,
+            max_restarts=1 if kill_at >= 0 else 0,
+            deadline_s=deadline_s,
+            show_progress=False,
+            echo=None,
+            n_updates=n_updates,
+            eval_prompts=cfg.eval_prompts,
+            eval_seed=cfg.eval_seed,
+            calibrate=False,
+            n_trainers=2,
+            n_slots=cfg.n_slots,
+            max_lag=max_lag,
+            seed=seed,
+            backend="gloo",
+            d_model=cfg.d_model,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            lr=cfg.lr,
+            clip_c=cfg.clip_c,
+            warm_steps=cfg.warm_steps,
+            group_size=cfg.group_size,
+            groups_per_batch=cfg.groups_per_batch,
+            train_chunk=cfg.train_chunk,
+            **kill,
+        )
+        wall = time.perf_counter() - t0
+        start, end = rep.held_out()
+        hist = rep.lag_histogram()
+        times, rewards = rep.reward_vs_time()
+        out: dict[str, Any] = {
+            "updates_per_s": rep.updates_per_s,
+            "samples_per_s": rep.samples_per_s,
+            "tokens_per_s": rep.tokens_per_s,
+            "eval_start": start,
+            "eval_end": end,
+            "lag_max": int(max((i for i, h in enumerate(hist) if h), default=0)),
+            "wall_s": wall,
+            "reward_time": times.tolist(),
+            "reward": rewards.tolist(),
+            "load_1min_before": load,
+        }
+        if kill_at >= 0:
+            (restart,) = rep.restarts
+            kill_t = next(x["t"] for x in rep.lines if x["kind"] == "event" and "kills itself" in x["message"])
+            first_line = min(x["t"] for x in rep.lines if x.get("attempt") == 1)
+            first_update = min(x["t"] for x in rep.lines if x["kind"] == "update" and x["attempt"] == 1)
+            audit = rep.result["audit"]
+            out["restart"] = {
+                "resumed_step": int(restart["resumed_step"]),
+                "updates_redone": len(rep.updates["update"]) - n_updates,
+                "discarded_samples": int(audit["discarded_samples"]),
+                "audit_ok": bool(audit["ok"]),
+                "kill_to_restart_s": first_line - kill_t,
+                "kill_to_first_update_s": first_update - kill_t,
+            }
+        return out

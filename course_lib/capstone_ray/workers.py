@@ -1,0 +1,439 @@
+"""The two actors: :class:`TrainerWorker` and :class:`GeneratorWorker`.
+
+Plain classes: the controller applies ``ray.remote`` (with their concurrency groups), so this
+module imports without Ray, and a test can run a worker's code in-process. Everything heavy
+(torch, the model) is imported inside the methods, in the actor's process.
+
+* :class:`TrainerWorker`: one data-parallel trainer: lesson 07's truncated-IS loss on its share of
+  the batch (lesson 11's ``shard_loss``), token count and flattened gradient all-reduced over the
+  trainers' own gloo group (lesson 11's exact-sum scheme: the summed gradient is the gradient of
+  the whole batch's loss), Adam. Trainer 0 is also the sender of the weight sync: lesson 09's
+  engine on a :class:`~course_lib.runtime.groups.StandaloneGroup` with the generators, or its
+  weights as one numpy array for Ray's object store.
+* :class:`GeneratorWorker`: lesson 07's ``SlotSampler`` (KV cache, continuous batching). Three
+  concurrency groups: decoding (default: one call = up to ``chunk_steps`` steps), ``sync`` (weights
+  land in the engine's staging store while decoding goes on, then are copied into the model under
+  a lock between two decoding steps: the in-flight update, KV cache kept) and ``control``
+  (``ready``/``where`` answer while a decode call runs).
+
+Every actor pins itself to the core numbered by its bundle (Ray's ``num_cpus`` is bookkeeping
+only; without pinning every layout is the same schedule on the machine's cores) and runs one
+torch thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections import deque
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from course_lib.capstone_ray.controller import RayRunConfig
+
+
+def setup_process(core: int | None) -> None:
+    """One torch thread; pinned to core ``core`` (modulo the cores this process may use) if given."""
+    import torch
+
+    torch.set_num_threads(1)
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[core % len(cores)]})
+
+
+def where_am_i() -> dict[str, Any]:
+    """Where Ray put this actor: pid, placement group, the bundle its CPUs were granted from (read
+    from the raylet's grant, ``CPU_group_<bundle>_<pg>``), its CPU share, and the cores it may run on."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    bundle: int | None = None
+    share = 0.0
+    try:  # the raylet's grant; no public API names the bundle
+        worker: Any = ray._private.worker.global_worker
+        for name, slots in worker.core_worker.resource_ids().items():
+            parts = name.split("_")
+            if name.startswith("CPU_group_") and len(parts) == 4 and parts[2].isdigit():
+                bundle, share = int(parts[2]), float(sum(x[1] for x in slots))
+    except Exception:
+        pass
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {
+        "pid": os.getpid(),
+        "placement_group_id": ctx.get_placement_group_id(),
+        "bundle": bundle,
+        "cpus": share,
+        "cores": cores,
+    }
+
+
+class TrainerWorker:
+    """One data-parallel trainer (see the module docstring)."""
+
+    def __init__(self, cfg: RayRunConfig, rank: int, core: int | None) -> None:
+        setup_process(core)
+        import torch
+
+        from course_lib.lm.model import TinyLM
+
+        self.cfg, self.rank = cfg, rank
+        self.model = TinyLM(cfg.lm())
+        torch.manual_seed(cfg.seed)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.sender: Any = None
+        self.version = 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def where(self) -> dict[str, Any]:
+        """See :func:`where_am_i`."""
+        return where_am_i() | {"role": "trainer", "index": self.rank}
+
+    def load(self, flat: np.ndarray) -> None:
+        """The warm-started weights (every trainer the same)."""
+        import torch
+
+        from course_lib.runtime.weights import load_flat_parameters
+
+        load_flat_parameters(self.model, torch.from_numpy(np.array(flat)))
+
+    def join_trainer_group(self, port: int, world: int) -> float:
+        """Join the trainers' own group (this process's default group, on 127.0.0.1:``port``)."""
+        import datetime
+
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=self.rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=self.cfg.timeout_s),
+        )
+        return time.perf_counter() - t0
+
+    def join_sync(self, port: int, epoch: int, world: int) -> float:
+        """Trainer 0: be rank 0 (the sender) of sync group ``epoch`` (lesson 09's engine, handshake included)."""
+        from course_lib.capstone.channels import BroadcastChannel
+        from course_lib.runtime.groups import StandaloneGroup
+        from course_lib.weight_sync.config import SyncConfig
+
+        t0 = time.perf_counter()
+        group = StandaloneGroup("127.0.0.1", port, f"sync/{epoch}", 0, world, self.cfg.sync_timeout_s)
+        config = SyncConfig(method="pipelined", bucket_mb=self.cfg.bucket_mb)
+        self.sender = BroadcastChannel(cast(Any, group), True, self.model, config)  # comm.py takes a StandaloneGroup
+        return time.perf_counter() - t0
+
+    def send_weights(self, version: int) -> dict[str, float]:
+        """Send ``version`` to the sync group's generators (lesson 09's engine)."""
+        t = self.sender.send(self.model, version)
+        return {"total": t.total, "stage": t.stage, "transfer": t.transfer}
+
+    def get_flat(self) -> np.ndarray:
+        """The weights as one float32 numpy array (Ray stores it in the object store: zero-copy reads)."""
+        from course_lib.runtime.weights import flat_parameters
+
+        return flat_parameters(self.model).numpy()
+
+    def _summed_gradient(self, batch: dict[str, Any]) -> tuple[Any, float]:
+        """Backward of this shard's part of (07.2), then the token count and the flattened gradient
+        all-reduced over the trainers: every trainer's ``.grad`` is the whole batch's gradient.
+        Returns (the real tokens' ``log pi - log mu``, seconds in all-reduce)."""
+        import torch
+        import torch.distributed as dist
+
+        from course_lib.capstone.trainer import shard_loss
+
+        n_tok = torch.tensor([float(batch["mask"].sum())], dtype=torch.float64)
+        t1 = time.perf_counter()
+        dist.all_reduce(n_tok)
+        t_ar = time.perf_counter() - t1
+        loss, log_ratio = shard_loss(self.model, batch, int(n_tok.item()), self.cfg.clip_c, self.cfg.train_chunk)
+        self.opt.zero_grad()
+        loss.backward()
+        params = list(self.model.parameters())
+        flat = torch.cat([p.grad.reshape(-1) for p in params])  # type: ignore[union-attr]
+        t1 = time.perf_counter()
+        dist.all_reduce(flat)
+        t_ar += time.perf_counter() - t1
+        offset = 0
+        for p in params:
+            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        return log_ratio, t_ar
+
+    def gradient(self, groups: list[dict[str, Any]]) -> np.ndarray:
+        """The all-reduced gradient for this trainer's ``groups`` (every trainer calls it with its
+        share), flattened, without an optimizer step (what :meth:`update` steps with)."""
+        import torch
+
+        from course_lib.pipeline.loss import pad_groups
+
+        self._summed_gradient(pad_groups(groups))
+        return torch.cat([p.grad.reshape(-1) for p in self.model.parameters()]).numpy()  # type: ignore[union-attr]
+
+    def update(self, u: int, groups: list[dict[str, Any]]) -> dict[str, Any]:
+        """One step at version ``u`` on this trainer's ``groups``; returns sums the controller adds up.
+
+        Raises:
+            AssertionError: ``u`` is not this trainer's version, or a token lags more than the bound.
+        """
+        import torch
+
+        from course_lib.pipeline.loss import pad_groups, token_lags
+
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        assert u == self.version, (u, self.version)
+        batch = pad_groups(groups)
+        mask = batch["mask"]
+        lag = token_lags(u, batch["versions"].numpy(), mask.numpy())[mask.numpy()]
+        if lag.size and int(lag.max()) > cfg.lag_bound:
+            raise AssertionError(f"update {u}: a token lags {int(lag.max())} > bound {cfg.lag_bound}")
+        log_ratio, t_ar = self._summed_gradient(batch)
+        self.opt.step()
+        self.version = u + 1
+        w = torch.exp(log_ratio.double().clamp(max=50.0))
+        ids = [[g["k"], a["j"]] for g in groups for a in g["answers"]]
+        return {
+            "u": u,
+            "reward_sum": float(batch["rewards"].sum()),
+            "n_seq": int(batch["rewards"].size),
+            "tokens": int(mask.sum()),
+            "lag_max": int(lag.max()) if lag.size else 0,
+            "lag_sum": float(lag.sum()),
+            "lag_hist": np.bincount(lag, minlength=cfg.lag_bound + 1).tolist(),
+            "w_sum": float(w.sum()),
+            "w2_sum": float((w * w).sum()),
+            "ids": ids,
+            "seconds": time.perf_counter() - t0,
+            "allreduce_s": t_ar,
+        }
+
+    def evaluate(self, shard: int, n_shards: int) -> tuple[float, int]:
+        """(sum of rewards, count) on this trainer's share of the held-out prompts (lesson 11's measure)."""
+        from course_lib.capstone.trainer import heldout_reward
+        from course_lib.lm.task import CountdownTask
+
+        return heldout_reward(self.model, CountdownTask(), self.cfg.eval_prompts, self.cfg.eval_seed, shard, n_shards)
+
+    def offload(self) -> float:
+        """Colocated: hand the bundle over. On a GPU: optimizer state and grads to host, empty_cache."""
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t0
+
+    def ping(self) -> int:
+        return self.version
+
+
+class GeneratorWorker:
+    """Lesson 07's SlotSampler in an actor (see the module docstring)."""
+
+    def __init__(self, cfg: RayRunConfig, index: int, core: int | None) -> None:
+        setup_process(core)
+        import ray
+        import torch
+
+        from course_lib.lm.model import TinyLM
+        from course_lib.lm.sampler import SlotSampler, generator_for
+        from course_lib.lm.task import EOS, CountdownTask
+
+        self.cfg, self.index = cfg, index
+        with warnings.catch_warnings():  # Ray 2.60's own property trips its actor_id deprecation warning
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.incarnation = int(
+                ray.get_runtime_context().was_current_actor_reconstructed
+            )  # 0, then 1 after a restart
+        self.model = TinyLM(cfg.lm())
+        self.task = CountdownTask()
+        gen = generator_for(self.model, cfg.seed * 1_000_003 + index * 1009 + self.incarnation * 7919)
+        self.sampler = SlotSampler(self.model, cfg.n_slots, EOS, gen, version=-1)
+        self.lock = threading.Lock()
+        self.queue: deque[int] = deque()  # admitted groups not started yet
+        self.groups: dict[int, dict[str, Any]] = {}
+        self.owner: dict[int, tuple[int, int]] = {}  # slot -> (k, j)
+        self.issuing, self.next_j = -1, 0
+        self.receiver: Any = None
+        self.tokens = 0
+        self.busy_s = 0.0
+        self.swaps_in_flight = 0
+        self._torch = torch
+
+    # -- control (own concurrency group: answers while a decode call runs) --
+    def ready(self) -> dict[str, Any]:
+        """pid, incarnation (0, then 1 after a restart), index, and how old this process is."""
+        import psutil
+
+        return {
+            "pid": os.getpid(),
+            "incarnation": self.incarnation,
+            "index": self.index,
+            "process_age_s": time.time() - psutil.Process().create_time(),
+        }
+
+    def where(self) -> dict[str, Any]:
+        """See :func:`where_am_i`."""
+        return where_am_i() | {"role": "generator", "index": self.index}
+
+    # -- weights (sync group thread) --
+    def join_sync(self, port: int, epoch: int, world: int, rank: int) -> float:
+        """Be rank ``rank`` (a receiver) of sync group ``epoch``."""
+        from course_lib.capstone.channels import BroadcastChannel
+        from course_lib.runtime.groups import StandaloneGroup
+        from course_lib.weight_sync.config import SyncConfig
+
+        t0 = time.perf_counter()
+        group = StandaloneGroup("127.0.0.1", port, f"sync/{epoch}", rank, world, self.cfg.sync_timeout_s)
+        config = SyncConfig(method="pipelined", bucket_mb=self.cfg.bucket_mb)
+        self.receiver = BroadcastChannel(cast(Any, group), False, self.model, config)
+        return time.perf_counter() - t0
+
+    def receive_weights(self, version: int) -> dict[str, float]:
+        """Lesson 09's receive into the engine's staging store (no lock: decoding goes on), then
+        the copy into the model between two decoding steps (under the lock)."""
+        t0 = time.perf_counter()
+        ph = self.receiver.end.receive(version + 1)
+        t1 = time.perf_counter()
+        with self.lock, self._torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.copy_(self.receiver.end.store.active[name])
+            self._changed(version)
+        return {"total": time.perf_counter() - t0, "transfer": ph.transfer, "load": time.perf_counter() - t1}
+
+    def set_weights(self, flat: np.ndarray, version: int) -> dict[str, float]:
+        """Object-store path: ``flat`` arrives as a read-only view of the object store."""
+        from course_lib.runtime.weights import load_flat_parameters
+
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only (zero-copy) array
+            t = self._torch.from_numpy(flat)
+        with self.lock:
+            if version < self.sampler.version:  # an older transfer finishing late: never load it over a newer one
+                return {"total": time.perf_counter() - t0, "stale": 1.0}
+            load_flat_parameters(self.model, t)
+            self._changed(version)
+        return {"total": time.perf_counter() - t0}
+
+    def get_flat(self) -> np.ndarray:
+        """The generator's weights as one float32 array (tests: what arrived)."""
+        from course_lib.runtime.weights import flat_parameters
+
+        with self.lock:
+            return flat_parameters(self.model).numpy().copy()
+
+    def _changed(self, version: int) -> None:
+        if version > self.sampler.version:
+            if self.sampler.n_active:
+                self.swaps_in_flight += 1
+            self.sampler.weights_changed(version, recompute=False)
+
+    # -- decoding (default group) --
+    def _refill(self) -> None:
+        from course_lib.capstone.generator import problem_for
+
+        for slot in self.sampler.free_slots():
+            if self.next_j == 0 or self.next_j == self.cfg.group_size:
+                if not self.queue:
+                    return
+                k = self.queue.popleft()
+                self.groups[k] = {
+                    "problem": problem_for(self.task, self.cfg.seed, k),
+                    "start_version": self.sampler.version,
+                    "answers": [],
+                }
+                self.issuing, self.next_j = k, 0
+            self.sampler.start(slot, self.groups[self.issuing]["problem"].prompt)
+            self.owner[slot] = (self.issuing, self.next_j)
+            self.next_j += 1
+
+    def _finish(self, slot: int) -> dict[str, Any] | None:
+        k, j = self.owner.pop(slot)
+        res = self.sampler.result(slot)
+        p = int(res["prompt_len"])
+        g = self.groups[k]
+        answer = res["tokens"][p:].tolist()
+        g["answers"].append(
+            {
+                "j": j,
+                "answer": answer,
+                "logp": res["logp"][p:].tolist(),
+                "versions": res["versions"][p:].tolist(),
+                "reward": self.task.reward(g["problem"], answer),
+            }
+        )
+        self.tokens += len(answer)
+        if len(g["answers"]) < self.cfg.group_size:
+            return None
+        self.groups.pop(k)
+        g["answers"].sort(key=lambda a: a["j"])
+        return {
+            "k": k,
+            "gen": self.index,
+            "incarnation": self.incarnation,
+            "start_version": g["start_version"],
+            "prompt": g["problem"].prompt,
+            "answers": g["answers"],
+        }
+
+    def run(self, admit: list[int], until_done: bool = False) -> dict[str, Any]:
+        """Queue ``admit`` (group numbers), decode up to ``chunk_steps`` steps (or, ``until_done``,
+        until every admitted group is finished) and return the groups that finished."""
+        assert self.sampler.version >= 0, "no weights yet"
+        self.queue.extend(admit)
+        done: list[dict[str, Any]] = []
+        steps = 0
+        t0 = time.perf_counter()
+        while until_done or steps < self.cfg.chunk_steps:
+            self._refill()
+            if self.sampler.n_active == 0:
+                break
+            with self.lock:
+                finished = self.sampler.step()
+            steps += 1
+            for slot in finished:
+                g = self._finish(slot)
+                if g is not None:
+                    done.append(g)
+            if done and not until_done and steps >= 4:
+                break
+        self.busy_s += time.perf_counter() - t0
+        return {
+            "groups": done,
+            "steps": steps,
+            "seconds": time.perf_counter() - t0,
+            "active": self.sampler.n_active,
+            "queued": len(self.queue),
+            "version": self.sampler.version,
+        }
+
+    def offload(self) -> float:
+        """Colocated: free the KV cache between phases (on a GPU: the memory the trainer then uses)."""
+        t0 = time.perf_counter()
+        assert self.sampler.n_active == 0
+        self.sampler.cache = None  # type: ignore[assignment]
+        return time.perf_counter() - t0
+
+    def onload(self) -> float:
+        """Colocated: the KV cache back before the next generation phase."""
+        t0 = time.perf_counter()
+        if self.sampler.cache is None:
+            self.sampler.cache = self.model.new_cache(self.cfg.n_slots)
+        return time.perf_counter() - t0
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "busy_s": self.busy_s,
+            "swaps": self.sampler.swaps,
+            "swaps_in_flight": self.swaps_in_flight,
+            "incarnation": self.incarnation,
+        }

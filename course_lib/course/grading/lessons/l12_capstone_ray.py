@@ -1,0 +1,1229 @@
+"""Lesson 12's graded exercises: three decisions of the Ray controller, as pure functions.
+
+The learner writes:
+
+* ``bundles_for(layout, n_trainers, n_generators) -> Placement``  (lesson 08's layouts as bundles)
+* ``admit(next_k, todo, delivered, holding, idle, *, max_lag, groups_per_batch, room, total_groups)
+  -> Admission``  (one admission step: deal groups to idle generators under the lag bound)
+* ``on_generator_death(g, in_flight, admitted, todo) -> Death``  (a killed generator's lost groups)
+
+The checks never call ``course_lib.capstone_ray``: they compare with the oracles below, each
+written a different way from the statement's rule. The placement oracle fills the bundles
+member by member (and a hand-written table pins the statement's layouts); the admission oracle
+deals from the list of open generators re-sorted at every step, with the bound written as a lag
+(``floor(k / B) - delivered[g] <= max_lag``); the death oracle scans the group ids one by one.
+A small event simulation of the controller (weight transfers arriving late and per generator,
+decoding calls returning in random order, generators killed and restarted) drives the learner's
+``admit`` or ``on_generator_death`` and checks the lag bound, that every group comes back exactly
+once, and that every lost group is generated again by another incarnation. The oracles take
+keyword switches that compute known slips, so a wrong answer that matches one is named.
+
+The result types (``Placement``, ``Admission``, ``Death``) are the learner's to use; an answer
+that is, wraps or calls anything else from ``course_lib.capstone_ray`` (the library's answers)
+is refused by every check.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from course_lib.course.grading.checks import (
+    Check,
+    Exercise,
+    call,
+    check_case,
+    describe_type,
+    fail,
+    fmt_number,
+    short_repr,
+)
+from course_lib.course.grading.helpers import assert_raises, guard_checks
+
+LESSON = "12_capstone_ray"
+LIBRARY = ("course_lib.capstone_ray",)
+#: what the exercises may take from the library: the result types they return
+ALLOWED = frozenset(
+    (
+        "course_lib.capstone_ray.placement.Placement",
+        "course_lib.capstone_ray.admission.Admission",
+        "course_lib.capstone_ray.ledger.Death",
+    )
+)
+_MISSING = object()
+
+
+def _guard(checks: tuple[Check, ...], *, name: str, advice: str) -> tuple[Check, ...]:
+    """``checks``, each first failing when the learner's function is, wraps or calls an
+    implementation from :data:`LIBRARY` other than the result types in :data:`ALLOWED`
+    (lesson 05's ``guard_checks`` with an allow-list, as lesson 09's). The stub passes."""
+    return guard_checks(checks, name=name, packages=LIBRARY, advice=advice, allowed=ALLOWED)
+
+
+def _int(value: Any) -> int | None:
+    """``value`` as an int if it is an integer (not a bool), else None."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        return None
+    return int(value)
+
+
+def _field(obj: Any, key: str) -> Any:
+    """Attribute ``key`` of the learner's result (a dict's item also works), or ``_MISSING``."""
+    if isinstance(obj, Mapping):
+        return obj.get(key, _MISSING)
+    try:
+        return getattr(obj, key, _MISSING)
+    except Exception:
+        return _MISSING
+
+
+def _ints(value: Any, what: str, key: str) -> tuple[int, ...]:
+    """A sequence of ints as a tuple, or a failure naming ``key``."""
+    if not isinstance(value, list | tuple) or any(_int(v) is None for v in value):
+        fail(f"{what}: {key} is {describe_type(value)} {short_repr(value)}; expected a tuple of ints")
+    return tuple(int(v) for v in value)
+
+
+def _other_than_value_error(what: str) -> Callable[[Exception], str]:
+    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 1: bundles_for
+# ---------------------------------------------------------------------------------------
+
+BF = "bundles_for"
+LAYOUTS = ("sync_colocated", "sync_split", "pipeline")
+PLACEMENT_FIELDS = ("bundles", "trainer_bundle", "generator_bundle", "trainer_cpus", "generator_cpus")
+
+
+@dataclass(frozen=True)
+class PlacementView:
+    """A placement, normalised: the number of bundles, each actor's bundle, the two shares."""
+
+    n_bundles: int
+    trainer_bundle: tuple[int, ...]
+    generator_bundle: tuple[int, ...]
+    trainer_cpus: float
+    generator_cpus: float
+
+    def same(self, other: PlacementView) -> bool:
+        return (
+            (self.n_bundles, self.trainer_bundle, self.generator_bundle)
+            == (other.n_bundles, other.trainer_bundle, other.generator_bundle)
+            and math.isclose(self.trainer_cpus, other.trainer_cpus, rel_tol=1e-9, abs_tol=1e-12)
+            and math.isclose(self.generator_cpus, other.generator_cpus, rel_tol=1e-9, abs_tol=1e-12)
+        )
+
+    def loads(self) -> list[float]:
+        """The CPUs the actors claim in each bundle."""
+        used = [0.0] * self.n_bundles
+        for b in self.trainer_bundle:
+            used[b] += self.trainer_cpus
+        for b in self.generator_bundle:
+            used[b] += self.generator_cpus
+        return used
+
+
+#: The statement's layouts, written out by hand: (layout, trainers, generators) ->
+#: (bundles, trainer_bundle, generator_bundle, trainer_cpus, generator_cpus).
+TABLE: dict[tuple[str, int, int], PlacementView] = {
+    ("sync_colocated", 2, 2): PlacementView(2, (0, 1), (0, 1), 0.5, 0.5),
+    ("sync_colocated", 2, 4): PlacementView(2, (0, 1), (0, 1, 0, 1), 0.5, 0.25),
+    ("sync_colocated", 1, 3): PlacementView(1, (0,), (0, 0, 0), 0.5, 1 / 6),
+    ("sync_colocated", 3, 3): PlacementView(3, (0, 1, 2), (0, 1, 2), 0.5, 0.5),
+    ("sync_split", 2, 2): PlacementView(2, (0, 0), (1, 1), 0.5, 0.5),
+    ("sync_split", 3, 1): PlacementView(2, (0, 0, 0), (1,), 1 / 3, 1.0),
+    ("pipeline", 2, 2): PlacementView(2, (0, 0), (1, 1), 0.5, 0.5),
+    ("pipeline", 1, 4): PlacementView(2, (0,), (1, 1, 1, 1), 1.0, 0.25),
+}
+
+
+def naive_placement(
+    layout: str,
+    n_trainers: int,
+    n_generators: int,
+    *,
+    colocated: tuple[str, ...] = ("sync_colocated",),
+    swapped: bool = False,
+    all_in_zero: bool = False,
+    blocked: bool = False,
+) -> PlacementView:
+    """The placement built member by member: open the bundles, put each actor into its bundle,
+    then read every actor's share off the members of its bundle. The switches compute known
+    slips."""
+    members: list[list[str]] = []
+    trainer_at: list[int] = []
+    generator_at: list[int] = []
+    if layout in colocated:
+        members = [[] for _ in range(n_trainers)]
+        per_bundle = max(n_generators // n_trainers, 1)
+        for r in range(n_trainers):
+            members[r].append("trainer")
+            trainer_at.append(r)
+        for i in range(n_generators):  # dealt in turn over the trainers' bundles
+            b = 0 if all_in_zero else (min(i // per_bundle, n_trainers - 1) if blocked else i % n_trainers)
+            members[b].append("generator")
+            generator_at.append(b)
+        trainer_share = 0.5
+        generator_share = 0.5 / per_bundle
+    else:
+        home, away = (1, 0) if swapped else (0, 1)
+        members = [[], []]
+        for _ in range(n_trainers):
+            members[home].append("trainer")
+            trainer_at.append(home)
+        for _ in range(n_generators):
+            members[away].append("generator")
+            generator_at.append(away)
+        trainer_share = 1.0 / members[home].count("trainer")
+        generator_share = 1.0 / members[away].count("generator")
+    return PlacementView(len(members), tuple(trainer_at), tuple(generator_at), trainer_share, generator_share)
+
+
+BF_SLIPS: dict[str, dict[str, Any]] = {
+    "trainers and generators swapped between the bundles: the trainers share bundle 0, the generators bundle 1": dict(
+        swapped=True
+    ),
+    "all generators in bundle 0: in sync_colocated generator i goes beside trainer i % n_trainers, into bundle "
+    "i % n_trainers": dict(all_in_zero=True),
+    "generators dealt in blocks: deal them in turn, generator i into bundle i % n_trainers (beside trainer "
+    "i % n_trainers)": dict(blocked=True),
+    "pipeline is placed like sync_split (trainers in bundle 0, generators in bundle 1); only the controller's "
+    "schedule differs": dict(colocated=("sync_colocated", "pipeline")),
+    "sync_split places the trainers and the generators in separate bundles (0 and 1), as pipeline does; only "
+    "sync_colocated shares a core": dict(colocated=("sync_colocated", "sync_split")),
+}
+
+
+def _bf_what(layout: str, n_trainers: int, n_generators: int) -> str:
+    return f"{BF}({layout!r}, {n_trainers}, {n_generators})"
+
+
+def _bf_answer(fn: Callable[..., Any], layout: str, n_trainers: int, n_generators: int) -> PlacementView:
+    """The learner's placement, normalised, or a failure naming what is wrong with its shape."""
+    what = _bf_what(layout, n_trainers, n_generators)
+    got = call(fn, layout, n_trainers, n_generators)
+    if got is None:
+        fail(f"{what} returned None; did you forget to `return` the Placement?")
+    missing = [key for key in PLACEMENT_FIELDS if _field(got, key) is _MISSING]
+    if missing:
+        fail(f"{what} returned {describe_type(got)} without {', '.join(missing)}; expected a Placement(...)")
+    given = _field(got, "layout")
+    if given is not _MISSING and given != layout:
+        fail(f"{what}: layout is {short_repr(given)}; expected {layout!r}, the layout asked for")
+    bundles = _field(got, "bundles")
+    if not isinstance(bundles, list | tuple) or not bundles:
+        fail(f"{what}: bundles is {describe_type(bundles)}; expected a tuple of {{'CPU': 1.0}}, one per bundle")
+    for b, bundle in enumerate(bundles):
+        ok = isinstance(bundle, Mapping) and set(bundle) == {"CPU"}
+        if not ok or isinstance(bundle["CPU"], bool) or not isinstance(bundle["CPU"], int | float | np.number):
+            fail(f"{what}: bundles[{b}] is {short_repr(bundle)}; expected {{'CPU': 1.0}} (one core)")
+        if not math.isclose(float(bundle["CPU"]), 1.0):
+            fail(f"{what}: bundles[{b}] is {short_repr(dict(bundle))}; every bundle is one core, {{'CPU': 1.0}}")
+    trainer_bundle = _ints(_field(got, "trainer_bundle"), what, "trainer_bundle")
+    generator_bundle = _ints(_field(got, "generator_bundle"), what, "generator_bundle")
+    for key, at, n, role in (
+        ("trainer_bundle", trainer_bundle, n_trainers, "trainer"),
+        ("generator_bundle", generator_bundle, n_generators, "generator"),
+    ):
+        if len(at) != n:
+            fail(f"{what}: {key} has {len(at)} entries; expected {n}, the bundle of each {role}")
+        bad = [b for b in at if not 0 <= b < len(bundles)]
+        if bad:
+            fail(f"{what}: {key} names bundle {bad[0]}, but there are {len(bundles)} bundles (0 .. {len(bundles) - 1})")
+    shares = []
+    for key in ("trainer_cpus", "generator_cpus"):
+        value = _field(got, key)
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number) or not math.isfinite(value):
+            fail(f"{what}: {key} is {describe_type(value)}; expected a float, each actor's share of its bundle's CPU")
+        shares.append(float(value))
+    return PlacementView(len(bundles), trainer_bundle, generator_bundle, shares[0], shares[1])
+
+
+def _members(view: PlacementView, b: int) -> str:
+    parts = []
+    for role, at, share in (
+        ("trainer", view.trainer_bundle, view.trainer_cpus),
+        ("generator", view.generator_bundle, view.generator_cpus),
+    ):
+        n = at.count(b)
+        if n:
+            parts.append(f"{n} {role}{'s' if n > 1 else ''} x {fmt_number(share)}")
+    return " + ".join(parts) or "nothing"
+
+
+def _bf_compare(fn: Callable[..., Any], layout: str, n_trainers: int, n_generators: int) -> None:
+    """The learner's placement against the oracle; a known slip is named, then bundles whose
+    shares do not add up, then the first field that differs."""
+    what = _bf_what(layout, n_trainers, n_generators)
+    got = _bf_answer(fn, layout, n_trainers, n_generators)
+    want = naive_placement(layout, n_trainers, n_generators)
+    if got.same(want):
+        return
+    for message, slip in BF_SLIPS.items():
+        wrong = naive_placement(layout, n_trainers, n_generators, **slip)
+        if not wrong.same(want) and got.same(wrong):
+            fail(f"{what}: {message}")
+    for b, load in enumerate(got.loads()):
+        if not math.isclose(load, 1.0, rel_tol=1e-9):
+            fail(
+                f"{what}: bundle {b} holds {fmt_number(load)} CPU of actors ({_members(got, b)}) but has 1.0: "
+                "the shares in a bundle must add up to exactly its CPU"
+            )
+    for key in ("n_bundles", "trainer_bundle", "generator_bundle", "trainer_cpus", "generator_cpus"):
+        mine, right = getattr(got, key), getattr(want, key)
+        if mine != right and not (isinstance(mine, float) and math.isclose(mine, right, rel_tol=1e-9)):
+            name = "the number of bundles" if key == "n_bundles" else key
+            fail(f"{what}: {name} is {short_repr(mine)}; expected {short_repr(right)}")
+
+
+@check_case("returns a Placement (bundles, trainer_bundle, generator_bundle, trainer_cpus, generator_cpus)")
+def _bf_shape(fn: Callable[..., Any]) -> None:
+    for layout in LAYOUTS:
+        _bf_answer(fn, layout, 2, 2)
+
+
+@check_case("a hand-written table: 2 trainers with 2 and 4 generators, 1 with 3 and 4, 3 with 1 and 3")
+def _bf_known(fn: Callable[..., Any]) -> None:
+    for (layout, n_trainers, n_generators), want in TABLE.items():
+        _bf_compare(fn, layout, n_trainers, n_generators)  # names a known slip first
+        got = _bf_answer(fn, layout, n_trainers, n_generators)
+        if not got.same(want):  # the oracle agrees with the table by construction; this pins it
+            fail(f"{_bf_what(layout, n_trainers, n_generators)} = {got}; expected {want}")
+
+
+@check_case("every layout with 1 to 4 trainers and 1 to 8 generators against an oracle; each bundle's shares sum to 1")
+def _bf_oracle(fn: Callable[..., Any]) -> None:
+    for layout in LAYOUTS:
+        for n_trainers in range(1, 5):
+            for n_generators in range(1, 9):
+                if layout == "sync_colocated" and n_generators % n_trainers:
+                    continue
+                _bf_compare(fn, layout, n_trainers, n_generators)
+
+
+@check_case("raises ValueError for an unknown layout, no trainer or generator, colocated generators not spread evenly")
+def _bf_bad(fn: Callable[..., Any]) -> None:
+    cases = (
+        ("colocated", 2, 2, "an unknown layout: the three are sync_colocated, sync_split, pipeline"),
+        ("async", 2, 2, "an unknown layout: the three are sync_colocated, sync_split, pipeline"),
+        ("sync_split", 0, 2, "no trainer"),
+        ("pipeline", 2, 0, "no generator"),
+        ("sync_colocated", 0, 2, "no trainer"),
+        ("sync_colocated", 2, -2, "a negative number of generators"),
+        ("sync_colocated", 2, 3, "3 generators cannot be spread evenly beside 2 trainers"),
+        ("sync_colocated", 3, 4, "4 generators cannot be spread evenly beside 3 trainers"),
+    )
+    for layout, n_trainers, n_generators, why in cases:
+        what = _bf_what(layout, n_trainers, n_generators)
+        assert_raises(
+            ValueError,
+            fn,
+            layout,
+            n_trainers,
+            n_generators,
+            other_error=_other_than_value_error(what),
+            no_error=f"{what} returned; expected ValueError ({why})",
+        )
+
+
+BUNDLES_FOR = Exercise(
+    name=BF,
+    points=10,
+    title="lesson 08's layouts as placement-group bundles: each actor's bundle and share",
+    checks=_guard(
+        (_bf_shape, _bf_known, _bf_oracle, _bf_bad),
+        name=BF,
+        advice="from the bundles and the shares the statement gives (Placement is yours to use)",
+    ),
+    hints=(
+        "check the arguments first; then two cases: colocated (one bundle per trainer) and the two split "
+        "layouts (two bundles)",
+        "in a colocated bundle the trainer takes half and the bundle's n_generators // n_trainers generators "
+        "share the other half",
+        "generator_bundle=tuple(i % n_trainers for i in range(n_generators)), generator_cpus=0.5 / "
+        "(n_generators // n_trainers); split: (0,) * n_trainers and (1,) * n_generators",
+    ),
+)
+
+# ---------------------------------------------------------------------------------------
+# Exercise 2: admit
+# ---------------------------------------------------------------------------------------
+
+AD = "admit"
+
+#: an admission normalised: ({generator: (groups, ...)} without empty entries, next_k, todo)
+AdmitOut = tuple[dict[int, tuple[int, ...]], int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class AdmitCase:
+    """The arguments of one admission step."""
+
+    next_k: int
+    todo: tuple[int, ...]
+    delivered: tuple[int, ...]
+    holding: tuple[int, ...]
+    idle: tuple[int, ...]
+    max_lag: int
+    B: int
+    room: int
+    total: int
+
+    def call(self, fn: Callable[..., Any]) -> Any:
+        """``fn`` on fresh lists of this case's arguments."""
+        return call(
+            fn,
+            self.next_k,
+            list(self.todo),
+            list(self.delivered),
+            list(self.holding),
+            list(self.idle),
+            max_lag=self.max_lag,
+            groups_per_batch=self.B,
+            room=self.room,
+            total_groups=self.total,
+        )
+
+    def invoke(self, fn: Callable[..., Any]) -> Any:
+        """``fn`` on fresh lists, called directly (its exceptions pass through unchanged)."""
+        return fn(
+            self.next_k,
+            list(self.todo),
+            list(self.delivered),
+            list(self.holding),
+            list(self.idle),
+            max_lag=self.max_lag,
+            groups_per_batch=self.B,
+            room=self.room,
+            total_groups=self.total,
+        )
+
+    def text(self) -> str:
+        return (
+            f"{AD}({self.next_k}, todo={list(self.todo)}, delivered={list(self.delivered)}, "
+            f"holding={list(self.holding)}, idle={list(self.idle)}, max_lag={self.max_lag}, B={self.B}, "
+            f"room={self.room}, total={self.total})"
+        )
+
+
+def naive_admit(
+    case: AdmitCase,
+    *,
+    newest_version: bool = False,
+    ignore_todo: bool = False,
+    round_robin: bool = False,
+    lag_off_by_one: bool = False,
+    weightless: bool = False,
+    ignore_total: bool = False,
+    stop_when_blocked: bool = False,
+) -> AdmitOut:
+    """One admission step, the bound written as a lag: group ``k`` is trained on by update
+    ``k // B``, and generator ``g`` may start it if that is at most ``max_lag`` updates after the
+    version it holds. At every deal the open generators are sorted afresh by what they hold.
+    The switches compute known slips."""
+    B = case.B
+
+    def version(g: int) -> int:
+        return max(case.delivered) if newest_version else case.delivered[g]
+
+    def may_take(g: int, k: int) -> bool:
+        if k >= case.total and not ignore_total:
+            return False
+        lag = k // B - version(g)
+        return lag <= case.max_lag or (lag_off_by_one and k == (version(g) + case.max_lag + 1) * B)
+
+    got: dict[int, list[int]] = {g: [] for g in sorted(set(case.idle)) if weightless or case.delivered[g] >= 0}
+    queue = [] if ignore_todo else list(case.todo)
+    fresh = case.next_k
+    closed: set[int] = set()
+    turn = 0
+    while True:
+        open_ = [g for g in got if g not in closed]
+        if not open_:
+            break
+        if round_robin:
+            g = open_[turn % len(open_)]
+            turn += 1
+        else:
+            g = sorted(open_, key=lambda h: (case.holding[h] + len(got[h]), h))[0]
+        if case.holding[g] + len(got[g]) >= case.room:
+            break
+        k = queue[0] if queue else fresh
+        if not may_take(g, k):
+            if stop_when_blocked:
+                break
+            closed.add(g)
+            continue
+        if queue:
+            queue.pop(0)
+        else:
+            fresh += 1
+        got[g].append(k)
+    todo = tuple(case.todo) if ignore_todo else tuple(queue)
+    return {g: tuple(ks) for g, ks in got.items() if ks}, fresh, todo
+
+
+AD_SLIPS: dict[str, dict[str, Any]] = {
+    "admitted against the newest version (the trainer's), not the generator's own: the bound uses delivered[g]": dict(
+        newest_version=True
+    ),
+    "ignored todo: the re-requested groups (lost with a killed generator) are dealt first, before next_k": dict(
+        ignore_todo=True
+    ),
+    "dealt round robin: each group goes to the generator holding the fewest (holding + what it got; ties: lowest "
+    "index)": dict(round_robin=True),
+    "off by one in the lag bound: k < (delivered[g] + max_lag + 1) * B, strictly": dict(lag_off_by_one=True),
+    "gave groups to a generator with no weights yet (delivered = -1)": dict(weightless=True),
+    "started groups k >= total_groups: the run needs no more": dict(ignore_total=True),
+    "stopped dealing at the first generator whose weights are too old: drop it for this call, go on with the "
+    "others": dict(stop_when_blocked=True),
+}
+
+
+def _admit_answer(fn: Callable[..., Any], case: AdmitCase) -> AdmitOut:
+    """The learner's admission, normalised, or a failure naming what is wrong with its shape."""
+    what = case.text()
+    got = case.call(fn)
+    if got is None:
+        fail(f"{what} returned None; did you forget to `return` the Admission?")
+    missing = [key for key in ("groups", "next_k", "todo") if _field(got, key) is _MISSING]
+    if missing:
+        fail(f"{what} returned {describe_type(got)} without {', '.join(missing)}; expected an Admission(...)")
+    groups = _field(got, "groups")
+    if not isinstance(groups, Mapping):
+        fail(f"{what}: groups is {describe_type(groups)}; expected a dict generator -> list of groups")
+    out: dict[int, tuple[int, ...]] = {}
+    for g, ks in groups.items():
+        if _int(g) is None:
+            fail(f"{what}: groups has the key {short_repr(g)}; expected generator indices (ints)")
+        if not 0 <= int(g) < len(case.delivered):
+            fail(f"{what}: groups has generator {g}, which does not exist (0 .. {len(case.delivered) - 1})")
+        taken = _ints(ks, what, f"groups[{g}]")
+        if taken:
+            out[int(g)] = taken
+    next_k = _int(_field(got, "next_k"))
+    if next_k is None:
+        fail(f"{what}: next_k is {describe_type(_field(got, 'next_k'))}; expected an int")
+    assert next_k is not None
+    todo = _ints(_field(got, "todo"), what, "todo")
+    return out, next_k, todo
+
+
+def _admit_explain(case: AdmitCase, got: AdmitOut, want: AdmitOut) -> str:
+    """Why ``got`` is wrong, read off its properties (for answers no known slip explains)."""
+    groups, next_k, todo = got
+    for g, ks in sorted(groups.items()):
+        if g not in case.idle:
+            return f"generator {g} is not idle (a decoding call is in flight): only generators in idle get groups"
+        if case.delivered[g] < 0:
+            return f"generator {g} has no weights yet (delivered = -1): it gets no group"
+        if case.holding[g] + len(ks) > case.room:
+            return f"generator {g} would hold {case.holding[g] + len(ks)} groups, more than room = {case.room}"
+        for k in ks:
+            if k >= case.total:
+                return f"group {k} >= total_groups = {case.total}: the run needs no more"
+            bound = (case.delivered[g] + case.max_lag + 1) * case.B
+            if k >= bound:
+                return (
+                    f"group {k} went to generator {g}, which holds version {case.delivered[g]}: it needs "
+                    f"k < (delivered[g] + max_lag + 1) * B = {bound}"
+                )
+    mine = sorted(k for ks in groups.values() for k in ks)
+    right = sorted(k for ks in want[0].values() for k in ks)
+    if mine != right:
+        if case.todo and set(right) & set(case.todo) and not set(mine) & set(case.todo):
+            return "ignored todo: the re-requested groups are dealt first, before next_k"
+        if len(mine) < len(right):
+            return (
+                f"started groups {mine}; {right} could start: a generator whose weights are too old leaves this "
+                "call, the others go on until the least loaded holds room"
+            )
+        return f"started groups {mine}; expected {right}: todo's groups first, in order, then next_k, next_k + 1, ..."
+    if groups != want[0]:
+        return (
+            f"groups = {groups}; expected {want[0]}: deal each group to the idle generator holding the fewest "
+            "(holding[g] + what it got in this call; ties: the lowest index)"
+        )
+    if next_k != want[1]:
+        return f"next_k = {next_k}; expected {want[1]}, the next group never started"
+    return f"todo = {todo}; expected {want[2]}, the re-requested groups not dealt, in order"
+
+
+def _random_case(rng: random.Random) -> AdmitCase:
+    """A random, consistent admission step: todo holds older groups than next_k."""
+    n = rng.randint(1, 4)
+    B = rng.randint(1, 3)
+    max_lag = rng.randint(0, 2)
+    room = rng.randint(1, 4)
+    top = rng.randint(0, 6)
+    delivered = tuple(rng.choice([-1, *range(max(0, top - 2), top + 1)]) for _ in range(n))
+    next_k = rng.randint(max(0, top - 1) * B, (top + max_lag + 1) * B + 1)
+    older = list(range(max(0, next_k - 4 * B), next_k))
+    todo = tuple(sorted(rng.sample(older, min(len(older), rng.choice([0, 0, 1, 2, 3])))))
+    holding = tuple(rng.randint(0, room) for _ in range(n))
+    idle = tuple(g for g in range(n) if rng.random() < 0.75)
+    rng_idle = list(idle)
+    rng.shuffle(rng_idle)
+    total = next_k + rng.choice([0, 1, 2, 3 * B, 50])
+    return AdmitCase(next_k, todo, delivered, holding, tuple(rng_idle), max_lag, B, room, total)
+
+
+#: Random steps on which a wrong answer is matched against every slip as a whole.
+PROBES = tuple(_random_case(random.Random(1000 + i)) for i in range(150))
+
+
+def _admit_compare(fn: Callable[..., Any], case: AdmitCase) -> None:
+    """The learner's step against the oracle; a mismatch is named by the slip that agrees with
+    the learner on every probe (else the first that agrees here), else explained."""
+    got, want = _admit_answer(fn, case), naive_admit(case)
+    if got == want:
+        return
+    what = case.text()
+    here = {m: s for m, s in AD_SLIPS.items() if naive_admit(case, **s) == got}
+    if here:
+        answers = {p: _admit_answer(fn, p) for p in PROBES}
+        for message, slip in here.items():
+            if all(naive_admit(p, **slip) == answers[p] for p in PROBES):
+                fail(f"{what}: {message}")
+        fail(f"{what}: {next(iter(here))}")
+    fail(f"{what}: {_admit_explain(case, got, want)}")
+
+
+def worked_admit_case() -> AdmitCase:
+    """The statement's example."""
+    return AdmitCase(6, (3,), (2, 1, -1), (1, 0, 0), (0, 1, 2), 1, 2, 3, 20)
+
+
+#: Hand-made steps and their answers, worked out by hand (see the comments).
+KNOWN_ADMITS: tuple[tuple[AdmitCase, AdmitOut], ...] = (
+    # the statement's example: todo first, the fewest, a tie, g1 too old, room, g2 without weights
+    (worked_admit_case(), ({0: (6, 7), 1: (3,)}, 8, ())),
+    # two equal generators, idle given in any order: 0, 1, 0, 1 (ties to the lowest index), then room
+    (AdmitCase(0, (), (0, 0), (0, 0), (1, 0), 1, 2, 2, 10), ({0: (0, 2), 1: (1, 3)}, 4, ())),
+    # each generator's own version: g1 holds version 0, bound 2; g0 holds 2, bound 6
+    (AdmitCase(4, (), (2, 0), (0, 0), (0, 1), 0, 2, 4, 20), ({0: (4, 5)}, 6, ())),
+    # the bound's edge: (1 + 1 + 1) * 2 = 6, so 5 starts and 6 does not
+    (AdmitCase(5, (), (1,), (0,), (0,), 1, 2, 4, 20), ({0: (5,)}, 6, ())),
+    # todo first: g1 (holding 1) takes 2, g0 takes 5, then 9 is beyond both bounds (8)
+    (AdmitCase(9, (2, 5), (3, 3), (2, 1), (0, 1), 0, 2, 3, 12), ({0: (5,), 1: (2,)}, 9, ())),
+    # room: g1 fills up to 3, then g0 (holding 3) is the least loaded and full: stop
+    (AdmitCase(0, (), (0, 0), (3, 1), (0, 1), 2, 2, 3, 20), ({1: (0, 1)}, 2, ())),
+    # g0 has no weights (its bound would be 2), g2 is busy: only g1 (version 1) takes groups, up to room
+    (AdmitCase(0, (), (-1, 1, 1), (0, 0, 2), (0, 1), 1, 2, 2, 10), ({1: (0, 1)}, 2, ())),
+    # total_groups: 10 and 11 start, 12 does not although the bound (14) allows it
+    (AdmitCase(10, (), (5, 5), (0, 0), (0, 1), 1, 2, 3, 12), ({0: (10,), 1: (11,)}, 12, ())),
+    # a re-requested group no idle generator may take yet stays in todo
+    (AdmitCase(8, (7,), (1, 4), (0, 0), (0,), 0, 2, 2, 20), ({}, 8, (7,))),
+)
+
+
+@check_case("returns an Admission (groups, next_k, todo): the statement's example")
+def _ad_shape(fn: Callable[..., Any]) -> None:
+    case = worked_admit_case()
+    _admit_answer(fn, case)
+    _admit_compare(fn, case)
+
+
+@check_case("hand-made steps: fewest first, ties, each generator's own version, the bound's edge, todo, room")
+def _ad_known(fn: Callable[..., Any]) -> None:
+    for case, want in KNOWN_ADMITS:
+        _admit_compare(fn, case)
+        got = _admit_answer(fn, case)
+        if got != want:  # the oracle agrees with these by construction; this pins them
+            fail(f"{case.text()}: got {got}; expected {want}")
+
+
+@check_case("random steps against an oracle that deals one group at a time, the bound written as a lag")
+def _ad_oracle(fn: Callable[..., Any]) -> None:
+    rng = random.Random(12)
+    for _ in range(400):
+        _admit_compare(fn, _random_case(rng))
+
+
+@check_case(
+    "simulated runs (late weights, random returns, kills): no group lags more than max_lag, each comes back once",
+    time_limit=20.0,
+)
+def _ad_simulation(fn: Callable[..., Any]) -> None:
+    def learner(case: AdmitCase) -> AdmitOut:
+        return _admit_answer(fn, case)
+
+    for config in SIM_CONFIGS:
+        for seed in range(3):
+            run = simulate_controller(learner, naive_death_out, seed=seed, **config)
+            where = f"simulated run ({_sim_text(config)}, seed {seed})"
+            if run.violation:
+                fail(f"{where}: {run.violation}")
+
+
+@check_case("does not modify its inputs (todo, delivered, holding, idle)")
+def _ad_inputs(fn: Callable[..., Any]) -> None:
+    for case, _ in KNOWN_ADMITS:
+        given = [list(case.todo), list(case.delivered), list(case.holding), list(case.idle)]
+        before = copy.deepcopy(given)
+        call(
+            fn,
+            case.next_k,
+            *given,
+            max_lag=case.max_lag,
+            groups_per_batch=case.B,
+            room=case.room,
+            total_groups=case.total,
+        )
+        for name, now, then in zip(("todo", "delivered", "holding", "idle"), given, before):
+            if now != then:
+                fail(
+                    f"{case.text()} changed the `{name}` list it was given ({short_repr(then)} -> {short_repr(now)}): "
+                    "it is the controller's; work on a copy"
+                )
+
+
+@check_case(
+    "raises ValueError for max_lag < 0, groups_per_batch < 1, room < 1, or an idle generator that does not exist"
+)
+def _ad_bad(fn: Callable[..., Any]) -> None:
+    cases = (
+        (AdmitCase(0, (), (0, 0), (0, 0), (0, 1), -1, 2, 2, 10), "max_lag = -1"),
+        (AdmitCase(0, (), (0, 0), (0, 0), (0, 1), 1, 0, 2, 10), "groups_per_batch = 0"),
+        (AdmitCase(0, (), (0, 0), (0, 0), (0, 1), 1, 2, 0, 10), "room = 0"),
+        (AdmitCase(0, (), (0, 0), (0, 0), (0, 2), 1, 2, 2, 10), "idle generator 2 of 2"),
+        (AdmitCase(0, (), (0, 0), (0, 0), (-1,), 1, 2, 2, 10), "idle generator -1"),
+    )
+    for case, why in cases:
+        what = case.text()
+        assert_raises(
+            ValueError,
+            case.invoke,
+            fn,
+            other_error=_other_than_value_error(what),
+            no_error=f"{what} returned; expected ValueError ({why})",
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 3: on_generator_death
+# ---------------------------------------------------------------------------------------
+
+GD = "on_generator_death"
+
+#: a death normalised: (lost, lost_entries, todo)
+DeathOut = tuple[tuple[int, ...], tuple[tuple[int, int, int], ...], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class DeathCase:
+    """The arguments of one death, and which of the dead generator's groups were queued."""
+
+    g: int
+    in_flight: tuple[tuple[int, ...], ...]  # per generator, in admission order
+    admitted: tuple[tuple[int, tuple[int, int]], ...]
+    todo: tuple[int, ...]
+    queued: frozenset[int] = frozenset()
+    as_sets: bool = True
+
+    def args(self) -> tuple[int, list[Any], dict[int, tuple[int, int]], list[int]]:
+        """Fresh arguments: ``in_flight`` as a list of sets (as the controller keeps it) or of
+        lists in admission order."""
+        flights = [set(ks) if self.as_sets else list(ks) for ks in self.in_flight]
+        return self.g, flights, dict(self.admitted), list(self.todo)
+
+    def text(self) -> str:
+        flights = [sorted(ks) if self.as_sets else list(ks) for ks in self.in_flight]
+        return f"{GD}({self.g}, in_flight={flights}, todo={list(self.todo)})"
+
+
+def naive_death(case: DeathCase) -> DeathOut:
+    """Brute force: scan every group id up to the largest seen; those in flight on the dead
+    generator are lost, in the order of the scan; each entry reads its admission."""
+    flying = case.in_flight[case.g]
+    admitted = dict(case.admitted)
+    top = max([*flying, *admitted, *case.todo, -1])
+    lost = tuple(k for k in range(top + 1) if k in flying)
+    entries = tuple((k, case.g, admitted[k][1]) for k in lost)
+    return lost, entries, lost + case.todo
+
+
+def naive_death_out(
+    g: int, in_flight: Sequence[Sequence[int]], admitted: Mapping[int, tuple[int, int]], todo: Sequence[int]
+) -> DeathOut:
+    """:func:`naive_death` on the simulation's arguments."""
+    case = DeathCase(g, tuple(tuple(ks) for ks in in_flight), tuple(admitted.items()), tuple(todo))
+    return naive_death(case)
+
+
+def _death_answer(fn: Callable[..., Any], case: DeathCase) -> DeathOut:
+    """The learner's death, normalised, or a failure naming what is wrong with its shape."""
+    what = case.text()
+    got = call(fn, *case.args())
+    if got is None:
+        fail(f"{what} returned None; did you forget to `return` the Death?")
+    missing = [key for key in ("lost", "lost_entries", "todo") if _field(got, key) is _MISSING]
+    if missing:
+        fail(f"{what} returned {describe_type(got)} without {', '.join(missing)}; expected a Death(...)")
+    lost = _ints(_field(got, "lost"), what, "lost")
+    raw = _field(got, "lost_entries")
+    if not isinstance(raw, list | tuple):
+        fail(f"{what}: lost_entries is {describe_type(raw)}; expected a tuple of (k, generator, incarnation)")
+    entries = []
+    for entry in raw:
+        if not isinstance(entry, list | tuple) or len(entry) != 3 or any(_int(x) is None for x in entry):
+            fail(f"{what}: lost_entries holds {short_repr(entry)}; expected (k, generator, incarnation) tuples of ints")
+        entries.append((int(entry[0]), int(entry[1]), int(entry[2])))
+    todo = _ints(_field(got, "todo"), what, "todo")
+    return lost, tuple(entries), todo
+
+
+def _death_explain(case: DeathCase, got: DeathOut, want: DeathOut) -> str:
+    """Why ``got`` is wrong, in the order a learner would fix it."""
+    lost, entries, todo = got
+    flying = set(case.in_flight[case.g])
+    admitted = dict(case.admitted)
+    missing = sorted(flying - set(lost))
+    if missing:
+        kind = "queued (admitted, waiting for a slot)" if set(missing) <= case.queued else "in flight"
+        return (
+            f"lost misses group(s) {missing}, {kind} on generator {case.g}: every group admitted to it and not "
+            "returned is lost (queued, decoding or finished: the dead process took them all)"
+        )
+    extra = sorted(set(lost) - flying)
+    if extra:
+        k = extra[0]
+        if admitted.get(k, (None,))[0] == case.g:
+            return (
+                f"group {k} was already returned by generator {case.g} (it is in admitted, not in flight): asking "
+                "for it again would generate it twice; the lost groups are in_flight[g]"
+            )
+        return f"group {k} is not in flight on generator {case.g}: only in_flight[g] is lost"
+    if len(lost) != len(set(lost)):
+        return f"lost = {lost} holds a group twice"
+    if list(lost) != sorted(lost):
+        return f"lost = {lost} is not ascending: sort the groups (the oldest gate the next update)"
+    if entries != want[1]:
+        if [e[0] for e in entries] == list(lost) and all(e[1] == case.g for e in entries):
+            return (
+                f"lost_entries = {short_repr(entries)}; expected {short_repr(want[1])}: each entry holds the "
+                "incarnation the group was admitted to, admitted[k][1]"
+            )
+        return f"lost_entries = {short_repr(entries)}; expected {short_repr(want[1])}: (k, g, admitted[k][1]) per lost group"
+    if todo != want[2]:
+        if case.todo and lost and todo == case.todo + lost:
+            return (
+                f"todo = {todo}: the lost groups go to the front, ahead of the older re-requests "
+                "(they are the oldest unfinished groups: the next update waits for them)"
+            )
+        return f"todo = {todo}; expected {want[2]}: the lost groups (ascending), then the old todo in its order"
+    return f"got {got}; expected {want}"
+
+
+def _death_compare(fn: Callable[..., Any], case: DeathCase) -> None:
+    got, want = _death_answer(fn, case), naive_death(case)
+    if got != want:
+        fail(f"{case.text()}: {_death_explain(case, got, want)}")
+
+
+def worked_death_case() -> DeathCase:
+    """The statement's example: generator 1 (incarnation 1) dies decoding 12, 13 with 15 queued."""
+    admitted = {9: (1, 1), 10: (0, 0), 11: (1, 1), 12: (1, 1), 13: (1, 1), 14: (0, 0), 15: (1, 1)}
+    return DeathCase(1, ((10, 14), (12, 13, 15)), tuple(admitted.items()), (7,), frozenset({15}))
+
+
+KNOWN_DEATHS: tuple[tuple[DeathCase, DeathOut], ...] = (
+    (worked_death_case(), ((12, 13, 15), ((12, 1, 1), (13, 1, 1), (15, 1, 1)), (12, 13, 15, 7))),
+    # nothing in flight on generator 0: nothing lost, the queue unchanged
+    (DeathCase(0, ((), (3,)), ((1, (0, 0)), (2, (0, 0)), (3, (1, 0))), (0,)), ((), (), (0,))),
+    # groups re-admitted after an earlier death arrive out of order (a list in admission order);
+    # generator 1 is in its third incarnation; group 10, returned by incarnation 1, is not lost
+    (
+        DeathCase(
+            1,
+            ((8,), (12, 13, 4)),
+            ((4, (1, 2)), (8, (0, 0)), (10, (1, 1)), (12, (1, 2)), (13, (1, 2))),
+            (6,),
+            frozenset({4}),
+            as_sets=False,
+        ),
+        ((4, 12, 13), ((4, 1, 2), (12, 1, 2), (13, 1, 2)), (4, 12, 13, 6)),
+    ),
+    # two earlier deaths left re-requests waiting, the later one's first (8, 9, then 4, 5): the old
+    # todo keeps its order behind the new losses
+    (
+        DeathCase(
+            0,
+            ((12, 13), (10, 11)),
+            ((6, (0, 1)), (10, (1, 0)), (11, (1, 0)), (12, (0, 2)), (13, (0, 2))),
+            (8, 9, 4, 5),
+        ),
+        ((12, 13), ((12, 0, 2), (13, 0, 2)), (12, 13, 8, 9, 4, 5)),
+    ),
+    # a set of ids above 7 does not iterate in order: {3, 10, 17} iterates 17, 10, 3
+    (
+        DeathCase(0, ((10, 3, 17), ()), ((3, (0, 1)), (10, (0, 1)), (17, (0, 1))), (), frozenset({17})),
+        ((3, 10, 17), ((3, 0, 1), (10, 0, 1), (17, 0, 1)), (3, 10, 17)),
+    ),
+)
+
+
+@check_case("returns a Death (lost, lost_entries, todo): the statement's example")
+def _gd_shape(fn: Callable[..., Any]) -> None:
+    case = worked_death_case()
+    _death_answer(fn, case)
+    _death_compare(fn, case)
+
+
+@check_case("hand-made deaths: nothing in flight, groups re-admitted out of order, later incarnations, a long todo")
+def _gd_known(fn: Callable[..., Any]) -> None:
+    for case, want in KNOWN_DEATHS:
+        _death_compare(fn, case)
+        got = _death_answer(fn, case)
+        if got != want:  # the oracle agrees with these by construction; this pins them
+            fail(f"{case.text()}: got {got}; expected {want}")
+
+
+@check_case("the ledger at every kill of simulated runs, against a brute-force scan over group ids", time_limit=20.0)
+def _gd_oracle(fn: Callable[..., Any]) -> None:
+    for case in death_cases():
+        _death_compare(fn, case)
+
+
+@check_case(
+    "simulated runs with kills: every group comes back once, each lost group from another incarnation",
+    time_limit=20.0,
+)
+def _gd_simulation(fn: Callable[..., Any]) -> None:
+    def learner(g: int, in_flight: Any, admitted: Any, todo: Any) -> DeathOut:
+        case = DeathCase(g, tuple(tuple(ks) for ks in in_flight), tuple(admitted.items()), tuple(todo))
+        return _death_answer(fn, case)
+
+    for config in SIM_CONFIGS:
+        for seed in range(3):
+            run = simulate_controller(_oracle_admit, learner, seed=seed, **config)
+            where = f"simulated run ({_sim_text(config)}, seed {seed})"
+            if run.violation:
+                fail(f"{where}: {run.violation}")
+
+
+@check_case("does not modify its inputs (in_flight, admitted, todo)")
+def _gd_inputs(fn: Callable[..., Any]) -> None:
+    for case, _ in KNOWN_DEATHS:
+        args = case.args()
+        before = copy.deepcopy(args)
+        call(fn, *args)
+        for name, now, then in zip(("g", "in_flight", "admitted", "todo"), args, before):
+            if now != then:
+                fail(
+                    f"{case.text()} changed the `{name}` it was given: the controller removes the lost groups "
+                    "itself, afterwards; work on copies"
+                )
+
+
+@check_case("raises ValueError for a generator that does not exist or an inconsistent ledger")
+def _gd_bad(fn: Callable[..., Any]) -> None:
+    admitted = ((5, (1, 0)), (6, (1, 0)), (7, (0, 0)))
+    cases = (
+        (DeathCase(2, ((7,), (5, 6)), admitted, ()), "generator 2 of 2 does not exist"),
+        (DeathCase(-1, ((7,), (5, 6)), admitted, ()), "generator -1 does not exist"),
+        (
+            DeathCase(1, ((7,), (5, 6)), ((5, (1, 0)), (6, (0, 0)), (7, (0, 0))), ()),
+            "group 6 is in flight on generator 1 but the ledger admitted it to generator 0: the ledger is inconsistent",
+        ),
+        (
+            DeathCase(1, ((7,), (5, 6)), ((5, (1, 0)), (7, (0, 0))), ()),
+            "group 6 is in flight on generator 1 but was never admitted: the ledger is inconsistent",
+        ),
+    )
+    for case, why in cases:
+        what = case.text()
+        assert_raises(
+            ValueError,
+            fn,
+            *case.args(),
+            other_error=_other_than_value_error(what),
+            no_error=f"{what} returned; expected ValueError ({why})",
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# The controller, simulated: admission, decoding calls, transfers, training, kills, restarts
+# ---------------------------------------------------------------------------------------
+
+AdmitFn = Callable[[AdmitCase], AdmitOut]
+DeathFn = Callable[[int, list[list[int]], dict[int, tuple[int, int]], list[int]], DeathOut]
+
+#: Updates in a simulated run.
+SIM_UPDATES = 8
+#: The runs the checks simulate (3 seeds each).
+SIM_CONFIGS: tuple[dict[str, int], ...] = (
+    dict(n_gen=2, max_lag=0, B=2, room=2, slots=2, kills=1),
+    dict(n_gen=2, max_lag=1, B=2, room=3, slots=2, kills=2),
+    dict(n_gen=3, max_lag=2, B=3, room=3, slots=2, kills=2),
+    dict(n_gen=1, max_lag=1, B=2, room=2, slots=1, kills=1),
+)
+
+
+def _sim_text(config: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in config.items())
+
+
+def _oracle_admit(case: AdmitCase) -> AdmitOut:
+    return naive_admit(case)
+
+
+@dataclass
+class SimRun:
+    """What :func:`simulate_controller` saw: the first violation (or ""), and the run's record."""
+
+    violation: str = ""
+    finished: bool = False
+    events: int = 0
+    admissions: list[tuple[int, int, int, int]] = field(default_factory=list)  # (k, g, incarnation, version)
+    returned: dict[int, tuple[int, int]] = field(default_factory=dict)
+    lost: list[tuple[int, int, int]] = field(default_factory=list)
+    deaths: list[DeathCase] = field(default_factory=list)
+    version_spread: int = 0  # the most two live generators' versions differed at an admission
+
+
+def simulate_controller(
+    admit_fn: AdmitFn,
+    death_fn: DeathFn,
+    *,
+    seed: int,
+    n_gen: int = 2,
+    max_lag: int = 1,
+    B: int = 2,
+    room: int = 3,
+    slots: int = 2,
+    kills: int = 2,
+    n_updates: int = SIM_UPDATES,
+    kill_p: float = 0.08,
+    max_events: int = 3000,
+) -> SimRun:
+    """A tiny event simulation of the Ray controller's loop, one random event at a time.
+
+    Before every event the controller admits (``admit_fn``) and submits a decoding call to each
+    idle generator that holds groups. An event is one of: a decoding call returns (each of the
+    generator's first ``slots`` groups is finished with probability 1/2); a weight transfer
+    reaches one generator (versions arrive per generator, late and in any order); the trainer
+    trains update ``u`` once its ``B`` groups are back (then version ``u + 1`` is sent to every
+    live generator); a busy generator is killed (``death_fn`` says what is lost; at most ``kills``
+    times, each event with probability ``kill_p``); a dead generator restarts as its next incarnation, with no weights until the current
+    version reaches it. Checked as it goes: the admissions (idle generators with weights, room,
+    the lag bound with the generator's own version), every group returned once by the
+    incarnation it was admitted to, each trained group's lag, the lost groups (exactly the dead
+    generator's groups in flight, asked for again); at the end, every lost group returned by
+    another incarnation. ``admitted`` keeps returned groups, as the ledger does.
+    """
+    rng = random.Random(seed)
+    total = n_updates * B
+    run = SimRun()
+    alive, busy = [True] * n_gen, [False] * n_gen
+    inc, delivered = [0] * n_gen, [-1] * n_gen
+    held: list[list[int]] = [[] for _ in range(n_gen)]  # admitted, not returned, in admission order
+    admitted: dict[int, tuple[int, int]] = {}
+    start_version: dict[int, int] = {}
+    transfers: list[tuple[int, int, int]] = [(g, 0, 0) for g in range(n_gen)]  # (generator, version, incarnation)
+    next_k, u, kills_left = 0, 0, kills
+    todo: list[int] = []
+
+    def stop(message: str) -> SimRun:
+        run.violation = message
+        return run
+
+    for event in range(max_events):
+        run.events = event
+        # admission, and a decoding call to every idle generator holding groups
+        idle = [g for g in range(n_gen) if alive[g] and not busy[g]]
+        rng.shuffle(idle)
+        case = AdmitCase(
+            next_k, tuple(todo), tuple(delivered), tuple(len(h) for h in held), tuple(idle), max_lag, B, room, total
+        )
+        groups, new_next, new_todo = admit_fn(case)
+        versions = [delivered[g] for g in idle if delivered[g] >= 0]
+        if len(versions) > 1:
+            run.version_spread = max(run.version_spread, max(versions) - min(versions))
+        dealt = [k for ks in groups.values() for k in ks]
+        from_todo = [k for k in todo if k not in new_todo]
+        if sorted(dealt) != sorted(from_todo + list(range(next_k, new_next))) or not set(new_todo) <= set(todo):
+            return stop(
+                f"at next_k = {next_k}, todo = {todo}, admit dealt {sorted(dealt)} and returned next_k = {new_next}, "
+                f"todo = {list(new_todo)}: the groups dealt must be those taken from todo and next_k .. next_k' - 1"
+            )
+        for g, ks in sorted(groups.items()):
+            if g not in idle:
+                return stop(f"admit gave groups {list(ks)} to generator {g}, which is not idle (busy or dead)")
+            if delivered[g] < 0:
+                return stop(f"admit gave groups {list(ks)} to generator {g}, which has no weights yet (delivered = -1)")
+            if len(held[g]) + len(ks) > room:
+                return stop(
+                    f"generator {g} was given {len(ks)} groups while holding {len(held[g])}: more than room = {room}"
+                )
+            for k in ks:
+                if k >= total:
+                    return stop(f"admit started group {k} >= total_groups = {total}")
+                if k // B - delivered[g] > max_lag:
+                    return stop(
+                        f"group {k} was admitted to generator {g} holding version {delivered[g]}: update {k // B} trains "
+                        f"on it, {k // B - delivered[g]} > max_lag = {max_lag} updates later"
+                    )
+                admitted[k] = (g, inc[g])
+                start_version[k] = delivered[g]
+                held[g].append(k)
+                run.admissions.append((k, g, inc[g], delivered[g]))
+        next_k, todo = new_next, list(new_todo)
+        for g in idle:
+            if held[g]:
+                busy[g] = True
+        # one event
+        if u == n_updates:
+            break
+        options: list[tuple[str, int]] = [("return", g) for g in range(n_gen) if busy[g]]
+        options += [("transfer", i) for i in range(len(transfers))]
+        if all(k in run.returned for k in range(u * B, (u + 1) * B)):
+            options.append(("train", 0))
+        options += [("restart", g) for g in range(n_gen) if not alive[g]]
+        victims = [g for g in range(n_gen) if busy[g]]
+        if kills_left and victims and rng.random() < kill_p:
+            options = [("kill", rng.choice(victims))]
+        if not options:
+            unseen = sorted(set(range(u * B, (u + 1) * B)) - set(run.returned))
+            return stop(
+                f"the run stalled before update {u}: groups {unseen} are neither decoding nor in todo, and no "
+                "generator can be given one"
+            )
+        kind, x = rng.choice(options)
+        if kind == "return":
+            g = x
+            back = [k for k in held[g][:slots] if rng.random() < 0.5]
+            for k in back:
+                if k in run.returned:
+                    return stop(f"group {k} came back twice (it was generated again although it had been returned)")
+                if admitted.get(k) != (g, inc[g]):
+                    return stop(
+                        f"group {k} came back from generator {g} but the ledger admitted it to {admitted.get(k)}"
+                    )
+                run.returned[k] = (g, inc[g])
+                held[g].remove(k)
+            busy[g] = False
+        elif kind == "transfer":
+            g, v, i = transfers.pop(x)
+            if alive[g] and inc[g] == i:
+                delivered[g] = max(delivered[g], v)
+        elif kind == "train":
+            for k in range(u * B, (u + 1) * B):
+                if u - start_version[k] > max_lag:
+                    return stop(
+                        f"group {k} was started with version {start_version[k]} and trained on by update {u}: it lags "
+                        f"{u - start_version[k]} > max_lag = {max_lag} updates"
+                    )
+            u += 1
+            transfers += [(g, u, inc[g]) for g in range(n_gen) if alive[g]]
+        elif kind == "kill":
+            g = x
+            kills_left -= 1
+            flights = [list(h) for h in held]
+            run.deaths.append(
+                DeathCase(
+                    g, tuple(tuple(h) for h in held), tuple(admitted.items()), tuple(todo), frozenset(held[g][slots:])
+                )
+            )
+            lost, _, new_todo = death_fn(g, flights, dict(admitted), list(todo))
+            truth = set(held[g])
+            if set(lost) - truth:
+                k = min(set(lost) - truth)
+                said = "was already returned" if k in run.returned else "was not in flight on it"
+                return stop(f"generator {g} died; group {k} was called lost but {said}: it would be generated twice")
+            if truth - set(lost):
+                return stop(
+                    f"generator {g} died holding groups {sorted(truth)} but only {sorted(set(lost))} were called lost: "
+                    f"groups {sorted(truth - set(lost))} would never be generated"
+                )
+            if sorted(new_todo) != sorted([*lost, *todo]):
+                return stop(
+                    f"after generator {g} died, todo = {list(new_todo)}: expected the lost groups and the old todo"
+                )
+            for k in lost:
+                run.lost.append((k, g, admitted.pop(k)[1]))
+            todo = list(new_todo)
+            held[g], alive[g], busy[g], delivered[g] = [], False, False, -1
+        else:  # restart: the next incarnation, with the current version on its way
+            g = x
+            alive[g], inc[g], delivered[g] = True, inc[g] + 1, -1
+            transfers.append((g, u, inc[g]))
+    if u < n_updates:
+        missing = sorted(set(range(total)) - set(run.returned))
+        return stop(f"the run never finished: {u} of {n_updates} updates, groups {missing[:6]} never came back")
+    for k, g, i in run.lost:
+        if run.returned.get(k) == (g, i) or k not in run.returned:
+            return stop(f"group {k}, lost with generator {g} (incarnation {i}), was never generated again")
+    run.finished = True
+    return run
+
+
+def death_cases() -> list[DeathCase]:
+    """Every death of simulated runs with the oracles (more and likelier kills than the checks' runs), as
+    checks' cases: the ledger as the controller held it at each kill."""
+    cases: list[DeathCase] = []
+    for n_gen, slots in ((2, 2), (3, 1)):
+        for seed in range(6):
+            run = simulate_controller(
+                _oracle_admit,
+                naive_death_out,
+                seed=seed,
+                n_gen=n_gen,
+                max_lag=1,
+                B=2,
+                room=3,
+                slots=slots,
+                kills=5,
+                kill_p=0.25,
+            )
+            for i, case in enumerate(run.deaths):
+                cases.append(dataclasses.replace(case, as_sets=(seed + i) % 2 == 0))
+    return cases
+
+
+ADMIT = Exercise(
+    name=AD,
+    points=20,
+    title="one admission step: deal groups to idle generators under the lag bound, each with its own version",
+    checks=_guard(
+        (_ad_shape, _ad_known, _ad_oracle, _ad_simulation, _ad_inputs, _ad_bad),
+        name=AD,
+        advice="dealing one group at a time as the statement says (Admission is yours to use)",
+    ),
+    hints=(
+        "work on copies: queue = list(todo), a local next_k, and groups = {g: [] for g in live} with live the "
+        "idle generators that have weights, ascending",
+        "min(live, key=lambda h: (holding[h] + len(groups[h]), h)) picks the generator; one whose weights are "
+        "too old for the candidate leaves live (live.remove(g)) and the loop goes on",
+        "the test for generator g and candidate k: k < total_groups and k < (delivered[g] + max_lag + 1) * "
+        "groups_per_batch",
+    ),
+)
+
+ON_GENERATOR_DEATH = Exercise(
+    name=GD,
+    points=15,
+    title="a generator dies: its lost groups (ascending), their ledger entries, the new re-request queue",
+    checks=_guard(
+        (_gd_shape, _gd_known, _gd_oracle, _gd_simulation, _gd_inputs, _gd_bad),
+        name=GD,
+        advice="from in_flight[g] and the ledger (Death is yours to use)",
+    ),
+    hints=(
+        "everything lost is already in in_flight[g]; admitted is there to check and to read the incarnations, "
+        "not to find the lost groups (it holds returned groups too)",
+        "lost = tuple(sorted(in_flight[g])); for each k, owner = admitted.get(k) must be a pair whose generator is g",
+        "entries.append((k, g, owner[1])); the new queue is lost + tuple(todo)",
+    ),
+)
+
+EXERCISES: tuple[Exercise, ...] = (BUNDLES_FOR, ADMIT, ON_GENERATOR_DEATH)

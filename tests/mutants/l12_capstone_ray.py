@@ -1,0 +1,139 @@
+"""Planted bugs in lesson 12's exercises, each a one-place edit of the real solution
+(see `Mutant` in tests/conftest.py); `expected` is a fragment the grader's message must hold."""
+
+from conftest import Mutant
+
+BF, AD, GD = "bundles_for", "admit", "on_generator_death"
+
+SPLIT = "trainer_bundle=(0,) * n_trainers,\n        generator_bundle=(1,) * n_generators,"
+COLOCATED_GENERATORS = "generator_bundle=tuple(i % n_trainers for i in range(n_generators)),"
+BOUND = "k >= (delivered[g] + max_lag + 1) * groups_per_batch"
+CANDIDATE = (
+    "        k = queue[0] if queue else next_k\n"
+    "        if k >= total_groups or k >= (delivered[g] + max_lag + 1) * groups_per_batch:\n"
+    "            live.remove(g)  # g's weights are too old for k; one with newer weights may take it\n"
+    "            continue\n"
+    "        if queue:\n"
+    "            queue.pop(0)\n"
+    "        else:\n"
+    "            next_k += 1\n"
+)
+NO_TODO = (
+    "        k = next_k  # the re-requested groups are never looked at\n"
+    "        if k >= total_groups or k >= (delivered[g] + max_lag + 1) * groups_per_batch:\n"
+    "            live.remove(g)\n"
+    "            continue\n"
+    "        next_k += 1\n"
+)
+FEWEST = "    while live:\n        g = min(live, key=lambda h: (holding[h] + len(groups[h]), h))"
+ROUND_ROBIN = "    turn = 0\n    while live:\n        g = live[turn % len(live)]  # in turn\n        turn += 1"
+LOST = "lost = tuple(sorted(in_flight[g]))"
+LEDGER_CHECK = "if owner is None or owner[0] != g:"
+
+MUTANTS: list[Mutant] = [
+    # bundles_for: which bundle, the shares, the layouts, the validation
+    Mutant(
+        BF,
+        "trainers_generators_swapped",
+        SPLIT,
+        "trainer_bundle=(1,) * n_trainers,\n        generator_bundle=(0,) * n_generators,",
+        "trainers and generators swapped",
+    ),
+    Mutant(
+        BF,
+        "shares_do_not_sum_to_the_bundle",
+        "generator_cpus=0.5 / per_bundle,",
+        "generator_cpus=0.5 / n_generators,",
+        "the shares in a bundle must add up to exactly its CPU",
+    ),
+    Mutant(
+        BF,
+        "colocated_generators_all_in_bundle_0",
+        COLOCATED_GENERATORS,
+        "generator_bundle=tuple(0 for i in range(n_generators)),",
+        "all generators in bundle 0",
+    ),
+    Mutant(
+        BF,
+        "colocated_generators_in_blocks",
+        COLOCATED_GENERATORS,
+        "generator_bundle=tuple(i // per_bundle for i in range(n_generators)),",
+        "generators dealt in blocks",
+    ),
+    Mutant(
+        BF,
+        "pipeline_placed_as_colocated",
+        'if layout == "sync_colocated":',
+        'if layout in ("sync_colocated", "pipeline"):',
+        "pipeline is placed like sync_split",
+    ),
+    Mutant(
+        BF,
+        "no_divisibility_check",
+        "if n_generators % n_trainers != 0:",
+        "if n_generators < n_trainers:",
+        "expected ValueError (3 generators cannot be spread evenly beside 2 trainers)",
+    ),
+    # admit: whose version, todo, the dealing, the bound, weights, the inputs
+    Mutant(
+        AD, "global_version", BOUND, "k >= (max(delivered) + max_lag + 1) * groups_per_batch", "not the generator's own"
+    ),
+    Mutant(AD, "ignores_todo", CANDIDATE, NO_TODO, "ignored todo"),
+    Mutant(AD, "round_robin", FEWEST, ROUND_ROBIN, "dealt round robin"),
+    Mutant(
+        AD,
+        "lag_bound_off_by_one",
+        BOUND,
+        "k > (delivered[g] + max_lag + 1) * groups_per_batch",
+        "off by one in the lag",
+    ),
+    Mutant(AD, "mutates_todo", "queue = list(todo)", "queue = todo", "changed the `todo` list"),
+    Mutant(
+        AD,
+        "deals_to_generators_without_weights",
+        "live = [g for g in idle if delivered[g] >= 0]",
+        "live = list(idle)",
+        "no weights yet",
+    ),
+    Mutant(
+        AD,
+        "stops_at_old_weights",
+        "            live.remove(g)  # g's weights are too old for k; one with newer weights may take it\n"
+        "            continue\n",
+        "            break\n",
+        "stopped dealing at the first generator whose weights are too old",
+    ),
+    Mutant(AD, "no_validation", "if max_lag < 0 or groups_per_batch < 1 or room < 1:", "if room < 1:", "max_lag = -1"),
+    # on_generator_death: which groups, their order, the entries, the ledger check, the inputs
+    Mutant(GD, "forgets_queued_groups", LOST, "lost = tuple(sorted(in_flight[g])[:1])", "lost misses group(s)"),
+    Mutant(
+        GD,
+        "rerequests_returned_groups",
+        LOST,
+        "lost = tuple(sorted(k for k, (h, _) in admitted.items() if h == g))",
+        "already returned",
+    ),
+    Mutant(
+        GD,
+        "lost_at_the_back_of_todo",
+        "todo=lost + tuple(todo)",
+        "todo=tuple(todo) + lost",
+        "the lost groups go to the front",
+    ),
+    Mutant(GD, "no_ledger_check", LEDGER_CHECK, "if owner is None:", "the ledger is inconsistent"),
+    Mutant(GD, "unsorted", LOST, "lost = tuple(in_flight[g])", "is not ascending"),
+    Mutant(
+        GD,
+        "wrong_incarnation",
+        "entries.append((k, g, owner[1]))",
+        "entries.append((k, g, 0))",
+        "the incarnation the group was admitted to",
+    ),
+    Mutant(
+        GD,
+        "clears_in_flight",
+        "    entries = []\n",
+        "    in_flight[g].clear()  # the controller's job, done here\n    entries = []\n",
+        "changed the `in_flight`",
+    ),
+]
