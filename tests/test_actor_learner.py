@@ -20,7 +20,7 @@ import torch
 from course_lib.actor_learner.actor import EpisodeTracker, unroll
 from course_lib.actor_learner.buffers import RolloutBuffers
 from course_lib.actor_learner.envs import SameStepCartPoleVectorEnv, make_envs
-from course_lib.actor_learner.heartbeats import SupervisorConfig
+from course_lib.actor_learner.heartbeats import UNROLLS, SupervisorConfig
 from course_lib.actor_learner.learner import Learner, LossConfig, loss_terms, rollout_lag
 from course_lib.actor_learner.model import ActorCritic
 from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig, SystemFault, compare_layouts
@@ -220,6 +220,24 @@ def test_system_learns_reports_and_leaves_no_process(layout, no_orphans):
     assert all(v >= 0 for phases in report.timings.values() for v in phases.values())
     assert report.timings["learner"]["learn"] > 0
     assert not any("died" in e for e in report.events) and system.events[-1].startswith("stop: all")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("layout", ["impala", "seed"])
+def test_no_slot_is_lost_between_train_calls_and_every_actor_keeps_delivering(layout, no_orphans):
+    """Slots received beyond a call's last batch used to be dropped when train() returned:
+    after a few short calls one actor held no slot, sent nothing, and a restarted actor's
+    first unroll was never learned from (a flaky frozen-actor test found it)."""
+    cfg = SystemConfig(**{**FAST.__dict__, "layout": layout})
+    with ActorLearnerSystem(cfg) as system:
+        for _ in range(12):
+            system.train(n_updates=3)
+            held = system.held_slots()
+            assert sum(held.values()) == cfg.n_slots, held
+        before = system.heartbeats.table[:, UNROLLS].tolist()  # unrolls each actor has written
+        system.train(n_updates=20)
+        after = system.heartbeats.table[:, UNROLLS].tolist()
+    assert all(a > b for a, b in zip(after, before)), (before, after)
 
 
 @pytest.mark.timeout(120)

@@ -66,7 +66,7 @@ from course_lib.actor_learner.seed import (
     inference_main,
     seed_actor_main,
 )
-from course_lib.runtime.processes import ChildProcessSystem, exit_reason, stop_processes
+from course_lib.runtime.processes import ChildProcessSystem, SharedFlag, exit_reason, stop_processes
 from course_lib.runtime.weights import SharedWeights
 
 Layout = Literal["impala", "seed"]
@@ -246,6 +246,9 @@ class ActorLearnerSystem(ChildProcessSystem):
         self.lost_unrolls = 0
         self.actors: list[_Child] = []
         self.server: _Child | None = None
+        # full slots received but not yet learned from; kept across train() calls: a slot
+        # dropped here would never be handed back, and its actor would starve
+        self._pending: list[_Full] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -264,7 +267,7 @@ class ActorLearnerSystem(ChildProcessSystem):
         self.learner = Learner(ActorCritic(self.obs_dim, self.n_actions, cfg.hidden), cfg.lr, cfg.loss, cfg.correct)
         self.buffers = RolloutBuffers.allocate(cfg.unroll, cfg.envs_per_actor, self.obs_dim, cfg.n_slots)
         self.weights = SharedWeights(self.learner.model)
-        self._stop = self._ctx.Event()
+        self._stop = SharedFlag(self._ctx)  # no lock: a frozen actor cannot wedge the others
         self._timing = torch.zeros(cfg.n_actors + 1, MAX_PHASES, dtype=torch.float64).share_memory_()
         self.heartbeats = Heartbeats(cfg.n_actors)
         atexit.register(self.stop)
@@ -354,6 +357,14 @@ class ActorLearnerSystem(ChildProcessSystem):
     @property
     def children(self) -> list[_Child]:
         return self.actors + ([self.server] if self.server is not None else [])
+
+    def held_slots(self) -> dict[str, int]:
+        """Who holds each rollout slot between two :meth:`train` calls: ``{child: slots sent to
+        it and not yet back, "learner": full slots received and not yet learned from}``. The
+        values always sum to ``config.n_slots``: a slot dropped anywhere would starve its actor."""
+        held = {c.name: len(c.outstanding) for c in self.children}
+        held["learner"] = len(self._pending)
+        return held
 
     def pids(self) -> list[int]:
         """Process ids of the children started (and not yet replaced)."""
@@ -500,7 +511,7 @@ class ActorLearnerSystem(ChildProcessSystem):
         if n_updates is None and seconds is None:
             raise ValueError("give n_updates or seconds (a bound), with until= or without")
         run = _Run(last_data=time.monotonic())
-        pending: list[_Full] = []
+        pending = self._pending  # what an earlier call received beyond its last batch is learned from first
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a tiny net: more threads only spin against the actors for the 2 cores
         try:

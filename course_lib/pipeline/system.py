@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ from course_lib.runtime.processes import (
     INJECTED_CRASH_EXIT,
     QUIET_EXIT,
     ChildProcessSystem,
+    SharedFlag,
     child_setup,
     exit_reason,
     stop_processes,
@@ -507,7 +507,7 @@ class PipelineSystem(ChildProcessSystem):
         ctx = self._begin(cfg.start_method, __name__)
         self.weights = SharedWeights(self.model)
         self.counters = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._stop, self._go = ctx.Event(), ctx.Event()
+        self._stop, self._go = SharedFlag(ctx), SharedFlag(ctx)
         self.conn, child_end = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
             target=generator_main,
@@ -533,14 +533,9 @@ class PipelineSystem(ChildProcessSystem):
         """Stop event, join with a timeout, then terminate, then kill. Idempotent."""
         if not self._stopping():
             return
-        # The stop event's lock is shared with the generator: one SIGKILLed inside is_set() dies
-        # holding it, and set() would then block forever (a clean-clone CI run hung so). A dead
-        # generator needs no signal; a live one (perhaps frozen holding the lock) is signalled from
-        # a helper thread for at most 1 s, and stop_processes below escalates to a kill anyway.
-        if self.process is not None and self.process.pid is not None and self.process.is_alive():
-            signaller = threading.Thread(target=self._stop.set, daemon=True)
-            signaller.start()
-            signaller.join(1.0)
+        # a flag without a lock (SharedFlag): a generator SIGKILLed while reading it cannot wedge
+        # set(); an mp.Event's lock could (a clean-clone CI run once hung so)
+        self._stop.set()
         if self.process is not None and self.process.pid is not None:
             self.events += stop_processes([("the generator", self.process)], self.config.join_timeout_s)
             self.process.close()

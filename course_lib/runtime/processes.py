@@ -11,6 +11,7 @@ check that nothing is left behind.
 - :func:`exit_reason`: a child's exit code in words (``killed by SIGKILL``).
 - :func:`live_children`, :func:`wait_gone`: what is still running.
 - :func:`free_port`: a TCP port for a rendezvous or a server.
+- :class:`SharedFlag`: a stop signal without a lock (a killed child cannot wedge it).
 
 Imports only psutil at import time (torch only inside :func:`child_setup`).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import time
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -199,6 +201,38 @@ def watch_parent(launcher_pid: int | None = None, poll_s: float = 0.5, parent_pi
                 os._exit(3)
 
     threading.Thread(target=watch, daemon=True, name="watch-parent").start()
+
+
+class SharedFlag:
+    """A stop (or go) signal shared with child processes, with no lock.
+
+    ``multiprocessing.Event`` takes a lock on every ``is_set()``: a child SIGKILLed, or
+    SIGSTOPped (a frozen actor, lesson 10), while it holds that lock leaves it taken, and
+    every other process that asks, the parent's ``set()`` included, blocks forever. One
+    byte written by one side and read by the others needs no lock (the seqlock of
+    :class:`~course_lib.runtime.weights.SharedWeights` avoids locks for the same reason).
+    ``ctx``: the multiprocessing context the children are started with; pass the flag to
+    them as a ``Process`` argument.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        self._value = ctx.RawValue("b", 0)
+
+    def set(self) -> None:
+        self._value.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def wait(self, timeout: float, poll_s: float = 0.002) -> bool:
+        """Whether the flag is set, waiting at most ``timeout`` seconds for it (by polling)."""
+        deadline = time.monotonic() + timeout
+        while not self.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(poll_s, left))
+        return True
 
 
 class ChildProcessSystem:
