@@ -17,7 +17,8 @@
 # made fast, cheap and predictable: from the policy-gradient estimator, through
 # actor-learner systems (IMPALA, V-trace), whole training loops compiled for the
 # accelerator (PureJaxRL), to the LLM post-training machinery of pipeline RL, cluster
-# layout and checkpoint-engine weight sync, and a capstone asynchronous run.
+# layout and checkpoint-engine weight sync, and a capstone asynchronous run, first on
+# torchrun (lesson 11) and then on Ray (lesson 12).
 #
 # Every lesson runs on a 2-core CPU in minutes; its `full` scale runs the same code at the
 # sizes that show the real effect, on a GPU where the lesson uses one.
@@ -94,7 +95,7 @@ plt.show()
 #
 # - `COURSE_SCALE=cpu` (default): the sizes of the committed outputs, which CI re-checks
 #   with nbval. Every notebook is sized to finish within 150 s on an idle 2-core CPU
-#   (`BENCHMARKS.md`, "Notebook execution time": 108 s at most there); it takes several
+#   (`BENCHMARKS.md`, "Notebook execution time": each under 150 s there); it takes several
 #   times longer when other work loads the machine.
 # - `COURSE_SCALE=full`: the sizes that show the real effect. `BENCHMARKS.md`, "Full scale
 #   on a GPU", records the lessons run at that scale so far (03, 04, 06, 07, 09, 11), with
@@ -118,8 +119,10 @@ print(f"at scale {current_scale()!r} this cell would train for {n_episodes} epis
 # ## 3. Check your machine
 #
 # `course doctor` (or `python -m course_lib doctor` in a terminal) prints one
-# PASS/WARN/FAIL line per check and a block to paste into an issue. Workshop instructors:
-# ask everyone to run it the day before.
+# PASS/WARN/FAIL line per check and a block to paste into an issue. A FAIL stops the
+# course; a WARN names what it costs: without Ray, or without a network namespace for
+# Ray's tests, only lesson 12 (or its tests) is affected. Workshop instructors: ask
+# everyone to run it the day before.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -211,10 +214,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Takeaway:** returns restart at every episode boundary; ignoring $d_t$ adds the next
-# episode's return, discounted by $\gamma^{e+1-t}$, to every step $t$ of the episode ending at
-# $e$ (here it inflates them, the next episode's return being positive; a negative one would
-# deflate them).
+# **Takeaway:** returns restart at every episode boundary; ignoring $d_t$ adds everything
+# after the episode's last step $e$ (the wrong return from step $e+1$ on, which runs through
+# every later episode), discounted by $\gamma^{e+1-t}$, to every step $t$ of that episode
+# (here it inflates them, what follows being positive; negative rewards would deflate them).
 
 # %% [markdown]
 # **The episode return.** $G_t$ is what a learner trains on; what a learning curve plots
@@ -225,8 +228,8 @@ plt.show()
 # $$R_j = \sum_{t=s_j}^{e_j} r_t = G_{s_j}\big|_{\gamma = 1} . \qquad (00.3)$$
 #
 # An episode still running after the buffer's last step has no return yet: it is left
-# out here. A logger that keeps a running sum per environment across buffers (CleanRL's
-# `RecordEpisodeStatistics` wrapper) reports it whole when it ends; this function alone,
+# out here. A logger that keeps a running sum per environment across buffers (gymnasium's
+# `RecordEpisodeStatistics` wrapper, which CleanRL uses) reports it whole when it ends; this function alone,
 # called on the next buffer, would report only that buffer's part of it.
 #
 # | equation | function |

@@ -201,6 +201,22 @@ def test_missing_package_fails_with_install_hint(sandbox, monkeypatch):
     assert results["numpy"].status == "PASS"
 
 
+def test_a_missing_package_only_lesson_12_needs_warns_naming_it(monkeypatch):
+    """Lessons 00-11 run without Ray: its absence must not fail lesson 00's setup assert."""
+    real_import = importlib.import_module
+
+    def fake_import(name, *args, **kwargs):
+        if name == "ray":
+            raise ModuleNotFoundError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    status, detail = doctor.check_package("ray", "ray")
+    assert status == "WARN"
+    assert "No module named 'ray'" in detail and "lesson 12" in detail and INSTALL_HINT in detail
+    assert doctor.check_package("numpy", "numpy")[0] == "PASS"
+
+
 def test_version_differing_from_pin_warns(monkeypatch):
     monkeypatch.setattr(doctor, "_pins", lambda: {"numpy": "==0.0.1"})
     status, detail = doctor.check_package("numpy", "numpy")
@@ -418,7 +434,7 @@ def test_time_line_compares_with_the_reference(sandbox, monkeypatch, capsys, rat
     line = TIME_LINE.search(out)
     assert line, out
     assert line.group(1) == status
-    assert float(line.group(2)) == pytest.approx(reference * ratio, abs=0.05)
+    assert float(line.group(2)) == pytest.approx(reference * ratio, abs=0.05 + 1e-9)  # printed to 0.1 s
     assert float(line.group(3)) == reference and float(line.group(4)) == ratio == float(line.group(6))
     assert bool(line.group(5)) == (status == "WARN")
     assert len(line.group(0)) <= TIME_LINE_MAX, line.group(0)
@@ -505,7 +521,7 @@ def test_time_help_states_the_measured_range_and_the_noise():
     doctor.add_arguments(parser)
     text = " ".join(parser.format_help().split())
     assert "about 15 s" not in text
-    assert "13 s on the idle 2-core reference machine and 13-24 s on it at load averages 1.5-5" in text
+    assert "13-16 s on a 2-core development machine near idle and 13-24 s at load averages 1.5-5" in text
     assert "nothing is subtracted" in text and "factor up to ~1.5 is measurement noise" in text
 
 
