@@ -43,7 +43,7 @@ lint: install
 test: lint
 	$(BIN)/course build --check
 	$(BIN)/python -m course_lib.runtime.netns --require -- \
-		$(BIN)/python -m pytest -q tests lessons exercises solutions $(NBVAL_FLAGS)
+		$(BIN)/python -m pytest -q --durations=30 tests lessons exercises solutions $(NBVAL_FLAGS)
 
 ## build: regenerate and execute every notebook from its text source
 build: install

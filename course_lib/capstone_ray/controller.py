@@ -55,6 +55,9 @@ from course_lib.capstone_ray.workers import GeneratorWorker, TrainerWorker
 
 #: Weight-sync paths: lesson 09's engine on a gloo group, or Ray's object store.
 SYNCS: tuple[str, ...] = ("engine", "object_store")
+#: how long the controller waits before asking a restarting generator again (it answers
+#: "unavailable" at once while Ray starts its new process); the loop goes on meanwhile
+REPROBE_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,9 @@ class RayRunConfig:
 
     ``layout``: lesson 08's name (``sync_colocated``, ``sync_split``, ``pipeline``); ``max_lag`` is
     the pipeline's bound (the two sync layouts run at lag 0 whatever it says). ``kill_at``: split
-    layouts only: SIGKILL generator 1 (by pid) once this many updates are done, between two weight
-    transfers (or during one: ``kill_during_sync``); ``-1``: never. ``death_info_ms`` is Ray's
+    layouts only: SIGKILL generator 1 (by pid) once this many updates are done, while it decodes,
+    between two weight transfers (or during one: ``kill_during_sync``), or while it has no decoding
+    call in flight (``kill_idle``: held back by the lag bound, or waiting for weights); ``-1``: never. ``death_info_ms`` is Ray's
     (see :func:`~course_lib.capstone_ray.cluster.start_ray`), kept here for the command line.
     """
 
@@ -90,6 +94,7 @@ class RayRunConfig:
     seed: int = 0
     kill_at: int = -1
     kill_during_sync: bool = False
+    kill_idle: bool = False  # kill generator 1 while no decoding call of its is in flight
     pin: bool = True  # actors pin themselves to the core of their bundle
     chunk_steps: int = 24  # most decoding steps per generator call
     bucket_mb: float = 0.25
@@ -126,6 +131,8 @@ class RayRunConfig:
                 raise ValueError("kill_at: generator 1 is killed, so n_generators must be at least 2")
             if self.kill_at >= self.n_updates:
                 raise ValueError(f"kill_at={self.kill_at} must be below n_updates={self.n_updates}")
+        elif self.kill_idle or self.kill_during_sync:
+            raise ValueError("kill_idle / kill_during_sync say when to kill: give kill_at too")
 
     @property
     def lag_bound(self) -> int:
@@ -181,6 +188,7 @@ class Controller:
         self.blocked_s = 0.0
         self.kill: dict[str, Any] = {}
         self.decode_calls = 0
+        self.reprobes = 0  # "are you back?" calls a restarting generator answered "unavailable"
         self.sync_errors: list[str] = []
         self.train_started: dict[int, float] = {}
         self.group_builds: list[int] = []
@@ -271,12 +279,22 @@ class Controller:
             if sorted(gens) != self.sync_members:  # a generator left or came back: a new group
                 self.build_sync_group(gens)
             send = [self.trainers[0].send_weights.remote(version)]
-            recv = [self.gens[i].receive_weights.options(concurrency_group="sync").remote(version) for i in gens]
+            recv = [
+                self.gens[i].receive_weights.options(concurrency_group="sync").remote(version, self._inc(i))
+                for i in gens
+            ]
         else:
             ref = self.trainers[0].get_flat.remote()
             send = [ref]
-            recv = [self.gens[i].set_weights.options(concurrency_group="sync").remote(ref, version) for i in gens]
+            recv = [
+                self.gens[i].set_weights.options(concurrency_group="sync").remote(ref, version, self._inc(i))
+                for i in gens
+            ]
         return send, recv
+
+    def _inc(self, g: int) -> int | None:
+        """The incarnation of generator ``g`` the controller knows (its calls carry it)."""
+        return self.gen_info[g]["incarnation"] if self.gen_info else None
 
     def warm_start(self) -> None:
         """Lesson 07's supervised warm start, in this process (one torch thread: the actors are
@@ -420,6 +438,7 @@ class Controller:
         u = 0
         train: list[Any] = []
         down: set[int] = set()
+        reprobe: dict[int, float] = {}  # a restarting generator -> when to ask it again
         room = math.ceil(cfg.n_slots / cfg.group_size) + (1 if cfg.lag_bound > 0 else 0)  # keep slots fed
         self.t0 = time.perf_counter()
         deferred: list[int] = []  # a transfer waiting for the ones in flight (a group must be rebuilt first)
@@ -438,7 +457,10 @@ class Controller:
                 pending_recv[f] = (g, version)
 
         def died(g: int) -> None:
-            """g's decoding call failed: its admitted, unreturned groups are lost and asked for again."""
+            """A call on g failed (or its new incarnation declined it): its admitted, unreturned groups
+            are lost and asked for again; it is probed until its new incarnation answers."""
+            if g in down:  # already seen: its calls were dropped then
+                return
             death = on_generator_death(g, in_flight_groups, self.ledger.admitted, todo)
             for k in death.lost:
                 self.ledger.admitted.pop(k)
@@ -453,9 +475,12 @@ class Controller:
                 del pending_recv[f]
             for f in [f for f, h in chunk.items() if h == g]:
                 del chunk[f]
-            ready_fut[self.gens[g].ready.options(concurrency_group="control").remote()] = g
+            probe(g)
             if self.kill:
                 self.kill.update({"t_detect": time.perf_counter(), "lost_groups": list(death.lost)})
+
+        def probe(g: int) -> None:
+            ready_fut[self.gens[g].ready.options(concurrency_group="control").remote()] = g
 
         def take(g: int, out: dict[str, Any]) -> None:
             """The groups a decoding call returned."""
@@ -466,6 +491,39 @@ class Controller:
                 done[grp["k"]] = grp
                 if self.kill and g == 1 and grp["incarnation"] > 0 and "t_first_group" not in self.kill:
                     self.kill["t_first_group"] = time.perf_counter()
+
+        def answered(f: Any) -> bool:
+            """A probe of a restarting generator resolved: True if its new incarnation is back (recorded),
+            False if it answered "unavailable" (asked again after REPROBE_S, without holding up the loop)."""
+            g = ready_fut.pop(f)
+            try:
+                info = ray.get(f)
+            except RayActorError:  # "unavailable: the actor is restarting" (fails fast): ask again soon
+                if time.perf_counter() - down_since[g] > cfg.timeout_s:
+                    raise TimeoutError(
+                        f"generator {g} was not back within timeout_s={cfg.timeout_s} s of its death"
+                    ) from None
+                self.reprobes += 1
+                reprobe[g] = time.perf_counter() + REPROBE_S
+                return False
+            assert info["incarnation"] > inc[g], info
+            inc[g], self.gen_info[g] = info["incarnation"], info
+            down.discard(g)
+            if self.kill:
+                self.kill.update(
+                    {"t_ready": time.perf_counter(), "new_pid": info["pid"], "new_process_age_s": info["process_age_s"]}
+                )
+            return True
+
+        def settle() -> None:
+            """Wait for the transfers in flight; one broken by a death is recorded, not raised."""
+            for f in pending_send + list(pending_recv):
+                try:
+                    ray.get(f, timeout=cfg.timeout_s)
+                except (RayActorError, RayTaskError) as exc:
+                    self.sync_errors.append(f"at the end: {str(exc).splitlines()[-1][:160]}")
+            pending_send.clear()
+            pending_recv.clear()
 
         start_sync(0)
         while u < cfg.n_updates:
@@ -491,43 +549,65 @@ class Controller:
                     self.ledger.admitted[k] = (g, inc[g])
                 if ks or in_flight_groups[g]:
                     in_flight_groups[g].update(ks)
-                    chunk[self.gens[g].run.remote(ks)] = g
+                    chunk[self.gens[g].run.remote(ks, incarnation=inc[g])] = g
             # training: every trainer on batch u once it is complete
             if not train and all(k in done for k in range(u * B, (u + 1) * B)):
                 train = self.train_step(u, done)
-            # fault injection: SIGKILL generator 1 (by pid) while it decodes
+            # fault injection: SIGKILL generator 1 (by pid) while it decodes, or while it has no call
             in_sync = bool(pending_send) if cfg.sync == "engine" else bool(pending_recv)
+            decoding = 1 in chunk.values()
             if (
                 cfg.kill_at >= 0
                 and u >= cfg.kill_at
                 and not self.kill
-                and 1 in chunk.values()
-                and in_sync == cfg.kill_during_sync
+                and 1 not in down
+                and (not decoding if cfg.kill_idle else decoding and in_sync == cfg.kill_during_sync)
             ):
-                f1 = next(f for f, h in chunk.items() if h == 1)
-                self.kill = {"pid": self.gen_info[1]["pid"], "t_kill": time.perf_counter(), "u": u}
+                self.kill = {
+                    "pid": self.gen_info[1]["pid"],
+                    "t_kill": time.perf_counter(),
+                    "u": u,
+                    "idle": cfg.kill_idle,
+                }
                 os.kill(self.kill["pid"], signal.SIGKILL)
-                try:  # its decoding call fails: that is how the controller learns of the death
-                    out = ray.get(f1, timeout=cfg.timeout_s)
-                    # measured 1 run in 6: the call had finished before the signal landed; its groups are
-                    # valid. Ask the actor: the dead incarnation cannot answer (or a new one answers)
-                    del chunk[f1]
-                    take(1, out)
-                    try:
-                        probe = ray.get(
-                            self.gens[1].ready.options(concurrency_group="control").remote(), timeout=cfg.timeout_s
-                        )
-                        assert probe["incarnation"] > inc[1], "generator 1 survived SIGKILL"
+                # idle: nothing of its is awaited; its next call (a transfer, or the next decoding call)
+                # fails, or runs on the new incarnation, which declines it: either way died(1) follows
+                if decoding:
+                    f1 = next(f for f, h in chunk.items() if h == 1)
+                    try:  # its decoding call fails: that is how the controller learns of the death
+                        out = ray.get(f1, timeout=cfg.timeout_s)
+                        # measured 1 run in 6: the call had finished before the signal landed; its groups are
+                        # valid. Ask the actor: the dead incarnation cannot answer (or a new one answers)
+                        del chunk[f1]
+                        if not out.get("restarted"):
+                            take(1, out)
+                        try:
+                            answer = ray.get(
+                                self.gens[1].ready.options(concurrency_group="control").remote(), timeout=cfg.timeout_s
+                            )
+                            assert answer["incarnation"] > inc[1], "generator 1 survived SIGKILL"
+                        except RayActorError:
+                            pass
+                        died(1)
                     except RayActorError:
-                        pass
-                    died(1)
-                except RayActorError:
-                    died(1)
+                        died(1)
+            # a restarted generator is asked again after a short pause, without holding up the loop
+            now = time.perf_counter()
+            for g in [g for g, at in reprobe.items() if at <= now]:
+                del reprobe[g]
+                probe(g)
             waitable = list(chunk) + list(pending_recv) + pending_send + train + list(ready_fut)
+            wait_s = min([cfg.timeout_s] + [max(at - time.perf_counter(), 0.0) for at in reprobe.values()])
             t0 = time.perf_counter()
-            ready, _ = ray.wait(waitable, num_returns=1, timeout=cfg.timeout_s)
+            if waitable:
+                ready, _ = ray.wait(waitable, num_returns=1, timeout=wait_s)
+            else:  # only a re-probe is due: nothing else can happen before it
+                time.sleep(wait_s)
+                ready = []
             self.blocked_s += time.perf_counter() - t0
             if not ready:
+                if reprobe:
+                    continue
                 raise TimeoutError(f"nothing finished for timeout_s={cfg.timeout_s} s at update {u}")
             f = ready[0]
             if f in chunk:
@@ -537,14 +617,21 @@ class Controller:
                 except RayActorError:
                     died(g)
                     continue
+                if out.get("restarted"):  # sent before the death was seen; the new incarnation declined it
+                    died(g)
+                    continue
                 take(g, out)
             elif f in pending_recv:
                 g, v = pending_recv.pop(f)
                 try:
-                    self.sync_recv.append(ray.get(f)["total"])
-                    delivered[g] = max(delivered[g], v)
+                    answer = ray.get(f)
+                    if answer.get("restarted"):
+                        died(g)
+                    else:
+                        self.sync_recv.append(answer["total"])
+                        delivered[g] = max(delivered[g], v)
                 except RayActorError:
-                    pass  # the generator died: its decoding call reports it
+                    died(g)  # it died (between decoding calls, or during one: the first failure tells)
                 except RayTaskError as exc:  # the transfer broke (a member died mid-transfer)
                     self.sync_errors.append(f"receive v{v} on generator {g}: {str(exc).splitlines()[-1][:160]}")
                     self.sync_members = []  # rebuild the group before the next transfer
@@ -556,30 +643,8 @@ class Controller:
                     self.sync_errors.append(f"send: {str(exc).splitlines()[-1][:160]}")
                     self.sync_members = []
             elif f in ready_fut:
-                g = ready_fut.pop(f)
-                try:
-                    info = ray.get(f)
-                except RayActorError:  # "unavailable: the actor is restarting" (fails fast): ask again soon
-                    if time.perf_counter() - down_since[g] > cfg.timeout_s:
-                        raise TimeoutError(
-                            f"generator {g} was not back within timeout_s={cfg.timeout_s} s of its death"
-                        ) from None
-                    time.sleep(0.02)
-                    self.blocked_s += 0.02
-                    ready_fut[self.gens[g].ready.options(concurrency_group="control").remote()] = g
-                    continue
-                assert info["incarnation"] > inc[g], info
-                inc[g], self.gen_info[g] = info["incarnation"], info
-                down.discard(g)
-                if self.kill:
-                    self.kill.update(
-                        {
-                            "t_ready": time.perf_counter(),
-                            "new_pid": info["pid"],
-                            "new_process_age_s": info["process_age_s"],
-                        }
-                    )
-                start_sync(u)  # it rejoins (engine: a new group epoch) and gets the current weights
+                if answered(f):
+                    start_sync(u)  # it rejoins (engine: a new group epoch) and gets the current weights
             elif f in train and len(ray.wait(train, num_returns=len(train), timeout=0)[0]) == len(train):
                 results = ray.get(train)
                 train = []
@@ -601,11 +666,29 @@ class Controller:
         # drain: groups generated beyond the last update are left over
         for f in list(chunk):
             try:
-                for grp in ray.get(f, timeout=cfg.timeout_s)["groups"]:
+                for grp in ray.get(f, timeout=cfg.timeout_s).get("groups", []):  # a declined call has none
                     self._returned(grp)
             except RayActorError:
                 pass
-        ray.get(pending_send + list(pending_recv), timeout=cfg.timeout_s)
+        settle()
+        # a generator still restarting at the last update: wait for its new incarnation (bounded by
+        # timeout_s since its death) and give it the final weights, so every generator ends the run
+        # on them and the report says when it was back, however fast the updates went meanwhile
+        while down:
+            self._check_deadline(u)
+            if time.perf_counter() - min(down_since[g] for g in down) > 2 * cfg.timeout_s:
+                raise TimeoutError(f"generators {sorted(down)} were not back within 2 x timeout_s of their death")
+            for g in [g for g, at in reprobe.items() if at <= time.perf_counter()]:
+                del reprobe[g]
+                probe(g)
+            wait_s = min([cfg.timeout_s] + [max(at - time.perf_counter(), 0.0) for at in reprobe.values()])
+            if not ready_fut:
+                time.sleep(wait_s)
+                continue
+            ready, _ = ray.wait(list(ready_fut), num_returns=1, timeout=wait_s)
+            if ready and answered(ready[0]) and not down:
+                start_sync(u)
+                settle()
 
     # ---- one run ----
     def go(self) -> dict[str, Any]:
@@ -668,6 +751,7 @@ class Controller:
             k = self.kill
             kill = {
                 "u": k["u"],
+                "idle": bool(k.get("idle")),
                 "lost_groups": len(k.get("lost_groups", [])),
                 "detect_s": k.get("t_detect", np.nan) - k["t_kill"],
                 "restart_ready_s": k.get("t_ready", np.nan) - k["t_kill"],
@@ -710,6 +794,7 @@ class Controller:
             "audit": audit,
             "kill": kill,
             "decode_calls": self.decode_calls,
+            "reprobes": self.reprobes,
             "sync_group_builds": len(self.group_builds),
             "sync_errors": self.sync_errors,
             "blocked_s": self.blocked_s,
@@ -720,7 +805,7 @@ class Controller:
 def check_run(rep: dict[str, Any], min_gain: float = 0.03) -> list[str]:
     """The claims, as failures (empty: all hold): the lag bound kept, an exact audit, learning (held-out
     reward above the warm start by more than ``min_gain``; 120 updates: +0.07 to +0.11 measured), and
-    with a kill: groups lost in flight."""
+    with a kill while it decoded: groups lost in flight."""
     fails = []
     if rep["lag_max"] > rep["lag_bound"]:
         fails.append(f"lag {rep['lag_max']} > bound {rep['lag_bound']}")
@@ -728,7 +813,7 @@ def check_run(rep: dict[str, Any], min_gain: float = 0.03) -> list[str]:
         fails.append(f"audit: {rep['audit']}")
     if not rep["eval_end"] > rep["eval_start"] + min_gain:
         fails.append(f"did not learn: {rep['eval_start']:.3f} -> {rep['eval_end']:.3f}")
-    if rep["kill"] and not rep["audit"]["lost_groups"]:
+    if rep["kill"] and not rep["kill"]["idle"] and not rep["audit"]["lost_groups"]:
         fails.append("a generator was killed but no group was lost in flight")
     return fails
 

@@ -80,12 +80,13 @@ def kill_timeline(rep: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
     events = [
         (f"SIGKILL of generator 1 (pid {k['old_pid']}) after update {k['u']}", 0.0),
-        (f"death seen: its decoding call fails; {k['lost_groups']} groups lost in flight", k["detect_s"]),
+        (f"death seen: its decoding call fails; groups lost in flight: {k['lost_groups']}", k["detect_s"]),
         (f"restarted incarnation answers (pid {k.get('new_pid')})", k["restart_ready_s"]),
         ("it rejoins: its first weight transfer starts (engine: on a rebuilt group)", k["rejoined_s"]),
         ("its first group returns", k["first_group_s"]),
     ]
-    return [{"event": e, "s_after_kill": float(t)} for e, t in events]
+    # an event that did not happen (a new incarnation back only after the last update returns no group) is left out
+    return [{"event": e, "s_after_kill": float(t)} for e, t in events if np.isfinite(t)]
 
 
 def updates_around(rep: Mapping[str, Any], t: float, window_s: float = 5.0) -> tuple[int, int]:

@@ -296,9 +296,19 @@ class GeneratorWorker:
         self.receiver = BroadcastChannel(cast(Any, group), False, self.model, config)
         return time.perf_counter() - t0
 
-    def receive_weights(self, version: int) -> dict[str, float]:
+    def _restarted(self, incarnation: int | None) -> dict[str, Any] | None:
+        """The answer to a call meant for an earlier incarnation of this actor. A call sent while
+        Ray restarts an actor waits for the new process and runs there: that process holds no
+        group, no sync group and no weights, so it declines, and the controller learns of the death."""
+        if incarnation is None or incarnation == self.incarnation:
+            return None
+        return {"restarted": 1, "incarnation": self.incarnation, "expected": incarnation}
+
+    def receive_weights(self, version: int, incarnation: int | None = None) -> dict[str, Any]:
         """Lesson 09's receive into the engine's staging store (no lock: decoding goes on), then
         the copy into the model between two decoding steps (under the lock)."""
+        if (declined := self._restarted(incarnation)) is not None:
+            return declined
         t0 = time.perf_counter()
         ph = self.receiver.end.receive(version + 1)
         t1 = time.perf_counter()
@@ -308,10 +318,12 @@ class GeneratorWorker:
             self._changed(version)
         return {"total": time.perf_counter() - t0, "transfer": ph.transfer, "load": time.perf_counter() - t1}
 
-    def set_weights(self, flat: np.ndarray, version: int) -> dict[str, float]:
+    def set_weights(self, flat: np.ndarray, version: int, incarnation: int | None = None) -> dict[str, Any]:
         """Object-store path: ``flat`` arrives as a read-only view of the object store."""
         from course_lib.runtime.weights import load_flat_parameters
 
+        if (declined := self._restarted(incarnation)) is not None:
+            return declined
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only (zero-copy) array
@@ -384,9 +396,12 @@ class GeneratorWorker:
             "answers": g["answers"],
         }
 
-    def run(self, admit: list[int], until_done: bool = False) -> dict[str, Any]:
+    def run(self, admit: list[int], until_done: bool = False, incarnation: int | None = None) -> dict[str, Any]:
         """Queue ``admit`` (group numbers), decode up to ``chunk_steps`` steps (or, ``until_done``,
-        until every admitted group is finished) and return the groups that finished."""
+        until every admitted group is finished) and return the groups that finished. A call meant
+        for an earlier ``incarnation`` is declined (:meth:`_restarted`)."""
+        if (declined := self._restarted(incarnation)) is not None:
+            return declined
         assert self.sampler.version >= 0, "no weights yet"
         self.queue.extend(admit)
         done: list[dict[str, Any]] = []
