@@ -120,9 +120,9 @@ print(f"at scale {current_scale()!r} this cell would train for {n_episodes} epis
 #
 # `course doctor` (or `python -m course_lib doctor` in a terminal) prints one
 # PASS/WARN/FAIL line per check and a block to paste into an issue. A FAIL stops the
-# course; a WARN names what it costs: without Ray, or without a network namespace for
-# Ray's tests, only lesson 12 (or its tests) is affected. Workshop instructors: ask
-# everyone to run it the day before.
+# course; a WARN names what it costs: without Ray only lesson 12 is affected; without a
+# network namespace lessons 00-11 run, but `make test` stops before its first test (it runs
+# Ray's tests inside one). Workshop instructors: ask everyone to run it the day before.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
