@@ -151,10 +151,9 @@ print(f"doctor ran {len(results)} checks; none failed")
 #
 # **Pseudocode**
 # ```
-# G = 0
+# G_T = 0
 # for t = T-1 down to 0:
-#     G = r[t] + gamma * (1 - done[t]) * G
-#     returns[t] = G
+#     G_t from r_t, d_t and G_{t+1} by (00.2)
 # ```
 #
 # | equation | function |
@@ -278,9 +277,10 @@ assert ep_returns.tolist() == undiscounted[[0, 3]].tolist()  # R_j = G at each e
 # check, so an infinite loop or a crash in your code gives a clear message instead of a
 # hang. It exits 0 when the score reaches the pass mark. In your fork on GitHub, the
 # workflow `.github/workflows/grade.yml` grades every exercise notebook on every push, so it
-# stays red until all of them reach the pass mark. The grader refuses an answer that
-# imports and calls `course_lib`'s own implementation by name (a static check of your code,
-# not a sandbox).
+# stays red until all of them reach the pass mark. Every exercise refuses an answer that
+# hands the work to `course_lib`'s own implementation, however it reaches it: the grader
+# reads your function before the checks and watches the calls it makes into `course_lib`
+# while they run (a guard, not a sandbox).
 #
 # Here the grader is run on lesson 00's solution notebook and on the untouched exercise
 # notebook (two exercises, 10 points each):

@@ -144,20 +144,19 @@ for t in range(5):
     print(f"{t:>2} | " + " | ".join(f"{c[0]:>5.2f} {c[1]:>5.2f}" for c in cols))
 
 # %% [markdown]
-# The implementation is the backward recursion (03.3), one pass from the last step to the
-# first. `vtrace` computes $\delta_t V$ and $c_t$ for every step at once (numpy, `[T, B]`),
-# then hands them to this loop, which is all there is to it:
+# The learner turns these targets into the loss (03.5). In `loss_terms`, look at where the
+# log-ratios come from (its own log-probabilities minus the actor's), at the targets
+# entering the loss as constants, and at no correction: the same code, its log-ratios times 0:
 
 # %%
 from course_lib import show_source
-from course_lib.rl.vtrace import vtrace_recursion
+from course_lib.actor_learner.learner import loss_terms
 
-show_source(vtrace_recursion)
+show_source(loss_terms)
 
 # %% [markdown]
-# `acc` holds $v_{s+1} - V(x_{s+1})$; a done step has $\gamma_s = 0$ and cuts the trace.
-# Then `vs = values + vtrace_recursion(deltas, discounts, cs)`, and the advantage (03.4) uses
-# `vs` shifted by one step. The test of this code is the formula itself, written as
+# `vtrace` itself is the backward recursion (03.3), one pass from the last step to the
+# first. The test of this code is the formula itself, written as
 # naively as possible: `vtrace_naive`, an explicit double sum with an explicit product per
 # term, O(T^2), sharing no code with the recursion (the TorchBeast test's idea; the grader
 # of this lesson's exercises uses the same oracle). On random inputs crossing both

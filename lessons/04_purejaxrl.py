@@ -54,7 +54,7 @@ import course_lib
 from course_lib import progress, show_source
 from course_lib.envs import cartpole
 from course_lib import describe
-from course_lib.ppo.jax_ppo import PPOConfig, final_return, make_train, td_targets
+from course_lib.ppo.jax_ppo import PPOConfig, final_return, make_train, make_update_step, minibatch_update
 from course_lib.ppo.torch_ppo import train_torch
 from course_lib import current_scale, pick
 
@@ -255,12 +255,8 @@ print("The jitted, vmapped JAX env steps faster than gymnasium's numpy vector en
 # balanced pole at step 500 is still worth about $1/(1-\gamma) = 100$.) In code
 # `r + gamma * (1 - term) * V'` is `ppo_jax.td_targets`, the value of every final
 # observation is one batched critic pass after the rollout's scan, and `ppo_jax.gae` is
-# the reverse scan:
-
-# %%
-show_source(td_targets)
-
-# %% [markdown]
+# the reverse scan.
+#
 # PPO's loss on a minibatch (Schulman et al. 2017), with $\rho_t = \pi_\theta(a_t|s_t) /
 # \pi_{\text{old}}(a_t|s_t)$ and advantages normalised over the minibatch:
 #
@@ -281,6 +277,14 @@ show_source(td_targets)
 # return final params, one metric per update
 # ```
 #
+# One iteration of the outer scan, as `ppo_jax` writes it: look at the run's key split
+# three ways, and at the learning phase, one `lax.scan` of `minibatch_update`:
+
+# %%
+show_source(make_update_step)
+show_source(minibatch_update)
+
+# %% [markdown]
 # The learning phase is one flat scan over all 16 minibatches, with every epoch's
 # permutation drawn by a single sort of random `uint32` keys that carry the sample's index
 # in their low bits (`ppo_jax.shuffle_order`), instead of an epoch scan around a
@@ -317,23 +321,25 @@ print(f"-> {config.num_updates} updates of {config.batch_size} env steps, "
 # %% [markdown]
 # ## 5 · Compile once, run a grid of seeds x learning rates
 #
-# `make_train(config)` returns `train(key, lr)`. Two `vmap`s make it a grid: the inner one
-# over seeds, the outer one over learning rates. The result is **one** program: it is
+# `make_train(config)` returns `train(key, lr)`. One `vmap` over the runs makes it a grid,
+# each (learning rate, seed) pair one run. The result is **one** program: it is
 # traced and compiled once (`lower(...).compile()`, timed apart), then runs every
 # (learning rate, seed) pair at once. Every update of every run reports its metrics, so
 # the whole grid's learning curves come back as `[n_lrs, n_seeds, n_updates]` arrays.
 
 # %%
 train = make_train(config)
-grid = jax.jit(jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0)))
 seed_keys = jax.random.split(jax.random.key(0), N_SEEDS)
-lrs = jnp.asarray(LRS)
+run_keys = jnp.concatenate([seed_keys] * len(LRS))  # run i: seed i % N_SEEDS ...
+run_lrs = jnp.repeat(jnp.asarray(LRS), N_SEEDS)  # ... at learning rate LRS[i // N_SEEDS]
+grid = jax.jit(jax.vmap(train))
 t0 = time.perf_counter()
-grid_compiled = grid.lower(seed_keys, lrs).compile()
+grid_compiled = grid.lower(run_keys, run_lrs).compile()
 grid_compile_s = time.perf_counter() - t0
 t0 = time.perf_counter()
-grid_result = jax.block_until_ready(grid_compiled(seed_keys, lrs))
+runs = jax.block_until_ready(grid_compiled(run_keys, run_lrs))
 grid_run_s = time.perf_counter() - t0
+grid_result = jax.tree.map(lambda x: x.reshape((len(LRS), N_SEEDS) + x.shape[1:]), runs)
 grid_steps = len(LRS) * N_SEEDS * config.steps_per_run
 returns = np.asarray(grid_result.metrics["charts/episode_return"])  # [n_lrs, n_seeds, n_updates]
 finals = final_return(grid_result.metrics)  # [n_lrs, n_seeds]

@@ -219,7 +219,7 @@ assert np.allclose(np.asarray(gram), np.asarray(batch.T @ batch))
 # | `ppermute` | a neighbour's value (here: from device $i-1$) |
 
 # %%
-from course_lib.scaling.collectives import collective_demo, format_collective_demo, ring_allreduce
+from course_lib.scaling.collectives import collective_demo, format_collective_demo
 
 demo = collective_demo(mesh)
 print(format_collective_demo(demo))
@@ -254,11 +254,7 @@ assert same
 # independent of $N$ for large $N$: the ring uses every link's bandwidth at once. With a
 # per-step latency $\alpha$ and a link bandwidth $\beta$, the time is
 # $t(M) = 2(N-1)\,\alpha + 2\frac{N-1}{N}\frac{M}{\beta}$ (the $\alpha$-$\beta$ model).
-
-# %%
-show_source(ring_allreduce)  # its two phases themselves are exercise 2
-
-# %% [markdown]
+#
 # We time the ring against the built-in `psum` over message sizes, interleaved, and fit
 # the $\alpha$-$\beta$ model to each. On host devices the "links" are memory copies, so
 # the absolute numbers say little about a GPU cluster; the *shape* (latency-bound small
@@ -407,8 +403,6 @@ def mse(params, batch):
     x, y = batch
     return ((jnp.tanh(x @ params["w"]) @ params["v"] - y) ** 2).mean()
 
-
-show_source(synced_gradient)
 
 k = jax.random.split(jax.random.key(0), 4)
 toy_params = {"w": jax.random.normal(k[0], (5, 7)), "v": jax.random.normal(k[1], (7,))}
@@ -886,7 +880,6 @@ except ProcessFailed as err:
 from course_lib.scaling import remat as remat_lib
 
 show_source(remat_lib.remat_layer)
-show_source(remat_lib.mlp_forward)
 
 # %% [markdown]
 # We read the memory from XLA's analysis of the *compiled* gradient program

@@ -117,16 +117,19 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # | the three regimes | `pipeline.system.PipelineSystem`, `PipelineConfig` |
 # | timelines, curves, time to a reward level, lag histogram | `pipeline.timeline` (`time_to_target`) |
 #
-# The loss, as the trainer runs it (one weight per token, a constant; `correct=False` is the
-# no-correction arm of section 5), and the backpressure rule, as the generator runs it:
+# The backpressure rule, and the generator process that runs it: look at the loop
+# (admit, then one decoding step of every live slot) and at the refill, which pulls newer
+# weights first, then starts an answer in every free slot until the rule holds the next
+# group back:
 
 # %%
 from course_lib import show_source
-from course_lib.pipeline.loss import pipeline_loss
+from course_lib.pipeline.system import GroupGenerator, generator_main
 from course_lib.rl.staleness import may_start_group
 
-show_source(pipeline_loss)
 show_source(may_start_group)
+show_source(generator_main)
+show_source(GroupGenerator._refill_free_slots)
 
 # %% [markdown]
 # ## 1. A verifiable task with a long tail
@@ -225,16 +228,10 @@ print("16 answers, 8 slots: the KV-cache log-probs equal a full recompute (max d
 # %% [markdown]
 # **An in-flight swap.** Between two decoding steps, the generator asks the shared weights
 # for a newer version; if there is one it is loaded in place, and the live sequences carry
-# on with their KV cache (or the cache is rebuilt, `recompute`). The sampler stamps every
-# token with the version and the log-probability that produced it:
+# on with their KV cache (or the cache is rebuilt, `recompute`). From then on the sampler
+# stamps every token with the new version:
 
 # %%
-show_source(SlotSampler.step)
-
-# %%
-from course_lib.pipeline.system import swap_in_newer_weights
-
-show_source(swap_in_newer_weights)
 show_source(SlotSampler.weights_changed)
 show_source(SlotSampler.recompute_cache)
 
@@ -492,9 +489,6 @@ reward_vs_time(axes, shown, window=WINDOW, warm=warm_reward, target=target)
 fig.suptitle(f"Countdown task from the same warm start ({len(SEEDS)} seeds per arm): reward of the consumed batches")
 fig.tight_layout()
 plt.show()
-
-# %%
-show_source(time_to_target)
 
 # %%
 # NBVAL_IGNORE_OUTPUT

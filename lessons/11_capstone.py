@@ -206,7 +206,8 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # | fault injection | `capstone.faults.kill_once` (`--kill-rank`, `--kill-at-update`) |
 # | (11.4) phases, tokens/s, lags, syncs, restarts, read back | `capstone.report.load`, `CapstoneReport` |
 #
-# The two loops, as the ranks run them:
+# The trainers' loop, as the ranks run it, and a generator's refill of its free slots (look
+# at the group numbers: drawn from one counter in the store, shared by every generator):
 
 # %%
 from course_lib.capstone.generator import Generator
@@ -215,7 +216,7 @@ from course_lib.capstone.trainer import Trainer
 show_source(Trainer.run)
 show_source(Trainer.publish)  # the order behind (11.2): announce, send, then raise `consumed`
 show_source(Trainer._all_reduce_grads)  # (11.1): the shards' gradients summed, one flat message
-show_source(Generator.run)
+show_source(Generator.refill)
 
 # %% [markdown]
 # ## 1. Launch the default run

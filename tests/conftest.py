@@ -164,6 +164,16 @@ def no_helpers_left_behind():
     assert wait_gone([p.pid for p in psutil.Process().children(recursive=True)])
 
 
+@pytest.fixture(autouse=True)
+def fresh_hint_tiers():
+    """Each test starts with no failures seen: its first failing check() prints hint 1
+    (check() shows the next hint on each repeated failure in a process)."""
+    from course_lib.course.grading.selfcheck import reset_hint_tiers
+
+    reset_hint_tiers()
+    yield
+
+
 # ---------------------------------------------------------------------------------------
 # Ray: only inside a loopback-only network namespace (course_lib.runtime.netns)
 # ---------------------------------------------------------------------------------------

@@ -135,6 +135,9 @@ CHECK_FIXTURES = (
     "course_lib.lm.model",
     "course_lib.actor_learner.model",
     "course_lib.runtime.weights.flat_parameters",  # how a check hands weights to the learner's swap code
+    # and how lesson 07's teacher-forced replay loads them into its own copy of the model (the
+    # exercise allows the learner the same call: loading is not what it grades)
+    "course_lib.runtime.weights.load_flat_parameters",
     "course_lib.envs.cartpole.EnvParams",
     "course_lib.weight_sync.integrity.MAGIC",
     "course_lib.weight_sync.integrity.CorruptBucketError",
@@ -321,7 +324,16 @@ def test_correct_answer_passes_every_check_and_stub_is_not_implemented():
     assert not refused.passed and "course_lib.rl.pg.discounted_returns, the library's own" in refused.message
 
     def quadratic(rewards, dones, gamma, bootstrap=0.0):  # eq. 00.1 summed per step: right, but O(T^2)
-        return naive_discounted_returns(rewards, dones, gamma, bootstrap)
+        r, d = np.asarray(rewards, dtype=np.float64), np.asarray(dones, dtype=bool)
+        out = np.zeros(len(r))
+        for t in range(len(r)):
+            for k in range(t, len(r)):
+                out[t] += gamma ** (k - t) * r[k]
+                if d[k]:
+                    break
+            else:
+                out[t] += gamma ** (len(r) - t) * bootstrap
+        return out
 
     slow = run_exercise(DISCOUNTED_RETURNS, quadratic, time_limit_s=2.0)
     assert [r.passed for r in slow.results[:-3]] == [True] * (len(slow.results) - 3)
@@ -369,15 +381,27 @@ def test_check_prints_deterministic_lines(capsys):
 
     mutant = load_mutant(ROOT / "tests" / "mutants" / "discounted_returns_ignores_dones.py")
     outputs = []
-    for _ in range(2):  # same text every time
+    hints = DISCOUNTED_RETURNS.hints
+    for _ in range(len(hints) + 1):  # same verdict every time; the next hint on each repeat
         assert bool(check("00_welcome", "discounted_returns", mutant.discounted_returns)) is False
-        outputs.append(capsys.readouterr().out)
-    assert outputs[0] == outputs[1]
-    head, hint_line = outputs[0].splitlines()
-    assert head.startswith(f"discounted_returns: FAIL (5/{n} checks): hand-computed values")
+        outputs.append(capsys.readouterr().out.splitlines())
+    assert len({tuple(o[:-1]) for o in outputs}) == 1
+    head = outputs[0][0]
+    assert head.startswith(f"discounted_returns: FAIL (6/{n} checks): hand-computed values")
     assert "got 3.439, expected 1.9" in head
-    assert hint_line.startswith("hint: ")
-    assert "0x" not in outputs[0]
+    # the stub above did not count: the first graded failure shows hint 1, then 2, ...
+    expected = [f"hint: {hints[0]}"] + [f"hint {k}/{len(hints)}: {hints[k - 1]}" for k in range(2, len(hints) + 1)]
+    assert [o[-1] for o in outputs] == expected + expected[-1:]  # the last hint repeats
+    assert "0x" not in "".join(outputs[0])
+    # a pass does not start them over; another exercise keeps its own count
+    assert bool(check("00_welcome", "discounted_returns", correct)) is True
+    assert bool(check("00_welcome", "finished_episode_returns", lambda r, d: [])) is False
+    assert capsys.readouterr().out.splitlines()[-1] == f"hint: {FINISHED_EPISODE_RETURNS.hints[0]}"
+    assert bool(check("0", "discounted_returns", mutant.discounted_returns)) is False
+    assert capsys.readouterr().out.splitlines()[-1] == expected[-1]
+    selfcheck.reset_hint_tiers()
+    assert bool(check("00_welcome", "discounted_returns", mutant.discounted_returns)) is False
+    assert capsys.readouterr().out.splitlines()[-1] == expected[0]
 
 
 def test_check_never_raises(capsys, monkeypatch):

@@ -21,7 +21,7 @@ from course_lib.course.grading.lessons import l03_impala_vtrace as l03
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "03_impala_vtrace"
 SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
-NAMES = ("vtrace_targets", "pg_advantages", "rollout_lag", "actor_unroll")
+NAMES = ("vtrace_targets", "pg_advantages", "learner_step", "actor_unroll")
 
 
 def load_mutants() -> list[Any]:
@@ -36,11 +36,11 @@ MUTANTS = load_mutants()
 
 
 def test_registry_lists_the_four_exercises():
-    gh.assert_registry(LESSON, NAMES, ("3", "impala_vtrace"), points=50, min_checks=6)
+    gh.assert_registry(LESSON, NAMES, ("3", "impala_vtrace"), points=55, min_checks=5)
     for e in exercises_for(LESSON):
         descriptions = [c.description for c in e.checks]
         assert len(set(descriptions)) == len(descriptions)
-    assert get_exercise(LESSON, "rollout_lag") is l03.ROLLOUT_LAG
+    assert get_exercise(LESSON, "learner_step") is l03.LEARNER_STEP
 
 
 def test_the_papers_off_by_one_and_the_swap_are_among_the_planted_bugs():
@@ -67,8 +67,8 @@ def test_course_lib_vtrace_passes_the_graders():
     def targets(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, c_bar=1.0):
         return vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, None).vs
 
-    outcome = run_exercise(l03.VTRACE_TARGETS, targets)
-    assert outcome.passed, outcome.message
+    for check in l03.VTRACE_TARGETS.checks:  # without the runner's guard, which refuses the library in a notebook
+        check.fn(targets)
     # the library computes the advantages from its own targets: compare them with the oracle's formula
     data = l03.random_trajectory(3, 7, 3)
     out = vtrace(*(data[k] for k in l03.VT_ARGS), 1.5, 0.8, 1.2)
@@ -80,17 +80,41 @@ def test_course_lib_vtrace_passes_the_graders():
     )
 
 
-def test_course_lib_rollout_lag_and_unroll_pass_the_graders():
+def test_the_systems_learner_step_and_unroll_pass_the_checks():
+    """The multi-process system's own pieces (``RolloutBuffers.batch``, ``rollout_lag``, the
+    order of ``ActorLearnerSystem._learn``, ``actor.unroll``) satisfy the checks, run without
+    the runner's guard (the guard refuses them in a learner's notebook)."""
     from course_lib.actor_learner.actor import unroll
+    from course_lib.actor_learner.buffers import RolloutBuffers
     from course_lib.actor_learner.learner import rollout_lag
 
-    assert run_exercise(l03.ROLLOUT_LAG, rollout_lag).passed
+    def learner_step(slots, full, free_queue, learner, weights):
+        buffers = RolloutBuffers(unroll=0, n_envs=0, obs_dim=0, n_slots=0, tensors=slots)
+        batch = buffers.batch(list(full))  # copies: the slots can be refilled at once
+        for index in full:
+            free_queue.put(index)
+        lags = rollout_lag(learner.version, batch["versions"])
+        learner.update(batch)
+        weights.publish(learner.model, learner.version)
+        return lags
 
     def actor_unroll(envs, policy, obs, slot, version, generator):
         return unroll(envs, policy, obs, slot, version, generator)
 
-    outcome = run_exercise(l03.ACTOR_UNROLL, actor_unroll)
-    assert outcome.passed, outcome.message
+    for exercise, fn in ((l03.LEARNER_STEP, learner_step), (l03.ACTOR_UNROLL, actor_unroll)):
+        for check in exercise.checks:
+            check.fn(fn)
+
+
+def test_the_fake_free_queue_refills_a_slot_the_moment_it_is_freed():
+    slots = l03._ls_slots(0, 3, 4, 2, {0: 5, 1: 6})
+    kept = {k: t[1].clone() for k, t in slots.items()}
+    view = slots["versions"][0]
+    events = l03.LearnerEvents()
+    l03.FakeFreeQueue(slots, events).put(0)
+    assert events.freed() == [0]
+    assert (view == l03.REFILL_VERSION).all() and torch.isnan(slots["rewards"][0]).all()
+    assert all(torch.equal(slots[k][1], kept[k]) for k in slots)
 
 
 def test_naive_nstep_return_agrees_with_discounted_returns():
@@ -110,5 +134,5 @@ def test_naive_nstep_return_agrees_with_discounted_returns():
 
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("inclusive_product", "uses_v_s", "newest_version", "greedy")
+    picked = ("inclusive_product", "uses_v_s", "frees_before_copying", "greedy")
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -61,37 +61,11 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
 
-def _notebook_hints() -> list[list[str]]:
-    """Each exercise's hints as exercises/src/05_scaling_jax.py writes them, as plain text:
-    <code> dropped, prose joined on one line, a <pre> block kept line by line."""
-    import html
-    import re
-
-    text = (ROOT / "exercises" / "src" / f"{LESSON}.py").read_text()
-    hints = []
-    for block in re.findall(r"# <details><summary>Hint \d</summary>\n(.*?)# </details>", text, re.S):
-        parts: list[str] = []
-        lines: list[str] = []
-        for line in (raw[2:] if raw.startswith("# ") else raw.lstrip("#") for raw in block.splitlines()):
-            if line.strip() in ("<pre>", "</pre>"):
-                parts.append(" ".join(" ".join(lines).split()) if line.strip() == "<pre>" else "\n".join(lines))
-                lines = []
-            else:
-                lines.append(line)
-        parts.append(" ".join(" ".join(lines).split()))
-        hints.append(html.unescape(re.sub(r"</?code>", "", "\n".join(p for p in parts if p))))
-    return [hints[i : i + 3] for i in range(0, len(hints), 3)]
-
-
-def test_the_graders_hints_are_the_notebooks():
-    assert [list(e.hints) for e in l05.EXERCISES] == _notebook_hints()
-
-
 def test_hints_lead_rather_than_give_the_solution():
-    """The ring's and accumulation's last hints are skeletons with blanks, and exercise 1's
-    statement describes the layouts in words: none of them holds the solution's key lines."""
+    """The ring's and accumulation's hints nudge without the solution's key lines, and exercise 1's
+    statement describes the layouts in words (tests/test_hints.py checks every hint of every lesson)."""
     ring, accumulate = l05.RING_ALLREDUCE.hints, l05.ACCUMULATE_GRADS.hints
-    assert "___" in ring[2] and "___" in accumulate[2]
+    assert len(ring) >= 3 and len(accumulate) >= 3
     for line in ("(i - s) % n", "(i - s - 1) % n", "(i + 1 - s) % n", ".add(recv)", ".set(recv)"):
         assert all(line not in h for h in ring), line
     assert all("jax.grad(loss_fn)" not in h and "jnp.add" not in h for h in accumulate)
@@ -395,7 +369,7 @@ def test_the_guard_finds_the_library_ring_however_it_is_reached(form):
     exec(compile(_LIBRARY_FORMS, "<learner>", "exec"), namespace)
     assert library_references(namespace[form], l05.LIBRARY) == ["course_lib.scaling.collectives.ring_allreduce"]
     outcome = run_exercise(l05.RING_ALLREDUCE, namespace[form])
-    assert [r.status for r in outcome.results] == ["fail"] * 4
+    assert [r.status for r in outcome.results] == ["fail"] + ["skipped"] * len(l05.RING_ALLREDUCE.checks)
     assert outcome.message.endswith(
         "ring_allreduce uses course_lib.scaling.collectives.ring_allreduce, the library's own implementation: write "
         "ring_allreduce yourself, from jax.lax.ppermute, jax.lax.axis_index and indexing; the checks grade your code, "

@@ -23,13 +23,13 @@ from course_lib.course.grading.lessons import l06_off_policy_scale as l06
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "06_off_policy_scale"
-NAMES = ("bicycle_step", "sumtree_find", "importance_weights", "soft_bellman_target", "polyak_update")
+NAMES = ("bicycle_step", "sumtree_find", "importance_weights", "soft_bellman_target", "sumtree_update")
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def test_registry_lists_the_five_exercises():
-    gh.assert_registry(LESSON, NAMES, ("6", "off_policy_scale"), points=60)
+    gh.assert_registry(LESSON, NAMES, ("6", "off_policy_scale"), points=65)
 
 
 def test_the_briefs_slips_are_among_the_planted_bugs():
@@ -59,10 +59,12 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "soft_bellman_target-no_done_mask",
         "soft_bellman_target-mask_on_reward",
         "soft_bellman_target-entropy_outside",
-        "polyak_update-tau_swapped",
-        "polyak_update-updates_online",
-        "polyak_update-first_leaf_only",
-        "polyak_update-in_place",
+        "sumtree_update-first_write_wins",
+        "sumtree_update-parent_delta_set",
+        "sumtree_update-parent_delta_add",
+        "sumtree_update-scatter_decides_repeats",
+        "sumtree_update-loop_over_entries",
+        "sumtree_update-rebuild_whole_tree",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
@@ -271,15 +273,16 @@ def test_importance_weights_oracle_equals_the_solution_and_the_library():
         np.testing.assert_allclose(l06.naive_weights(p, n, beta, True), normalised)
 
 
-def test_each_weight_slip_changes_the_answer_on_the_hand_batch():
-    """A slip the grader can name must differ from (06.8) on the hand batch, raw or normalised,
-    and (where both are possible) be told apart from the other slips there."""
-    p, n = l06.IW_HAND
+def test_each_weight_slip_changes_the_answer_on_the_hand_batches():
+    """A slip the grader can name must differ from (06.8) on the hand batch or the uniform one
+    (5 items of 8, so the batch size is not N), raw or normalised, and (where both are
+    possible) be told apart from the other slips there."""
     beta = l06.IW_HAND_WEIGHTS[0][0]
+    batches = (l06.IW_HAND, (np.full(5, 1 / 8), 8))
     answers = {}
     for message, slip in l06.IW_SLIPS.items():
-        wrong = [l06.naive_weights(p, n, beta, normalize, **slip) for normalize in (False, True)]
-        right = [l06.naive_weights(p, n, beta, normalize) for normalize in (False, True)]
+        wrong = [l06.naive_weights(p, n, beta, normalize, **slip) for p, n in batches for normalize in (False, True)]
+        right = [l06.naive_weights(p, n, beta, normalize) for p, n in batches for normalize in (False, True)]
         assert any(not np.allclose(w, r) for w, r in zip(wrong, right)), message
         answers[message] = np.concatenate(wrong)
     messages = list(answers)
@@ -298,19 +301,93 @@ def test_soft_bellman_oracle_equals_the_solution_and_each_slip_differs():
         assert not np.allclose(l06.naive_target(*l06.SB_HAND, **slip), l06.naive_target(*l06.SB_HAND)), message
 
 
-def test_polyak_oracle_equals_the_solution_and_each_slip_differs():
-    solve = solution_function(LESSON, "polyak_update")
-    for seed, tau in ((0, 0.005), (5, 0.7)):
-        target, online = l06.random_params(seed)
-        got = [np.asarray(a) for a in l06.naive_leaves(solve(target, online, tau))]
-        for g, w in zip(got, l06.naive_polyak(target, online, tau)):
-            np.testing.assert_allclose(g, w, rtol=1e-12)
-    target, online = l06._flat_params()
-    right = l06.naive_polyak(target, online, 0.1)
-    for message, slip in l06.PU_SLIPS.items():
-        wrong = l06.naive_polyak(target, online, 0.1, slip=slip)
-        assert not all(np.allclose(a, b) for a, b in zip(wrong, right)), message
-    assert l06._leaf_paths(target) == ["['b']", "['w']"]
+# ---------------------------------------------------------------------------------------
+# The sum tree's write-back: the oracle, its slips, and the program probe
+# ---------------------------------------------------------------------------------------
+
+
+def test_sumtree_update_oracle_equals_the_solution_and_the_library():
+    import jax.numpy as jnp
+
+    from course_lib.offpolicy import replay
+
+    solve = solution_function(LESSON, "sumtree_update")
+    rng = np.random.default_rng(5)
+    for capacity, k in ((1, 3), (8, 20), (64, 48), (1024, 256)):
+        tree = l06.float32_tree(l06.random_leaves(rng, capacity))
+        indices, values = l06.su_batch(rng, capacity, k)
+        want = l06.naive_update(tree, indices, values)
+        args = (jnp.asarray(tree), jnp.asarray(indices), jnp.asarray(values))
+        np.testing.assert_array_equal(np.asarray(solve(*args)), want)
+        for method in ("sequential", "vectorised"):  # the library keeps the last write too
+            lib = np.asarray(replay.sumtree_update(*args, method=method))
+            np.testing.assert_array_equal(lib[1:], want[1:])
+    tree = l06.float32_tree(l06.DRAWN)
+    for indices, values, by_hand in l06.SU_HAND:
+        assert l06.naive_update(tree, indices, values)[1:].tolist() == by_hand
+
+
+def test_each_sumtree_update_slip_changes_the_answer_on_the_hand_trees():
+    tree = l06.float32_tree(l06.DRAWN)
+    for message, slip in l06._su_level_slips(4).items():
+        assert any(
+            not np.allclose(l06.naive_update(tree, i, v, **slip), l06.naive_update(tree, i, v))
+            for i, v, _ in l06.SU_HAND
+        ), message
+
+
+def _fori_levels(tree, indices, values):
+    """Another natural write-back: a stable argsort finds the last writes, a lax.fori_loop (a
+    scan) walks the levels."""
+    import jax
+    import jax.numpy as jnp
+
+    capacity = tree.shape[0] // 2
+    order = jnp.argsort(indices, stable=True)
+    last = jnp.append(indices[order][1:] != indices[order][:-1], True)
+    keep = jnp.zeros(indices.shape, bool).at[order].set(last)
+    tree = tree.at[jnp.where(keep, capacity + indices, tree.shape[0])].set(values, mode="drop")
+
+    def level(_, carry):
+        t, nodes = carry
+        nodes = nodes // 2
+        return t.at[nodes].set(t[2 * nodes] + t[2 * nodes + 1]), nodes
+
+    return jax.lax.fori_loop(0, capacity.bit_length() - 1, level, (tree, capacity + indices))[0]
+
+
+def _probe(fn, capacity=4096, k=32):
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    tree = jnp.asarray(l06.float32_tree(l06.random_leaves(rng, capacity)))
+    indices = rng.choice(capacity, size=k, replace=False).astype(np.int32)
+    indices[5] = indices[7]  # a repeated index, with two different values
+    indices = jnp.asarray(indices)
+    values = jnp.arange(k, dtype=jnp.float32)
+    closed = jax.make_jaxpr(fn)(tree, indices, values)
+    probe = l06.TreeProgramProbe(2 * capacity, whole=capacity // 2)
+    (out,) = l06.run_jaxpr(closed.jaxpr, list(closed.consts), [tree, indices, values], probe)
+    want = l06.naive_update(np.asarray(tree), np.asarray(indices), np.asarray(values))
+    np.testing.assert_array_equal(np.asarray(out)[1:], want[1:])  # run op by op, the program computes the write-back
+    return probe
+
+
+def test_the_program_probe_sees_writes_loops_whole_tree_work_and_repeated_writes():
+    probe = _probe(solution_function(LESSON, "sumtree_update"))
+    assert (probe.writes, probe.big, probe.conflict) == (13, [], None)
+    probe = _probe(_fori_levels)
+    assert (probe.writes, probe.big, probe.conflict) == (13, [], None)
+    names = {m.name: m for m in MUTANTS if m.function == "sumtree_update"}
+    assert _probe(mutant_function(LESSON, names["loop_over_entries"])).writes == 32 * 13
+    assert "add" in _probe(mutant_function(LESSON, names["rebuild_whole_tree"])).big
+    assert _probe(mutant_function(LESSON, names["scatter_decides_repeats"])).conflict is not None
+
+
+def test_another_natural_write_back_passes():
+    outcome = run_exercise(l06.SUMTREE_UPDATE, _fori_levels)
+    assert outcome.passed, outcome.message
 
 
 # ---------------------------------------------------------------------------------------
@@ -349,10 +426,10 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
         (lambda r, d, q1, q2, lp, a, g: r > 0, "expected a float array"),
         (lambda r, d, q1, q2, lp, a, g: list(r), "expected an array"),
     ],
-    "polyak_update": [
-        (lambda t, o, tau: None, "did you forget to `return`"),
-        (lambda t, o, tau: [t["w"], t["b"]], "expected the target's"),
-        (lambda t, o, tau: {k: np.zeros(3) for k in t}, "has shape (3,)"),
+    "sumtree_update": [
+        (lambda tree, indices, values: None, "did you forget to `return` it?"),
+        (lambda tree, indices, values: tree[:4], "expected the tree's (8,)"),
+        (lambda tree, indices, values: tree > 0, "expected a float array"),
     ],
 }
 
@@ -365,10 +442,10 @@ def test_bad_submissions_are_reported(name, fn, fragment):
 def test_an_infinite_loop_times_out_and_an_exception_is_reported():
     gh.assert_infinite_loop_times_out(l06.SUMTREE_FIND, _forever, ["timeout"] + ["skipped"] * 4)
 
-    def broken(target, online, tau):
-        return target.no_such_attribute
+    def broken(tree, indices, values):
+        return tree.no_such_attribute
 
-    outcome = run_exercise(l06.POLYAK_UPDATE, broken)
+    outcome = run_exercise(l06.SUMTREE_UPDATE, broken)
     assert outcome.results[0].status == "error" and "AttributeError" in outcome.message
 
 
@@ -385,5 +462,5 @@ def test_not_a_function_is_reported():
 @pytest.mark.usefixtures("no_orphans")
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("speed_before_position", "searchsorted_scan", "mean_normalisation", "max_of_critics", "in_place")
+    picked = ("speed_before_position", "searchsorted_scan", "mean_normalisation", "max_of_critics", "first_write_wins")
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -18,7 +18,7 @@ from course_lib.course.grading.helpers import library_references
 from course_lib.course.grading.lessons import l09_weight_sync as l09
 
 LESSON = "09_weight_sync"
-NAMES = ("pack_buckets", "pipeline_schedule", "shard_range", "verify_bucket")
+NAMES = ("pack_buckets", "pipeline_schedule", "shard_range", "verify_bucket", "update_time")
 EXERCISES = {e.name: e for e in l09.EXERCISES}
 
 pytestmark = pytest.mark.timeout(300)
@@ -68,20 +68,20 @@ def _namespace() -> dict[str, Any]:
 def test_the_guard_refuses_the_library_shard_range_however_it_is_reached(form: str) -> None:
     fn = _namespace()[form]
     results = run_exercise(EXERCISES["shard_range"], fn).results
-    assert results and all(r.status == "fail" for r in results), [(r.status, r.message) for r in results]
+    assert results[0].status == "fail" and all(r.status == "skipped" for r in results[1:]), results
     assert "course_lib.weight_sync.reshard.shard_range, the library's own implementation" in results[0].message
 
 
 def test_the_guard_refuses_a_two_line_wrapper_of_the_library_verify() -> None:
     results = run_exercise(EXERCISES["verify_bucket"], _namespace()["verify_wrapper"]).results
-    assert all(r.status == "fail" for r in results)
+    assert results[0].status == "fail" and all(r.status == "skipped" for r in results[1:])
     assert "course_lib.weight_sync.integrity." in results[0].message
     assert "the library's own implementation" in results[0].message
 
 
 def test_the_error_classes_may_be_imported() -> None:
     fn = _namespace()["own_verify_raising_library_errors"]
-    found = library_references(fn, l09.LIBRARY)
+    found = library_references(fn, ("course_lib",))
     assert found and set(found) <= l09.ALLOWED
     results = run_exercise(EXERCISES["verify_bucket"], fn).results
     assert not any("the library's own implementation" in r.message for r in results)
@@ -90,7 +90,7 @@ def test_the_error_classes_may_be_imported() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_reference_solution_passes_the_guard_and_every_check(name: str) -> None:
     fn = solution_function(LESSON, name)
-    assert [f for f in library_references(fn, l09.LIBRARY) if f not in l09.ALLOWED] == []
+    assert [f for f in library_references(fn, ("course_lib",)) if f not in l09.ALLOWED] == []
     results = run_exercise(EXERCISES[name], fn).results
     assert all(r.status == "pass" for r in results), [(r.status, r.message) for r in results]
 
@@ -103,3 +103,42 @@ def test_the_planted_library_answers_are_refused(mutant: Any) -> None:
 
 def test_partial_is_the_library_function() -> None:  # the form above really is the library's
     assert isinstance(_namespace()["partial"], functools.partial)
+
+
+def test_the_update_time_oracle_agrees_with_the_library_model() -> None:
+    """The grader's oracle walks the buckets through the ping-pong buffers (no closed form); the lesson's
+    scale model writes (09.1)-(09.3) in closed form: they must agree on random updates."""
+    import numpy as np
+
+    from course_lib.weight_sync import scale_model as sm
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        nbytes, k, bucket_bytes, r = l09._random_case(rng)
+        hw = sm.Hardware(
+            bandwidth=r["beta"],
+            latency=r["alpha"],
+            stage_bw=r["sigma"],
+            reload_bw=r["rho"],
+            write_bw=r["write"],
+            read_bw=r["read"],
+            overlap=r["eta"],
+            tensor_cost=r["gamma"],
+        )
+        for method in l09.METHODS:
+            want = sm.update_time(method, nbytes, hw, n_tensors=k, bucket_bytes=bucket_bytes)
+            assert l09.simulate_update(method, nbytes, k, bucket_bytes, r) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_hand_computed_update_times() -> None:
+    for method, seconds in l09.BY_HAND_SECONDS.items():
+        got = l09.simulate_update(method, 10**9, 100, 250_000_000, l09.BY_HAND)
+        assert got == pytest.approx(seconds, rel=1e-12), method
+
+
+def test_the_pack_oracle_reads_the_bytes_a_view_shows() -> None:
+    """The byte-by-byte oracle (struct, element by element) agrees with torch's own bytes of each view."""
+    import torch
+
+    for t in l09._views() + l09._tensors(0):
+        assert l09._logical_bytes(t) == t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()

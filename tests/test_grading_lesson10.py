@@ -299,6 +299,40 @@ def test_a_crash_inside_the_traced_call_restores_os():
     assert (os.fsync, os.replace, os.rename) == real
 
 
+def test_the_write_crashes_tear_a_file_or_stop_between_files_and_restore_open(tmp_path):
+    """The fakes behind exercise 1's crash check: a torn write leaves half a file in the temporary folder,
+    a crash between files leaves the earlier files whole and the next one absent; open is restored."""
+    import builtins
+    import io
+
+    commit = solution_function(LESSON, "commit_checkpoint")
+    real = builtins.open
+    counted = l10._WriteCrash()
+    with counted.patched():
+        commit(tmp_path / "a", 2, dict(l10.FILES))
+    names = [Path(p).name for p in counted.opened]
+    assert names == [*l10.FILES, "manifest.json"]
+    with pytest.raises(l10._Crash), l10._WriteCrash(at=1, torn=True).patched():
+        commit(tmp_path / "b", 2, dict(l10.FILES))
+    tmp = tmp_path / "b" / ".tmp-step_00000002"
+    assert (tmp / "params.bin").read_bytes() == l10.FILES["params.bin"]
+    assert (tmp / "opt_state.bin").read_bytes() == l10.FILES["opt_state.bin"][: len(l10.FILES["opt_state.bin"]) // 2]
+    with pytest.raises(l10._Crash), l10._WriteCrash(at=2).patched():
+        commit(tmp_path / "c", 2, dict(l10.FILES))
+    assert sorted(p.name for p in (tmp_path / "c" / ".tmp-step_00000002").iterdir()) == ["opt_state.bin", "params.bin"]
+    assert builtins.open is real and io.open is real
+
+
+def test_the_read_recorder_sees_the_solutions_reads_of_the_newest_only(tmp_path):
+    newest = solution_function(LESSON, "newest_complete")
+    for step in (1, 2, 3):
+        l10.write_checkpoint(tmp_path, step, l10._payload(step))
+    reads = l10._Reads()
+    with reads.patched():
+        assert newest(tmp_path)[0] == 3
+    assert reads.opened and {Path(p).parent.name for p in reads.opened} == {"step_00000003"}
+
+
 # ---------------------------------------------------------------------------------------
 # End to end through `course grade` (a separate kernel)
 # ---------------------------------------------------------------------------------------

@@ -33,13 +33,13 @@ from course_lib.pipeline.loss import pipeline_loss
 from course_lib.rl.staleness import may_start_group
 
 LESSON = "11_capstone"
-NAMES = ("assign_roles", "sync_and_admit", "restart_accounting", "data_parallel_losses")
+NAMES = ("assign_roles", "sync_and_admit", "restart_accounting", "data_parallel_losses", "join_step")
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_registry_lists_the_four_exercises():
-    gh.assert_registry(LESSON, NAMES, ("11", "capstone"), points=60)
+def test_registry_lists_the_five_exercises():
+    gh.assert_registry(LESSON, NAMES, ("11", "capstone"), points=80)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -71,6 +71,15 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "data_parallel_losses-no_stop_gradient",
         "data_parallel_losses-padding_in_the_count",
         "data_parallel_losses-calls_the_library",
+        "data_parallel_losses-truncates_at_a_constant",
+        "data_parallel_losses-skips_zero_advantage_tokens",
+        "join_step-number_from_the_counter",
+        "join_step-nonce_from_the_rank",
+        "join_step-trusts_any_welcome",
+        "join_step-join_key_counts_as_ready",
+        "join_step-welcomes_each_rank_once",
+        "join_step-never_steps_aside",
+        "join_step-waits_inside_the_call",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
     assert len({m.id for m in MUTANTS}) == len(MUTANTS)
@@ -242,15 +251,18 @@ def test_loss_oracles_agree_with_pipeline_loss_and_the_solution(n_shards):
             assert float(loss.detach()) == pytest.approx(float(part * m.sum() / n_tokens), rel=1e-12)  # as shard_loss
 
 
-def _differs(shards: list[dict[str, Any]], slip: dict[str, Any]) -> bool:
-    (a, ga), (b, gb) = l11.naive_shard_losses(shards, l11.CLIP_C, **slip), l11.naive_shard_losses(shards, l11.CLIP_C)
+def _differs(shards: list[dict[str, Any]], slip: dict[str, Any], c: float = l11.CLIP_C) -> bool:
+    (a, ga), (b, gb) = l11.naive_shard_losses(shards, c, **slip), l11.naive_shard_losses(shards, c)
     return not np.isclose(sum(a), sum(b)) or not all(np.allclose(g, h) for g, h in zip(ga, gb, strict=True))
 
 
 def test_each_loss_slip_differs_from_the_right_answer_on_the_checks_shards():
-    cases = [l11.worked_shards(), *(l11.dp_batch(seed, 2 + seed % 3) for seed in range(6))]
+    cases = [
+        (l11.worked_shards(), l11.CLIP_C),
+        *((l11.dp_batch(seed, 2 + seed % 3), l11.CLIPS[seed]) for seed in range(6)),
+    ]
     for name, slip in l11.DP_SLIPS.items():
-        assert any(_differs(shards, slip) for shards in cases), name
+        assert any(_differs(shards, slip, c) for shards, c in cases), name
     values, _ = l11.naive_shard_losses(l11.worked_shards(), l11.CLIP_C)
     assert values[0] == pytest.approx(-3 * math.log(0.5) / 12)
 
@@ -284,7 +296,11 @@ def _shard_terms(shards: list[dict[str, Any]], clip_c: float, lib: Callable[...,
     ]
 
 
-def test_calling_the_library_is_named_however_it_is_imported():
+def test_calling_the_library_is_refused_however_it_is_reached():
+    """Imports, module attributes and a swallowed call are refused by the runner-wide guard
+    (`grading.guard`, before any check); a loss fetched by a computed name and called on the
+    learner's behalf by torch's own Python code (which the runner-wide tracer attributes to
+    torch) is named by lesson 11's tripwires."""
     from course_lib.pipeline import loss as loss_module
     from course_lib.rl import importance
 
@@ -296,7 +312,14 @@ def test_calling_the_library_is_named_however_it_is_imported():
         "    import course_lib.pipeline.loss as L\n    return _shard_terms(shards, clip_c, L.pipeline_loss)\n"
         "def swallowed(shards, clip_c):\n"
         "    try:\n        pipeline_loss(None, None, None, None, clip_c)\n    except Exception:\n        pass\n"
-        "    return [s['logp_new'].sum() * 0 for s in shards]\n",
+        "    return [s['logp_new'].sum() * 0 for s in shards]\n"
+        "def routed(shards, clip_c):\n"
+        "    import sys, torch.utils.checkpoint as ck\n"
+        "    name = ''.join(map(chr, [99, 111, 117, 114, 115, 101, 95, 108, 105, 98])) + '.pipeline.lo' + 'ss'\n"
+        "    f = getattr(sys.modules[name], 'pipeline_' + 'loss')\n"
+        "    n = sum(int(s['mask'].sum()) for s in shards)\n"
+        "    return [ck.checkpoint(f, s['logp_new'], s['logp_behaviour'], s['adv'][:, None] * s['mask'], s['mask'],\n"
+        "                          clip_c, use_reentrant=False) * s['mask'].sum() / n for s in shards]\n",
         namespace,
     )
 
@@ -309,14 +332,15 @@ def test_calling_the_library_is_named_however_it_is_imported():
             for s in shards
         ]
 
-    for fn, name in (
-        (namespace["from_globals"], "pipeline_loss"),
-        (namespace["via_module"], "pipeline_loss"),
-        (namespace["swallowed"], "pipeline_loss"),
-        (truncated, "truncated_is_loss"),
+    for fn, fragment in (
+        (namespace["from_globals"], "uses course_lib.pipeline.loss.pipeline_loss"),
+        (namespace["via_module"], "uses course_lib.pipeline"),
+        (namespace["swallowed"], "uses course_lib.pipeline.loss.pipeline_loss"),
+        (truncated, "uses course_lib.rl.importance"),
+        (namespace["routed"], "calls course_lib's pipeline_loss"),
     ):
         outcome = run_exercise(exercise, fn)
-        assert not outcome.passed and f"calls course_lib's {name}" in outcome.message, outcome.message
+        assert not outcome.passed and fragment in outcome.message, outcome.message
     # the tripwires are gone afterwards
     assert namespace["pipeline_loss"] is loss_module.pipeline_loss
     assert loss_module.pipeline_loss.__module__ == "course_lib.pipeline.loss"
@@ -324,8 +348,78 @@ def test_calling_the_library_is_named_however_it_is_imported():
 
 
 # ---------------------------------------------------------------------------------------
+# join_step: the launch simulation
+# ---------------------------------------------------------------------------------------
+
+SCENARIOS = (*l11.KNOWN_JOINS, *l11.LATE_JOINS, *l11.RANDOM_JOINS)
+
+
+def test_the_reference_protocol_and_the_solution_join_every_launch():
+    solve = solution_function(LESSON, "join_step")
+    totals = {"late": 0, "refused": 0, "aside": 0, "restarts": 0}
+    for sc in SCENARIOS:
+        for fn in (l11.reference_join_step, solve):
+            run = l11.simulate_joins(fn, sc)
+            assert not run.violation, (sc, run.violation)
+        last = max(p.start for p in run.procs)
+        assert all(p.result == ("joined", p.attempt) for p in run.procs if p.start == last)
+        totals["late"] += run.late_welcomes
+        totals["refused"] += run.refused
+        totals["aside"] += run.stepped_aside
+        totals["restarts"] += sc.starts - 1
+    # the launches produce every case the statement names
+    assert totals["late"] >= 10 and totals["refused"] >= 10 and totals["aside"] >= 5 and totals["restarts"] >= 30
+
+
+def test_the_known_launches_show_what_they_say():
+    """Launch 2: the new ranks 1 and 2 call before their rank 0 took the number, so a rank that
+    reads `attempts` itself joins attempt 1. Launch 3: join/1 still holds the dead rank 1's nonce
+    when the new rank 0 first reads it, so a rank 0 that welcomes each rank once never welcomes
+    the new rank 1."""
+    for sc, slip in ((l11.KNOWN_JOINS[1], "number_from_store"), (l11.KNOWN_JOINS[2], "welcome_rank_once")):
+        switches, fragment = l11.JS_SLIPS[slip]
+        run = l11.simulate_joins(lambda store, me, sw=switches: l11.reference_join_step(store, me, **sw), sc)
+        assert fragment in run.violation, run.violation
+    run = l11.simulate_joins(l11.reference_join_step, l11.KNOWN_JOINS[2])
+    rank0 = next(p for p in run.procs if p.start == 2 and p.rank == 0)
+    dead_nonce = next(p for p in run.procs if p.start == 1 and p.rank == 1).posted()[0]
+    assert ("join/1", dead_nonce) in [(key, value) for key, value, _ in rank0.reads]
+
+
+@pytest.mark.parametrize("slip", sorted(l11.JS_SLIPS))
+def test_each_protocol_slip_is_caught_with_its_message(slip):
+    switches, fragment = l11.JS_SLIPS[slip]
+
+    def step(store, me):
+        return l11.reference_join_step(store, me, **switches)
+
+    for group in (l11.KNOWN_JOINS, l11.LATE_JOINS, l11.RANDOM_JOINS):
+        violations = [run.violation for run in (l11.simulate_joins(step, sc) for sc in group) if run.violation]
+        if violations:
+            assert fragment in violations[0], violations[0]
+            return
+    raise AssertionError(f"{slip} passes every launch")
+
+
+def test_the_store_refuses_a_call_that_waits():
+    store = l11.JoinStore(cap=5)
+    for key in range(5):
+        store[f"k{key}"] = key
+    with pytest.raises(l11._Spin):
+        store.get("k0")
+    assert store.spun
+
+
+# ---------------------------------------------------------------------------------------
 # Bad submissions: a report, never a crash or a hang
 # ---------------------------------------------------------------------------------------
+
+
+def _spin_until_welcomed(store, me):
+    """Waits inside one call: the store cannot change during it."""
+    while "welcome/x" not in store:
+        pass
+
 
 BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
     "assign_roles": [
@@ -360,6 +454,12 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
             "depends on shard 1's log-probs",
         ),
     ],
+    "join_step": [
+        (lambda store, me: "joined", "expected None, ('joined', n) or ('superseded', newest)"),
+        (lambda store, me: ("joined", "1"), "expected None, ('joined', n)"),
+        (lambda store, me: store["attempts"], "raised KeyError"),
+        (_spin_until_welcomed, "must not wait"),
+    ],
 }
 
 
@@ -384,5 +484,11 @@ def test_an_infinite_loop_times_out():
 @pytest.mark.usefixtures("no_orphans")
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("boundary_off_by_one", "pulls_older_version", "keeps_groups_after_checkpoint", "local_token_count")
+    picked = (
+        "boundary_off_by_one",
+        "pulls_older_version",
+        "keeps_groups_after_checkpoint",
+        "local_token_count",
+        "number_from_the_counter",
+    )
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

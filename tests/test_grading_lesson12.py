@@ -35,13 +35,13 @@ from course_lib.course.grading.lessons import l12_capstone_ray as l12
 from course_lib.course.paths import repo_root
 
 LESSON = "12_capstone_ray"
-NAMES = ("bundles_for", "admit", "on_generator_death")
+NAMES = ("bundles_for", "admit", "on_generator_death", "on_ready")
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_registry_lists_the_three_exercises():
-    gh.assert_registry(LESSON, NAMES, ("12", "capstone_ray"), points=45)
+def test_registry_lists_the_four_exercises():
+    gh.assert_registry(LESSON, NAMES, ("12", "capstone_ray"), points=65)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -82,6 +82,14 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "on_generator_death-lost_at_the_back_of_todo",
         "on_generator_death-rerequests_returned_groups",
         "on_generator_death-no_ledger_check",
+        "admit-deals_todo_smallest_first",
+        "admit-returns_todo_sorted",
+        "bundles_for-wrong_defaults",
+        "on_ready-waits_for_the_probe",
+        "on_ready-declined_call_taken_as_a_return",
+        "on_ready-lets_the_death_out",
+        "on_ready-keeps_the_old_incarnation",
+        "on_ready-unavailable_probe_dropped",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
@@ -272,6 +280,69 @@ def test_the_simulation_names_a_death_that_forgets_or_rerequests():
 
 
 # ---------------------------------------------------------------------------------------
+# on_ready: the loop around it, with a stand-in for Ray
+# ---------------------------------------------------------------------------------------
+
+
+def _oracle_handler(state: l12.LoopRun, what: str) -> None:
+    """The loop's reaction written from the oracle's table, through the stand-in's pieces."""
+    loop, ref = state.loop, state.ray.ready
+    method, g, i = loop["calls"].pop(ref)
+    try:
+        out = state.ray.get(ref)
+    except l12.RayActorError:
+        out = None
+    if method == "ready":
+        if out is None:
+            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, i)
+        else:
+            loop["inc"][g] = out["incarnation"]
+            loop["down"].discard(g)
+    elif out is not None and "groups" in out:
+        loop["done"].update({k: (g, i) for k in out["groups"]})
+        loop["in_flight"][g] -= set(out["groups"])
+    else:
+        loop["died"](g)
+        loop["calls"][loop["submit"]("ready", g)] = ("ready", g, i)
+
+
+def test_the_loop_simulation_finishes_and_shows_every_outcome():
+    solve = solution_function(LESSON, "on_ready")
+    totals = {"kills": 0, "declined": 0, "unavailable": 0}
+    for seed in range(l12.SIM_LOOPS):
+        for handler in (_oracle_handler, lambda state, what: l12._or_step(solve, state, what)):
+            run = l12.simulate_loop(handler, **l12.loop_config(seed))
+            assert run.finished and not run.violation, run.violation
+        totals = {k: v + getattr(run, k) for k, v in totals.items()}
+    # generators killed while decoding and while idle (the next call declined), restarts that answer
+    # "unavailable" for a while: every outcome of the statement happens, several times
+    assert totals["kills"] >= 20 and totals["declined"] >= 8 and totals["unavailable"] >= 8, totals
+
+
+def test_the_known_and_random_loops_agree_with_the_solution():
+    solve = solution_function(LESSON, "on_ready")
+    rng = random.Random(7)
+    cases = [*l12.KNOWN_LOOPS, *(l12._random_loop(rng) for _ in range(150))]
+    kinds = set()
+    for case in cases:
+        run = l12._loop_of(case)
+        l12._or_step(solve, run, case.text())
+        assert l12._state(run.loop) == l12.naive_on_ready(case)
+        method, _, _ = case.info()
+        kinds.add((method, case.result[0], "restarted" in str(case.result[1])))
+    assert len(kinds) == 5, kinds
+
+
+def test_the_stand_in_refuses_a_read_of_another_call():
+    ray = l12.StandInRay()
+    ray.ready, ray.result = l12.Ref(1), ("value", {"groups": [3], "incarnation": 0})
+    assert ray.get(l12.Ref(1)) == {"groups": [3], "incarnation": 0}
+    with pytest.raises(l12._Blocked):
+        ray.get(l12.Ref(2))
+    assert ray.misused == "get:ObjectRef(2)"
+
+
+# ---------------------------------------------------------------------------------------
 # The library's answer is refused; the result types are not
 # ---------------------------------------------------------------------------------------
 
@@ -299,9 +370,10 @@ def test_the_result_types_are_allowed():
     """The solutions build Placement, Admission and Death (imported from the library): they pass."""
     from course_lib.course.grading.helpers import library_references
 
-    for name in NAMES:
+    for name in NAMES[:3]:
         found = library_references(solution_function(LESSON, name), l12.LIBRARY)
         assert found and set(found) <= l12.ALLOWED, found
+    assert not library_references(solution_function(LESSON, "on_ready"), ("course_lib",))
 
 
 def test_dicts_are_accepted_as_results():
@@ -357,6 +429,12 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
         (lambda *args: _Death(lost={12, 13}, lost_entries=(), todo=()), "lost is a set"),
         (lambda *args: _Death(lost=(12, 13, 15), lost_entries=((12, 1),), todo=()), "(k, generator, incarnation)"),
         (lambda *args: _Death(lost=(12, 13, 15), lost_entries=None, todo=()), "lost_entries is None"),
+    ],
+    "on_ready": [
+        (lambda ref, ray, loop: None, "the finished call is still in loop['calls']"),
+        (lambda ref, ray, loop: ray.wait(list(loop["calls"])), "called ray.wait"),
+        (lambda ref, ray, loop: [ray.get(r) for r in list(loop["calls"])], "not on the call ray.wait returned"),
+        (lambda ref, ray, loop: loop["calls"].pop(ref) and loop["nothing"], "raised KeyError"),
     ],
 }
 
@@ -441,7 +519,12 @@ def test_a_learner_error_is_reported_with_its_call():
 @pytest.mark.usefixtures("no_orphans")
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
-    picked = ("trainers_generators_swapped", "global_version", "forgets_queued_groups")
+    picked = (
+        "trainers_generators_swapped",
+        "global_version",
+        "forgets_queued_groups",
+        "declined_call_taken_as_a_return",
+    )
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)
 
 

@@ -161,6 +161,9 @@ def test_time_to_target_takes_the_first_full_window_reaching_the_target():
     assert time_to_target(times, rewards, 0.5, window=2) == 20.0  # >= counts
     assert time_to_target(times, rewards, 1.0, window=1) == 10.0
     assert time_to_target(times, rewards, 1.5, window=2) == np.inf
+    # a window whose mean is exactly the target reaches it (a running-sum difference rounds it below)
+    assert time_to_target([1.0, 2.0], [0.3, 0.4], 0.4, window=1) == 2.0  # 0.7 - 0.3 < 0.4 in floats
+    assert time_to_target([1.0, 2.0], [0.5, 0.5], 0.5, window=3) == np.inf  # no full window
     with pytest.raises(ValueError, match="window"):
         time_to_target(times, rewards, 0.5, window=0)
 

@@ -433,8 +433,11 @@ class WorkshopFormat:
 _HALF_DAY = DayShape("09:00", (80, 85), (("break", 15),))
 _FULL_DAY = DayShape("09:00", (90, 105, 90, 105), (("break", 15), ("lunch", 60), ("break", 15)))
 
-# 07's exercise 2 (per-token lag accounting) repeats 03's exercise 3 (lag accounting): homework
-_ONE_DAY = (Part(0), Part(1), Part(2, (1, 2, 3, 4)), Part(3), Part(7, (1, 3, 4)))
+# in the room, each system's own mechanism: the learner's slot protocol and the actor's unroll
+# (03's 3 and 4), the truncated-IS loss and in-flight decoding (07's 1 and 4); the one-line
+# advantage (03's 2), the lag and time-to-target bookkeeping (07's 2 and 3) and slot refill
+# (07's 5) are homework
+_ONE_DAY = (Part(0), Part(1), Part(2, (1, 2, 3, 4)), Part(3, (1, 3, 4)), Part(7, (1, 4)))
 
 FORMATS: dict[str, WorkshopFormat] = {
     f.key: f

@@ -66,7 +66,11 @@ def time_to_target(times: ArrayLike, rewards: ArrayLike, target: float, window: 
     r = np.asarray(rewards, dtype=np.float64)
     if window < 1 or t.shape != r.shape:
         raise ValueError(f"need window >= 1 and times, rewards of one shape, got {window}, {t.shape}, {r.shape}")
-    means = smoothed(r, window)[window - 1 :]  # full windows only
+    if len(r) < window:
+        return math.inf
+    # each full window's own mean (differences of a running sum would round a window whose
+    # mean is exactly the target to just below it)
+    means = np.lib.stride_tricks.sliding_window_view(r, window).mean(axis=1)
     hits = np.flatnonzero(means >= target)
     return float(t[window - 1 + hits[0]]) if hits.size else math.inf
 

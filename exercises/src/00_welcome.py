@@ -22,6 +22,10 @@
 # course grade exercises/00_welcome.ipynb
 # ```
 #
+# In every exercise of the course the checks grade your own code: an answer that hands the
+# work to `course_lib`'s own implementation, however it reaches it, is refused (a guard, not
+# a sandbox); only the pieces a statement names as allowed may be used.
+#
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `discounted_returns` | 10 | ★☆☆ | 10 min |
@@ -51,20 +55,9 @@ from course_lib import check
 # **How it is graded:** against an independent implementation of
 # $G_t = \sum_{k=t}^{e(t)} \gamma^{k-t} r_k$ (plus $\gamma^{T-t} V$ for an episode still
 # running) on random trajectories, hand-computed values, properties (with $\gamma = 0$ the
-# returns are the rewards; two episodes computed together equal the two computed apart),
-# and a 200,000-step buffer that only one backward pass finishes within the time limit.
-#
-# <details><summary>Hint 1</summary>
-# Walk the trajectory backwards, keeping a running return.
-# </details>
-# <details><summary>Hint 2</summary>
-# At a step with <code>dones[t] = 1</code> the running return restarts: multiply the
-# carried return by <code>(1 - dones[t])</code> before adding <code>rewards[t]</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# Start with <code>G = bootstrap</code>; then <code>G = rewards[t] + gamma * (1 - dones[t]) * G</code>,
-# stored into <code>out[t]</code>, for <code>t</code> from <code>T - 1</code> down to <code>0</code>.
-# </details>
+# returns are the rewards; two episodes computed together equal the two computed apart;
+# each call returns a new array), and a 200,000-step buffer that only one backward pass
+# finishes within the time limit.
 
 # %% tags=["exercise"]
 def discounted_returns(rewards, dones, gamma, bootstrap=0.0):
@@ -115,21 +108,10 @@ check("00_welcome", "discounted_returns", discounted_returns)
 # **How it is graded:** against an independent implementation (the undiscounted return
 # $G_{s_j}$ of eq. 00.1, with $\gamma = 1$, at each finished episode's first step) on
 # random trajectories; hand-computed values; properties: every step done gives the
-# rewards; an unfinished last episode is left out; the returns add up to the rewards up
-# to the last episode end; integer inputs work and the inputs are unchanged.
-#
-# <details><summary>Hint 1</summary>
-# Walk the trajectory forwards, adding each reward to a running sum.
-# </details>
-# <details><summary>Hint 2</summary>
-# At a step with <code>dones[t] = 1</code>, add that step's reward first (it belongs to the
-# episode that ends there), then record the running sum and restart it at 0.
-# </details>
-# <details><summary>Hint 3</summary>
-# Collect the recorded sums in a list <code>out</code> and return
-# <code>np.array(out, dtype=np.float64)</code>; what is left in the running sum after the
-# last step belongs to an unfinished episode.
-# </details>
+# rewards; an unfinished last episode is left out; an episode whose rewards add up to 0
+# still has its return, 0.0; the returns add up to the rewards up to the last episode end;
+# an episode's return is the same after an episode with a large return as alone; integer
+# inputs work and the inputs are unchanged.
 
 # %% tags=["exercise"]
 def finished_episode_returns(rewards, dones):

@@ -57,19 +57,6 @@ from course_lib import check
 # rollouts, hand-computed values, and properties: each env's column equals that column
 # computed alone; $\gamma = 0$ gives the rewards; boolean and integer inputs work; empty
 # rollouts give an empty `[0, B]` array; the inputs are left unchanged.
-#
-# <details><summary>Hint 1</summary>
-# Lesson 00's backward recursion works unchanged on whole rows: keep a running return of
-# shape <code>[B]</code>, one entry per env.
-# </details>
-# <details><summary>Hint 2</summary>
-# Convert first: <code>r = np.asarray(rewards, dtype=np.float64)</code> and the same for
-# <code>dones</code> (booleans become 0.0/1.0, so <code>1 - d</code> works).
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>G = np.zeros(B)</code>; for <code>t</code> from <code>T - 1</code> down to 0:
-# <code>G = r[t] + gamma * (1 - d[t]) * G</code>; <code>out[t] = G</code>.
-# </details>
 
 # %% tags=["exercise"]
 def reward_to_go(rewards, dones, gamma):
@@ -122,21 +109,10 @@ check("01_policy_gradients", "reward_to_go", reward_to_go)
 # log-sum-exp per row) on random inputs and a hand-computed case; the gradient with
 # respect to the logits against the score-function formula (01.4),
 # $-\frac1N A_i(\mathbf{e}_{a_i} - \pi_i)$ for row $i$; properties: a gradient step makes
-# actions with positive advantage more likely, repeating the batch leaves the loss
-# unchanged (a mean, not a sum), no gradient reaches `advantages`, inputs are unchanged.
-#
-# <details><summary>Hint 1</summary>
-# <code>torch.log_softmax(logits, dim=-1)</code> gives <code>[N, K]</code> log-probabilities;
-# pick each row's taken action.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>logp.gather(1, actions.long().unsqueeze(1)).squeeze(1)</code> (or
-# <code>logp[torch.arange(N), actions]</code>) selects <code>log pi(a_i|s_i)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return -(advantages.detach() * logp_taken).mean()</code>; minimising it raises the
-# log-probability of actions with positive advantage.
-# </details>
+# actions with positive advantage more likely, logits 1000 apart give a finite and exact
+# loss and gradient (where `log(softmax(...))` gives $\log 0 = -\infty$), repeating the
+# batch leaves the loss unchanged (a mean, not a sum), no gradient reaches `advantages`,
+# inputs are unchanged.
 
 # %% tags=["exercise"]
 def surrogate_loss(logits, actions, advantages):
@@ -186,19 +162,6 @@ check("01_policy_gradients", "surrogate_loss", surrogate_loss)
 # whose rewards are all equal gives zeros (not NaN); rows do not influence each other;
 # with the std, a reward scale and shift `a * r + c` (`a > 0`) changes nothing; `eps` sits
 # where the equation puts it.
-#
-# <details><summary>Hint 1</summary>
-# <code>r.mean(axis=1, keepdims=True)</code> is each group's mean, shaped <code>[B, 1]</code>
-# so that it broadcasts against <code>[B, G]</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>r.std(axis=1, keepdims=True)</code> is the population std (ddof = 0), which is
-# what the equation means here (torch's <code>.std()</code> defaults to ddof = 1).
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>centred = r - mean</code>; return <code>centred / (std + eps)</code> or
-# <code>centred</code>, depending on <code>normalize_std</code>.
-# </details>
 
 # %% tags=["exercise"]
 def group_relative_advantages(rewards, normalize_std=True, eps=1e-6):
@@ -242,34 +205,23 @@ check("01_policy_gradients", "group_relative_advantages", group_relative_advanta
 #    divided by its std over the whole batch plus `1e-8` (population std, ddof = 0) (01.5):
 #    $A = (G - \bar G)/(\mathrm{std}(G) + 10^{-8})$;
 # 2. the surrogate loss (01.7) over all `T * B` steps;
-# 3. one optimizer step: clear old gradients, backpropagate, step;
+# 3. one step of the `optimizer` you are given (it may be SGD, Adam, with momentum or weight
+#    decay): clear old gradients, backpropagate, `optimizer.step()`;
 # 4. return the loss (computed before the step) as a Python `float`.
 #
 # You may call your `reward_to_go` and `surrogate_loss` from above, or, if you are stuck
-# on one of them, the library's: `from course_lib.rl.pg import discounted_returns, surrogate_loss`.
+# on one of them, the library's: `from course_lib.rl.pg import discounted_returns, surrogate_loss`
+# (the only course_lib functions this exercise accepts). Yours are checked first: if one
+# fails its own exercise's checks, this exercise says so and names it.
 #
 # **How it is graded:** with plain SGD the parameters must move by exactly
 # $-\text{lr}\cdot\nabla L$, where $L$ is computed independently (naive returns per step,
-# a log-softmax per sample); the returned loss must equal $L$; stale gradients left in
-# `.grad` before the call must not leak into the step; episode ends must cut the returns;
-# the inputs must be unchanged; and a few dozen updates must teach a policy a two-context
-# task (the right action in each context) to at least 90% accuracy.
-#
-# <details><summary>Hint 1</summary>
-# Flatten time and env together: <code>obs.reshape(T * B, obs_dim)</code>,
-# <code>actions.reshape(-1)</code>, and the weights likewise; convert with
-# <code>torch.as_tensor(..., dtype=torch.float32)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>G = reward_to_go(rewards, dones, gamma)</code>;
-# <code>A = (G - G.mean()) / (G.std() + 1e-8)</code> on the numpy array (numpy's std is
-# the population std).
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>loss = surrogate_loss(policy(obs_t), actions_t, A_t)</code>, then
-# <code>optimizer.zero_grad()</code>, <code>loss.backward()</code>,
-# <code>optimizer.step()</code>, <code>return loss.item()</code>.
-# </details>
+# a log-softmax per sample), at discounts from 0 to 1 and with boolean, 0/1 integer and
+# float `dones`; the returned loss must equal $L$; stale gradients left in `.grad` before
+# the call must not leak into the step; episode ends must cut the returns; with SGD with
+# weight decay the step must be that optimizer's; the inputs must be unchanged; and a few
+# dozen updates must teach a policy a two-context task (the right action in each context)
+# to at least 90% accuracy.
 
 # %% tags=["exercise"]
 def reinforce_update(policy, optimizer, obs, actions, rewards, dones, gamma):

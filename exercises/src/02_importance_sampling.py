@@ -58,21 +58,9 @@ from course_lib import check
 # **How it is graded:** against a naive loop over the samples on random inputs;
 # hand-computed values; properties: when $\pi = \mu$ it is the plain mean of the values;
 # averaged over every possible single sample $x \sim \mu$ it gives exactly
-# $\mathbb{E}_\pi[f]$ (unbiased); log-probabilities near $-1000$ work; the inputs are
-# unchanged.
-#
-# <details><summary>Hint 1</summary>
-# Convert the three inputs with <code>np.asarray(..., dtype=np.float64)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>w = np.exp(logp_target - logp_behaviour)</code>: a ratio of probabilities is the
-# exponential of a difference of logs. Not the other way round: the weight is large where
-# the target likes a sample more than the behaviour did.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return float(np.mean(w * values))</code>: divide by <code>N</code>, not by the sum
-# of the weights (that would be the biased, self-normalised estimate).
-# </details>
+# $\mathbb{E}_\pi[f]$ (unbiased), a sample that $\mu$ draws with probability $e^{-30}$
+# included (its weight is $e^{29}$: keep it whole, do not cap or clamp it);
+# log-probabilities near $-1000$ work; the inputs are unchanged.
 
 # %% tags=["exercise"]
 def is_estimate(values, logp_target, logp_behaviour):
@@ -123,17 +111,6 @@ check("02_importance_sampling", "is_estimate", is_estimate)
 # properties: equal weights give $N$, one non-zero weight gives 1, scaling every weight
 # by the same factor changes nothing, $1 \le \mathrm{ESS} \le N$, all-zero weights give
 # 0.0; lists work and the input is unchanged.
-#
-# <details><summary>Hint 1</summary>
-# Two sums: the sum of the weights and the sum of their squares.
-# </details>
-# <details><summary>Hint 2</summary>
-# Square the first sum, divide by the second: <code>(w.sum()) ** 2 / (w * w).sum()</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# Before dividing, return <code>0.0</code> if the sum of squares is 0, and wrap the result
-# in <code>float(...)</code>.
-# </details>
 
 # %% tags=["exercise"]
 def effective_sample_size(weights):
@@ -184,20 +161,6 @@ check("02_importance_sampling", "effective_sample_size", effective_sample_size)
 # gives 1; along lesson 02's family $\mu_\delta$ it falls as the KL grows and never exceeds
 # $e^{-\mathrm{KL}}$; it is what the ESS/N of 200,000 of $\mu$'s samples measures;
 # log-probabilities near $-800$ work; lists work and the inputs are unchanged.
-#
-# <details><summary>Hint 1</summary>
-# Two steps: the second moment of the weight under $\mu$, then its inverse.
-# </details>
-# <details><summary>Hint 2</summary>
-# $\mathbb{E}_\mu[w^2] = \sum_k \mu_k w_k^2$ with $w_k = \pi_k/\mu_k$, so each term is
-# $\pi_k^2/\mu_k = e^{2\log\pi_k - \log\mu_k}$, one exponential per action. The average is
-# over $\mu$ (the sampler), not over $\pi$, and it is a sum over the actions, not a mean.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return float(1.0 / np.sum(np.exp(2.0 * log_pi - log_mu)))</code>, with both inputs
-# converted by <code>np.asarray(..., dtype=np.float64)</code>. Not <code>exp(-KL)</code>:
-# that is only the bound.
-# </details>
 
 # %% tags=["exercise"]
 def expected_ess_fraction(logp_target, logp_behaviour):
@@ -259,28 +222,19 @@ check("02_importance_sampling", "expected_ess_fraction", expected_ess_fraction)
 #   = \exp\Big(\sum_{t\ \text{real}} \log w_{i,t}\Big).$$
 #
 # `logp_new` and `logp_old` are `[N, T]` token log-probabilities under $\pi$ and $\mu$;
-# `mask` is `[N, T]`, true (or 1) at real tokens and false at padding (shorter answers
-# are padded to `T`). Padding holds arbitrary numbers: ignore it. Return a tuple
+# `mask` is `[N, T]`, true (or 1) at the answer's real tokens and false elsewhere: padding
+# (shorter answers are padded to `T`) and, in a batch that keeps them, the prompt before the
+# answer or a tool's output inside it. Where `mask` is false the numbers are arbitrary,
+# `-inf` and NaN included: ignore them. Return a tuple
 # `(token_ratios, sequence_ratios)`: float64 arrays of shapes `[N, T]` (1.0 at padding)
 # and `[N]`. Stay in log space until the end: a token probability can be $e^{-800}$.
 #
 # **How it is graded:** against a naive double loop on random padded batches;
 # hand-computed values; properties: padding changes nothing (token ratio 1 there, not in
-# the product), each sequence ratio is the product of its real token ratios (not their
-# mean or geometric mean), log-probabilities near $-800$ work, the inputs are unchanged.
-#
-# <details><summary>Hint 1</summary>
-# <code>log_ratio = logp_new - logp_old</code>, then set it to 0 at padding:
-# <code>np.where(mask, log_ratio, 0.0)</code> (and <code>exp(0) = 1</code>).
-# </details>
-# <details><summary>Hint 2</summary>
-# The sequence's log-ratio is the sum over its tokens: <code>log_ratio.sum(axis=1)</code>,
-# one number per row.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return np.exp(log_ratio), np.exp(log_ratio.sum(axis=1))</code>, with
-# <code>mask</code> converted by <code>np.asarray(mask, dtype=bool)</code>.
-# </details>
+# the product), the mask is read position by position (false before, inside and after the
+# real tokens, holding `-inf` and NaN), each sequence ratio is the product of its real
+# token ratios (not their mean or geometric mean), log-probabilities near $-800$ work, the
+# inputs are unchanged.
 
 # %% tags=["exercise"]
 def token_and_sequence_ratios(logp_new, logp_old, mask):
@@ -329,8 +283,9 @@ check("02_importance_sampling", "token_and_sequence_ratios", token_and_sequence_
 #
 # `logp_new` is a `[N]` torch tensor of $\log\pi_\theta$ that requires grad; `logp_old`
 # (`[N]`, $\log\mu$, recorded when the samples were drawn) and `advantages` (`[N]`) are
-# constants: no gradient may flow into them, even if they require grad. Return a scalar
-# (0-dimensional) tensor. The gradient then is
+# constants: no gradient may flow into them, even if they require grad. Form $r_i$ from the
+# difference of the log-probabilities: a sequence's log-probability can be $-800$, where
+# its probability is 0.0. Return a scalar (0-dimensional) tensor. The gradient then is
 # $-\frac1N A_i r_i \nabla\log\pi_\theta(a_i\mid s_i)$ for the samples where the
 # unclipped term is the smaller one, and **zero** where the clip is active
 # ($r_i > 1+\epsilon$ with $A_i > 0$, or $r_i < 1-\epsilon$ with $A_i < 0$).
@@ -339,21 +294,8 @@ check("02_importance_sampling", "token_and_sequence_ratios", token_and_sequence_
 # sides of both clip thresholds, with positive and negative advantages; the gradient with
 # respect to `logp_new` against the formula above; hand-computed values; properties: with
 # $r = 1$ the loss is $-\mathrm{mean}(A)$ and its gradient is REINFORCE's; no gradient
-# reaches `logp_old` or `advantages`; `eps` is respected; a mean, not a sum; the inputs
-# are unchanged.
-#
-# <details><summary>Hint 1</summary>
-# <code>ratio = torch.exp(logp_new - logp_old.detach())</code>; detach the advantages too.
-# </details>
-# <details><summary>Hint 2</summary>
-# Two candidate terms per sample: <code>ratio * adv</code> and
-# <code>torch.clamp(ratio, 1 - eps, 1 + eps) * adv</code>; take the elementwise
-# <code>torch.min</code> (the pessimistic one), not the max.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return -torch.min(unclipped, clipped).mean()</code>: minus, because optimisers
-# minimise; a tensor, not <code>.item()</code>.
-# </details>
+# reaches `logp_old` or `advantages`; `eps` is respected; a mean, not a sum;
+# log-probabilities near $-800$ give a finite loss and gradient; the inputs are unchanged.
 
 # %% tags=["exercise"]
 def clipped_surrogate_loss(logp_new, logp_old, advantages, eps=0.2):

@@ -29,7 +29,7 @@
 # |---|---|---|---|
 # | 1. `vtrace_targets` | 15 | ★★☆ | 20 min |
 # | 2. `pg_advantages` | 10 | ★☆☆ | 10 min |
-# | 3. `rollout_lag` | 10 | ★☆☆ | 10 min |
+# | 3. `learner_step`: one step of the learner | 15 | ★★☆ | 20 min |
 # | 4. `actor_unroll`: one unroll of an actor | 15 | ★★☆ | 20 min |
 
 # %%
@@ -69,19 +69,6 @@ from course_lib import check
 # trajectory holding two episodes equals the two computed apart, columns are independent,
 # inputs are unchanged. Common slips (the product including $c_t$, $\bar\rho$ and $\bar c$
 # swapped, no truncation, a forgotten bootstrap) are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Compute all the deltas first, then walk backwards from <code>t = T - 1</code> with a
-# running <code>acc</code> (the bracket of 03.3), one entry per column.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>rhos = np.exp(log_rhos)</code>; <code>np.minimum(rho_bar, rhos)</code> weighs
-# the deltas, <code>np.minimum(c_bar, rhos)</code> the trace.
-# <code>np.concatenate([values[1:], bootstrap_value[None]])</code> is $V(x_{t+1})$.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>acc = deltas[t] + discounts[t] * cs[t] * acc</code>; <code>vs[t] = values[t] + acc</code>.
-# </details>
 
 # %% tags=["exercise"]
 def vtrace_targets(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, c_bar=1.0):
@@ -143,17 +130,6 @@ check("03_impala_vtrace", "vtrace_targets", vtrace_targets)
 # inputs crossing the threshold, a hand-computed example, and properties: at an episode
 # end ($\gamma_s = 0$) the advantage is $\rho(r_s - V(x_s))$; only `pg_rho_bar` truncates;
 # inputs are unchanged. Using $V(x_{s+1})$ or $v_s$ instead of $v_{s+1}$ is named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Shift the targets by one step: $v_{s+1}$ is <code>vs[s + 1]</code>, and at the last step
-# it is <code>bootstrap_value</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>vs_tp1 = np.concatenate([vs[1:], bootstrap_value[None]], axis=0)</code>
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>np.minimum(pg_rho_bar, np.exp(log_rhos)) * (rewards + discounts * vs_tp1 - values)</code>
-# </details>
 
 # %% tags=["exercise"]
 def pg_advantages(log_rhos, discounts, rewards, values, vs, bootstrap_value, pg_rho_bar=1.0):
@@ -186,67 +162,124 @@ print("A_s =", pg_advantages(vs=vs_example, **example).ravel().round(4), " (by h
 check("03_impala_vtrace", "pg_advantages", pg_advantages)
 
 # %% [markdown]
-# ## Exercise 3 · Policy-lag accounting (★☆☆, 10 min, 10 points)
+# ## Exercise 3 · The learner's step: slots, lag, weights (★★☆, 20 min, 15 points)
 #
-# The learner counts its updates: its weights have *version* $u$ after $u$ updates. Every
-# action an actor takes is stamped with the version of the weights that chose it, so a
-# rollout buffer carries `versions[t, b]`. When the learner (at version
-# `learner_version`) consumes a rollout, its **policy lag** is how many updates old the
-# oldest step of that rollout column is:
+# In section 3 of the lesson the actors and the learner share `n_slots` preallocated
+# rollout slots in shared memory, and only a slot's *index* travels between them: an
+# actor fills a free slot with one unroll and hands its index back as full; the learner
+# takes `batch_size` full slots, learns from them, and hands them back as free. The
+# learner counts its updates: its weights have *version* $u$ after $u$ updates, and every
+# action an actor takes is stamped with the version that chose it, so a slot carries
+# `versions[t, b]`. Write one step of the learner:
 #
-# $$\text{lag}_b = u_{\text{learner}} - \min_t\, \text{versions}[t, b].$$
+# ```
+# batch <- the slots of full, copied out of shared memory, side by side along B (full[0] first)
+# hand every slot of full back to the actors          (they refill it while the learner computes)
+# lag   <- per column of the batch: the learner's version minus the column's oldest version
+# one gradient step on the batch (03.5)                (learner.update moves learner.version on by one)
+# publish the learner's model, stamped with its new version
+# return lag                                          (int64 [len(full) * B])
+# ```
 #
-# Weights can arrive in the middle of an unroll (SEED RL's central inference reloads
-# them between steps), so the versions of one column may differ; take the oldest. A
-# version newer than the learner's is impossible and means the bookkeeping is broken:
-# raise `ValueError`. Accept numpy arrays, torch tensors and lists; return a numpy
-# integer array `[B]`.
+# Why this order:
 #
-# **How it is graded:** hand-computed lags with constant and changing versions, lag 0
-# for on-policy data, `ValueError` for a future version, torch/list inputs, integer
-# dtype, input unchanged. Counting from the newest step or with the wrong sign is named
-# in the message.
+# * **Copy, then free.** A slot's tensors are views of shared memory: once its index is
+#   back in `free_queue` an actor may overwrite it at once, so the batch must already be a
+#   copy. Freeing *before* the update is where the actor-learner split gets its
+#   throughput: acting and learning overlap (the lesson's pseudocode lists the free last;
+#   its system frees as soon as the batch is copied, and so do you).
+# * **The lag at the version that learns.** The gradient is computed with the weights of
+#   version `learner.version` as the step starts, so a column's lag counts from there, from
+#   its *oldest* step: weights can arrive in the middle of an unroll (SEED RL's central
+#   inference reloads them between steps), so the versions of one column may differ. A
+#   version newer than the learner's is impossible and means the bookkeeping is broken:
+#   raise `ValueError` before learning or publishing anything.
+# * **Publish the new version.** After the update the weights are version
+#   `learner.version` (one more than before); the actors pull them and stamp their next
+#   actions with that number, so a wrong stamp makes every later lag wrong.
 #
-# <details><summary>Hint 1</summary>
-# <code>np.asarray(versions)</code> turns a tensor or a list into an array; the oldest
-# version of each column is its minimum over time (axis 0).
-# </details>
-# <details><summary>Hint 2</summary>
-# Check <code>(v &gt; learner_version).any()</code> first and <code>raise ValueError(...)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return learner_version - v.min(axis=0)</code> with <code>v</code> an int64 array.
-# </details>
+# `slots` is a dict of torch tensors, one per field, with the slot index first:
+# `obs [n_slots, T + 1, B, obs_dim]`, `actions`, `behaviour_logp`, `rewards`, `dones`,
+# `versions [n_slots, T, B]`; `full` is the list of full slot indices in the order they
+# arrived (slot `full[0]` first in the batch); `free_queue.put(index)` hands one slot back;
+# `learner` has `.version`, `.model` and `.update(batch)`; `weights` has
+# `.publish(model, version)`. The batch is a dict of the same six fields, each
+# `[T (+1), len(full) * B, ...]`.
+#
+# **How it is graded:** with fakes that record the order of events: a free queue whose
+# `put` overwrites the slot at once, as an actor refilling it would (a batch that is still
+# a view of the slots changes); a learner whose `update` records the batch it receives and
+# which slots were already free; weights that record what was published, and when. For 1,
+# 2 and 3 slots: the batch must hold the full slots' data side by side in the order of
+# `full`; every slot of `full` must be freed once, before the update, and no other; each
+# column's lag counts from its oldest version (versions that change mid-unroll) at the
+# version before the update; a future version raises `ValueError` with neither update nor
+# publish; the weights are published once, after the update, as `learner.model` with the
+# new version. Freeing before copying, freeing after the update, the lag from the newest
+# version or measured after the update, and publishing the old version or before the
+# update are named in the message.
 
 # %% tags=["exercise"]
-def rollout_lag(learner_version, versions):
-    """Policy lag of each rollout column: learner_version - (oldest version in the column).
+def learner_step(slots, full, free_queue, learner, weights):
+    """One update of the IMPALA learner from the full rollout slots ``full``.
 
     Args:
-        learner_version: int, updates the learner's weights reflect.
-        versions: [T, B] weight version that chose each action (array, tensor or list).
+        slots: dict of shared-memory torch tensors, field -> [n_slots, T (+1), B, ...].
+        full: list of slot indices filled by the actors, in arrival order.
+        free_queue: free_queue.put(index) hands a slot back to the actors.
+        learner: .version (updates so far), .model, .update(batch) (one step; version += 1).
+        weights: .publish(model, version) makes weights visible to the actors.
 
     Returns:
-        np.ndarray [B] of integers >= 0.
+        np.ndarray [len(full) * B] int64: the policy lag of each column of the batch.
 
     Raises:
-        ValueError: if any version is newer than learner_version.
+        ValueError: if a version in the batch is newer than learner.version.
     """
     ### BEGIN SOLUTION
-    v = np.asarray(versions, dtype=np.int64)
-    if (v > learner_version).any():
-        raise ValueError(f"version {v.max()} is newer than the learner's {learner_version}")
-    return learner_version - v.min(axis=0)
+    batch = {name: torch.cat([tensor[i] for i in full], dim=1) for name, tensor in slots.items()}
+    for index in full:  # the batch is a copy: the actors may refill these slots while we learn
+        free_queue.put(index)
+    versions = batch["versions"].numpy()
+    if (versions > learner.version).any():
+        raise ValueError(f"a rollout has version {versions.max()}, newer than the learner's {learner.version}")
+    lags = learner.version - versions.min(axis=0)
+    learner.update(batch)
+    weights.publish(learner.model, learner.version)
+    return lags
     ### END SOLUTION
 
 
+# %% [markdown]
+# Your step on the course's real pieces: three slots of the shared-memory buffer the
+# multi-process system uses, the learner that runs its loss (03.5) with Adam, and the
+# seqlocked shared weights the actors pull. Slot 0 acted with version 6; slot 2 with
+# version 7 until new weights arrived at its step 3:
+
 # %% tags=["raises-in-stub"]
-# three rollouts; the third got new weights mid-unroll (SEED-style)
-versions = np.array([[10, 7, 11], [10, 7, 11], [10, 7, 12]])
-print("lags:", rollout_lag(12, versions))
+import queue
+
+from course_lib.actor_learner.buffers import RolloutBuffers
+from course_lib.actor_learner.learner import Learner, LossConfig
+from course_lib.actor_learner.model import ActorCritic
+from course_lib.runtime.weights import SharedWeights
+
+torch.manual_seed(0)
+buffers = RolloutBuffers.allocate(unroll=5, n_envs=2, obs_dim=4, n_slots=3)
+buffers.tensors["obs"].normal_()
+buffers.tensors["versions"][0] = 6
+buffers.tensors["versions"][2] = 7
+buffers.tensors["versions"][2, 3:] = 8
+learner = Learner(ActorCritic(obs_dim=4, n_actions=2, hidden=16), lr=1e-3, cfg=LossConfig())
+learner.version = 8
+weights = SharedWeights(learner.model)
+free_slots = queue.SimpleQueue()
+lags = learner_step(buffers.tensors, [2, 0], free_slots, learner, weights)
+print(f"lags per column: {lags.tolist()}; learner at version {learner.version}, the actors can pull version "
+      f"{weights.version}; slots handed back: {[free_slots.get() for _ in range(free_slots.qsize())]}")
 
 # %% tags=["exercise-check"]
-check("03_impala_vtrace", "rollout_lag", rollout_lag)
+check("03_impala_vtrace", "learner_step", learner_step)
 
 # %% [markdown]
 # ## Exercise 4 · One unroll of an actor (★★☆, 20 min, 15 points)
@@ -280,21 +313,6 @@ check("03_impala_vtrace", "rollout_lag", rollout_lag)
 # log-probability of the acting policy, `versions` the version; actions must follow the
 # policy's probabilities (not its argmax) and depend only on `generator`; nothing may
 # require grad.
-#
-# <details><summary>Hint 1</summary>
-# <code>x = torch.as_tensor(obs, dtype=torch.float32)</code>; after
-# <code>envs.step(actions.numpy())</code> convert rewards and dones with
-# <code>torch.as_tensor</code> before writing them.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>logp = torch.log_softmax(logits, dim=-1)</code>;
-# <code>a = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)</code>;
-# <code>logp.gather(1, a.unsqueeze(1)).squeeze(1)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>dones = np.logical_or(terminated, truncated)</code>; keep the new observations in
-# <code>obs</code> for the next step, and write <code>slot["obs"][T]</code> after the loop.
-# </details>
 
 # %% tags=["exercise"]
 def actor_unroll(envs, policy, obs, slot, version, generator):

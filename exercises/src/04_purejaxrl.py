@@ -68,22 +68,13 @@ use_reliable_xla_cpu_flags()  # before the first JAX computation: an XLA CPU set
 #
 # **How it is graded:** against gymnasium's own `CartPole-v1` (the env the course's JAX
 # version must match), stepped from the same states, under `jax.jit` and `jax.vmap` over a
-# batch of states and actions, including states on both sides of both thresholds. Common
-# slips (semi-implicit Euler, the force's sign, a threshold in degrees, a Python `if` on
-# a traced value) are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Unpack with <code>x, x_dot, theta, theta_dot = state</code> (this works under jit);
-# pick the force with <code>jnp.where(action == 1, params.force_mag, -params.force_mag)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# Compute <code>temp</code>, then <code>theta_acc</code>, then <code>x_acc</code>, exactly in the order
-# of (04.1); build the new state with <code>jnp.stack([...])</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>terminated = (jnp.abs(new_x) &gt; params.x_threshold) | (jnp.abs(new_theta) &gt; params.theta_threshold_radians)</code>;
-# <code>|</code> and <code>jnp.abs</code>, never <code>or</code> / <code>abs</code> with an <code>if</code>.
-# </details>
+# batch of states and actions, including states on both sides of both thresholds, and
+# with four other CartPoles (every constant of `EnvParams` changed) in one `jax.vmap` over
+# `params`: read every constant from `params`, never write one in. The program itself is
+# inspected (`jax.make_jaxpr` with abstract inputs): it must call nothing on the host
+# (`jax.pure_callback`, `io_callback`, `jax.debug.print`). Common slips (semi-implicit
+# Euler, the force's sign, a threshold in degrees, a Python `if` on a traced value,
+# constants written in) are named in the message.
 
 # %% tags=["exercise"]
 def cartpole_step(state, action, params=EnvParams()):
@@ -133,7 +124,7 @@ check("04_purejaxrl", "cartpole_step", cartpole_step)
 # Generalised advantage estimation (Schulman et al. 2016) from a rollout of `T` steps of
 # `B` envs. With $d_t = 1$ where the episode ended at step $t$ and $V(s_T)$ = `last_value`:
 #
-# $$\delta_t = r_t + \gamma (1 - d_t) V(s_{t+1}) - V(s_t) \qquad (04.2)$$
+# $$\delta_t = r_t + \gamma (1 - d_t) V(s_{t+1}) - V(s_t) \qquad \text{((04.2) with every end a termination)}$$
 # $$A_t = \delta_t + \gamma\lambda (1 - d_t) A_{t+1}, \qquad A_T = 0 \qquad (04.3)$$
 #
 # Here every episode end is a termination (no future reward); exercise 3 adds truncation,
@@ -149,21 +140,9 @@ check("04_purejaxrl", "cartpole_step", cartpole_step)
 # rollouts with episode ends, under `jax.jit`; a hand-computed example; $\lambda = 0$ gives
 # $\delta_t$; a forward scan, a missing $(1 - d_t)$, or $\gamma$ without $\lambda$ in the
 # trace are named in the message. The program itself is inspected (`jax.make_jaxpr`): it
-# must hold exactly one `lax.scan` over the `T` steps and must not grow with `T` (a Python
-# loop over `t` fails even when its numbers are right).
-#
-# <details><summary>Hint 1</summary>
-# The carry is <code>(A_{t+1}, V(s_{t+1}))</code>, starting from <code>(zeros, last_value)</code>;
-# each step receives <code>(r_t, V(s_t), d_t)</code> and returns the new carry and <code>A_t</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>not_done = 1.0 - dones.astype(values.dtype)</code>;
-# <code>jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (rewards, values, not_done), reverse=True)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# Inside: <code>delta = r + gamma * nd * next_value - v</code>;
-# <code>adv = delta + gamma * lam * nd * next_adv</code>; <code>return (adv, v), adv</code>.
-# </details>
+# must hold exactly one `lax.scan` over the `T` steps, must not grow with `T` (a Python
+# loop over `t` fails even when its numbers are right), and must call nothing on the host
+# (a `jax.debug.print` left in the scan is a device-to-host round trip every step).
 
 # %% tags=["exercise"]
 def gae_scan(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
@@ -234,22 +213,11 @@ check("04_purejaxrl", "gae_scan", gae_scan)
 # (both kinds of end, some steps both at once, garbage in `final_values` where no episode
 # ended) under `jax.jit` and `jax.vmap`; a hand-computed four-step example; properties (no
 # ends gives $r_t + \gamma V(s_{t+1})$; a step both terminated and truncated gives $r_t$;
-# `final_values` where no episode ended do not matter). A truncation treated as a
-# termination, a bootstrap from the next episode's first state, `final_values` read
-# everywhere, or a bootstrapped termination are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# The value of the state step <code>t</code> reached is <code>values[t + 1]</code> (<code>last_value</code>
-# at the last step), except where an episode ended at <code>t</code>: there the env already
-# reset, and that state's value is <code>final_values[t]</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)</code>, then
-# <code>jnp.where(terminated | truncated, final_values, next_values)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values</code>.
-# </details>
+# `final_values` where no episode ended do not matter, even when they are `nan` or `inf`,
+# so select with `jnp.where`: a 0/1 mask multiplied in reads them, and `0 * nan` is `nan`);
+# the program must call nothing on the host. A truncation treated as a termination, a
+# bootstrap from the next episode's first state, `final_values` read everywhere or through
+# a mask, or a bootstrapped termination are named in the message.
 
 # %% tags=["exercise"]
 def autoreset_td_targets(rewards, values, terminated, truncated, final_values, last_value, gamma=0.99):
@@ -303,19 +271,8 @@ check("04_purejaxrl", "autoreset_td_targets", autoreset_td_targets)
 # pure training function; the function must be traced once, and the program itself is
 # inspected (`jax.make_jaxpr`): it must hold the training function's loop exactly once,
 # carrying every (learning rate, seed) run at once (a Python loop over a jitted `train`
-# is traced once too, but leaves one copy of the loop per cell); seeds must differ
-# across the seed axis and match across the learning-rate axis.
-#
-# <details><summary>Hint 1</summary>
-# <code>keys = jax.random.split(key, n_seeds)</code>;
-# <code>jax.vmap(train, in_axes=(0, None))</code> maps over seeds with one learning rate.
-# </details>
-# <details><summary>Hint 2</summary>
-# Wrap that in a second vmap over the learning rates: <code>in_axes=(None, 0)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0))(keys, jnp.asarray(lrs))</code>.
-# </details>
+# is traced once too, but leaves one copy of the loop per cell) and nothing run on the
+# host; seeds must differ across the seed axis and match across the learning-rate axis.
 
 # %% tags=["exercise"]
 def train_grid(train, key, n_seeds, lrs):

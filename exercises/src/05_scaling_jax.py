@@ -93,22 +93,6 @@ print("devices:", jax.devices())
 # gives it; then the specs themselves must equal the expected ones (an unsplit axis at the
 # end may be written as `None` or left out). A replicated batch, parameters split over `"data"`,
 # `w1` and `w2` swapped, or a replicated `b1` are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>mesh.axis_names</code> is <code>("data",)</code> or <code>("data", "model")</code>; branch on
-# <code>"model" in mesh.axis_names</code> (a Python <code>if</code> on a static value is fine).
-# </details>
-# <details><summary>Hint 2</summary>
-# A spec has one entry per array axis, from the first: the mesh axis that splits that array
-# axis, or <code>None</code> where it stays whole; entries left off at the end count as
-# <code>None</code>, so a spec with no entries is an array held whole on every device.
-# </details>
-# <details><summary>Hint 3</summary>
-# On the 2-D mesh, ask of each weight: which of its two axes indexes the hidden units? That
-# is the axis to split over <code>"model"</code> (it is not the same axis in <code>w1</code> and
-# <code>w2</code>). A bias is added to a layer's output: split it like that output if it is
-# added before any sum over <code>"model"</code>, keep it whole if it is added after.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -180,42 +164,10 @@ check("05_scaling_jax", "partition_specs", partition_specs)
 # 4 devices and over the `"model"` axis of a 2 x 2 mesh (each row of devices its own ring); the program is
 # inspected (`jax.make_jaxpr`): it must hold `ppermute`s and no `psum`, `pmean`,
 # `all_gather` or other collective; every `ppermute` must move data one step around
-# the ring; and each device must send `2 (n - 1) / n` of its array in all. Stopping after
+# the ring; each device must send `2 (n - 1) / n` of its array in all (eq. 05.1); and
+# nothing may run on the host (`jax.pure_callback`, `jax.debug.print`). Stopping after
 # the reduce-scatter, adding instead of replacing in the all-gather, or a built-in
 # collective are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Two phases of <code>n - 1</code> steps each (<code>n = axis_size</code>), every step one
-# <code>ppermute</code> in which each device sends one chunk to its right-hand neighbour
-# (<code>j</code> to <code>(j + 1) mod n</code>): first a reduce-scatter, after which each device
-# holds the complete sum of one chunk, then an all-gather, which passes the complete chunks
-# on round the ring until every device holds all <code>n</code> of them.
-# </details>
-# <details><summary>Hint 2</summary>
-# With <code>chunks = x.reshape(n, -1)</code> and <code>i = jax.lax.axis_index(axis_name)</code>: at
-# reduce-scatter step <code>s</code>, which chunk index does device <code>i</code> send, and which of
-# its own chunks does the one arriving from device <code>i - 1</code> belong to (what did device
-# <code>i - 1</code> send at that step)? Ask the same two questions of all-gather step <code>s</code>,
-# knowing that device <code>i</code> starts it holding chunk <code>(i + 1) mod n</code> complete.
-# <code>i</code> is traced: index with it, modulo <code>n</code>, never branch on it.
-# </details>
-# <details><summary>Hint 3</summary>
-# A skeleton: fill in the blanks (chunk indices in <code>i</code>, <code>s</code> and <code>n</code>; one
-# phase adds what it receives, the other replaces).
-# <pre>
-# n = axis_size
-# i = jax.lax.axis_index(axis_name)
-# chunks = x.reshape(n, -1)
-# right = ___  # (source, destination) pairs: every device to its right-hand neighbour
-# for s in range(n - 1):  # reduce-scatter
-#     recv = jax.lax.ppermute(chunks[___], axis_name, right)
-#     chunks = chunks.at[___].___(recv)
-# for s in range(n - 1):  # all-gather
-#     recv = jax.lax.ppermute(chunks[___], axis_name, right)
-#     chunks = chunks.at[___].___(recv)
-# return chunks.reshape(x.shape)
-# </pre>
-# </details>
 
 
 # %% tags=["exercise"]
@@ -303,26 +255,11 @@ check("05_scaling_jax", "ring_allreduce", ring_allreduce)
 # gradient-shaped values may cross devices (each collective's operand shaped like a
 # parameter, or a flat vector of one parameter's size or of all of them), only through a
 # reduction (no `all_gather`, `all_to_all` or `ppermute` of anything computed from the
-# batch), and every number of the gradient must pass through an all-reduce. Adding instead
+# batch), every number of the gradient must pass through an all-reduce, and nothing may
+# run on the host (`jax.pure_callback`, `jax.debug.print`). Adding instead
 # of averaging (`N` times too large), no reduction (each device keeps its own shard's
 # gradient), averaging twice (`N` times too small) and gathering the batch are named in the
 # message.
-#
-# <details><summary>Hint 1</summary>
-# The reduction is over the mesh axis named <code>axis_name</code>. Among the collectives in
-# <code>jax.lax</code>, one adds over a named axis and one averages over it: eq. 05.2 asks for which?
-# </details>
-# <details><summary>Hint 2</summary>
-# Take this shard's gradient with <code>jax.grad</code> first, then reduce that pytree (the
-# collectives accept a whole pytree), not the batch and not the loss. With
-# <code>check_vma=False</code> <code>jax.grad</code> returns this device's own $g_d$, so nothing
-# has been reduced for you yet.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>grads = jax.grad(loss_fn)(params, batch)</code> is $g_d$. What one call over
-# <code>axis_name</code> turns the $N$ values of <code>grads</code> into $g$, with no division of
-# your own afterwards?
-# </details>
 
 
 # %% tags=["exercise"]
@@ -382,7 +319,8 @@ check("05_scaling_jax", "data_parallel_grad", data_parallel_grad)
 # When a batch of `B` examples does not fit in memory at once, split it into `n_micro`
 # micro-batches of `m = B / n_micro`, take each one's gradient in turn and average them: for
 # a mean loss, $\frac{1}{n_{micro}}\sum_{k} \nabla L_{(k)}(\theta) = \nabla L(\theta)$, the
-# full-batch gradient, with the activations of one micro-batch alive at a time.
+# full-batch gradient (the lesson's eq. 05.3), with the activations of one micro-batch and
+# one running sum of gradients alive at a time.
 #
 # Write `accumulate_grads(loss_fn, params, batch, n_micro)`: `batch` is a pytree of arrays
 # with the batch axis first; micro-batch `k` is rows `k m ... (k + 1) m - 1` of every leaf
@@ -399,29 +337,12 @@ check("05_scaling_jax", "data_parallel_grad", data_parallel_grad)
 # **How it is graded:** against `jax.grad` over the whole batch for `n_micro` = 1, 2, 4
 # and 8 under `jax.jit`; against a Python loop over contiguous slices for a policy-gradient
 # loss that normalises advantages per micro-batch; the program is inspected
-# (`jax.make_jaxpr`): one `lax.scan` of length `n_micro`; and a batch of 10 with
-# `n_micro = 4` must raise `ValueError`. Summing without dividing, dropping the last
-# micro-batch, interleaved micro-batches and a Python loop are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>B = jax.tree.leaves(batch)[0].shape[0]</code>; every leaf reshaped to
-# <code>(n_micro, B // n_micro) + leaf.shape[1:]</code> puts the micro-batches on a new leading axis.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>jax.lax.scan(step, zeros, micro)</code> with <code>zeros = jax.tree.map(jnp.zeros_like, params)</code>
-# hands <code>step(total, mb)</code> one micro-batch at a time.
-# </details>
-# <details><summary>Hint 3</summary>
-# A partial sketch: the blanks are yours, and the size check comes first (raise
-# <code>ValueError</code> before reshaping).
-# <pre>
-# def step(total, mb):
-#     grads = ___  # this micro-batch's gradient
-#     return ___, None  # the running sum, leaf by leaf
-# total, _ = jax.lax.scan(step, zeros, micro)
-# return ___  # the mean of the micro-batches' gradients, leaf by leaf
-# </pre>
-# </details>
+# (`jax.make_jaxpr`): one `lax.scan` of length `n_micro` whose carry holds the running sum
+# and whose per-step outputs hold no gradient (`jax.lax.map` over the micro-batches gives
+# the right numbers but keeps all `n_micro` gradients alive at once), with nothing run on
+# the host; and a batch of 10 with `n_micro = 4` must raise a `ValueError` that names 10
+# and 4. Summing without dividing, dropping the last micro-batch, interleaved
+# micro-batches, stacked gradients and a Python loop are named in the message.
 
 
 # %% tags=["exercise"]
@@ -500,26 +421,12 @@ check("05_scaling_jax", "accumulate_grads", accumulate_grads)
 # and `k` = 3, 4, 1 and 12; the memory XLA plans for `jit(grad)` (the `temp` bytes of
 # `compiled.memory_analysis()`) for 36 layers of width 64, batch 512, `k = 6`, which must
 # be at most half of what the network needs without remat; the program
-# (`jax.make_jaxpr`): `n / k` checkpoints run, each around `k` layers; and 16 layers with
-# `k = 5` or `0` must raise `ValueError`. No checkpoint, one checkpoint around the whole
-# network, a checkpoint around each layer, and segments of the wrong size are named in
-# the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>n = jax.tree.leaves(params)[0].shape[0]</code>. Give every leaf a leading axis of
-# segments, <code>(n // k, k) + leaf.shape[1:]</code>: a <code>lax.scan</code> over that axis
-# hands its body one segment's <code>k</code> layers at a time.
-# </details>
-# <details><summary>Hint 2</summary>
-# Two scans, nested: an inner one over the <code>k</code> layers of a segment (the carry is
-# <code>h</code>), inside the body of an outer one over the <code>n // k</code> segments. Which of
-# the two bodies, wrapped in <code>jax.checkpoint</code>, keeps one array per segment rather
-# than one per layer?
-# </details>
-# <details><summary>Hint 3</summary>
-# A scan body returns <code>(carry, output)</code>; the outer body's carry is the segment's
-# input <code>h</code> and it has no output (<code>None</code>). Check <code>k</code> before you reshape.
-# </details>
+# (`jax.make_jaxpr`): `n / k` checkpoints run, each around `k` layers, and the program's
+# size must not grow with `n` or with `k` (a Python loop over the segments, or over a
+# segment's layers, adds a copy per turn), with nothing run on the host; and 16 layers with
+# `k = 5` or `0` must raise a `ValueError` that names 16 and `k`. No checkpoint, one
+# checkpoint around the whole network, a checkpoint around each layer, segments of the
+# wrong size and a Python loop are named in the message.
 
 
 # %% tags=["exercise"]

@@ -26,11 +26,12 @@
 # pieces of the lesson's off-policy learner that are easiest to get subtly wrong: the
 # driving simulator's step, the sum-tree descent behind prioritized replay and the
 # importance weights that correct its bias, the target of Soft Actor-Critic's critics, and
-# the slow copy that makes its target critics. Each statement below is complete: you need
-# no library code to write it. Exercises 1, 3, 4 and 5 run inside jitted programs in the
-# lesson, so write them with `jax.numpy` (`jnp`) and no Python `if` on array values: the
-# checks call them under `jax.jit` too. Exercise 2 is plain Python that reads the tree one
-# node at a time.
+# the batched write of new priorities back into the sum tree, as an accelerator runs it.
+# Each statement below is complete: you need no library code to write it. Exercises 1, 3,
+# 4 and 5 run inside jitted programs in the lesson, so write them with `jax.numpy` (`jnp`)
+# and no Python `if` on array values: the checks call them under `jax.jit` too, and refuse
+# a host callback (`jax.pure_callback` into numpy), which leaves the program. Exercise 2
+# is plain Python that reads the tree one node at a time.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
@@ -38,7 +39,7 @@
 # | 2. `sumtree_find`: the sum-tree descent of prioritized replay | 15 | ★★☆ | 25 min |
 # | 3. `importance_weights`: prioritized replay's bias correction | 10 | ★☆☆ | 15 min |
 # | 4. `soft_bellman_target`: SAC's critic target | 10 | ★☆☆ | 10 min |
-# | 5. `polyak_update`: the target networks' slow copy | 10 | ★☆☆ | 10 min |
+# | 5. `sumtree_update`: writing a batch of priorities back into the sum tree | 15 | ★★☆ | 25 min |
 
 # %%
 import jax
@@ -86,19 +87,6 @@ from course_lib import check
 # moving along $\psi$ instead of $\psi + \beta$, dividing by the wheelbase instead of
 # $l_r$, moving with the new speed or the new heading, a missing clip at 0 or at
 # $v_{\max}$, and a steering angle taken for degrees are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Four lines after <code>beta</code>, one per row of (06.1); compute all of them from the
-# arguments, never from a value you have just updated.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>beta = jnp.arctan(l_r / (l_f + l_r) * jnp.tan(steer))</code>; the position moves along
-# <code>psi + beta</code>, the heading turns by <code>v / l_r * jnp.sin(beta) * dt</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>v_new = jnp.clip(v + accel * dt, 0.0, v_max)</code>: an elementwise clip, where Python's
-# <code>min</code>/<code>max</code> fail on arrays and under <code>jax.jit</code>.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -202,19 +190,6 @@ check("06_off_policy_scale", "bicycle_step", bicycle_step)
 # sum or a loop over the leaves), returning the tree index, `<=` instead of `<`,
 # forgetting to subtract the left sum, starting at index 0, stopping one level above the
 # leaves and an off-by-one at the leaves are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>capacity = len(tree) // 2</code>; start at <code>i = 1</code> and loop while
-# <code>i &lt; capacity</code> (the nodes below <code>capacity</code> are the internal ones).
-# </details>
-# <details><summary>Hint 2</summary>
-# In the loop: <code>left = 2 * i</code>; if <code>u &lt; tree[left]</code> then
-# <code>i = left</code>, else <code>u -= tree[left]</code> and <code>i = left + 1</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# The loop ends at a leaf index <code>i</code> in <code>[capacity, 2 * capacity)</code>: return
-# <code>i - capacity</code>.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -307,21 +282,8 @@ check("06_off_policy_scale", "sumtree_find", sumtree_find)
 # the $P$-weighted average into the uniform one; a call under `jax.jit` with `beta` and
 # `n_stored` traced. Dividing by the mean, the sum or the smallest weight instead of the
 # largest, no normalisation, normalising the raw weights, the wrong sign of $\beta$, a
-# missing $N$, $P / N$ instead of $N P$, and $N P^{-\beta}$ instead of $(N P)^{-\beta}$
-# are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# First the raw weights, one line for all <code>K</code> items; then, only if
-# <code>normalize</code>, divide them by their largest value.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>w = (n_stored * probabilities) ** (-beta)</code>: the brackets matter, since
-# <code>**</code> binds tighter than <code>*</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>if normalize: w = w / jnp.max(w)</code>, then <code>return w</code>. Python's
-# <code>max</code> fails under <code>jax.jit</code>.
-# </details>
+# missing $N$, the batch size $K$ taken for $N$, $P / N$ instead of $N P$, and
+# $N P^{-\beta}$ instead of $(N P)^{-\beta}$ are named in the message.
 
 
 # %% tags=["exercise"]
@@ -396,17 +358,6 @@ check("06_off_policy_scale", "importance_weights", importance_weights)
 # a mean or one critic instead of the minimum, `+ alpha logp`, no done mask, the mask
 # applied to the reward too, the entropy term outside the discount, and a missing `gamma`
 # are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Build the soft value of <code>s'</code> first: the smaller critic minus
-# <code>alpha * logp_next</code>; then discount and mask it.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>jnp.minimum(q1_next, q2_next)</code> is elementwise; Python's <code>min</code> is not.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return reward + gamma * (1.0 - done) * (jnp.minimum(q1_next, q2_next) - alpha * logp_next)</code>
-# </details>
 
 
 # %% tags=["exercise"]
@@ -446,72 +397,104 @@ print("y =", np.round(np.asarray(y), 4), "(by hand: 2.98, 3.51, -1.0, 0.236)")
 check("06_off_policy_scale", "soft_bellman_target", soft_bellman_target)
 
 # %% [markdown]
-# ## Exercise 5 · The target networks' slow copy (★☆☆, 10 min, 10 points)
+# ## Exercise 5 · Writing a batch of priorities back into the sum tree (★★☆, 25 min, 15 points)
 #
-# The target critics of (06.2) trail the online critics: after every gradient step
-# each parameter moves a small fraction $\tau$ of the way to the online one (Polyak
-# averaging, Lillicrap et al. 2016; SAC uses $\tau = 0.005$):
+# After every gradient step prioritized replay writes the batch's new priorities back
+# (`per_update`): $K$ leaves of the sum tree of exercise 2 change, and so do all their
+# ancestors. On a CPU the lesson loops over the $K$ leaves, each followed by its path to
+# the root. On a GPU or TPU a loop of $K$ steps is $K$ kernel launches, so there the
+# update is written for **all $K$ leaves at once**: write the leaves, then repair their
+# parents **one level at a time**, bottom up: $\log_2(\text{capacity})$ steps, whatever $K$.
+# Two things make this subtle.
 #
-# $$\bar\theta_j \leftarrow \tau\,\theta_j + (1 - \tau)\,\bar\theta_j \qquad (06.6)$$
+# **Repeated indices.** A batch is drawn with replacement, so the same item often comes
+# twice, with two different new priorities. The rule is that **the last write wins** (the
+# later entry of `indices`). But one scatter, `tree.at[nodes].set(values)`, with a repeated
+# node keeps *an unspecified one* of its values: XLA does not say which (on a CPU it
+# happens to be the last; on a GPU it can change from run to run). So decide first which
+# entries are the last of their index, and write only those (or give every entry of a
+# repeated index the winning value).
 #
-# So the target stays within a slowly moving average of the last $1/\tau$ or so online
-# networks, and the regression target $y$ does not chase the critic it trains. After $n$
-# updates toward a fixed online network, the gap has shrunk by $(1 - \tau)^n$.
+# **Shared parents.** Two written leaves can share a parent, and the upper ancestors are
+# shared by many. Moving a parent by the *change* of its child (its old value plus the
+# delta) loses all but one of the changes where a parent repeats (`.add` keeps them all,
+# but counts a repeated leaf's change twice, and the sums drift in float32 update after
+# update). Instead set every parent to the **sum of its two children**, read once the
+# level below is written: repeated parents then all write the same value, and
+# `tree[i] == tree[2 * i] + tree[2 * i + 1]` holds exactly, update after update.
 #
-# The parameters are a **pytree**: nested dicts, lists and tuples whose leaves are arrays
-# (the lesson's critics are `{"q1": {"dense_0": {"w": ..., "b": ...}, ...}, "q2": ...}`).
-# Write `polyak_update(target, online, tau)`: `target` and `online` have the same
-# structure; return a **new** pytree of that structure holding (06.6) leaf by leaf, and
-# leave both inputs unchanged. `jax.tree.map(f, target, online)` calls `f(t, o)` on each
-# pair of leaves and rebuilds the structure.
+# ```
+#   capacity 4, leaves [1, 0, 3, 4]; write indices [3, 0, 3] with values [1, 6, 2]:
+#   item 3 gets 2 (its last write), item 0 gets 6      [1] 11.0
+#                                               [2] 6.0         [3] 5.0
+#                                          [4] 6.0  [5] 0.0  [6] 3.0  [7] 2.0
+# ```
 #
-# **How it is graded:** hand-computed values; `tau = 0` returns the target, `tau = 1` the
-# online parameters; random nested pytrees (dicts of lists of dicts, tuples, 0-d leaves)
-# against a recursive oracle, with the same structure; numpy leaves left unchanged; 60
-# updates under `jax.jit` that close the gap by exactly $(1 - \tau)^{60}$. `tau` and
-# `1 - tau` swapped (or the target and the online network), a hard copy, a target not
-# scaled by `1 - tau`, updating only the first leaf or only a flat dict, and an update in
-# place are named in the message.
+# Write `sumtree_update(tree, indices, values)`: `tree` is a float32 JAX array
+# `[2 * capacity]` in the layout of exercise 2 (root at 1, node `i`'s children at `2i` and
+# `2i + 1`, item `j`'s leaf at `capacity + j`, every internal node the sum of its
+# children, index 0 unused); `indices` an int32 array `[K]` of item indices in
+# `[0, capacity)`, which may repeat; `values` a float32 array `[K]` of new leaf values
+# ($p^\alpha \ge 0$). Return the new tree: each written leaf holds the value of the last
+# entry of its index, the other leaves are unchanged, every internal node is the float32
+# sum of its two children, and index 0 is left as it was. Use `jnp` and `jax.lax`, with no
+# Python `if` on array values (the checks call it under `jax.jit`). `K` and `capacity` are
+# shapes, so a Python `for` over the $\log_2(\text{capacity})$ levels is fine; a loop over
+# the $K$ entries is the CPU path, not this one. And build nothing the size of the tree
+# besides the tree itself: no mask, count or copy of all its nodes, so that the work grows
+# with $K \log(\text{capacity})$, not with the capacity.
 #
-# <details><summary>Hint 1</summary>
-# One line: <code>jax.tree.map</code> with a function of two leaves.
-# </details>
-# <details><summary>Hint 2</summary>
-# The function is <code>lambda t, o: tau * o + (1 - tau) * t</code>: <code>t</code> from
-# <code>target</code>, <code>o</code> from <code>online</code>, in the order you pass the trees.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>return jax.tree.map(lambda t, o: tau * o + (1 - tau) * t, target, online)</code>; no
-# <code>*=</code> or <code>+=</code>, which change a numpy leaf in place.
-# </details>
+# **How it is graded:** the tree above and its siblings (hand-computed); random trees of
+# capacity 1 to 64 and batches full of repeated indices against an oracle that writes the
+# entries one at a time and re-adds every node from its children; 200 batches of random
+# float32 priorities in a row, after which every internal node must still equal the sum of
+# its children exactly; and the program under `jax.jit` on a tree of capacity 16384 with
+# `K = 32`, run one operation at a time: at most $2(\log_2 16384 + 1) = 30$ writes into
+# the tree (a loop over the entries makes $K$ times as many), no operation on an array the
+# size of the tree other than the writes into it, and no write that gives one node two
+# different values. A repeated index whose first write wins, a parent moved by its child's
+# change (with `.set` or `.add`), ancestors not repaired (or one level short, or a level
+# past the root into index 0), a rebuild of the whole tree, a loop over the entries, and a
+# repeated index left to the scatter are named in the message.
 
 
 # %% tags=["exercise"]
-def polyak_update(target, online, tau):
-    """The Polyak (soft) update of target parameters (eq. 06.6), leaf by leaf.
+def sumtree_update(tree, indices, values):
+    """Write ``values`` into the leaves ``indices`` (the last of a repeated index wins) and
+    repair their ancestors, all K leaves at once, one level at a time.
 
     Args:
-        target: a pytree of arrays, the target parameters.
-        online: a pytree of the same structure, the online parameters.
-        tau: the step toward online, 0 <= tau <= 1.
+        tree: float32 [2 * capacity], the sum tree (root at 1, item j's leaf at capacity + j).
+        indices: int32 [K] item indices, possibly repeated.
+        values: float32 [K] the new leaf values.
 
     Returns:
-        a new pytree: tau * online + (1 - tau) * target at every leaf.
+        the new tree, float32 [2 * capacity]: every internal node the sum of its children.
     """
     ### BEGIN SOLUTION
-    return jax.tree.map(lambda t, o: tau * o + (1.0 - tau) * t, target, online)
+    capacity = tree.shape[0] // 2
+    entry = jnp.arange(indices.shape[0])
+    repeated_later = (indices[:, None] == indices[None, :]) & (entry[None, :] > entry[:, None])
+    winners = jnp.where(jnp.any(repeated_later, axis=1), tree.shape[0], capacity + indices)  # losers: out of range
+    tree = tree.at[winners].set(values, mode="drop")  # each leaf written once, with its last value
+    nodes = capacity + indices
+    for _ in range(capacity.bit_length() - 1):  # log2(capacity) levels, bottom up
+        nodes = nodes // 2
+        tree = tree.at[nodes].set(tree[2 * nodes] + tree[2 * nodes + 1])  # repeated parents: the same sum
+    return tree
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-target = {"q1": {"w": jnp.zeros(2), "b": jnp.array(4.0)}, "q2": [jnp.array([10.0, 0.0])]}
-online = {"q1": {"w": jnp.ones(2), "b": jnp.array(2.0)}, "q2": [jnp.array([0.0, 10.0])]}
-once = polyak_update(target, online, 0.1)
-print("one update, tau = 0.1:", jax.tree.map(lambda a: np.asarray(a, dtype=np.float64).round(4).tolist(), once))
-for _ in range(20):
-    target = polyak_update(target, online, 0.1)
-gap = float(target["q1"]["b"] - online["q1"]["b"])
-print(f"the gap in q1.b after 20 updates: {gap:.4f} = 2 * 0.9^20 = {2 * 0.9**20:.4f}")
+leaves = jnp.array([1.0, 0.0, 3.0, 4.0])
+drawn = jnp.zeros(8).at[4:].set(leaves).at[2].set(1.0).at[3].set(7.0).at[1].set(8.0)
+after = sumtree_update(drawn, jnp.array([3, 0, 3], dtype=jnp.int32), jnp.array([1.0, 6.0, 2.0]))
+print("after writing [3, 0, 3] <- [1, 6, 2]:", np.asarray(after)[1:].tolist(), "(by hand: [11, 6, 5, 6, 0, 3, 2])")
+siblings = sumtree_update(drawn, jnp.array([0, 1], dtype=jnp.int32), jnp.array([2.0, 2.0]))
+print("after writing two siblings [0, 1] <- [2, 2]:", np.asarray(siblings)[1:].tolist(), "(by hand: [11, 4, 7, 2, 2, 3, 4])")
+internal = np.arange(1, 4)
+print("every internal node the sum of its children:",
+      bool(np.all(np.asarray(after)[internal] == np.asarray(after)[2 * internal] + np.asarray(after)[2 * internal + 1])))
 
 # %% tags=["exercise-check"]
-check("06_off_policy_scale", "polyak_update", polyak_update)
+check("06_off_policy_scale", "sumtree_update", sumtree_update)

@@ -31,6 +31,7 @@
 # | 2. `token_lags` | 10 | ★☆☆ | 10 min |
 # | 3. `time_to_target` | 10 | ★★☆ | 15 min |
 # | 4. `inflight_decode` | 15 | ★★☆ | 20 min |
+# | 5. `refill_free_slots` | 15 | ★★☆ | 20 min |
 
 # %%
 import math
@@ -59,19 +60,12 @@ from course_lib import check
 # per answer), `mask` `[N, T]` bool, `c` a float. Return a scalar tensor.
 #
 # **How it is graded:** against a term-by-term loop over the real tokens, on batches whose
-# ratios cross `c` and whose padding holds garbage; the gradient with respect to
-# `logp_new` is compared with the oracle's (the weight must be a constant); properties:
-# on-policy tokens weigh 1, padding changes nothing. A missing truncation, a gradient
-# through the weight, a ratio per sequence instead of per token, $\mu/\pi$ instead of
-# $\pi/\mu$, or a mean over all positions are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Compute the log-ratio from <code>logp_new.detach()</code>, so that the weight is a constant.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>w = torch.clamp(torch.exp(log_ratio), max=c)</code>; broadcast the advantages with
-# <code>advantages[:, None]</code>; multiply by the mask as floats and divide by its sum.
-# </details>
+# ratios cross `c` (from 1 to 5) and whose padding holds garbage; the gradient with respect
+# to `logp_new` is compared with the oracle's (the weight must be a constant); properties:
+# on-policy tokens weigh 1, padding changes nothing. A missing truncation, a truncation
+# level written as a number instead of `c`, a gradient through the weight, a ratio per
+# sequence instead of per token, $\mu/\pi$ instead of $\pi/\mu$, a mean over all positions,
+# or a mean per answer then over the answers are named in the message.
 
 # %% tags=["exercise"]
 def token_is_loss(logp_new, logp_behaviour, advantages, mask, c):
@@ -120,14 +114,6 @@ check("07_pipeline_rl", "token_is_loss", token_is_loss)
 # **How it is graded:** hand-computed lags for sequences that change version midway,
 # padding holding -1, the integer dtype, inputs unchanged, tensors accepted, and the
 # `ValueError`. Counting at the padding, the wrong sign, or one lag per sequence are named.
-#
-# <details><summary>Hint 1</summary>
-# <code>np.where(mask, trainer_version - versions, 0)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# Check <code>(versions[mask] > trainer_version).any()</code> before computing; convert with
-# <code>np.asarray(..., dtype=np.int64)</code>.
-# </details>
 
 # %% tags=["exercise"]
 def token_lags(trainer_version, versions, mask):
@@ -172,15 +158,6 @@ check("07_pipeline_rl", "token_lags", token_lags)
 # (one lucky first batch), a centred window, returning the update index instead of the
 # time, the last crossing instead of the first, a strict `>`, or `None` for "never" are
 # named in the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>np.convolve(rewards, np.ones(window) / window, mode="valid")</code> gives the means of
-# the full windows; entry <code>j</code> ends at update <code>j + window - 1</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>hits = np.flatnonzero(means >= target)</code>; if it is empty return
-# <code>math.inf</code>, else <code>float(times[hits[0] + window - 1])</code>.
-# </details>
 
 # %% tags=["exercise"]
 def time_to_target(times, rewards, target, window):
@@ -222,27 +199,22 @@ check("07_pipeline_rl", "time_to_target", time_to_target)
 # holds now; `generator`, a `torch.Generator` for sampling. One decoding step is
 # `logits = model.step(tokens, pos, cache)` (it writes the cache at `pos`); sample the next
 # token with `torch.multinomial(probs, 1, generator=generator)`; feed it at `pos + 1`.
-# Load weights with `load_flat_parameters(model, flat)` (imported above); only a version
-# **newer** than the one held is loaded. Return `(new_tokens, logp, versions)`, each
-# `[B, n_steps]` (long, float, long).
+# Load weights with `load_flat_parameters(model, flat)` (imported above) into `model`
+# itself, in place; only a version **newer** than the one held is loaded. Leave the
+# `tokens` and `pos` tensors you are given as they were (work on copies). Return
+# `(new_tokens, logp, versions)`, each `[B, n_steps]` (long, float, long).
 #
 # **How it is graded:** without updates, the log-probs must equal a full forward pass over
-# the finished sequences and the tokens must follow `generator`; with an update, tokens
-# before it equal those of a run without it, the cache written before it is left as it
-# was, later tokens carry the new version, and an older version is ignored; nothing
-# requires grad. Clearing the cache, stamping the old version, sampling greedily or
-# from the global random state are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Wrap the loop in <code>with torch.no_grad():</code>. At the top of each step:
-# <code>update = poll()</code>; if <code>update is not None and update[0] > version</code>,
-# load <code>update[1]</code> and set <code>version = update[0]</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>logp = torch.log_softmax(model.step(tokens, pos, cache), dim=-1)</code>;
-# <code>tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)</code>;
-# record <code>logp.gather(1, tokens[:, None]).squeeze(1)</code>; then <code>pos = pos + 1</code>.
-# </details>
+# the finished sequences and the tokens must follow `generator`; with an update, every step
+# is replayed through `model.step` with your tokens fed back (teacher forcing): its
+# log-probs must be those of the weights held at that step (the new ones from the swap on),
+# its tokens `torch.multinomial`'s draws with `generator`, and `model` must hold the new
+# weights afterwards; the tokens before the update equal those of a run without it, the
+# cache written before it is left as it was, later tokens carry the new version, and an
+# older version is ignored; nothing requires grad; dtypes, and `tokens` and `pos`
+# unchanged. Clearing the cache, stamping the old version, stamping the new version
+# without loading its weights, loading them into a copy of the model, sampling greedily,
+# from another distribution or from the global random state are named in the message.
 
 # %% tags=["exercise"]
 def inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator):
@@ -283,3 +255,119 @@ print("versions of the 6 new tokens:", out[2].tolist(), " (expected: [[0, 0, 1, 
 
 # %% tags=["exercise-check"]
 check("07_pipeline_rl", "inflight_decode", inflight_decode)
+
+
+# %% [markdown]
+# ## Exercise 5 · Continuous batching with backpressure: refilling the free slots (★★☆, 20 min, 15 points)
+#
+# Pipeline RL's generator never waits for a whole batch: between two decoding steps it
+# starts a new answer in **every slot that has just become free** (continuous batching).
+# Answers come in groups: `G = group_size` answers to one prompt (GRPO compares them with
+# each other), and the trainer's update `u` consumes groups `uB .. (u + 1)B - 1`
+# (`B = groups_per_batch`), in the order they were started. Left alone, the generator would
+# run ahead of the trainer and its samples would grow stale without bound; **backpressure**
+# bounds the lag. Groups are numbered as they start; when the trainer has consumed
+# `consumed` groups, the weights the generator holds are at least version
+# `consumed / B`, and group `k` will be trained on by update `k // B`. Its tokens then lag
+# by at most `max_lag` updates if and only if
+#
+# $$k < \text{consumed} + (\text{max\_lag} + 1)\,B .$$
+#
+# So a **new** group may start only while its number is below that bound; otherwise the
+# refill stops and the remaining slots stay free until the trainer consumes more. A group
+# that has **already started** is different: it was admitted, and the trainer waits for all
+# `G` of its answers, so its remaining answers always take the next free slots (holding
+# them back would leave the trainer waiting for a group that never completes). The prompt of
+# a new group is taken from the queue **only once the group is admitted**: a prompt taken
+# for a group that is then held back would be lost.
+#
+# Write `refill_free_slots(sampler, prompts, state, consumed, max_lag, group_size,
+# groups_per_batch)`:
+#
+# * `sampler.free_slots()` returns the list of free slot numbers; visit them **in that
+#   order**. `sampler.start(slot, prompt, group)` starts an answer to `prompt`, belonging to
+#   group number `group`, in a free `slot`.
+# * `prompts` is an iterator: `next(prompts)` takes the next prompt, one per new group.
+# * `state` is the generator's dict, kept from one call to the next: **update it in place**.
+#   `state["next_group"]` is the number the next new group gets; `state["group"]` and
+#   `state["prompt"]` are the group whose answers are being started and its prompt;
+#   `state["left"]` how many of its answers are still to start. A fresh generator has
+#   `{"next_group": 0, "group": -1, "prompt": None, "left": 0}`.
+# * `consumed`, `max_lag`, `group_size` and `groups_per_batch` are ints (`max_lag >= 0`).
+#
+# For each free slot: if the current group still has answers to start, start one;
+# otherwise admit the next group if backpressure allows (take its prompt, make it current
+# with all its `G` answers to start, and start its first one), else stop. Return the number
+# of answers started.
+#
+# **How it is graded:** a fake sampler (it refuses a slot that is not free) and a queue of
+# prompts that counts what is taken. Hand-computed refills (a fresh generator filling six
+# slots; a full window that holds a group back; the trainer consuming a batch that lets it
+# start); a group that straddles two refills and finishes through backpressure; calls with
+# no free slot or a full window, which start nothing and take no prompt; and 30 random
+# generators, 40 refills each (slots, `G`, `B`, `max_lag` from 0 to 3, the trainer consuming
+# as it goes) against a simulation that lists the answers owed, in order. A window off by
+# one, `max_lag B` for `(max_lag + 1) B`, `consumed` counted in updates instead of groups,
+# a prompt per answer, a prompt taken for a group held back, the rest of a started group
+# held back, new groups started only when all `G` of their answers fit, the free slots
+# visited in another order, and a state not kept between calls are named in the message.
+
+
+# %% tags=["exercise"]
+def refill_free_slots(sampler, prompts, state, consumed, max_lag, group_size, groups_per_batch):
+    """Start an answer in every free slot, group after group, until backpressure holds the
+    next group back.
+
+    Args:
+        sampler: free_slots() -> list of free slots; start(slot, prompt, group) starts an answer.
+        prompts: an iterator of prompts (next(prompts): one per new group, once it is admitted).
+        state: dict with "next_group", "group", "prompt", "left", updated in place.
+        consumed: groups the trainer has consumed.
+        max_lag: the lag bound in updates (>= 0).
+        group_size: G, answers per prompt.
+        groups_per_batch: B, groups per update.
+
+    Returns:
+        the number of answers started.
+    """
+    ### BEGIN SOLUTION
+    started = 0
+    for slot in sampler.free_slots():
+        if state["left"] == 0:  # the current group is fully started: admit a new one, or stop
+            k = state["next_group"]
+            if k >= consumed + (max_lag + 1) * groups_per_batch:
+                break  # backpressure: group k's tokens would lag more than max_lag updates
+            state.update(group=k, prompt=next(prompts), left=group_size, next_group=k + 1)
+        sampler.start(slot, state["prompt"], state["group"])
+        state["left"] -= 1
+        started += 1
+    return started
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+class Slots:  # a sampler of n slots that prints every answer it starts
+    def __init__(self, n):
+        self.n, self.busy = n, set()
+
+    def free_slots(self):
+        return [s for s in range(self.n) if s not in self.busy]
+
+    def start(self, slot, prompt, group):
+        assert slot not in self.busy, f"slot {slot} is busy"
+        self.busy.add(slot)
+        print(f"  slot {slot}: group {group}, {prompt}")
+
+
+slots, queue = Slots(6), iter(f"prompt {i}" for i in range(100))
+state = {"next_group": 0, "group": -1, "prompt": None, "left": 0}
+print("G = 2, B = 2, max_lag = 1: groups 0..3 may start while nothing is consumed")
+print("started", refill_free_slots(slots, queue, state, 0, 1, 2, 2), "answers; state", state)
+slots.busy -= {0, 1, 4, 5}  # four answers finished
+print("four slots free, still nothing consumed:")
+print("started", refill_free_slots(slots, queue, state, 0, 1, 2, 2), "answers (group 4 waits); state", state)
+print("the trainer consumed one batch (2 groups):")
+print("started", refill_free_slots(slots, queue, state, 2, 1, 2, 2), "answers; state", state)
+
+# %% tags=["exercise-check"]
+check("07_pipeline_rl", "refill_free_slots", refill_free_slots)

@@ -73,23 +73,9 @@ from course_lib.layout.model import H100_SXM, QWEN25_7B, QWEN25_32B
 # sequences of 4,096 tokens), then random shapes, GPUs and contexts against the formula
 # written out term by term; the result must be an `int`, and a model that leaves no room
 # must raise `ValueError`. Forgetting K and V or the layers, counting bits instead of
-# bytes, rounding instead of flooring, using all the memory, or not subtracting the
-# weights are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Three steps: the bytes one token occupies (08.1), the bytes left for the cache
-# (<code>memory_fraction * gpu.memory_bytes - shape.weight_bytes</code>), then how many
-# whole sequences of <code>context_tokens</code> fit in them.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>math.floor(free_bytes / (kv_per_token * context_tokens))</code> is an <code>int</code>
-# (round down: a sequence that fits only partly does not fit); raise <code>ValueError</code>
-# when it is below 1.
-# </details>
-# <details><summary>Hint 3</summary>
-# Qwen2.5-7B in bf16: <code>2 * 28 * 4 * 128 * 2 = 57,344</code> bytes a token; on an H100,
-# <code>0.9 * 80e9 - 15.24e9 = 56.76e9</code> bytes are left, 241.6 sequences of 4,096 tokens.
-# </details>
+# bytes, rounding instead of flooring, using all the memory, taking the usable share of
+# what the weights leave ($f(M - W)$ instead of $fM - W$), or not subtracting the weights
+# are named in the message.
 
 
 # %% tags=["exercise"]
@@ -128,9 +114,11 @@ check("08_cluster_layout", "max_batch", max_batch)
 #
 # A decode step with `B` sequences in flight takes
 #
-# $$l(B) = a_s + b_s B \qquad (08.3)$$
+# $$l(B) = a_s + b_s B$$
 #
-# seconds and gives each sequence one token, so a full sampler engine produces
+# seconds (the lesson's (08.3) when the step is memory-bound and the KV-cache term is left
+# out: $a_s$ reads the weights, $b_s$ is the cost of each sequence in the batch) and gives
+# each sequence one token, so a full sampler engine produces
 #
 # $$p = \frac{\text{max\_batch}}{l(\text{max\_batch})} \qquad (08.4)$$
 #
@@ -154,20 +142,6 @@ check("08_cluster_layout", "max_batch", max_batch)
 # `N_s p = N c`, taking `p` per step instead of per second, rounding `N_s^*` to the
 # nearest or always down, leaving the range `1 .. N - 1`, or breaking a tie towards more
 # samplers are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>p = max_batch / (a_s + b_s * max_batch)</code>, then (08.6). For the whole split,
-# compare the throughput <code>min(n * p, (n_gpus - n) * c)</code> of the two candidates.
-# </details>
-# <details><summary>Hint 2</summary>
-# The candidates are <code>math.floor(n_star)</code> and <code>math.ceil(n_star)</code>, each
-# clipped to <code>1 .. n_gpus - 1</code>; try them in increasing order and keep the first best
-# (<code>max(sorted(candidates), key=...)</code> keeps the first on a tie).
-# </details>
-# <details><summary>Hint 3</summary>
-# With <code>p = 4</code>, <code>c = 1</code> and 7 GPUs, <code>N_s^* = 1.4</code>: 1 sampler gives
-# <code>min(4, 6) = 4</code> tokens/s, 2 samplers <code>min(8, 5) = 5</code>. The nearest is not the best.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -258,29 +232,13 @@ check("08_cluster_layout", "balanced_split", balanced_split)
 # (08.13) written out term by term; the result must be an `int`, the lengths left unchanged,
 # and an unknown rule must raise `ValueError` naming `fifo`, `wait` and `drop`. Then
 # `hard_bound_step_s`: hand-computed values and random batches against (08.14), and
-# `ValueError` for `max_lag < 1`. Returning the mean lag (or its ceiling) for the maximum,
-# the FIFO value under a hard rule, a cap under `"fifo"`, an unfloored `max_lag`, the whole
-# longest answer instead of its lead over the mean, seconds instead of steps, rounding to the
-# nearest or down; in the hard bound, the mean answer for the longest, the sync forgotten or
-# paid every step, an unfloored `max_lag`, or `floor(max_lag) + 1` steps are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Check <code>admission</code> first. Then the straggler's lead in seconds,
-# <code>(max(L) - mean(L)) * step_latency_s</code>, over <code>step_s</code>, added to the mean lag
-# and rounded up; under a hard rule (<code>"wait"</code>, <code>"drop"</code>) take the smaller of that
-# and <code>math.floor(max_lag)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>math.ceil(mean_lag + lead_s / step_s - 1e-9)</code> is an <code>int</code>, and so is
-# <code>min(lag, math.floor(max_lag))</code>. For (08.14): <code>steps = math.floor(max_lag)</code>
-# (raise when it is below 1), then <code>(max(lengths) * step_latency_s + weight_sync_s) / steps</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>np.asarray(lengths_tokens)</code> gives <code>.max()</code> and <code>.mean()</code> for a list or
-# an array alike. In the worked example: lead <code>(900 - 200) * 0.02 = 14</code> s, 3.5 steps;
-# <code>ceil(4.8) = 5</code> under <code>"fifo"</code>, <code>min(5, 3) = 3</code> under the hard
-# rules; hard bound <code>19 / 3 = 6.33</code> s.
-# </details>
+# `ValueError` for `max_lag < 1`. Two hand cases sum to a whole number that floats write a
+# hair above it (`15.000000000000002`). Returning the mean lag (or its ceiling) for the
+# maximum, the FIFO value under a hard rule, a cap under `"fifo"`, an unfloored `max_lag`,
+# the whole longest answer or its lead over the shortest instead of its lead over the mean,
+# seconds instead of steps, rounding to the nearest or down, float noise counted as a step;
+# in the hard bound, the mean answer or the lead for the longest, the sync forgotten or paid
+# every step, an unfloored `max_lag`, or `floor(max_lag) + 1` steps are named in the message.
 
 
 # %% tags=["exercise"]
@@ -359,24 +317,11 @@ check("08_cluster_layout", "max_lag_steps", max_lag_steps)
 # **How it is graded:** a hand-computed schedule, random lengths and slot counts against
 # a step-by-step simulation of the engine, and properties (each sequence runs for its
 # length, never more than `max_batch` at once, no slot idle while a sequence waits,
-# sequences start in order). Static batching (waiting for the whole group), a freed slot
-# taken one step late, an end step one short, shortest-first order, or one slot too many are
-# named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Keep, for every slot, the step at which it is next free (all 0 at first). Sequence
-# <code>j</code> starts at the earliest of them; that slot is then free at
-# <code>start + lengths[j]</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# A min-heap does it in O(log B) a sequence: <code>free_at = [0] * min(max_batch, n)</code>;
-# for each sequence <code>s = heapq.heappop(free_at)</code>, record it, then
-# <code>heapq.heappush(free_at, s + length)</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# Lengths <code>[3, 1, 2, 4, 1]</code> on 2 slots: starts <code>[0, 0, 1, 3, 3]</code>, ends
-# <code>[3, 1, 3, 7, 4]</code>; the engine runs 7 steps.
-# </details>
+# sequences start in order, the lengths list or array left unchanged). Static batching
+# (waiting for the whole group), a freed slot taken one step late, an end step one short,
+# shortest-first order, one slot too many, a fixed queue per slot (sequence `j` after
+# sequence `j - max_batch`), or a countdown of the array you were given are named in the
+# message.
 
 
 # %% tags=["exercise"]

@@ -22,8 +22,9 @@
 # course grade exercises/09_weight_sync.ipynb
 # ```
 #
-# The equations are numbered as in `lessons/09_weight_sync.ipynb`. These are the four
-# pieces of a bucketed, pipelined, resharding, verified weight update.
+# The equations are numbered as in `lessons/09_weight_sync.ipynb`. The first four are the
+# pieces of a bucketed, pipelined, resharding, verified weight update; the fifth is the
+# lesson's model of how long such an update takes.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
@@ -31,6 +32,7 @@
 # | 2. `pipeline_schedule`: the double-buffered schedule | 10 | ★☆☆ | 15 min |
 # | 3. `shard_range`: which rows a tensor-parallel rank keeps | 10 | ★☆☆ | 10 min |
 # | 4. `verify_bucket`: versions, order and checksums | 15 | ★★☆ | 20 min |
+# | 5. `update_time`: naive, per-tensor, bucketed and pipelined updates timed | 15 | ★★☆ | 25 min |
 
 # %%
 import numpy as np
@@ -44,7 +46,7 @@ from course_lib.weight_sync.integrity import HEADER_BYTES, MAGIC, CorruptBucketE
 #
 # A bucketed broadcast sends a few big flat buffers instead of hundreds of tensors. Both
 # sides agree once on a **plan**: for every tensor, the bucket it lives in and its byte
-# offset there (eq. 09.2). Build the plan greedily, in order:
+# offset there (the $n$ buckets of (09.2)). Build the plan greedily, in order:
 #
 # - a tensor goes at the current bucket's next offset if it **ends** within `bucket_bytes`;
 #   otherwise it starts a new bucket at offset 0;
@@ -55,8 +57,10 @@ from course_lib.weight_sync.integrity import HEADER_BYTES, MAGIC, CorruptBucketE
 # - a bucket's length is its last tensor's end rounded up to `align`.
 #
 # Then copy each tensor's **bytes** into its bucket (`t.reshape(-1).view(torch.uint8)` is a
-# tensor's bytes). Tensors may have different dtypes (`float32`, `bfloat16`, `int64`): sizes
-# are in bytes, `t.numel() * t.element_size()`, never in elements.
+# tensor's bytes, its elements in logical order). Tensors may have different dtypes (`float32`,
+# `bfloat16`, `int64`) and may be views of larger tensors (a slice, a transposed matrix), as a
+# model's state dict can hold them: sizes are in bytes, `t.numel() * t.element_size()`, never
+# in elements and never the size of the storage behind a view.
 #
 # Return `(buckets, places)`: `buckets` a list of 1-D `torch.uint8` tensors,
 # `places` a list with one `(bucket_index, byte_offset)` tuple of ints per tensor.
@@ -64,27 +68,16 @@ from course_lib.weight_sync.integrity import HEADER_BYTES, MAGIC, CorruptBucketE
 #
 # **How it is graded:** against a byte-by-byte oracle that builds each bucket as a Python
 # `bytearray`, on tensors of mixed dtypes and sizes (many small ones, some larger than a
-# bucket); the places must match exactly, every bucket's bytes must match (padding
-# zero), unpacking at your offsets must give back every tensor, inputs are unchanged.
-# Common slips (offsets in elements, no alignment, an empty bucket before an oversized
-# tensor, `>=` instead of `>`) are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# First compute the places and bucket sizes in one loop over the tensors (keep the
-# current offset and the list of sizes), then allocate <code>torch.zeros(size, dtype=torch.uint8)</code>
-# buckets and copy.
-# </details>
-# <details><summary>Hint 2</summary>
-# Open a new bucket when <code>not sizes or (offset &gt; 0 and offset + nbytes &gt; bucket_bytes)</code>;
-# round up with <code>-(-x // align) * align</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>buckets[b][off:off + nbytes] = t.contiguous().reshape(-1).view(torch.uint8)</code>
-# </details>
+# bucket), with bucket sizes that are and are not multiples of `align`; the places must match
+# exactly, every bucket's bytes must match (padding zero), unpacking at your offsets must give
+# back every tensor, views, slices and transposed tensors are packed by the bytes they show,
+# inputs are unchanged. Common slips (offsets in elements, no alignment, the fit tested on the
+# aligned end, an empty bucket before an oversized tensor, `>=` instead of `>`, a view's
+# storage size) are named in the message.
 
 # %% tags=["exercise"]
 def pack_buckets(tensors, bucket_bytes, align=64):
-    """Greedy in-order bucket plan and the packed buckets (eq. 09.2).
+    """Greedy in-order bucket plan and the packed buckets (the buckets of eq. 09.2).
 
     Args:
         tensors: list of torch tensors (any shapes and dtypes).
@@ -129,7 +122,7 @@ check("09_weight_sync", "pack_buckets", pack_buckets)
 # (into the receiver's buffer), the receiver **unpacks** it into the model. Done in turn,
 # `n` buckets take `3n` steps. With two buffers on each side (ping-pong), bucket `b` uses
 # buffer `b % 2` on both sides, and in step `s` the three stages work on three different
-# buckets at once (eq. 09.3):
+# buckets at once (the schedule whose time (09.3) models):
 #
 # $$\text{step } s:\quad \text{pack } s,\quad \text{send } s - 1,\quad \text{unpack } s - 2 \qquad (s = 0, \dots, n + 1)$$
 #
@@ -138,25 +131,16 @@ check("09_weight_sync", "pack_buckets", pack_buckets)
 # tuples in the order pack, send, unpack, e.g. step 2 of a long update is
 # `[("pack", 2, 0), ("send", 1, 1), ("unpack", 0, 0)]`.
 #
-# **How it is graded:** against the schedule written out by hand for small `n`, and
-# properties for `n` up to 9: `n + 2` steps; every bucket packed, then sent, then unpacked,
+# **How it is graded:** against the schedule written out by hand for small `n`, per-bucket
+# timelines up to `n = 40`, and properties for `n` up to 9: `n + 2` steps; every bucket packed, then sent, then unpacked,
 # in consecutive steps; the two stages of one side never use the same buffer in the same
 # step (the sender's pack and send, the receiver's receive and unpack). A schedule that
 # does not overlap, a buffer per bucket, or an unpack in the step of its own send are
 # named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Loop over <code>s in range(n + 2)</code> and add each of the three stages whose bucket
-# index (<code>s</code>, <code>s - 1</code>, <code>s - 2</code>) is in <code>range(n)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# The buffer of bucket <code>b</code> is <code>b % 2</code>; on the receiver, unpacking bucket
-# <code>s - 2</code> from buffer <code>s % 2</code> is safe while bucket <code>s - 1</code> arrives in the other.
-# </details>
 
 # %% tags=["exercise"]
 def pipeline_schedule(n_buckets):
-    """The double-buffered schedule of eq. 09.3: list of steps, each a list of (stage, bucket, buffer).
+    """The double-buffered schedule that eq. 09.3 times: list of steps, each a list of (stage, bucket, buffer).
 
     Args:
         n_buckets: int >= 0.
@@ -204,13 +188,6 @@ check("09_weight_sync", "pipeline_schedule", pipeline_schedule)
 # `[0, size)` in rank order, differ by at most one row, extra rows on the first ranks,
 # empty shards allowed when `size < tp_size` (compared with an oracle that deals rows one
 # by one like cards); `ValueError` for a bad rank or `tp_size`.
-#
-# <details><summary>Hint 1</summary>
-# <code>q, m = divmod(size, tp_size)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>start = tp_rank * q + min(tp_rank, m)</code>; the length is <code>q + (1 if tp_rank &lt; m else 0)</code>.
-# </details>
 
 # %% tags=["exercise"]
 def shard_range(size, tp_rank, tp_size):
@@ -251,7 +228,7 @@ check("09_weight_sync", "shard_range", shard_range)
 #
 # 1. word 0 is not `MAGIC`: `CorruptBucketError` (not a bucket at all);
 # 2. `version != expected_version`: `OutOfOrderBucketError` (a stale or future update);
-# 3. `index != expected_index`: `OutOfOrderBucketError` (out of order);
+# 3. `index != expected_index`: `OutOfOrderBucketError` (out of order: repeated or skipped);
 # 4. `nbytes` differs from the payload's length: `CorruptBucketError`;
 # 5. the checksum differs: `CorruptBucketError`.
 #
@@ -259,22 +236,14 @@ check("09_weight_sync", "shard_range", shard_range)
 # modify `slot`.
 #
 # **How it is graded:** against an oracle that adds the words as Python integers one by
-# one, on random buckets: good buckets pass and the payload comes back; one flipped bit
-# anywhere in the payload (the top bit of a word too), a damaged magic number, a wrong size,
-# version or index each raise the right error; words whose sum overflows 64 bits check
-# (mod $2^{64}$); the header is not part of the checksum; the slot is unchanged. Forgetting
-# the wrap-around, summing the header too, or mixing up the two errors are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# <code>words = slot[-HEADER_BYTES:].view(torch.int64).tolist()</code> gives the header;
-# <code>payload = slot[:-HEADER_BYTES]</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>np.add.reduce(payload.numpy().view(np.uint64), dtype=np.uint64)</code> wraps modulo 2^64.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>int(total) != words[5] % 2**64</code> means a corrupt bucket.
-# </details>
+# one, on random buckets: good buckets pass and the payload comes back, those whose checksum
+# has its top bit set (about half) too; one flipped bit anywhere in the payload (the top bit
+# of a word too), a damaged magic number, a wrong size, a stale or future version, a repeated
+# or skipped index each raise the right error; a bucket with two faults raises the first in
+# the order above; words whose sum overflows 64 bits check (mod $2^{64}$); the header is not
+# part of the checksum; the slot is unchanged. Forgetting the wrap-around, a signed
+# comparison, summing the header too, checking the checksum before the header, or mixing up
+# the two errors are named in the message.
 
 # %% tags=["exercise"]
 def verify_bucket(slot, expected_version, expected_index):
@@ -325,6 +294,107 @@ for name, version, flip in (("stale", 6, False), ("corrupt", 7, True)):
 
 # %% tags=["exercise-check"]
 check("09_weight_sync", "verify_bucket", verify_bucket)
+
+# %% [markdown]
+# ## Exercise 5 · The time of an update (★★☆, 25 min, 15 points)
+#
+# Before any of the pieces above run, the lesson's model says how long an update takes and
+# which term dominates it. Write that model for an update of $B$ bytes in $k$ tensors from
+# one sender to one receiver, with the rates in a dict `rates`:
+#
+# | key | what | unit |
+# |---|---|---|
+# | `alpha` | $\alpha$, the fixed latency of one message | s |
+# | `beta` | $\beta$, the link bandwidth | bytes/s |
+# | `sigma`, `rho` | $\sigma$ and $\rho$, the stage (pack) and reload (unpack) rates | bytes/s |
+# | `gamma` | $\gamma$, the fixed cost of one tensor on one side (one small copy) | s |
+# | `eta` | $\eta$, the pipeline's overlap efficiency (1 ideal, 0 stages in turn, below 0 worse) | |
+# | `write`, `read` | the shared storage's write and read bandwidth of the naive path | bytes/s |
+#
+# `update_time(method, nbytes, n_tensors, bucket_bytes, rates)` returns the seconds of one
+# update by `method`:
+#
+# - `"naive"`: the sender saves a checkpoint to shared storage, the receiver reads it back
+#   and reloads it: $B / \text{write} + B / \text{read} + B / \rho$ (the lesson's
+#   $T_{\text{naive}}$ with $N = 1$);
+# - `"per_tensor"`: one message per tensor, each tensor sent as it is (no stage, no
+#   reload): (09.1) with $n = k$;
+# - `"bucketed"`: (09.2), with $n = \lceil B / \text{bucket\_bytes} \rceil$ buckets;
+# - `"pipelined"`: (09.3) on the same $n$ buckets. The model's buckets are **equal**, of
+#   $b = B / n$ bytes each (unlike exercise 1's greedy plan), and each bucket's stage and
+#   reload carry their share $k\gamma / n$ of the per-tensor cost, so a bucket's three
+#   stages take
+#
+# $$\frac{b}{\sigma} + \frac{k\gamma}{n}, \qquad \alpha + \frac{b}{\beta}, \qquad \frac{b}{\rho} + \frac{k\gamma}{n},$$
+#
+#   $t_1$ is their sum and $m$ their maximum:
+#   $T_{\text{pipelined}} = t_1 + (n - 1)\,[m + (1 - \eta)(t_1 - m)]$. With $\eta = 0$ this is
+#   (09.2) again, and with one bucket there is nothing to overlap.
+#
+# Raise `ValueError` for any other method. Do not change `rates`.
+#
+# **How it is graded:** not against these formulas but against a simulation that walks
+# every message and every bucket through the three stages and the two buffers of each side
+# (exercise 2's schedule with durations), blending the stages side by side and in turn by
+# $\eta$: hand-computed values for a 1 GB update by each method; 30 random updates with rates
+# over orders of magnitude, bucket sizes that divide $B$, do not, or exceed it, and $\eta$ from
+# −0.5 to 1; pipelined updates in which each stage in turn, and then the message latency, is
+# the slowest ($\eta = 1$); one bucket and $\eta = 0$ give the bucketed time; over bucket sizes
+# from $B / 4096$ to $B$ your pipelined time must be smallest where the simulation's is. A
+# missing ceiling, buckets of `bucket_bytes` instead of $B / n$, a forgotten fill $t_1$, $\eta$ the
+# wrong way round, the latency left out of the pace, the per-tensor cost counted once or not
+# shared among the buckets, and per-tensor updates charged a stage and a reload are named in
+# the message.
+
+
+# %% tags=["exercise"]
+def update_time(method, nbytes, n_tensors, bucket_bytes, rates):
+    """Predicted seconds of one weight update by ``method`` (eq. 09.1-09.3 and the naive path).
+
+    Args:
+        method: "naive", "per_tensor", "bucketed" or "pipelined".
+        nbytes: B, the bytes of the update (int > 0).
+        n_tensors: k, the number of tensors (int >= 1).
+        bucket_bytes: the largest bucket (int > 0); the update is cut into ceil(B / bucket_bytes) equal buckets.
+        rates: dict with alpha, beta, sigma, rho, gamma, eta, write, read (see the table above).
+
+    Returns:
+        seconds, a float.
+    """
+    ### BEGIN SOLUTION
+    B, k = nbytes, n_tensors
+    alpha, beta, sigma, rho, gamma = (rates[name] for name in ("alpha", "beta", "sigma", "rho", "gamma"))
+    if method == "naive":
+        return B / rates["write"] + B / rates["read"] + B / rho
+    if method == "per_tensor":
+        return k * alpha + B / beta
+    if method not in ("bucketed", "pipelined"):
+        raise ValueError(f"unknown method {method!r}")
+    n = -(-B // bucket_bytes)
+    if method == "bucketed":
+        return n * alpha + B / beta + B / sigma + B / rho + 2 * k * gamma
+    b = B / n
+    stages = (b / sigma + k * gamma / n, alpha + b / beta, b / rho + k * gamma / n)
+    t_1, m = sum(stages), max(stages)
+    return t_1 + (n - 1) * (m + (1 - rates["eta"]) * (t_1 - m))
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+laptop = {"alpha": 250e-6, "beta": 4.2e9, "sigma": 7.7e9, "rho": 7.9e9, "gamma": 7e-6, "eta": 0.0,
+          "write": 1.2e9, "read": 1.2e9}  # about the rates section 8 of the lesson fitted on two CPU cores
+gpus = {"alpha": 50e-6, "beta": 50e9, "sigma": 100e9, "rho": 1000e9, "gamma": 1e-6, "eta": 1.0,
+        "write": 10e9, "read": 50e9}  # the calculator's assumed GPU cluster (lesson, section 9), plus 1 us a tensor
+B, k = 16 * 10**9, 20_000  # an 8B-parameter mixture-of-experts model in bf16: many small tensors
+print(f"{'method':>10} {'2 CPU cores':>12} {'GPU node':>9}   (seconds, 1 GB buckets)")
+for method in ("naive", "per_tensor", "bucketed", "pipelined"):
+    here, there = update_time(method, B, k, 10**9, laptop), update_time(method, B, k, 10**9, gpus)
+    print(f"{method:>10} {here:>12.2f} {there:>9.3f}")
+sweep = {2**j: update_time("pipelined", B, k, 2**j, gpus) for j in range(20, 35, 2)}
+print("pipelined on the GPU node by bucket size:", ", ".join(f"{b / 2**20:g} MiB {t:.3f} s" for b, t in sweep.items()))
+
+# %% tags=["exercise-check"]
+check("09_weight_sync", "update_time", update_time)
 
 # %% [markdown]
 # When every check passes, grade the whole notebook:

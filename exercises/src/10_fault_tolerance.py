@@ -88,27 +88,14 @@ from course_lib import check
 # recipe's order (every file fsynced inside the temporary directory before `os.replace`,
 # the manifest in it at the rename, the temporary directory itself fsynced before it: the
 # grader records which fsynced descriptors are directories; the root directory fsynced
-# after); then the save is
-# crashed at each traced call in turn, and the last good checkpoint must survive and no
-# half-written `step_` directory appear. Renaming before fsync, no fsync at all, no fsync
-# of the temporary directory or of the root, the manifest written after the rename, writing straight into the final
-# directory and a leftover temporary directory are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Follow the seven steps in order, and for each ask: if the process died right before it,
-# what would a restore see? Nothing may appear under the final name before every byte and
-# every name under it is durable.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>os.fsync</code> takes a file descriptor: a file you have open gives one with
-# <code>f.fileno()</code>; call it after <code>f.flush()</code>, while the file is still open.
-# The manifest's entries can be built in the loop that writes the files.
-# </details>
-# <details><summary>Hint 3</summary>
-# A directory has no <code>open()</code> file object, but <code>os.open(path, os.O_RDONLY)</code>
-# gives a descriptor for it too (close it in a <code>finally</code>). Two directories need an
-# fsync: which one before the rename, and which one after?
-# </details>
+# after); then the save is crashed at each traced call in turn, between two files, and in the
+# middle of each file's write (a torn write: half its bytes on disk, twice in a row), and
+# tried again each time as a restarted run would: the last good checkpoint must survive, no
+# half-written `step_` directory may appear, and the resumed save must commit one that
+# verifies. Renaming before fsync, no fsync at all, no fsync of the temporary directory or of
+# the root, the manifest written after the rename, writing straight into the final
+# directory, a leftover temporary directory, and a crashed attempt's files reused are named
+# in the message.
 
 
 # %% tags=["exercise"]
@@ -183,33 +170,24 @@ check("10_fault_tolerance", "commit_checkpoint", commit_checkpoint)
 #   `size` and that `sha256`. A missing, truncated or unparsable manifest, a missing file, a
 #   wrong size or a wrong hash: skip it and try the next older one. Never raise for a
 #   broken checkpoint.
+# - a restore only **reads**: change nothing under `root` (a broken checkpoint stays where it
+#   is, for a person or another process to look at), and read no checkpoint older than the
+#   one you return (a real one is terabytes: stop at the first that verifies).
 #
 # Return `(step, path)` (an `int` and the directory's `Path`), or `None` when no
 # checkpoint verifies (an empty folder included). Exercise 1's format: `manifest.json` is
 # `{"step": ..., "files": {name: {"sha256": hex, "size": bytes}}}`.
 #
-# **How it is graded:** hand-built folders (a corrupt newest: a flipped byte of the same
-# size, a truncated file, a missing file, a truncated or missing manifest; all broken;
-# empty), temporary directories and stray files beside real checkpoints, steps past eight
-# digits, then random folders against an oracle that verifies every candidate. Ordering the
-# steps as strings, trusting a manifest without checking the hashes, taking a temporary
-# directory, and raising on an unreadable manifest are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Two passes: collect <code>(int(step), path)</code> of the committed directories, then walk
-# them newest first and return the first that verifies.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>sorted(candidates, reverse=True)</code> sorts tuples by their first element, the
-# step as an int. Verify inside <code>try: ... except (OSError, ValueError, KeyError,
-# TypeError, AttributeError):</code> (a JSON decode error is a <code>ValueError</code>).
-# </details>
-# <details><summary>Hint 3</summary>
-# For each <code>name, entry</code> in <code>manifest["files"].items()</code>:
-# <code>data = (path / name).read_bytes()</code>, then compare <code>len(data)</code> with
-# <code>entry["size"]</code> and <code>hashlib.sha256(data).hexdigest()</code> with
-# <code>entry["sha256"]</code>.
-# </details>
+# **How it is graded:** hand-built folders broken the ways crashes break them (a corrupt
+# newest: a flipped byte of the same size, a torn file, a zero-length file left by a rename
+# before fsync, a file whose name a missing fsync of the folder lost, a writer killed between
+# files, a torn or missing manifest; all broken; empty), leftovers of crashed attempts and
+# stray files beside real checkpoints, steps past eight digits, then random folders against
+# an oracle that verifies every candidate. The grader records every file you open and
+# compares the folder before and after. Ordering the steps as strings, trusting a manifest
+# without checking the hashes, taking a temporary directory, raising on an unreadable
+# manifest, reading older checkpoints than the one returned, and changing the folder are
+# named in the message.
 
 
 # %% tags=["exercise"]
@@ -282,20 +260,6 @@ check("10_fault_tolerance", "newest_complete", newest_complete)
 # branch `C >= 2M`, Young's interval minimising (10.1) numerically, and `ValueError` on
 # bad input. A missing factor 2, `C` and `M` swapped in Daly's correction, the `- C`
 # forgotten, the `1/3` and `1/9` swapped and the missing `C >= 2M` branch are named.
-#
-# <details><summary>Hint 1</summary>
-# Both formulas share one ratio: name <code>x = C / (2 * M)</code> once and write (10.3) as
-# Young's interval times a polynomial in <code>sqrt(x)</code>, minus <code>C</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# Which inputs make a save cost or an MTBF meaningless, and which of the two branches of
-# (10.3) applies before you compute the correction?
-# </details>
-# <details><summary>Hint 3</summary>
-# Check by hand: <code>C = 60, M = 3600</code> gives <code>x = 1/120</code>,
-# <code>sqrt(x)/3 = 0.0304</code> and <code>x/9 = 0.000926</code>; Daly's interval should
-# come out about 40 s below Young's.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -348,28 +312,19 @@ check("10_fault_tolerance", "optimal_interval", optimal_interval)
 # run from `checkpoint` until `total_steps` steps are done and return the checkpoint after
 # them (a new dict; the same seed). A run stopped at any step `k` and resumed from its
 # checkpoint must then draw **exactly** the keys, and end with **bitwise** the params, of
-# the uninterrupted run. When `checkpoint["step"] == total_steps`, nothing runs.
+# the uninterrupted run. When `checkpoint["step"] == total_steps`, nothing runs. The
+# checkpoint's key and params are the run's whole state: a run need not have started from
+# `jax.random.key(seed)` (each rank of a data-parallel run starts from its own
+# `jax.random.fold_in(jax.random.key(seed), rank)`), so the seed alone cannot rebuild them.
 #
 # **How it is graded:** the grader hands in its own `step_fn`, which records every key it
 # is given, and compares with the keys of the split above: an uninterrupted run, runs
 # stopped at several steps and resumed (also after the key went through numpy, as a saved
-# checkpoint's does), and a run with nothing to do. Reusing one key for the batch and the
-# noise, not carrying the key forward, restarting the stream from the seed on resume, an
-# off-by-one step, and saving a step's key or the starting key instead of the carried one
-# are named in the message.
-#
-# <details><summary>Hint 1</summary>
-# Loop <code>for _ in range(checkpoint["step"], total_steps)</code>, carrying <code>key</code>
-# and <code>params</code> from the checkpoint.
-# </details>
-# <details><summary>Hint 2</summary>
-# The checkpoint's key is the key <b>after</b> the last step's split, the one the next step
-# would split: save the carried <code>key</code>, never <code>k_batch</code> or <code>k_noise</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# The returned checkpoint has the same four fields as the one given; which of them change,
-# and what does <code>step</code> count once the loop is done?
-# </details>
+# checkpoint's does), a run that started from a rank's `fold_in` key, with the params its
+# first step is given recorded (which state was restored), and a run with nothing to do.
+# Reusing one key for the batch and the noise, not carrying the key forward, restarting or
+# replaying the stream from the seed on resume, an off-by-one step, and saving a step's key
+# or the starting key instead of the carried one are named in the message.
 
 
 # %% tags=["exercise"]

@@ -28,7 +28,9 @@
 # can write and test without a cluster: which rank does what, when a generator may take
 # new weights and start a new group, and, after a crash and a restore, which generated
 # samples count. A fourth exercise is the one equation that makes the trainers' data
-# parallelism exact: each trainer's share of the loss (11.1).
+# parallelism exact: each trainer's share of the loss (11.1). The fifth is what makes a
+# restart safe across agents: how the ranks of a new start agree on their attempt, played
+# against a store that still holds everything the dead attempt wrote.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
@@ -36,8 +38,10 @@
 # | 2. `sync_and_admit`: the weight-version handshake | 15 | ★★☆ | 20 min |
 # | 3. `restart_accounting`: which samples count after a restore | 20 | ★★☆ | 25 min |
 # | 4. `data_parallel_losses`: each trainer's loss, over the global token count (11.1) | 15 | ★★☆ | 20 min |
+# | 5. `join_step`: agreeing on the attempt after a restart | 20 | ★★★ | 35 min |
 
 # %%
+import itertools
 import random
 
 import torch
@@ -83,18 +87,6 @@ from course_lib import check
 #
 # (At full size: `course_lib.capstone.roles.assign_roles`, which also routes each group to
 # a trainer.)
-#
-# <details><summary>Hint 1</summary>
-# Check the three impossible cases first; then one comparison, <code>rank &lt; n_trainers</code>,
-# decides the role.
-# </details>
-# <details><summary>Hint 2</summary>
-# A generator's index is its distance from the first generator: <code>rank - n_trainers</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>list(range(n_trainers))</code> and <code>[0] + list(range(n_trainers, world_size))</code>
-# do not depend on <code>rank</code>: that is what makes them the same on every rank.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -167,24 +159,11 @@ check("11_capstone", "assign_roles", assign_roles)
 # random interleavings) in which no group may lag more than `max_lag` updates, no
 # generator may go back a version and the run must finish, and `ValueError` on bad
 # arguments. Pulling an older version, never pulling, an off-by-one in the bound either
-# way, starting without weights and missing validation are named in the message.
+# way, starting without weights, admitting with the version held before the pull and
+# missing validation are named in the message.
 #
 # (At full size: `course_lib.capstone.generator.Generator.run`, with
 # `course_lib.rl.staleness.may_start_group`.)
-#
-# <details><summary>Hint 1</summary>
-# Two independent decisions: first the version (compare <code>announced</code> with
-# <code>version</code>), then admission, using the version you will hold after the pull.
-# </details>
-# <details><summary>Hint 2</summary>
-# With <code>max_lag = 0</code> and <code>B = 4</code>, after one update (<code>consumed = 4</code>)
-# groups 4..7 may start and group 8 may not: it would be trained on by update 2, two
-# versions after the one the generator holds.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>if announced &gt; version: version = announced</code>; then
-# <code>version &gt;= 0 and k &lt; consumed + (max_lag + 1) * B</code>.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -269,20 +248,6 @@ check("11_capstone", "sync_and_admit", sync_and_admit)
 # samples are named in the message.
 #
 # (At full size: `course_lib.capstone.ledger`: `SampleLedger.resume` and `audit`.)
-#
-# <details><summary>Hint 1</summary>
-# Update <code>u</code> of the final run was done by the <b>last</b> attempt that resumed at or
-# before it: <code>max(a for a, s in enumerate(resumed_from) if s &lt;= u)</code>.
-# </details>
-# <details><summary>Hint 2</summary>
-# For each line, <code>u = k // B</code>: if <code>u &gt;= final_step</code> the line is leftover (last
-# attempt) or discarded (any other); otherwise it is consumed exactly when its attempt is
-# the one that did update <code>u</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# Collect <code>(attempt, k)</code> into three lists and add <code>samples</code> to the line's
-# total and to <code>"generated"</code>; sort the lists at the end.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -374,33 +339,20 @@ check("11_capstone", "restart_accounting", restart_accounting)
 # shard `r`'s tensors and $N_{tok}$ only (that number is all the trainers share), and write
 # it from its terms, without course_lib's `pipeline_loss`.
 #
-# **How it is graded:** random batches of 1 to 4 shards with ragged masks and token counts:
-# the sum of the shards' values must equal the whole batch's (07.2), computed in one
+# **How it is graded:** random batches of 1 to 4 shards with ragged masks and token counts,
+# `clip_c` from 1 to 5, some answers with a zero advantage (a group whose rewards are all
+# alike): the sum of the shards' values must equal the whole batch's (07.2), computed in one
 # process, and the sum of the shards' gradients (each shard's `logp_new`, torch autograd)
 # its gradient; the worked example (3 and 9 tokens, every weight 1: each token's gradient
 # is $-A_i / 12$); equal shards; padding values changing nothing; each shard's loss
 # depending only on its own shard. Dividing by the local token count, averaging the
-# shards' means over the ranks, a weight without sg, padding counted in $N_{tok}$, an
-# unmasked sum, untruncated weights and calling course_lib's loss are named in the message.
+# shards' means over the ranks, a weight without sg, padding counted in $N_{tok}$, the
+# tokens of zero-advantage answers left out of $N_{tok}$, an unmasked sum, untruncated
+# weights, a truncation fixed at 2 whatever `clip_c` is and calling course_lib's loss are
+# named in the message.
 #
 # (At full size: `course_lib.capstone.trainer.shard_loss` and `Trainer.update`, which
 # all-reduce the count first.)
-#
-# <details><summary>Hint 1</summary>
-# Two steps, as on the cluster: first the one number the trainers all-reduce, the real
-# tokens of every shard, <code>sum(int(s["mask"].sum()) for s in shards)</code>; then each
-# shard's sum of sg[w] A log pi over its real tokens, divided by that number.
-# </details>
-# <details><summary>Hint 2</summary>
-# The weight is <code>torch.clamp(torch.exp(logp_new.detach() - logp_behaviour), max=clip_c)</code>:
-# <code>.detach()</code> is the sg[]. The advantage is per answer: <code>adv[:, None]</code>
-# broadcasts it over the answer's tokens.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>m = mask.to(logp_new.dtype)</code>;
-# <code>-(w * adv[:, None] * logp_new * m).sum() / n_tokens</code>, with the same
-# <code>n_tokens</code> for every shard.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -445,3 +397,144 @@ print("each token's gradient in (07.2) over all 12 tokens: -A / 12 =", f"{-1 / 1
 
 # %% tags=["exercise-check"]
 check("11_capstone", "data_parallel_losses", data_parallel_losses)
+
+# %% [markdown]
+# ## Exercise 5 · Agreeing on the attempt after a restart (★★★, 35 min, 20 points)
+#
+# When a rank dies, torchrun starts every rank again: a new **attempt**. Its ranks must agree
+# on its number, because all their keys in the store (`a{n}/...`) and their process group
+# hang on it: a rank that took the dead attempt's number would read what the dead attempt
+# left and wait forever for ranks that are gone. `TORCHELASTIC_RESTART_COUNT` cannot give the
+# number: each agent counts only the restarts *it* decided, so with two nodes the agent whose
+# rank died counts one and the other (which saw a membership change) does not. The launch's
+# store can, since it lives as long as the launch; but it still holds every key the dead
+# attempt wrote. Section 7 of the lesson describes the protocol the job runs; here it is as
+# rules, with the keys named:
+#
+# - **rank 0** takes the next number once, at its first call: `n = attempts + 1`, stored back
+#   in the counter `attempts` (0 when absent). At every call it first compares `attempts` with
+#   `n`: if a newer attempt took a number, this one is dead and rank 0 **steps aside**.
+#   Otherwise, for every rank `k` that has not confirmed at `ready/{n}/{k}`, it reads the nonce
+#   at `join/{k}` and, if it has not welcomed that very nonce yet, posts the welcome
+#   `welcome/{nonce} = n`. It has joined when every other rank has confirmed.
+# - **every other rank `k`** posts a fresh nonce (from `me["fresh"]()`: a value no process ever
+#   had) at `join/{k}` and waits for `welcome/{nonce}`: a key only this process can be waiting
+#   for, so nothing a dead attempt wrote can answer it. When the welcome is there, it checks
+#   that its number is still the newest (`attempts`): if not, a dead attempt's rank 0 sent it,
+#   and the rank posts a fresh nonce and waits again; if so, it confirms at `ready/{n}/{k}`
+#   (writing its nonce there) and has joined `n`.
+#
+# Two things of a dead attempt can be around: every key it wrote (`join/{k}` holding a dead
+# rank's nonce, its welcomes, its `ready/...`), and its rank 0 itself, still running while
+# it is being killed: it may go on polling, and its last welcomes may land after the new
+# rank 0 took its number.
+#
+# Write `join_step(store, me)`: **one call** of one rank's side of the protocol, which never
+# waits (as in lesson 12's controller loop, the waiting is the caller's: it calls again).
+# The grader starts the ranks, calls `join_step` for one process at a time in a random order,
+# kills the processes of an attempt midway, starts new ones, and so on. `store` is a dict
+# (the launch's store; a missing key is absent), `me` is this process's own dict, the only
+# memory that survives between its calls: it arrives with `me["rank"]`, `me["world_size"]`
+# and `me["fresh"]`; keep anything else you need in it. Return:
+#
+# - `None`: not joined yet (call again);
+# - `("joined", n)`: this process belongs to attempt `n` (returned once: it is not called again);
+# - `("superseded", newest)`: rank 0 only, when a newer attempt has taken the number `newest`.
+#
+# **How it is graded:** hand-made launches of 3 ranks (a fresh start with rank 0 last; a
+# restart with every key of attempt 1 in the store and the new rank 0 late; a restart where
+# `join/1` still holds the dead rank 1's nonce when rank 0 first reads it; three starts
+# killed midway); launches where the dead attempt's rank 0 lingers and its last welcomes
+# land late; 36 random launches (2 to 4 ranks, up to 3 restarts, kills after a random number
+# of calls). Every process must join its own attempt's number (the numbers count the starts
+# whose rank 0 ran: 1, 2, ...), never an older one; a rank 0 may join only once every rank of
+# its attempt confirmed at `ready/{n}/{k}`; a dead rank 0 must step aside at its first call
+# after a newer number was taken; every rank of the last start must join within a bounded
+# number of calls; one call may use the store only a few dozen times (waiting inside a call
+# would spin forever: nothing changes during it). The grader's store records who wrote each
+# key, so a rank that took its number from `attempts` itself, one that waited at a key a
+# dead attempt wrote (a fixed key, or a nonce that was not fresh), a welcome accepted without
+# checking `attempts`, a rank 0 that counted `join/{k}` as joined, one that welcomed each rank
+# once instead of each nonce, and a rank 0 that never steps aside are named in the message.
+#
+# (At full size: `course_lib.capstone.context.join_attempt`, blocking, on torch's TCP store;
+# `tests/test_capstone_multinode.py` kills a rank under one of two agents.)
+
+
+# %% tags=["exercise"]
+def join_step(store, me):
+    """One non-blocking call of rank ``me["rank"]``'s side of the attempt protocol.
+
+    Args:
+        store: the launch's store, a dict (``attempts``, ``join/{k}``, ``welcome/{nonce}``,
+            ``ready/{n}/{k}``).
+        me: this process's own memory: ``"rank"``, ``"world_size"``, ``"fresh"`` (a function
+            returning a new nonce), and whatever this function keeps there between calls.
+
+    Returns:
+        None (not joined yet), ("joined", n) or, for rank 0, ("superseded", newest).
+    """
+    ### BEGIN SOLUTION
+    rank = me["rank"]
+    if rank == 0:
+        if "n" not in me:  # the first call: take the next number, once
+            me["n"] = store.get("attempts", 0) + 1
+            store["attempts"] = me["n"]
+            me["welcomed"] = {}  # rank -> the nonce rank 0 welcomed there
+        n = me["n"]
+        if store["attempts"] != n:  # a newer attempt started: this one is dead
+            return ("superseded", store["attempts"])
+        missing = 0
+        for k in range(1, me["world_size"]):
+            if f"ready/{n}/{k}" in store:
+                continue
+            missing += 1
+            nonce = store.get(f"join/{k}")
+            if nonce is not None and me["welcomed"].get(k) != nonce:  # a dead rank's nonce gets one too: unread
+                store[f"welcome/{nonce}"] = n
+                me["welcomed"][k] = nonce
+        return None if missing else ("joined", n)
+    if "nonce" not in me:  # post a key only this process will wait at
+        me["nonce"] = me["fresh"]()
+        store[f"join/{rank}"] = me["nonce"]
+        return None
+    n = store.get(f"welcome/{me['nonce']}")
+    if n is None:
+        return None
+    if n != store.get("attempts", 0):  # welcomed by a dead attempt's rank 0: join again
+        me["nonce"] = me["fresh"]()
+        store[f"join/{rank}"] = me["nonce"]
+        return None
+    store[f"ready/{n}/{rank}"] = me["nonce"]
+    return ("joined", n)
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+def start(world_size, nonces):
+    """The processes of one start: each rank's own memory."""
+    return [{"rank": r, "world_size": world_size, "fresh": lambda: f"nonce-{next(nonces)}"} for r in range(world_size)]
+
+
+def poll(store, procs, order):
+    """Call join_step for the ranks in `order` (skipping those that returned); the results."""
+    results = {}
+    for r in order:
+        if r not in results:
+            got = join_step(store, procs[r])
+            if got is not None:
+                results[r] = got
+    return results
+
+
+store, nonces = {}, itertools.count()
+first = start(3, nonces)
+print("start 1:", poll(store, first, [1, 2, 0, 1, 2, 0, 1, 2, 0]))
+# rank 1 dies; torchrun starts all three again. The store keeps attempt 1's keys, and the new
+# ranks 1 and 2 run before the new rank 0 has taken its number.
+second = start(3, nonces)
+print("start 2:", poll(store, second, [1, 2, 1, 2, 1, 2, 0, 1, 2, 0, 1, 2, 0]))
+print("keys left in the store:", sorted(store))
+
+# %% tags=["exercise-check"]
+check("11_capstone", "join_step", join_step)

@@ -29,16 +29,20 @@
 # whatever finishes first (`course_lib/capstone_ray/controller.py`). Three decisions of that
 # controller are pure functions you can write and test without starting Ray, and the
 # controller calls exactly these: where each actor goes, which groups each idle generator
-# may start now, and what a generator's death costs. Nothing here starts Ray.
+# may start now, and what a generator's death costs. The fourth exercise is the loop itself:
+# its reaction to one finished call, deaths and actor restarts included, against a stand-in
+# for Ray. Nothing here starts Ray.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `bundles_for`: lesson 08's layouts as placement-group bundles | 10 | ★☆☆ | 10 min |
 # | 2. `admit`: deal groups to idle generators under the lag bound | 20 | ★★☆ | 25 min |
 # | 3. `on_generator_death`: the lost groups, their order, the ledger entries | 15 | ★★☆ | 15 min |
+# | 4. `on_ready`: the `ray.wait` loop's reaction to one finished call | 20 | ★★☆ | 25 min |
 
 # %%
 import copy
+import itertools
 
 from course_lib import check
 from course_lib.capstone_ray.admission import Admission
@@ -83,7 +87,8 @@ from course_lib.capstone_ray.placement import Placement
 # argument and what is allowed) for an unknown layout, `n_trainers < 1`, `n_generators < 1`,
 # or a colocated layout whose generators cannot be spread evenly.
 #
-# **How it is graded:** a hand-written table of the layouts (2 trainers with 2 and 4
+# **How it is graded:** the layout alone (the defaults, 2 trainers and 2 generators); a
+# hand-written table of the layouts (2 trainers with 2 and 4
 # generators, 1 with 3, 3 with 1), every layout with 1 to 4 trainers and 1 to 8 generators
 # against an oracle that fills the bundles member by member, each bundle's shares adding up to
 # its CPU, and `ValueError` on bad arguments. Trainers and generators swapped between the
@@ -94,20 +99,6 @@ from course_lib.capstone_ray.placement import Placement
 #
 # (At full size: `course_lib.capstone_ray.placement.bundles_for`, which the controller passes
 # to `ray.util.placement_group`.)
-#
-# <details><summary>Hint 1</summary>
-# Check the arguments first. Then two cases: colocated (one bundle per trainer) and the two
-# split layouts (two bundles).
-# </details>
-# <details><summary>Hint 2</summary>
-# In a colocated bundle, the trainer takes half and the bundle's
-# <code>n_generators // n_trainers</code> generators share the other half.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>generator_bundle=tuple(i % n_trainers for i in range(n_generators))</code>,
-# <code>generator_cpus=0.5 / (n_generators // n_trainers)</code>; split:
-# <code>(0,) * n_trainers</code> and <code>(1,) * n_generators</code>.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -230,33 +221,20 @@ check("12_capstone_ray", "bundles_for", bundles_for)
 # `groups_per_batch < 1`, `room < 1`, or an idle generator does not exist.
 #
 # **How it is graded:** the worked example; hand-made steps (the fewest first, ties, each
-# generator's own version, the bound's edge, `todo` first, `room`, no weights, `total_groups`);
+# generator's own version, the bound's edge, `todo` first, `room`, no weights, `total_groups`,
+# a `todo` left by two deaths, not in ascending order);
 # random steps against an oracle that writes the bound as a lag (`floor(k / B) - delivered[g]
 # <= max_lag`); simulated runs (late weight transfers, decoding calls returning in random
 # order, generators killed and restarted) driven by your `admit`, in which no group may lag
 # more than `max_lag` updates and every group must come back exactly once; the inputs left
 # unchanged; `ValueError` on bad arguments. Admitting against the newest (trainer's) version,
-# ignoring `todo`, dealing round robin, an off-by-one in the bound, giving groups to a
-# generator without weights, stopping at the first generator with old weights and changing
-# the inputs are named in the message. Importing `course_lib`'s `admit` is refused.
+# ignoring `todo`, dealing `todo` smallest first or returning it sorted (it is a queue: its
+# order is the controller's), dealing round robin, an off-by-one in the bound, giving groups
+# to a generator without weights, stopping at the first generator with old weights and
+# changing the inputs are named in the message. Importing `course_lib`'s `admit` is refused.
 #
 # (At full size: `course_lib.capstone_ray.admission.admit`, called by the controller's loop
 # in `course_lib.capstone_ray.controller`.)
-#
-# <details><summary>Hint 1</summary>
-# Work on copies: <code>queue = list(todo)</code>, a local <code>next_k</code>, and
-# <code>groups = {g: [] for g in live}</code> with <code>live</code> the idle generators that have
-# weights, in ascending order.
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>min(live, key=lambda h: (holding[h] + len(groups[h]), h))</code> picks the generator; a
-# generator whose weights are too old for the candidate leaves <code>live</code>
-# (<code>live.remove(g)</code>) and the loop goes on.
-# </details>
-# <details><summary>Hint 3</summary>
-# The test for generator <code>g</code> and candidate <code>k</code>:
-# <code>k &lt; total_groups and k &lt; (delivered[g] + max_lag + 1) * groups_per_batch</code>.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -373,19 +351,6 @@ check("12_capstone_ray", "admit", admit)
 # is refused.
 #
 # (At full size: `course_lib.capstone_ray.ledger.on_generator_death` and `Ledger.audit`.)
-#
-# <details><summary>Hint 1</summary>
-# Everything lost is already in <code>in_flight[g]</code>; <code>admitted</code> is there to check
-# and to read the incarnations, not to find the lost groups (it holds returned groups too).
-# </details>
-# <details><summary>Hint 2</summary>
-# <code>lost = tuple(sorted(in_flight[g]))</code>; for each <code>k</code>,
-# <code>owner = admitted.get(k)</code> must be a pair whose generator is <code>g</code>.
-# </details>
-# <details><summary>Hint 3</summary>
-# <code>entries.append((k, g, owner[1]))</code>; the new queue is
-# <code>lost + tuple(todo)</code>.
-# </details>
 
 
 # %% tags=["exercise"]
@@ -436,3 +401,166 @@ else:
 
 # %% tags=["exercise-check"]
 check("12_capstone_ray", "on_generator_death", on_generator_death)
+
+# %% [markdown]
+# ## Exercise 4 · The controller's loop: one finished call (★★☆, 25 min, 20 points)
+#
+# The split layouts' controller is one loop around `ray.wait`: every call it makes to an
+# actor returns an `ObjectRef` at once, it keeps them all, and `ray.wait(refs,
+# num_returns=1)` hands back whichever finished first; the loop reacts to that one and waits
+# again. It must never wait for one particular call: the others keep finishing meanwhile, and
+# a `ray.get` of a call that has not finished blocks the whole loop until it has. What can
+# finish is a decoding call of a generator or, once a generator has died, a **probe** of it
+# (its `ready()` method), and Ray's actor restarts (`max_restarts=1`) give each outcome its
+# meaning:
+#
+# - a decoding call **returns its groups** `{"groups": [k, ...], "incarnation": i}`;
+# - a decoding call **raises** `RayActorError`: the generator's process died under it;
+# - a decoding call **returns `{"restarted": 1, "incarnation": j, "expected": i}`**: the process
+#   had died before the call ran; Ray ran the call on the new process, the next incarnation
+#   `j`, which holds nothing of the old one and **declines** a call meant for incarnation `i`.
+#   It is a death too, the only sign of one that happened while the generator was idle;
+# - a probe **raises** `RayActorError`: the actor is still restarting ("unavailable");
+# - a probe **returns `{"incarnation": j, ...}`**: the new incarnation is up.
+#
+# Write `on_ready(ref, ray, loop)`: the loop's reaction to `ref`, the call `ray.wait`
+# returned. `ray` stands in for the `ray` module: `ray.get(ref)` and
+# `ray.exceptions.RayActorError`, nothing else (the grader's stand-in refuses a `ray.get` of
+# any other call). `loop` is the controller's state, a dict:
+#
+# - `"calls"`: every call in flight, `ref -> (method, g, incarnation)`: `("run", g, i)` a decoding
+#   call sent to incarnation `i` of generator `g`; `("ready", g, i)` a probe of generator `g`,
+#   which died in incarnation `i`;
+# - `"inc"`: per generator, the incarnation its calls are sent to (the admission step sends
+#   every decoding call with `loop["inc"][g]`);
+# - `"in_flight"`: per generator, the set of groups admitted to it and not returned;
+# - `"down"`: the generators whose death the loop has seen, until their new incarnation answers;
+# - `"todo"`, `"done"`: the re-requested groups, and `k -> (g, incarnation)` for every group returned;
+# - `"died"`: `died(g)`, the bookkeeping of a death (exercise 3's: the lost groups to the front
+#   of `todo`, `in_flight[g]` emptied, `g` added to `down`);
+# - `"submit"`: `submit("ready", g)` sends a probe of generator `g` and returns its ref.
+#
+# The reaction: take `ref`'s record out of `calls` (the loop must not wait on it again) and
+# read its outcome. Returned groups: record each in `done` as `(g, i)`, the generator and the
+# incarnation the call was sent to, and take it out of `in_flight[g]`. A death (raised or
+# declined): call `died(g)` once, and send a probe, recording its ref in `calls` as
+# `("ready", g, i)`. A probe that raised: send another probe (recorded the same way) and
+# return: the loop goes on with everything else while the actor restarts. A probe that
+# answered: from now on `g`'s calls carry its new incarnation (`inc[g]`), and `g` is no longer
+# down (the loop then sends it the current weights: not your part).
+#
+# ```
+# generator 0, incarnation 0: decoding 4, 6        ref 1 = ("run", 0, 0)
+# generator 1, incarnation 1: decoding 5, 7        ref 2 = ("run", 1, 1)
+# generator 2: died in incarnation 0, restarting   ref 3 = ("ready", 2, 0), down = {2}
+# todo = [3], done = {0: (0, 0), 1: (1, 1), 2: (0, 0)}
+#
+# ray.wait returns   its outcome                           the loop after on_ready
+# ref 1              {"groups": [4, 6], "incarnation": 0}  done[4] = done[6] = (0, 0); in_flight[0] = {}
+# ref 2              raises RayActorError                  died(1): todo = [5, 7, 3], down = {1, 2};
+#                                                          a probe ("ready", 1, 1) in calls
+# ref 2              {"restarted": 1, "incarnation": 2, ...}   the same: a death
+# ref 3              raises RayActorError                  a new probe ("ready", 2, 0) in calls
+# ref 3              {"incarnation": 1, "pid": 4242}       inc[2] = 1; down = {}
+# ```
+#
+# **How it is graded:** the five rows above; random controller states (2 to 4 generators,
+# some restarting, re-requests waiting) against an oracle that reads the new state off a
+# table of the five outcomes; simulated runs around your `on_ready`, with a stand-in for Ray
+# (calls finishing in any order, generators SIGKILLed while decoding and while idle, restarts
+# answering "unavailable" for a while), in which every group must come back exactly once,
+# from the incarnation it was sent to, and every generator must come back. A `ray.get` of
+# another call than `ref` (waiting for a probe, say) or a `ray.wait`, an exception let out of
+# `ray.get`, a declined call taken for a normal return, a death without `died` or without a
+# probe, an "unavailable" probe not sent again, the new incarnation not recorded, a probe not
+# recorded in `calls`, `ref` left in `calls` and groups recorded with the wrong generator or
+# incarnation are named in the message. Nothing here starts Ray.
+#
+# (At full size: the `ray.wait` loop of `course_lib.capstone_ray.controller.Controller.run_split`,
+# its `died`, `take` and `answered`, and `GeneratorWorker._restarted`, which declines.)
+
+
+# %% tags=["exercise"]
+def on_ready(ref, ray, loop):
+    """React to ``ref``, the call ``ray.wait`` returned; update ``loop`` in place, never block.
+
+    Args:
+        ref: the finished call's ObjectRef (a key of ``loop["calls"]``).
+        ray: ``ray.get`` (of ``ref`` only) and ``ray.exceptions.RayActorError``.
+        loop: the controller's state: ``calls``, ``inc``, ``in_flight``, ``down``, ``todo``, ``done``,
+            and the functions ``died(g)`` and ``submit("ready", g)``.
+    """
+    ### BEGIN SOLUTION
+    method, g, inc = loop["calls"].pop(ref)
+    try:
+        out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block
+    except ray.exceptions.RayActorError:
+        out = None  # the process died under a decoding call, or the actor is still restarting
+    if method == "run":
+        if out is None or out.get("restarted"):  # raised, or declined by the new incarnation: a death
+            loop["died"](g)
+            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)
+            return
+        for k in out["groups"]:
+            loop["done"][k] = (g, inc)
+            loop["in_flight"][g].discard(k)
+    elif out is None:  # unavailable: ask again later, through ray.wait
+        loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)
+    else:  # the new incarnation answered: later calls carry its number
+        loop["inc"][g] = out["incarnation"]
+        loop["down"].discard(g)
+    ### END SOLUTION
+
+
+# %% tags=["raises-in-stub"]
+class StandIn:
+    """Ray for this demo: the outcome of each call set by hand (an exception is raised)."""
+
+    class exceptions:
+        class RayActorError(Exception):
+            pass
+
+    def __init__(self, outcomes):
+        self.outcomes = outcomes
+
+    def get(self, ref):
+        outcome = self.outcomes[ref]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+probes = itertools.count(1)
+demo = {
+    "calls": {"run-a": ("run", 0, 0), "run-b": ("run", 1, 0)},
+    "inc": [0, 0],
+    "in_flight": [{0, 2}, {1, 3}],
+    "down": set(),
+    "todo": [],
+    "done": {},
+    "submit": lambda method, g: f"probe-{next(probes)}",
+}
+
+
+def demo_died(g):
+    demo["todo"][:0] = sorted(demo["in_flight"][g])
+    demo["in_flight"][g] = set()
+    demo["down"].add(g)
+
+
+demo["died"] = demo_died
+ray_demo = StandIn(
+    {
+        "run-a": {"groups": [0, 2], "incarnation": 0},
+        "run-b": StandIn.exceptions.RayActorError("The actor died unexpectedly"),
+        "probe-1": StandIn.exceptions.RayActorError("The actor is temporarily unavailable"),
+        "probe-2": {"incarnation": 1, "pid": 4242},
+    }
+)
+for ref in ("run-a", "run-b", "probe-1", "probe-2"):
+    on_ready(ref, ray_demo, demo)
+    print(f"after {ref:8s} calls={demo['calls']} todo={demo['todo']} down={demo['down']} inc={demo['inc']}")
+print("done:", demo["done"])
+
+# %% tags=["exercise-check"]
+check("12_capstone_ray", "on_ready", on_ready)

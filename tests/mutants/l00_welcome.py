@@ -56,6 +56,19 @@ DISCOUNTED_RETURNS = [
         new="rewards = np.asarray(rewards)",
         expected="has dtype int64; expected a float array",
     ),
+    # wrong mechanism (issue 45): writes into one module-level buffer it reuses across calls
+    # (to save an allocation), so the array it returned before changes under the caller
+    Mutant(
+        "discounted_returns",
+        "reused_buffer",
+        old="    out = np.zeros_like(rewards)",
+        new="""\
+    global _BUFFER
+    if "_BUFFER" not in globals() or _BUFFER.size < len(rewards):
+        _BUFFER = np.zeros(max(len(rewards), 1024))
+    out = _BUFFER[: len(rewards)]""",
+        expected="return a new array from each call",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -102,6 +115,51 @@ FINISHED_EPISODE_RETURNS = [
         old="        if dones[t]:\n            out.append(running)\n            running = 0.0",
         new="        out.append(running)\n        if dones[t]:\n            running = 0.0",
         expected="expected one per finished episode",
+    ),
+    # wrong mechanism (issue 45): marks the end steps in a per-step array and keeps its non-zero
+    # entries, so an episode whose rewards add up to 0 disappears (it ended all the same)
+    Mutant(
+        "finished_episode_returns",
+        "selects_by_value",
+        old="""\
+    out = []
+    running = 0.0
+    for t in range(len(rewards)):
+        running += rewards[t]
+        if dones[t]:
+            out.append(running)
+            running = 0.0
+    return np.array(out, dtype=np.float64)""",
+        new="""\
+    at_end = np.zeros(len(rewards))
+    running = 0.0
+    for t in range(len(rewards)):
+        running += rewards[t]
+        if dones[t]:
+            at_end[t] = running
+            running = 0.0
+    return at_end[at_end != 0]""",
+        expected="the episodes whose rewards add up to 0 are missing",
+    ),
+    # wrong mechanism (issue 45): never restarts a sum; each return is a difference of one running
+    # total (np.cumsum), which carries the rounding of every reward before the episode
+    Mutant(
+        "finished_episode_returns",
+        "cumsum_differences",
+        old="""\
+    out = []
+    running = 0.0
+    for t in range(len(rewards)):
+        running += rewards[t]
+        if dones[t]:
+            out.append(running)
+            running = 0.0
+    return np.array(out, dtype=np.float64)""",
+        new="""\
+    ends = np.flatnonzero(np.asarray(dones, dtype=bool))
+    total = np.cumsum(rewards)
+    return np.diff(np.concatenate([[0.0], total[ends]]))""",
+        expected="restart the sum at 0 at each episode end",
     ),
 ]
 

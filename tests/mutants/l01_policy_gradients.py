@@ -71,6 +71,14 @@ REWARD_TO_GO = [
         out[:, t] = running""",
         expected="is wrong at index",
     ),
+    # allocates the output in float32 (half the memory): the statement asks for float64
+    Mutant(
+        "reward_to_go",
+        "float32_output",
+        old="out = np.zeros_like(r)",
+        new="out = np.zeros_like(r, dtype=np.float32)",
+        expected="has dtype float32; the statement asks for float64",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -107,6 +115,33 @@ SURROGATE_LOSS = [
         old=".mean()",
         new=".sum()",
         expected="= 2.77259; expected -(1 * ln 0.5 + 3 * ln 0.5) / 2 = 1.38629",
+    ),
+    # wrong mechanism (issue 45): log(softmax(...)), which the statement forbids: right values
+    # for moderate logits, log(0) = -inf once an action's probability underflows
+    Mutant(
+        "surrogate_loss",
+        "log_of_softmax",
+        old="torch.log_softmax(logits, dim=-1)",
+        new="torch.log(torch.softmax(logits, dim=-1))",
+        expected="softmax gives exactly 0.0 for a logit 1000 below the others",
+    ),
+    # wrong mechanism (issue 45): log(softmax(...) + eps) "fixes" the -inf by clipping the
+    # log-probability at log(eps): finite, and wrong exactly where the gradient matters most
+    Mutant(
+        "surrogate_loss",
+        "log_of_softmax_plus_eps",
+        old="torch.log_softmax(logits, dim=-1)",
+        new="torch.log(torch.softmax(logits, dim=-1) + 1e-10)",
+        expected="(the log of a softmax clipped or shifted by an eps)",
+    ),
+    # wrong mechanism (issue 45): the softmax written out as exp(z) / sum exp(z), without the
+    # max shift: exp(1000) overflows to inf, and inf / inf is NaN
+    Mutant(
+        "surrogate_loss",
+        "unshifted_exp",
+        old="torch.log_softmax(logits, dim=-1)",
+        new="torch.log(torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True))",
+        expected="use torch.log_softmax(logits, dim=-1)",
     ),
 ]
 
@@ -241,6 +276,41 @@ REINFORCE_UPDATE = [
         old="g = reward_to_go(rewards, dones, gamma)",
         new="g = np.broadcast_to(np.asarray(rewards, dtype=np.float64).sum(axis=0), np.shape(rewards))",
         expected="expected -lr * dL/dtheta",
+    ),
+    # wrong mechanism (issue 45): the discount of the first test it was tried on, not `gamma`
+    Mutant(
+        "reinforce_update",
+        "fixed_gamma",
+        old="g = reward_to_go(rewards, dones, gamma)",
+        new="g = reward_to_go(rewards, dones, 0.9)",
+        expected="not the gamma passed in (0.5)",
+    ),
+    # wrong mechanism (issue 45): a hand-written SGD step with the optimizer's lr instead of
+    # optimizer.step(): right for plain SGD, wrong for Adam, momentum or weight decay
+    Mutant(
+        "reinforce_update",
+        "manual_sgd_step",
+        old="""\
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()""",
+        new="""\
+    policy.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in policy.parameters():
+            p -= optimizer.param_groups[0]["lr"] * p.grad""",
+        expected="a plain SGD step, but the optimizer passed in has weight_decay=0.5",
+    ),
+    # wrong mechanism (issue 45): sums the per-step terms itself instead of averaging them
+    Mutant(
+        "reinforce_update",
+        "inline_sum",
+        old="    loss = surrogate_loss(policy(obs_t), actions_t, adv_t)",
+        new="""\
+    logp = torch.log_softmax(policy(obs_t), dim=-1).gather(1, actions_t.unsqueeze(1)).squeeze(1)
+    loss = -(adv_t * logp).sum()""",
+        expected="the loss is a sum over the T * B = 15 steps",
     ),
 ]
 

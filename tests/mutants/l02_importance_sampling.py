@@ -65,6 +65,15 @@ IS_ESTIMATE = [
         new="return np.exp(log_w) * f",
         expected="is an array of shape (5,); expected one number",
     ),
+    # wrong mechanism (issue 45): clamps the log-ratio to [-20, 20] "for safety", as some
+    # trainers do: a weight above e^20 is truncated, and the estimate is biased (02.4, not 02.2)
+    Mutant(
+        "is_estimate",
+        "clamped_log_ratio",
+        old="return float(np.mean(np.exp(log_w) * f))",
+        new="return float(np.mean(np.exp(np.clip(log_w, -20.0, 20.0)) * f))",
+        expected="capping or clamping the weight (or its log) is truncated IS (02.4)",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -230,6 +239,24 @@ TOKEN_AND_SEQUENCE_RATIOS = [
         new="log_ratio.sum(axis=0)",
         expected="has shape (5,); expected shape (3,)",
     ),
+    # wrong mechanism (issue 45): rebuilds the mask from each row's length, assuming the real
+    # tokens come first: wrong for a prompt before the answer or a hole inside it
+    Mutant(
+        "token_and_sequence_ratios",
+        "mask_from_lengths",
+        old="real = np.asarray(mask, dtype=bool)",
+        new="real = np.arange(new.shape[1])[None, :] < np.asarray(mask, dtype=bool).sum(axis=1)[:, None]",
+        expected="a mask rebuilt from each row's length assumes the real tokens come first",
+    ),
+    # wrong mechanism (issue 45): masks by multiplying: -inf or NaN where mask is False survive
+    # (0 * inf is NaN)
+    Mutant(
+        "token_and_sequence_ratios",
+        "mask_by_multiplying",
+        old="log_ratio = np.where(real, new - old, 0.0)",
+        new="log_ratio = (new - old) * real",
+        expected="multiplying by a 0 mask keeps them (0 * inf is NaN)",
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -312,6 +339,15 @@ CLIPPED_SURROGATE_LOSS = [
         old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps)",
         new="torch.clamp(ratio, 0.8, 1.2)",
         expected="clip the ratio to [1 - eps, 1 + eps]",
+    ),
+    # wrong mechanism (issue 45): the ratio as a ratio of probabilities: right for moderate
+    # log-probabilities, 0 / 0 once they underflow
+    Mutant(
+        "clipped_surrogate_loss",
+        "ratio_of_probabilities",
+        old="ratio = torch.exp(logp_new - logp_old.detach())",
+        new="ratio = torch.exp(logp_new) / torch.exp(logp_old.detach())",
+        expected="exp(logp_new) / exp(logp_old) is 0 / 0",
     ),
 ]
 

@@ -3,11 +3,29 @@
 
 from conftest import Mutant
 
-VT, PG, LAG, UNR = "vtrace_targets", "pg_advantages", "rollout_lag", "actor_unroll"
+VT, PG, LS, UNR = "vtrace_targets", "pg_advantages", "learner_step", "actor_unroll"
 STEP = "acc = deltas[t] + discounts[t] * cs[t] * acc"
 CLIP = "clipped_rhos, cs = np.minimum(rho_bar, rhos), np.minimum(c_bar, rhos)"
 WEIGHTS = "weights = np.minimum(pg_rho_bar, np.exp(np.asarray(log_rhos, dtype=np.float64)))"
 SAMPLE = "actions = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)"
+COPY = "    batch = {name: torch.cat([tensor[i] for i in full], dim=1) for name, tensor in slots.items()}"
+FREE = (
+    "    for index in full:  # the batch is a copy: the actors may refill these slots while we learn\n"
+    "        free_queue.put(index)"
+)
+STEP_TAIL = (
+    '    versions = batch["versions"].numpy()\n'
+    "    if (versions > learner.version).any():\n"
+    '        raise ValueError(f"a rollout has version {versions.max()}, newer than the learner\'s {learner.version}")\n'
+    "    lags = learner.version - versions.min(axis=0)\n"
+    "    learner.update(batch)\n"
+    "    weights.publish(learner.model, learner.version)\n"
+    "    return lags"
+)
+CHECK = (
+    "    if (versions > learner.version).any():\n"
+    '        raise ValueError(f"a rollout has version {versions.max()}, newer than the learner\'s {learner.version}")'
+)
 
 MUTANTS: list[Mutant] = [
     # vtrace_targets
@@ -37,6 +55,15 @@ MUTANTS: list[Mutant] = [
     Mutant(VT, "returns_vs_minus_v", "vs[t] = values[t] + acc", "vs[t] = acc", "add V(x_s) to get the target"),
     Mutant(VT, "ratio_not_exponentiated", "rhos = np.exp(log_rhos)", "rhos = log_rhos", "is wrong at index"),
     Mutant(VT, "writes_into_values", "vs = np.zeros_like(values)", "vs = values", "changed the `values` array"),
+    # wrong mechanism (issue 45): the per-step discounts read as one gamma times "not done"
+    Mutant(
+        VT,
+        "one_gamma",
+        "    discounts = np.asarray(discounts, dtype=np.float64)\n",
+        "    discounts = np.asarray(discounts, dtype=np.float64)\n"
+        "    discounts = discounts.max() * (discounts > 0)  # gamma, or 0 where the episode ended\n",
+        "discounts[t] is the step's own gamma_t",
+    ),
     # pg_advantages
     Mutant(
         PG,
@@ -64,30 +91,67 @@ MUTANTS: list[Mutant] = [
     Mutant(
         PG, "subtracts_vs", "- np.asarray(values, dtype=np.float64))", "- vs)", "subtract the value estimate V(x_s)"
     ),
-    # rollout_lag
-    Mutant(LAG, "newest_version", "v.min(axis=0)", "v.max(axis=0)", "counted from the newest"),
-    Mutant(LAG, "last_step", "v.min(axis=0)", "v[-1]", "counted from the newest"),
+    # learner_step
+    # wrong mechanism (issue 45): the slots handed back before the batch is copied (a race with the actors)
     Mutant(
-        LAG,
-        "wrong_sign",
-        "return learner_version - v.min(axis=0)",
-        "return v.min(axis=0) - learner_version",
-        "the wrong sign",
+        LS,
+        "frees_before_copying",
+        COPY + "\n" + FREE,
+        FREE + "\n" + COPY,
+        "an actor had already refilled",
     ),
-    Mutant(LAG, "no_future_check", "if (v > learner_version).any():", "if False:", "expected ValueError"),
+    # wrong mechanism (issue 45): the slots handed back only after the update (acting and learning never overlap)
     Mutant(
-        LAG,
-        "float_lags",
-        "v = np.asarray(versions, dtype=np.int64)",
-        "v = np.asarray(versions, dtype=np.float64)",
-        "return integers",
+        LS,
+        "frees_after_the_update",
+        FREE + "\n" + STEP_TAIL,
+        STEP_TAIL.replace(
+            "    return lags",
+            FREE.replace("the batch is a copy: the actors may refill these slots while we learn", "hand them back now")
+            + "\n    return lags",
+        ),
+        "frees the slots after learner.update",
+    ),
+    # wrong mechanism (issue 45): the versions checked only after the update (broken data trains the model)
+    Mutant(
+        LS,
+        "checks_after_the_update",
+        CHECK + "\n    lags = learner.version - versions.min(axis=0)\n    learner.update(batch)\n",
+        "    lags = learner.version - versions.min(axis=0)\n    learner.update(batch)\n"
+        "    if (lags < 0).any():  # checked once the step is done\n"
+        '        raise ValueError("a rollout has a version newer than the learner\'s")\n',
+        "called learner.update before raising",
+    ),
+    # wrong mechanism (issue 45): the weights published before the update, stamped with the version to come
+    Mutant(
+        LS,
+        "publishes_before_the_update",
+        "    learner.update(batch)\n    weights.publish(learner.model, learner.version)\n",
+        "    weights.publish(learner.model, learner.version + 1)\n    learner.update(batch)\n",
+        "publishes before learner.update",
     ),
     Mutant(
-        LAG,
-        "per_step_lags",
-        "return learner_version - v.min(axis=0)",
-        "return learner_version - v",
-        "expected shape (2,)",
+        LS,
+        "lag_after_the_update",
+        "    lags = learner.version - versions.min(axis=0)\n    learner.update(batch)\n",
+        "    learner.update(batch)\n    lags = learner.version - versions.min(axis=0)\n",
+        "the lag is measured after the update",
+    ),
+    Mutant(LS, "newest_version", "versions.min(axis=0)", "versions.max(axis=0)", "counted from the newest"),
+    Mutant(
+        LS,
+        "counts_the_version_itself",
+        "    learner.update(batch)\n",
+        "    learner.update(batch)\n    learner.version += 1\n",
+        "published version 8; expected 7",
+    ),
+    Mutant(LS, "no_future_check", "if (versions > learner.version).any():", "if False:", "expected ValueError"),
+    Mutant(
+        LS,
+        "stacked_slots",
+        "torch.cat([tensor[i] for i in full], dim=1)",
+        "torch.stack([tensor[i] for i in full])",
+        "stacked on a new axis",
     ),
     # actor_unroll
     Mutant(
@@ -134,5 +198,23 @@ MUTANTS: list[Mutant] = [
         'slot["rewards"][t] = torch.as_tensor(reward, dtype=torch.float32)',
         'slot["rewards"] = torch.as_tensor(reward, dtype=torch.float32)',
         "replaced slot['rewards'] by a new tensor",
+    ),
+    # wrong mechanism (issue 45): a truncated episode (time limit) not recorded as an episode end
+    Mutant(
+        UNR,
+        "dones_ignore_truncation",
+        'slot["dones"][t] = torch.as_tensor(np.logical_or(terminated, truncated))',
+        'slot["dones"][t] = torch.as_tensor(terminated)',
+        "truncated",
+    ),
+    # wrong mechanism (issue 45): the policy run with autograd on (a graph built every step), the outputs detached
+    Mutant(
+        UNR,
+        "acts_with_autograd",
+        "    with torch.no_grad():\n        for t in range(n_t):\n"
+        "            x = torch.as_tensor(obs, dtype=torch.float32)\n            logits, _ = policy(x)\n",
+        "    if True:  # the stored values are detached below\n        for t in range(n_t):\n"
+        "            x = torch.as_tensor(obs, dtype=torch.float32)\n            logits = policy(x)[0].detach()\n",
+        "with autograd on",
     ),
 ]

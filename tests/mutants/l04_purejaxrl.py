@@ -174,4 +174,38 @@ MUTANTS: list[Mutant] = [
         "    return jax.tree.map(lambda *xs: jnp.stack(xs).reshape((len(lrs), n_seeds) + xs[0].shape), *cells)",
         "copies of train's loop",
     ),
+    # wrong mechanism (issue 45): gymnasium's numbers written in, so only the default CartPole steps right
+    Mutant(
+        CS,
+        "hardcoded_constants",
+        "total_mass = params.masscart + params.masspole\n    polemass_length = params.masspole * params.length",
+        "total_mass = 1.1  # masscart + masspole\n    polemass_length = 0.05  # masspole * length",
+        "every constant must come from params",
+    ),
+    # wrong mechanism (issue 45): part of the step computed on the host by a callback (right numbers, two programs)
+    Mutant(
+        CS,
+        "host_callback",
+        "new_x = x + params.tau * x_dot\n",
+        "new_x = jax.pure_callback(lambda a, b, c: np.asarray(a + c * b, np.float32), jax.ShapeDtypeStruct((), "
+        "jnp.float32), x, x_dot, params.tau, vmap_method='broadcast_all')\n",
+        "pure_callback",
+    ),
+    # wrong mechanism (issue 45): a debugging print left inside the scan: a host round trip every step
+    Mutant(
+        GS,
+        "debug_print_in_scan",
+        "        adv = delta + gamma * lam * nd * next_adv\n",
+        '        adv = delta + gamma * lam * nd * next_adv\n        jax.debug.print("A_t = {a}", a=adv)\n',
+        "debug_print",
+    ),
+    # wrong mechanism (issue 45): the bootstrap selected by multiplying with a 0/1 mask, which reads final_values
+    # where they are undefined (0 * nan = nan)
+    Mutant(
+        TD,
+        "mask_multiplication",
+        "next_values = jnp.where(done, final_values, next_values)",
+        "not_done = 1.0 - done.astype(values.dtype)\n    next_values = (1.0 - not_done) * final_values + not_done * next_values",
+        "a nan there (an undefined entry may hold anything) reached the targets",
+    ),
 ]

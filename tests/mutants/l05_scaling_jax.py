@@ -228,4 +228,50 @@ MUTANTS: list[Mutant] = [
         "runs 3 checkpoints of 4 layers each; segments of k=3 are 4 checkpoints of 3 layers",
     ),
     Mutant(RS, "no_divisibility_check", "if k < 1 or n % k:", "if k < 1:", "raised TypeError"),
+    Mutant(
+        AG,
+        "error_names_nothing",
+        'raise ValueError(f"n_micro={n_micro} does not divide the batch of {batch_size} rows; pick a divisor")',
+        'raise ValueError("n_micro must divide the batch")',
+        "which does not name 10 or 4",
+    ),
+    # wrong mechanism (issue 45): lax.map stacks every micro-batch's gradient (n_micro copies alive at once)
+    # instead of carrying their running sum
+    Mutant(
+        AG,
+        "stacked_by_lax_map",
+        SCAN + "\n    return jax.tree.map(lambda g: g / n_micro, total)",
+        "stacked = jax.lax.map(lambda mb: jax.grad(loss_fn)(params, mb), micro)  # every micro-batch's gradient\n"
+        "    return jax.tree.map(lambda g: g.mean(axis=0), stacked)",
+        "the micro-batches' gradients are stacked",
+    ),
+    # wrong mechanism (issue 45): a debugging print left in the scan, a host round trip per micro-batch
+    Mutant(
+        AG,
+        "debug_print_in_scan",
+        "        grads = jax.grad(loss_fn)(params, micro_batch)\n",
+        "        grads = jax.grad(loss_fn)(params, micro_batch)\n"
+        '        jax.debug.print("micro-batch loss {l}", l=loss_fn(params, micro_batch))\n',
+        "debug_print",
+    ),
+    # wrong mechanism (issue 45): the segments run by a Python loop (n / k checkpoints unrolled into the program)
+    Mutant(
+        RS,
+        "python_loop_over_segments",
+        OUTER_SCAN,
+        "    h = x\n"
+        "    for s in range(n // k):  # one checkpointed segment after another\n"
+        "        h, _ = run_segment(h, jax.tree.map(lambda leaf, s=s: leaf[s], segments))\n"
+        "    return h",
+        "a Python loop over the segments",
+    ),
+    # wrong mechanism (issue 45): a segment's layers unrolled by a Python loop inside the checkpoint
+    Mutant(
+        RS,
+        "python_loop_inside_segment",
+        INNER_SCAN,
+        "for j in range(k):  # the segment's layers, unrolled\n"
+        "            h = layer(h, jax.tree.map(lambda leaf, j=j: leaf[j], stacked))",
+        "a Python loop over the k layers of a segment",
+    ),
 ]

@@ -3,7 +3,7 @@
 
 from conftest import Mutant
 
-BS, ST, IW, SB, PU = "bicycle_step", "sumtree_find", "importance_weights", "soft_bellman_target", "polyak_update"
+BS, ST, IW, SB, SU = "bicycle_step", "sumtree_find", "importance_weights", "soft_bellman_target", "sumtree_update"
 
 X_LINE = "    x_new = x + v * jnp.cos(psi + beta) * dt\n"
 Y_LINE = "    y_new = y + v * jnp.sin(psi + beta) * dt\n"
@@ -12,7 +12,11 @@ V_LINE = "    v_new = jnp.clip(v + accel * dt, 0.0, v_max)  # explicit Euler: th
 SOFT = "    soft_value = jnp.minimum(q1_next, q2_next) - alpha * logp_next  # the soft value of s'\n"
 # the last line of a cell ends without a newline
 TARGET = "    return reward + gamma * (1.0 - done) * soft_value  # a terminated s' has no future"
-POLYAK = "    return jax.tree.map(lambda t, o: tau * o + (1.0 - tau) * t, target, online)"
+BETA = "    beta = jnp.arctan(l_r / (l_f + l_r) * jnp.tan(steer))  # slip angle at the centre of gravity\n"
+WINNERS = "    winners = jnp.where(jnp.any(repeated_later, axis=1), tree.shape[0], capacity + indices)  # losers: out of range\n"
+LEAF_WRITE = '    tree = tree.at[winners].set(values, mode="drop")  # each leaf written once, with its last value\n'
+LEVELS = "    for _ in range(capacity.bit_length() - 1):  # log2(capacity) levels, bottom up\n"
+PARENT = "        tree = tree.at[nodes].set(tree[2 * nodes] + tree[2 * nodes + 1])  # repeated parents: the same sum\n"
 ROOT = "    i = 1  # the root\n"
 RAW = "(n_stored * probabilities) ** (-beta)"
 
@@ -178,37 +182,93 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(SB, "no_gamma", "gamma * (1.0 - done) * soft_value", "(1.0 - done) * soft_value", "gamma is missing"),
     Mutant(SB, "python_min", "jnp.minimum(q1_next, q2_next)", "min(q1_next, q2_next)", "elementwise"),
-    # polyak_update: the weights, which tree moves, every leaf, no change in place
-    Mutant(PU, "tau_swapped", "tau * o + (1.0 - tau) * t", "(1.0 - tau) * o + tau * t", "swapped"),
-    Mutant(PU, "updates_online", "t, target, online)", "t, online, target)", "swapped"),
-    Mutant(PU, "hard_copy", "lambda t, o: tau * o + (1.0 - tau) * t", "lambda t, o: o", "hard copy"),
-    Mutant(PU, "no_one_minus_tau", "(1.0 - tau) * t", "t", "not scaled by (1 - tau)"),
+    # wrong mechanism (issue 45): numpy on the host, called back from the jitted program
     Mutant(
-        PU,
-        "first_leaf_only",
-        POLYAK,
-        "    leaves, treedef = jax.tree.flatten(target)\n"
-        "    leaves[0] = tau * jax.tree.leaves(online)[0] + (1.0 - tau) * leaves[0]\n"
-        "    return jax.tree.unflatten(treedef, leaves)",
-        "only the first leaf",
+        BS,
+        "host_callback",
+        BETA,
+        "    def on_host(x, y, psi, v, accel, steer, l_f, l_r, dt, v_max):  # numpy, called back from the device\n"
+        "        beta = np.arctan(l_r / (l_f + l_r) * np.tan(steer))\n"
+        "        out = (x + v * np.cos(psi + beta) * dt, y + v * np.sin(psi + beta) * dt,\n"
+        "               psi + v / l_r * np.sin(beta) * dt, np.clip(v + accel * dt, 0.0, v_max))\n"
+        "        return tuple(np.asarray(o, dtype=np.float32) for o in out)\n\n"
+        "    args = (x, y, psi, v, accel, steer, l_f, l_r, dt, v_max)\n"
+        "    args = jnp.broadcast_arrays(*(jnp.asarray(a, dtype=jnp.float32) for a in args))\n"
+        "    shape = jax.ShapeDtypeStruct(args[0].shape, jnp.float32)\n"
+        "    return jax.pure_callback(on_host, (shape,) * 4, *args)\n" + BETA,
+        "a host callback",
     ),
+    # wrong mechanism (issue 45): numpy on the host, called back from the jitted program
     Mutant(
-        PU,
-        "flat_dict_only",
-        POLYAK,
-        "    return {k: tau * online[k] + (1.0 - tau) * target[k] for k in target}",
-        "nested pytree",
+        IW,
+        "host_callback",
+        "    w = (n_stored * probabilities) ** (-beta)",
+        "    def on_host(p, n, b):  # numpy on the host, called back from the device\n"
+        "        w = (n * p.astype(np.float64)) ** (-b)\n"
+        "        return (w / w.max() if normalize else w).astype(np.float32)\n\n"
+        "    shape = jax.ShapeDtypeStruct(jnp.shape(probabilities), jnp.float32)\n"
+        "    return jax.pure_callback(on_host, shape, probabilities, n_stored, beta)\n"
+        "    w = (n_stored * probabilities) ** (-beta)",
+        "a host callback",
     ),
+    Mutant(IW, "n_is_batch_size", RAW, "(probabilities.shape[0] * probabilities) ** (-beta)", "not the batch size"),
+    # sumtree_update: the winner of a repeated index, how parents are repaired, how many levels
     Mutant(
-        PU,
-        "in_place",
-        POLYAK,
-        "    def mix(t, o):\n"
-        "        t *= 1.0 - tau  # in place on a numpy leaf\n"
-        "        t += tau * o\n"
-        "        return t\n\n"
-        "    return jax.tree.map(mix, target, online)",
-        "changed the target",
+        SU, "first_write_wins", "(entry[None, :] > entry[:, None])", "(entry[None, :] < entry[:, None])", "first value"
     ),
-    Mutant(PU, "python_if_on_tau", POLYAK, "    if tau == 0:\n        return target\n" + POLYAK, "fails under jax.jit"),
+    Mutant(SU, "no_ancestors", LEVELS + "        nodes = nodes // 2\n" + PARENT, "", "ancestors were not updated"),
+    Mutant(
+        SU, "one_level_short", "range(capacity.bit_length() - 1)", "range(capacity.bit_length() - 2)", "one level short"
+    ),
+    Mutant(SU, "level_past_root", "range(capacity.bit_length() - 1)", "range(capacity.bit_length())", "index 0"),
+    # wrong mechanism (issue 45): a parent moved by its child's change; .set loses changes that share a parent
+    Mutant(
+        SU,
+        "parent_delta_set",
+        WINNERS + LEAF_WRITE + "    nodes = capacity + indices\n" + LEVELS + "        nodes = nodes // 2\n" + PARENT,
+        "    nodes = capacity + indices\n"
+        "    delta = values - tree[nodes]  # each leaf's change\n"
+        "    tree = tree.at[nodes].set(values)\n" + LEVELS + "        nodes = nodes // 2\n"
+        "        tree = tree.at[nodes].set(tree[nodes] + delta)\n",
+        "one change survives",
+    ),
+    # wrong mechanism (issue 45): flashbax-style deltas added up the tree; a repeated index counts twice
+    Mutant(
+        SU,
+        "parent_delta_add",
+        WINNERS + LEAF_WRITE + "    nodes = capacity + indices\n" + LEVELS + "        nodes = nodes // 2\n" + PARENT,
+        "    nodes = capacity + indices\n"
+        "    delta = values - tree[nodes]  # each leaf's change\n"
+        "    tree = tree.at[nodes].set(values)\n" + LEVELS + "        nodes = nodes // 2\n"
+        "        tree = tree.at[nodes].add(delta)\n",
+        "with .add",
+    ),
+    # wrong mechanism (issue 45): a repeated index left to the scatter (the last wins on a CPU, by chance)
+    Mutant(
+        SU, "scatter_decides_repeats", LEAF_WRITE, "    tree = tree.at[capacity + indices].set(values)\n", "unspecified"
+    ),
+    # wrong mechanism (issue 45): the CPU path, a loop over the K entries each walking up to the root
+    Mutant(
+        SU,
+        "loop_over_entries",
+        WINNERS + LEAF_WRITE + "    nodes = capacity + indices\n" + LEVELS + "        nodes = nodes // 2\n" + PARENT,
+        "    for k in range(indices.shape[0]):  # one entry after another: later writes win by order\n"
+        "        node = capacity + indices[k]\n"
+        "        tree = tree.at[node].set(values[k])\n"
+        "        for _ in range(capacity.bit_length() - 1):\n"
+        "            node = node // 2\n"
+        "            tree = tree.at[node].set(tree[2 * node] + tree[2 * node + 1])\n",
+        "a loop over the K entries",
+    ),
+    # wrong mechanism (issue 45): every internal node rebuilt from the leaves, O(capacity) per update
+    Mutant(
+        SU,
+        "rebuild_whole_tree",
+        "    nodes = capacity + indices\n" + LEVELS + "        nodes = nodes // 2\n" + PARENT,
+        "    level, width = tree[capacity:], capacity  # every leaf\n"
+        "    while width > 1:\n"
+        "        level, width = level[0::2] + level[1::2], width // 2\n"
+        "        tree = tree.at[width : 2 * width].set(level)\n",
+        "grows with the capacity",
+    ),
 ]

@@ -3,11 +3,28 @@
 
 from conftest import Mutant
 
-LOSS, LAG, TTT, DEC = "token_is_loss", "token_lags", "time_to_target", "inflight_decode"
+LOSS, LAG, TTT, DEC, RF = "token_is_loss", "token_lags", "time_to_target", "inflight_decode", "refill_free_slots"
 RATIO = "log_ratio = logp_new.detach() - logp_behaviour"
 WEIGHT = "w = torch.clamp(torch.exp(log_ratio), max=c)"
 RETURN = "return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1])"
 SAMPLE = "tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)"
+LOAD = "                load_flat_parameters(model, flat)\n"
+DECODE_LOOP = (
+    "    new_tokens, logps, versions = [], [], []\n"
+    "    with torch.no_grad():\n"
+    "        for _ in range(n_steps):\n"
+    "            update = poll()\n"
+    "            if update is not None and update[0] > version:\n"
+    "                version, flat = update\n"
+    "                load_flat_parameters(model, flat)\n"
+    "            logp = torch.log_softmax(model.step(tokens, pos, cache), dim=-1)\n"
+    "            tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)\n"
+    "            new_tokens.append(tokens)\n"
+    "            logps.append(logp.gather(1, tokens[:, None]).squeeze(1))\n"
+    "            versions.append(torch.full_like(tokens, version))\n"
+)
+BOUND = "            if k >= consumed + (max_lag + 1) * groups_per_batch:\n"
+ADMIT = "            state.update(group=k, prompt=next(prompts), left=group_size, next_group=k + 1)\n"
 
 MUTANTS: list[Mutant] = [
     # token_is_loss
@@ -70,4 +87,113 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(DEC, "position_not_advanced", "pos = pos + 1", "pos = pos", "full forward pass"),
     Mutant(DEC, "records_gradients", "with torch.no_grad():", "with torch.enable_grad():", "requires grad"),
+    # wrong mechanism (issue 45): the truncation level copied from the example instead of the argument c
+    Mutant(
+        LOSS, "level_as_a_constant", WEIGHT, "w = torch.clamp(torch.exp(log_ratio), max=1.5)", "not at the argument c"
+    ),
+    Mutant(
+        LOSS,
+        "mean_per_answer",
+        "    return -(w * advantages[:, None] * logp_new * m).sum() / m.sum()",
+        "    return -((w * advantages[:, None] * logp_new * m).sum(1) / m.sum(1)).mean()",
+        "per answer",
+    ),
+    # wrong mechanism (issue 45): the new version stamped, its weights never loaded
+    Mutant(
+        DEC,
+        "weights_not_loaded",
+        "                version, flat = update\n" + LOAD,
+        "                version, flat = update\n",
+        "OLD weights",
+    ),
+    # wrong mechanism (issue 45): the new weights loaded into a copy of the model, which then decodes
+    Mutant(
+        DEC,
+        "loads_into_a_copy",
+        "                version, flat = update\n" + LOAD,
+        "                version, flat = update\n"
+        "                import copy\n"
+        "                model = copy.deepcopy(model)  # leave the caller's model alone\n" + LOAD,
+        "into a copy",
+    ),
+    # wrong mechanism (issue 45): reproducible and not greedy, but not the model's distribution
+    Mutant(
+        DEC,
+        "uniform_sampling",
+        SAMPLE,
+        "tokens = torch.randint(0, logp.shape[-1], tokens.shape, generator=generator)",
+        "torch.multinomial",
+    ),
+    Mutant(
+        DEC,
+        "pos_in_place",
+        "    tokens, pos = tokens.clone(), pos.clone()\n" + DECODE_LOOP + "            pos = pos + 1\n",
+        "    tokens = tokens.clone()\n" + DECODE_LOOP + "            pos += 1  # the caller's tensor, in place\n",
+        "changed the `pos` tensor",
+    ),
+    # refill_free_slots: the bound, the prompts, the started group, the state
+    Mutant(RF, "window_off_by_one", BOUND, BOUND.replace(">=", ">"), "off by one"),
+    Mutant(RF, "window_without_plus_one", BOUND, BOUND.replace("(max_lag + 1)", "max_lag"), "not max_lag B"),
+    Mutant(
+        RF,
+        "consumed_as_updates",
+        BOUND,
+        BOUND.replace("consumed + (max_lag + 1) * groups_per_batch", "(consumed + max_lag + 1) * groups_per_batch"),
+        "consumed counts groups",
+    ),
+    # wrong mechanism (issue 45): a prompt per answer: the answers of a group no longer share a prompt
+    Mutant(
+        RF,
+        "prompt_per_answer",
+        '        sampler.start(slot, state["prompt"], state["group"])',
+        '        sampler.start(slot, next(prompts), state["group"])',
+        "different prompts",
+    ),
+    # wrong mechanism (issue 45): the prompt taken before the admission test, lost when the group waits
+    Mutant(
+        RF,
+        "prompt_taken_first",
+        BOUND + "                break  # backpressure: group k's tokens would lag more than max_lag updates\n" + ADMIT,
+        "            prompt = next(prompts)  # the next group's prompt, before the test\n"
+        + BOUND
+        + "                break\n"
+        + ADMIT.replace("prompt=next(prompts)", "prompt=prompt"),
+        "it is lost",
+    ),
+    # wrong mechanism (issue 45): backpressure tested before every answer: a started group stalls
+    Mutant(
+        RF,
+        "gate_every_answer",
+        '    for slot in sampler.free_slots():\n        if state["left"] == 0:',
+        "    for slot in sampler.free_slots():\n"
+        '        if state["next_group"] >= consumed + (max_lag + 1) * groups_per_batch:\n'
+        "            break\n"
+        '        if state["left"] == 0:',
+        "rest of a group already started",
+    ),
+    # wrong mechanism (issue 45): whole groups only: free slots idle while a group could start
+    Mutant(
+        RF,
+        "whole_groups_only",
+        "    for slot in sampler.free_slots():\n",
+        "    free = sampler.free_slots()\n"
+        "    for slot in free:\n"
+        '        if state["left"] == 0 and len(free) - started < group_size:\n'
+        "            break  # wait until a whole group fits\n",
+        "waited for G free slots",
+    ),
+    Mutant(
+        RF,
+        "state_rebound",
+        "    started = 0\n",
+        "    started = 0\n    state = dict(state)  # a local copy\n",
+        "kept between calls",
+    ),
+    Mutant(
+        RF,
+        "free_slots_sorted",
+        "    for slot in sampler.free_slots():\n",
+        "    for slot in sorted(sampler.free_slots()):\n",
+        "in sorted order",
+    ),
 ]

@@ -122,4 +122,61 @@ MUTANTS: list[Mutant] = [
         "free_at = [0] * min(max_batch + 1, lengths.size)",
         "more than max_batch",
     ),
+    # wrong mechanism (issue 45): float noise above a whole number taken for one more step (no 1e-9)
+    Mutant(MX, "no_float_guard", CEIL, CEIL.replace(" - 1e-9", ""), "float noise"),
+    Mutant(
+        MX, "lead_over_the_shortest", LEAD, LEAD.replace("lengths.mean()", "lengths.min()"), "not over the shortest"
+    ),
+    Mutant(
+        MX,
+        "hard_bound_lead_only",
+        "longest = max(lengths_tokens)",
+        "longest = max(lengths_tokens) - sum(lengths_tokens) / len(lengths_tokens)",
+        "not only its lead",
+    ),
+    Mutant(
+        MB,
+        "fraction_of_what_is_left",
+        FREE,
+        "free_bytes = memory_fraction * (gpu.memory_bytes - shape.weight_bytes)",
+        "f (M - W)",
+    ),
+    Mutant(
+        BS,
+        "smallest_imbalance",
+        PICK,
+        "n_samplers = min(sorted(candidates), key=lambda n: abs(n * p - (n_gpus - n) * c))",
+        "production and consumption are closest",
+    ),
+    Mutant(
+        ES,
+        "round_robin_slots",
+        LOOP,
+        "    for j, length in enumerate(lengths):  # slot j % max_batch runs sequences j, j + B, j + 2B, ...\n"
+        "        start[j] = start[j - max_batch] + lengths[j - max_batch] if j >= max_batch else 0\n",
+        "fixed queue",
+    ),
+    # wrong mechanism (issue 45): a step-by-step countdown of the caller's own array (np.asarray returns it)
+    Mutant(
+        ES,
+        "counts_down_the_input",
+        "    free_at = [0] * min(max_batch, lengths.size)  # the step at which each slot is free, a min-heap\n"
+        "    start = np.zeros(lengths.size, dtype=np.int64)\n" + LOOP + "    return start, start + lengths",
+        "    remaining = lengths  # counted down as the engine decodes\n"
+        "    start, end = np.zeros(lengths.size, dtype=np.int64), np.zeros(lengths.size, dtype=np.int64)\n"
+        "    waiting, running, step = list(range(lengths.size)), [], 0\n"
+        "    while waiting or running:\n"
+        "        while waiting and len(running) < max_batch:  # freed slots are taken at once\n"
+        "            j = waiting.pop(0)\n"
+        "            start[j] = step\n"
+        "            running.append(j)\n"
+        "        step += 1\n"
+        "        for j in list(running):\n"
+        "            remaining[j] -= 1\n"
+        "            if remaining[j] == 0:\n"
+        "                running.remove(j)\n"
+        "                end[j] = step\n"
+        "    return start, end",
+        "changed the lengths",
+    ),
 ]

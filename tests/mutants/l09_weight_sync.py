@@ -3,12 +3,15 @@
 
 from conftest import Mutant
 
-PACK, SCHED, SHARD, VERIFY = "pack_buckets", "pipeline_schedule", "shard_range", "verify_bucket"
+PACK, SCHED, SHARD, VERIFY, UT = "pack_buckets", "pipeline_schedule", "shard_range", "verify_bucket", "update_time"
 FITS = "if not sizes or (offset > 0 and offset + nbytes > bucket_bytes):"
 NEXT = "offset = -(-(offset + nbytes) // align) * align"
 STAGES = '(("pack", s), ("send", s - 1), ("unpack", s - 2))'
 START = "start = tp_rank * q + min(tp_rank, m)"
 SUM = "total = int(np.add.reduce(payload.numpy().view(np.uint64), dtype=np.uint64))"
+MAGIC_CHECK = '        raise CorruptBucketError("bad magic number: not a bucket")\n    if version != expected_version:'
+STAGES_UT = "stages = (b / sigma + k * gamma / n, alpha + b / beta, b / rho + k * gamma / n)"
+PACE = 'return t_1 + (n - 1) * (m + (1 - rates["eta"]) * (t_1 - m))'
 
 MUTANTS: list[Mutant] = [
     # pack_buckets
@@ -17,7 +20,25 @@ MUTANTS: list[Mutant] = [
         "offsets_in_elements",
         "nbytes = t.numel() * t.element_size()\n        if not sizes",
         "nbytes = t.numel()\n        if not sizes",
-        "raised RuntimeError",
+        "sizes and offsets count bytes, t.numel() * t.element_size(), not elements",
+    ),
+    # wrong mechanism (issue 45): the fit tested on the end rounded up to align (the same plan whenever
+    # bucket_bytes is a multiple of align)
+    Mutant(
+        PACK,
+        "fit_on_aligned_end",
+        FITS,
+        "if not sizes or (offset > 0 and -(-(offset + nbytes) // align) * align > bucket_bytes):",
+        "a tensor stays when its own end, offset + nbytes, is within bucket_bytes",
+    ),
+    # wrong mechanism (issue 45): a tensor's size read from its storage (right for every fresh tensor,
+    # wrong for a view of a larger one)
+    Mutant(
+        PACK,
+        "size_from_storage",
+        "nbytes = t.numel() * t.element_size()\n        if not sizes",
+        "nbytes = t.untyped_storage().nbytes()\n        if not sizes",
+        "not its storage's",
     ),
     Mutant(PACK, "no_alignment", NEXT, "offset = offset + nbytes", "multiples of align"),
     Mutant(
@@ -129,4 +150,70 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(VERIFY, "no_size_check", "if nbytes != payload.numel():", "if False:", "nbytes is 8 less"),
     Mutant(VERIFY, "returns_slot", "return payload", "return slot", "return slot[:-HEADER_BYTES]"),
+    Mutant(
+        VERIFY,
+        "signed_checksum_compare",
+        "if total != sent % 2**64:",
+        "if total != sent:",
+        "compare the unsigned sum with words[5] % 2**64",
+    ),
+    # wrong mechanism (issue 45): only older versions rejected; a bucket of a future update is applied
+    Mutant(
+        VERIFY,
+        "only_rejects_stale_versions",
+        "if version != expected_version:",
+        "if version < expected_version:",
+        "from a future update",
+    ),
+    # wrong mechanism (issue 45): only repeated buckets rejected; a skipped bucket goes unnoticed
+    Mutant(
+        VERIFY, "only_rejects_repeated_buckets", "if index != expected_index:", "if index < expected_index:", "skipped"
+    ),
+    # wrong mechanism (issue 45): the checksum verified before the header, so a stale damaged bucket is "corrupt"
+    Mutant(
+        VERIFY,
+        "checksum_before_header",
+        MAGIC_CHECK,
+        MAGIC_CHECK.replace(
+            "    if version",
+            "    if int(np.add.reduce(payload.numpy().view(np.uint64), dtype=np.uint64)) != sent % 2**64:\n"
+            '        raise CorruptBucketError("checksum mismatch")\n    if version',
+        ),
+        "the header (magic, version, index, nbytes) before the checksum",
+    ),
+    # update_time
+    # wrong mechanism (issue 45): the pace taken over the byte terms only, the message latency left out
+    Mutant(
+        UT,
+        "pace_without_alpha",
+        "    t_1, m = sum(stages), max(stages)\n",
+        "    t_1, m = sum(stages), max(b / sigma + k * gamma / n, b / beta, b / rho + k * gamma / n)\n",
+        "the message's latency is part of the stage",
+    ),
+    # wrong mechanism (issue 45): buckets of bucket_bytes (the last one short) instead of n equal ones
+    Mutant(UT, "buckets_of_bucket_bytes", "    b = B / n\n", "    b = min(bucket_bytes, B)\n", "EQUAL buckets"),
+    # wrong mechanism (issue 45): every bucket at the slowest stage's pace, the fill forgotten
+    Mutant(UT, "no_fill", PACE, PACE.replace("return t_1 + (n - 1) *", "return n *"), "before the pace is set"),
+    Mutant(UT, "eta_reversed", PACE, PACE.replace('(1 - rates["eta"])', 'rates["eta"]'), "eta = 1 hides every stage"),
+    Mutant(UT, "floor_buckets", "n = -(-B // bucket_bytes)", "n = max(1, B // bucket_bytes)", "ceil(B / bucket_bytes)"),
+    Mutant(
+        UT,
+        "per_tensor_with_copies",
+        "return k * alpha + B / beta",
+        "return k * alpha + B / beta + B / sigma + B / rho",
+        "no stage and no reload",
+    ),
+    Mutant(UT, "gamma_once", "+ 2 * k * gamma", "+ k * gamma", "2 k gamma"),
+    Mutant(
+        UT,
+        "imports_library_update_time",
+        "    B, k = nbytes, n_tensors\n",
+        "    from course_lib.weight_sync.scale_model import Hardware\n"
+        "    from course_lib.weight_sync.scale_model import update_time as library\n\n"
+        "    hw = Hardware(rates['beta'], rates['alpha'], rates['sigma'], rates['rho'], rates['write'], rates['read'],\n"
+        "                  rates['eta'], rates['gamma'])\n"
+        "    return library(method, nbytes, hw, n_tensors=n_tensors, bucket_bytes=bucket_bytes)\n"
+        "    B, k = nbytes, n_tensors\n",
+        "update_time uses course_lib.weight_sync.scale_model",
+    ),
 ]

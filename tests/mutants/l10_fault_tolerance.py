@@ -48,6 +48,22 @@ HASH = ' and hashlib.sha256(data).hexdigest() == entry["sha256"]'
 EXCEPT = "except (OSError, ValueError, KeyError, TypeError, AttributeError):"
 SPLIT = "        key, k_batch, k_noise = jax.random.split(key, 3)\n"
 RESULT = '"step": total_steps, "params": params, "key": key}'
+RMTREE = "    if tmp.exists():  # a save that crashed before its rename\n        shutil.rmtree(tmp)\n"
+NEWEST_FIRST = "    for step, path in sorted(committed, reverse=True):  # newest first, by number\n"
+FOUND = "        if intact:\n            return step, path\n    return None"
+VERIFY_LOOP = (
+    NEWEST_FIRST
+    + "        try:\n"
+    + '            manifest = json.loads((path / "manifest.json").read_text())\n'
+    + "            intact = True\n"
+    + '            for name, entry in manifest["files"].items():\n'
+    + "                data = (path / name).read_bytes()\n"
+    + '                intact = intact and len(data) == entry["size"] and hashlib.sha256(data).hexdigest() == '
+    + 'entry["sha256"]\n'
+    + "        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: not complete\n"
+    + "            intact = False\n"
+    + FOUND
+)
 
 MUTANTS: list[Mutant] = [
     # commit_checkpoint: the order of fsync and rename, the manifest, atomicity, leftovers
@@ -130,6 +146,17 @@ MUTANTS: list[Mutant] = [
         "",
         "shutil.rmtree",
     ),
+    # wrong mechanism (issue 45): a crashed attempt's temporary folder committed as it is when it holds a
+    # manifest (a manifest written in full says nothing of a torn one)
+    Mutant(
+        CC,
+        "finishes_crashed_save",
+        RMTREE,
+        '    if (tmp / "manifest.json").exists():  # the crashed save wrote its manifest: finish its commit\n'
+        "        os.replace(tmp, final)\n"
+        "        return final\n" + RMTREE,
+        "a crashed attempt's files may be torn",
+    ),
     Mutant(
         CC,
         "hash_of_the_name",
@@ -169,6 +196,30 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(NC, "crashes_on_unreadable_manifest", EXCEPT, "except OSError:", "never raise"),
     Mutant(NC, "oldest_first", "sorted(committed, reverse=True)", "sorted(committed)", "the newest that verifies"),
+    # wrong mechanism (issue 45): every checkpoint verified, then the newest kept (right answer, every byte read)
+    Mutant(
+        NC,
+        "verifies_every_checkpoint",
+        VERIFY_LOOP,
+        VERIFY_LOOP.replace(
+            NEWEST_FIRST,
+            "    verified = []\n    for step, path in sorted(committed):  # verify them all, keep the newest\n",
+        ).replace(
+            FOUND,
+            "        if intact:\n            verified.append((step, path))\n    return max(verified) if verified else None",
+        ),
+        "stop at the first that verifies",
+    ),
+    # wrong mechanism (issue 45): a broken checkpoint deleted on the way (a restore that writes)
+    Mutant(
+        NC,
+        "deletes_broken_checkpoints",
+        FOUND,
+        FOUND.replace(
+            "            return step, path\n", "            return step, path\n        shutil.rmtree(path)\n"
+        ),
+        "a restore only reads",
+    ),
     # optimal_interval: the formulas
     Mutant(OI, "no_factor_2", "young = math.sqrt(2 * C * M)", "young = math.sqrt(C * M)", "factor 2 is missing"),
     Mutant(OI, "c_m_swapped", "x = C / (2 * M)", "x = M / (2 * C)", "C and M are swapped"),
@@ -206,6 +257,17 @@ MUTANTS: list[Mutant] = [
         'key, params = checkpoint["key"], checkpoint["params"]',
         'key, params = jax.random.key(checkpoint["seed"]), checkpoint["params"]',
         "from the seed",
+    ),
+    # wrong mechanism (issue 45): the key rebuilt by replaying the seed's stream to the checkpoint's step (the
+    # same keys whenever the run started from key(seed))
+    Mutant(
+        TU,
+        "replays_key_from_seed",
+        'key, params = checkpoint["key"], checkpoint["params"]',
+        'key, params = jax.random.key(checkpoint["seed"]), checkpoint["params"]\n'
+        '    for _ in range(checkpoint["step"]):  # replay the stream up to the resume point\n'
+        "        key, _, _ = jax.random.split(key, 3)",
+        "replayed from the seed",
     ),
     Mutant(
         TU,

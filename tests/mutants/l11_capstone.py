@@ -4,13 +4,19 @@
 from conftest import Mutant
 
 AR, SA, RA = "assign_roles", "sync_and_admit", "restart_accounting"
-DP = "data_parallel_losses"
+DP, JS = "data_parallel_losses", "join_step"
 
 SYNC_GROUP = "sync_group = [0] + list(range(n_trainers, world_size))"
 BOUND = "k < consumed + (max_lag + 1) * B"
 NORM = "/ n_tokens)"
 LOSS_LINE = 'losses.append(-(w * s["adv"][:, None] * logp_new * m).sum() / n_tokens)'
 TOTALS = '        samples[kind] += n\n        samples["generated"] += n\n'
+PULL_THEN_ADMIT = (
+    "    if announced > version:  # newer weights: load them before the next decoding step\n"
+    "        version = announced\n"
+    "    may_start = version >= 0 and k < consumed + (max_lag + 1) * B\n"
+)
+WELCOME = "    n = store.get(f\"welcome/{me['nonce']}\")\n    if n is None:\n        return None\n"
 
 MUTANTS: list[Mutant] = [
     # assign_roles: the boundary, the index within the role, the groups, the validation
@@ -50,6 +56,15 @@ MUTANTS: list[Mutant] = [
     Mutant(SA, "starts_without_weights", "version >= 0 and ", "", "no weights yet"),
     Mutant(SA, "bound_from_announced", BOUND, "k < announced * B + (max_lag + 1) * B", "not from the announced"),
     Mutant(SA, "no_validation", "if max_lag < 0 or B < 1:", "if B < 0:", "expected ValueError"),
+    Mutant(
+        SA,
+        "admits_before_pulling",
+        PULL_THEN_ADMIT,
+        "    may_start = version >= 0 and k < consumed + (max_lag + 1) * B\n"
+        "    if announced > version:\n"
+        "        version = announced\n",
+        "with the version held before this step's pull",
+    ),
     # restart_accounting: which copy counts, the boundaries, the totals
     Mutant(
         RA,
@@ -106,6 +121,69 @@ MUTANTS: list[Mutant] = [
         "from course_lib.pipeline.loss import pipeline_loss\n\n"
         '        part = pipeline_loss(logp_new, s["logp_behaviour"], s["adv"][:, None] * m, m, clip_c)\n'
         "        losses.append(part * m.sum() / n_tokens)",
-        "calls course_lib's pipeline_loss",
+        "uses course_lib.pipeline.loss.pipeline_loss",  # the runner-wide guard, before any check
     ),
+    # wrong mechanism (issue 45): the lesson's c = 2 written in, right on every batch graded at c = 2
+    Mutant(DP, "truncates_at_a_constant", "max=clip_c)", "max=2.0)", "truncated at 2 whatever clip_c is"),
+    # wrong mechanism (issue 45): N_tok counts only the tokens that carry a signal (A != 0)
+    Mutant(
+        DP,
+        "skips_zero_advantage_tokens",
+        'n_tokens = sum(int(s["mask"].sum()) for s in shards)',
+        'n_tokens = sum(int((s["mask"] & (s["adv"] != 0)[:, None]).sum()) for s in shards)',
+        "leaves out the answers with a zero advantage",
+    ),
+    # join_step: where the number comes from, the fresh key, the newest check, ready vs join, the
+    # welcome per nonce, stepping aside, never waiting inside a call
+    # wrong mechanism (issue 45): the number read off the counter, no welcome at all
+    Mutant(
+        JS,
+        "number_from_the_counter",
+        WELCOME,
+        '    n = store.get("attempts", 0) or None\n    if n is None:\n        return None\n',
+        "took the number from `attempts` itself",
+    ),
+    # wrong mechanism (issue 45): a nonce derived from the rank, the same in every attempt
+    Mutant(
+        JS,
+        "nonce_from_the_rank",
+        '    if "nonce" not in me:  # post a key only this process will wait at\n        me["nonce"] = me["fresh"]()',
+        '    if "nonce" not in me:\n        me["nonce"] = f"rank-{rank}"',
+        "was not fresh",
+    ),
+    # wrong mechanism (issue 45): a welcome taken at its word, without the newest check
+    Mutant(
+        JS,
+        "trusts_any_welcome",
+        'if n != store.get("attempts", 0):  # welcomed by a dead attempt\'s rank 0: join again',
+        "if False:",
+        "without checking",
+    ),
+    # wrong mechanism (issue 45): join/k taken as the sign that rank k joined
+    Mutant(JS, "join_key_counts_as_ready", 'if f"ready/{n}/{k}" in store:', 'if f"join/{k}" in store:', "only ready/"),
+    # wrong mechanism (issue 45): each rank welcomed once, the dead rank's nonce included
+    Mutant(
+        JS,
+        "welcomes_each_rank_once",
+        'if nonce is not None and me["welcomed"].get(k) != nonce:',
+        'if nonce is not None and k not in me["welcomed"]:',
+        "remember the nonce you welcomed",
+    ),
+    Mutant(
+        JS,
+        "never_steps_aside",
+        'if store["attempts"] != n:  # a newer attempt started: this one is dead',
+        "if False:",
+        "step aside",
+    ),
+    # wrong mechanism (issue 45): a blocking wait inside one call
+    Mutant(
+        JS,
+        "waits_inside_the_call",
+        WELCOME,
+        "    n = store.get(f\"welcome/{me['nonce']}\")\n    while n is None:\n"
+        "        n = store.get(f\"welcome/{me['nonce']}\")\n",
+        "must not wait",
+    ),
+    Mutant(JS, "new_number_every_call", 'if "n" not in me:', "if True:", "takes the next number once"),
 ]

@@ -3,7 +3,7 @@
 
 from conftest import Mutant
 
-BF, AD, GD = "bundles_for", "admit", "on_generator_death"
+BF, AD, GD, OR = "bundles_for", "admit", "on_generator_death", "on_ready"
 
 SPLIT = "trainer_bundle=(0,) * n_trainers,\n        generator_bundle=(1,) * n_generators,"
 COLOCATED_GENERATORS = "generator_bundle=tuple(i % n_trainers for i in range(n_generators)),"
@@ -28,6 +28,23 @@ NO_TODO = (
 FEWEST = "    while live:\n        g = min(live, key=lambda h: (holding[h] + len(groups[h]), h))"
 ROUND_ROBIN = "    turn = 0\n    while live:\n        g = live[turn % len(live)]  # in turn\n        turn += 1"
 LOST = "lost = tuple(sorted(in_flight[g]))"
+DEATH = (
+    '        if out is None or out.get("restarted"):  # raised, or declined by the new incarnation: a death\n'
+    '            loop["died"](g)\n'
+    '            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)\n'
+    "            return\n"
+    '        for k in out["groups"]:\n'
+)
+REPROBE = (
+    "    elif out is None:  # unavailable: ask again later, through ray.wait\n"
+    '        loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)\n'
+)
+GET = (
+    "    try:\n"
+    "        out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block\n"
+    "    except ray.exceptions.RayActorError:\n"
+    "        out = None  # the process died under a decoding call, or the actor is still restarting\n"
+)
 LEDGER_CHECK = "if owner is None or owner[0] != g:"
 
 MUTANTS: list[Mutant] = [
@@ -67,6 +84,14 @@ MUTANTS: list[Mutant] = [
         'if layout in ("sync_colocated", "pipeline"):',
         "pipeline is placed like sync_split",
     ),
+    # issue 45: the signature's defaults, a rule of the statement
+    Mutant(
+        BF,
+        "wrong_defaults",
+        "def bundles_for(layout, n_trainers=2, n_generators=2):",
+        "def bundles_for(layout, n_trainers=1, n_generators=1):",
+        "by default 2 trainers and 2 generators",
+    ),
     Mutant(
         BF,
         "no_divisibility_check",
@@ -104,6 +129,10 @@ MUTANTS: list[Mutant] = [
         "stopped dealing at the first generator whose weights are too old",
     ),
     Mutant(AD, "no_validation", "if max_lag < 0 or groups_per_batch < 1 or room < 1:", "if room < 1:", "max_lag = -1"),
+    # wrong mechanism (issue 45): the queue dealt oldest group first, right whenever todo happens to be ascending
+    Mutant(AD, "deals_todo_smallest_first", "queue = list(todo)", "queue = sorted(todo)", "smallest first"),
+    # wrong mechanism (issue 45): the groups left in the queue handed back sorted
+    Mutant(AD, "returns_todo_sorted", "todo=tuple(queue)", "todo=tuple(sorted(queue))", "left in todo sorted"),
     # on_generator_death: which groups, their order, the entries, the ledger check, the inputs
     Mutant(GD, "forgets_queued_groups", LOST, "lost = tuple(sorted(in_flight[g])[:1])", "lost misses group(s)"),
     Mutant(
@@ -135,5 +164,41 @@ MUTANTS: list[Mutant] = [
         "    entries = []\n",
         "    in_flight[g].clear()  # the controller's job, done here\n    entries = []\n",
         "changed the `in_flight`",
+    ),
+    # on_ready: reading only the finished call, a death raised or declined, probes, the new incarnation
+    # wrong mechanism (issue 45): waits for the restarted actor inside the handler
+    Mutant(
+        OR,
+        "waits_for_the_probe",
+        '            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)\n            return\n',
+        '            probe = loop["submit"]("ready", g)\n'
+        '            loop["calls"][probe] = ("ready", g, inc)\n'
+        "            try:\n"
+        "                ray.get(probe)  # wait until the new incarnation answers\n"
+        "            except ray.exceptions.RayActorError:\n"
+        "                pass\n"
+        "            return\n",
+        "would block the whole loop",
+    ),
+    # wrong mechanism (issue 45): a declined call read as a return with no groups
+    Mutant(
+        OR,
+        "declined_call_taken_as_a_return",
+        DEATH,
+        DEATH.replace(' or out.get("restarted")', "").replace('out["groups"]', 'out.get("groups", [])'),
+        "was declined by the generator's new incarnation",
+    ),
+    # wrong mechanism (issue 45): the failed call's exception is let out of the loop
+    Mutant(OR, "lets_the_death_out", GET, "    out = ray.get(ref)\n", "let RayActorError out"),
+    # wrong mechanism (issue 45): the new incarnation's number never reaches the calls
+    Mutant(OR, "keeps_the_old_incarnation", '        loop["inc"][g] = out["incarnation"]\n', "", "must carry"),
+    Mutant(OR, "unavailable_probe_dropped", REPROBE, "    elif out is None:\n        pass\n", "still restarting"),
+    Mutant(OR, "ref_left_in_calls", 'loop["calls"].pop(ref)', 'loop["calls"][ref]', "still in loop['calls']"),
+    Mutant(
+        OR,
+        "probe_not_recorded",
+        REPROBE,
+        '    elif out is None:\n        loop["submit"]("ready", g)\n',
+        "did not put it in loop['calls']",
     ),
 ]

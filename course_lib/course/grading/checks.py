@@ -114,6 +114,12 @@ class Exercise:
         checks: the checks, run in order.
         hints: tiered hints, gentlest first; reports show the first.
         title: a one-line description for reports.
+        allowed: the course_lib pieces the learner's function may use (a model, an
+            environment, the result and error types of the contract), as dotted names or
+            prefixes; anything else from course_lib is refused (:mod:`.guard`).
+        advice: what to write the function from, said when it is refused (e.g. "from
+            jax.lax.ppermute and indexing").
+        compiled: the exercise is one compiled JAX program: a host callback is refused.
     """
 
     name: str
@@ -121,6 +127,9 @@ class Exercise:
     checks: tuple[Check, ...]
     hints: tuple[str, ...] = ()
     title: str = ""
+    allowed: tuple[str, ...] = ()
+    advice: str = ""
+    compiled: bool = False
 
     @property
     def hint(self) -> str:
@@ -461,18 +470,22 @@ def _describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run_check(check: Check, fn: Callable[..., Any], *, time_limit_s: float | None = None) -> CheckResult:
+def run_check(
+    check: Check, fn: Callable[..., Any], *, time_limit_s: float | None = None, tracer: Any = None
+) -> CheckResult:
     """Run one check against ``fn``; never raises (except ``KeyboardInterrupt``).
 
     Anything ``fn`` prints meanwhile is discarded. ``time_limit_s`` caps the check's
-    own ``time_limit``.
+    own ``time_limit``. ``tracer`` (a :class:`~.guard.CallTracer`), when given, is active
+    while the check runs.
     """
     limit = check.time_limit if time_limit_s is None else min(check.time_limit, time_limit_s)
     desc = check.description
     sink = _Discard()
+    watch = tracer if tracer is not None else contextlib.nullcontext()
     try:
         try:
-            with time_limit(limit), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            with time_limit(limit), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), watch:
                 check.fn(fn)
         except LearnerError as exc:
             inner = exc.error
@@ -501,8 +514,11 @@ def run_exercise(
 ) -> ExerciseOutcome:
     """Run every check of ``exercise`` against the learner's ``fn``, in order.
 
-    After a check times out or finds the stub, the remaining checks are skipped (they
-    would only repeat it). ``on_result`` is called after each check, so a caller can
+    Every exercise is guarded (:mod:`.guard`): a function that is, wraps or names course_lib
+    code outside ``exercise.allowed`` fails a first check before any other runs, and a check
+    during which the learner's code called such code (however it reached it) fails with the
+    same message. After a refusal, a timeout or the stub, the remaining checks are skipped
+    (they would only repeat it). ``on_result`` is called after each check, so a caller can
     record partial results as they come.
 
     Args:
@@ -521,12 +537,33 @@ def run_exercise(
     if not callable(fn):
         record(CheckResult("", "fail", f"`{exercise.name}` is {describe_type(fn)}, not a function"))
         return ExerciseOutcome(exercise, tuple(results))
+    from course_lib.course.grading import guard
+
     stop_reason = ""
+    try:
+        refusal = guard.static_refusal(fn, exercise.name, exercise.allowed, exercise.advice, exercise.compiled)
+    except Exception as exc:  # a walk that breaks on an odd object must not stop the grading
+        refusal = None
+        _ = exc
+    if refusal is not None:
+        record(CheckResult(guard.GUARD_DESCRIPTION, "fail", _clip(refusal)))
+        stop_reason = "not run: the function is refused (see the first check)"
     for chk in exercise.checks:
         if stop_reason:
             record(CheckResult(chk.description, "skipped", stop_reason))
             continue
-        result = run_check(chk, fn, time_limit_s=time_limit_s)
+        tracer = guard.CallTracer(exercise.allowed)
+        result = run_check(chk, fn, time_limit_s=time_limit_s, tracer=tracer)
+        if tracer.used:
+            result = CheckResult(
+                chk.description, "fail", _clip(guard.refusal_message(exercise.name, tracer.used, exercise.advice))
+            )
+            stop_reason = "not run: the function is refused (see above)"
+        elif tracer.callbacks and exercise.compiled:
+            result = CheckResult(
+                chk.description, "fail", _clip(guard.callback_message(exercise.name, tracer.callbacks[0]))
+            )
+            stop_reason = "not run: the function is refused (see above)"
         record(result)
         if result.status == "timeout":
             stop_reason = "not run: an earlier check timed out"

@@ -15,6 +15,7 @@ check prints them and nbval compares them verbatim.
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -132,7 +133,7 @@ def torch_seeded(seed: int) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------
-# The learner's function must be the learner's: no course_lib implementation behind it
+# The learner's function must be the learner's: what it names from course_lib (guard.py uses it)
 # ---------------------------------------------------------------------------------------
 
 
@@ -155,6 +156,29 @@ def _library_name(obj: Any, packages: tuple[str, ...]) -> str | None:
         return None
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
     return f"{module}.{name}"
+
+
+#: Values too common to tell where they came from (small ints and strings are shared).
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), type, types.ModuleType)
+
+
+def _library_data(packages: tuple[str, ...]) -> dict[int, str]:
+    """``id -> dotted name`` of the data constants (tables, specs, arrays, configs) that the
+    loaded modules under ``packages`` define: reading one is reading the library's answer
+    when the answer is data (a layout of PartitionSpecs, say)."""
+    import sys
+
+    found: dict[int, str] = {}
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not _under(module_name, packages) or module_name.startswith("course_lib.course"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if attr.startswith("__") or isinstance(value, _PLAIN) or callable(value):
+                continue
+            if getattr(value, "__module__", None) == module_name and isinstance(value, type):
+                continue
+            found.setdefault(id(value), f"{module_name}.{attr}")
+    return found
 
 
 def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
@@ -247,6 +271,8 @@ def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
                     parent_of_library(value, names)
             elif _library_name(value, packages) is not None:
                 visit(value, walk_code=False)
+            elif id(value) in data:
+                note(data[id(value)])
             elif isinstance(value, types.FunctionType) and id(value.__globals__) in namespaces:
                 visit(value)  # the learner's own helper, defined beside fn
             elif isinstance(value, functools.partial) or hasattr(value, "__wrapped__"):
@@ -275,6 +301,9 @@ def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
         if wrapped is not None:
             visit(wrapped, walk_code=True)
         if not isinstance(obj, types.FunctionType):
+            call_method = vars(type(obj)).get("__call__")  # a callable object of the learner's class
+            if isinstance(call_method, types.FunctionType) and id(call_method.__globals__) in namespaces:
+                visit(call_method)
             return
         own = id(obj.__globals__) in namespaces
         if not (walk_code or own):
@@ -286,11 +315,16 @@ def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
                 continue
             if callable(content) or isinstance(content, types.ModuleType):
                 visit(content)
+            elif id(content) in data:
+                note(data[id(content)])
         for default in (*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()):
             if callable(default) or isinstance(default, types.ModuleType):
                 visit(default)
+            elif id(default) in data:
+                note(data[id(default)])
         visit_code(obj.__code__, obj.__globals__)
 
+    data = _library_data(packages)
     root = fn
     for _ in range(20):  # the learner's namespace: the globals of the function under the wrappers
         if isinstance(root, functools.partial):
@@ -303,49 +337,7 @@ def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
             break
     if isinstance(root, types.FunctionType):
         namespaces.add(id(root.__globals__))
+    elif isinstance(vars(type(root)).get("__call__"), types.FunctionType):
+        namespaces.add(id(vars(type(root))["__call__"].__globals__))
     visit(fn)
     return found
-
-
-def assert_not_library(
-    fn: Any, *, name: str, packages: tuple[str, ...], advice: str, allowed: frozenset[str] = frozenset()
-) -> None:
-    """Fail when the learner's ``fn`` (the exercise ``name``) is, wraps or calls an
-    implementation from ``packages`` (see :func:`library_references`): the checks grade the
-    learner's code, and the library's answer passes them all.
-
-    The message names the first such function and says to write ``name`` from ``advice``
-    (the building blocks the exercise allows). Names in ``allowed`` (result or error classes the
-    exercise's contract uses) do not count.
-    """
-    found = [f for f in library_references(fn, packages) if f not in allowed]
-    if found:
-        more = f" (and {', '.join(found[1:])})" if len(found) > 1 else ""
-        fail(
-            f"{name} uses {found[0]}{more}, the library's own implementation: write {name} yourself, "
-            f"{advice}; the checks grade your code, not course_lib's"
-        )
-
-
-def guard_checks(
-    checks: tuple[Any, ...],
-    *,
-    name: str,
-    packages: tuple[str, ...],
-    advice: str,
-    allowed: frozenset[str] = frozenset(),
-) -> tuple[Any, ...]:
-    """``checks`` (``Check`` objects), each first requiring :func:`assert_not_library` of
-    the learner's function, so that every check, the first included, refuses an imported
-    answer. The stub passes the guard and reaches the check (so it still reads "not
-    implemented yet")."""
-    import dataclasses
-
-    def guarded(check_fn: Callable[[Any], None]) -> Callable[[Any], None]:
-        def run(fn: Any) -> None:
-            assert_not_library(fn, name=name, packages=packages, advice=advice, allowed=allowed)
-            check_fn(fn)
-
-        return run
-
-    return tuple(dataclasses.replace(check, fn=guarded(check.fn)) for check in checks)

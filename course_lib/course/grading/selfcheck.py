@@ -8,18 +8,42 @@ summary that is the same on every machine (nbval compares it verbatim)::
     discounted_returns: PASS (9/9 checks)
     discounted_returns: FAIL: not implemented yet
     hint: loop backwards over t, ...
+
+Hints are tiered: the first failure of an exercise in a process prints its first hint,
+each later failure of the same exercise the next one (``hint 2/3: ...``), up to the last;
+a pass does not start them over. A stub ("not implemented yet") shows the current hint
+without moving on. The hints also sit, collapsed, under each statement of the notebook.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from course_lib.course.grading.checks import ExerciseOutcome, run_exercise
+from course_lib.course.catalog import get_lesson
+from course_lib.course.grading.checks import Exercise, ExerciseOutcome, run_exercise
 from course_lib.course.grading.lessons import get_exercise
 
+#: How many graded failures (not stubs) each (lesson, exercise) has had in this process.
+_failures: dict[tuple[str, str], int] = {}
 
-def summary_lines(outcome: ExerciseOutcome) -> list[str]:
-    """The lines :func:`check` prints for ``outcome``: a verdict, then a hint if it failed."""
+
+def reset_hint_tiers() -> None:
+    """Forget every failure seen so far: the next failure of each exercise shows hint 1."""
+    _failures.clear()
+
+
+def hint_line(exercise: Exercise, tier: int = 1) -> str:
+    """The printed line of hint ``tier`` (1 = the first, shown as ``hint: ...``)."""
+    if not exercise.hints:
+        return ""
+    tier = max(1, min(tier, len(exercise.hints)))
+    if tier == 1:
+        return f"hint: {exercise.hints[0]}"
+    return f"hint {tier}/{len(exercise.hints)}: {exercise.hints[tier - 1]}"
+
+
+def summary_lines(outcome: ExerciseOutcome, tier: int = 1) -> list[str]:
+    """The lines :func:`check` prints for ``outcome``: a verdict, then hint ``tier`` if it failed."""
     ex = outcome.exercise
     if outcome.passed:
         return [f"{ex.name}: PASS ({outcome.n_passed}/{outcome.n_checks} checks)"]
@@ -28,7 +52,8 @@ def summary_lines(outcome: ExerciseOutcome) -> list[str]:
         head = f"{ex.name}: FAIL: {message}"
     else:
         head = f"{ex.name}: FAIL ({outcome.n_passed}/{len(ex.checks)} checks): {message}"
-    return [head] + ([f"hint: {ex.hint}"] if ex.hint else [])
+    line = hint_line(ex, tier)
+    return [head] + ([line] if line else [])
 
 
 class CheckOutcome:
@@ -55,7 +80,8 @@ def check(lesson_id: str, name: str, fn: Any) -> CheckOutcome:
     """Run exercise ``name`` of lesson ``lesson_id`` against ``fn`` and print a summary.
 
     Never raises: a wrong answer, an exception in ``fn``, an infinite loop (each check
-    has a time limit) or an unknown exercise is reported in the printed lines.
+    has a time limit) or an unknown exercise is reported in the printed lines. A failure
+    prints the exercise's next hint: hint 1 the first time, then 2, ... up to the last.
 
     Args:
         lesson_id: the lesson, e.g. ``"00_welcome"``.
@@ -78,7 +104,11 @@ def check(lesson_id: str, name: str, fn: Any) -> CheckOutcome:
     except BaseException as exc:
         print(f"{name}: FAIL: the checks could not run: {type(exc).__name__}: {exc}")
         return CheckOutcome(False)
-    for line in summary_lines(outcome):
+    key = (get_lesson(lesson_id).id, name)
+    tier = _failures.get(key, 0) + 1
+    if not outcome.passed and not any(r.status == "not_implemented" for r in outcome.results):
+        _failures[key] = tier
+    for line in summary_lines(outcome, tier):
         print(line)
     return CheckOutcome(outcome.passed)
 

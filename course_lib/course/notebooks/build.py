@@ -26,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("lessons", nargs="*", metavar="LESSON", help="lesson number or id (default: every lesson)")
     parser.add_argument("--check", action="store_true", help="verify only: exit 1 and name every notebook out of sync")
     parser.add_argument("--no-execute", action="store_true", help="regenerate notebooks without executing them")
+    parser.add_argument(
+        "--only",
+        choices=("lesson", "exercise", "solution", "exercises"),
+        help="build only this kind of notebook ('exercises': the exercise and solution notebooks)",
+    )
 
 
 def _lesson_ids(names: list[str], root: Path) -> list[str]:
@@ -95,14 +100,20 @@ def check(root: Path) -> list[str]:
     return problems
 
 
-def build(lesson_ids: list[str], root: Path, execute: bool = True) -> list[tuple[str, float]]:
-    """Regenerate (and execute) the notebooks of ``lesson_ids``; returns (path, seconds)."""
+def build(
+    lesson_ids: list[str], root: Path, execute: bool = True, only: str | None = None
+) -> list[tuple[str, float]]:
+    """Regenerate (and execute) the notebooks of ``lesson_ids``; returns (path, seconds).
+
+    ``only`` keeps one kind of notebook (``"lesson"``, ``"exercise"``, ``"solution"``) or
+    ``"exercises"`` (the exercise and solution notebooks, not the lesson)."""
     from tqdm.auto import tqdm
 
     from course_lib.course.notebooks.execute import execute_notebook, needs_isolation, write_notebook
     from course_lib.course.notebooks.source import render, targets_for
 
-    targets = [t for lid in lesson_ids for t in targets_for(lid, root)]
+    kinds = {"exercises": ("exercise", "solution")}.get(only or "", (only,) if only else None)
+    targets = [t for lid in lesson_ids for t in targets_for(lid, root) if kinds is None or t.kind in kinds]
     timings = []
     for target in tqdm(targets, desc="building notebooks", unit="nb", file=sys.stderr):
         nb = render(target)
@@ -137,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from course_lib.course.notebooks.source import SourceError
 
     try:
-        timings = build(ids, root, execute=not args.no_execute)
+        timings = build(ids, root, execute=not args.no_execute, only=args.only)
     except (SourceError, CellExecutionError, IsolationError) as exc:
         print(f"course build failed: {exc}", file=sys.stderr)
         return 1

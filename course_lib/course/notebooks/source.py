@@ -18,10 +18,17 @@ solution notebook keeps the block and drops the marker lines. Cell tags steer th
 - ``raises-in-stub``: the cell raises in the exercise notebook (it calls a stub), so it
   gets the ``raises-exception`` tag there, which both nbclient and nbval honour;
 - ``solution-only`` / ``exercise-only``: the cell appears in one notebook only.
+
+Hints have one source, the grader's ``Exercise(..., hints=(...))``: both notebooks get
+each hint of an exercise as its own collapsed markdown cell (a ``<details>`` block),
+right after the exercise's statement (the markdown cell with its ``## Exercise N ·``
+header); the exercise is the one the statement's ``check(...)`` cell names. In a hint,
+`` `code` `` spans become ``<code>`` and the rest is HTML-escaped.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +102,43 @@ def _solution(source: str) -> str:
     return "\n".join(line for line in source.split("\n") if line.strip() not in (BEGIN, END))
 
 
+_EXERCISE_HEADER = re.compile(r"^## Exercise \d+ ·", re.MULTILINE)
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'][^"']+["']\s*,\s*["']([^"']+)["']""")
+
+
+def hint_markdown(number: int, text: str) -> str:
+    """Hint ``number`` (1 = gentlest) as a collapsed block: `` `code` `` -> ``<code>``."""
+    parts = re.split(r"`([^`]*)`", text.strip())
+    body = "".join(
+        f"<code>{html.escape(part, quote=False)}</code>" if odd else html.escape(part, quote=False)
+        for odd, part in ((k % 2 == 1, p) for k, p in enumerate(parts))
+    )
+    return f"<details><summary>Hint {number}</summary>\n{body}\n</details>"
+
+
+def _grader_hints(lesson_id: str) -> dict[str, tuple[str, ...]]:
+    """Each exercise's hints from the lesson's grader (none for a lesson outside the catalog)."""
+    from course_lib.course.grading.lessons import exercises_for
+
+    try:
+        exercises = exercises_for(lesson_id)
+    except KeyError:
+        return {}
+    return {e.name: tuple(e.hints) for e in exercises}
+
+
+def _checked_name(cells: list[NotebookNode]) -> str | None:
+    """The exercise that the first ``exercise-check`` cell among ``cells`` checks (before
+    the next exercise's statement)."""
+    for cell in cells:
+        if cell.cell_type == "markdown" and _EXERCISE_HEADER.search(cell.source):
+            return None
+        if cell.cell_type == "code" and "exercise-check" in cell.metadata.get("tags", []):
+            found = _CHECK_CALL.search(cell.source)
+            return found.group(1) if found else None
+    return None
+
+
 def _clean_cell(cell: NotebookNode, index: int) -> NotebookNode:
     tags = [t for t in cell.metadata.get("tags", []) if t]
     cell.metadata = {"tags": tags} if tags else {}
@@ -114,6 +158,7 @@ def render(target: Target) -> NotebookNode:
         raise SourceError(f"{target.source}: cannot read as a jupytext percent script: {exc}") from exc
     cells: list[NotebookNode] = []
     has_marker = False
+    hints: dict[str, tuple[str, ...]] | None = None  # the grader's, loaded at the first statement
     for i, cell in enumerate(nb.cells):
         tags = list(cell.metadata.get("tags", []))
         where = f"{target.source.name}, cell {i}"
@@ -134,6 +179,12 @@ def render(target: Target) -> NotebookNode:
                 tags.append("raises-exception")
         cell.metadata["tags"] = tags
         cells.append(_clean_cell(cell, len(cells)))
+        if target.kind != "lesson" and cell.cell_type == "markdown" and _EXERCISE_HEADER.search(cell.source):
+            if hints is None:
+                hints = _grader_hints(target.lesson_id)
+            name = _checked_name(nb.cells[i + 1 :])
+            for number, text in enumerate(hints.get(name or "", ()), 1):
+                cells.append(_clean_cell(nbformat.v4.new_markdown_cell(hint_markdown(number, text)), len(cells)))
     if target.kind != "lesson" and not has_marker:
         raise SourceError(f"{target.source}: an exercise source needs at least one {BEGIN!r} block")
     out = nbformat.v4.new_notebook()

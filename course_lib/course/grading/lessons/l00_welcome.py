@@ -16,8 +16,19 @@ gamma = 1 at each finished episode's first step; with hand-computed values; and 
 properties (gamma = 0 and all-done give the rewards; two episodes computed together equal
 the two computed apart; the episode returns add up to the rewards up to the last end).
 A 200,000-step buffer is checked through the recursion's identity within the time limit,
-which the O(T^2) sum does not meet. Every check first refuses a function that is, wraps or
-calls the course's own implementation (:func:`~course_lib.course.grading.helpers.guard_checks`).
+which the O(T^2) sum does not meet. A function that is, wraps or calls the course's own
+implementation is refused by the runner, as in every exercise (:mod:`course_lib.course.grading.guard`).
+
+What each exercise teaches, and how the checks observe it (not only its values):
+
+* discounted_returns, mechanism: one backward pass carrying ``G``, cut by ``(1 - d_t)`` at
+  every episode end and started from ``bootstrap``; observed by a 200,000-step buffer within
+  the time limit, gamma from 0 to 1, bootstrap used or dropped, and a fresh array per call
+  (a second call leaves the first result unchanged: no reused buffer).
+* finished_episode_returns, mechanism: one forward running sum, recorded at each step with
+  ``done = 1`` and restarted at 0 there; observed by episodes whose rewards add up to 0 (an
+  end is found by the flag, never by the value) and by an episode after a large return (the
+  sum restarts; it is not a difference of one running total, which carries its rounding).
 """
 
 from __future__ import annotations
@@ -39,12 +50,10 @@ from course_lib.course.grading.checks import (
     fail,
     short_repr,
 )
-from course_lib.course.grading.helpers import call_on_copies, guard_checks
+from course_lib.course.grading.helpers import call_on_copies
 
 LESSON = "00_welcome"
 NAME = "discounted_returns"
-#: where the course's own returns live: an exercise that is, wraps or calls them is refused
-LIBRARY = ("course_lib.rl", "course_lib.ppo", "course_lib.actor_learner", "course_lib.offpolicy")
 
 
 def episode_end(dones: Sequence[float], t: int) -> int:
@@ -112,6 +121,19 @@ def _returns_float_array(fn: Callable[..., Any]) -> None:
     arr = assert_array(got, what=what, shape=(4,))
     assert_float_dtype(arr, what=what)
     assert_finite(arr, what=what)
+
+
+@check_case("each call returns a new array (a second call leaves the first result unchanged)")
+def _fresh_result(fn: Callable[..., Any]) -> None:
+    first_args = ([1.0, 2.0, 3.0], [0.0, 1.0, 0.0], 0.5)
+    first = assert_array(call_on_copies(fn, *first_args), what=_what(*first_args), shape=(3,))
+    kept = first.copy()
+    call_on_copies(fn, [5.0, -1.0, 4.0, 2.0], [1.0, 0.0, 0.0, 1.0], 0.9)
+    if not np.array_equal(first, kept, equal_nan=True):
+        fail(
+            f"the array {_what(*first_args)} returned changed when {NAME} was called again: return a new "
+            "array from each call (np.zeros(T)), not a view of a buffer you reuse"
+        )
 
 
 @check_case("hand-computed values, one episode cut off after the last step")
@@ -223,30 +245,31 @@ DISCOUNTED_RETURNS = Exercise(
     name=NAME,
     points=10,
     title="discounted return of every step, cut at episode ends (equation 00.1)",
-    checks=guard_checks(
-        (
-            _returns_float_array,
-            _known_values_one_episode,
-            _known_values_episode_end,
-            _gamma_zero,
-            _all_done,
-            _episodes_independent,
-            _matches_oracle,
-            _bootstrap_known_values,
-            _bootstrap_matches_oracle,
-            _long_buffer,
-            _empty,
-            _inputs_unchanged,
-        ),
-        name=NAME,
-        packages=LIBRARY,
-        advice="one backward pass over the rewards (eq. 00.2)",
+    checks=(
+        _returns_float_array,
+        _fresh_result,
+        _known_values_one_episode,
+        _known_values_episode_end,
+        _gamma_zero,
+        _all_done,
+        _episodes_independent,
+        _matches_oracle,
+        _bootstrap_known_values,
+        _bootstrap_matches_oracle,
+        _long_buffer,
+        _empty,
+        _inputs_unchanged,
     ),
+    advice="one backward pass over the rewards (eq. 00.2)",
     hints=(
-        "loop backwards over t, carrying the next step's return: "
-        "G_t = r_t + gamma * (1 - done_t) * G_{t+1}, starting from G = bootstrap after the last step",
-        "done_t = 1 means the episode ended AT step t: G_t is just r_t, nothing after t is added",
-        "allocate the output as np.zeros(len(rewards), dtype=np.float64) so integer rewards give float returns",
+        "Walk the trajectory backwards, carrying the return of the step after the current one: each step's return is "
+        "its own reward plus the discounted return carried from the step after it.",
+        "Before the loop, the carried return is `bootstrap` (the value of what follows the last step). A step with "
+        "`dones[t] = 1` ends its episode there: nothing after it may reach it, so the carried return is cut to 0 at "
+        "that step (multiplied by `1 - dones[t]`) before the step's reward is added.",
+        "Convert the inputs to float64 arrays (`np.asarray` with `dtype=np.float64`: integer rewards must give float "
+        "returns), allocate the output with `np.zeros_like`, and loop `t` over `reversed(range(...))`. The trap is "
+        "the order inside a step: update the carried return first, then store it at `t`.",
     ),
 )
 
@@ -334,6 +357,23 @@ def _fer_unfinished(fn: Callable[..., Any]) -> None:
         assert_float_dtype(_fer_array(fn, rewards, dones, 0), what=_fer_what(rewards, dones))
 
 
+@check_case("an episode whose rewards add up to 0 still ended: its return is 0.0")
+def _fer_zero_returns(fn: Callable[..., Any]) -> None:
+    # episodes [1, -1], [0], [2, 0, 0], [3, -3] end; [1] is still running
+    rewards, dones = [1.0, -1.0, 0.0, 2.0, 0.0, 0.0, 3.0, -3.0, 1.0], [0, 1, 1, 0, 0, 1, 0, 1, 0]
+    expected = [0.0, 0.0, 2.0, 0.0]
+    what = _fer_what(rewards, dones)
+    got = call_on_copies(fn, rewards, dones)
+    if isinstance(got, np.ndarray) and got.ndim == 1 and got.size < len(expected):
+        nonzero = [x for x in expected if x != 0.0]
+        if got.size == len(nonzero) and np.allclose(got, nonzero):
+            fail(
+                f"{what} = {short_repr(got)}; expected {expected}: the episodes whose rewards add up to 0 are missing. "
+                "An episode ends where done = 1: record its sum there, even 0.0"
+            )
+    _fer_expect(fn, rewards, dones, expected)
+
+
 @check_case("every step done gives the rewards")
 def _fer_all_done(fn: Callable[..., Any]) -> None:
     rewards, _ = random_trajectory(seed=30, length=6)
@@ -351,6 +391,22 @@ def _fer_conserves_reward(fn: Callable[..., Any]) -> None:
             f"the returns of {_fer_what(rewards, dones)} add up to {total:.4g}, but the rewards up to the last "
             f"episode end (step {last_end}) add up to {expected:.4g}: every reward belongs to exactly one episode"
         )
+
+
+@check_case("each episode's sum restarts at 0: an episode after a large return gets what it gets alone")
+def _fer_restarts(fn: Callable[..., Any]) -> None:
+    # a first episode with a large return (a terminal bonus of 1e8), then two small ones
+    first_r, first_d = [1e8, 0.1], [0, 1]
+    rest_r, rest_d = [0.1, 0.2, 0.7, 0.1, 0.2], [0, 1, 0, 0, 1]
+    alone = _fer_array(fn, rest_r, rest_d, 2)
+    together = _fer_array(fn, first_r + rest_r, first_d + rest_d, 3)
+    for j in range(2):
+        if not np.isclose(together[j + 1], alone[j], rtol=1e-12, atol=0.0):
+            fail(
+                f"the return of an episode is {float(together[j + 1]):.12g} after an episode of return 1e+08 but "
+                f"{float(alone[j]):.12g} alone: restart the sum at 0 at each episode end. A difference of one running "
+                "total (np.cumsum) carries the rounding of every reward before it"
+            )
 
 
 @check_case("matches G at each finished episode's first step (gamma = 1) on random trajectories")
@@ -374,26 +430,27 @@ FINISHED_EPISODE_RETURNS = Exercise(
     name=FER,
     points=10,
     title="the undiscounted return of every finished episode (equation 00.3)",
-    checks=guard_checks(
-        (
-            _fer_returns_float_array,
-            _fer_known_values,
-            _fer_unfinished,
-            _fer_all_done,
-            _fer_conserves_reward,
-            _fer_matches_oracle,
-            _fer_inputs,
-        ),
-        name=FER,
-        packages=LIBRARY,
-        advice="one forward pass summing rewards until each episode end (eq. 00.3)",
+    checks=(
+        _fer_returns_float_array,
+        _fer_known_values,
+        _fer_unfinished,
+        _fer_zero_returns,
+        _fer_all_done,
+        _fer_conserves_reward,
+        _fer_restarts,
+        _fer_matches_oracle,
+        _fer_inputs,
     ),
+    advice="one forward pass summing rewards until each episode end (eq. 00.3)",
     hints=(
-        "walk forwards keeping a running sum of rewards; at a step with done = 1 record the sum, then restart it at 0",
-        "the reward of the step that ends an episode belongs to that episode: add it before recording the sum; "
-        "the sum left after the last step is an unfinished episode and is not returned",
-        "collect the sums in a list and return np.array(out, dtype=np.float64), which is empty and float "
-        "when no episode ended",
+        "Walk the trajectory forwards, adding each reward to a running sum; an episode's return is the sum at the "
+        "step where it ends.",
+        "At a step with `dones[t] = 1`, add that step's reward first (it belongs to the episode that ends there), "
+        "then record the sum and restart it at 0. What is left in the sum after the last step belongs to an "
+        "unfinished episode: it is not returned.",
+        "Keep the recorded sums in a Python list and turn it into an array only at the end, with `np.array` and "
+        "`dtype=np.float64`, so that integer rewards and a trajectory with no finished episode both give a float "
+        "array. Trap: recording the sum before adding the ending step's reward.",
     ),
 )
 

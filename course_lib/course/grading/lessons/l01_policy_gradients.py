@@ -13,6 +13,26 @@ the deliberately naive oracles below, which mirror the closed forms (a sum per s
 explicit log-sum-exp per row, explicit sums per group), with hand-computed values, and
 with properties. torch is imported inside the checks that need it, so loading this
 module stays light.
+
+What each exercise teaches, and how the checks observe it (not only its values):
+
+* reward_to_go, mechanism: lesson 00's backward recursion run on whole rows, one running
+  return per env, cut by that env's own done; observed by envs ending at different steps,
+  each column computed alone, gamma from 0 to 1, bool, integer and float dones, a float64
+  result (the statement's dtype).
+* surrogate_loss, mechanism: a numerically stable log-softmax, each row's taken action picked,
+  weighted by the detached advantage, averaged and negated, so that autograd gives (01.4);
+  observed by the gradient against (01.4), a repeated batch (a mean), a gradient into
+  ``advantages`` (detached), logits 1000 apart (log(softmax(...)) underflows to -inf or is
+  clipped) and the autograd graph (a log taken of a softmax is named).
+* group_relative_advantages, mechanism: each row's own mean and population std, eps outside the
+  square root, the std only when asked; observed by rows computed alone, both settings,
+  constant groups, eps values, a scale and shift.
+* reinforce_update, mechanism: the learner's reward_to_go and surrogate_loss composed with a
+  batch-normalised baseline and one step of the optimizer it is given; observed by checking
+  the reward_to_go and surrogate_loss it calls first (a slip there is named there), the
+  parameter change against -lr * grad at several discounts and dones dtypes, stale .grad,
+  and an optimizer with weight decay (the step must be the given optimizer's, not plain SGD).
 """
 
 from __future__ import annotations
@@ -26,7 +46,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.course.grading.checks import (
+    CheckFailure,
     Exercise,
+    LearnerError,
     assert_allclose,
     assert_array,
     assert_float_dtype,
@@ -184,12 +206,14 @@ def _rtg_what(shape: tuple[int, ...], gamma: float, extra: str = "") -> str:
     return f"{RTG}(rewards of shape {shape}, dones, gamma={gamma:g}){extra}"
 
 
-@check_case("returns a float numpy array of shape [T, B]")
+@check_case("returns a float64 numpy array of shape [T, B]")
 def _rtg_shape(fn: Callable[..., Any]) -> None:
     rewards, dones = random_rollout(0, 5, 3)
     what = _rtg_what(rewards.shape, 0.9)
     arr = assert_array(call_on_copies(fn, rewards, dones, 0.9), what=what, shape=(5, 3))
     assert_float_dtype(arr, what=what)
+    if arr.dtype != np.float64:
+        fail(f"{what} has dtype {arr.dtype}; the statement asks for float64 (np.asarray(rewards, dtype=np.float64))")
 
 
 @check_case("hand-computed values, two envs with episode ends at different steps")
@@ -272,6 +296,7 @@ REWARD_TO_GO = Exercise(
     name=RTG,
     points=10,
     title="reward-to-go of a time-major [T, B] rollout, cut at episode ends (eq. 01.3)",
+    advice="one backward pass over the time steps, a running return per env (eq. 01.3)",
     checks=(
         _rtg_shape,
         _rtg_known,
@@ -284,11 +309,15 @@ REWARD_TO_GO = Exercise(
         _rtg_inputs,
     ),
     hints=(
-        "lesson 00's backward recursion works on whole rows: G = r[t] + gamma * (1 - d[t]) * G, "
-        "with G a [B] array starting at zeros, for t from T - 1 down to 0",
-        "convert first: r = np.asarray(rewards, dtype=np.float64), d = np.asarray(dones, dtype=np.float64) "
-        "(booleans become 0/1, integers become floats)",
-        "time is axis 0 and envs are axis 1: loop over t = r.shape[0] - 1 ... 0 and write out[t] = G",
+        "Lesson 00's backward recursion works unchanged on whole rows: carry one running return per env, a vector of "
+        "shape `[B]`, and update every env at once at each step.",
+        "Convert both inputs to float64 arrays first (booleans become 0.0/1.0, so `1 - d` works). Time is axis 0: "
+        "loop `t` from `T - 1` down to 0, updating the `[B]` running return from row `t` of the rewards and of the "
+        "dones, and store it into row `t` of the output.",
+        "Start the running return at `np.zeros` of shape `[B]` (the rewards' shape without its first axis) and the "
+        "output at `np.zeros_like` of the float rewards: an empty rollout then gives `[0, B]` with no special case. "
+        "Traps: a loop over the envs as well (not needed), reading the dones of step `t + 1` instead of `t`, and "
+        "writing into the caller's arrays.",
     ),
 )
 
@@ -366,6 +395,78 @@ def _sur_sign(fn: Callable[..., Any]) -> None:
                 f"after a gradient-descent step on your loss, the action taken in sample {i} (advantage "
                 f"{fmt_number(float(adv[i]))}) became more likely; check the sign of the loss"
             )
+
+
+def _log_of_softmax(loss: torch.Tensor) -> bool:
+    """Whether the autograd graph of ``loss`` takes a log of a softmax (``torch.log`` applied to
+    a value computed from ``torch.softmax``, with or without a clamp or an added eps)."""
+    seen: set[int] = set()
+
+    def below(node: Any, wanted: str) -> bool:
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if current is None or id(current) in seen:
+                continue
+            seen.add(id(current))
+            if type(current).__name__ == wanted:
+                return True
+            stack.extend(nxt for nxt, _ in getattr(current, "next_functions", ()))
+        return False
+
+    logs, stack, visited = [], [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in visited:
+            continue
+        visited.add(id(node))
+        if type(node).__name__ == "LogBackward0":
+            logs.append(node)
+        stack.extend(nxt for nxt, _ in getattr(node, "next_functions", ()))
+    return any(below(node, "SoftmaxBackward0") for node in logs)
+
+
+_LOG_SOFTMAX_ADVICE = "use torch.log_softmax(logits, dim=-1) (z - logsumexp(z), never forming pi)"
+
+
+@check_case("a stable log-softmax: logits 1000 apart give a finite, exact loss and gradient (not log(softmax(...)))")
+def _sur_stable(fn: Callable[..., Any]) -> None:
+    import torch
+
+    # row 0 takes an action whose logit is 1003 below the best: pi = e^-1003 is 0.0 in floating
+    # point, so log(softmax) gives log(0) = -inf; row 1 would overflow exp(1000) if not shifted
+    rows = [[0.0, -1000.0, 3.0], [1000.0, 0.0, 1.0], [0.5, -0.5, 0.0]]
+    actions, adv = torch.tensor([1, 1, 2]), torch.tensor([1.0, -0.5, 2.0])
+    expected = naive_surrogate(rows, actions, adv)
+    expected_grad = naive_surrogate_grad(rows, actions, adv)
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.tensor(rows, dtype=dtype, requires_grad=True)
+        what = f"{SUR}(logits 1000 apart, {str(dtype).removeprefix('torch.')})"
+        loss = _sur_value(fn, logits, actions, adv.to(dtype), what)
+        got = float(loss.detach())
+        if not math.isfinite(got):
+            fail(
+                f"{what} = {fmt_number(got)}: softmax gives exactly 0.0 for a logit 1000 below the others, and "
+                f"log(0) = -inf; {_LOG_SOFTMAX_ADVICE}"
+            )
+        if not math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-5):
+            clipped = " (the log of a softmax clipped or shifted by an eps)" if _log_of_softmax(loss) else ""
+            fail(
+                f"{what} = {fmt_number(got)}; expected {fmt_number(expected)}: the taken action's log-probability "
+                f"is -1003.05, whatever floating point does to pi itself{clipped}; {_LOG_SOFTMAX_ADVICE}"
+            )
+        if _log_of_softmax(loss):
+            fail(f"your loss takes torch.log of a softmax, which underflows to log(0) = -inf; {_LOG_SOFTMAX_ADVICE}")
+        if not loss.requires_grad:
+            fail(f"{what} does not depend on `logits` through autograd; compute it with torch operations on logits")
+        (grad,) = torch.autograd.grad(loss, logits)
+        assert_allclose(
+            grad.detach().double().numpy(),
+            expected_grad,
+            what=f"the gradient of {what} w.r.t. logits",
+            rtol=1e-5,
+            atol=1e-7,
+        )
 
 
 @check_case("value matches a naive float64 log-softmax implementation on random inputs")
@@ -449,12 +550,27 @@ SURROGATE_LOSS = Exercise(
     name=SUR,
     points=10,
     title="the surrogate loss whose gradient is minus the policy gradient (eq. 01.7)",
-    checks=(_sur_scalar, _sur_sign, _sur_known, _sur_oracle, _sur_grad, _sur_mean, _sur_detach, _sur_inputs_unchanged),
+    advice="from torch.log_softmax, the taken actions' entries and a mean (eq. 01.7)",
+    checks=(
+        _sur_scalar,
+        _sur_sign,
+        _sur_known,
+        _sur_oracle,
+        _sur_grad,
+        _sur_stable,
+        _sur_mean,
+        _sur_detach,
+        _sur_inputs_unchanged,
+    ),
     hints=(
-        "take torch.log_softmax(logits, dim=-1), pick each row's taken action, weight it by the "
-        "detached advantage, average, and negate",
-        "logp.gather(1, actions.long().unsqueeze(1)).squeeze(1) selects log pi(a_i|s_i) for every row i",
-        "return -(advantages.detach() * logp_taken).mean(): a scalar tensor, not .item()",
+        "Three steps: the log-probabilities of every action under each state's logits, the one of the action actually "
+        "taken in each row, then the advantage-weighted mean of those, negated.",
+        "`torch.log_softmax` over the last axis gives the `[N, K]` log-probabilities in a numerically stable way. "
+        "Select one entry per row, column `actions[i]` of row `i`, with `gather` along dim 1 (or by indexing with "
+        "`torch.arange(N)` and the actions).",
+        "`gather` wants an int64 index of shape `[N, 1]` (`.long()`, `.unsqueeze(1)`; `.squeeze(1)` afterwards). "
+        "Weight by the detached advantages (constants: no gradient may reach them), average with `.mean()`, not "
+        "`.sum()`, negate, and return the tensor itself, not `.item()`.",
     ),
 )
 
@@ -575,6 +691,7 @@ GROUP_RELATIVE_ADVANTAGES = Exercise(
     name=GRA,
     points=10,
     title="group-relative advantages of G answers per prompt (GRPO, eq. 01.6)",
+    advice="from each row's mean and population std (eq. 01.6)",
     checks=(
         _gra_shape,
         _gra_known_mean,
@@ -587,10 +704,13 @@ GROUP_RELATIVE_ADVANTAGES = Exercise(
         _gra_inputs,
     ),
     hints=(
-        "each row is one prompt's group: subtract r.mean(axis=1, keepdims=True), then (optionally) "
-        "divide by r.std(axis=1, keepdims=True) + eps",
-        "np.std is the population std (ddof = 0), which the equation uses; torch's .std() defaults to ddof = 1",
-        "eps goes outside the square root: centred / (std + eps); a constant group then gives 0 / eps = 0",
+        "Each row is one prompt's group and is its own baseline: subtract the row's mean from every reward in the "
+        "row, then, with `normalize_std`, divide by the row's spread.",
+        "Reduce along axis 1 with `keepdims=True`, so that the per-row statistics have shape `[B, 1]` and broadcast "
+        "against `[B, G]`. Compute the centred rewards once; without `normalize_std` they are the answer.",
+        "Use numpy's population std (`.std` with its default `ddof=0`; torch's `.std()` defaults to `ddof=1`), and "
+        "add `eps` to the std, outside the square root: a row of equal rewards then gives 0 / eps = 0, not NaN. Work "
+        "on a float64 copy, never on the caller's array.",
     ),
 )
 
@@ -615,7 +735,8 @@ def _flat_params(policy: torch.nn.Module) -> NDArray[np.float64]:
         return torch.cat([p.detach().reshape(-1) for p in policy.parameters()]).double().numpy().copy()
 
 
-def _rollout(seed: int, n_t: int, n_b: int, obs_dim: int, n_actions: int) -> dict[str, Any]:
+def _rollout(seed: int, n_t: int, n_b: int, obs_dim: int, n_actions: int, dones_dtype: Any = bool) -> dict[str, Any]:
+    """Seeded rollout arrays; ``dones`` as bool (gymnasium), or 0/1 ``int64`` or ``float64``."""
     rng = np.random.default_rng(seed)
     rewards = rng.integers(0, 3, size=(n_t, n_b)).astype(np.float64)
     dones = rng.random((n_t, n_b)) < 0.3
@@ -624,7 +745,7 @@ def _rollout(seed: int, n_t: int, n_b: int, obs_dim: int, n_actions: int) -> dic
         "obs": rng.normal(size=(n_t, n_b, obs_dim)).astype(np.float32),
         "actions": rng.integers(0, n_actions, size=(n_t, n_b)),
         "rewards": rewards,
-        "dones": dones,
+        "dones": dones.astype(dones_dtype),
     }
 
 
@@ -676,11 +797,13 @@ def _run_update(
     )
 
 
-def _check_step(fn: Callable[..., Any], seed: int, stale_grads: bool) -> None:
+def _check_step(
+    fn: Callable[..., Any], seed: int, stale_grads: bool, gamma: float = 0.9, dones_dtype: Any = bool
+) -> None:
     import torch
 
-    data = _rollout(seed, n_t=5, n_b=3, obs_dim=3, n_actions=3)
-    gamma, lr = 0.9, 0.1
+    data = _rollout(seed, n_t=5, n_b=3, obs_dim=3, n_actions=3, dones_dtype=dones_dtype)
+    lr = 0.1
     policy = _make_policy(3, 3, seed)
     reference = copy.deepcopy(policy)  # the learner's step changes `policy`
     _, expected = _expected_change(reference, data, gamma, lr)
@@ -704,24 +827,82 @@ def _check_step(fn: Callable[..., Any], seed: int, stale_grads: bool) -> None:
         fail("the parameters moved opposite to a policy-gradient step: minimise -mean(A * log pi), not +mean")
     if np.allclose(change, 0.0, atol=1e-9):
         fail("the parameters did not change: call loss.backward() and optimizer.step()")
-    fail_if_known_mistake(
-        change,
-        {
-            message: lambda bug=bug: _expected_change(reference, data, gamma, lr, **bug)[1]
-            for message, bug in _KNOWN_BUGS.items()
-        },
-        rtol=1e-3,
-        atol=1e-6,
-    )
+    n = data["actions"].size
+    if np.allclose(change, n * expected, rtol=1e-3, atol=1e-6):
+        fail(
+            f"the parameters moved {n} times as far as expected: the loss is a sum over the T * B = {n} steps; average"
+        )
+    mistakes: dict[str, Any] = {
+        message: lambda bug=bug: _expected_change(reference, data, gamma, lr, **bug)[1]
+        for message, bug in _KNOWN_BUGS.items()
+    }
+    for other in (0.0, 0.5, 0.9, 0.99, 1.0):
+        if other != gamma:
+            mistakes[
+                f"the returns are discounted with gamma={other:g}, not the gamma passed in ({gamma:g}): "
+                "pass `gamma` on to the returns"
+            ] = lambda other=other: _expected_change(reference, data, other, lr)[1]
+    fail_if_known_mistake(change, mistakes, rtol=1e-3, atol=1e-6)
     bad = int(np.argmax(np.abs(change - expected)))
     fail(
-        f"after one SGD step (lr={lr:g}) parameter {bad} changed by {fmt_number(change[bad])}; "
+        f"after one SGD step (lr={lr:g}, gamma={gamma:g}) parameter {bad} changed by {fmt_number(change[bad])}; "
         f"expected -lr * dL/dtheta = {fmt_number(expected[bad])}"
     )
 
 
-@check_case("one SGD step moves the parameters by -lr * grad L")
+def _called_names(fn: Any) -> set[str]:
+    """The global names the learner's ``fn`` reads, with those of the learner's own helper
+    functions it reads (defined in the same namespace), and of nested code (lambdas, inner
+    functions). A static walk: nothing is run."""
+    import types
+
+    if not isinstance(fn, types.FunctionType):
+        return set()
+    namespace, names, seen = fn.__globals__, set(), set()
+    stack = [fn.__code__]
+    while stack:
+        code = stack.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        for name in code.co_names:
+            names.add(name)
+            value = namespace.get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+                stack.append(value.__code__)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def _require_own_exercise(fn: Any, name: str, number: int, exercise: Exercise) -> None:
+    """If ``fn`` reads the learner's own ``name`` (exercise ``number``), run that exercise's checks
+    on it and fail, naming it, at the first that fails. The library's function (the statement
+    offers it) is not checked here."""
+    dep = getattr(fn, "__globals__", {}).get(name)
+    if name not in _called_names(fn) or not callable(dep):
+        return
+    if str(getattr(dep, "__module__", "") or "").startswith("course_lib"):
+        return
+    head = f"fix {name} first (exercise {number}; {UPD} calls it)"
+    for chk in exercise.checks:
+        try:
+            chk.fn(dep)
+        except NotImplementedError:
+            fail(f"{UPD} calls your {name}, which is not implemented yet: solve exercise {number} first")
+        except LearnerError as exc:
+            if isinstance(exc.error, NotImplementedError):
+                fail(f"{UPD} calls your {name}, which is not implemented yet: solve exercise {number} first")
+            fail(f"{head}: {name} raised {type(exc.error).__name__}: {exc.error} in {exc.call_repr}")
+        except CheckFailure as exc:
+            fail(f"{head}: {exc}")
+
+
+@check_case("its reward_to_go and surrogate_loss pass their checks; one SGD step moves the parameters by -lr * grad L")
 def _upd_step(fn: Callable[..., Any]) -> None:
+    # a slip in the learner's reward_to_go or surrogate_loss (a sum for a mean) is named there,
+    # not as a parameter that moved too far; the stub calls neither and reads "not implemented yet"
+    _require_own_exercise(fn, RTG, 1, REWARD_TO_GO)
+    _require_own_exercise(fn, SUR, 2, SURROGATE_LOSS)
     _check_step(fn, seed=0, stale_grads=False)
 
 
@@ -746,12 +927,43 @@ def _upd_loss(fn: Callable[..., Any]) -> None:
 
 @check_case("stale gradients in .grad do not leak into the step")
 def _upd_zero_grad(fn: Callable[..., Any]) -> None:
-    _check_step(fn, seed=2, stale_grads=True)
+    _check_step(fn, seed=2, stale_grads=True, gamma=0.5)
 
 
-@check_case("episode ends cut the returns (a rollout with many episodes)")
+@check_case("episode ends cut the returns, at gamma 0.99, 1 and 0, with 0/1 integer and float dones")
 def _upd_dones(fn: Callable[..., Any]) -> None:
-    _check_step(fn, seed=3, stale_grads=False)
+    _check_step(fn, seed=3, stale_grads=False, gamma=0.99, dones_dtype=np.int64)
+    _check_step(fn, seed=6, stale_grads=False, gamma=1.0, dones_dtype=np.float64)
+    _check_step(fn, seed=7, stale_grads=False, gamma=0.0)
+
+
+@check_case("the step is the given optimizer's (SGD with weight decay here), not plain SGD")
+def _upd_optimizer(fn: Callable[..., Any]) -> None:
+    import torch
+
+    data = _rollout(8, n_t=5, n_b=3, obs_dim=3, n_actions=3)
+    gamma, lr, decay = 0.9, 0.1, 0.5
+    policy = _make_policy(3, 3, 8)
+    reference = copy.deepcopy(policy)
+    _, plain = _expected_change(reference, data, gamma, lr)
+    # the optimizer's own rule: p <- p - lr * (grad + decay * p)
+    expected = plain - lr * decay * _flat_params(reference)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=lr, weight_decay=decay)
+    before = _flat_params(policy)
+    _run_update(fn, policy, optimizer, data, gamma)
+    change = _flat_params(policy) - before
+    if np.allclose(change, expected, rtol=1e-3, atol=1e-6):
+        return
+    if np.allclose(change, plain, rtol=1e-3, atol=1e-6):
+        fail(
+            f"the parameters moved by -lr * grad, a plain SGD step, but the optimizer passed in has "
+            f"weight_decay={decay:g}: take the step with optimizer.step() (it may be Adam, momentum, weight decay)"
+        )
+    bad = int(np.argmax(np.abs(change - expected)))
+    fail(
+        f"with torch.optim.SGD(lr={lr:g}, weight_decay={decay:g}) parameter {bad} changed by "
+        f"{fmt_number(change[bad])}; the optimizer's step gives {fmt_number(expected[bad])}"
+    )
 
 
 @check_case("does not modify its inputs")
@@ -802,12 +1014,21 @@ REINFORCE_UPDATE = Exercise(
     name=UPD,
     points=15,
     title="one REINFORCE step: reward-to-go, normalised baseline, surrogate loss, optimizer step",
-    checks=(_upd_step, _upd_loss, _upd_zero_grad, _upd_dones, _upd_inputs, _upd_learns),
+    checks=(_upd_step, _upd_loss, _upd_zero_grad, _upd_dones, _upd_optimizer, _upd_inputs, _upd_learns),
+    allowed=("course_lib.rl.pg.discounted_returns", "course_lib.rl.pg.surrogate_loss"),
+    advice="from your reward_to_go and surrogate_loss (or the library's, which the statement offers), torch and numpy",
     hints=(
-        "G = reward_to_go(rewards, dones, gamma); A = (G - G.mean()) / (G.std() + 1e-8); flatten obs to "
-        "[T * B, obs_dim] and actions, A to [T * B]; loss = surrogate_loss(policy(obs), actions, A)",
-        "clear stale gradients, then backpropagate and step: optimizer.zero_grad(); loss.backward(); optimizer.step()",
-        "convert with torch.as_tensor(x, dtype=torch.float32) (actions: .long()) and return loss.item()",
+        "One REINFORCE step in four parts, reusing your earlier exercises: the reward-to-go of the rollout (exercise "
+        "1), advantages normalised over the whole rollout, the surrogate loss on every step of it (exercise 2), then "
+        "one optimizer step.",
+        "Normalise the returns over the whole `[T, B]` array: minus their mean, divided by their std plus `1e-8` (in "
+        "numpy: the population std). The policy takes a batch of observations, so flatten time and env together: "
+        "observations to `[T * B, obs_dim]`, actions and advantages to `[T * B]`, as torch tensors (float32; the "
+        "actions int64).",
+        "The optimizer step is the usual three calls, in this order: clear the stale gradients, backpropagate the "
+        "loss, step (clearing after the backward pass throws the gradient away). Return the loss as a Python float "
+        "(`.item()`). Traps: calling the policy on the unflattened `[T, B, obs_dim]` array, and a sum where the "
+        "surrogate takes a mean.",
     ),
 )
 

@@ -16,6 +16,27 @@ equations), with hand-computed values, and with properties. Inputs cross the
 clip thresholds on both sides. Where a wrong answer matches a known mistake (inverted
 ratio, self-normalised mean, the KL bound instead of the exact fraction, ...), the message
 names the mistake. torch is imported inside the checks that need it.
+
+What each exercise teaches, and how the checks observe it (not only its values):
+
+* is_estimate, mechanism: every sample weighted by its full ratio exp(log pi - log mu), formed in
+  log space, and averaged over N; observed by the average over every single sample x ~ mu
+  (unbiased), including a sample mu draws with probability e^-30 (a weight of e^29: a cap or a
+  clamp on the weight or its log, truncated IS (02.4), is named), and log-probabilities near -1000.
+* effective_sample_size, mechanism: (sum w)^2 / sum w^2 with a guard for all-zero weights;
+  observed by equal weights over N from 1 to 1000, one non-zero weight, scale invariance,
+  [1, N], random weights of growing spread.
+* expected_ess_fraction, mechanism: 1 / sum_k exp(2 log pi_k - log mu_k), an expectation under
+  the sampler mu summed over the actions, in log space; observed against chi^2 summed another way,
+  along lesson 02's family (falling, below exp(-KL)), against 200,000 samples of mu, at -800.
+* token_and_sequence_ratios, mechanism: per-token log-ratios selected by the mask (0 where it is
+  False), summed per row and exponentiated at the end; observed by masks with holes (a prompt
+  before the answer, padding after: a mask rebuilt from its lengths is wrong there), -inf and
+  NaN at masked positions (a mask multiplied in gives 0 * inf = NaN), -800 log-probabilities.
+* clipped_surrogate_loss, mechanism: r = exp(logp_new - sg[logp_old]), min(r A, clip(r) A) per
+  sample, averaged and negated; observed by its value and gradient on both sides of both
+  thresholds with A of both signs, eps from 0.1 to 0.3, gradients into logp_old and advantages,
+  and log-probabilities near -800 (a ratio of probabilities is 0 / 0 there).
 """
 
 from __future__ import annotations
@@ -212,7 +233,7 @@ def _ise_known(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("averaged over every single sample x ~ mu it gives E_pi[f] exactly (unbiased)")
+@check_case("averaged over every single sample x ~ mu it gives E_pi[f] exactly (unbiased), rare samples included")
 def _ise_unbiased(fn: Callable[..., Any]) -> None:
     pi = np.array([0.1, 0.2, 0.3, 0.4])
     mu = np.array([0.4, 0.3, 0.2, 0.1])
@@ -226,6 +247,25 @@ def _ise_unbiased(fn: Callable[..., Any]) -> None:
         math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12),
         f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) is {fmt_number(mean)}; "
         f"expected E_pi[f] = {fmt_number(exact)}: the estimate is biased",
+    )
+    # mu draws arm 3 with probability e^-30, pi with 0.4: its weight is e^29.1 = 4.3e12, and it
+    # carries a third of E_pi[f]; capping or clamping the weight (or its log) drops that share
+    log_mu = [math.log(0.5), math.log(0.3), math.log(0.2 - math.exp(-30.0)), -30.0]
+    log_pi = [math.log(0.1), math.log(0.2), math.log(0.3), math.log(0.4)]
+    singles = [_scalar(call_on_copies(fn, [f[x]], [log_pi[x]], [log_mu[x]]), f"{ISE} of one sample") for x in range(4)]
+    mean = sum(math.exp(log_mu[x]) * singles[x] for x in range(4))
+    if math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12):
+        return
+    rare = math.exp(log_pi[3] - log_mu[3]) * f[3]
+    if math.isfinite(singles[3]) and singles[3] < rare * (1 - 1e-6):
+        fail(
+            f"a sample mu draws with probability e^-30 and pi with 0.4 has weight e^29.1 = {fmt_number(rare / f[3])}, "
+            f"but {ISE}([2.0], [log 0.4], [-30]) = {fmt_number(singles[3])}: capping or clamping the weight (or "
+            "its log) is truncated IS (02.4), which is biased; the IS estimate (02.2) keeps the full weight"
+        )
+    fail(
+        f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) with a rare x (mu = e^-30) is "
+        f"{fmt_number(mean)}; expected E_pi[f] = {fmt_number(exact)}: the estimate is biased"
     )
 
 
@@ -283,12 +323,16 @@ IS_ESTIMATE = Exercise(
     name=ISE,
     points=10,
     title="the importance-sampling estimate of E_pi[f] from samples of mu (eq. 02.2)",
+    advice="from the log-ratios, np.exp and a mean (eq. 02.2)",
     checks=(_ise_scalar, _ise_known, _ise_on_policy, _ise_unbiased, _ise_oracle, _ise_stable, _ise_inputs),
     hints=(
-        "w_i = exp(logp_target[i] - logp_behaviour[i]); return the mean of w_i * values[i] as a float",
-        "the ratio of probabilities is the exponential of the difference of log-probabilities: never exponentiate "
-        "the log-probabilities separately (exp(-1000) is 0.0)",
-        "divide by N (np.mean), not by the sum of the weights: the self-normalised estimate is biased",
+        "Each sample is weighted by how much more (or less) likely the target policy makes it than the behaviour "
+        "policy that drew it; the estimate is the plain average of weight times value.",
+        "Work with the log-probabilities: a ratio of probabilities is the exponential of a difference of logs, target "
+        "minus behaviour. Never exponentiate the two log-probabilities separately (`exp(-1000)` is 0.0).",
+        "Convert the three inputs to float64 arrays, apply `np.exp` once to the difference, and average with "
+        "`np.mean`: divide by N, not by the sum of the weights (that is the biased, self-normalised estimate). Return "
+        "a Python `float`.",
     ),
 )
 
@@ -391,11 +435,16 @@ EFFECTIVE_SAMPLE_SIZE = Exercise(
     name=ESS,
     points=10,
     title="the effective sample size (sum w)^2 / sum w^2 (eq. 02.6)",
+    advice="from two sums over the weights (eq. 02.6)",
     checks=(_ess_scalar, _ess_known, _ess_equal, _ess_one, _ess_scale, _ess_oracle, _ess_zero, _ess_inputs),
     hints=(
-        "two sums over the weights: s1 = sum w, s2 = sum w^2; the ESS is s1 ** 2 / s2",
-        "equal weights must give N and a single non-zero weight 1: check your formula on [1, 1] and [0, 1]",
-        "return 0.0 when s2 == 0 before dividing, and float(...) the result",
+        "The ESS compares the square of the total weight with the sum of the squared weights: it is N for N equal "
+        "weights and 1 when a single weight carries everything.",
+        "Two sums over the weights as a float64 array, then one division; check your formula by hand on `[1, 1]` (ESS "
+        "2) and `[0, 1]` (ESS 1).",
+        "Guard the division: when the sum of squares is 0 (every weight 0), return `0.0` before dividing, and wrap "
+        "the result in `float(...)`. Trap: the square of the sum and the sum of the squares swapped, which gives 1 / "
+        "ESS.",
     ),
 )
 
@@ -544,6 +593,7 @@ EXPECTED_ESS_FRACTION = Exercise(
     name=EEF,
     points=10,
     title="the large-batch ESS fraction 1 / E_mu[w^2] = 1 / (1 + chi2) from the two distributions (eq. 02.6-02.7)",
+    advice="from one sum of exp(2 log pi - log mu) over the actions (eq. 02.6-02.7)",
     checks=(
         _eef_scalar,
         _eef_known,
@@ -555,9 +605,12 @@ EXPECTED_ESS_FRACTION = Exercise(
         _eef_inputs,
     ),
     hints=(
-        "E_mu[w^2] = sum_k mu_k (pi_k / mu_k)^2 = sum_k pi_k^2 / mu_k; return 1 / E_mu[w^2] as a float",
-        "form each term in log space: exp(2 * logp_target - logp_behaviour); exp(-800) is 0.0, its log is not",
-        "the average is over mu (the sampler), and a sum over the actions, not a mean; exp(-KL) is only the bound",
+        "Two steps: the second moment of the weight under the behaviour policy mu (the sampler), then its inverse.",
+        "E_mu[w^2] = sum over the actions k of mu_k (pi_k / mu_k)^2 = sum_k pi_k^2 / mu_k: a sum over the actions, "
+        "not a mean, and weighted by mu, not by pi.",
+        "Form each term in log space, one `np.exp` per action of twice the target's log-probability minus the "
+        "behaviour's (a probability of `exp(-800)` is 0.0, its log is not), then `np.sum` and invert; return a Python "
+        "float. Not `exp(-KL)`: that is only the bound.",
     ),
 )
 
@@ -652,6 +705,51 @@ def _tsr_padding(fn: Callable[..., Any]) -> None:
     assert_allclose(seqs, [4.0, 2.0], what=f"the sequence ratios of {what}")
 
 
+@check_case("the mask, position by position: a prompt before the answer, a hole inside, -inf and NaN where it is False")
+def _tsr_mask_holes(fn: Callable[..., Any]) -> None:
+    # mask False: row 0's prompt (2 tokens) and padding; a tool output inside row 1; row 2's first token
+    mask = np.array(
+        [
+            [False, False, True, True, True, False],
+            [True, True, False, True, False, False],
+            [False, True, True, True, True, True],
+        ]
+    )
+    log_ratio = np.array(
+        [[0.0, 0.0, 0.5, -0.25, 0.75, 0.0], [0.25, -0.5, 0.0, 1.0, 0.0, 0.0], [0.0, 0.5, 0.5, -1, 0.25, 0.1]]
+    )
+    old = np.log(np.full(mask.shape, 0.3))
+    new = old + log_ratio
+    # where mask is False a batch holds anything: -inf (the log of a padded probability), NaN
+    new[0, :2], old[0, :2] = -np.inf, -np.inf
+    new[0, 5], old[0, 5] = np.nan, 0.0
+    new[1, 2], old[1, 2] = np.inf, -2.0
+    new[1, 4:], old[1, 4:] = 0.0, np.nan
+    new[2, 0], old[2, 0] = -np.inf, -1.0
+    expected_tokens = np.where(mask, np.exp(log_ratio), 1.0)
+    expected_seqs = np.exp(np.where(mask, log_ratio, 0.0).sum(axis=1))
+    what = f"{TSR}(a mask with a prompt, a hole and padding)"
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokens, seqs = _tsr(fn, new, old, mask, what)
+    tokens_f = np.asarray(tokens, dtype=np.float64)
+    skipped = mask & np.isclose(tokens_f, 1.0) & ~np.isclose(expected_tokens, 1.0)
+    if skipped.any():
+        i, t = (int(k) for k in np.argwhere(skipped)[0])
+        fail(
+            f"the token ratio at [{i}, {t}] of {what} is 1.0, but mask is True there (after a prompt or a hole): "
+            f"expected {fmt_number(expected_tokens[i, t])}. Read the mask position by position: a mask rebuilt "
+            "from each row's length assumes the real tokens come first"
+        )
+    if not (np.isfinite(tokens_f).all() and np.isfinite(np.asarray(seqs, dtype=np.float64)).all()):
+        fail(
+            f"{what} contains NaN or inf: where mask is False the batch holds -inf and NaN, and multiplying by a 0 "
+            "mask keeps them (0 * inf is NaN): select the real tokens (np.where on the mask) instead of multiplying"
+        )
+    assert_allclose(tokens, expected_tokens, what=f"the token ratios of {what}")
+    assert_allclose(seqs, expected_seqs, what=f"the sequence ratios of {what}", rtol=1e-9)
+
+
 @check_case("each sequence ratio is the product of its real token ratios")
 def _tsr_product(fn: Callable[..., Any]) -> None:
     new, old, mask = _padded_batch(1, 6, 9)
@@ -710,11 +808,16 @@ TOKEN_AND_SEQUENCE_RATIOS = Exercise(
     name=TSR,
     points=10,
     title="per-token ratios and their product over each sequence, with padding (eq. 02.3)",
-    checks=(_tsr_shapes, _tsr_known, _tsr_padding, _tsr_product, _tsr_oracle, _tsr_long, _tsr_inputs),
+    advice="from the masked log-ratios, a sum per row and np.exp (eq. 02.3)",
+    checks=(_tsr_shapes, _tsr_known, _tsr_padding, _tsr_mask_holes, _tsr_product, _tsr_oracle, _tsr_long, _tsr_inputs),
     hints=(
-        "log_ratio = np.where(mask, logp_new - logp_old, 0.0): 0 at padding, so its exp is 1 and it adds nothing to a sum",
-        "the sequence's log-ratio is the sum of its tokens' log-ratios, log_ratio.sum(axis=1); exponentiate at the end",
-        "return np.exp(log_ratio), np.exp(log_ratio.sum(axis=1)) with mask = np.asarray(mask, dtype=bool)",
+        "A token's ratio is the exponential of its log-ratio; a sequence's ratio is the product of its tokens' "
+        "ratios, that is the exponential of the sum of their log-ratios. Padding must count as a ratio of 1.",
+        "Compute the `[B, L]` log-ratios once and set them to 0 at the padding (`np.where` with the mask as a boolean "
+        "array): exp(0) = 1, and 0 adds nothing to a sum.",
+        "The sequence's log-ratio is a sum along axis 1, one number per row; exponentiate after summing, not before "
+        "(a product of many small ratios underflows). Return a tuple: the per-token ratios `[B, L]`, then the "
+        "per-sequence ones `[B]`.",
     ),
 )
 
@@ -857,6 +960,29 @@ def _csl_gradient(fn: Callable[..., Any]) -> None:
         assert_allclose(grad, expected, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
 
 
+@check_case("log-probabilities near -800 (probabilities underflow to 0.0): a finite loss and gradient")
+def _csl_stable(fn: Callable[..., Any]) -> None:
+    # a sequence-level log-probability (GSPO's ratio, lesson 02's long answers) is easily -800
+    ratios, adv = [1.5, 0.5, 1.1, 0.9], [1.0, -1.0, 2.0, -0.5]
+    old = [-800.0, -800.5, -799.0, -801.0]
+    new, old_t, a = _csl_tensors(old, ratios, adv)
+    what = f"{CSL}(log-probabilities near -800, ratios {ratios}, A {adv})"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = _csl_value(fn, new, old_t, a, 0.2, what)
+    if not math.isfinite(float(loss.detach())):
+        fail(
+            f"{what} = {fmt_number(float(loss.detach()))}: exp(-800) is 0.0 in floating point, so "
+            "exp(logp_new) / exp(logp_old) is 0 / 0; form the ratio as exp(logp_new - logp_old)"
+        )
+    expected, expected_grad = naive_clipped_loss_and_grad(new.detach(), old_t, a, 0.2)
+    got, grad = _csl_grad(fn, new, old_t, a, 0.2, what)
+    assert_true(
+        math.isclose(got, expected, rel_tol=1e-6), f"{what} = {fmt_number(got)}; expected {fmt_number(expected)}"
+    )
+    assert_allclose(grad, expected_grad, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
+
+
 @check_case("no gradient reaches logp_old or the advantages")
 def _csl_detached(fn: Callable[..., Any]) -> None:
     new, old, adv = _csl_tensors(*_csl_random(30, 6), old_grad=True)
@@ -890,12 +1016,26 @@ CLIPPED_SURROGATE_LOSS = Exercise(
     name=CSL,
     points=15,
     title="minus PPO's clipped surrogate, averaged (eq. 02.5)",
-    checks=(_csl_scalar, _csl_ratio_one, _csl_known, _csl_eps, _csl_oracle, _csl_gradient, _csl_detached, _csl_inputs),
+    advice="from torch.exp, torch.clamp, torch.min and a mean (eq. 02.5)",
+    checks=(
+        _csl_scalar,
+        _csl_ratio_one,
+        _csl_known,
+        _csl_eps,
+        _csl_oracle,
+        _csl_gradient,
+        _csl_stable,
+        _csl_detached,
+        _csl_inputs,
+    ),
     hints=(
-        "ratio = torch.exp(logp_new - logp_old.detach()); the two terms are ratio * A and "
-        "torch.clamp(ratio, 1 - eps, 1 + eps) * A, with A detached",
-        "take the elementwise torch.min of the two terms (the pessimistic bound), not the max",
-        "return -torch.min(unclipped, clipped).mean(): minus (optimisers minimise), a mean, and a tensor (no .item())",
+        "PPO compares, per sample, the ratio times the advantage with the same product for the ratio clipped to [1 - "
+        "eps, 1 + eps], keeps the pessimistic (smaller) of the two, and averages; the loss is minus that average.",
+        "The ratio is `torch.exp` of the new minus the old log-probabilities. The old log-probabilities and the "
+        "advantages are constants (detach them); only the new log-probabilities carry the gradient.",
+        "`torch.clamp` clips the ratio (not the product); `torch.min` of the two terms is elementwise (the minimum, "
+        "not the maximum); average with `.mean()`, then negate, because optimisers minimise. Return the tensor, not "
+        "`.item()`.",
     ),
 )
 

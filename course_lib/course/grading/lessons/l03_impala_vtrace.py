@@ -1,32 +1,54 @@
 """Lesson 03's graded exercises: V-trace targets, clipped policy-gradient advantages,
-policy-lag accounting, and one unroll of an actor.
+one step of the learner over the shared-memory rollout slots, and one unroll of an actor.
 
 The learner writes:
 
 * ``vtrace_targets(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, c_bar=1.0) -> vs [T, B]``  (03.2-03.3)
 * ``pg_advantages(log_rhos, discounts, rewards, values, vs, bootstrap_value, pg_rho_bar=1.0) -> [T, B]``  (03.4)
-* ``rollout_lag(learner_version, versions [T, B]) -> [B]``
+* ``learner_step(slots, full, free_queue, learner, weights) -> lags [len(full) * B]``
 * ``actor_unroll(envs, policy, obs, slot, version, generator) -> next obs``
+
+What each exercise teaches, and how its checks observe it:
+
+* ``vtrace_targets``, mechanism: the truncated-importance-weighted backward recursion (03.3), rho_bar on the
+  TD error and c_bar on the trace, cut by each step's own discount; observed: the paper's double sum on inputs
+  whose ratios cross both thresholds, several (rho_bar, c_bar), a different gamma_t at every step, two episodes
+  in one trajectory, columns apart.
+* ``pg_advantages``, mechanism: the one-step look-ahead with the next V-trace target, weighted by the ratio
+  truncated at pg_rho_bar alone; observed: an element-by-element oracle over several thresholds and per-step
+  discounts, episode ends.
+* ``learner_step``, mechanism: the learner's half of the slot protocol: copy the full slots out of shared
+  memory, hand them back before learning (acting and learning overlap), measure each column's lag from its
+  oldest version at the version that learns, refuse a future version before learning, publish the updated
+  model with the new version; observed: fakes that log the order of events, a free queue that refills a slot
+  the moment it is freed (so a batch that is still a view changes), the batch the update receives, what is
+  published and when.
+* ``actor_unroll``, mechanism: one unroll written in place into a shared-memory slot: the observation acted on,
+  an action sampled from the policy with the given generator, log mu, the version, done = terminated or
+  truncated, the bootstrap observation, with autograd off; observed: a fake vector env that logs every
+  transition and ends episodes both ways, the slot tensors' identity, the action frequencies, two generators
+  seeded alike, the policy's grad mode at every call.
 
 The checks never call the course's implementations (``course_lib.rl.vtrace.vtrace``,
 ``course_lib.actor_learner``): they compare with deliberately naive oracles that mirror
 the paper's formula term by term (``course_lib.rl.vtrace.vtrace_naive``, an explicit O(T^2)
-double sum with an explicit product per term, which the lesson also shows; the ones
-below), with hand-computed values, and with properties, on inputs whose ratios cross
-both clip thresholds.
+double sum with an explicit product per term; the ones below), with hand-computed values,
+with properties, on inputs whose ratios cross both clip thresholds, and with fakes that
+record what the learner's code did.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.course.grading.checks import (
     Exercise,
+    LearnerError,
     assert_allclose,
     assert_array,
     assert_inputs_unchanged,
@@ -37,7 +59,6 @@ from course_lib.course.grading.checks import (
 )
 from course_lib.course.grading.helpers import (
     assert_numpy_result,
-    assert_raises,
     call_on_copies,
     call_text,
     fail_if_known_mistake,
@@ -95,17 +116,20 @@ def naive_nstep_return(discounts: Any, rewards: Any, bootstrap_value: Any) -> ND
 
 
 def random_trajectory(
-    seed: int, n_t: int, n_b: int, gamma: float = 0.9, p_done: float = 0.2, spread: float = 0.8
+    seed: int, n_t: int, n_b: int, gamma: float | None = None, p_done: float = 0.2, spread: float = 0.8
 ) -> dict[str, NDArray[np.float64]]:
     """Seeded V-trace inputs; ``log_rhos ~ N(0, spread^2)``, so ratios fall on both sides of 1
-    (and of thresholds like 0.8 and 1.5); discounts are 0 where an episode ended."""
+    (and of thresholds like 0.8 and 1.5); discounts are 0 where an episode ended, and
+    ``gamma`` elsewhere, or (``gamma=None``) a different gamma_t in [0.5, 1] at every step, so
+    that an implementation reading them as one gamma times "not done" shows."""
     rng = np.random.default_rng(seed)
     log_rhos = rng.normal(scale=spread, size=(n_t, n_b))
     log_rhos.flat[0] = math.log(3.0)  # at least one ratio far above every threshold
     log_rhos.flat[-1] = math.log(0.3)  # and one far below
+    gammas = np.round(rng.uniform(0.5, 1.0, size=(n_t, n_b)), 3) if gamma is None else np.full((n_t, n_b), gamma)
     return {
         "log_rhos": log_rhos,
-        "discounts": np.where(rng.random((n_t, n_b)) > p_done, gamma, 0.0),
+        "discounts": np.where(rng.random((n_t, n_b)) > p_done, gammas, 0.0),
         "rewards": np.round(rng.normal(size=(n_t, n_b)), 3),
         "values": np.round(rng.normal(size=(n_t, n_b)), 3),
         "bootstrap_value": np.round(rng.normal(size=n_b), 3),
@@ -154,6 +178,19 @@ def _naive(data: dict[str, Any], rho_bar: float | None, c_bar: float | None, **b
     return vtrace_naive(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar, **bug)
 
 
+#: The message for discounts read as one gamma times "not done" (right only when every gamma_t is equal).
+ONE_GAMMA = (
+    "discounts[t] is the step's own gamma_t (it may differ from step to step, 0 where an episode ended): use "
+    "the array as given, not one gamma times (discounts > 0)"
+)
+
+
+def one_gamma(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its discounts replaced by one gamma (their maximum) where they are not 0."""
+    d = np.asarray(data["discounts"], dtype=np.float64)
+    return {**data, "discounts": d.max() * (d > 0)}
+
+
 def _vt_known_bugs(data: dict[str, Any], rho_bar: float, c_bar: float) -> dict[str, NDArray[np.float64]]:
     """What some plausible wrong answers return on ``data``, keyed by the message naming the bug."""
     zero_boot = {**data, "bootstrap_value": np.zeros_like(data["bootstrap_value"])}
@@ -172,6 +209,7 @@ def _vt_known_bugs(data: dict[str, Any], rho_bar: float, c_bar: float) -> dict[s
         "(gamma_t = 0) cuts it": _naive(data, rho_bar, c_bar, trace_discount=False),
         "the result is v_s - V(x_s); add V(x_s) to get the target v_s": _naive(data, rho_bar, c_bar)
         - np.asarray(data["values"]),
+        ONE_GAMMA: _naive(one_gamma(data), rho_bar, c_bar),
     }
 
 
@@ -214,7 +252,13 @@ def _vt_on_policy(fn: Callable[..., Any]) -> None:
     data = random_trajectory(1, 7, 4)
     data["log_rhos"] = np.zeros((7, 4))
     expected = naive_nstep_return(data["discounts"], data["rewards"], data["bootstrap_value"])
-    assert_allclose(_vt(fn, data), expected, what=_vt_what(data) + " with all log_rhos = 0")
+    single = one_gamma(data)
+    _compare(
+        _vt(fn, data),
+        expected,
+        lambda: {ONE_GAMMA: naive_nstep_return(single["discounts"], data["rewards"], data["bootstrap_value"])},
+        _vt_what(data) + " with all log_rhos = 0",
+    )
 
 
 @check_case("matches the paper's formula on random inputs crossing both thresholds")
@@ -269,12 +313,17 @@ VTRACE_TARGETS = Exercise(
     title="V-trace value targets v_s with truncated rho and c (eq. 03.2-03.3)",
     checks=(_vt_shape, _vt_known, _vt_on_policy, _vt_oracle, _vt_thresholds, _vt_episodes, _vt_columns, _vt_inputs),
     hints=(
-        "go backwards: acc = delta_t + gamma_t * c_t * acc, and v_t = V(x_t) + acc, starting from acc = 0 after "
-        "the last step (eq. 03.3)",
-        "rho_t = min(rho_bar, exp(log_rho_t)) multiplies delta_t; c_t = min(c_bar, exp(log_rho_t)) multiplies the "
-        "trace; V(x_{t+1}) is values[t + 1], or bootstrap_value at t = T - 1",
-        "values_tp1 = np.concatenate([values[1:], bootstrap_value[None]]); "
-        "deltas = rho * (rewards + discounts * values_tp1 - values)",
+        "V-trace is a backward recursion like the discounted return (eq. 03.3): each target is the value estimate "
+        "plus a correction that accumulates the clipped TD errors of the steps ahead, shrunk by the discounts and the "
+        "traces.",
+        "First, for every step at once: the ratios (the exponential of `log_rhos`), clipped twice (at `rho_bar` to "
+        "weigh the TD errors, at `c_bar` for the traces), the next-state values (`values` shifted by one step, with "
+        "`bootstrap_value` after the last) and the TD errors. Then one loop backwards from `T - 1`, with a running "
+        "correction that starts at 0.",
+        "`np.minimum` clips and `np.concatenate` shifts (give `bootstrap_value` a leading axis of length 1). In the "
+        "loop, the correction is this step's TD error plus discount times trace times the correction carried from the "
+        "step after; the target is `values[t]` plus it. Traps: `rho_bar` in the trace, and the unclipped ratio in the "
+        "TD error.",
     ),
 )
 
@@ -328,6 +377,7 @@ def _pg_known_bugs(data: dict[str, Any], pg_rho_bar: float) -> dict[str, NDArray
         )
         if n_t
         else vs_now,
+        ONE_GAMMA: _naive_pg(one_gamma(d), pg_rho_bar),
     }
 
 
@@ -409,118 +459,326 @@ PG_ADVANTAGES = Exercise(
     title="clipped policy-gradient advantages of V-trace (eq. 03.4)",
     checks=(_pg_shape, _pg_known, _pg_oracle, _pg_threshold, _pg_episode_end, _pg_inputs),
     hints=(
-        "the advantage looks one step ahead with the V-trace target: r_s + gamma_s * v_{s+1} - V(x_s), weighted "
-        "by min(pg_rho_bar, exp(log_rho_s))",
-        "v_{s+1} is vs[s + 1] for s < T - 1 and bootstrap_value at the last step: "
-        "np.concatenate([vs[1:], bootstrap_value[None]])",
-        "np.minimum(pg_rho_bar, np.exp(log_rhos)) * (rewards + discounts * vs_tp1 - values)",
+        "The policy-gradient advantage looks one step ahead with the V-trace targets instead of the value estimates: "
+        "the reward plus the discounted next target, minus the current value estimate, weighted by a clipped "
+        "importance ratio.",
+        "The next target of step s is `vs[s + 1]`, and `bootstrap_value` at the last step: shift the targets by one "
+        "as in exercise 1. The weight is the ratio clipped at `pg_rho_bar` (not `rho_bar`).",
+        "No loop is needed: `np.concatenate` for the shift, `np.minimum` for the clip, `np.exp` of `log_rhos`; "
+        "subtract `values` (the estimates V(x_s)), not `vs`. Convert every input to float64 first.",
     ),
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 3: rollout_lag
+# Exercise 3: learner_step
 # ---------------------------------------------------------------------------------------
 
-LAG = "rollout_lag"
+LS = "learner_step"
+#: The fields of a rollout slot (``course_lib.actor_learner.buffers``' layout): dtype and shape after [T(+1), B].
+SLOT_FIELDS = ("obs", "actions", "behaviour_logp", "rewards", "dones", "versions")
+#: What the fake actor writes into a slot the moment it is freed (it refills it at once).
+REFILL_VERSION = 1_000_000
 
 
-def _lag(fn: Callable[..., Any], learner_version: int, versions: Any) -> Any:
-    return call_on_copies(fn, learner_version, versions)
+class LearnerEvents:
+    """What the fakes saw, in order: ``("free", index)``, ``("update", version_before)``,
+    ``("publish", version, model_is_learners)``; the batch the update received (copied when
+    it arrived) and the slots already free then."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.batch: dict[str, Any] | None = None
+        self.batch_type = ""
+        self.freed_at_update: list[int] = []
+
+    def kinds(self) -> list[str]:
+        return [e[0] for e in self.log]
+
+    def freed(self) -> list[int]:
+        return [e[1] for e in self.log if e[0] == "free"]
 
 
-def _lag_what(learner_version: int, versions: Any) -> str:
-    return f"{LAG}({learner_version}, versions of shape {tuple(np.shape(versions))})"
+class FakeFreeQueue:
+    """The actors' free queue. ``put(index)`` records the index and refills that slot at once,
+    as an actor waiting for a free slot does: every field is overwritten (a version of
+    :data:`REFILL_VERSION`, NaN rewards), so a batch that still points at the slot changes."""
+
+    def __init__(self, slots: dict[str, Any], events: LearnerEvents) -> None:
+        self.slots, self.events = slots, events
+
+    def put(self, index: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(index, int | np.integer) and not (hasattr(index, "ndim") and index.ndim == 0):
+            raise TypeError(f"free_queue.put takes one slot index (an int), got {type(index).__name__}")
+        i = int(index)
+        self.events.log.append(("free", i))
+        if 0 <= i < len(self.slots["versions"]):
+            for name, tensor in self.slots.items():
+                fill = {"versions": REFILL_VERSION, "rewards": float("nan"), "dones": True}.get(name, -7)
+                tensor[i] = fill
+
+    put_nowait = put
 
 
-def _lag_compare(fn: Callable[..., Any], learner_version: int, versions: NDArray[np.int64]) -> None:
-    expected = np.array([learner_version - min(int(x) for x in versions[:, b]) for b in range(versions.shape[1])])
-    got = _lag(fn, learner_version, versions)
-    arr = assert_array(got, what=_lag_what(learner_version, versions), shape=expected.shape)
-    if arr.dtype.kind in "biuf" and not np.allclose(arr, expected):
-        mistakes = {
-            "the lag is counted from the newest version in the rollout; count it from the oldest (min over t)": (
-                learner_version - versions.max(axis=0)
-            ),
-            "the lag has the wrong sign: learner_version - version, not version - learner_version": -expected,
-            "the lag is counted from the mean version; count it from the oldest (min over t)": (
-                learner_version - versions.mean(axis=0)
-            ),
-        }
-        fail_if_known_mistake(arr, mistakes, rtol=1e-5)
-    assert_allclose(arr, expected, what=_lag_what(learner_version, versions), check_dtype=False)
-    assert_true(
-        arr.dtype.kind in "iu",
-        f"{_lag_what(learner_version, versions)} has dtype {arr.dtype}; lags count updates: return integers",
-    )
+class FakeLearner:
+    """The learner: ``version``, ``model`` and ``update(batch)``, which records a copy of the
+    batch and the slots already free, then increments the version (one gradient step)."""
+
+    def __init__(self, version: int, events: LearnerEvents) -> None:
+        self.version, self.events = version, events
+        self.model = object()  # what publish must be handed: the learner's (updated) model
+
+    def update(self, batch: Any) -> dict[str, float]:
+        self.events.log.append(("update", self.version))
+        self.events.batch_type = type(batch).__name__
+        if isinstance(batch, Mapping):
+            self.events.batch = {k: np.array(np.asarray(v), copy=True) for k, v in batch.items()}
+        self.events.freed_at_update = self.events.freed()
+        self.version += 1
+        return {"loss": 0.0}
 
 
-@check_case("returns an integer numpy array of shape [B]")
-def _lag_shape(fn: Callable[..., Any]) -> None:
-    versions = np.array([[3, 5], [3, 5]])
-    got = assert_array(_lag(fn, 7, versions), what=_lag_what(7, versions), shape=(2,))
-    assert_true(got.dtype.kind in "iu", f"{_lag_what(7, versions)} has dtype {got.dtype}; return integers")
+class FakeWeights:
+    """The published weights: ``publish(model, version)`` records what was published and when."""
+
+    def __init__(self, learner: FakeLearner, events: LearnerEvents) -> None:
+        self.learner, self.events = learner, events
+
+    def publish(self, model: Any, version: Any) -> None:
+        self.events.log.append(("publish", int(version), model is self.learner.model))
 
 
-@check_case("hand-computed lags, one version per rollout")
-def _lag_known(fn: Callable[..., Any]) -> None:
-    versions = np.array([[10, 7, 12], [10, 7, 12], [10, 7, 12]])
-    _lag_compare(fn, 12, versions)
-    assert_allclose(_lag(fn, 12, versions), [2, 5, 0], what=_lag_what(12, versions), check_dtype=False)
-
-
-@check_case("weights that change mid-rollout: the lag counts from the oldest step")
-def _lag_mid_rollout(fn: Callable[..., Any]) -> None:
-    versions = np.array([[4, 6], [4, 6], [5, 7], [5, 7], [6, 7]])
-    _lag_compare(fn, 8, versions)
-
-
-@check_case("on-policy data has lag 0")
-def _lag_zero(fn: Callable[..., Any]) -> None:
-    _lag_compare(fn, 3, np.full((4, 3), 3))
-
-
-@check_case("a version newer than the learner's raises ValueError")
-def _lag_future(fn: Callable[..., Any]) -> None:
-    versions = np.array([[2, 9], [2, 9]])
-    assert_raises(
-        ValueError,
-        fn,
-        5,
-        versions.copy(),
-        other_error=lambda exc: (
-            f"{_lag_what(5, versions)} raised {type(exc).__name__}; expected ValueError (version 9 > learner's 5)"
-        ),
-        no_error=f"{_lag_what(5, versions)} returned; expected ValueError: version 9 is newer than the learner's 5, "
-        "a bookkeeping bug that must not pass silently",
-    )
-
-
-@check_case("accepts torch tensors (the buffers hold them) and lists")
-def _lag_inputs(fn: Callable[..., Any]) -> None:
+def _ls_slots(seed: int, n_slots: int, n_t: int, n_b: int, versions: dict[int, Any]) -> dict[str, Any]:
+    """``n_slots`` filled slots of ``T = n_t`` steps of ``n_b`` envs (torch tensors, as shared
+    memory holds them); slot ``i``'s versions are ``versions[i]`` (a number or a ``[T, B]`` array)."""
     import torch
 
-    versions = np.array([[1, 2, 3], [2, 2, 3]])
-    got = _lag(fn, 4, torch.as_tensor(versions))
-    assert_numpy_result(got, LAG)
-    assert_allclose(got, [3, 2, 1], what=f"{LAG}(4, a torch int64 tensor)", check_dtype=False)
-    assert_allclose(_lag(fn, 4, versions.tolist()), [3, 2, 1], what=f"{LAG}(4, a list of lists)", check_dtype=False)
+    rng = np.random.default_rng(seed)
+    vers = np.zeros((n_slots, n_t, n_b), np.int64)
+    for i, v in versions.items():
+        vers[i] = v
+    return {
+        "obs": torch.as_tensor(rng.normal(size=(n_slots, n_t + 1, n_b, 3)).astype(np.float32)),
+        "actions": torch.as_tensor(rng.integers(0, 2, (n_slots, n_t, n_b))),
+        "behaviour_logp": torch.as_tensor(-rng.random((n_slots, n_t, n_b)).astype(np.float32)),
+        "rewards": torch.as_tensor(rng.normal(size=(n_slots, n_t, n_b)).astype(np.float32)),
+        "dones": torch.as_tensor(rng.random((n_slots, n_t, n_b)) < 0.2),
+        "versions": torch.as_tensor(vers),
+    }
 
 
-@check_case("does not modify its input")
-def _lag_unchanged(fn: Callable[..., Any]) -> None:
-    assert_inputs_unchanged(fn, LAG, leading=(5,), advice="", versions=np.array([[1, 2], [3, 4]]))
+class LearnerRun(NamedTuple):
+    """One call of the learner's step with fakes: what it returned and what the fakes saw."""
+
+    got: Any
+    events: LearnerEvents
+    before: dict[str, NDArray[Any]]
+    learner: FakeLearner
+    what: str
 
 
-ROLLOUT_LAG = Exercise(
-    name=LAG,
-    points=10,
-    title="policy lag of each rollout column",
-    checks=(_lag_shape, _lag_known, _lag_mid_rollout, _lag_zero, _lag_future, _lag_inputs, _lag_unchanged),
+def _ls_run(
+    fn: Callable[..., Any], full: list[int], version: int, versions: dict[int, Any], n_slots: int = 4, seed: int = 0
+) -> LearnerRun:
+    slots = _ls_slots(seed, n_slots, 5, 2, versions)
+    before = {k: t.numpy().copy() for k, t in slots.items()}
+    events = LearnerEvents()
+    learner = FakeLearner(version, events)
+    what = f"{LS}(slots, full={full}, ...) with learner.version = {version}"
+    try:
+        got = call(fn, slots, list(full), FakeFreeQueue(slots, events), learner, FakeWeights(learner, events))
+    except LearnerError as err:
+        if isinstance(err.error, ValueError) and events.freed():
+            fail(
+                f"{what} raised ValueError after freeing slots {events.freed()}: it read the "
+                f"versions of slots an actor had already refilled (version {REFILL_VERSION}); read everything from "
+                "the batch copied before the slots were freed"
+            )
+        raise
+    return LearnerRun(got, events, before, learner, what)
+
+
+def _ls_expected_batch(before: dict[str, NDArray[Any]], full: list[int]) -> dict[str, NDArray[Any]]:
+    """The full slots side by side along the environment axis (axis 1 of a slot), one loop per field."""
+    return {name: np.concatenate([before[name][i] for i in full], axis=1) for name in SLOT_FIELDS}
+
+
+def _ls_expected_lags(before: dict[str, NDArray[Any]], full: list[int], version: int) -> NDArray[np.int64]:
+    lags = [version - min(int(v) for v in before["versions"][i][:, b]) for i in full for b in range(2)]
+    return np.array(lags, np.int64)
+
+
+def _ls_batch_problem(run: LearnerRun, full: list[int]) -> str | None:
+    """What is wrong with the batch the update received, or None."""
+    events = run.events
+    if events.batch is None:
+        return (
+            f"{run.what}: learner.update received a {events.batch_type or 'nothing'}; pass it the batch, a dict "
+            f"of the six fields {list(SLOT_FIELDS)}"
+        )
+    if set(events.batch) != set(SLOT_FIELDS):
+        return f"{run.what}: the batch has fields {sorted(events.batch)}; expected every field of a slot {list(SLOT_FIELDS)}"
+    expected = _ls_expected_batch(run.before, full)
+    for name in SLOT_FIELDS:
+        got, want = events.batch[name], expected[name]
+        if got.shape != want.shape:
+            stacked = (len(full), *run.before[name].shape[1:])
+            hint = " (the slots stacked on a new axis)" if got.shape == stacked else ""
+            return (
+                f"{run.what}: batch[{name!r}] has shape {got.shape}{hint}; expected {want.shape}: the slots side by "
+                "side along the environment axis (dim 1), slot full[0] first"
+            )
+    if (events.batch["versions"] == REFILL_VERSION).any() or np.isnan(events.batch["rewards"]).any():
+        return (
+            f"{run.what}: the batch changed after the slots were freed (it holds what an actor refilling them "
+            "wrote): a slot's tensors are views of shared memory; copy the full slots into the batch before "
+            "free_queue.put hands them back"
+        )
+    for name in SLOT_FIELDS:
+        got, want = events.batch[name], expected[name]
+        if np.array_equal(got, want):
+            continue
+        reordered = np.concatenate([run.before[name][i] for i in sorted(full)], axis=1)
+        if sorted(full) != full and np.array_equal(got, reordered):
+            return f"{run.what}: batch[{name!r}] holds the slots in sorted order; keep the order of `full`"
+        return f"{run.what}: batch[{name!r}] does not hold the full slots' data side by side in the order of `full`"
+    return None
+
+
+def _ls_lag_compare(run: LearnerRun, full: list[int], version: int) -> None:
+    expected = _ls_expected_lags(run.before, full, version)
+    arr = assert_array(run.got, what=run.what, shape=expected.shape)
+    if not np.array_equal(arr, expected):
+        v = np.concatenate([run.before["versions"][i] for i in full], axis=1)
+        fail_if_known_mistake(
+            arr,
+            {
+                "the lag is measured after the update (one too many): count it against the learner's version "
+                "before learner.update, the weights that compute this gradient": expected + 1,
+                "the lag is counted from the newest version in the column; count it from the oldest (min over t)": (
+                    version - v.max(axis=0)
+                ),
+                "the lag has the wrong sign: learner.version - version, not version - learner.version": -expected,
+                "the lag is counted from the mean version; count it from the oldest (min over t)": (
+                    version - v.mean(axis=0)
+                ),
+            },
+            what=run.what,
+            expected=expected,
+        )
+    assert_allclose(arr, expected, what=f"{run.what}: the lags", check_dtype=False)
+    assert_true(arr.dtype.kind in "iu", f"{run.what}: the lags have dtype {arr.dtype}; they count updates: integers")
+
+
+@check_case("returns one integer lag per column of the batch, and passes learner.update the whole batch")
+def _ls_batch(fn: Callable[..., Any]) -> None:
+    full = [2, 0]
+    run = _ls_run(fn, full, 9, {0: 7, 2: 8})
+    assert_numpy_result(run.got, LS)
+    if "update" not in run.events.kinds():
+        fail(f"{run.what} never called learner.update(batch): the step is a gradient step on the batch")
+    problem = _ls_batch_problem(run, full)
+    if problem:
+        fail(problem)
+    _ls_lag_compare(run, full, 9)
+
+
+@check_case("frees every full slot exactly once, before the update, so the actors refill while it learns")
+def _ls_frees_first(fn: Callable[..., Any]) -> None:
+    full = [3, 1, 2]
+    run = _ls_run(fn, full, 5, {1: 4, 2: 5, 3: 3})
+    freed = run.events.freed()
+    if sorted(freed) != sorted(full):
+        fail(
+            f"{run.what} handed back slots {freed} to free_queue; every slot in full, once each: {sorted(full)} "
+            "(a slot never freed is lost to the actors, one freed twice is filled by two of them)"
+        )
+    kinds = run.events.kinds()
+    if "update" in kinds and len(run.events.freed_at_update) < len(full):
+        fail(
+            f"{run.what} frees the slots after learner.update: the actors wait for free slots during the whole "
+            "gradient step; copy the batch, free the slots, then learn (acting and learning overlap)"
+        )
+    problem = _ls_batch_problem(run, full)
+    if problem:
+        fail(problem)
+
+
+@check_case("the lag of each column counts from its oldest version at the learner's version before the update")
+def _ls_lags(fn: Callable[..., Any]) -> None:
+    mid = np.array([[4, 6], [4, 6], [5, 7], [5, 7], [6, 7]])  # weights that arrived mid-unroll (SEED style)
+    for full, version, versions in (([1], 8, {1: mid}), ([0, 3], 12, {0: 12, 3: mid + 5}), ([2], 3, {2: 3})):
+        run = _ls_run(fn, full, version, versions, seed=version)
+        _ls_lag_compare(run, full, version)
+
+
+@check_case("a version newer than the learner's raises ValueError, before anything is learned or published")
+def _ls_future(fn: Callable[..., Any]) -> None:
+    slots = _ls_slots(1, 3, 5, 2, {0: 4, 1: 6})
+    events = LearnerEvents()
+    learner = FakeLearner(5, events)
+    what = f"{LS}(slots, full=[0, 1], ...) with learner.version = 5 and version 6 in slot 1"
+    try:
+        fn(slots, [0, 1], FakeFreeQueue(slots, events), learner, FakeWeights(learner, events))
+    except ValueError:
+        pass
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        fail(f"{what} raised {type(exc).__name__}; expected ValueError (a version from the future)")
+    else:
+        fail(f"{what} returned; expected ValueError: a version newer than the learner's is a bookkeeping bug")
+    learned = [k for k in events.kinds() if k in ("update", "publish")]
+    assert_true(
+        not learned,
+        f"{what} called {' and '.join(f'learner.{k}' if k == 'update' else 'weights.publish' for k in learned)} "
+        "before raising: check the versions before the update, so that broken data never trains the model",
+    )
+
+
+@check_case("publishes the updated model once, after the update, stamped with the new version")
+def _ls_publish(fn: Callable[..., Any]) -> None:
+    run = _ls_run(fn, [1, 0], 6, {0: 5, 1: 6})
+    publishes = [e for e in run.events.log if e[0] == "publish"]
+    if len(publishes) != 1:
+        fail(f"{run.what} published the weights {len(publishes)} times; once per update, after it")
+    kinds = run.events.kinds()
+    if "update" not in kinds or kinds.index("publish") < kinds.index("update"):
+        fail(
+            f"{run.what} publishes before learner.update: the actors would pull the weights of before this "
+            "step; publish after the update"
+        )
+    _, version, same_model = publishes[0]
+    if not same_model:
+        fail(f"{run.what} published another object than learner.model: publish the learner's updated model")
+    if version == 6:
+        fail(
+            f"{run.what} published version 6, the version before the update: the new weights are version 7 "
+            "(learner.version after the update); actors stamp their actions with it, so every lag would be one off"
+        )
+    if version == 8:
+        fail(
+            f"{run.what} published version 8; expected 7: learner.update already moves learner.version on by one, "
+            "so moving it again counts every update twice"
+        )
+    assert_true(version == 7, f"{run.what} published version {version}; expected 7 (learner.version after the update)")
+
+
+LEARNER_STEP = Exercise(
+    name=LS,
+    points=15,
+    title="the learner's step: copy the full slots, free them, measure the lag, update, publish",
+    checks=(_ls_batch, _ls_frees_first, _ls_lags, _ls_future, _ls_publish),
     hints=(
-        "lag = learner_version - (the oldest version that chose an action in that column): "
-        "np.asarray(versions).min(axis=0)",
-        "check first: if any version is larger than learner_version, raise ValueError",
-        "v = np.asarray(versions, dtype=np.int64); return learner_version - v.min(axis=0)",
+        "Five things, in the order the system's learner does them: take the full slots out of shared memory as one "
+        "batch, give the slots back to the actors, measure each column's policy lag, take the gradient step, and "
+        "publish the new weights with their version.",
+        "A slot's tensors are views of shared memory: the moment its index is back in the free queue an actor may "
+        "overwrite it, so the batch must already be a copy (concatenating the slots along the environment axis, "
+        "dim 1, makes one). The lag of a column is the learner's version minus the oldest version in that column, "
+        "read before the update moves the version on.",
+        "Check the versions before learning: one newer than `learner.version` means broken bookkeeping, so raise "
+        "`ValueError` before `learner.update` is called. After the update, `learner.version` is the new version: "
+        "that is the one to stamp on `learner.model` when you publish, since the actors' next actions carry it.",
     ),
 )
 
@@ -535,15 +793,17 @@ class FakeVecEnv:
     """A deterministic vector env with same-step autoreset, for checking unrolls.
 
     ``B`` envs, 3-number observations ``[env index, step in episode, last action]``;
-    reward ``1 + action + 0.1 * env index``; env ``b``'s episodes last ``3 + b`` steps;
-    the step that ends an episode returns the first observation of the next one. Every
-    transition is logged in :attr:`log` as ``(obs_before, action, reward, done, obs_after)``.
+    reward ``1 + action + 0.1 * env index``; env ``b``'s episodes end after ``3 + b`` steps
+    by a termination when ``b`` is even, after ``2 + b`` steps by a time limit (truncated)
+    when ``b`` is odd, so both kinds of end occur; the step that ends an episode returns the
+    first observation of the next one. Every transition is logged in :attr:`log` as
+    ``(obs_before, action, reward, done, obs_after, truncated)``.
     """
 
     def __init__(self, n_envs: int) -> None:
         self.num_envs = n_envs
         self.t = np.zeros(n_envs, dtype=np.int64)
-        self.log: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.log: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def observe(self, last_action: np.ndarray) -> np.ndarray:
         return np.stack([np.arange(self.num_envs), self.t, last_action], axis=1).astype(np.float32)
@@ -560,16 +820,20 @@ class FakeVecEnv:
         before = self.obs.copy()
         reward = (1.0 + a + 0.1 * np.arange(self.num_envs)).astype(np.float32)
         self.t += 1
-        terminated = self.t >= 3 + np.arange(self.num_envs)
-        self.t[terminated] = 0
+        b = np.arange(self.num_envs)
+        odd = b % 2 == 1
+        ended = self.t >= np.where(odd, 2 + b, 3 + b)
+        terminated, truncated = ended & ~odd, ended & odd
+        self.t[ended] = 0
         self.obs = self.observe(a.astype(np.float64))
-        self.log.append((before, a.copy(), reward, terminated.copy(), self.obs.copy()))
-        return self.obs.copy(), reward, terminated, np.zeros(self.num_envs, dtype=bool), {}
+        self.log.append((before, a.copy(), reward, ended.copy(), self.obs.copy(), truncated.copy()))
+        return self.obs.copy(), reward, terminated, truncated, {}
 
 
 def _fake_policy(probs_first: float = 0.7) -> Any:
     """``obs [N, 3] -> (logits [N, 2], values [N])`` with P(action 0) depending on the obs;
-    one parameter so that a recorded gradient would show."""
+    one parameter so that a recorded gradient would show. ``grad_modes`` records, for every
+    call, whether autograd was on (``torch.is_grad_enabled()``)."""
     import torch
     from torch import nn
 
@@ -577,8 +841,10 @@ def _fake_policy(probs_first: float = 0.7) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.scale = nn.Parameter(torch.tensor(1.0))
+            self.grad_modes: list[bool] = []
 
         def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            self.grad_modes.append(torch.is_grad_enabled())
             base = math.log(probs_first / (1 - probs_first))
             shift = 0.5 * obs[:, 1] - 0.3 * obs[:, 0]
             logits = torch.stack([self.scale * (base + shift), torch.zeros_like(shift)], dim=1)
@@ -601,7 +867,13 @@ def _slot(n_t: int, n_b: int) -> dict[str, Any]:
 
 
 def _run_unroll(
-    fn: Callable[..., Any], n_t: int, n_b: int, seed: int = 0, version: int = 7, probs_first: float = 0.7
+    fn: Callable[..., Any],
+    n_t: int,
+    n_b: int,
+    seed: int = 0,
+    version: int = 7,
+    probs_first: float = 0.7,
+    policy: Any = None,
 ) -> tuple[FakeVecEnv, dict[str, Any], dict[str, Any], np.ndarray, Any]:
     import torch
 
@@ -609,7 +881,7 @@ def _run_unroll(
     obs = env.reset()
     slot = _slot(n_t, n_b)
     originals = dict(slot)
-    policy = _fake_policy(probs_first)
+    policy = _fake_policy(probs_first) if policy is None else policy
     got = call(fn, env, policy, obs.copy(), slot, version, torch.Generator().manual_seed(seed))
     return env, slot, originals, obs, got
 
@@ -641,9 +913,14 @@ def _unr_transitions(fn: Callable[..., Any]) -> None:
     assert_allclose(
         originals["rewards"].numpy(), np.stack([e[2] for e in env.log]), what=_where("rewards"), check_dtype=False
     )
-    assert_allclose(
-        originals["dones"].numpy(), np.stack([e[3] for e in env.log]), what=_where("dones"), check_dtype=False
-    )
+    ended, truncated = np.stack([e[3] for e in env.log]), np.stack([e[5] for e in env.log])
+    dones = originals["dones"].numpy()
+    if truncated.any() and np.array_equal(dones.astype(bool), ended & ~truncated):
+        fail(
+            _where("dones") + " holds the terminations only: an episode cut by a time limit (truncated) ended too, "
+            "and the next observation starts a new one; done = terminated or truncated"
+        )
+    assert_allclose(dones, ended, what=_where("dones") + " (terminated or truncated)", check_dtype=False)
 
 
 @check_case("obs[T] is the bootstrap state, and it is returned")
@@ -687,7 +964,7 @@ def _unr_versions(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("actions are sampled from the policy (not its argmax), with the given generator")
+@check_case("actions are sampled from the policy (not its argmax), with the given generator", time_limit=30.0)
 def _unr_sampling(fn: Callable[..., Any]) -> None:
     import torch
 
@@ -711,15 +988,23 @@ def _unr_sampling(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("records no gradients (acting runs under torch.no_grad())")
+@check_case("records no gradients: the policy runs under torch.no_grad()")
 def _unr_no_grad(fn: Callable[..., Any]) -> None:
-    _, _, originals, _, _ = _run_unroll(fn, 3, 2)
+    policy = _fake_policy()
+    _, _, originals, _, _ = _run_unroll(fn, 3, 2, policy=policy)
     for name, t in originals.items():
         assert_true(
             not t.requires_grad,
             f"{_where(name)} requires grad after the unroll: act under torch.no_grad() "
             "(the learner recomputes log pi itself)",
         )
+    recorded = sum(policy.grad_modes)
+    assert_true(
+        recorded == 0,
+        f"{UNR} ran the policy with autograd on ({recorded} of its {len(policy.grad_modes)} calls): torch built a "
+        "graph at every step that nothing uses (time and memory on every actor), even if the outputs are detached; "
+        "act under torch.no_grad()",
+    )
 
 
 ACTOR_UNROLL = Exercise(
@@ -728,13 +1013,18 @@ ACTOR_UNROLL = Exercise(
     title="one unroll of an IMPALA actor into a shared-memory slot",
     checks=(_unr_transitions, _unr_bootstrap, _unr_logp, _unr_versions, _unr_sampling, _unr_no_grad),
     hints=(
-        "for t in range(T): write obs into slot['obs'][t], sample the action, write action, log-prob and version, "
-        "step the envs, write reward and done; after the loop slot['obs'][T] = the last observation",
-        "logp = torch.log_softmax(logits, -1); a = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1); "
-        "logp.gather(1, a[:, None]).squeeze(1) is log mu(a|x)",
-        "wrap the loop in `with torch.no_grad():`, write with slot[name][t] = ... (never rebind slot[name]), and "
-        "return the observations after the last step",
+        "One loop over the `T` steps of the slot: at each step record what the actor saw and did (the observation, "
+        "the action, its log-probability under the behaviour policy, the weights' version), step the envs, then "
+        "record what came back (reward, done). After the loop the slot also needs the observation after the last "
+        "step.",
+        "Sample from the policy's logits with the given `generator`, so that the unroll is reproducible: "
+        "`torch.log_softmax` for the log-probabilities, `torch.multinomial` on their exponential, and `gather` for "
+        "the taken action's log-probability. A done is terminated or truncated (`np.logical_or`).",
+        "Run the loop under `torch.no_grad()` (an actor never backpropagates), convert observations and rewards with "
+        "`torch.as_tensor(..., dtype=torch.float32)`, and write into the slot in place, `slot[name][t] = ...`: "
+        "rebinding `slot[name]` writes nothing into the shared buffers. Keep each step's new observations for the "
+        "next step and return the last ones.",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (VTRACE_TARGETS, PG_ADVANTAGES, ROLLOUT_LAG, ACTOR_UNROLL)
+EXERCISES: tuple[Exercise, ...] = (VTRACE_TARGETS, PG_ADVANTAGES, LEARNER_STEP, ACTOR_UNROLL)

@@ -10,18 +10,35 @@ The learner writes:
   -> targets [T, B]``  (04.2)
 * ``train_grid(train, key, n_seeds, lrs) -> pytree [len(lrs), n_seeds, ...]``
 
+What each exercise teaches, and how its checks observe it:
+
+* ``cartpole_step``, mechanism: a pure function of arrays (state, action, params) -> next state, explicit Euler,
+  termination on the new state, every constant read from ``params``, one program with nothing on the host;
+  observed: gymnasium's step under jit and vmap, four CartPoles with other constants in one vmap over
+  ``EnvParams``, the jaxpr traced from abstract inputs holds no host callback.
+* ``gae_scan``, mechanism: the backward recursion (04.3) as one reverse ``lax.scan`` carried in the program;
+  observed: a term-by-term oracle over several gamma and lambda, the jaxpr holds one scan of length T, does not
+  grow with T, and holds no host callback.
+* ``autoreset_td_targets``, mechanism: after an auto-reset the bootstrap is selected per step (final obs after
+  an end, the next obs otherwise, 0 after a termination) without reading the undefined entries; observed: a
+  case-by-case oracle over several gamma, NaN and inf where ``final_values`` is undefined, no host callback.
+* ``train_grid``, mechanism: one program vmapped over seeds and learning rates (common random numbers across
+  learning rates); observed: train traced once, the jaxpr holds train's loop once carrying every run, no host
+  callback, seeds equal across the learning-rate axis.
+
 The checks never call ``course_lib.envs`` or ``course_lib.ppo.jax_ppo``: the env step is
 compared with gymnasium's own ``CartPole-v1``, GAE with a Python loop that sums the
 discounted deltas term by term, the TD targets with a case-by-case loop, and the grid
 with a Python loop over learning rates and seeds. Every learner function is also called
 under ``jax.jit`` (and ``jax.vmap`` where it applies), as the lesson's training loop does;
 ``gae_scan`` and ``train_grid`` are also checked for their structure (the jaxpr: one
-reverse scan over time; one vmapped program over the grid).
+reverse scan over time; one vmapped program over the grid), and every exercise's program
+for host callbacks (:func:`refuse_host_callbacks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -71,35 +88,72 @@ def _jit_call(fn: Callable[..., Any], what: str, *args: Any, static: tuple[int, 
         raise
 
 
-def _scan_eqns(fn: Callable[..., Any], *args: Any) -> tuple[list[Any], int]:
+#: Primitives that leave the compiled program for Python on the host: ``jax.pure_callback``,
+#: ``jax.experimental.io_callback``, ``jax.debug.print`` and ``jax.debug.callback``.
+HOST_CALLBACKS = ("pure_callback", "io_callback", "debug_callback", "debug_print")
+
+
+def all_eqns(jaxpr: Any) -> Iterator[Any]:
+    """Every equation of ``jaxpr`` and of the programs nested in it (jit, scan, while, cond,
+    custom derivatives, shard_map), outermost first."""
+    from jax.extend import core as jcore
+
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, list | tuple) else (param,):
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    yield from all_eqns(sub.jaxpr)
+                elif isinstance(sub, jcore.Jaxpr):
+                    yield from all_eqns(sub)
+
+
+def host_callbacks(jaxpr: Any) -> list[str]:
+    """The host-callback primitives anywhere in ``jaxpr`` (sorted, each once)."""
+    names = {e.primitive.name for e in all_eqns(jaxpr)}
+    return sorted(n for n in names if n in HOST_CALLBACKS or "callback" in n)
+
+
+def _program(fn: Callable[..., Any], *args: Any) -> Any:
+    """The closed jaxpr of ``fn(*args)`` (``args`` may be ``jax.ShapeDtypeStruct``: abstract
+    inputs, no values); a failure to trace is the learner's, a traced ``if`` is named."""
+    import jax
+
+    try:
+        return jax.make_jaxpr(fn)(*args)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError):
+        fail(
+            "the function cannot be traced with abstract inputs (jax.make_jaxpr): a Python `if`, `and`/`or`, "
+            "`abs`/`min` or float() on a traced array; use jnp.where, |, &, jnp.abs, jnp.minimum"
+        )
+    except Exception as exc:
+        fail(f"jax.make_jaxpr could not trace the function: {type(exc).__name__}: {exc}")
+    raise AssertionError("unreachable")
+
+
+def refuse_host_callbacks(jaxpr: Any, what: str) -> None:
+    """Fail when the program ``jaxpr`` (a ``Jaxpr``, the ``.jaxpr`` of ``jax.make_jaxpr``'s
+    result) calls back to the host: the exercise is one compiled JAX program, and a callback
+    runs Python on the host at every call (a device-host round trip, a sync, numpy instead
+    of XLA) even though the numbers come out right."""
+    found = host_callbacks(jaxpr)
+    if found:
+        fail(
+            f"{what} leaves the compiled program: its jaxpr holds {', '.join(found)}, Python run on the host at "
+            "every call (jax.pure_callback, io_callback, jax.debug.print, jax.debug.callback); write it with "
+            "jax.numpy and jax.lax only, and remove debugging prints"
+        )
+
+
+def _scan_eqns(fn: Callable[..., Any], *args: Any, what: str) -> tuple[list[Any], int]:
     """The ``scan`` equations anywhere in the jaxpr of ``fn(*args)`` (inside nested jits and
     loops too), and the number of top-level equations. A Python loop leaves no ``scan`` (it
     is unrolled: the jaxpr grows with the loop's length); a loop of calls to a jitted
-    function leaves one nested program per call."""
-    import jax
-    from jax.extend import core as jcore
-
-    try:
-        closed = jax.make_jaxpr(fn)(*args)
-    except Exception as exc:
-        fail(f"jax.make_jaxpr could not trace the function: {type(exc).__name__}: {exc}")
-        raise AssertionError("unreachable") from exc
-
-    found: list[Any] = []
-
-    def walk(jaxpr: Any) -> None:
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "scan":
-                found.append(eqn)
-            for param in eqn.params.values():
-                for sub in param if isinstance(param, list | tuple) else (param,):
-                    if isinstance(sub, jcore.ClosedJaxpr):
-                        walk(sub.jaxpr)
-                    elif isinstance(sub, jcore.Jaxpr):
-                        walk(sub)
-
-    walk(closed.jaxpr)
-    return found, len(closed.jaxpr.eqns)
+    function leaves one nested program per call. A host callback anywhere fails (``what``
+    names the program in the message)."""
+    closed = _program(fn, *args)
+    refuse_host_callbacks(closed.jaxpr, what)
+    return [e for e in all_eqns(closed.jaxpr) if e.primitive.name == "scan"], len(closed.jaxpr.eqns)
 
 
 # ---------------------------------------------------------------------------------------
@@ -109,16 +163,30 @@ def _scan_eqns(fn: Callable[..., Any], *args: Any) -> tuple[list[Any], int]:
 CS = "cartpole_step"
 
 
+#: The physical constants of ``EnvParams`` that the step reads (gymnasium's attribute names).
+PHYSICS = ("gravity", "masscart", "masspole", "length", "force_mag", "tau", "theta_threshold_radians", "x_threshold")
+
+
 def gym_step(
-    state: NDArray[Any], action: int, semi_implicit: bool = False, force_sign: float = 1.0, theta_deg: bool = False
+    state: NDArray[Any],
+    action: int,
+    semi_implicit: bool = False,
+    force_sign: float = 1.0,
+    theta_deg: bool = False,
+    physics: dict[str, float] | None = None,
 ) -> tuple[NDArray[np.float64], bool]:
-    """gymnasium's CartPole-v1 stepped once from ``state`` (float64); the keyword arguments
-    reproduce common slips to name them (gymnasium's own semi-implicit integrator, the
-    force's sign flipped, the angle threshold taken as 12 radians)."""
+    """gymnasium's CartPole-v1 stepped once from ``state`` (float64), with gymnasium's
+    constants or those of ``physics`` (``{name: value}`` for names in :data:`PHYSICS`); the
+    keyword arguments reproduce common slips to name them (gymnasium's own semi-implicit
+    integrator, the force's sign flipped, the angle threshold taken as 12 radians)."""
     import gymnasium as gym
 
     env: Any = gym.make("CartPole-v1").unwrapped  # CartPoleEnv: its physics attributes are set below
     env.reset(seed=0)
+    for name, value in (physics or {}).items():
+        setattr(env, name, float(value))
+    env.total_mass = env.masspole + env.masscart  # gymnasium caches these two at construction
+    env.polemass_length = env.masspole * env.length
     if semi_implicit:
         env.kinematics_integrator = "semi-implicit euler"
     if theta_deg:
@@ -243,19 +311,92 @@ def _cs_inputs(fn: Callable[..., Any]) -> None:
     assert_allclose(
         out[0].astype(np.float64), gym_step(state, 1)[0], what=f"{CS}(state, jnp.asarray(1))", rtol=1e-4, atol=1e-5
     )
+    assert_true(
+        out[1].shape == () and out[1].dtype == np.bool_,
+        f"{CS}(state, action) returned terminated of shape {out[1].shape} and dtype {out[1].dtype}; expected a "
+        "boolean scalar array (shape ()), one flag per state",
+    )
+
+
+#: Four CartPoles unlike gymnasium's (every constant of :data:`PHYSICS` changed, in its order), stepped in
+#: one vmap over ``EnvParams``.
+OTHER_PHYSICS: tuple[dict[str, float], ...] = tuple(
+    dict(zip(PHYSICS, values, strict=True))
+    for values in (
+        (3.7, 2.0, 0.3, 0.8, 6.0, 0.05, 0.3, 1.5),
+        (24.8, 0.5, 0.05, 0.25, 15.0, 0.01, 0.1, 3.0),
+        (9.8, 1.5, 0.5, 1.2, 4.0, 0.04, 0.25, 2.0),
+        (1.6, 0.8, 0.2, 0.4, 20.0, 0.03, 0.15, 1.0),
+    )
+)
+
+
+@check_case(
+    "follows params: four other CartPoles (gravity, masses, length, force, tau, thresholds) in one vmap",
+    time_limit=30.0,
+)
+def _cs_params(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from course_lib.envs.cartpole import EnvParams
+
+    states = np.array(
+        [[0.1, -0.3, 0.05, 0.4], [1.2, 0.5, -0.095, -1.0], [-0.9, 0.2, 0.24, 0.5], [0.99, 1.0, -0.1, -1.5]], np.float32
+    )
+    actions = np.array([1, 0, 1, 0], np.int32)
+    stacked = jax.tree.map(lambda *xs: jnp.asarray(xs, jnp.float32), *[EnvParams(**p) for p in OTHER_PHYSICS])
+    what = f"{CS} under jax.jit(jax.vmap) over 4 EnvParams unlike gymnasium's defaults"
+    got, term = _cs_unpack(_jit_call(jax.vmap(fn), what, jnp.asarray(states), jnp.asarray(actions), stacked), what)
+    pairs = [gym_step(s, int(a), physics=p) for s, a, p in zip(states, actions, OTHER_PHYSICS, strict=True)]
+    expected = np.stack([p[0] for p in pairs])
+    if got.shape != expected.shape:
+        fail(f"{what}: next_state has shape {got.shape}; expected {expected.shape}")
+    if not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
+        defaults = np.stack([gym_step(s, int(a))[0] for s, a in zip(states, actions, strict=True)])
+        i = int(np.argmax(np.abs(got - expected).max(axis=1)))
+        fail(
+            f"{CS} does not follow params: every constant must come from params (gravity, masscart, masspole, "
+            "length, force_mag, tau), never a number written in"
+            + (" (yours gives gymnasium's defaults)" if np.allclose(got, defaults, rtol=1e-4, atol=1e-5) else "")
+            + f"; {what}, state {i}: next_state {np.round(got[i].astype(np.float64), 4).tolist()}, gymnasium with "
+            f"the same constants {np.round(expected[i], 4).tolist()}"
+        )
+    exp_term = np.array([p[1] for p in pairs])
+    if not np.array_equal(np.asarray(term).reshape(-1), exp_term):
+        fail(
+            f"{what}: terminated is {np.asarray(term).reshape(-1).tolist()}, gymnasium with the same constants says "
+            f"{exp_term.tolist()}: the thresholds are params.x_threshold and params.theta_threshold_radians"
+        )
+
+
+@check_case("one compiled program: traces with abstract inputs and calls nothing on the host", time_limit=30.0)
+def _cs_program(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from course_lib.envs.cartpole import EnvParams
+
+    closed = _program(fn, jax.ShapeDtypeStruct((4,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32), EnvParams())
+    refuse_host_callbacks(closed.jaxpr, CS)
 
 
 CARTPOLE_STEP = Exercise(
     name=CS,
+    compiled=True,
     points=15,
     title="CartPole's transition as a pure JAX function (eq. 04.1)",
-    checks=(_cs_thresholds, _cs_single, _cs_batch, _cs_inputs),
+    checks=(_cs_thresholds, _cs_single, _cs_batch, _cs_inputs, _cs_params, _cs_program),
     hints=(
-        "unpack x, x_dot, theta, theta_dot = state; force = jnp.where(action == 1, force_mag, -force_mag); then "
-        "temp, theta_acc, x_acc in the order of (04.1)",
-        "explicit Euler: new_x = x + tau * x_dot and new_theta = theta + tau * theta_dot use the OLD velocities",
-        "terminated = (jnp.abs(new_x) > x_threshold) | (jnp.abs(new_theta) > theta_threshold_radians); return "
-        "(jnp.stack([...]), terminated)",
+        "Follow (04.1) literally: the force from the action, the two accelerations from the current state, one "
+        "explicit Euler step of length `tau` for the four state variables, then the termination test on the new "
+        "state.",
+        "Order matters: the temporary term first, then the angular acceleration, then the linear one (it uses the "
+        "angular one). In the Euler step the positions move with the OLD velocities, and the velocities with the new "
+        "accelerations.",
+        "Stay traceable under `jax.jit`: unpacking the state array into four names works, the force is a `jnp.where` "
+        "on the action, the new state is a `jnp.stack` of four values, and termination combines two `jnp.abs(...) > "
+        "threshold` tests with `|` (not `or`, not an `if`). Read every constant from `params`.",
     ),
 )
 
@@ -426,7 +567,7 @@ def _gs_structure(fn: Callable[..., Any]) -> None:
     for n_t in (8, 32):
         data = _gs_data(30 + n_t, n_t, 3)
         args = [jnp.asarray(data[k]) for k in ("rewards", "values", "dones", "last_value")]
-        scans, sizes[n_t] = _scan_eqns(lambda r, v, d, lv: call(fn, r, v, d, lv, 0.9, 0.8), *args)
+        scans, sizes[n_t] = _scan_eqns(lambda r, v, d, lv: call(fn, r, v, d, lv, 0.9, 0.8), *args, what=GS)
         if not scans:
             fail(
                 f"{GS}'s program holds no lax.scan: a Python loop over t is unrolled into {n_t} copies of the step "
@@ -447,14 +588,21 @@ def _gs_structure(fn: Callable[..., Any]) -> None:
 
 GAE_SCAN = Exercise(
     name=GS,
+    compiled=True,
     points=15,
     title="GAE advantages by a reverse lax.scan (eqs. 04.2-04.3)",
     checks=(_gs_known, _gs_oracle, _gs_lambda0, _gs_no_ends, _gs_structure),
     hints=(
-        "scan backwards (reverse=True) with the carry (A_{t+1}, V(s_{t+1})) starting at (0, last_value)",
-        "delta = r + gamma * (1 - d) * next_value - v; adv = delta + gamma * lam * (1 - d) * next_adv; "
-        "return (adv, v), adv",
-        "jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (rewards, values, 1.0 - dones), reverse=True)[1]",
+        "GAE is a backward recursion: each step's advantage is its TD error plus gamma * lambda times the next step's "
+        "advantage, both cut where an episode ended. `jax.lax.scan` with `reverse=True` runs it without a Python "
+        "loop.",
+        "The carry holds what a step needs from the step after it, (next advantage, next value), and starts at "
+        "(zeros, `last_value`); each step receives the (reward, value, not-done) of its time t and returns the new "
+        "carry and its advantage as the output.",
+        "Turn the dones into a float not-done mask once, before the scan (cast to the values' dtype). Inside the step "
+        "the TD error uses the next value and the advantage the next advantage, each multiplied by not-done; the new "
+        "carry is this step's (advantage, value). The scan's second result is the stacked advantages. Trap: leaving "
+        "out `reverse=True`, which runs time forwards.",
     ),
 )
 
@@ -628,25 +776,50 @@ def _td_properties(fn: Callable[..., Any]) -> None:
         atol=1e-6,
     )
     ended = _td_data(41, 12, 3)
-    moved = dict(ended, final_values=np.where(ended["terminated"] | ended["truncated"], ended["final_values"], -7.0))
+    defined = ended["terminated"] | ended["truncated"]
+    moved = dict(ended, final_values=np.where(defined, ended["final_values"], -7.0))
     assert_true(
         np.allclose(_td_run(fn, ended, 0.9), _td_run(fn, moved, 0.9), rtol=1e-5, atol=1e-5),
         f"{TD}: changing final_values where no episode ended changed the targets; those entries are undefined "
         "(V(final obs) is only needed where terminated | truncated)",
     )
+    for garbage in (np.nan, np.inf):
+        undefined = dict(ended, final_values=np.where(defined, ended["final_values"], garbage).astype(np.float32))
+        got = _td_run(fn, undefined, 0.9)
+        assert_true(
+            bool(np.isfinite(got).all()),
+            f"{TD}: final_values is read where no episode ended: a {garbage} there (an undefined entry may hold "
+            f"anything) reached the targets at {int((~np.isfinite(got)).sum())} steps; select with "
+            "jnp.where(terminated | truncated, final_values, next_values), which never reads the other branch, "
+            "instead of multiplying by a 0/1 mask (0 * nan = nan)",
+        )
+
+
+@check_case("one compiled program: traces with abstract inputs and calls nothing on the host", time_limit=30.0)
+def _td_program(fn: Callable[..., Any]) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    f32, b = jax.ShapeDtypeStruct((9, 4), jnp.float32), jax.ShapeDtypeStruct((9, 4), jnp.bool_)
+    closed = _program(lambda *a: fn(*a, 0.99), f32, f32, b, b, f32, jax.ShapeDtypeStruct((4,), jnp.float32))
+    refuse_host_callbacks(closed.jaxpr, TD)
 
 
 AUTORESET_TD_TARGETS = Exercise(
     name=TD,
+    compiled=True,
     points=10,
     title="TD targets of an auto-reset rollout: bootstrap after truncation, not after termination (eq. 04.2)",
-    checks=(_td_known, _td_oracle, _td_properties),
+    checks=(_td_known, _td_oracle, _td_properties, _td_program),
     hints=(
-        "the value of the state step t reached is values[t + 1] (last_value at the end) unless an episode ended "
-        "at t; then the env already reset and that state's value is final_values[t]",
-        "next_values = jnp.concatenate([values[1:], last_value[None]]); pick final_values where "
-        "terminated | truncated with jnp.where",
-        "return rewards + gamma * (1.0 - terminated.astype(values.dtype)) * next_values",
+        "The TD target is the reward plus the discounted value of the state step t reached. With auto-reset, at an "
+        "episode's end the next observation is already the new episode's first: the state actually reached is "
+        "elsewhere, and its value is in `final_values`.",
+        "Build the next-state values in two moves: `values` shifted by one step with `last_value` appended, then "
+        "replaced by `final_values[t]` wherever an episode ended at t (terminated or truncated).",
+        "`jnp.concatenate` shifts and `jnp.where` replaces. Then discount, masking by `terminated` only, cast to the "
+        "values' dtype: a truncated episode still has a future worth bootstrapping. Trap: masking by terminated or "
+        "truncated, which zeroes the value of every time-out.",
     ),
 )
 
@@ -736,7 +909,9 @@ def _tg_one_program(fn: Callable[..., Any]) -> None:
     # program itself. train holds one lax.scan (5 steps of w [2]); vmapped over the grid it is
     # still one scan, whose carry holds all 2 x 3 runs' weights at once.
     n_lrs, n_seeds = 2, 3
-    scans, _ = _scan_eqns(lambda key, lrs: fn(_toy([]), key, n_seeds, lrs), jax.random.key(0), jnp.asarray([0.05, 0.2]))
+    scans, _ = _scan_eqns(
+        lambda key, lrs: fn(_toy([]), key, n_seeds, lrs), jax.random.key(0), jnp.asarray([0.05, 0.2]), what=TG
+    )
     if len(scans) != 1:
         fail(
             f"the program of {TG} holds {len(scans)} copies of train's loop for {n_lrs} learning rates x {n_seeds} "
@@ -770,13 +945,19 @@ def _tg_seeds(fn: Callable[..., Any]) -> None:
 
 TRAIN_GRID = Exercise(
     name=TG,
+    compiled=True,
     points=10,
     title="vmap a training function over seeds and learning rates",
     checks=(_tg_oracle_check, _tg_one_program, _tg_seeds),
     hints=(
-        "keys = jax.random.split(key, n_seeds); jax.vmap(train, in_axes=(0, None)) runs all seeds with one lr",
-        "vmap that again over the learning rates with in_axes=(None, 0): the outer axis is the lrs",
-        "return jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0))(keys, jnp.asarray(lrs))",
+        "`jax.vmap` turns a function of one (key, learning rate) into a function of a batch of them; two nested vmaps "
+        "make the grid, one axis per argument.",
+        "Split `key` into `n_seeds` keys with `jax.random.split`. The inner vmap maps `train` over the keys with one "
+        "learning rate (`in_axes=(0, None)`); the outer one maps that function over the learning rates with the keys "
+        "held fixed.",
+        "The output's leading axis is the learning rates, then the seeds: the learning rates belong to the OUTER vmap "
+        "(`in_axes=(None, 0)`), called once on the split keys and the learning rates as a `jnp` array. Trap: a Python "
+        "loop over the learning rates, which traces and compiles once per value.",
     ),
 )
 

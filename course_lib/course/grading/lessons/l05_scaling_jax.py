@@ -15,6 +15,24 @@ The learner writes:
   segments of ``k``, each segment under ``jax.checkpoint`` (Chen et al. 2016's
   ``sqrt(n)`` rematerialisation)
 
+What each exercise teaches, and how its checks observe it:
+
+* ``partition_specs``, mechanism: a layout is a spec per array axis (batch over "data", Megatron's column- then
+  row-parallel over "model"); observed: every device's shard after ``jax.device_put`` on 1-D and 2-D meshes.
+* ``ring_allreduce``, mechanism: reduce-scatter then all-gather of n chunks, each step one ``ppermute`` to a
+  neighbour (2 (n - 1) / n of the array sent); observed: values against ``psum``, the jaxpr's collectives (only
+  ring ``ppermute``s), the elements each device sends, no host callback.
+* ``data_parallel_grad``, mechanism: each device differentiates its own shard, only the gradient crosses, by one
+  all-reduce (the mean, 05.2); observed: every device's result against one device's full-batch gradient, three
+  SGD steps, a dependency walk of every collective's operands in the jaxpr, no host callback.
+* ``accumulate_grads``, mechanism: contiguous micro-batches run by one ``lax.scan`` whose carry is the running
+  sum of their gradients (05.3), one micro-batch's activations alive at a time; observed: the full-batch
+  gradient, a per-micro-batch normalised loss, the scan's length, carry and stacked outputs in the jaxpr, no
+  host callback, a ValueError naming both sizes.
+* ``remat_segments``, mechanism: ``jax.checkpoint`` around each scanned segment of k layers (scans, not Python
+  loops); observed: output and gradient, XLA's planned temp memory, the checkpoints and their matrix products
+  in the jaxpr, the program's size against the depth and k, no host callback, a ValueError naming both sizes.
+
 The oracles share no code with the solutions: the placement of every shard is computed
 from the mesh's device grid with numpy slices and compared with what
 ``jax.device_put`` put on each device (``addressable_shards``); the all-reduce with
@@ -66,7 +84,8 @@ from course_lib.course.grading.checks import (
     describe_type,
     fail,
 )
-from course_lib.course.grading.helpers import assert_raises, fail_if_known_mistake, guard_checks
+from course_lib.course.grading.helpers import fail_if_known_mistake
+from course_lib.course.grading.lessons.l04_purejaxrl import refuse_host_callbacks
 
 LESSON = "05_scaling_jax"
 #: Devices the checks use at most (the notebook's first cell asks for this many).
@@ -77,8 +96,8 @@ WATCHDOG_S = 60.0
 CHECK_S = 30.0
 #: Closeness of float32 gradients to their float64-compared oracles.
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
-#: Where course_lib's own answers live (collectives, accumulation, ppo_dp, remat, ...): the
-#: learner's function must not be, wrap or call anything from there (every check's guard).
+#: Where course_lib's own answers live (collectives, accumulation, ppo_dp, remat, ...); the
+#: runner's guard refuses them (and the rest of course_lib) for every exercise.
 LIBRARY = ("course_lib.scaling",)
 
 # ---------------------------------------------------------------------------------------
@@ -174,6 +193,39 @@ def walk_eqns(jaxpr: Any, times: int = 1, in_while: bool = False) -> Iterator[tu
                     yield from walk_eqns(sub.jaxpr, inner_times, inner_while)
                 elif isinstance(sub, jcore.Jaxpr):
                     yield from walk_eqns(sub, inner_times, inner_while)
+
+
+def program_size(jaxpr: Any) -> int:
+    """Equations in ``jaxpr`` and every program nested in it, each counted once however often
+    it runs: a ``lax.scan`` keeps this fixed as its length grows, a Python loop (unrolled
+    into the program) adds its body once per turn."""
+    return sum(1 for _ in walk_eqns(jaxpr))
+
+
+def raises_naming(fn: Callable[..., Any], *args: Any, text: str, numbers: tuple[int, int], no_error: str) -> None:
+    """``fn(*args)`` must raise ``ValueError`` whose message names both ``numbers`` (the
+    statements ask for an error that names both sizes, so the caller sees what to change);
+    ``text`` is the call, ``no_error`` the message when it returns."""
+    import re
+
+    try:
+        fn(*args)
+    except ValueError as exc:
+        missing = [n for n in numbers if not re.search(rf"(?<![\d.]){n}(?![\d.])", str(exc))]
+        if missing:
+            fail(
+                f"{text} raised ValueError({str(exc)[:80]!r}), which does not name {' or '.join(map(str, missing))}: "
+                f"name both sizes ({numbers[0]} and {numbers[1]}) so that the caller sees what to change"
+            )
+        return
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        fail(
+            f"{text} raised {type(exc).__name__}; check the sizes first and raise ValueError naming both "
+            f"({numbers[0]} and {numbers[1]})"
+        )
+    fail(no_error)
 
 
 def _flat(tree: Any) -> NDArray[np.float64]:
@@ -392,12 +444,8 @@ PARTITION_SPECS = Exercise(
     name=PS,
     points=10,
     title="PartitionSpecs: a batch split over 'data', an MLP replicated or column- then row-parallel over 'model'",
-    checks=guard_checks(
-        (_ps_form, _ps_data_parallel, _ps_tensor_parallel, _ps_equal),
-        name=PS,
-        packages=LIBRARY,
-        advice="returning jax.sharding.PartitionSpec objects you choose",
-    ),
+    checks=(_ps_form, _ps_data_parallel, _ps_tensor_parallel, _ps_equal),
+    advice="returning jax.sharding.PartitionSpec objects you choose",
     hints=(
         'mesh.axis_names is ("data",) or ("data", "model"); branch on "model" in mesh.axis_names (a Python '
         "if on a static value is fine).",
@@ -548,6 +596,7 @@ def _ra_collectives(fn: Callable[..., Any], case: str) -> tuple[list[tuple[Any, 
     mesh, spec, axis, n, blocks, placed = _ra_setup(case, 0)
     prog = jax.shard_map(lambda b: fn(b, axis, n), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     jaxpr = _jaxpr(prog, (placed,), f"{RA}(x, {axis!r}, {n})")
+    refuse_host_callbacks(jaxpr, RA)
     ppermutes, others = [], []
     for eqn, times, in_while in walk_eqns(jaxpr):
         name = eqn.primitive.name
@@ -614,37 +663,25 @@ def _ra_volume(fn: Callable[..., Any]) -> None:
 
 RING_ALLREDUCE = Exercise(
     name=RA,
+    compiled=True,
     points=15,
     title="an all-reduce from ppermute: reduce-scatter, then all-gather, round a ring",
-    checks=guard_checks(
-        (_ra_two, _ra_four, _ra_only_ppermute, _ra_volume),
-        name=RA,
-        packages=LIBRARY,
-        advice="from jax.lax.ppermute, jax.lax.axis_index and indexing",
-    ),
+    checks=(_ra_two, _ra_four, _ra_only_ppermute, _ra_volume),
+    advice="from jax.lax.ppermute, jax.lax.axis_index and indexing",
     hints=(
-        "Two phases of n - 1 steps each (n = axis_size), every step one ppermute in which each device sends "
-        "one chunk to its right-hand neighbour (j to (j + 1) mod n): first a reduce-scatter, after which "
-        "each device holds the complete sum of one chunk, then an all-gather, which passes the complete "
-        "chunks on round the ring until every device holds all n of them.",
-        "With chunks = x.reshape(n, -1) and i = jax.lax.axis_index(axis_name): at reduce-scatter step s, "
-        "which chunk index does device i send, and which of its own chunks does the one arriving from device "
-        "i - 1 belong to (what did device i - 1 send at that step)? Ask the same two questions of all-gather "
-        "step s, knowing that device i starts it holding chunk (i + 1) mod n complete. i is traced: index "
-        "with it, modulo n, never branch on it.",
-        "A skeleton: fill in the blanks (chunk indices in i, s and n; one phase adds what it receives, the "
-        "other replaces).\n"
-        "n = axis_size\n"
-        "i = jax.lax.axis_index(axis_name)\n"
-        "chunks = x.reshape(n, -1)\n"
-        "right = ___  # (source, destination) pairs: every device to its right-hand neighbour\n"
-        "for s in range(n - 1):  # reduce-scatter\n"
-        "    recv = jax.lax.ppermute(chunks[___], axis_name, right)\n"
-        "    chunks = chunks.at[___].___(recv)\n"
-        "for s in range(n - 1):  # all-gather\n"
-        "    recv = jax.lax.ppermute(chunks[___], axis_name, right)\n"
-        "    chunks = chunks.at[___].___(recv)\n"
-        "return chunks.reshape(x.shape)",
+        "Two phases of n - 1 steps each (n = axis_size), every step one ppermute in which each device sends one chunk "
+        "to its right-hand neighbour (j to (j + 1) mod n): first a reduce-scatter, after which each device holds the "
+        "complete sum of one chunk, then an all-gather, which passes the complete chunks on round the ring until "
+        "every device holds all n of them.",
+        "Cut `x` into n equal chunks on a new leading axis (a reshape) and find this device's position i with "
+        "`jax.lax.axis_index`. At reduce-scatter step s, which chunk index does device i send, and which of its own "
+        "chunks does the one arriving from device i - 1 belong to (what did device i - 1 send at that step)? Ask the "
+        "same two questions of all-gather step s, knowing that device i starts it holding chunk (i + 1) mod n "
+        "complete.",
+        "The permutation is the list of (source, destination) pairs, one per device j, to j + 1 modulo n, passed to "
+        "`jax.lax.ppermute` with one chunk per call. Update the chunks functionally with `.at[index]`: `.add` in the "
+        "reduce-scatter, `.set` in the all-gather; reshape back to `x.shape` at the end. i is traced: index with it, "
+        "modulo n, never branch on it; a Python `for` over the n - 1 steps is fine (n is static).",
     ),
 )
 
@@ -912,6 +949,7 @@ def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
     )
     args = (jax.device_put(params, NamedSharding(mesh, P())), jax.device_put(batch, NamedSharding(mesh, P(axis))))
     outer = _jaxpr(prog, args, f"{DP}(loss_fn, params, batch shard, {axis!r})")
+    refuse_host_callbacks(outer, DP)
     (inner,) = [eqn.params["jaxpr"] for eqn in outer.eqns if eqn.primitive.name == "shard_map"]
     n_params, n_batch = len(jax.tree.leaves(params)), len(jax.tree.leaves(batch))
     labels = [frozenset({"params"})] * n_params + [frozenset({"batch"})] * n_batch
@@ -945,22 +983,20 @@ def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
 
 DATA_PARALLEL_GRAD = Exercise(
     name=DP,
+    compiled=True,
     points=15,
     title="the data-parallel gradient: local gradient, then the mean over devices",
-    checks=guard_checks(
-        (_dp_two, _dp_four, _dp_training, _dp_moves_gradients),
-        name=DP,
-        packages=LIBRARY,
-        advice="from jax.grad and one jax.lax collective",
-    ),
+    checks=(_dp_two, _dp_four, _dp_training, _dp_moves_gradients),
+    advice="from jax.grad and one jax.lax collective",
     hints=(
-        "The reduction is over the mesh axis named axis_name. Among the collectives in jax.lax, one adds "
-        "over a named axis and one averages over it: eq. 05.2 asks for which?",
-        "Take this shard's gradient with jax.grad first, then reduce that pytree (the collectives accept a "
-        "whole pytree), not the batch and not the loss. With check_vma=False jax.grad returns this device's "
-        "own $g_d$, so nothing has been reduced for you yet.",
-        "grads = jax.grad(loss_fn)(params, batch) is $g_d$. What one call over axis_name turns the $N$ "
-        "values of grads into $g$, with no division of your own afterwards?",
+        "The reduction is over the mesh axis named axis_name. Among the collectives in jax.lax, one adds over a named "
+        "axis and one averages over it: eq. 05.2 asks for which?",
+        "Take this shard's gradient with jax.grad first, then reduce that pytree (the collectives accept a whole "
+        "pytree), not the batch and not the loss. With check_vma=False jax.grad returns this device's own g_d, so "
+        "nothing has been reduced for you yet.",
+        "Two lines: this shard's gradient g_d, by `jax.grad` of `loss_fn` (it differentiates the first argument, the "
+        "params), then one collective over `axis_name` on that whole pytree. (05.2) is the mean of the N per-device "
+        "gradients: `jax.lax.pmean` is that mean; `jax.lax.psum` would leave a division by N to you.",
     ),
 )
 
@@ -1094,14 +1130,21 @@ def _ag_contiguous(fn: Callable[..., Any]) -> None:
         _ag_compare(fn, normalized_pg_loss, params, batch, n_micro, expected, what)
 
 
-@check_case("is one lax.scan of length n_micro (no Python loop unrolled into the program)", time_limit=CHECK_S)
+@check_case(
+    "is one lax.scan of length n_micro carrying the running sum (no Python loop, no stacked gradients)",
+    time_limit=CHECK_S,
+)
 def _ag_structure(fn: Callable[..., Any]) -> None:
+    import jax
+
     params, batch = mlp_data(5, batch_size=16)
     n_micro = 4
     jaxpr = _jaxpr(
         lambda p, b: fn(mlp_loss, p, b, n_micro), (params, batch), f"{AG}(loss_fn, params, batch, {n_micro})"
     )
-    lengths = [int(eqn.params["length"]) for eqn, _, _ in walk_eqns(jaxpr) if eqn.primitive.name == "scan"]
+    refuse_host_callbacks(jaxpr, AG)
+    scans = [eqn for eqn, _, _ in walk_eqns(jaxpr) if eqn.primitive.name == "scan"]
+    lengths = [int(eqn.params["length"]) for eqn in scans]
     if not lengths:
         fail(
             f"{AG}'s program holds no lax.scan: a Python loop over micro-batches puts n_micro copies of the gradient "
@@ -1112,51 +1155,62 @@ def _ag_structure(fn: Callable[..., Any]) -> None:
         f"{AG}'s program scans {lengths} steps for n_micro = {n_micro}; scan once per micro-batch over a leading "
         "axis of n_micro: reshape every leaf to (n_micro, B // n_micro, ...)",
     )
+    # The scan over micro-batches must carry the running sum, not stack one gradient per micro-batch (as
+    # jax.lax.map, a scan with no carry, does): stacked, all n_micro gradients are alive at once.
+    grad_size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
+    scan = next(eqn for eqn in scans if int(eqn.params["length"]) == n_micro)
+    n_carry = int(scan.params["num_carry"])
+    carried = sum(int(np.prod(v.aval.shape)) for v in scan.outvars[:n_carry])
+    stacked = sum(int(np.prod(v.aval.shape)) for v in scan.outvars[n_carry:])
+    if stacked >= grad_size:
+        fail(
+            f"{AG}: the micro-batches' gradients are stacked: the scan over the {n_micro} micro-batches outputs "
+            f"{stacked} numbers, {n_micro} copies of the {grad_size}-number gradient alive at once (what jax.lax.map, "
+            "or a scan returning each gradient, does); add each gradient into the scan's carry, a running sum the "
+            "size of one gradient, and output None per step"
+        )
+    assert_true(
+        carried >= grad_size,
+        f"{AG}: the scan over the {n_micro} micro-batches carries {carried} numbers, less than the {grad_size}-number "
+        "gradient: its carry must be the running sum of the micro-batches' gradients",
+    )
 
 
-@check_case("a batch that n_micro does not divide raises ValueError", time_limit=CHECK_S)
+@check_case("a batch that n_micro does not divide raises ValueError naming both", time_limit=CHECK_S)
 def _ag_indivisible(fn: Callable[..., Any]) -> None:
     import jax
     import jax.numpy as jnp
 
     params, batch = mlp_data(6, batch_size=10)
     text = f"{AG}(loss_fn, params, batch of 10 rows, n_micro=4)"
-    assert_raises(
-        ValueError,
+    raises_naming(
         fn,
         mlp_loss,
         jax.tree.map(jnp.asarray, params),
         jax.tree.map(jnp.asarray, batch),
         4,
-        other_error=lambda exc: (
-            f"{text} raised {type(exc).__name__}; check the batch size first and raise ValueError naming it and n_micro"
-        ),
+        text=text,
+        numbers=(10, 4),
         no_error=f"{text} returned a gradient; 10 rows do not split into 4 equal micro-batches: raise ValueError",
     )
 
 
 ACCUMULATE_GRADS = Exercise(
     name=AG,
+    compiled=True,
     points=10,
     title="gradient accumulation: the mean of contiguous micro-batches' gradients by one lax.scan",
-    checks=guard_checks(
-        (_ag_full_batch, _ag_contiguous, _ag_structure, _ag_indivisible),
-        name=AG,
-        packages=LIBRARY,
-        advice="from jax.grad, reshapes and one jax.lax.scan",
-    ),
+    checks=(_ag_full_batch, _ag_contiguous, _ag_structure, _ag_indivisible),
+    advice="from jax.grad, reshapes and one jax.lax.scan",
     hints=(
-        "B = jax.tree.leaves(batch)[0].shape[0]; every leaf reshaped to (n_micro, B // n_micro) + "
-        "leaf.shape[1:] puts the micro-batches on a new leading axis.",
-        "jax.lax.scan(step, zeros, micro) with zeros = jax.tree.map(jnp.zeros_like, params) hands "
-        "step(total, mb) one micro-batch at a time.",
-        "A partial sketch: the blanks are yours, and the size check comes first (raise ValueError before "
-        "reshaping).\n"
-        "def step(total, mb):\n"
-        "    grads = ___  # this micro-batch's gradient\n"
-        "    return ___, None  # the running sum, leaf by leaf\n"
-        "total, _ = jax.lax.scan(step, zeros, micro)\n"
-        "return ___  # the mean of the micro-batches' gradients, leaf by leaf",
+        "Put the micro-batches on a new leading axis: with `jax.tree.map`, reshape every leaf of `batch` from (B, "
+        "...) to (n_micro, B // n_micro, ...); B is the leading size of any leaf (`jax.tree.leaves`). Check first "
+        "that n_micro divides B (raise ValueError before reshaping).",
+        "jax.lax.scan(step, zeros, micro) with zeros = jax.tree.map(jnp.zeros_like, params) hands step(total, mb) one "
+        "micro-batch at a time.",
+        "The scan body takes (running sum, one micro-batch), adds this micro-batch's `jax.grad` of `loss_fn` to the "
+        "sum leaf by leaf (one `jax.tree.map` over the two pytrees) and returns (new sum, None). After the scan, divide the sum "
+        "by `n_micro`, leaf by leaf: the mean of equal micro-batches' gradients is the full batch's gradient.",
     ),
 )
 
@@ -1228,9 +1282,38 @@ def checkpointed_segments(jaxpr: Any) -> list[tuple[int, int]]:
     return rows
 
 
-def _rs_segments(fn: Callable[..., Any], depth: int, width: int, batch: int, k: int) -> list[tuple[int, int]]:
+def _rs_jaxpr(fn: Callable[..., Any], depth: int, k: int, width: int = 8, batch: int = 4) -> Any:
+    """The jaxpr of the learner's forward pass over ``depth`` layers in segments of ``k``."""
     params, x, _ = _rs_problem(depth, width, batch)
-    return checkpointed_segments(_jaxpr(_rs_learner(fn, k), (params, x), _rs_text(depth, k)))
+    return _jaxpr(_rs_learner(fn, k), (params, x), _rs_text(depth, k))
+
+
+def _rs_segments(fn: Callable[..., Any], depth: int, width: int, batch: int, k: int) -> list[tuple[int, int]]:
+    return checkpointed_segments(_rs_jaxpr(fn, depth, k, width, batch))
+
+
+def _rs_loop_mistake(fn: Callable[..., Any], base: Any = None) -> str | None:
+    """The message for a Python loop where the exercise asks for a ``lax.scan``, read from the
+    program's size (:func:`program_size`): with a scan it is the same for 12 and 24 layers
+    (k = 3: 4 and 8 segments) and for segments of 3 and 6 layers (4 segments each); a loop
+    over the segments grows with the depth, a loop over a segment's layers grows with k.
+    ``base``: the jaxpr for 12 layers and k = 3, when the caller has it."""
+    sizes = {(12, 3): program_size(base if base is not None else _rs_jaxpr(fn, 12, 3))}
+    for depth, k in ((24, 3), (24, 6)):
+        sizes[depth, k] = program_size(_rs_jaxpr(fn, depth, k))
+    if sizes[24, 3] > sizes[12, 3]:
+        return (
+            f"{RS} runs a Python loop over the segments: its program grows with the depth ({sizes[12, 3]} operations "
+            f"for 12 layers, {sizes[24, 3]} for 24, k = 3), one copy of the segment per turn; scan over the n / k "
+            "segments with jax.lax.scan, one jax.checkpoint around the scan's body"
+        )
+    if sizes[24, 6] > sizes[12, 3]:
+        return (
+            f"{RS} runs a Python loop over the k layers of a segment: its program grows with k ({sizes[12, 3]} "
+            f"operations for k = 3, {sizes[24, 6]} for k = 6, 4 segments each); scan over the segment's layers "
+            "with jax.lax.scan inside the checkpoint"
+        )
+    return None
 
 
 def _rs_temp_bytes(forward: Callable[..., Any], params: Any, x: Any, y: Any, text: str) -> int:
@@ -1292,6 +1375,9 @@ def _rs_memory(fn: Callable[..., Any]) -> None:
         return
     segments = _rs_segments(fn, depth, width, batch, k)
     where = f"{text}: jit(grad)'s temp is {got / 1e6:.1f} MB, {got / none:.2f} of no remat's {none / 1e6:.1f} MB"
+    loop = _rs_loop_mistake(fn)
+    if loop is not None:
+        fail(f"{loop} ({where})")
     if not segments:
         fail(
             f"{where}: the program holds no jax.checkpoint, so the backward pass keeps every layer's activations; "
@@ -1307,11 +1393,15 @@ def _rs_memory(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("the program checkpoints n / k segments of k layers each (12 layers: k = 3 and 4)", time_limit=CHECK_S)
+@check_case(
+    "the program checkpoints n / k segments of k layers each, by lax.scans (12 layers: k = 3 and 4)",
+    time_limit=CHECK_S,
+)
 def _rs_structure(fn: Callable[..., Any]) -> None:
+    jaxprs = {k: _rs_jaxpr(fn, 12, k) for k in (3, 4)}
     for k in (3, 4):
         depth = 12
-        segments = _rs_segments(fn, depth, 8, 4, k)
+        segments = checkpointed_segments(jaxprs[k])
         text = _rs_text(depth, k)
         if not segments:
             fail(f"{text}'s program holds no jax.checkpoint: wrap each segment of k layers in jax.checkpoint")
@@ -1329,55 +1419,48 @@ def _rs_structure(fn: Callable[..., Any]) -> None:
             f"{text} runs {total} checkpoints of {', '.join(map(str, layers))} layers each; segments of k={k} are "
             f"{depth // k} checkpoints of {k} layers (one jax.checkpoint per segment, nothing checkpointed inside it)",
         )
-
-
-def _rs_other_error(text: str) -> Callable[[Exception], str]:
-    def message(exc: Exception) -> str:
-        return (
-            f"{text} raised {type(exc).__name__}; check that k divides the number of layers first and raise "
-            "ValueError naming both"
-        )
-
-    return message
+    refuse_host_callbacks(jaxprs[3], RS)
+    loop = _rs_loop_mistake(fn, jaxprs[3])
+    if loop is not None:
+        fail(loop)
 
 
 @check_case(
-    "a k that does not divide the number of layers (16 layers, k = 5 or 0) raises ValueError", time_limit=CHECK_S
+    "a k that does not divide the number of layers (16 layers, k = 5 or 0) raises ValueError naming both",
+    time_limit=CHECK_S,
 )
 def _rs_indivisible(fn: Callable[..., Any]) -> None:
     params, x, _ = _rs_problem(16, 8, 4)
     for k in (5, 0):
         text = _rs_text(16, k)
-        assert_raises(
-            ValueError,
+        raises_naming(
             fn,
             tanh_layer,
             params,
             x,
             k,
-            other_error=_rs_other_error(text),
+            text=text,
+            numbers=(16, k),
             no_error=f"{text} returned; 16 layers do not split into segments of {k}: raise ValueError",
         )
 
 
 REMAT_SEGMENTS = Exercise(
     name=RS,
+    compiled=True,
     points=15,
     title="rematerialisation in segments: jax.checkpoint around each run of k layers (Chen et al. 2016)",
-    checks=guard_checks(
-        (_rs_gradient, _rs_memory, _rs_structure, _rs_indivisible),
-        name=RS,
-        packages=LIBRARY,
-        advice="from jax.lax.scan and jax.checkpoint",
-    ),
+    checks=(_rs_gradient, _rs_memory, _rs_structure, _rs_indivisible),
+    advice="from jax.lax.scan and jax.checkpoint",
     hints=(
-        "n = jax.tree.leaves(params)[0].shape[0]. Give every leaf a leading axis of segments, (n // k, k) + "
-        "leaf.shape[1:]: a lax.scan over that axis hands its body one segment's k layers at a time.",
-        "Two scans, nested: an inner one over the k layers of a segment (the carry is h), inside the body of "
-        "an outer one over the n // k segments. Which of the two bodies, wrapped in jax.checkpoint, keeps "
-        "one array per segment rather than one per layer?",
-        "A scan body returns (carry, output); the outer body's carry is the segment's input h and it has no "
-        "output (None). Check k before you reshape.",
+        "The number of layers n is the leading size of every leaf of `params` (any leaf: `jax.tree.leaves`). Give "
+        "every leaf a leading axis of segments, (n // k, k) + leaf.shape[1:]: a lax.scan over that axis hands its "
+        "body one segment's k layers at a time.",
+        "Two scans, nested: an inner one over the k layers of a segment (the carry is h), inside the body of an outer "
+        "one over the n // k segments. Which of the two bodies, wrapped in jax.checkpoint, keeps one array per "
+        "segment rather than one per layer?",
+        "A scan body returns (carry, output); the outer body's carry is the segment's input h and it has no output "
+        "(None). Check k before you reshape.",
     ),
 )
 

@@ -1,6 +1,6 @@
 """Lesson 06's graded exercises: the kinematic bicycle step of the driving simulator, the
 sum-tree descent of prioritized replay, prioritized replay's importance weights, SAC's soft
-Bellman target, and the Polyak update of the target networks.
+Bellman target, and the batched write of new priorities back into the sum tree.
 
 The learner writes:
 
@@ -8,7 +8,35 @@ The learner writes:
 * ``sumtree_find(tree, u) -> j``  (the descent that samples eq. 06.7)
 * ``importance_weights(probabilities, n_stored, beta, normalize=True) -> w [K]``  (eq. 06.8)
 * ``soft_bellman_target(reward, done, q1_next, q2_next, logp_next, alpha, gamma) -> y [B]``  (eq. 06.2)
-* ``polyak_update(target, online, tau) -> pytree``  (eq. 06.6)
+* ``sumtree_update(tree, indices, values) -> tree``  (the write-back behind ``per_update``)
+
+What each exercise teaches, and how its checks observe it:
+
+* bicycle_step: mechanism: one explicit Euler step of (06.1) from the old state (slip angle
+  from the rear share of the wheelbase, motion along psi + beta, yaw rate v sin(beta) / l_r,
+  the speed clipped to [0, v_max]), elementwise over broadcast arrays inside one XLA program;
+  observed by hand steps, a circle closed by the yaw rate alone, random cars (dt, v_max,
+  l_f, l_r varied), broadcasting, unchanged inputs and a call under ``jax.jit``.
+* sumtree_find: mechanism: one root-to-leaf descent, O(log capacity) node reads, comparing u
+  with the left child's sum and subtracting it on the way right; observed by a read-counting
+  tree that refuses bulk reads and caps the distinct nodes a draw reads, boundaries hit
+  exactly, empty items never drawn, stratified counts.
+* importance_weights: mechanism: the raw weight (N P(i))^(-beta) with N the items stored (not
+  the batch), divided by the batch's largest when asked; observed by hand batches, random
+  batches whose batch size differs from N, beta = 0 and 1, the unbiasedness at beta = 1, and
+  a call under ``jax.jit`` with traced beta and N.
+* soft_bellman_target: mechanism: r + gamma (1 - d) (min of the twin target critics - alpha
+  log pi), the whole soft value discounted and masked; observed by random batches and by
+  moving one input at a time (swapping, raising the larger, lowering the smaller critic,
+  raising log pi) with gamma, alpha and done varied, and a call under ``jax.jit``.
+* sumtree_update: mechanism: all K leaves written at once with the last write of a repeated
+  index winning (decided by the program, not left to a scatter's unspecified order), then
+  log2(capacity) levels of parents, each set to the sum of its children; observed by the
+  values (hand trees, repeated indices and siblings, against writes done one at a time),
+  exact sums after 200 float32 updates, and the program itself run one primitive at a time
+  (:func:`run_jaxpr`): the writes into the tree are counted (a loop over the K entries writes
+  K times as often), work on arrays the size of the tree is refused, and every scatter into
+  the tree is read for a node written twice with two values.
 
 The checks never call ``course_lib.envs``, ``course_lib.offpolicy.replay`` or ``course_lib.offpolicy.sac``.
 The oracles: (06.1) evaluated one car at a time with ``math`` in float64, and a circle whose
@@ -16,9 +44,9 @@ closure depends only on the yaw rate; a cumulative sum and ``np.searchsorted`` f
 sum tree (its leaves are multiples of 1/8, so every sum is exact and boundaries can be hit
 exactly), and stratified draws whose counts are known in advance; (06.8) one weight at a
 time in float64, and the unbiasedness it buys at beta = 1; (06.2) written out one
-transition at a time; a recursive walk over dicts, lists and tuples for the Polyak update,
-and the closed form ``(1 - tau)^n`` of its repeated application. Each oracle takes keyword
-switches that compute a known slip, so a wrong answer that matches one is named.
+transition at a time; for the tree's write-back, the entries written one at a time in
+float32 and every node re-added from its children. Each oracle takes keyword switches that
+compute a known slip, so a wrong answer that matches one is named.
 
 The sum tree reaches ``sumtree_find`` as a :class:`ReadCountingTree`: a read-only object
 read one node at a time (``tree[i]``, ``len(tree)``), which refuses slices, iteration and
@@ -343,15 +371,19 @@ def _bs_shapes(fn: Callable[..., Any]) -> None:
 
 BICYCLE_STEP = Exercise(
     name=BS,
+    compiled=True,
     points=15,
     title="one explicit Euler step of the kinematic bicycle model, elementwise (eq. 06.1)",
     checks=(_bs_known, _bs_circle, _bs_oracle, _bs_shapes),
     hints=(
-        "beta first, then one line per row of (06.1), each computed from the arguments (the old state), never "
-        "from a value just updated",
-        "beta = jnp.arctan(l_r / (l_f + l_r) * jnp.tan(steer)); move along psi + beta; turn by "
-        "v / l_r * jnp.sin(beta) * dt",
-        "v_new = jnp.clip(v + accel * dt, 0.0, v_max): elementwise, where Python's min/max fail on arrays",
+        "beta first, then one line per row of (06.1), each computed from the arguments (the old state), never from a "
+        "value just updated.",
+        "beta, the slip angle, is the arctangent of the rear share of the wheelbase, l_r / (l_f + l_r), times the "
+        "tangent of the steering angle. The position moves along the heading plus beta; the heading turns at the rate "
+        "v / l_r times the sine of beta; the speed changes by accel * dt.",
+        "Use `jnp` functions throughout (`jnp.arctan`, `jnp.tan`, `jnp.cos`, `jnp.sin`) so that arrays and `jax.jit` "
+        "work, and keep the speed in [0, v_max] with `jnp.clip`, elementwise, where Python's `min` and `max` fail on "
+        "arrays. Return the four new values as a tuple, in the order of the arguments.",
     ),
 )
 
@@ -776,9 +808,15 @@ SUMTREE_FIND = Exercise(
     title="the sum-tree descent that samples prioritized replay in O(log N) reads (eq. 06.7)",
     checks=(_st_known, _st_reads, _st_oracle, _st_zeros, _st_frequencies),
     hints=(
-        "capacity = len(tree) // 2; start at the root i = 1 and loop while i < capacity (the internal nodes)",
-        "left = 2 * i; if u < tree[left]: i = left; else: u -= tree[left]; i = left + 1",
-        "the loop ends at a leaf's tree index i in [capacity, 2 * capacity): return i - capacity",
+        "Descend from the root: at each internal node go left if u falls within the left child's total, otherwise go "
+        "right with u reduced by the total you skipped.",
+        "In the array layout node i's children are 2i and 2i + 1, the root is 1, and the leaves fill the upper half "
+        "of the array (from index `len(tree) // 2` on). Loop while the node is internal; once it is a leaf, convert "
+        "its tree index to a data index.",
+        "Compare `u` strictly with the left child's sum (with `<`, a u equal to it goes right, past an empty left "
+        "subtree), subtract that sum before moving right, and return the leaf's position among the leaves (its tree "
+        "index minus the number of leaves). Traps: comparing with the node's own sum, and moving right without "
+        "subtracting.",
     ),
 )
 
@@ -804,13 +842,13 @@ def naive_weights(
 ) -> NDArray[np.float64]:
     """(06.8) in float64, one weight at a time: ``w_i = (N P(i))^(-beta)``, divided by the
     batch's largest ``w_j`` when ``normalize``. Switches for known slips: ``n_factor`` is
-    ``"times"`` (N P), ``"none"`` (P alone) or ``"divide"`` (P / N); ``sign=+1`` raises to
+    ``"times"`` (N P), ``"none"`` (P alone), ``"divide"`` (P / N) or ``"batch"`` (K P, the batch size for N); ``sign=+1`` raises to
     ``+beta``; ``whole=False`` applies the power to P only (``N * P ** -beta``); ``norm`` is
     ``"max"``, ``"mean"``, ``"sum"``, ``"min"``, ``"none"`` (normalize ignored) or ``"always"``
     (divided by the max even when ``normalize`` is False)."""
     p = np.asarray(probabilities, dtype=np.float64)
     n, b = float(np.asarray(n_stored)), float(np.asarray(beta))
-    factor = {"times": n, "none": 1.0, "divide": 1.0 / n}[n_factor]
+    factor = {"times": n, "none": 1.0, "divide": 1.0 / n, "batch": float(p.size)}[n_factor]
     w = np.array([factor * q ** (sign * b) if not whole else (factor * q) ** (sign * b) for q in p.ravel()])
     w = w.reshape(p.shape)
     if norm == "always" or (normalize and norm == "max"):
@@ -825,6 +863,8 @@ IW_SLIPS: dict[str, dict[str, Any]] = {
     "N is missing: the raw weight is (N P(i))^(-beta), which is 1 for every item under uniform sampling "
     "(P(i) = 1/N)": dict(n_factor="none"),
     "P(i) / N instead of N P(i): the raw weight is (N P(i))^(-beta), 1 under uniform sampling": dict(n_factor="divide"),
+    "N is n_stored, the number of items in the buffer, not the batch size K: the raw weight (N P(i))^(-beta) "
+    "compares P(i) with uniform sampling over the stored items": dict(n_factor="batch"),
     "beta has the wrong sign: w = (N P(i))^(-beta), so a likely item (large P) gets a small weight": dict(sign=1.0),
     "the power -beta applies to N P(i) as a whole: (N * P) ** -beta, not N * P ** -beta": dict(whole=False),
     f"the weights are divided by their mean; {LARGEST}": dict(norm="mean"),
@@ -972,13 +1012,16 @@ def _iw_jit(fn: Callable[..., Any]) -> None:
 
 IMPORTANCE_WEIGHTS = Exercise(
     name=IW,
+    compiled=True,
     points=10,
     title="prioritized replay's importance weights, raw and normalised by the batch's largest (eq. 06.8)",
     checks=(_iw_known, _iw_oracle, _iw_unbiased, _iw_jit),
     hints=(
-        "the raw weight is (N P(i))^(-beta): 1 when P(i) = 1/N, larger for items drawn less often than uniform",
-        "w = (n_stored * probabilities) ** (-beta), with brackets: ** binds tighter than *",
-        "if normalize: w = w / jnp.max(w); return w (jnp.max is the batch's largest weight, also under jax.jit)",
+        "The raw weight is (N P(i))^(-beta): 1 when P(i) = 1/N, larger for items drawn less often than uniform.",
+        "First the raw weights of all K sampled items, in one array expression; then, only if `normalize`, divide "
+        "them all by the largest of them, so that the biggest weight is 1.",
+        "Bracket the product before the power (`**` binds tighter than `*` and than a unary minus), and take the "
+        "largest weight with `jnp.max`, which works under `jax.jit` where Python's `max` does not.",
     ),
 )
 
@@ -1177,227 +1220,421 @@ def _sb_jit(fn: Callable[..., Any]) -> None:
 
 SOFT_BELLMAN_TARGET = Exercise(
     name=SB,
+    compiled=True,
     points=10,
     title="SAC's soft Bellman target with twin target critics (eq. 06.2)",
     checks=(_sb_known, _sb_oracle, _sb_terminal, _sb_properties, _sb_jit),
     hints=(
-        "build the soft value of s' first, the smaller critic minus alpha * logp_next; then discount and mask it",
-        "jnp.minimum(q1_next, q2_next) is elementwise; Python's min is not",
-        "return reward + gamma * (1.0 - done) * (jnp.minimum(q1_next, q2_next) - alpha * logp_next)",
+        "Build the soft value of s' first, the smaller critic minus alpha * logp_next; then discount and mask it.",
+        "jnp.minimum(q1_next, q2_next) is elementwise; Python's min is not.",
+        "Mask the future with `1 - done`: a terminal transition's target is its reward alone. Traps: discounting or "
+        "masking only the Q term and not the entropy term (the whole soft value is discounted), and adding alpha "
+        "times the log-probability where the soft value subtracts it.",
     ),
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 5: polyak_update, eq. 06.6
+# Exercise 5: sumtree_update, the batched write-back of priorities
 # ---------------------------------------------------------------------------------------
 
-PU = "polyak_update"
-PU_RTOL, PU_ATOL = 1e-5, 1e-6
+SU = "sumtree_update"
+#: Index 0 of the trees the checks pass: unused, so any value; a level past the root changes it.
+SU_GARBAGE = -3.0
 
 
-def naive_leaves(tree: Any) -> list[NDArray[np.float64]]:
-    """The leaves of a pytree of dicts (keys sorted, as JAX orders them), lists and tuples."""
-    if isinstance(tree, dict):
-        return [leaf for key in sorted(tree) for leaf in naive_leaves(tree[key])]
-    if isinstance(tree, list | tuple):
-        return [leaf for item in tree for leaf in naive_leaves(item)]
-    return [np.asarray(tree, dtype=np.float64)]
+def float32_tree(leaves: Any, garbage: float = SU_GARBAGE) -> NDArray[np.float32]:
+    """The layout of exercise 2 in float32, every internal node the float32 sum of its children."""
+    leaf = np.asarray(leaves, dtype=np.float32)
+    capacity = len(leaf)
+    tree = np.zeros(2 * capacity, dtype=np.float32)
+    tree[capacity:] = leaf
+    for i in range(capacity - 1, 0, -1):
+        tree[i] = tree[2 * i] + tree[2 * i + 1]
+    tree[0] = garbage
+    return tree
 
 
-def naive_polyak(target: Any, online: Any, tau: float, *, slip: str = "") -> list[NDArray[np.float64]]:
-    """(06.6) on each pair of leaves. ``slip``: ``"swapped"`` (tau and 1 - tau), ``"hard"`` (a copy
-    of online), ``"first"`` (only the first leaf updated), ``"no_one_minus"`` (target + tau online)."""
-    out = []
-    for k, (t, o) in enumerate(zip(naive_leaves(target), naive_leaves(online))):
-        if slip == "swapped":
-            out.append((1 - tau) * o + tau * t)
-        elif slip == "hard":
-            out.append(o.copy())
-        elif slip == "first" and k > 0:
-            out.append(t.copy())
-        elif slip == "no_one_minus":
-            out.append(t + tau * o)
+def naive_update(
+    tree: Any, indices: Any, values: Any, *, winner: str = "last", parents: str = "sum", levels: int | None = None
+) -> NDArray[np.float32]:
+    """The oracle: the entries written one at a time (so the last of a repeated index wins),
+    then every internal node re-added from its children, bottom up, in float32.
+
+    The switches compute known slips, as a CPU runs them (a scatter's repeated index keeps
+    its last value there): ``winner="first"``; ``parents="delta_set"`` (each entry sets its
+    ancestors to their old value plus its leaf's change) or ``"delta_add"`` (adds the change:
+    every entry's, repeated ones too); ``levels``, the number of levels repaired above the
+    leaves (``None``: all; one more than the depth writes index 0)."""
+    out = np.array(tree, dtype=np.float32)
+    idx = np.asarray(indices, dtype=np.int64)
+    val = np.asarray(values, dtype=np.float32)
+    capacity = len(out) // 2
+    depth = capacity.bit_length() - 1
+    nodes = capacity + idx
+    delta = (val - out[nodes]).astype(np.float32)  # each entry's change, from the tree it was given
+    order = range(len(idx) - 1, -1, -1) if winner == "first" else range(len(idx))
+    for k in order:
+        out[nodes[k]] = val[k]
+    if parents == "sum" and levels is None:
+        for i in range(capacity - 1, 0, -1):  # the whole tree: untouched nodes come out as they were
+            out[i] = out[2 * i] + out[2 * i + 1]
+        return out
+    for _ in range(depth if levels is None else levels):
+        nodes = nodes // 2
+        if parents == "delta_set":
+            moved = out[nodes] + delta  # all from the tree before this level's write
+            for k in range(len(idx)):
+                out[nodes[k]] = moved[k]
+        elif parents == "delta_add":
+            np.add.at(out, nodes, delta)
         else:
-            out.append(tau * o + (1 - tau) * t)
+            out[nodes] = out[2 * nodes] + out[2 * nodes + 1]
     return out
 
 
-PU_SLIPS = {
-    "tau and 1 - tau are swapped (or the target and the online trees): the target moves a fraction tau toward "
-    "the online parameters, tau * online + (1 - tau) * target": "swapped",
-    "the result is the online parameters: a hard copy; (06.6) moves the target only a fraction tau": "hard",
-    "only the first leaf is updated: map over every leaf (jax.tree.map)": "first",
-    "the target is not scaled by (1 - tau): tau * online + (1 - tau) * target": "no_one_minus",
+SUM_OF_CHILDREN = "set every parent to the sum of its two children, read after the level below is written"
+SU_SLIPS: dict[str, dict[str, Any]] = {
+    "a repeated index kept its first value; the last write wins (the later entry of indices)": dict(winner="first"),
+    "a parent moved by its child's change: where two written leaves share a parent (and all share the root) only "
+    f"one change survives the .set; {SUM_OF_CHILDREN}": dict(parents="delta_set"),
+    "the ancestors were moved by the leaves' changes with .add: a repeated index adds its change twice (and the "
+    f"sums drift in float32); {SUM_OF_CHILDREN}": dict(parents="delta_add"),
+    f"the ancestors were not updated: after writing the leaves, {SUM_OF_CHILDREN}, up to the root": dict(levels=0),
 }
 
 
-def _pu_text(tau: Any) -> str:
-    return f"{PU}(target, online, tau={fmt_number(np.asarray(tau).item())})"
+def _su_level_slips(capacity: int) -> dict[str, dict[str, Any]]:
+    depth = capacity.bit_length() - 1
+    slips = dict(SU_SLIPS)
+    if depth >= 2:
+        slips[
+            f"the repair stopped one level short of the root: a tree of capacity {capacity} has log2(capacity) = "
+            f"{depth} levels above the leaves"
+        ] = dict(levels=depth - 1)
+    return slips
 
 
-def _deep_copy(tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: _deep_copy(v) for k, v in tree.items()}
-    if isinstance(tree, list | tuple):
-        return type(tree)(_deep_copy(v) for v in tree)
-    return np.array(tree, copy=True) if isinstance(tree, np.ndarray) else tree
+def _su_text(capacity: int, k: int) -> str:
+    return f"{SU}(a tree of capacity {capacity}, {k} indices)"
 
 
-def _pu_call(fn: Callable[..., Any], target: Any, online: Any, tau: Any, what: str) -> list[NDArray[np.float64]]:
-    """Call the learner on copies; require unchanged inputs and the target's structure; return the leaves."""
-    given_target, given_online = _deep_copy(target), _deep_copy(online)
-    try:
-        out = _named_call(fn, what, given_target, given_online, tau)
-    except LearnerError as exc:
-        if isinstance(exc.error, TypeError | KeyError | AttributeError | IndexError) and _nested(target):
-            fail(
-                f"{what} raised {type(exc.error).__name__} on a nested pytree (dicts of lists of dicts): "
-                "map over every leaf, wherever it sits (jax.tree.map)"
-            )
-        raise
-    for name, given, before in (("target", given_target, target), ("online", given_online, online)):
-        if not all(np.array_equal(a, b) for a, b in zip(naive_leaves(given), naive_leaves(before))):
-            fail(f"{what} changed the {name} parameters it was given (an in-place *= or +=); build new arrays")
-    return _pu_leaves(out, target, what)
-
-
-def _nested(tree: Any) -> bool:
-    return isinstance(tree, dict) and any(isinstance(v, dict | list | tuple) for v in tree.values())
-
-
-def _pu_leaves(out: Any, target: Any, what: str) -> list[NDArray[np.float64]]:
+def _su_jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``jax.jit`` of the learner's function, made once per check (one compile per shape)."""
     import jax
 
-    if out is None:
-        fail(f"{what} is None; did you forget to `return` the new target?")
-    want, got = jax.tree.structure(target), jax.tree.structure(out)
-    if str(got) != str(want):
-        fail(f"{what} returned a pytree of structure {got}; expected the target's, {want}")
-    leaves = []
-    for k, (leaf, ref) in enumerate(zip(jax.tree.leaves(out), jax.tree.leaves(target))):
-        arr = _as_float_array(leaf, f"{what}: leaf {k}")
-        if arr.shape != np.shape(ref):
-            fail(f"{what}: leaf {k} has shape {arr.shape}; expected {np.shape(ref)}, the target leaf's")
-        leaves.append(arr.astype(np.float64))
-    return leaves
+    return jax.jit(fn)
 
 
-def _leaf_paths(tree: Any) -> list[str]:
-    import jax
+def _su_call(update: Callable[..., Any], tree: Any, indices: Any, values: Any, what: str) -> NDArray[np.float32]:
+    """The new tree from ``update`` (the learner's function under ``jax.jit``), as a float32
+    numpy array of the tree's shape."""
+    import jax.numpy as jnp
 
-    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
-
-
-def _pu_compare(fn: Callable[..., Any], target: Any, online: Any, tau: float, what: str = "") -> None:
-    what = what or _pu_text(tau)
-    got = _pu_call(fn, target, online, tau, what)
-    want = naive_polyak(target, online, tau)
-    if all(np.allclose(g, w, rtol=PU_RTOL, atol=PU_ATOL) for g, w in zip(got, want)):
-        return
-    flat_got = np.concatenate([g.ravel() for g in got])
-    mistakes = {
-        message: (lambda s=slip: np.concatenate([w.ravel() for w in naive_polyak(target, online, tau, slip=s)]))
-        for message, slip in PU_SLIPS.items()
-    }
-    fail_if_known_mistake(
-        flat_got,
-        mistakes,
-        expected=np.concatenate([w.ravel() for w in want]),
-        what=what,
-        rtol=PU_RTOL,
-        atol=PU_ATOL,
+    out = _named_call(
+        update,
+        what,
+        jnp.asarray(tree, dtype=jnp.float32),
+        jnp.asarray(indices, dtype=jnp.int32),
+        jnp.asarray(values, dtype=jnp.float32),
     )
-    paths = _leaf_paths(target)
-    for path, g, w in zip(paths, got, want):
-        if not np.allclose(g, w, rtol=PU_RTOL, atol=PU_ATOL):
-            bad = tuple(int(i) for i in np.argwhere(~np.isclose(g, w, rtol=PU_RTOL, atol=PU_ATOL))[0])
-            fail(f"{what}: the leaf {path} holds {fmt_number(g[bad])}{_where(bad)}; (06.6) gives {fmt_number(w[bad])}")
+    arr = _as_float_array(out, what)
+    if arr.shape != np.shape(tree):
+        fail(f"{what} returned shape {arr.shape}; expected the tree's {np.shape(tree)}, a new tree")
+    return arr.astype(np.float32)
 
 
-def _flat_params() -> tuple[dict[str, NDArray[np.float64]], dict[str, NDArray[np.float64]]]:
-    return {"w": np.array([0.0, 10.0]), "b": np.array(4.0)}, {"w": np.array([10.0, 0.0]), "b": np.array(2.0)}
+def _su_compare(update: Callable[..., Any], tree: Any, indices: Any, values: Any, label: str = "") -> None:
+    """``update`` (the learner's function under ``jax.jit``) against the oracle, slips named."""
+    what = label or _su_text(len(tree) // 2, len(indices))
+    _su_judge(_su_call(update, tree, indices, values, what), tree, indices, values, what)
+
+
+def _su_judge(got: NDArray[np.float32], tree: Any, indices: Any, values: Any, what: str) -> None:
+    """The learner's new tree ``got`` against the oracle; a known slip is named."""
+    capacity = len(tree) // 2
+    want = naive_update(tree, indices, values)
+    if got[0] != np.float32(tree[0]):
+        fail(
+            f"{what} changed index 0 (from {fmt_number(tree[0])} to {fmt_number(got[0])}): the repair went one "
+            f"level past the root; a tree of capacity {capacity} has log2(capacity) = {capacity.bit_length() - 1} "
+            "levels above the leaves, and index 0 is unused"
+        )
+    if np.allclose(got, want, rtol=1e-6, atol=1e-6):
+        return
+    mistakes = {
+        m: (lambda s=slip: naive_update(tree, indices, values, **s)) for m, slip in _su_level_slips(capacity).items()
+    }
+    fail_if_known_mistake(got, mistakes, expected=want, what=what, rtol=1e-6, atol=1e-6)
+    bad = int(np.flatnonzero(~np.isclose(got, want, rtol=1e-6, atol=1e-6))[0])
+    where = f"leaf {bad} (item {bad - capacity})" if bad >= capacity else f"internal node {bad}"
+    fail(
+        f"{what}: {where} holds {fmt_number(got[bad])}; expected {fmt_number(want[bad])} (leaves: the last write "
+        "of each index; internal nodes: the sum of their children)"
+    )
+
+
+#: The tree drawn in the statement: leaves [1, 0, 3, 4]; (indices, values, the new tree [1:] by hand),
+#: three entries each (one compiled program)
+SU_HAND: tuple[tuple[list[int], list[float], list[float]], ...] = (
+    ([3, 0, 3], [1.0, 6.0, 2.0], [11.0, 6.0, 5.0, 6.0, 0.0, 3.0, 2.0]),  # item 3: its last write, 2
+    ([0, 1, 2], [2.0, 2.0, 3.0], [11.0, 4.0, 7.0, 2.0, 2.0, 3.0, 4.0]),  # siblings: their parent sums both
+    ([2, 2, 2], [5.0, 7.0, 0.0], [5.0, 1.0, 4.0, 1.0, 0.0, 0.0, 4.0]),  # a leaf written three times, to zero last
+    ([1, 1, 1], [5.0, 0.5, 9.0], [17.0, 10.0, 7.0, 1.0, 9.0, 3.0, 4.0]),  # an empty leaf written three times
+)
 
 
 @check_case(
-    "hand-computed: tau = 0.1 gives w = [1, 9], b = 3.8; tau = 0 keeps the target, tau = 1 copies online",
-    time_limit=30.0,
+    "hand-computed: the statement's tree [1, 0, 3, 4] with a repeated index, two siblings, three writes of one item",
+    time_limit=60.0,
 )
-def _pu_known(fn: Callable[..., Any]) -> None:
-    target, online = _flat_params()
-    assert np.allclose(np.concatenate([w.ravel() for w in naive_polyak(target, online, 0.1)]), [3.8, 1.0, 9.0])
-    _pu_compare(fn, target, online, 0.1)
-    for tau, same_as in ((0.0, "the target"), (1.0, "the online parameters")):
-        got = _pu_call(fn, target, online, tau, _pu_text(tau))
-        want = naive_leaves(target if tau == 0.0 else online)
-        if not all(np.allclose(g, w, rtol=PU_RTOL, atol=PU_ATOL) for g, w in zip(got, want)):
-            fail(f"{_pu_text(tau)} should return {same_as}: (06.6) with tau = {fmt_number(tau)}")
+def _su_known(fn: Callable[..., Any]) -> None:
+    tree, update = float32_tree(DRAWN), _su_jit(fn)
+    for indices, values, by_hand in SU_HAND:
+        assert naive_update(tree, indices, values)[1:].tolist() == by_hand, indices  # the statement's numbers
+        _su_compare(update, tree, indices, values, f"{SU}(the tree [1, 0, 3, 4], {indices}, {values})")
 
 
-def random_params(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Two pytrees of the same structure: dicts of lists of dicts, a tuple, a 0-d leaf."""
-    rng = np.random.default_rng(seed)
+def su_batch(rng: np.random.Generator, capacity: int, k: int) -> tuple[NDArray[np.int32], NDArray[np.float32]]:
+    """``k`` indices drawn with replacement from a few items (so they repeat), values in eighths."""
+    pool = rng.choice(capacity, size=min(capacity, max(1, k // 2)), replace=False)
+    indices = rng.choice(pool, size=k).astype(np.int32)
+    return indices, (rng.integers(0, 40, size=k) / 8.0).astype(np.float32)
 
-    def params() -> dict[str, Any]:
-        def dense(n_in: int, n_out: int) -> dict[str, NDArray[np.float64]]:
-            return {"w": rng.normal(size=(n_in, n_out)), "b": rng.normal(size=n_out)}
 
-        return {
-            "actor": {"dense_0": dense(4, 3), "log_std": rng.normal(size=2)},
-            "critics": [{"dense_0": dense(5, 3), "out": dense(3, 1)}, {"dense_0": dense(5, 3), "out": dense(3, 1)}],
-            "log_alpha": np.asarray(rng.normal()),
-            "norm": (rng.normal(size=3), rng.normal(size=3)),
-        }
-
-    return params(), params()
+#: (capacity, K) of the random checks: few shapes, few compiles
+SU_SHAPES = ((1, 3), (2, 5), (8, 12), (64, 24))
 
 
 @check_case(
-    "random nested pytrees against a recursive (06.6): the same structure, both inputs unchanged", time_limit=30.0
+    "random trees of capacity 1 to 64, batches full of repeated indices, against the writes done one at a time",
+    time_limit=60.0,
 )
-def _pu_oracle(fn: Callable[..., Any]) -> None:
-    for seed, tau in ((0, 0.005), (1, 0.3), (2, 0.9)):
-        target, online = random_params(seed)
-        _pu_compare(fn, target, online, tau, f"{_pu_text(tau)} on nested dicts, lists and tuples")
+def _su_oracle(fn: Callable[..., Any]) -> None:
+    rng, update = np.random.default_rng(0), _su_jit(fn)
+    for trial in range(12):
+        capacity, k = SU_SHAPES[trial % len(SU_SHAPES)]
+        tree = float32_tree(random_leaves(rng, capacity))
+        _su_compare(update, tree, *su_batch(rng, capacity, k), f"{_su_text(capacity, k)} (random tree {trial})")
 
 
-@check_case("60 updates under jax.jit with a traced tau close the gap by exactly (1 - tau)^60", time_limit=30.0)
-def _pu_converges(fn: Callable[..., Any]) -> None:
+@check_case(
+    "200 batches of float32 priorities in a row: every internal node still exactly the sum of its children",
+    time_limit=60.0,
+)
+def _su_exact(fn: Callable[..., Any]) -> None:
+    import jax.numpy as jnp
+
+    capacity, k, rounds = 128, 16, 200
+    rng = np.random.default_rng(1)
+    tree = jnp.asarray(float32_tree(rng.uniform(0.1, 2.0, capacity)))
+    what = f"200 calls of jax.jit({SU}) on a tree of capacity {capacity}, {k} random priorities each"
+    update = _su_jit(fn)
+    internal = np.arange(1, capacity)
+    for r in range(rounds):
+        indices = jnp.asarray(rng.integers(0, capacity, size=k), dtype=jnp.int32)
+        values = jnp.asarray(rng.uniform(0.01, 3.0, size=k), dtype=jnp.float32)
+        tree = _named_call(update, what, tree, indices, values)
+        if r % 20 == 19 or r == rounds - 1:
+            got = _as_float_array(tree, what).astype(np.float32)
+            sums = got[2 * internal] + got[2 * internal + 1]
+            off = np.flatnonzero(got[internal] != sums)
+            if off.size:
+                i = int(internal[off[0]])
+                fail(
+                    f"{what}: after {r + 1} calls node {i} holds {fmt_number(got[i])}, not the float32 sum of its "
+                    f"children, {fmt_number(sums[off[0]])}; {SUM_OF_CHILDREN} (a change added to the old sum drifts)"
+                )
+
+
+# The program, run one operation at a time -----------------------------------------------
+
+#: Primitives that write into an array (the tree's writes are counted, the scatters inspected).
+WRITES = frozenset({"scatter", "scatter-add", "scatter-mul", "scatter-min", "scatter-max", "dynamic_update_slice"})
+#: Primitives that only move or relabel an array: never "work on the whole tree".
+MOVES = frozenset({"copy", "copy_p", "device_put", "convert_element_type", "optimization_barrier"})
+
+
+class TreeProgramProbe:
+    """What one call of the learner's program does to a tree of ``size`` nodes, seen one
+    primitive at a time: the writes into arrays of the tree's shape, the other primitives
+    whose result has at least ``whole`` elements (work that grows with the capacity), and
+    the first scatter that gives one node two different values."""
+
+    def __init__(self, size: int, whole: int) -> None:
+        self.size, self.whole = size, whole
+        self.writes = 0
+        self.big: list[str] = []
+        self.conflict: tuple[int, float, float] | None = None
+
+    def observe(self, eqn: Any, invals: list[Any]) -> None:
+        name = eqn.primitive.name
+        if name in WRITES:
+            if np.shape(invals[0]) == (self.size,):
+                self.writes += 1
+                if name == "scatter" and self.conflict is None:
+                    self.conflict = _scatter_conflict(eqn, invals, self.size)
+            return
+        if name in MOVES:
+            return
+        for var in eqn.outvars:
+            if math.prod(getattr(var.aval, "shape", ())) >= self.whole and name not in self.big:
+                self.big.append(name)
+
+
+def _scatter_conflict(eqn: Any, invals: list[Any], size: int) -> tuple[int, float, float] | None:
+    """The first node that a 1-d scatter writes twice with different values (out-of-range
+    indices are dropped, as ``mode="drop"`` does), or None."""
+    indices, updates = np.asarray(invals[1]), np.asarray(invals[2], dtype=np.float64)
+    if indices.ndim < 1 or indices.shape[-1] != 1 or updates.shape != indices.shape[:-1]:
+        return None
+    nodes = indices[..., 0].ravel()
+    if "CLIP" in str(eqn.params.get("mode", "")):
+        nodes = np.clip(nodes, 0, size - 1)
+    seen: dict[int, float] = {}
+    for node, value in zip(nodes.tolist(), updates.ravel().tolist()):
+        if 0 <= node < size:
+            if node in seen and seen[node] != value:
+                return node, seen[node], value
+            seen[node] = value
+    return None
+
+
+def _closed(sub: Any) -> tuple[Any, list[Any]]:
+    from jax.extend import core as jcore
+
+    return (sub.jaxpr, list(sub.consts)) if isinstance(sub, jcore.ClosedJaxpr) else (sub, [])
+
+
+def run_jaxpr(jaxpr: Any, consts: list[Any], args: list[Any], probe: TreeProgramProbe) -> list[Any]:
+    """Evaluate ``jaxpr`` one primitive at a time (loops and nested programs entered, so every
+    write of every iteration is seen), reporting each primitive to ``probe``."""
+    from jax.extend import core as jcore
+
+    env: dict[Any, Any] = {}
+
+    def read(var: Any) -> Any:
+        return var.val if isinstance(var, jcore.Literal) else env[var]
+
+    for var, value in (*zip(jaxpr.constvars, consts), *zip(jaxpr.invars, args)):
+        env[var] = value
+    for eqn in jaxpr.eqns:
+        for var, value in zip(eqn.outvars, _run_eqn(eqn, [read(v) for v in eqn.invars], probe)):
+            env[var] = value
+    return [read(var) for var in jaxpr.outvars]
+
+
+def _run_eqn(eqn: Any, invals: list[Any], probe: TreeProgramProbe) -> list[Any]:
+    import jax.numpy as jnp
+    from jax.extend import core as jcore
+
+    name, params = eqn.primitive.name, eqn.params
+    if name == "scan":
+        body, consts = _closed(params["jaxpr"])
+        n_consts, n_carry, length = params["num_consts"], params["num_carry"], params["length"]
+        fixed, carry, xs = invals[:n_consts], invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
+        ys: dict[int, list[Any]] = {}
+        for i in range(length - 1, -1, -1) if params["reverse"] else range(length):
+            out = run_jaxpr(body, consts, [*fixed, *carry, *(x[i] for x in xs)], probe)
+            carry, ys[i] = out[:n_carry], out[n_carry:]
+        stacked = [
+            jnp.stack([ys[i][j] for i in range(length)]) if length else jnp.zeros(var.aval.shape, var.aval.dtype)
+            for j, var in enumerate(eqn.outvars[n_carry:])
+        ]
+        return [*carry, *stacked]
+    if name == "while":
+        cond, cond_consts = _closed(params["cond_jaxpr"])
+        body, body_consts = _closed(params["body_jaxpr"])
+        nc, nb = params["cond_nconsts"], params["body_nconsts"]
+        cc, bc, carry = invals[:nc], invals[nc : nc + nb], invals[nc + nb :]
+        while bool(run_jaxpr(cond, cond_consts, [*cc, *carry], probe)[0]):
+            carry = run_jaxpr(body, body_consts, [*bc, *carry], probe)
+        return list(carry)
+    if name == "cond":
+        branches = params["branches"]
+        sub, consts = _closed(branches[min(max(int(invals[0]), 0), len(branches) - 1)])
+        return run_jaxpr(sub, consts, invals[1:], probe)
+    for key in ("jaxpr", "call_jaxpr"):  # jit, custom_jvp_call, checkpoint, ...
+        inner = params.get(key)
+        if isinstance(inner, jcore.ClosedJaxpr | jcore.Jaxpr):
+            sub, consts = _closed(inner)
+            return run_jaxpr(sub, consts, invals, probe)
+    probe.observe(eqn, invals)
+    out = eqn.primitive.bind(*invals, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+#: The program's probe: a tree of 16384 leaves and K = 32 written indices (two of them repeated).
+PROBE_CAPACITY, PROBE_K = 16384, 32
+
+
+@check_case(
+    "the program, run op by op (capacity 16384, K = 32): log2(capacity) + 1 writes into the tree whatever K, "
+    "no other work the size of the tree, no node given two values at once",
+    time_limit=90.0,
+)
+def _su_program(fn: Callable[..., Any]) -> None:
     import jax
     import jax.numpy as jnp
 
-    tau, steps = 0.05, 60
-    target0, online0 = random_params(3)
-    target = jax.tree.map(lambda a: jnp.asarray(a, dtype=jnp.float32), target0)
-    online = jax.tree.map(lambda a: jnp.asarray(a, dtype=jnp.float32), online0)
-    what = f"{steps} updates of jax.jit({PU})(target, online, tau={tau})"
-    for _ in range(steps):
-        target = _named_call(fn, what, target, online, jnp.float32(tau), jit=True)
-        _pu_leaves(target, target0, what)
-    got = _pu_leaves(target, target0, what)
-    shrink = (1 - tau) ** steps
-    for path, g, t0, o in zip(_leaf_paths(target0), got, naive_leaves(target0), naive_leaves(online0)):
-        want = o + shrink * (t0 - o)
-        if not np.allclose(g, want, rtol=1e-4, atol=1e-5):
-            k = int(np.argmax(np.abs(g - want)))
-            ratio = (g.ravel()[k] - o.ravel()[k]) / (t0.ravel()[k] - o.ravel()[k])
-            fail(
-                f"{what}: the leaf {path}'s gap to the online parameters shrank by a factor {fmt_number(ratio)}; "
-                f"(06.6) shrinks it by (1 - tau)^{steps} = {fmt_number(shrink)}"
-            )
+    rng = np.random.default_rng(2)
+    capacity, k = PROBE_CAPACITY, PROBE_K
+    depth = capacity.bit_length() - 1
+    tree = float32_tree(random_leaves(rng, capacity))
+    indices = rng.choice(capacity, size=k, replace=False).astype(np.int32)
+    indices[[7, 19]] = indices[[3, 11]]  # two repeated indices, with different values
+    values = (rng.integers(1, 40, size=k) / 8.0).astype(np.float32)
+    values[[7, 19]] = values[[3, 11]] + 1.0
+    what = f"{SU}(capacity {capacity}, K = {k})"
+    args = (jnp.asarray(tree), jnp.asarray(indices), jnp.asarray(values))
+    closed = _named_call(jax.make_jaxpr(fn), what, *args)  # traced as jax.jit traces it, then run op by op
+    probe = TreeProgramProbe(2 * capacity, whole=capacity // 2)
+    outs = run_jaxpr(closed.jaxpr, list(closed.consts), list(args), probe)
+    if len(outs) != 1:
+        fail(f"{what} returned {len(outs)} arrays; expected one, the new tree")
+    got = _as_float_array(outs[0], what)
+    if got.shape != tree.shape:
+        fail(f"{what} returned shape {got.shape}; expected the tree's {tree.shape}, a new tree")
+    _su_judge(got.astype(np.float32), tree, indices, values, what)
+    limit = 2 * (depth + 1)
+    if probe.writes > limit:
+        fail(
+            f"{what} writes into the tree {probe.writes} times: a loop over the K entries, the CPU path "
+            f"(K (log2 capacity + 1) = {k * (depth + 1)} writes); write all K leaves at once, then one level of "
+            f"parents at a time: log2(capacity) + 1 = {depth + 1} writes whatever K (at most {limit})"
+        )
+    if probe.big:
+        fail(
+            f"{what} computes {', '.join(probe.big[:3])} on {capacity // 2}+ elements: work that grows with the "
+            "capacity (a rebuild of every node, or a mask, count or copy of the whole tree); touch only the K "
+            "leaves and their ancestors, O(K log capacity)"
+        )
+    if probe.conflict is not None:
+        node, first, second = probe.conflict
+        fail(
+            f"{what}: one scatter writes node {node} twice, with {fmt_number(first)} and {fmt_number(second)}: a "
+            "repeated index left to the scatter, which keeps an unspecified one of them (on a GPU it varies; on "
+            "this CPU the last, by chance); decide which entry is the last of its index and write only that one"
+        )
 
 
-POLYAK_UPDATE = Exercise(
-    name=PU,
-    points=10,
-    title="the Polyak update of the target networks, leaf by leaf over a pytree (eq. 06.6)",
-    checks=(_pu_known, _pu_oracle, _pu_converges),
+SUMTREE_UPDATE = Exercise(
+    name=SU,
+    compiled=True,
+    points=15,
+    title="the batched write of priorities into the sum tree: last write wins, parents re-added level by level",
+    checks=(_su_known, _su_program, _su_oracle, _su_exact),
     hints=(
-        "one line: jax.tree.map with a function of two leaves, over target and online",
-        "the function is lambda t, o: tau * o + (1 - tau) * t, with t from target and o from online (in the order "
-        "you pass the trees)",
-        "return jax.tree.map(lambda t, o: tau * o + (1 - tau) * t, target, online); no *= or +=, which change a "
-        "numpy leaf in place",
+        "Two steps. First write the leaves, once each, with the last value given for each index. Then, from the "
+        "leaves' parents up to the root, one level at a time, give every ancestor of a written leaf the sum of its "
+        "two children.",
+        "Entry k loses when a later entry has the same index: compare every index with every other in one [K, K] "
+        "array (or sort the indices with a stable argsort), and send the losers' node index out of range so that a "
+        'scatter with `mode="drop"` skips them.',
+        "The tree's depth is `capacity.bit_length() - 1` levels above the leaves; at each, halve the node indices "
+        "(integer division) and set those nodes from a gather of their children. A parent written twice in one "
+        "level gets the same sum both times, so repeats are harmless there. Traps: updating a parent by its "
+        "child's change, and one level too many (index 0 is unused).",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (BICYCLE_STEP, SUMTREE_FIND, IMPORTANCE_WEIGHTS, SOFT_BELLMAN_TARGET, POLYAK_UPDATE)
+EXERCISES: tuple[Exercise, ...] = (BICYCLE_STEP, SUMTREE_FIND, IMPORTANCE_WEIGHTS, SOFT_BELLMAN_TARGET, SUMTREE_UPDATE)

@@ -1,5 +1,6 @@
 """Lesson 07's graded exercises: the per-token truncated-IS loss, per-token lags, the time a
-run takes to reach a reward level, and the in-flight weight swap in a decoding loop.
+run takes to reach a reward level, the in-flight weight swap in a decoding loop, and the
+generator's slot refill under backpressure.
 
 The learner writes:
 
@@ -7,11 +8,39 @@ The learner writes:
 * ``token_lags(trainer_version, versions, mask) -> [N, T] int64``  (07.4)
 * ``time_to_target(times, rewards, target, window) -> float`` (seconds, ``math.inf`` if never)
 * ``inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator) -> (tokens, logp, versions)``
+* ``refill_free_slots(sampler, prompts, state, consumed, max_lag, group_size, groups_per_batch) -> int``
 
-The checks never call ``course_lib.pipeline``: they compare with the naive loops below
-(one term per token, one window at a time), hand-computed values and properties. The
-decoding check uses only ``TinyLM``'s full forward pass (``course_lib.lm.model``) as the
-reference for log-probabilities, never the sampler.
+What each exercise teaches, and how its checks observe it:
+
+* token_is_loss: mechanism: one truncated weight min(c, pi/mu) per token, held constant, times
+  the answer's advantage and log pi, averaged over the batch's real tokens; observed by random
+  batches whose ratios cross c (c from 1 to 5), garbage padding, the gradient against the
+  stop-gradient oracle's, on-policy tokens weighing 1.
+* token_lags: mechanism: trainer version minus each real token's own version, 0 at padding, a
+  future version refused; observed by versions changing inside sequences, garbage padding
+  (a future version there is no error), tensors and lists, int64, inputs unchanged.
+* time_to_target: mechanism: the trailing mean over full windows only, and the wall-clock time
+  of the first update where it reaches the target; observed by random curves at several
+  windows and targets, uneven times, ties, and shifts of the clock.
+* inflight_decode: mechanism: poll before every decoding step, load a newer version in place
+  into the model given, keep the KV cache, sample with torch.multinomial and the generator,
+  stamp each token with the version that sampled it; observed by the poll count, a full
+  forward pass without updates, a teacher-forced replay through ``TinyLM.step`` (the old
+  weights before the swap, the new ones after, and the generator's multinomial draws), the
+  model's parameters after the call, the cache written before the swap, an older version
+  ignored, dtypes, and the input tensors left unchanged.
+* refill_free_slots: mechanism: continuous batching under backpressure: every free slot, in
+  order, takes the next answer owed (the rest of the current group first, whatever the bound),
+  and a new group (one prompt, taken only once admitted) starts only while its number is below
+  consumed + (max_lag + 1) B; observed with a fake sampler that refuses busy slots and a
+  prompt queue that counts what is taken, against a simulation that lists the answers owed,
+  and on the state kept between calls.
+
+The checks never call ``course_lib.pipeline`` or ``course_lib.rl.staleness``: they compare
+with the naive loops below (one term per token, one window at a time, the answers owed one
+at a time), hand-computed values and properties. The decoding checks use only ``TinyLM``
+(its full forward pass and its own ``step``) and the weight plumbing
+(``course_lib.runtime.weights``) as references, never the sampler.
 """
 
 from __future__ import annotations
@@ -25,6 +54,7 @@ from numpy.typing import NDArray
 
 from course_lib.course.grading.checks import (
     Exercise,
+    LearnerError,
     assert_allclose,
     assert_array,
     assert_true,
@@ -51,16 +81,19 @@ def naive_token_loss(
     per_sequence: bool = False,
     inverted: bool = False,
     all_positions: bool = False,
+    per_answer: bool = False,
 ) -> float:
     """``-(1/N_tok) sum_{real i,t} min(c, pi/mu) A_i log pi``, one term at a time (floats).
 
-    The keyword switches compute known slips, to name them in messages.
+    The keyword switches compute known slips, to name them in messages (``per_answer``: the
+    mean over each answer's tokens, then over the answers).
     """
     lp, lm, a, m = (np.asarray(x, dtype=np.float64) for x in (logp_new, logp_behaviour, advantages, mask))
     n, t = lp.shape
-    total, count = 0.0, 0
+    total, count, answer_means = 0.0, 0, []
     for i in range(n):
         seq = sum(lp[i, s] - lm[i, s] for s in range(t) if m[i, s])
+        answer_total, answer_count = 0.0, 0
         for s in range(t):
             if not m[i, s]:
                 continue
@@ -69,6 +102,11 @@ def naive_token_loss(
             w = ratio if c is None else min(c, ratio)
             total += w * a[i] * lp[i, s]
             count += 1
+            answer_total, answer_count = answer_total + w * a[i] * lp[i, s], answer_count + 1
+        if answer_count:
+            answer_means.append(answer_total / answer_count)
+    if per_answer:
+        return -sum(answer_means) / len(answer_means)
     return -total / (n * t if all_positions else count)
 
 
@@ -141,7 +179,14 @@ def _loss_compare(fn: Callable[..., Any], data: dict[str, Any], c: float) -> Non
         "the mean runs over every position; divide by the number of real tokens (mask.sum())": naive_token_loss(
             *args, c, all_positions=True
         ),
+        "the mean is taken per answer, then over the answers; (07.2) averages over the batch's N_tok real tokens, "
+        "so a long answer weighs more": naive_token_loss(*args, c, per_answer=True),
     }
+    for level in (1.5, 2.0):  # a level written as a constant instead of the argument c
+        if level != c:
+            bugs[f"the weights are truncated at {level:g}, not at the argument c = {c:g}"] = naive_token_loss(
+                *args, level
+            )
     for message, wrong in bugs.items():
         if not math.isclose(wrong, expected, rel_tol=1e-6) and math.isclose(value, wrong, rel_tol=1e-6, abs_tol=1e-9):
             fail(message)
@@ -166,10 +211,14 @@ def _loss_known(fn: Callable[..., Any]) -> None:
     _loss_compare(fn, data, 1.5)
 
 
-@check_case("random batches with mixed versions, ratios crossing c, garbage in the padding")
+#: Truncation levels of the random batches: c is an argument, not a constant
+LOSS_LEVELS = (1.5, 1.0, 2.0, 3.0, 1.2, 5.0)
+
+
+@check_case("random batches with mixed versions, ratios crossing c = 1 to 5, garbage in the padding")
 def _loss_oracle(fn: Callable[..., Any]) -> None:
-    for seed in range(6):
-        _loss_compare(fn, loss_batch(seed), 1.5)
+    for seed, c in enumerate(LOSS_LEVELS):
+        _loss_compare(fn, loss_batch(seed), c)
 
 
 @check_case("the gradient treats the weight as a constant (stop-gradient)")
@@ -214,9 +263,14 @@ TOKEN_IS_LOSS = Exercise(
     title="per-token truncated-IS loss for sequences with mixed versions (eq. 07.1-07.2)",
     checks=(_loss_shape, _loss_known, _loss_oracle, _loss_gradient, _loss_properties),
     hints=(
-        "one weight per token, w = min(c, exp(logp_new - logp_behaviour)), computed from logp_new.detach()",
-        "w = torch.clamp(torch.exp(log_ratio), max=c); m = mask.to(logp_new.dtype); "
-        "loss = -(w * advantages[:, None] * logp_new * m).sum() / m.sum()",
+        "One weight per token, that token's truncated importance ratio min(c, pi/mu), treated as a constant; the loss "
+        "is minus the mean, over the real tokens of the batch, of weight times advantage times log-probability.",
+        "Compute the log-ratio from `logp_new.detach()`, so that the weight carries no gradient, exponentiate it, and "
+        "truncate from above only (`torch.clamp` with `max=`). The advantages are per answer: give them a token axis "
+        "(`[:, None]`) so that they broadcast over the answer's tokens.",
+        "Mask by multiplying with the mask as floats (in `logp_new`'s dtype), sum over every token of the batch, and "
+        "divide by the number of real tokens (the mask's sum), not by B * L and not per answer. Return a scalar "
+        "tensor, negated.",
     ),
 )
 
@@ -311,9 +365,13 @@ TOKEN_LAGS = Exercise(
     title="per-token lag of mixed-version sequences (eq. 07.4)",
     checks=(_lag_known, _lag_random, _lag_dtype, _lag_inputs, _lag_future),
     hints=(
-        "every real token has its own lag: trainer_version - its version; padding gets 0",
-        "v = np.asarray(versions, dtype=np.int64); m = np.asarray(mask, dtype=bool); raise ValueError if "
-        "(v[m] > trainer_version).any(); return np.where(m, trainer_version - v, 0).astype(np.int64)",
+        "Every real token has its own lag: how many versions the trainer is ahead of the version that generated that "
+        "token; padding gets 0.",
+        "Convert the versions to an int64 array and the mask to a boolean one. Check first that no real token's "
+        "version is newer than the trainer's (`ValueError`), looking only at the tokens the mask keeps: padding may "
+        "hold anything, -1 for instance.",
+        "`np.where` with the mask picks the lag at real tokens and 0 at the padding; return it as int64. Trap: "
+        "checking or subtracting over the padding as well.",
     ),
 )
 
@@ -449,11 +507,14 @@ TIME_TO_TARGET = Exercise(
     title="wall-clock time to a reward level, from a run's reward-vs-time curve",
     checks=(_ttt_known, _ttt_oracle, _ttt_properties),
     hints=(
-        "average each full window of `window` batch rewards (the first ends at update window - 1); "
-        "return times[i] of the first window whose mean is >= target, math.inf if none",
-        'means = np.convolve(rewards, np.ones(window) / window, mode="valid"); '
-        "hits = np.flatnonzero(means >= target); return math.inf if hits.size == 0 else "
-        "float(times[hits[0] + window - 1])",
+        "Smooth the noisy curve with a moving average over `window` consecutive batch rewards, and report the time of "
+        "the first update at which a full window's mean reaches the target; `math.inf` if none does.",
+        "Only full windows count: the first ends at update `window - 1`. `np.convolve` with a box kernel of `window` "
+        "equal weights, in mode 'valid', gives the mean of every full window; its entry j is the window that ends at "
+        "update j + window - 1.",
+        "`np.flatnonzero` on the comparison with the target (`>=`) finds the windows that reach it; with none the "
+        "answer is `math.inf`, else the time of the update at which the first of them ENDS, as a float. Trap: the "
+        "time at which that window starts.",
     ),
 )
 
@@ -496,22 +557,21 @@ def _decode(
         calls.append(len(calls))
         return schedule.get(len(calls) - 1)
 
-    out = call(
-        fn,
-        model,
-        cache,
-        prefix[:, -1].clone(),
-        torch.full((3,), N_PREFIX - 1),
-        N_STEPS,
-        poll,
-        version,
-        torch.Generator().manual_seed(seed),
-    )
+    tokens, pos = prefix[:, -1].clone(), torch.full((3,), N_PREFIX - 1)
+    given = (tokens.clone(), pos.clone())
+    out = call(fn, model, cache, tokens, pos, N_STEPS, poll, version, torch.Generator().manual_seed(seed))
+    for name, now, then in (("tokens", tokens, given[0]), ("pos", pos, given[1])):
+        if not torch.equal(now, then):
+            fail(f"{DEC} changed the `{name}` tensor it was given (an in-place += or copy_): work on a copy")
     if not (isinstance(out, tuple) and len(out) == 3):
         fail(f"{DEC} returned {type(out).__name__}; expected a tuple (new_tokens, logp, versions)")
     for name, x in zip(("new_tokens", "logp", "versions"), out):
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != (3, N_STEPS):
             fail(f"{DEC}'s {name} is not a [B, n_steps] = [3, {N_STEPS}] torch tensor")
+        if name != "logp" and x.dtype != torch.long:
+            fail(f"{DEC}'s {name} has dtype {x.dtype}; expected torch.long (token ids and versions are int64)")
+        if name == "logp" and not x.dtype.is_floating_point:
+            fail(f"{DEC}'s logp has dtype {x.dtype}; expected a float tensor of log-probabilities")
     return model, before, cache, prefix, out, calls
 
 
@@ -603,17 +663,369 @@ def _dec_older(fn: Callable[..., Any]) -> None:
     assert_true(not logp.requires_grad, f"{DEC}'s logp requires grad: decode under torch.no_grad()")
 
 
+@check_case(
+    "teacher-forced through TinyLM.step: every step's log-probs are those of the weights held (the new ones from "
+    "the swap on, loaded into the model given) and its tokens are torch.multinomial's draws with the generator"
+)
+def _dec_teacher_forced(fn: Callable[..., Any]) -> None:
+    import torch
+
+    from course_lib.runtime.weights import flat_parameters, load_flat_parameters
+
+    _, newer = _lm_pair()
+    new_flat = flat_parameters(newer)
+    model, _, _, prefix, (tokens, logp, _), _ = _decode(fn, {SWAP_AT: (4, new_flat)})
+    swapped, kept = _lm_pair()[0], _lm_pair()[0]  # the old weights; `swapped` takes the new ones at the swap
+    caches = (swapped.new_cache(3), kept.new_cache(3))
+    generator = torch.Generator().manual_seed(0)
+    fed, pos = prefix[:, -1], torch.full((3,), N_PREFIX - 1)
+    with torch.no_grad():
+        for p in range(N_PREFIX - 1):
+            for ref, cache in zip((swapped, kept), caches):
+                ref.step(prefix[:, p], torch.full((3,), p), cache)
+        for t in range(N_STEPS):
+            if t == SWAP_AT:
+                load_flat_parameters(swapped, new_flat)
+            lp, lp_old = (torch.log_softmax(r.step(fed, pos, c), dim=-1) for r, c in zip((swapped, kept), caches))
+            drawn = torch.multinomial(lp.exp(), 1, generator=generator).squeeze(1)
+            token = tokens[:, t].long()
+            got, want = logp[:, t].float(), lp.gather(1, token[:, None]).squeeze(1)
+            if not torch.allclose(got, want, atol=1e-4):
+                if t >= SWAP_AT and torch.allclose(got, lp_old.gather(1, token[:, None]).squeeze(1), atol=1e-4):
+                    fail(
+                        f"step {t}, after the swap: the log-probs are the OLD weights': the tokens were stamped with "
+                        "the new version but sampled by the old weights; load them into the model "
+                        "(load_flat_parameters(model, flat))"
+                    )
+                fail(
+                    f"step {t}: the log-probs differ from the model's own step with the weights held (kept KV cache): "
+                    "record log_softmax(model.step(...)) at the sampled token"
+                )
+            if not torch.equal(token, drawn):
+                fail(
+                    f"step {t}: the tokens {token.tolist()} are not torch.multinomial(probabilities, 1, "
+                    f"generator=generator)'s draws {drawn.tolist()}: sample from the model's distribution (the "
+                    "softmax of its logits, no temperature, not uniform), one call per step for the whole batch"
+                )
+            fed, pos = token, pos + 1
+    if not torch.equal(flat_parameters(model), new_flat):
+        fail(
+            "after the swap, the model you were given still holds the old weights: the new ones were loaded into a "
+            "copy; load them into `model` in place (the generator decodes its next answers with it)"
+        )
+
+
 INFLIGHT_DECODE = Exercise(
     name=DEC,
+    allowed=("course_lib.lm.model.TinyLM", "course_lib.runtime.weights.load_flat_parameters"),
     points=15,
     title="a decoding loop that swaps in new weights between steps, keeping the KV cache",
-    checks=(_dec_no_update, _dec_versions, _dec_keeps_cache, _dec_older),
+    checks=(_dec_no_update, _dec_versions, _dec_keeps_cache, _dec_teacher_forced, _dec_older),
     hints=(
-        "before each step: update = poll(); if it is newer than `version`, load_flat_parameters(model, flat) and "
-        "remember the new version; never touch the cache",
-        "logp = torch.log_softmax(model.step(tokens, pos, cache), -1); tokens = torch.multinomial(logp.exp(), 1, "
-        "generator=generator).squeeze(1); record logp.gather(1, tokens[:, None]).squeeze(1); pos = pos + 1",
+        "Decode `n_steps` tokens one step at a time; before each step, ask `poll()` whether newer weights arrived "
+        "and, if so, load them into the model and remember their version, without touching the KV cache. Every token "
+        "records the version that generated it.",
+        "`poll()` returns None or a pair (version, flat weights): take it only when its version is newer than the one "
+        "you hold, and load it with `load_flat_parameters`. Each step: the log-softmax of `model.step(tokens, pos, "
+        "cache)`, a sample with `torch.multinomial` and the given generator, then record the token, its "
+        "log-probability (`gather`) and the current version, and advance the position.",
+        "Run under `torch.no_grad()`, copy `tokens` and `pos` before changing them (the caller's tensors must stay as "
+        "they were), collect each step's `[B]` tensors in lists and `torch.stack` them along dim 1 at the end. Trap: "
+        "resetting or rebuilding the cache at a swap: the in-flight update keeps it.",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (TOKEN_IS_LOSS, TOKEN_LAGS, TIME_TO_TARGET, INFLIGHT_DECODE)
+# ---------------------------------------------------------------------------------------
+# Exercise 5: refill_free_slots, continuous batching with backpressure
+# ---------------------------------------------------------------------------------------
+
+RF = "refill_free_slots"
+
+
+class SlotMisuse(Exception):
+    """The learner started an answer in a slot that is not free (or not a slot)."""
+
+
+class FakeSampler:
+    """A sampler of ``n_slots`` slots for the checks: ``free_slots()`` lists the free ones in
+    ``order`` (a permutation of the slots), ``start(slot, prompt, group)`` records the start
+    and refuses a slot that is not free; :meth:`finish` frees slots between refills."""
+
+    def __init__(self, n_slots: int, order: list[int] | None = None, busy: set[int] | None = None) -> None:
+        self._order = list(order) if order is not None else list(range(n_slots))
+        self._busy: set[int] = set(busy or ())
+        self.started: list[tuple[int, Any, int]] = []
+
+    def free_slots(self) -> list[int]:
+        return [s for s in self._order if s not in self._busy]
+
+    def start(self, slot: Any, prompt: Any, group: Any) -> None:
+        if not isinstance(slot, int | np.integer) or int(slot) not in self._order:
+            raise SlotMisuse(f"start({slot!r}, ...): not a slot of this sampler (use the numbers free_slots() lists)")
+        if int(slot) in self._busy:
+            raise SlotMisuse(f"start({int(slot)}, ...): slot {int(slot)} is busy; start answers in free slots only")
+        self._busy.add(int(slot))
+        self.started.append((int(slot), prompt, group))
+
+    def finish(self, slots: set[int]) -> None:
+        self._busy -= slots
+
+    @property
+    def busy(self) -> frozenset[int]:
+        return frozenset(self._busy)
+
+
+class PromptQueue:
+    """An iterator of prompts ``"prompt 0"``, ``"prompt 1"``, ... that counts how many were taken."""
+
+    def __init__(self, size: int = 1000) -> None:
+        self.taken, self._size = 0, size
+
+    def __iter__(self) -> PromptQueue:
+        return self
+
+    def __next__(self) -> str:
+        if self.taken >= self._size:
+            raise StopIteration
+        self.taken += 1
+        return f"prompt {self.taken - 1}"
+
+
+def fresh_state() -> dict[str, Any]:
+    return {"next_group": 0, "group": -1, "prompt": None, "left": 0}
+
+
+def naive_refill(
+    free: list[int],
+    state: dict[str, Any],
+    taken: int,
+    consumed: int,
+    max_lag: int,
+    group_size: int,
+    groups_per_batch: int,
+    *,
+    window: str = "groups",
+    off_by_one: bool = False,
+    prompt_per_answer: bool = False,
+    prompt_first: bool = False,
+    gate_every_answer: bool = False,
+    whole_groups: bool = False,
+    order: str = "given",
+) -> tuple[list[tuple[int, str, int]], dict[str, Any], int]:
+    """The oracle: the answers the generator owes, in order (the rest of the current group,
+    then whole new groups while their number is below the bound), dealt to the free slots in
+    order. Returns (the starts (slot, prompt, group), the new state, the prompts taken).
+
+    The switches compute known slips: ``window`` ``"updates"`` (consumed read as updates:
+    ``(consumed + max_lag + 1) B``) or ``"no_plus_one"`` (``consumed + max_lag B``);
+    ``off_by_one`` (``<=``); ``prompt_per_answer``; ``prompt_first`` (a prompt taken before
+    the admission test, lost when it fails); ``gate_every_answer`` (the test on
+    ``next_group`` before every answer, the rest of a started group too); ``whole_groups``
+    (a new group only when all its answers fit); ``order`` ``"sorted"`` or ``"reversed"``."""
+    bound = {
+        "groups": consumed + (max_lag + 1) * groups_per_batch,
+        "updates": (consumed + max_lag + 1) * groups_per_batch,
+        "no_plus_one": consumed + max_lag * groups_per_batch,
+    }[window] + (1 if off_by_one else 0)
+    slots = {"given": list(free), "sorted": sorted(free), "reversed": list(reversed(free))}[order]
+    st = dict(state)
+    starts: list[tuple[int, str, int]] = []
+    for n, slot in enumerate(slots):
+        if gate_every_answer and st["next_group"] >= bound:
+            break
+        if st["left"] == 0:
+            if prompt_first:
+                prompt, taken = f"prompt {taken}", taken + 1
+            if st["next_group"] >= bound or (whole_groups and len(slots) - n < group_size):
+                break
+            if not prompt_first:
+                prompt, taken = f"prompt {taken}", taken + 1
+            st.update(group=st["next_group"], prompt=prompt, left=group_size, next_group=st["next_group"] + 1)
+        elif prompt_per_answer:
+            st["prompt"], taken = f"prompt {taken}", taken + 1
+        starts.append((slot, st["prompt"], st["group"]))
+        st["left"] -= 1
+    return starts, st, taken
+
+
+RF_SLIPS: dict[str, dict[str, Any]] = {
+    "consumed counts groups, not updates: the bound is consumed + (max_lag + 1) B, not (consumed + max_lag + 1) B": (
+        dict(window="updates")
+    ),
+    "a new group k may start only while k < consumed + (max_lag + 1) B: off by one (<= lets one group too many in, "
+    "its tokens then lag max_lag + 1 updates)": dict(off_by_one=True),
+    "the window is (max_lag + 1) B groups past consumed, not max_lag B: the batch the trainer is about to consume "
+    "is in the window too": dict(window="no_plus_one"),
+    "a prompt was taken for a group that backpressure then held back: it is lost; take the prompt only once the "
+    "group is admitted": dict(prompt_first=True),
+    "the rest of a group already started was held back: backpressure gates new groups only, and the trainer waits "
+    "for all G answers of a group": dict(gate_every_answer=True),
+    "a new group waited for G free slots: its answers may start in different refills; fill every free slot": dict(
+        whole_groups=True
+    ),
+    "the free slots were visited in sorted order; visit them in the order free_slots() lists them": dict(
+        order="sorted"
+    ),
+    "the free slots were visited in reverse order; visit them in the order free_slots() lists them": dict(
+        order="reversed"
+    ),
+}
+
+RF_STATE = "the state is the generator's, kept between calls: update the dict you are given in place"
+
+
+def _rf_text(consumed: int, max_lag: int, group_size: int, groups_per_batch: int) -> str:
+    return f"{RF}(consumed={consumed}, max_lag={max_lag}, group_size={group_size}, groups_per_batch={groups_per_batch})"
+
+
+def _rf_refill(
+    fn: Callable[..., Any],
+    sampler: FakeSampler,
+    queue: PromptQueue,
+    state: dict[str, Any],
+    consumed: int,
+    max_lag: int,
+    group_size: int,
+    groups_per_batch: int,
+    label: str = "",
+) -> None:
+    """One refill by the learner, compared with the oracle: the starts, the count returned,
+    the prompts taken and the state; a known slip is named."""
+    what = label or _rf_text(consumed, max_lag, group_size, groups_per_batch)
+    free, before, taken = sampler.free_slots(), dict(state), queue.taken
+    n_started = len(sampler.started)
+    args = (free, before, taken, consumed, max_lag, group_size, groups_per_batch)
+    want_starts, want_state, want_taken = naive_refill(*args)
+    try:
+        got = call(fn, sampler, queue, state, consumed, max_lag, group_size, groups_per_batch)
+    except LearnerError as exc:
+        if isinstance(exc.error, SlotMisuse):
+            fail(f"{what}: {exc.error}")
+        if isinstance(exc.error, StopIteration):
+            fail(f"{what} took every prompt of the queue: take one prompt per new group, with next(prompts)")
+        raise
+    starts = sampler.started[n_started:]
+    if starts != want_starts or queue.taken != want_taken:
+        groups: dict[Any, set[Any]] = {}
+        for _, prompt, group in starts:
+            groups.setdefault(group, set()).add(prompt)
+        mixed = next((g for g, p in groups.items() if len(p) > 1), None)
+        if mixed is not None:
+            fail(
+                f"{what}: the answers of group {mixed} got {len(groups[mixed])} different prompts: every answer of a "
+                "group answers the group's one prompt (GRPO compares them); take a prompt per new group only"
+            )
+        for message, slip in RF_SLIPS.items():
+            wrong_starts, _, wrong_taken = naive_refill(*args, **slip)
+            if (wrong_starts, wrong_taken) != (want_starts, want_taken) and (starts, queue.taken) == (
+                wrong_starts,
+                wrong_taken,
+            ):
+                fail(f"{what}: {message}")
+        if starts == want_starts:
+            fail(
+                f"{what} took {queue.taken - taken} prompts for {want_taken - taken} new groups: one prompt per new "
+                "group, taken only once the group is admitted"
+            )
+        k = next((i for i, (a, b) in enumerate(zip(starts, want_starts)) if a != b), min(len(starts), len(want_starts)))
+        shown = starts[k] if k < len(starts) else "nothing"
+        expected = want_starts[k] if k < len(want_starts) else "nothing (the refill stops there)"
+        fail(
+            f"{what} with free slots {free} and state {before}: start {k} is {shown}; expected {expected} as "
+            "(slot, prompt, group)"
+        )
+    if isinstance(got, bool) or not isinstance(got, int | np.integer) or int(got) != len(want_starts):
+        fail(f"{what} returned {got!r}; expected {len(want_starts)}, the number of answers started")
+    for key in ("next_group", "group", "prompt", "left"):
+        if state.get(key) != want_state[key]:
+            fail(
+                f"{what}: state[{key!r}] is {state.get(key)!r} after the call; expected {want_state[key]!r}: {RF_STATE}"
+            )
+
+
+@check_case(
+    "hand-computed: a fresh generator fills six slots, a full window holds a group back, a consumed batch frees it"
+)
+def _rf_known(fn: Callable[..., Any]) -> None:
+    sampler, queue, state = FakeSampler(6), PromptQueue(), fresh_state()
+    # G = 2, B = 2, max_lag = 1: groups 0..3 may start while nothing is consumed
+    assert naive_refill([0, 1, 2, 3, 4, 5], fresh_state(), 0, 0, 1, 2, 2)[0] == [
+        (0, "prompt 0", 0),
+        (1, "prompt 0", 0),
+        (2, "prompt 1", 1),
+        (3, "prompt 1", 1),
+        (4, "prompt 2", 2),
+        (5, "prompt 2", 2),
+    ]  # the statement's demo
+    _rf_refill(fn, sampler, queue, state, 0, 1, 2, 2, f"{_rf_text(0, 1, 2, 2)} on a fresh generator with 6 free slots")
+    sampler.finish({0, 1, 4, 5})
+    _rf_refill(fn, sampler, queue, state, 0, 1, 2, 2, f"{_rf_text(0, 1, 2, 2)}, 4 slots free again")  # group 3; 4 waits
+    _rf_refill(fn, sampler, queue, state, 2, 1, 2, 2, f"{_rf_text(2, 1, 2, 2)}, after the first batch")  # group 4
+    sampler.finish({2, 3})
+    _rf_refill(fn, sampler, queue, state, 2, 1, 2, 2, f"{_rf_text(2, 1, 2, 2)}, 2 more slots free")  # group 5
+    sampler.finish({0, 5})
+    _rf_refill(fn, sampler, queue, state, 2, 1, 2, 2, f"{_rf_text(2, 1, 2, 2)}, the window full")  # group 6 waits
+    sampler.finish({1, 2, 3, 4})
+    _rf_refill(fn, sampler, queue, state, 6, 1, 2, 2, f"{_rf_text(6, 1, 2, 2)}, every slot free")  # groups 6, 7, 8
+    _rf_refill(fn, sampler, queue, state, 6, 1, 2, 2, f"{_rf_text(6, 1, 2, 2)} with no free slot")  # nothing
+    # G = 3 in 4 free slots: group 0 takes 3, group 1 starts in the 4th with 2 answers left
+    sampler, queue, state = FakeSampler(4), PromptQueue(), fresh_state()
+    _rf_refill(fn, sampler, queue, state, 0, 1, 3, 2, f"{_rf_text(0, 1, 3, 2)} with 4 free slots")
+
+
+@check_case("a group straddles two refills and finishes through backpressure; nothing starts without a free slot")
+def _rf_straddle(fn: Callable[..., Any]) -> None:
+    # G = 4, B = 1, max_lag = 0: one group in flight; group 0 starts in 3 slots, its 4th answer in the next refill
+    sampler, queue, state = FakeSampler(5, order=[3, 0, 4, 1, 2], busy={4, 1}), PromptQueue(), fresh_state()
+    _rf_refill(fn, sampler, queue, state, 0, 0, 4, 1, f"{_rf_text(0, 0, 4, 1)}, slots 3, 0, 2 free")
+    sampler.finish({4, 1})
+    _rf_refill(fn, sampler, queue, state, 0, 0, 4, 1, f"{_rf_text(0, 0, 4, 1)}, group 0 has 1 answer left")
+    _rf_refill(fn, sampler, queue, state, 1, 0, 4, 1, f"{_rf_text(1, 0, 4, 1)}, group 0 consumed")
+    sampler.finish({3, 0, 4, 1, 2})
+    _rf_refill(fn, sampler, queue, state, 1, 0, 4, 1, f"{_rf_text(1, 0, 4, 1)}, every slot free again")
+
+
+@check_case("30 random generators, 40 refills each, against a simulation that lists the answers owed in order")
+def _rf_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        n_slots = int(rng.integers(1, 25))
+        group_size, groups_per_batch, max_lag = (
+            int(rng.integers(1, 7)),
+            int(rng.integers(1, 5)),
+            int(rng.integers(0, 4)),
+        )
+        order = [int(s) for s in rng.permutation(n_slots)]
+        sampler, queue, state, consumed = FakeSampler(n_slots, order), PromptQueue(), fresh_state(), 0
+        for step in range(40):
+            busy = sorted(sampler.busy)
+            sampler.finish({s for s in busy if rng.random() < 0.4})  # answers that ended
+            if rng.random() < 0.3 and consumed + groups_per_batch <= state["next_group"]:
+                consumed += groups_per_batch  # the trainer took a batch
+            label = (
+                f"{_rf_text(consumed, max_lag, group_size, groups_per_batch)} (random generator {trial}, refill {step})"
+            )
+            _rf_refill(fn, sampler, queue, state, consumed, max_lag, group_size, groups_per_batch, label)
+
+
+RF_HINTS = (
+    "Walk the free slots in order. A slot goes to the current group while it has answers left; when it has none, "
+    "the next group is admitted only if its number is below consumed + (max_lag + 1) B, otherwise the refill "
+    "stops.",
+    "The dict `state` carries everything between calls: which group is being started, its prompt, how many of its "
+    "answers are left, and the number the next group will get. Admitting a group means: test the bound, take one "
+    "prompt, then set those four entries.",
+    "Count the answers you start and return that count. Traps: testing the bound before every answer (a started "
+    "group must finish), taking the prompt before the test, and rebinding `state` to a new dict instead of "
+    "changing the one you were given.",
+)
+
+REFILL_FREE_SLOTS = Exercise(
+    name=RF,
+    points=15,
+    title="continuous batching with backpressure: refill every free slot, admit a group only within the lag bound",
+    checks=(_rf_known, _rf_straddle, _rf_oracle),
+    hints=RF_HINTS,
+)
+
+EXERCISES: tuple[Exercise, ...] = (TOKEN_IS_LOSS, TOKEN_LAGS, TIME_TO_TARGET, INFLIGHT_DECODE, REFILL_FREE_SLOTS)

@@ -11,6 +11,28 @@ The learner writes:
   (eq. 08.14), which the exercise's checks find beside it (the function's globals: the notebook's namespace)
 * ``engine_schedule(lengths, max_batch) -> (start_step, end_step)``  (the slot refill behind eq. 08.7)
 
+What each exercise teaches, and how its checks observe it:
+
+* max_batch: mechanism: the KV bytes of one token (K and V, every layer, every KV head, in
+  bytes), the usable memory f M minus the weights, and the whole sequences that fit,
+  floored, none fitting refused; observed on the published shapes and on random shapes, GPUs,
+  contexts and fractions (every parameter varied), a slip that coincides with another on one
+  case told apart on the next.
+* balanced_split: mechanism: production per sampler from the linear decode step, the real
+  balance point N c / (p + c), and the whole split as the better of its two neighbours by the
+  pipeline's rate min(N_s p, (N - N_s) c), ties to fewer samplers; observed on hand splits
+  where the nearest loses, a tie, random rates against every split tried, and the extremes.
+* max_lag_steps / hard_bound_step_s: mechanism: the straggler's lead over the mean answer,
+  in optimizer steps, added to the mean lag and rounded up (float noise no extra step), the
+  hard rules capping at floor(max_lag), FIFO not; the hard bound as the straggler's whole
+  generation plus one sync over floor(max_lag) steps; observed on the worked example, sums a
+  float hair above a whole number, random batches (lists and arrays left unchanged), every
+  rule, fractional bounds and unknown rules.
+* engine_schedule: mechanism: continuous batching as events: a freed slot is taken at the
+  same step boundary by the next waiting sequence in order, whichever slot frees first;
+  observed against a step-by-step simulation of the engine, on hand schedules, stragglers,
+  slot counts from 1 to 11, and inputs (lists and arrays) left unchanged.
+
 The checks never call ``course_lib.layout`` or ``course_lib.layout.sim``: they build the
 inputs with the library's data containers (``ModelShape``, ``GPU`` and the published
 shapes) and compare with the oracles below, which mirror the lesson's equations
@@ -93,14 +115,18 @@ def naive_max_batch(
     use_fraction: bool = True,
     subtract_weights: bool = True,
     weights_in_params: bool = False,
+    fraction_after: bool = False,
 ) -> int:
-    """(08.2) with (08.1) written out term by term; the switches compute known slips."""
+    """(08.2) with (08.1) written out term by term; the switches compute known slips
+    (``fraction_after``: the usable share taken of what the weights leave, f (M - W))."""
     per_elem = shape.kv_bytes_per_elem * (8 if bits else 1)
     per_token = float((2 if k_and_v else 1) * (shape.n_layers if per_layer else 1) * shape.n_kv_heads * shape.head_dim)
     per_token *= per_elem
     usable = (memory_fraction if use_fraction else 1.0) * gpu.memory_bytes
     weights = shape.n_params * (1.0 if weights_in_params else shape.weight_bytes_per_param)
     free = usable - (weights if subtract_weights else 0.0)
+    if fraction_after:
+        free = memory_fraction * (gpu.memory_bytes - weights)
     ratio = free / (per_token * context_tokens)
     if rounding == "round":
         return round(ratio)
@@ -122,6 +148,8 @@ def _mb_mistakes(shape: ModelShape, gpu: GPU, context: int, fraction: float) -> 
         "all of the GPU's memory is used; only memory_fraction * memory_bytes is usable": slip(use_fraction=False),
         "the weights are not subtracted: the cache gets what they leave": slip(subtract_weights=False),
         "the weights count one byte a parameter; use shape.weight_bytes": slip(weights_in_params=True),
+        "memory_fraction was applied to what the weights leave, f (M - W); the usable memory is f M, and the "
+        "weights sit inside it: f M - W": slip(fraction_after=True),
     }
 
 
@@ -129,7 +157,30 @@ def _mb_text(shape: ModelShape, gpu: GPU, context: int, fraction: float) -> str:
     return f"{MB}({shape.name}, {gpu.name}, {context}, {fmt_number(fraction)})"
 
 
-def _mb_compare(fn: Callable[..., Any], shape: ModelShape, gpu: GPU, context: int, fraction: float) -> None:
+#: (shape, gpu, context_tokens, memory_fraction)
+MbCase = tuple[ModelShape, GPU, int, float]
+
+
+def _mb_slip(fn: Callable[..., Any], case: MbCase, value: float, others: Sequence[MbCase]) -> str | None:
+    """The known slip that gives ``value`` on ``case``; when several do, the one that also
+    gives the learner's answers on ``others`` (two slips can coincide on one case)."""
+    expected = naive_max_batch(*case)
+    matching = [m for m, wrong in _mb_mistakes(*case).items() if wrong != expected and value == wrong]
+    for other in others:
+        if len(matching) < 2:
+            break
+        try:
+            answer = call(fn, *other)
+        except LearnerError:
+            continue
+        slips = _mb_mistakes(*other)
+        matching = [m for m in matching if _real(answer) == slips[m]] or matching
+    return matching[0] if matching else None
+
+
+def _mb_compare(
+    fn: Callable[..., Any], shape: ModelShape, gpu: GPU, context: int, fraction: float, others: Sequence[MbCase] = ()
+) -> None:
     expected = naive_max_batch(shape, gpu, context, fraction)
     what = _mb_text(shape, gpu, context, fraction)
     try:
@@ -144,9 +195,9 @@ def _mb_compare(fn: Callable[..., Any], shape: ModelShape, gpu: GPU, context: in
     if value == expected:
         assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (whole sequences)")
         return
-    for message, wrong in _mb_mistakes(shape, gpu, context, fraction).items():
-        if wrong != expected and value == wrong:
-            fail(f"{what} = {fmt_number(got)}: {message}")
+    message = _mb_slip(fn, (shape, gpu, context, fraction), value, others)
+    if message is not None:
+        fail(f"{what} = {fmt_number(got)}: {message}")
     fail(f"{what} = {fmt_number(got)}; expected {expected} (08.2)")
 
 
@@ -157,10 +208,14 @@ GPU_141GB = GPU("a 141 GB GPU", memory_bytes=141e9, hbm_bytes_per_s=4.8e12, peak
 
 @check_case("hand-computed: Qwen2.5-32B and 7B on an H100 (6 and 241 sequences of 4,096 tokens)")
 def _mb_known(fn: Callable[..., Any]) -> None:
-    _mb_compare(fn, QWEN25_32B, H100_SXM, 4096, 0.9)  # 6.03 -> 6 (rounding up gives 7)
-    _mb_compare(fn, QWEN25_7B, H100_SXM, 4096, 0.9)  # 241.6 -> 241 (rounding to the nearest gives 242)
-    _mb_compare(fn, QWEN25_7B, H100_SXM, 32768, 0.9)  # 30.2 -> 30
-    _mb_compare(fn, QWEN25_7B, GPU_24GB, 2048, 0.8)  # 33.7 -> 33
+    cases: tuple[MbCase, ...] = (
+        (QWEN25_32B, H100_SXM, 4096, 0.9),  # 6.03 -> 6 (rounding up gives 7)
+        (QWEN25_7B, H100_SXM, 4096, 0.9),  # 241.6 -> 241 (rounding to the nearest gives 242)
+        (QWEN25_7B, H100_SXM, 32768, 0.9),  # 30.2 -> 30
+        (QWEN25_7B, GPU_24GB, 2048, 0.8),  # 33.7 -> 33
+    )
+    for k, case in enumerate(cases):
+        _mb_compare(fn, *case, others=cases[k + 1 :])
 
 
 def random_shapes(seed: int, n: int) -> list[tuple[ModelShape, GPU, int, float]]:
@@ -217,16 +272,19 @@ def _mb_too_big(fn: Callable[..., Any]) -> None:
 
 MAX_BATCH = Exercise(
     name=MB,
+    allowed=("course_lib.layout.model.ModelShape", "course_lib.layout.model.GPU"),
     points=10,
     title="the largest batch whose KV cache fits beside the weights (eq. 08.1-08.2)",
     checks=(_mb_known, _mb_oracle, _mb_too_big),
     hints=(
-        "the bytes one token occupies (08.1: K and V, every layer and KV head), the bytes left beside the weights "
-        "(memory_fraction * gpu.memory_bytes - shape.weight_bytes), then how many whole sequences of "
-        "context_tokens fit",
-        "math.floor(free_bytes / (kv_per_token * context_tokens)) is an int; raise ValueError when it is below 1",
+        "Three steps: the bytes one token occupies in the KV cache (08.1: K and V, every layer, every KV head), the "
+        "bytes left beside the weights in the usable share of the GPU's memory, then how many whole sequences of "
+        "`context_tokens` tokens fit in them.",
+        "Round down (`math.floor`): a sequence that fits only partly does not fit, and the answer is an int. Raise "
+        "`ValueError` when not one sequence fits. Traps: forgetting the factor 2 (K and V), and counting attention "
+        "heads instead of KV heads.",
         "Qwen2.5-7B in bf16: 2 * 28 * 4 * 128 * 2 = 57,344 bytes a token; an H100 leaves 0.9 * 80e9 - 15.24e9 = "
-        "56.76e9 bytes: 241.6 sequences of 4,096 tokens",
+        "56.76e9 bytes: 241.6 sequences of 4,096 tokens.",
     ),
 )
 
@@ -304,7 +362,8 @@ def _bs_compare(fn: Callable[..., Any], *args: Any) -> None:
         return
     pick_slips = {
         "last": "on a tie, take the fewer samplers (the first best)",
-        "round": "N_s* rounded to the nearest is not always best: compare min(N_s p, (N - N_s) c) on both sides",
+        "round": "N_s* rounded to the nearest (the split whose production and consumption are closest) is not always "
+        "best: compare min(N_s p, (N - N_s) c) on both sides",
         "floor": "N_s* rounded down is not always best: compare min(N_s p, (N - N_s) c) on both sides",
         "ceil": "N_s* rounded up is not always best: compare min(N_s p, (N - N_s) c) on both sides",
     }
@@ -365,11 +424,16 @@ BALANCED_SPLIT = Exercise(
     title="the split where production meets consumption, real and whole (eq. 08.3, 08.4, 08.6)",
     checks=(_bs_known, _bs_oracle, _bs_extremes),
     hints=(
-        "p = max_batch / (a_s + b_s * max_batch), then N_s* = N c / (p + c); for the whole split compare "
-        "min(n * p, (n_gpus - n) * c) of the two whole numbers around N_s*",
-        "candidates: math.floor(n_star) and math.ceil(n_star), each clipped to 1 .. n_gpus - 1; "
-        "max(sorted(candidates), key=...) keeps the fewer samplers on a tie",
-        "p = 4, c = 1, 7 GPUs: N_s* = 1.4; 1 sampler gives min(4, 6) = 4 tokens/s, 2 give min(8, 5) = 5",
+        "First the continuous optimum (08.6): a sampler's throughput p from its batch and the latency model, then the "
+        "N_s* that balances production and consumption. Then the whole split: compare the two whole numbers around "
+        "N_s*.",
+        "A full sampler produces `max_batch` tokens (one per sequence) per decode step of `a_s + b_s * max_batch` "
+        "seconds: p is per second, not per step. A split with n samplers runs at the smaller of what the n samplers "
+        "produce and what the other n_gpus - n GPUs consume; the candidates are the floor and the ceiling of N_s*, "
+        "each clipped to 1 .. n_gpus - 1.",
+        "Try the candidates in increasing order and keep the first best (Python's `max` with a `key` keeps the first "
+        "on a tie, so the fewer samplers win). With p = 4, c = 1 and 7 GPUs: N_s* = 1.4; 1 sampler gives min(4, 6) = "
+        "4, 2 give min(8, 5) = 5. The nearest is not the best.",
     ),
 )
 
@@ -400,18 +464,27 @@ def naive_max_lag(
     """(08.13) written out, capped at ``floor(max_lag)`` under the hard rules ("wait", "drop").
 
     The switches compute known slips: ``lead`` ``"none"`` (the mean lag: the mean length
-    used for the longest) or ``"whole"`` (``max(L) l``, not ``(max(L) - mean(L)) l``);
-    ``in_steps=False`` (the lead's seconds added as steps); ``rounding`` ``"round"``,
-    ``"floor"`` or ``"none"``; ``cap`` ``"never"``, ``"always"`` or ``"unfloored"``.
+    used for the longest), ``"whole"`` (``max(L) l``, not ``(max(L) - mean(L)) l``) or
+    ``"range"`` (``(max(L) - min(L)) l``); ``in_steps=False`` (the lead's seconds added as
+    steps); ``rounding`` ``"round"``, ``"floor"``, ``"none"`` or ``"ceil_raw"`` (no 1e-9:
+    float noise above a whole number is one more step); ``cap`` ``"never"``, ``"always"``
+    or ``"unfloored"``.
     """
     longest = float(max(lengths))
     mean_length = float(sum(lengths)) / len(lengths)
-    lead_tokens = {"excess": longest - mean_length, "none": 0.0, "whole": longest}[lead]
+    lead_tokens = {
+        "excess": longest - mean_length,
+        "none": 0.0,
+        "whole": longest,
+        "range": longest - float(min(lengths)),
+    }[lead]
     lead_s = lead_tokens * latency_s  # seconds the longest answer runs after the mean one
     total = mean_lag + (lead_s / step_s if in_steps else lead_s)
     lag: float
     if rounding == "ceil":
         lag = math.ceil(total - 1e-9)  # 1e-9: float noise is no extra step
+    elif rounding == "ceil_raw":
+        lag = math.ceil(total)
     elif rounding == "round":
         lag = round(total)
     elif rounding == "floor":
@@ -446,6 +519,10 @@ MX_SLIPS: dict[str, dict[str, Any]] = {
         rounding="round"
     ),
     "rounded down; a sample that misses part of an update misses it: round up (math.ceil)": dict(rounding="floor"),
+    "float noise made one more step: the sum is a whole number up to rounding (such as 15.000000000000002); "
+    "subtract 1e-9 inside the ceiling, math.ceil(x - 1e-9), as the statement says": dict(rounding="ceil_raw"),
+    "the lead is over the MEAN answer, (max(L) - mean(L)) l, not over the shortest: the mean lag already counts "
+    "the mean answer": dict(lead="range"),
 }
 
 
@@ -462,6 +539,46 @@ def _same_lengths(given: Any, lengths: Lengths) -> bool:
         return False
 
 
+#: (mean_lag, lengths, l, step_s, max_lag, admission)
+MxCase = tuple[float, Lengths, float, float, float, str]
+
+
+def _mx_matches(args: tuple[Any, ...], value: float) -> list[str]:
+    """The slips of :data:`MX_SLIPS` that give ``value`` on ``args`` where the right answer differs."""
+    expected = naive_max_lag(*args)
+    return [
+        message
+        for message, slip in MX_SLIPS.items()
+        if (wrong := naive_max_lag(*args, **slip)) != expected
+        and math.isclose(value, wrong, rel_tol=1e-12, abs_tol=1e-12)
+    ]
+
+
+def _mx_slip(fn: Callable[..., Any], args: tuple[Any, ...], value: float, others: Sequence[MxCase]) -> str | None:
+    """The known slip that gives ``value`` on ``args``; when several do, the one that also
+    gives the learner's answers on ``others`` (two slips can coincide on one case)."""
+    matching = _mx_matches(args, value)
+    for other in others:
+        if len(matching) < 2:
+            break
+        other_args = (other[0], [int(x) for x in other[1]], *other[2:])
+        try:
+            answer = _real(call(fn, other[0], copy_input(other[1]), *other[2:]))
+        except LearnerError:
+            continue
+        if answer is None:
+            continue
+        expected = naive_max_lag(*other_args)
+        keep = [
+            m
+            for m in matching
+            if math.isclose(answer, naive_max_lag(*other_args, **MX_SLIPS[m]), rel_tol=1e-12, abs_tol=1e-12)
+            or answer == expected == naive_max_lag(*other_args, **MX_SLIPS[m])
+        ]
+        matching = keep or matching
+    return matching[0] if matching else None
+
+
 def _mx_compare(
     fn: Callable[..., Any],
     mean_lag: float,
@@ -470,6 +587,7 @@ def _mx_compare(
     step_s: float,
     max_lag: float,
     admission: str,
+    others: Sequence[MxCase] = (),
 ) -> None:
     args = (mean_lag, [int(x) for x in lengths], latency_s, step_s, max_lag, admission)
     expected = naive_max_lag(*args)
@@ -484,10 +602,9 @@ def _mx_compare(
     if value == expected:
         assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (lags are whole steps)")
         return
-    for message, slip in MX_SLIPS.items():
-        wrong = naive_max_lag(*args, **slip)
-        if wrong != expected and math.isclose(value, wrong, rel_tol=1e-12, abs_tol=1e-12):
-            fail(f"{what} = {fmt_number(got)}: {message}")
+    message = _mx_slip(fn, args, value, others)
+    if message is not None:
+        fail(f"{what} = {fmt_number(got)}: {message}")
     rule = ", capped at floor(max_lag)" if admission in ("wait", "drop") else ""
     fail(f"{what} = {fmt_number(got)}; expected {expected} (08.13{rule})")
 
@@ -503,14 +620,19 @@ MX_HAND_CASES: tuple[tuple[float, Lengths, float, float, float, str], ...] = (
     (1.3, list(WORKED_LENGTHS), 0.02, 4.0, 2.5, "fifo"),  # 5: fifo bounds nothing
     (0.9, list(WORKED_LENGTHS), 0.02, 4.0, 8, "wait"),  # 0.9 + 3.5 = 4.4 -> 5, under the bound
     (2.0, [256, 256, 256, 256], 0.01, 2.0, 3, "fifo"),  # no straggler: the mean lag, 2
+    (1.0, list(WORKED_LENGTHS), 0.07, 3.5, 16, "fifo"),  # 1 + 700 * 0.07 / 3.5 = 15 (in floats 15.000000000000002)
+    (0.2, np.array([10, 20, 30, 100]), 0.07, 1.5, 4, "wait"),  # 0.2 + 60 * 0.07 / 1.5 = 3 (3.0000000000000004)
     (0.5, np.array([40, 60, 500, 80, 120]), 0.05, 10.0, 1, "drop"),  # 0.5 + 340 * 0.05 / 10 = 2.2 -> 3; 1
 )
 
 
-@check_case("hand-computed: the worked example under fifo, wait and drop; a fractional max_lag; no straggler")
+@check_case(
+    "hand-computed: the worked example under fifo, wait and drop; a fractional max_lag; no straggler; sums a float "
+    "hair above a whole number"
+)
 def _mx_known(fn: Callable[..., Any]) -> None:
-    for case in MX_HAND_CASES:
-        _mx_compare(fn, *case)
+    for k, case in enumerate(MX_HAND_CASES):
+        _mx_compare(fn, *case, others=MX_HAND_CASES[k + 1 :])
 
 
 def random_lag_cases(seed: int, n: int) -> list[tuple[float, Lengths, float, float, float, str]]:
@@ -580,9 +702,10 @@ def naive_hard_bound(
     steps: str = "floor",
 ) -> float:
     """(08.14) written out: ``(max(L) l + d) / floor(max_lag)``. The switches compute known
-    slips: ``longest="mean"``; ``sync`` ``"none"`` or ``"every step"``; ``steps``
+    slips: ``longest`` ``"mean"`` or ``"lead"`` (max(L) - mean(L)); ``sync`` ``"none"`` or ``"every step"``; ``steps``
     ``"unfloored"``, ``"one"`` or ``"plus one"``."""
-    straggler = float(max(lengths)) if longest == "max" else float(sum(lengths)) / len(lengths)
+    mean_length = float(sum(lengths)) / len(lengths)
+    straggler = {"max": float(max(lengths)), "mean": mean_length, "lead": float(max(lengths)) - mean_length}[longest]
     k = {
         "floor": math.floor(max_lag),
         "unfloored": max_lag,
@@ -606,6 +729,8 @@ HB_SLIPS: dict[str, dict[str, Any]] = {
     "the longest answer, max(lengths), is the straggler that must finish in time, not the mean one": dict(
         longest="mean"
     ),
+    "the straggler must finish all of its max(L) tokens in time, not only its lead over the mean answer: "
+    "(L_max l + d) / floor(max_lag)": dict(longest="lead"),
     "the straggler has floor(max_lag) steps to finish in, not one: divide by floor(max_lag)": dict(steps="one"),
     "the sync is paid once within the floor(max_lag) steps: (L_max l + d) / floor(max_lag), not "
     "L_max l / floor(max_lag) + d": dict(sync="every step"),
@@ -696,13 +821,16 @@ MAX_LAG_STEPS = Exercise(
     title="the maximum lag under an admission rule, and the step a hard bound costs (eq. 08.13-08.14)",
     checks=(_mx_known, _mx_oracle, _mx_unknown, _hb_values, _hb_invalid),
     hints=(
-        "check admission first; then the longest answer's lead (max(L) - mean(L)) * step_latency_s over step_s, "
-        "added to the mean lag and rounded up; under 'wait' and 'drop' take the smaller of that and "
-        "math.floor(max_lag)",
-        "math.ceil(mean_lag + lead_s / step_s - 1e-9) is an int, so is min(lag, math.floor(max_lag)); the hard "
-        "bound: steps = math.floor(max_lag) (ValueError below 1), then (max(lengths) * l + d) / steps",
-        "7 answers of 100 tokens and one of 900, l = 0.02 s, step 4 s, mean lag 1.3, max_lag 3, d = 1 s: "
-        "ceil(1.3 + 700 * 0.02 / 4) = 5 under fifo, 3 under wait and drop; the hard bound 19 / 3 = 6.33 s",
+        "The straggler sets the lag: the longest answer finishes after the average one by its extra tokens times the "
+        "per-token latency, and that lead, in optimizer steps, adds to the mean lag. A hard admission rule ('wait', "
+        "'drop') then caps the lag at max_lag; 'fifo' does not.",
+        "Check `admission` first (`ValueError` for anything else). The lead in seconds is (longest - mean length) * "
+        "step_latency_s; divided by step_s it is in steps. Round mean lag + lead UP to whole steps (`math.ceil`, with "
+        "a tiny tolerance against float noise) and, under a hard rule, cap it by the floor of `max_lag`. For (08.14): "
+        "lags are whole steps, so the bound is floor(max_lag) steps (`ValueError` below 1).",
+        "np.asarray(lengths_tokens) gives .max() and .mean() for a list or an array alike. Worked example: 7 answers "
+        "of 100 tokens and one of 900, l = 0.02 s, step 4 s, mean lag 1.3, max_lag 3, d = 1 s: lead 14 s = 3.5 steps, "
+        "ceil(4.8) = 5 under fifo, 3 under wait and drop; the hard bound (900 * 0.02 + 1) / 3 = 6.33 s.",
     ),
 )
 
@@ -722,12 +850,19 @@ def naive_schedule(
     static: bool = False,
     extra_slots: int = 0,
     shortest_first: bool = False,
+    round_robin: bool = False,
 ) -> tuple[list[int], list[int]]:
     """The engine simulated one decode step at a time: at each boundary, finished sequences
     leave and waiting ones take the free slots in order; then every running sequence gets a
     token. The switches compute known slips (a slot back ``late`` steps after it frees, end
-    steps one short, static batching, more slots, shortest first)."""
+    steps one short, static batching, more slots, shortest first, and ``round_robin``: each
+    slot a fixed queue, sequence j after sequence j - max_batch)."""
     n = len(lengths)
+    if round_robin:
+        ends: list[int] = []
+        for j in range(n):
+            ends.append((ends[j - max_batch] if j >= max_batch else 0) + int(lengths[j]))
+        return [e - int(x) for e, x in zip(ends, lengths)], ends
     waiting = sorted(range(n), key=lambda j: lengths[j]) if shortest_first else list(range(n))
     start, end = [-1] * n, [-1] * n
     free = max_batch + extra_slots
@@ -761,6 +896,8 @@ ES_SLIPS: dict[str, dict[str, Any]] = {
     "end_step is one short: end_step - start_step = length": dict(end_short=True),
     "shortest first; sequences start in the given order": dict(shortest_first=True),
     "more than max_batch sequences run at once": dict(extra_slots=1),
+    "each slot runs a fixed queue (sequence j after sequence j - max_batch); a waiting sequence takes whichever "
+    "slot frees first": dict(round_robin=True),
 }
 
 
@@ -774,7 +911,13 @@ def _es_text(lengths: Sequence[int], max_batch: int) -> str:
 def _es_call(fn: Callable[..., Any], lengths: Any, max_batch: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     n = len(lengths)
     what = _es_text(lengths, max_batch)
-    got = call(fn, lengths.copy() if isinstance(lengths, np.ndarray) else list(lengths), max_batch)
+    given = lengths.copy() if isinstance(lengths, np.ndarray) else list(lengths)
+    got = call(fn, given, max_batch)
+    if not _same_lengths(given, lengths) or type(given) is not type(lengths):
+        fail(
+            f"{what} changed the lengths {describe_type(lengths)} it was given (a countdown in place?): work on a "
+            "copy, np.array(lengths) rather than np.asarray, which returns the same array"
+        )
     if not isinstance(got, tuple | list) or len(got) != 2:
         fail(f"{what} returned {describe_type(got)}; expected a tuple (start_step, end_step)")
     out = []
@@ -857,11 +1000,14 @@ ENGINE_SCHEDULE = Exercise(
     title="the continuous-batching slot refill of one sampler engine (the schedule behind eq. 08.7)",
     checks=(_es_known, _es_oracle, _es_properties),
     hints=(
-        "keep, for every slot, the step at which it is next free (all 0 at first); sequence j starts at the "
-        "earliest, and that slot is then free at start + lengths[j]",
-        "a min-heap: free_at = [0] * min(max_batch, n); for each sequence s = heapq.heappop(free_at), record it, "
-        "heapq.heappush(free_at, s + length)",
-        "lengths [3, 1, 2, 4, 1] on 2 slots: starts [0, 0, 1, 3, 3], ends [3, 1, 3, 7, 4]",
+        "Keep, for every slot, the step at which it is next free (all 0 at first); sequence j starts at the earliest, "
+        "and that slot is then free at its start plus `lengths[j]`.",
+        "A min-heap of the slots' free times gives the earliest in O(log B): start it with one 0 per usable slot (no "
+        "more slots than sequences), then for each sequence, in order, pop the earliest time (the sequence's start) "
+        "and push back the time at which that slot is free again.",
+        "`heapq.heappop` and `heapq.heappush` on a plain list; record the starts in an int64 array and return "
+        "(starts, ends), the ends being the starts plus the lengths. Check: lengths [3, 1, 2, 4, 1] on 2 slots give "
+        "starts [0, 0, 1, 3, 3] and ends [3, 1, 3, 7, 4].",
     ),
 )
 

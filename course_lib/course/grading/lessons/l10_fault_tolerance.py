@@ -9,6 +9,30 @@ The learner writes:
 * ``optimal_interval(C, M) -> (young, daly)``  (eq. 10.2, 10.3)
 * ``train_until(checkpoint, total_steps, step_fn) -> checkpoint``  (the carried-key split)
 
+What each exercise teaches, and what its checks observe beyond the values:
+
+* commit_checkpoint -- mechanism: nothing appears under the committed name before every byte and every
+  name under it is durable: each file flushed and fsynced in a temporary folder inside root, the manifest
+  last, the folder fsynced, one os.replace, the root fsynced; a crashed attempt's leftovers removed on
+  the next. Observed in the traced os calls (their order, the fsynced sizes, a directory's entries), and
+  by crashing the save at each traced call, in the middle of each file's write (a torn write) and between
+  two files, then trying again (twice after a torn write): the previous checkpoint must survive, no half
+  checkpoint may appear, and the resumed attempt must commit.
+* newest_complete -- mechanism: a read-only walk of the committed names (step_<digits> in full), newest
+  by number first, verifying each manifest (every size and SHA-256) and stopping at the first that
+  verifies. Observed on folders broken the ways crashes break them (a torn write, a zero-length file from
+  a rename before fsync, a name lost without the folder's fsync, a writer killed between files, a torn or
+  missing manifest, leftovers of crashed attempts), by recording every file it opens (none of a
+  checkpoint older than the one it returns) and by comparing the folder before and after (unchanged).
+* optimal_interval -- mechanism: Young's interval sqrt(2 C M) and Daly's correction with its C >= 2M
+  branch. Observed over six orders of magnitude of C and M, and Young's against the numerical minimum of
+  (10.1).
+* train_until -- mechanism: the run's whole random state is the carried key: restore it from the
+  checkpoint, split it three ways a step, carry the first key, save the carried key. Observed through a
+  step_fn that records every key it gets: uninterrupted and resumed runs (a key through numpy as from
+  disk, a run that started from another key than key(seed), so replaying the seed's stream is caught),
+  and which state each resumed run started from.
+
 The checks never call ``course_lib.checkpoint``: they trace the learner's ``os.fsync``
 (with the fsynced file's size on disk and a directory's entries at that moment),
 ``os.replace`` and ``os.rename`` (patched on the ``os`` module during the call), crash the
@@ -21,8 +45,11 @@ that compute a known slip, so a wrong answer that matches one is named.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -46,11 +73,9 @@ from course_lib.course.grading.checks import (
     fail,
     fmt_number,
 )
-from course_lib.course.grading.helpers import assert_raises, guard_checks
+from course_lib.course.grading.helpers import assert_raises
 
 LESSON = "10_fault_tolerance"
-#: The library whose implementations a learner's answer may not import (exercise 3 is one line of it).
-LIBRARY = ("course_lib.checkpoint",)
 
 
 @contextlib.contextmanager
@@ -200,6 +225,71 @@ class _Tracer:
             os.fsync, os.replace, os.rename = real_fsync, real_replace, real_rename
 
 
+_WRITE_MODES = frozenset("wax+")
+
+
+@contextlib.contextmanager
+def _patched_open(hook: Callable[[str, str, Callable[[], Any]], Any]) -> Iterator[None]:
+    """``open`` (the builtin, and ``io.open`` that pathlib calls) routed through ``hook(path, mode, opener)``
+    during the block; ``opener()`` opens the file for real. Descriptors (``open(fd)``) pass untouched."""
+    real = builtins.open
+
+    def fake_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, int):
+            return real(file, mode, *args, **kwargs)
+        return hook(_real_path(file), mode, lambda: real(file, mode, *args, **kwargs))
+
+    builtins.open = io.open = fake_open
+    try:
+        yield
+    finally:
+        builtins.open = io.open = real
+
+
+class _TornFile:
+    """A file opened for writing whose first ``write`` writes half its data, flushes it and crashes: the torn
+    file a killed writer leaves."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def write(self, data: Any) -> int:
+        self._file.write(data[: len(data) // 2])
+        self._file.flush()
+        raise _Crash()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+    def __enter__(self) -> _TornFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._file.close()
+
+
+@dataclass
+class _WriteCrash:
+    """Crashes a save at its ``at``-th file opened for writing: before it exists (between two files) or, with
+    ``torn``, in the middle of its first write. Counts the files opened for writing in ``opened``."""
+
+    at: int | None = None
+    torn: bool = False
+    opened: list[str] = field(default_factory=list)
+
+    def _hook(self, path: str, mode: str, opener: Callable[[], Any]) -> Any:
+        if not _WRITE_MODES & set(mode):
+            return opener()
+        k = len(self.opened)
+        self.opened.append(path)
+        if k == self.at and not self.torn:
+            raise _Crash()
+        return _TornFile(opener()) if k == self.at else opener()
+
+    def patched(self) -> contextlib.AbstractContextManager[None]:
+        return _patched_open(self._hook)
+
+
 FILES = {"params.bin": bytes(range(256)) * 3, "opt_state.bin": b"\x00adam\xff" * 11, "rng.bin": b"\x07" * 8}
 
 
@@ -221,7 +311,7 @@ def _cc_result(fn: Callable[..., Any]) -> None:
             what = _cc_text(step, files)
             final = root / "ckpt" / f"step_{step:08d}"
             got = call(fn, str(root / "ckpt"), step, dict(files))  # root as a str, not yet there
-            if not isinstance(got, str | os.PathLike) or _real_path(got) != _real_path(final):
+            if not isinstance(got, Path) or _real_path(got) != _real_path(final):
                 fail(f"{what} returned {describe_type(got)}; expected the committed directory {final.name} (a Path)")
             if not final.is_dir():
                 fail(f"{what}: no directory {final.name} after the call")
@@ -337,42 +427,85 @@ def _describe_event(e: _Event) -> str:
     return f"os.fsync of {Path(e.path).name}" if e.kind == "fsync" else f"os.{e.kind} to {Path(e.dst).name}"
 
 
-@check_case("a crash at each traced call in turn: the last good checkpoint survives, no half checkpoint appears")
-def _cc_crash(fn: Callable[..., Any]) -> None:
+def _crash_and_resume(
+    fn: Callable[..., Any], crash: Callable[[], contextlib.AbstractContextManager[Any]], at: str, crashes: int = 1
+) -> None:
+    """Save step 2 beside a good step 1 under ``crash`` (``crashes`` attempts in a row, as a run restarted
+    into the same fault), then once more without it: step 1 must survive every crash, step 2 must never be
+    committed half, and the resumed attempt must commit it."""
     files, what = FILES, _cc_text(2, FILES)
     with _scratch() as root:
-        _, events = _cc_traced(fn, root, 2, files)
-    for k in range(len(events)):
-        with _scratch() as root:
-            good = write_checkpoint(root, 1, {"params.bin": b"good" * 10})
-            tracer = _Tracer(crash_at=k)
+        good = write_checkpoint(root, 1, {"params.bin": b"good" * 10})
+        new = root / "step_00000002"
+        for attempt in range(crashes):
+            again = " again" if attempt else ""
             try:
-                with tracer.patched():
+                with crash():
                     call(fn, root, 2, dict(files))
             except _Crash:
                 pass
+            except LearnerError as exc:
+                _pass_stub(exc)
+                fail(
+                    f"{what}, tried{again} after a crash at {at}, raised {type(exc.error).__name__}: remove a "
+                    "leftover temporary directory of a crashed save (shutil.rmtree) before writing again"
+                )
             else:
-                continue  # the call path changed under the crash; nothing to judge here
-            at = _describe_event(events[k])
+                if attempt == 0:
+                    return  # the call path changed under the crash; nothing to judge here
+                break  # the resumed attempt took another path and finished: judge what it committed
             if not verify(good):
-                fail(f"{what} crashed at {at} and the previous checkpoint step_00000001 no longer verifies")
-            new = root / "step_00000002"
+                fail(f"{what} crashed{again} at {at} and the previous checkpoint step_00000001 no longer verifies")
             if new.exists() and not verify(new):
                 fail(
-                    f"{what} crashed at {at} and left step_00000002 committed but incomplete (non-atomic): only "
-                    "the final os.replace may create the committed name"
+                    f"{what} crashed{again} at {at} and left step_00000002 committed but incomplete (non-atomic): "
+                    "only the final os.replace may create the committed name"
                 )
-            if not new.exists():  # the save is tried again, as a restarted run does
-                try:
-                    call(fn, root, 2, dict(files))
-                except LearnerError as exc:
-                    _pass_stub(exc)
-                    fail(
-                        f"{what} after a crash at {at} raised {type(exc.error).__name__}: remove a leftover "
-                        "temporary directory of a crashed save (shutil.rmtree) before writing again"
-                    )
-            if not verify(new):
-                fail(f"{what} after a crash at {at}: the second try did not commit a checkpoint that verifies")
+            if new.exists():
+                return  # committed before the crash (a crash at the root's fsync): nothing to resume
+        else:
+            try:
+                call(fn, root, 2, dict(files))
+            except LearnerError as exc:
+                _pass_stub(exc)
+                fail(
+                    f"{what} after a crash at {at} raised {type(exc.error).__name__}: remove a leftover temporary "
+                    "directory of a crashed save (shutil.rmtree) before writing again"
+                )
+        if not verify(good):
+            fail(f"{what}, resumed after a crash at {at}: the previous checkpoint step_00000001 no longer verifies")
+        if not verify(new):
+            fail(
+                f"{what} after a crash at {at}: the resumed attempt did not commit a checkpoint that verifies (start "
+                "from an empty temporary directory: a crashed attempt's files may be torn)"
+            )
+
+
+@check_case(
+    "a crash at each traced call, between two files and in the middle of each file's write (a torn write), then "
+    "resumed: the last good checkpoint survives, no half checkpoint appears, the resumed save commits"
+)
+def _cc_crash(fn: Callable[..., Any]) -> None:
+    with _scratch() as root:
+        _, events = _cc_traced(fn, root, 2, FILES)
+    for k in range(len(events)):  # a fresh crash for each attempt: the same call crashes again
+        _crash_and_resume(fn, functools.partial(_traced_crash, k), _describe_event(events[k]))
+    counted = _WriteCrash()
+    with _scratch() as root, counted.patched():
+        call(fn, root, 2, dict(FILES))
+    for k, path in enumerate(counted.opened):
+        name = Path(path).name
+        _crash_and_resume(fn, functools.partial(_write_crash, k, False), f"the open of {name} (between two files)")
+        torn = f"a torn write of {name} (half its bytes written)"
+        _crash_and_resume(fn, functools.partial(_write_crash, k, True), torn, crashes=2)
+
+
+def _traced_crash(k: int) -> contextlib.AbstractContextManager[Any]:
+    return _Tracer(crash_at=k).patched()
+
+
+def _write_crash(k: int, torn: bool) -> contextlib.AbstractContextManager[Any]:
+    return _WriteCrash(at=k, torn=torn).patched()
 
 
 @check_case("an existing step raises FileExistsError and stays as it was; a leftover temporary directory is replaced")
@@ -464,17 +597,77 @@ NC_SLIPS: dict[str, dict[str, Any]] = {
 }
 
 
+def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
+    """Every entry under ``root``: its size and SHA-256 (-1 and "" for a directory)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        data = b"" if p.is_dir() else p.read_bytes()
+        out[p.relative_to(root).as_posix()] = (-1, "") if p.is_dir() else (len(data), hashlib.sha256(data).hexdigest())
+    return out
+
+
+def _changes(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str]]) -> str:
+    gone = [k for k in before if k not in after]
+    new = [k for k in after if k not in before]
+    changed = [k for k in before if k in after and before[k] != after[k]]
+    parts = [
+        f"{label} {', '.join(names[:2])}"
+        for label, names in (("removed", gone), ("added", new), ("changed", changed))
+        if names
+    ]
+    return "; ".join(parts)
+
+
+@dataclass
+class _Reads:
+    """Records every file opened (read or written) during the block."""
+
+    opened: list[str] = field(default_factory=list)
+
+    def _hook(self, path: str, mode: str, opener: Callable[[], Any]) -> Any:
+        self.opened.append(path)
+        return opener()
+
+    def patched(self) -> contextlib.AbstractContextManager[None]:
+        return _patched_open(self._hook)
+
+
 def _nc_compare(fn: Callable[..., Any], root: Path, case: str) -> None:
     expected = naive_newest(root)
+    slips = {message: naive_newest(root, **slip) for message, slip in NC_SLIPS.items()}
     what = f"{NC}(root) with {case}"
+    before, reads = _snapshot(root), _Reads()
     try:
-        got = call(fn, root)
+        with reads.patched():
+            got = call(fn, root)
     except LearnerError as exc:
         _pass_stub(exc)
         fail(
             f"{what} raised {type(exc.error).__name__}: a broken checkpoint (an unreadable manifest, a missing file) "
             "is not complete; skip it and fall back, never raise"
         )
+    _nc_value(got, expected, slips, what)
+    changes = _changes(before, _snapshot(root))
+    if changes:
+        fail(
+            f"{what} changed the folder ({changes}): a restore only reads; leave broken checkpoints and leftovers "
+            "as they are (a person, or another process, may still need them)"
+        )
+    if expected is not None:
+        older = [
+            p for p in root.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name)) and int(m.group(1)) < expected[0]
+        ]
+        for opened in reads.opened:
+            if any(opened.startswith(_real_path(p) + os.sep) for p in older):
+                fail(
+                    f"{what} opened {Path(opened).parent.name}/{Path(opened).name} although {expected[1].name}, "
+                    "newer, verifies: walk the checkpoints newest first and stop at the first that verifies (a "
+                    "restore reads the checkpoint it loads, not every one)"
+                )
+
+
+def _nc_value(got: Any, expected: tuple[int, Path] | None, slips: dict[str, Any], what: str) -> None:
+    """The returned (step, path) against the oracle's; a wrong choice that a known slip makes is named."""
     if expected is None:
         if got is not None:
             fail(f"{what} returned {describe_type(got)}; expected None: no checkpoint there verifies")
@@ -482,14 +675,13 @@ def _nc_compare(fn: Callable[..., Any], root: Path, case: str) -> None:
     if not isinstance(got, tuple | list) or len(got) != 2:
         fail(f"{what} returned {describe_type(got)}; expected a tuple (step, path)")
     step, path = got
-    if not isinstance(path, str | os.PathLike):
+    if not isinstance(path, Path):
         fail(f"{what}: the path is {describe_type(path)}; expected the checkpoint directory's Path")
     if _real_path(path) == _real_path(expected[1]):
         if not isinstance(step, int | np.integer) or isinstance(step, bool) or int(step) != expected[0]:
             fail(f"{what}: the step is {describe_type(step)} {step!r}; expected the int {expected[0]}")
         return
-    for message, slip in NC_SLIPS.items():
-        wrong = naive_newest(root, **slip)
+    for message, wrong in slips.items():
         if wrong is not None and wrong[1] != expected[1] and _real_path(path) == _real_path(wrong[1]):
             fail(f"{what} chose {Path(path).name}: {message}")
     fail(f"{what} chose {Path(path).name}; expected {expected[1].name}, the newest that verifies")
@@ -501,11 +693,26 @@ def _flip_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _unlink(*paths: Path) -> None:
+    for path in paths:
+        path.unlink()
+
+
 #: How the hand-built cases break the newest checkpoint (each leaves an older good one).
 BREAKS: dict[str, Callable[[Path], Any]] = {
     "a flipped byte of the same size in the newest": lambda p: _flip_byte(p / "params.bin"),
-    "a truncated file in the newest": lambda p: (p / "params.bin").write_bytes((p / "params.bin").read_bytes()[:5]),
-    "a missing file in the newest": lambda p: (p / "params.bin").unlink(),
+    "a torn file in the newest (a writer killed mid-write)": lambda p: (p / "params.bin").write_bytes(
+        (p / "params.bin").read_bytes()[:5]
+    ),
+    "a zero-length file in the newest (renamed before its bytes were fsynced, then a power cut)": lambda p: (
+        p / "params.bin"
+    ).write_bytes(b""),
+    "a missing file in the newest (its name lost: the folder was not fsynced before a power cut)": lambda p: (
+        p / "params.bin"
+    ).unlink(),
+    "the newest written straight into its final name by a writer killed between two files": lambda p: _unlink(
+        p / "opt.bin", p / "manifest.json"
+    ),
     "a missing manifest in the newest": lambda p: (p / "manifest.json").unlink(),
     "a truncated manifest.json in the newest": lambda p: (p / "manifest.json").write_text(
         (p / "manifest.json").read_text()[:17]
@@ -585,12 +792,15 @@ NEWEST_COMPLETE = Exercise(
     title="the newest committed checkpoint whose manifest verifies",
     checks=(_nc_known, _nc_names, _nc_oracle),
     hints=(
-        "two passes: collect (int(step), path) of the directories named step_<digits> exactly, then walk them newest "
-        "first and return the first that verifies",
-        "sorted(candidates, reverse=True) orders by the int step; verify inside try/except (OSError, ValueError, "
-        "KeyError, TypeError, AttributeError): a JSON decode error is a ValueError",
-        'for name, entry in manifest["files"].items(): compare len(data) with entry["size"] and '
-        'hashlib.sha256(data).hexdigest() with entry["sha256"]',
+        "Two passes: collect (int(step), path) of the directories named step_<digits> exactly, then walk them newest "
+        "first and return the first that verifies.",
+        "Match names with `re.fullmatch` (a `.tmp-step_...` directory is not committed) and sort by the step as an "
+        "int, not by the name. Verifying reads the manifest and compares every listed file's size and SHA-256 "
+        "(`hashlib.sha256(...).hexdigest()`) with the bytes on disk.",
+        "Any failure while verifying one checkpoint (a missing file or manifest, bad JSON, a missing key, a wrong "
+        "type) means not intact: go on to the next older one. One `try` around the verification whose `except` names "
+        "OSError, ValueError (a JSON decode error is one), KeyError, TypeError and AttributeError. Return (step, "
+        "path), or None when none verifies.",
     ),
 )
 
@@ -717,12 +927,8 @@ OPTIMAL_INTERVAL = Exercise(
     name=OI,
     points=10,
     title="Young's and Daly's optimal checkpoint intervals (eq. 10.2, 10.3)",
-    checks=guard_checks(
-        (_oi_known, _oi_oracle, _oi_bad),
-        name=OI,
-        packages=LIBRARY,
-        advice="from the formulas (10.2) and (10.3) with math.sqrt",
-    ),
+    checks=(_oi_known, _oi_oracle, _oi_bad),
+    advice="from the formulas (10.2) and (10.3) with math.sqrt",
     hints=(
         "both formulas share one ratio: name x = C / (2 * M) once and write (10.3) as Young's interval times a "
         "polynomial in sqrt(x), minus C",
@@ -759,21 +965,27 @@ def _params_after(params: np.ndarray, k_batch: KeyBits, k_noise: KeyBits) -> np.
 
 @dataclass
 class _Recorder:
-    """A ``step_fn`` that records the keys it is given."""
+    """A ``step_fn`` that records the keys it is given, and the params of its first call (the state restored)."""
 
     calls: list[tuple[KeyBits, KeyBits]] = field(default_factory=list)
+    first_params: np.ndarray | None = None
 
     def __call__(self, params: Any, k_batch: Any, k_noise: Any) -> np.ndarray:
         kb, kn = _bits(k_batch), _bits(k_noise)
+        if not self.calls:
+            self.first_params = np.array(params, dtype=np.float64)
         self.calls.append((kb, kn))
         return _params_after(np.asarray(params, dtype=np.float64), kb, kn)
 
 
-def naive_keys(seed: int, n_steps: int, *, same_key: bool = False, no_carry: bool = False) -> list[tuple[Any, ...]]:
-    """``[(carried key after step t, k_batch_t, k_noise_t)]`` for t < n_steps, split by split."""
+def naive_keys(
+    seed: int, n_steps: int, *, same_key: bool = False, no_carry: bool = False, start: Any = None
+) -> list[tuple[Any, ...]]:
+    """``[(carried key after step t, k_batch_t, k_noise_t)]`` for t < n_steps, split by split, from
+    ``jax.random.key(seed)`` or from the key ``start``."""
     import jax
 
-    key = jax.random.key(seed)
+    key = jax.random.key(seed) if start is None else start
     out = []
     for _ in range(n_steps):
         if same_key:
@@ -909,11 +1121,45 @@ def _tu_noop(fn: Callable[..., Any]) -> None:
         fail(f"{what} changed the step or the key with nothing to do")
 
 
+@check_case(
+    "the state restored is the checkpoint's: its key (a run that started from another key than key(seed)) "
+    "and its params"
+)
+def _tu_restored(fn: Callable[..., Any]) -> None:
+    import jax
+
+    seed, k, total = 3, 4, 9
+    start = jax.random.fold_in(jax.random.key(seed), 1)  # rank 1 of a data-parallel run: its own stream
+    stream = naive_keys(seed, total, start=start)
+    params = np.array([0.25, -1.5, 3.0])
+    for _, kb, kn in stream[:k]:
+        params = _params_after(params, _bits(kb), _bits(kn))
+    checkpoint = {"seed": seed, "step": k, "params": params, "key": stream[k - 1][0]}
+    got, recorder, what = _tu_run(fn, checkpoint, total)
+    what = f"{what} (a run that started from fold_in(key({seed}), 1), saved at step {k})"
+    want = _expected_calls(stream, k, total)
+    if recorder.calls != want:
+        if recorder.calls[:1] == _expected_calls(naive_keys(seed, k + 1), k, k + 1):
+            fail(
+                f"{what}: the resumed run draws the keys of key({seed})'s stream, replayed from the seed: restore "
+                "the key the checkpoint holds; it is the run's random state, whatever key the run started from"
+            )
+        _tu_check_stream(recorder.calls, want, what)
+    if recorder.first_params is not None and not np.array_equal(recorder.first_params, params):
+        fail(f"{what}: the first step was given params {recorder.first_params.tolist()}, not the checkpoint's")
+    final = params
+    for _, kb, kn in stream[k:total]:
+        final = _params_after(final, _bits(kb), _bits(kn))
+    if not np.array_equal(np.asarray(got["params"], dtype=np.float64), final):
+        fail(f"{what}: the params differ from the run's own continuation; they must be bitwise equal")
+    _tu_check_key(got["key"], stream, total, start, what)
+
+
 TRAIN_UNTIL = Exercise(
     name=TU,
     points=10,
     title="resume a JAX key stream exactly: carry the split key, save the carried key",
-    checks=(_tu_straight, _tu_resume, _tu_noop),
+    checks=(_tu_straight, _tu_resume, _tu_restored, _tu_noop),
     hints=(
         'loop for _ in range(checkpoint["step"], total_steps), carrying key and params from the checkpoint',
         "the checkpoint's key is the key after the last step's split, the one the next step would split: save "

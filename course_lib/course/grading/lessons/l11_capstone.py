@@ -1,4 +1,5 @@
-"""Lesson 11's graded exercises: the capstone job's three small decisions and its loss (11.1).
+"""Lesson 11's graded exercises: the capstone job's three small decisions, its loss (11.1) and
+how the ranks of a restarted job agree on their attempt.
 
 The learner writes:
 
@@ -6,6 +7,27 @@ The learner writes:
 * ``sync_and_admit(announced, consumed, version, k, max_lag, B) -> (version, may_start)``  (the handshake)
 * ``restart_accounting(generated, resumed_from, final_step, B) -> dict``  (the ledger after restores)
 * ``data_parallel_losses(shards, clip_c) -> [loss per shard]``  (11.1: the global token count)
+* ``join_step(store, me) -> None | ("joined", n) | ("superseded", newest)``  (one call of the attempt protocol)
+
+What each exercise teaches, and how its checks see that mechanism (not only its values):
+
+* assign_roles: mechanism: one comparison with n_trainers decides the role, the index counts within
+  the role, and both groups are built without the rank (every rank passes new_group the same list);
+  observed on every rank of every layout up to 10 ranks and by comparing the groups across ranks.
+* sync_and_admit: mechanism: pull only forwards, then admit with the version held after the pull
+  under k < consumed + (max_lag + 1) B; observed on every small snapshot and in an event simulation
+  (both channels, a buffer newer than the announcement) that checks the lag of every trained group.
+* restart_accounting: mechanism: update u's copy is the one of the last attempt that resumed at or
+  before u; observed on runs simulated attempt by attempt (fallbacks to older checkpoints) whose
+  true history the grader keeps, and on the audit identity (11.6).
+* data_parallel_losses: mechanism: every shard divides its sum by the one global count of real
+  tokens, with sg[] on the truncated weight at the given c; observed through autograd (each shard's
+  gradient, and none through another shard) on ragged batches at several c, with answers whose
+  advantage is zero (they count in N_tok).
+* join_step: mechanism: rank 0 takes the next number once and steps aside when a newer one exists;
+  another rank waits at a key only it knows (a fresh nonce), checks the welcome against the newest
+  number, and confirms at a key of its attempt; observed in launches played against a store that
+  records who wrote each key (the dead attempt's keys, its lingering rank 0, its late welcomes).
 
 The checks never call ``course_lib.capstone``: they compare with the oracles below, each
 written a different way from the statement's rule. The roles oracle hands the ranks out
@@ -16,21 +38,32 @@ own decisions; the accounting oracle simulates runs attempt by attempt (checkpoi
 copies of the update history, a corrupt newest checkpoint sometimes skipped) and reads the
 truth off the final history; the data-parallel loss is checked against lesson 07's (07.2)
 written for the whole batch in one process (torch autograd), and its slips are computed
-shard by shard, while course_lib's own losses (``pipeline_loss``, ``truncated_is_loss``,
-``capstone.trainer.shard_loss``) are replaced by tripwires, so an answer that calls them is
-named. Each oracle takes keyword switches that compute a known slip, so a wrong answer that
-matches one is named.
+shard by shard; the attempt protocol is checked by the truth of the simulated launch (which
+start each process belongs to), not by a reference implementation (``reference_join_step``,
+written as a table of phases, is for the tests). Each oracle takes keyword switches that
+compute a known slip, so a wrong answer that matches one is named.
+
+The runner-wide guard (``grading.guard``) refuses an answer that names course_lib's losses;
+lesson 11 keeps its own tripwires on ``pipeline_loss``, ``truncated_is_loss`` and
+``capstone.trainer.shard_loss`` for the one case that guard cannot see: a loss fetched without
+naming course_lib and called on the learner's behalf by another library's Python code (e.g.
+``torch.utils.checkpoint.checkpoint``), which its call tracer attributes to that library.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import math
+import os
 import random
 import sys
-from collections.abc import Callable, Iterator
+import sysconfig
+import types
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -242,10 +275,11 @@ ASSIGN_ROLES = Exercise(
     title="a rank's role, its index within the role and the process groups' members",
     checks=(_ar_known, _ar_oracle, _ar_properties, _ar_bad),
     hints=(
-        "check the three impossible cases first; then rank < n_trainers decides the role",
-        "a generator's index is its distance from the first generator: rank - n_trainers",
-        "list(range(n_trainers)) and [0] + list(range(n_trainers, world_size)) do not depend on rank: "
-        "that is what makes them the same on every rank",
+        "Check the three impossible cases first; then one comparison, rank < n_trainers, decides the role.",
+        "A generator's index is its distance from the first generator: rank - n_trainers.",
+        "Build both groups from `range`, without `rank`: the trainer group is ranks 0 .. n_trainers - 1, the sync "
+        "group is trainer 0 followed by every generator. Every rank must build the very same lists (a collective "
+        "whose ranks disagree on the group hangs). Return the four keys the statement names.",
     ),
 )
 
@@ -270,6 +304,7 @@ def naive_handshake(
     one_update_short: bool = False,
     from_announced: bool = False,
     needs_weights: bool = True,
+    before_pull: bool = False,
 ) -> tuple[int, bool]:
     """The handshake written as a lag: hold the newest version seen; group ``k`` (trained on by
     update ``k // B``) may start if that update is at most ``max_lag`` after the ``consumed / B``
@@ -280,7 +315,8 @@ def naive_handshake(
     admitted = lag <= max_lag - (1 if one_update_short else 0)
     if one_group_over and k == consumed + (max_lag + 1) * B:
         admitted = True
-    return hold, bool(admitted and (hold >= 0 or not needs_weights))
+    held = version if before_pull else hold  # the version admission looks at
+    return hold, bool(admitted and (held >= 0 or not needs_weights))
 
 
 SA_SLIPS: dict[str, dict[str, Any]] = {
@@ -296,6 +332,8 @@ SA_SLIPS: dict[str, dict[str, Any]] = {
     "the backpressure bound counts from consumed (read in the same snapshot), not from the announced "
     "version: k < consumed + (max_lag + 1) * B": dict(from_announced=True),
     "started a group with no weights yet (version -1): wait for the first announced version": dict(needs_weights=False),
+    "decided may_start with the version held before this step's pull: pull first, then admit with the version "
+    "you will hold (a fresh generator pulls version 0 and starts at once)": dict(before_pull=True),
 }
 
 
@@ -526,10 +564,14 @@ SYNC_AND_ADMIT = Exercise(
     title="the weight-version handshake: pull a newer version, admit group k under the lag bound",
     checks=(_sa_known, _sa_oracle, _sa_simulation, _sa_bad),
     hints=(
-        "two independent decisions: first the version (compare announced with version), then admission, "
-        "using the version you will hold after the pull",
-        "with max_lag = 0 and B = 4, after one update (consumed = 4) groups 4..7 may start and group 8 may not",
-        "if announced > version: version = announced; then version >= 0 and k < consumed + (max_lag + 1) * B",
+        "Two independent decisions: first the version (compare announced with version), then admission, using the "
+        "version you will hold after the pull.",
+        "With max_lag = 0 and B = 4, after one update (consumed = 4) groups 4..7 may start and group 8 may not: it "
+        "would be trained on by update 2, two versions after the one the generator holds.",
+        "Pull only forwards: take `announced` when it is newer than what you hold, never go back. A group may start "
+        "only with weights at all (a negative version means none yet) and an index below the end of the window: the "
+        "groups of the next max_lag + 1 updates after the `consumed` ones, B per update. Validate `max_lag` and `B` "
+        "first.",
     ),
 )
 
@@ -770,6 +812,8 @@ RESTART_ACCOUNTING = Exercise(
 
 DP = "data_parallel_losses"
 CLIP_C = 2.0
+#: the truncations the random batches are checked at (the lesson's run uses CLIP_C)
+CLIPS = (1.0, 1.5, 3.0, 1.2, 5.0, 2.0)
 PROMPT = 2  # positions before each answer (mask False), as pad_groups lays a row out
 
 Shard = dict[str, Any]
@@ -777,9 +821,11 @@ Shard = dict[str, Any]
 
 def dp_batch(seed: int, n_shards: int, *, ragged: bool = True) -> list[Shard]:
     """Random shards (one per trainer), each padded to its own longest row: a prompt of
-    ``PROMPT`` positions, then an answer of 1-7 tokens, then padding; ratios crossing
-    ``CLIP_C``; garbage behaviour log-probs outside the answers. With ``ragged`` (retried
-    until so) the shards hold different token counts; else every shard holds the same."""
+    ``PROMPT`` positions, then an answer of 1-7 tokens, then padding; ratios crossing every
+    clip in ``CLIPS``; garbage behaviour log-probs outside the answers; about a third of the
+    answers (at least one) with a zero advantage, as GRPO gives every answer of a group whose
+    rewards are all alike. With ``ragged`` (retried until so) the shards hold different token
+    counts; else every shard holds the same."""
     import torch
 
     rng = np.random.default_rng(seed)
@@ -808,6 +854,10 @@ def dp_batch(seed: int, n_shards: int, *, ragged: bool = True) -> list[Shard]:
                 }
             )
         if not ragged or len(set(counts)) == n_shards:
+            for s in shards:
+                s["adv"][torch.tensor(rng.random(len(s["adv"])) < 0.35)] = 0.0
+            if all(bool(s["adv"].all()) for s in shards):
+                shards[-1]["adv"][0] = 0.0  # an answer that carries no signal still counts in N_tok
             return shards
 
 
@@ -845,19 +895,26 @@ def naive_shard_losses(
     padded_count: bool = False,
     unmasked_sum: bool = False,
     no_clip: bool = False,
+    clip_at: float | None = None,
+    signal_count: bool = False,
 ) -> tuple[list[float], list[NDArray[np.float64]]]:
     """Each shard's term of (11.1), computed shard by shard (one "rank" at a time): the values
     and each shard's gradient with respect to its own ``logp_new``. The switches compute known
     slips, to name them in messages."""
     import torch
 
-    global_count = sum(int(s["mask"].numel() if padded_count else s["mask"].sum()) for s in shards)
+    def real(s: Shard) -> Any:  # the tokens N_tok counts
+        if padded_count:
+            return torch.ones_like(s["mask"])
+        return s["mask"] & (s["adv"] != 0)[:, None] if signal_count else s["mask"]
+
+    global_count = sum(int(real(s).sum()) for s in shards)
     values, grads = [], []
     for s in shards:
         logp_new = s["logp_new"].detach().clone().requires_grad_(True)
         m = s["mask"].to(torch.float64)
         ratio = torch.exp((logp_new if no_sg else logp_new.detach()) - s["logp_behaviour"])
-        w = ratio if no_clip else torch.clamp(ratio, max=c)
+        w = ratio if no_clip else torch.clamp(ratio, max=c if clip_at is None else clip_at)
         terms = w * s["adv"][:, None] * logp_new * (1.0 if unmasked_sum else m)
         if local:
             norm = m.sum()
@@ -885,6 +942,10 @@ DP_SLIPS: dict[str, dict[str, Any]] = {
     ),
     "the sum runs over padded positions too: multiply every term by the mask": dict(unmasked_sum=True),
     "the weights are not truncated: w = min(c, pi/mu), torch.clamp(..., max=clip_c)": dict(no_clip=True),
+    "the weights are truncated at 2 whatever clip_c is: truncate at the clip_c argument (2 is only the value "
+    "of the lesson's run)": dict(clip_at=CLIP_C),
+    "the token count leaves out the answers with a zero advantage: N_tok counts every real token (07.2), those "
+    "of answers that carry no signal too (a group whose rewards are all alike)": dict(signal_count=True),
 }
 
 #: course_lib's own implementations of the loss, which the learner's function must not call.
@@ -903,10 +964,40 @@ class _LibraryCalled(Exception):
     pass
 
 
+_COURSE_LIB_DIR = str(Path(__file__).resolve().parents[3]) + os.sep
+_INSTALLED_DIRS = tuple(
+    sorted(
+        {
+            str(Path(path).resolve()) + os.sep
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (path := sysconfig.get_paths().get(key))
+        }
+    )
+)
+
+
+def _called_by_another_library() -> bool:
+    """Whether the nearest caller outside course_lib (above the tripwire) is installed code
+    (torch, the standard library): a call made on the learner's behalf, which the runner-wide
+    guard's tracer does not see. False for the learner's own code."""
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_COURSE_LIB_DIR):
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_filename.startswith("<"):
+        return False
+    return str(Path(frame.f_code.co_filename).resolve()).startswith(_INSTALLED_DIRS)
+
+
 @contextlib.contextmanager
 def _library_blocked(fn: Callable[..., Any]) -> Iterator[list[str]]:
     """Replace course_lib's loss functions (in every loaded ``course_lib`` module and in
-    ``fn``'s globals) by tripwires while the block runs; yields the names that were called."""
+    ``fn``'s globals) by tripwires while the block runs; yields the names that were called.
+
+    Kept beside the runner-wide guard for what it cannot see, and for that only: a loss the
+    learner fetched without naming course_lib and handed to another library's Python code to
+    call (the guard's tracer attributes that call to the library; see the module docstring). A
+    call from the learner's own code (directly, or through course_lib's own functions) goes
+    through to the original: the runner-wide guard refuses it, with its own message."""
     originals = {}
     for module, name in LIBRARY_LOSSES:
         if module.startswith("course_lib.capstone") and module not in sys.modules:
@@ -916,8 +1007,10 @@ def _library_blocked(fn: Callable[..., Any]) -> Iterator[list[str]]:
             originals[id(obj)] = (obj, name)
     called: list[str] = []
 
-    def tripwire(name: str) -> Callable[..., Any]:
+    def tripwire(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def blocked(*args: Any, **kwargs: Any) -> Any:
+            if not _called_by_another_library():
+                return original(*args, **kwargs)
             called.append(name)
             raise _LibraryCalled(name)
 
@@ -930,7 +1023,7 @@ def _library_blocked(fn: Callable[..., Any]) -> Iterator[list[str]]:
         for key, value in list(space.items()):
             if id(value) in originals and originals[id(value)][0] is value:
                 patched.append((space, key, value))
-                space[key] = tripwire(originals[id(value)][1])
+                space[key] = tripwire(originals[id(value)][1], value)
     try:
         yield called
     finally:
@@ -976,7 +1069,7 @@ def _dp_compare(fn: Callable[..., Any], shards: list[Shard], c: float = CLIP_C) 
 
     values, losses, leaves = _dp_answer(fn, shards, c)
     counts = [int(s["mask"].sum()) for s in shards]
-    what = f"{DP}(shards of {', '.join(map(str, counts))} tokens)"
+    what = f"{DP}(shards of {', '.join(map(str, counts))} tokens, clip_c={fmt_number(c)})"
     grads = []
     for r, loss in enumerate(losses):
         parts = torch.autograd.grad(loss, leaves, allow_unused=True, retain_graph=True)
@@ -1051,10 +1144,13 @@ def _dp_known(fn: Callable[..., Any]) -> None:
         fail(f"{DP}: the gradient at shard 0's first token is {got:.6g}; expected -A / N_tok = -1/12")
 
 
-@check_case("random ragged batches over 2, 3 and 4 shards: the shards' gradients and values sum to (07.2)'s")
+@check_case(
+    "random ragged batches over 2, 3 and 4 shards, clip_c from 1 to 5, answers with a zero advantage among them: "
+    "the shards' gradients and values sum to (07.2)'s"
+)
 def _dp_oracle(fn: Callable[..., Any]) -> None:
     for seed in range(6):
-        _dp_compare(fn, dp_batch(seed, 2 + seed % 3))
+        _dp_compare(fn, dp_batch(seed, 2 + seed % 3), CLIPS[seed])
 
 
 @check_case("one shard is (07.2) itself; equal shards; padding values change nothing")
@@ -1079,15 +1175,546 @@ DATA_PARALLEL_LOSSES = Exercise(
     points=15,
     title="the data-parallel loss (11.1): each shard divides by the whole batch's token count",
     checks=(_dp_shape, _dp_known, _dp_oracle, _dp_properties),
+    advice="from its terms: the truncated weight (sg), the advantage, the mask and the global token count",
     hints=(
-        "two steps, as on the cluster: first the one number the trainers all-reduce, the real tokens of every "
-        'shard, sum(int(s["mask"].sum()) for s in shards); then each shard\'s sum of sg[w] A log pi over its '
-        "real tokens, divided by that number",
-        "the weight is torch.clamp(torch.exp(logp_new.detach() - logp_behaviour), max=clip_c): .detach() is the "
-        "sg[]; the advantage is per answer, adv[:, None] broadcasts it over the answer's tokens",
-        "m = mask.to(logp_new.dtype); -(w * adv[:, None] * logp_new * m).sum() / n_tokens, with the same n_tokens "
-        "for every shard",
+        "Two steps, as on the cluster: first the one number the trainers all-reduce, the count of real tokens over "
+        "every shard; then each shard's loss, minus the sum over its own real tokens of sg[w] A log pi, divided by "
+        "that global count.",
+        "The weight is lesson 07's truncated ratio of each token, computed from `logp_new.detach()` (that is the "
+        "sg[]) and truncated from above at `clip_c`. The advantage is per answer: give it a token axis so that it "
+        "broadcasts over the answer's tokens.",
+        "Multiply by the mask as floats and divide every shard by the SAME global count, not by its own mask's sum: "
+        "the all-reduce then sums the trainers' gradients into the single-process loss's gradient. Count the tokens "
+        "as Python ints (`int(...)` of each mask's sum). Return one scalar tensor per shard, in order.",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (ASSIGN_ROLES, SYNC_AND_ADMIT, RESTART_ACCOUNTING, DATA_PARALLEL_LOSSES)
+# ---------------------------------------------------------------------------------------
+# Exercise 5: join_step
+# ---------------------------------------------------------------------------------------
+
+JS = "join_step"
+#: the writer recorded for a write no learner process made: the dead attempt's rank 0's last
+#: welcomes, landing after the next attempt's rank 0 took its number
+LATE = -1
+
+
+class _Spin(Exception):
+    """Raised by the store when one call uses it more often than one poll needs."""
+
+
+@dataclass
+class JoinProc:
+    """One process of one start: its rank, the attempt number it must join, its memory."""
+
+    pid: int
+    start: int  # the launch's starts, counted 1, 2, ...
+    attempt: int  # the number its rank 0 takes: one more than the earlier ranks 0 that took one
+    rank: int
+    me: dict[str, Any]
+    result: tuple[str, int] | None = None
+    polls: int = 0
+    reads: list[tuple[Any, Any, int | None]] = field(default_factory=list)  # (key, value, writer pid)
+    looked: set[Any] = field(default_factory=set)  # keys tested with `in`
+    writes: list[tuple[Any, Any]] = field(default_factory=list)
+
+    def posted(self) -> list[Any]:
+        """The nonces this process posted at its join key, in order."""
+        return [value for key, value in self.writes if key == f"join/{self.rank}"]
+
+
+class JoinStore(dict[Any, Any]):
+    """The launch's store as the grader plays it: a dict that remembers who wrote each key,
+    records what the process being polled reads and writes, and refuses a call that uses it
+    more than ``cap`` times (a call that waits inside itself)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+        self.writer: dict[Any, int] = {}
+        self.proc: JoinProc | None = None
+        self.ops = 0
+        self.spun = False
+
+    def _tick(self) -> None:
+        self.ops += 1
+        if self.ops > self.cap:
+            self.spun = True
+            raise _Spin(f"one call used the store more than {self.cap} times")
+
+    def _seen(self, key: Any, value: Any) -> None:
+        if self.proc is not None:
+            self.proc.reads.append((key, value, self.writer.get(key)))
+
+    def __getitem__(self, key: Any) -> Any:
+        self._tick()
+        value = dict.__getitem__(self, key)
+        self._seen(key, value)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._tick()
+        if not dict.__contains__(self, key):
+            return default
+        value = dict.__getitem__(self, key)
+        self._seen(key, value)
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        self._tick()
+        if self.proc is not None:
+            self.proc.looked.add(key)
+        return dict.__contains__(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._tick()
+        dict.__setitem__(self, key, value)
+        self.writer[key] = self.proc.pid if self.proc is not None else LATE
+        if self.proc is not None:
+            self.proc.writes.append((key, value))
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if not dict.__contains__(self, key):
+            self[key] = default
+        return self[key]
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._tick()
+        self.writer.pop(key, None)
+        return dict.pop(self, key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        self._tick()
+        self.writer.pop(key, None)
+        dict.__delitem__(self, key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def __iter__(self) -> Iterator[Any]:
+        self._tick()
+        return iter(list(dict.keys(self)))
+
+    def keys(self) -> Any:
+        self._tick()
+        return list(dict.keys(self))
+
+    def items(self) -> Any:
+        self._tick()
+        return list(dict.items(self))
+
+    def values(self) -> Any:
+        self._tick()
+        return list(dict.values(self))
+
+    def peek(self, key: Any, default: Any = None) -> Any:
+        """``key``'s value read by the grader (not recorded, not counted)."""
+        return dict.get(self, key, default)
+
+
+@dataclass(frozen=True)
+class JoinScenario:
+    """A launch of ``world_size`` ranks started ``starts`` times. ``orders[a]`` is the order in
+    which start ``a``'s ranks are polled (a dead start stops after it; the last start then goes
+    round robin); without ``orders``, a random order, each dead start killed after a random number
+    of polls. ``linger``: a dead start's rank 0 that had not joined is still polled once the next
+    rank 0 took its number (a process being killed); ``late``: the dead rank 0's last welcomes
+    land then too."""
+
+    world_size: int
+    starts: int
+    seed: int = 0
+    orders: tuple[tuple[int, ...], ...] = ()
+    linger: bool = False
+    late: bool = False
+
+    def text(self) -> str:
+        restarts = self.starts - 1
+        extra = [w for w, on in (("the dead rank 0 lingering", self.linger), ("its late welcomes", self.late)) if on]
+        return (
+            f"{self.world_size} ranks, "
+            + ("no restart" if not restarts else f"{restarts} restart{'' if restarts == 1 else 's'}")
+            + (f", {' and '.join(extra)}" if extra else "")
+            + ("" if self.orders else f", seed {self.seed}")
+        )
+
+
+@dataclass
+class JoinRun:
+    """What :func:`simulate_joins` saw: the first violation (or ""), and every process."""
+
+    violation: str = ""
+    procs: list[JoinProc] = field(default_factory=list)
+    late_welcomes: int = 0  # the dead rank 0's welcomes that landed late
+    refused: int = 0  # welcomes into an older attempt read by a rank of a newer one
+    stepped_aside: int = 0  # dead starts' ranks 0 that stepped aside
+
+
+JoinFn = Callable[[JoinStore, dict[str, Any]], Any]
+
+
+def _stale_reason(proc: JoinProc, n: int, dead: set[int], procs: list[JoinProc]) -> str:
+    """Why ``proc`` joined the older attempt ``n``: the read that handed it ``n``."""
+    mine = set(proc.posted())
+    reused = mine & {v for q in procs if q.pid in dead for v in q.posted()}
+    handed = [(key, writer) for key, value, writer in proc.reads if value == n and not isinstance(value, bool)]
+    for key, _ in reversed(handed):
+        if isinstance(key, str) and key.startswith("welcome/") and key[len("welcome/") :] in reused:
+            return (
+                f"it waited at {key}, but its nonce {key[len('welcome/') :]!r} was not fresh: a dead attempt's rank "
+                "posted it too, and that attempt's welcome answered; take every nonce from me['fresh']()"
+            )
+    for key, _ in reversed(handed):
+        if isinstance(key, str) and key.startswith("welcome/") and key[len("welcome/") :] in mine:
+            return (
+                f"it accepted {key} = {n}, a welcome from the dead attempt's rank 0, without checking that {n} is "
+                "still the newest number (`attempts`): refuse it, post a fresh nonce and wait again"
+            )
+    for key, writer in reversed(handed):
+        if key != "attempts" and (writer == LATE or writer in dead):
+            return (
+                f"it read {key!r}, which a dead attempt wrote: wait only at a key no earlier process can have "
+                "written, welcome/<a nonce of its own from me['fresh']()>"
+            )
+    if any(key == "attempts" for key, _ in handed):
+        return (
+            "it took the number from `attempts` itself, before its own rank 0 had taken the next one: only "
+            "rank 0 takes the number; every other rank learns it from rank 0's welcome"
+        )
+    return "its number must come from its own rank 0's welcome, checked against `attempts`"
+
+
+def _unfinished_reason(run: JoinRun, store: JoinStore, n: int) -> str:
+    """Why the newest attempt did not finish joining, read off the store and the processes."""
+    procs = [p for p in run.procs if p.start == max(q.start for q in run.procs)]
+    rank0 = next(p for p in procs if p.rank == 0)
+    bumps = [value for key, value in rank0.writes if key == "attempts"]
+    if len(bumps) > 1:
+        return (
+            f"rank 0 wrote `attempts` {len(bumps)} times ({short_repr(bumps)}): it takes the next number once, at its "
+            "first call, and keeps it in `me`"
+        )
+    welcomed = {
+        key[len("welcome/") :] for key, _ in rank0.writes if isinstance(key, str) and key.startswith("welcome/")
+    }
+    for p in procs:
+        if p.rank == 0 or p.result is not None:
+            continue
+        posted = p.posted()
+        if not posted:
+            return f"rank {p.rank} never posted a nonce at join/{p.rank}, so rank 0 could not welcome it"
+        welcome = store.peek(f"welcome/{posted[-1]}")
+        if welcome is not None and welcome != n:
+            return (
+                f"rank {p.rank} read welcome/{posted[-1]} = {welcome}, a welcome into an older attempt, and kept "
+                f"waiting on it: post a fresh nonce at join/{p.rank} and wait for the new one's welcome"
+            )
+        old = {v for q in run.procs if q.start < p.start and q.rank == p.rank for v in q.posted()}
+        if welcome is None and welcomed & old:
+            return (
+                f"rank 0 welcomed the nonce the dead attempt's rank {p.rank} left at join/{p.rank}, never rank "
+                f"{p.rank}'s new one: welcome every new nonce that appears at join/{p.rank} (remember the nonce you "
+                "welcomed, not only the rank)"
+            )
+    if rank0.result is None and all(p.result is not None for p in procs if p.rank):
+        return f"every other rank confirmed at ready/{n}/k, but rank 0 never joined"
+    return f"rank(s) {sorted(p.rank for p in procs if p.result is None)} still waiting"
+
+
+def simulate_joins(fn: JoinFn, sc: JoinScenario, *, poll: Callable[..., Any] | None = None) -> JoinRun:
+    """Start the ranks ``sc.starts`` times, poll them (``fn(store, me)``, one call at a time) and
+    check as it goes: a process joins its own attempt's number (1, 2, ... in the order of the
+    starts) and never an older or a dead one; a rank 0 joins only once every rank of its attempt
+    confirmed at ``ready/n/k``; a dead start's rank 0 steps aside at its first poll after the next
+    number was taken; the last start finishes joining within a bounded number of polls.
+    ``poll(fn, store, proc, what)`` makes one call (default: the learner's, normalised)."""
+    rng = random.Random(sc.seed)
+    W = sc.world_size
+    store = JoinStore(cap=24 + 8 * W)
+    run = JoinRun()
+    nonces = itertools.count()
+    pids = itertools.count(1)
+    poll = poll or _js_poll
+
+    def fresh() -> str:
+        return f"nonce-{next(nonces)}"
+
+    lingering: JoinProc | None = None
+    for start in range(1, sc.starts + 1):
+        last = start == sc.starts
+        # a start whose rank 0 was killed before its first call took no number
+        attempt = 1 + sum(1 for p in run.procs if p.rank == 0 and p.polls)
+        procs = [
+            JoinProc(next(pids), start, attempt, r, {"rank": r, "world_size": W, "fresh": fresh}) for r in range(W)
+        ]
+        run.procs += procs
+        dead = {p.pid for p in run.procs if p.start < start}
+        what = f"{JS}, start {start} (attempt {attempt}) of {sc.text()}"
+        if sc.orders:
+            order = list(sc.orders[start - 1]) if start <= len(sc.orders) else []
+            extra = (30 + 12 * W) * W if last else 0
+            order += [i % W for i in range(extra)]
+        else:
+            n_polls = (30 + 12 * W) * W if last else rng.randint(0, 5 * W)
+            order = [rng.randrange(W) for _ in range(n_polls)]
+        late_pending = sc.late and start > 1
+        for r in order:
+            taken = store.peek("attempts", 0) == attempt  # this start's rank 0 took its number
+            if taken and lingering is not None and lingering.result is None and (sc.orders or rng.random() < 0.5):
+                got = poll(fn, store, lingering, f"{what} (the dead start's rank 0)")
+                newest = store.peek("attempts", 0)
+                if got is None or got[0] != "superseded":
+                    run.violation = (
+                        f"{what}: rank 0 of attempt {lingering.attempt} went on ({short_repr(got)}) after attempt "
+                        f"{newest} had started: compare `attempts` with your number first, at every call, and step "
+                        "aside, ('superseded', newest)"
+                    )
+                    return run
+                if got[1] != newest:
+                    run.violation = f"{what}: ('superseded', {got[1]}); expected the newest number, {newest}"
+                    return run
+                lingering.result = got
+                run.stepped_aside += 1
+            if taken and late_pending and (sc.orders or rng.random() < 0.3):
+                for p in procs:  # the dead rank 0's last welcomes: to whatever nonces it saw
+                    if p.rank and p.result is None and p.posted():
+                        dict.__setitem__(store, f"welcome/{p.posted()[-1]}", attempt - 1)
+                        store.writer[f"welcome/{p.posted()[-1]}"] = LATE
+                        run.late_welcomes += 1
+                late_pending = False
+            if all(p.result is not None for p in procs):
+                break
+            proc = procs[r]
+            if proc.result is not None:
+                continue
+            before = len(proc.reads)
+            got = poll(fn, store, proc, f"{what}, rank {r}")
+            run.refused += any(
+                isinstance(k, str) and k.startswith("welcome/") and v != attempt and w in (*dead, LATE)
+                for k, v, w in proc.reads[before:]
+            )
+            if got is None:
+                continue
+            proc.result = got
+            kind, n = got
+            if kind == "superseded":
+                run.violation = (
+                    f"{what}: rank {r} returned ('superseded', {n}) although its attempt, {attempt}, is the newest"
+                    + ("" if r == 0 else " (only a rank 0 steps aside)")
+                )
+                return run
+            if n < attempt:
+                run.violation = (
+                    f"{what}: rank {r} joined attempt {n}, an older one: {_stale_reason(proc, n, dead, run.procs)}"
+                )
+                return run
+            if n > attempt:
+                run.violation = (
+                    f"{what}: rank {r} joined attempt {n}, not {attempt}: rank 0 takes the next number once, at its "
+                    "first call (`attempts` + 1), so the numbers count the starts whose rank 0 ran: 1, 2, ..."
+                )
+                return run
+            if r == 0:
+                for k in range(1, W):
+                    writer = store.writer.get(f"ready/{n}/{k}")
+                    if writer != procs[k].pid:
+                        run.violation = (
+                            f"{what}: rank 0 joined attempt {n} before rank {k} of it had confirmed at "
+                            f"ready/{n}/{k}: only ready/{n}/{k} says that rank {k} of this attempt joined (join/{k} "
+                            "may still hold the nonce of a dead attempt's rank)"
+                        )
+                        return run
+                if store.peek("attempts") != n:
+                    run.violation = (
+                        f"{what}: rank 0 joined attempt {n} but `attempts` holds {short_repr(store.peek('attempts'))}: "
+                        "rank 0 takes its number in the counter `attempts` (the other ranks check welcomes against it)"
+                    )
+                    return run
+        if last and any(p.result is None for p in procs):
+            run.violation = (
+                f"{what}: attempt {attempt} did not finish joining after {len(order)} calls: "
+                f"{_unfinished_reason(run, store, attempt)}"
+            )
+            return run
+        rank0 = procs[0]
+        lingering = rank0 if sc.linger and rank0.result is None and rank0.polls else None
+    return run
+
+
+def _js_poll(fn: JoinFn, store: JoinStore, proc: JoinProc, what: str) -> tuple[str, int] | None:
+    """One call of the learner's ``join_step`` for ``proc``, normalised, or a failure naming what
+    is wrong with it."""
+    store.proc, store.ops = proc, 0
+    proc.polls += 1
+    try:
+        got = call(fn, store, proc.me)
+    except LearnerError as exc:
+        if store.spun or isinstance(exc.error, _Spin):
+            fail(
+                f"{what}: one call used the store more than {store.cap} times: a call must not wait for anything "
+                "(nothing in the store changes during one call); return None and look again at the next call"
+            )
+        raise
+    finally:
+        store.proc = None
+    if store.spun:
+        fail(f"{what}: one call used the store more than {store.cap} times: return None instead of waiting")
+    if got is None:
+        return None
+    if (
+        not isinstance(got, tuple | list)
+        or len(got) != 2
+        or got[0] not in ("joined", "superseded")
+        or _int(got[1]) is None
+    ):
+        fail(f"{what} returned {short_repr(got)}; expected None, ('joined', n) or ('superseded', newest)")
+    return str(got[0]), int(got[1])
+
+
+def _js_check(fn: JoinFn, scenarios: Iterable[JoinScenario]) -> None:
+    for sc in scenarios:
+        run = simulate_joins(fn, sc)
+        if run.violation:
+            fail(run.violation)
+
+
+#: Hand-made launches of 3 ranks: the orders of the polls, start by start.
+KNOWN_JOINS: tuple[JoinScenario, ...] = (
+    # a fresh start, the other ranks first: they post their nonces and wait; rank 0 takes number 1
+    JoinScenario(3, 1, orders=((1, 2, 1, 2, 0, 1, 2, 0),)),
+    # every rank of start 1 joined; start 2's ranks 1 and 2 poll before its rank 0 has taken number 2,
+    # with every key of attempt 1 still in the store
+    JoinScenario(3, 2, orders=((1, 2, 0, 1, 2, 0), (1, 2, 1, 2, 1, 2, 0, 1, 2, 0))),
+    # start 1 died before rank 2 posted anything; at start 2, join/1 still holds the dead rank 1's nonce
+    # when rank 0 first looks
+    JoinScenario(3, 2, orders=((1, 0, 1), (0, 0, 2, 1, 0, 1, 2, 0))),
+    # three starts, each killed after a few polls, the last one's rank 0 first
+    JoinScenario(3, 3, orders=((0, 1), (2, 1, 0), (0, 1, 2, 0, 1, 2, 0))),
+)
+
+#: Launches with the dead rank 0 still running, and its last welcomes landing late.
+LATE_JOINS: tuple[JoinScenario, ...] = (
+    JoinScenario(3, 2, orders=((1, 2, 0), (1, 2, 0, 1, 2, 0, 1, 2)), linger=True, late=True),
+    JoinScenario(2, 2, orders=((0, 1), (1, 0, 1, 0, 1)), linger=True, late=True),
+    JoinScenario(4, 3, orders=((3, 0, 1), (1, 2, 3, 0, 1), (3, 2, 1, 0, 1, 2, 3)), linger=True, late=True),
+)
+
+#: Random launches: 2 to 4 ranks, 1 to 3 restarts, kills after a random number of polls.
+RANDOM_JOINS: tuple[JoinScenario, ...] = tuple(
+    JoinScenario(2 + seed % 3, 2 + seed % 3 if seed % 4 else 1, seed=seed, linger=seed % 2 == 0, late=seed % 3 != 1)
+    for seed in range(36)
+)
+
+
+@check_case("a fresh start and hand-made restarts (the dead attempt's keys in the store, the new rank 0 late)")
+def _js_known(fn: JoinFn) -> None:
+    _js_check(fn, KNOWN_JOINS)
+
+
+@check_case("a welcome from the dead attempt's rank 0 is refused; the dead rank 0 steps aside")
+def _js_late(fn: JoinFn) -> None:
+    _js_check(fn, LATE_JOINS)
+
+
+@check_case(
+    "random launches (2-4 ranks, up to 3 restarts, kills mid-join): every rank joins its own attempt, none an older "
+    "one, within a bounded number of calls"
+)
+def _js_random(fn: JoinFn) -> None:
+    _js_check(fn, RANDOM_JOINS)
+
+
+def reference_join_step(
+    store: dict[str, Any],
+    me: dict[str, Any],
+    *,
+    number_from_store: bool = False,
+    fixed_key: bool = False,
+    trust_welcome: bool = False,
+    join_is_ready: bool = False,
+    welcome_rank_once: bool = False,
+    never_step_aside: bool = False,
+) -> tuple[str, int] | None:
+    """The protocol, written as a table of phases (the tests drive it through the simulation; the
+    switches compute known slips, which the simulation must catch with their messages)."""
+    phase = me.setdefault("phase", "start")
+    rank = me["rank"]
+    if rank == 0:
+        if phase == "start":
+            me["n"] = store.get("attempts", 0) + 1
+            store["attempts"] = me["n"]
+            me["phase"], me["sent"] = "welcoming", {}
+        n = me["n"]
+        newest = store.get("attempts", 0)
+        if newest > n and not never_step_aside:
+            return ("superseded", newest)
+        done = 0
+        for k in range(1, me["world_size"]):
+            if (f"join/{k}" if join_is_ready else f"ready/{n}/{k}") in store:
+                done += 1
+                continue
+            nonce = store.get(f"join/{k}")
+            seen = me["sent"].get(k)
+            if nonce is None or (seen is not None if welcome_rank_once else seen == nonce):
+                continue
+            store[f"welcome/{k}" if fixed_key else f"welcome/{nonce}"] = n
+            me["sent"][k] = nonce
+        return ("joined", n) if done == me["world_size"] - 1 else None
+    if number_from_store:
+        n = store.get("attempts", 0)
+        if n < 1:
+            return None
+        store[f"ready/{n}/{rank}"] = "-"
+        return ("joined", n)
+    if phase == "start" or phase == "refused":
+        me["nonce"], me["phase"] = me["fresh"](), "waiting"
+        store[f"join/{rank}"] = me["nonce"]
+        return None
+    n = store.get(f"welcome/{rank}" if fixed_key else f"welcome/{me['nonce']}")
+    if n is None:
+        return None
+    if not trust_welcome and n != store.get("attempts", 0):
+        me["phase"] = "refused"
+        return None
+    store[f"ready/{n}/{rank}"] = me["nonce"]
+    return ("joined", n)
+
+
+#: The slips of :func:`reference_join_step`, and a fragment of the message each must get.
+JS_SLIPS: dict[str, tuple[dict[str, bool], str]] = {
+    "number_from_store": (dict(number_from_store=True), "took the number from `attempts` itself"),
+    "fixed_key": (dict(fixed_key=True), "which a dead attempt wrote"),
+    "trust_welcome": (dict(trust_welcome=True), "without checking"),
+    "join_is_ready": (dict(join_is_ready=True), "only ready/"),
+    "welcome_rank_once": (dict(welcome_rank_once=True), "remember the nonce you welcomed"),
+    "never_step_aside": (dict(never_step_aside=True), "step aside"),
+}
+
+
+JOIN_STEP = Exercise(
+    name=JS,
+    points=20,
+    title="agreeing on the attempt after a restart: one non-blocking call of the store protocol",
+    checks=(_js_known, _js_late, _js_random),
+    advice="as one non-blocking call on the dict store, with the keys the statement names",
+    hints=(
+        "One call makes one move and returns. Keep in `me` what a later call needs (rank 0: its number, and per "
+        "rank the nonce it welcomed; another rank: its current nonce); a first call is one that finds that memory "
+        "still empty.",
+        "Rank 0 takes its number at its first call only, and at every call compares `attempts` with it before "
+        "anything else. Another rank returns None for as long as the welcome key of its own nonce is absent.",
+        "Welcome per nonce, not per rank: join/k may first hold the nonce the dead attempt's rank k left, which the "
+        "new rank k's nonce replaces later; count rank k as joined only by ready/n/k. A rank that reads a welcome "
+        "whose number is not `attempts` takes a fresh nonce, posts it at its join key and waits again.",
+    ),
+)
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    ASSIGN_ROLES,
+    SYNC_AND_ADMIT,
+    RESTART_ACCOUNTING,
+    DATA_PARALLEL_LOSSES,
+    JOIN_STEP,
+)

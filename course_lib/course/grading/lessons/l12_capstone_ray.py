@@ -1,4 +1,5 @@
-"""Lesson 12's graded exercises: three decisions of the Ray controller, as pure functions.
+"""Lesson 12's graded exercises: three decisions of the Ray controller, as pure functions, and the
+controller's loop itself against a stand-in for Ray.
 
 The learner writes:
 
@@ -6,6 +7,24 @@ The learner writes:
 * ``admit(next_k, todo, delivered, holding, idle, *, max_lag, groups_per_batch, room, total_groups)
   -> Admission``  (one admission step: deal groups to idle generators under the lag bound)
 * ``on_generator_death(g, in_flight, admitted, todo) -> Death``  (a killed generator's lost groups)
+* ``on_ready(ref, ray, loop) -> None``  (the ``ray.wait`` loop's reaction to one finished call)
+
+What each exercise teaches, and how its checks see that mechanism (not only its values):
+
+* bundles_for: mechanism: a layout is a list of one-core bundles and, per actor, a bundle and a share,
+  the shares of a bundle adding up to its CPU; observed on every layout of 1-4 trainers and 1-8
+  generators, on each bundle's load, and on the signature's defaults.
+* admit: mechanism: one group at a time to the least-loaded idle generator with weights, re-requests
+  first in their queue's order, the bound (12.1) with each generator's own delivered version;
+  observed on random steps (queues left unsorted by successive deaths) and in a controller
+  simulation where every trained group's lag is checked.
+* on_generator_death: mechanism: exactly the groups in flight on the dead generator are lost, go to
+  the front of the queue, and keep the incarnation they were admitted to; observed on ledgers taken
+  at every kill of simulated runs, and by running those runs with the learner's function.
+* on_ready: mechanism: read only the call ray.wait returned; a raised call or one declined by a new
+  incarnation is a death (died + a probe); an unavailable probe is sent again, never waited for; the
+  probe's answer sets the incarnation later calls carry; observed through a stand-in for Ray that
+  refuses a get of any other call, and in simulated runs with kills while decoding and while idle.
 
 The checks never call ``course_lib.capstone_ray``: they compare with the oracles below, each
 written a different way from the statement's rule. The placement oracle fills the bundles
@@ -18,15 +37,20 @@ decoding calls returning in random order, generators killed and restarted) drive
 once, and that every lost group is generated again by another incarnation. The oracles take
 keyword switches that compute known slips, so a wrong answer that matches one is named.
 
-The result types (``Placement``, ``Admission``, ``Death``) are the learner's to use; an answer
-that is, wraps or calls anything else from ``course_lib.capstone_ray`` (the library's answers)
-is refused by every check.
+The loop's oracle reads the new state off a table of the five outcomes a finished call can have
+(groups, raised, declined, unavailable, back), and a simulation of the loop (admission, kills,
+restarts, calls declined by a new process) drives the learner's handler through them.
+
+The result types (``Placement``, ``Admission``, ``Death``) are the learner's to use (each
+exercise's ``allowed``); an answer that is, wraps or calls anything else from course_lib (the
+library's answers) is refused by the runner-wide guard (``grading.guard``) before any check.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -36,8 +60,8 @@ from typing import Any
 import numpy as np
 
 from course_lib.course.grading.checks import (
-    Check,
     Exercise,
+    LearnerError,
     call,
     check_case,
     describe_type,
@@ -45,7 +69,7 @@ from course_lib.course.grading.checks import (
     fmt_number,
     short_repr,
 )
-from course_lib.course.grading.helpers import assert_raises, guard_checks
+from course_lib.course.grading.helpers import assert_raises
 
 LESSON = "12_capstone_ray"
 LIBRARY = ("course_lib.capstone_ray",)
@@ -58,13 +82,6 @@ ALLOWED = frozenset(
     )
 )
 _MISSING = object()
-
-
-def _guard(checks: tuple[Check, ...], *, name: str, advice: str) -> tuple[Check, ...]:
-    """``checks``, each first failing when the learner's function is, wraps or calls an
-    implementation from :data:`LIBRARY` other than the result types in :data:`ALLOWED`
-    (lesson 05's ``guard_checks`` with an allow-list, as lesson 09's). The stub passes."""
-    return guard_checks(checks, name=name, packages=LIBRARY, advice=advice, allowed=ALLOWED)
 
 
 def _int(value: Any) -> int | None:
@@ -207,10 +224,17 @@ def _bf_what(layout: str, n_trainers: int, n_generators: int) -> str:
     return f"{BF}({layout!r}, {n_trainers}, {n_generators})"
 
 
-def _bf_answer(fn: Callable[..., Any], layout: str, n_trainers: int, n_generators: int) -> PlacementView:
-    """The learner's placement, normalised, or a failure naming what is wrong with its shape."""
-    what = _bf_what(layout, n_trainers, n_generators)
-    got = call(fn, layout, n_trainers, n_generators)
+def _bf_answer(
+    fn: Callable[..., Any], layout: str, n_trainers: int, n_generators: int, *, defaults: bool = False
+) -> PlacementView:
+    """The learner's placement, normalised, or a failure naming what is wrong with its shape
+    (``defaults``: called with the layout alone)."""
+    what = (
+        f"{BF}({layout!r}) (by default 2 trainers and 2 generators)"
+        if defaults
+        else _bf_what(layout, n_trainers, n_generators)
+    )
+    got = call(fn, layout) if defaults else call(fn, layout, n_trainers, n_generators)
     if got is None:
         fail(f"{what} returned None; did you forget to `return` the Placement?")
     missing = [key for key in PLACEMENT_FIELDS if _field(got, key) is _MISSING]
@@ -285,10 +309,20 @@ def _bf_compare(fn: Callable[..., Any], layout: str, n_trainers: int, n_generato
             fail(f"{what}: {name} is {short_repr(mine)}; expected {short_repr(right)}")
 
 
-@check_case("returns a Placement (bundles, trainer_bundle, generator_bundle, trainer_cpus, generator_cpus)")
+@check_case(
+    "returns a Placement (bundles, trainer_bundle, generator_bundle, trainer_cpus, generator_cpus); by default 2 "
+    "trainers and 2 generators"
+)
 def _bf_shape(fn: Callable[..., Any]) -> None:
     for layout in LAYOUTS:
         _bf_answer(fn, layout, 2, 2)
+    for layout in LAYOUTS:  # the defaults give what 2 and 2 give (whether that is right, later checks say)
+        got = _bf_answer(fn, layout, 2, 2, defaults=True)
+        if not got.same(_bf_answer(fn, layout, 2, 2)):
+            fail(
+                f"{BF}({layout!r}) = {got}, not what {_bf_what(layout, 2, 2)} gives: with the layout alone it places "
+                "2 trainers and 2 generators (the defaults n_trainers=2, n_generators=2 of the statement's signature)"
+            )
 
 
 @check_case("a hand-written table: 2 trainers with 2 and 4 generators, 1 with 3 and 4, 3 with 1 and 3")
@@ -337,20 +371,20 @@ def _bf_bad(fn: Callable[..., Any]) -> None:
 
 BUNDLES_FOR = Exercise(
     name=BF,
+    allowed=tuple(sorted(ALLOWED)),
     points=10,
     title="lesson 08's layouts as placement-group bundles: each actor's bundle and share",
-    checks=_guard(
-        (_bf_shape, _bf_known, _bf_oracle, _bf_bad),
-        name=BF,
-        advice="from the bundles and the shares the statement gives (Placement is yours to use)",
-    ),
+    checks=(_bf_shape, _bf_known, _bf_oracle, _bf_bad),
+    advice="from the bundles and the shares the statement gives (Placement is yours to use)",
     hints=(
-        "check the arguments first; then two cases: colocated (one bundle per trainer) and the two split "
-        "layouts (two bundles)",
-        "in a colocated bundle the trainer takes half and the bundle's n_generators // n_trainers generators "
-        "share the other half",
-        "generator_bundle=tuple(i % n_trainers for i in range(n_generators)), generator_cpus=0.5 / "
-        "(n_generators // n_trainers); split: (0,) * n_trainers and (1,) * n_generators",
+        "Check the arguments first; then two cases: colocated (one bundle per trainer) and the two split layouts (two "
+        "bundles).",
+        "In a colocated bundle the trainer takes half and the bundle's n_generators // n_trainers generators share "
+        "the other half.",
+        "Colocated: one bundle of one CPU per trainer; generator i shares the bundle of trainer i modulo n_trainers. "
+        "Split layouts: bundle 0 holds every trainer and bundle 1 every generator, each side sharing its bundle's CPU "
+        "evenly. Return a `Placement`; raise `ValueError` for an unknown layout, fewer than one trainer or generator, "
+        "or (colocated) generators that do not divide evenly among the trainers.",
     ),
 )
 
@@ -425,6 +459,8 @@ def naive_admit(
     weightless: bool = False,
     ignore_total: bool = False,
     stop_when_blocked: bool = False,
+    smallest_first: bool = False,
+    sorted_rest: bool = False,
 ) -> AdmitOut:
     """One admission step, the bound written as a lag: group ``k`` is trained on by update
     ``k // B``, and generator ``g`` may start it if that is at most ``max_lag`` updates after the
@@ -442,7 +478,7 @@ def naive_admit(
         return lag <= case.max_lag or (lag_off_by_one and k == (version(g) + case.max_lag + 1) * B)
 
     got: dict[int, list[int]] = {g: [] for g in sorted(set(case.idle)) if weightless or case.delivered[g] >= 0}
-    queue = [] if ignore_todo else list(case.todo)
+    queue = [] if ignore_todo else (sorted(case.todo) if smallest_first else list(case.todo))
     fresh = case.next_k
     closed: set[int] = set()
     turn = 0
@@ -468,7 +504,7 @@ def naive_admit(
         else:
             fresh += 1
         got[g].append(k)
-    todo = tuple(case.todo) if ignore_todo else tuple(queue)
+    todo = tuple(case.todo) if ignore_todo else tuple(sorted(queue) if sorted_rest else queue)
     return {g: tuple(ks) for g, ks in got.items() if ks}, fresh, todo
 
 
@@ -486,6 +522,11 @@ AD_SLIPS: dict[str, dict[str, Any]] = {
     "started groups k >= total_groups: the run needs no more": dict(ignore_total=True),
     "stopped dealing at the first generator whose weights are too old: drop it for this call, go on with the "
     "others": dict(stop_when_blocked=True),
+    "dealt the re-requested groups smallest first: deal todo in its own order, from its front (the latest death's "
+    "lost groups lead it, ahead of older re-requests)": dict(smallest_first=True),
+    "returned the groups left in todo sorted: keep them in todo's order, the controller's queue": dict(
+        sorted_rest=True
+    ),
 }
 
 
@@ -568,7 +609,10 @@ def _random_case(rng: random.Random) -> AdmitCase:
     delivered = tuple(rng.choice([-1, *range(max(0, top - 2), top + 1)]) for _ in range(n))
     next_k = rng.randint(max(0, top - 1) * B, (top + max_lag + 1) * B + 1)
     older = list(range(max(0, next_k - 4 * B), next_k))
-    todo = tuple(sorted(rng.sample(older, min(len(older), rng.choice([0, 0, 1, 2, 3])))))
+    lost = sorted(rng.sample(older, min(len(older), rng.choice([0, 0, 1, 2, 3, 4]))))
+    cut = rng.randint(0, len(lost))
+    # as the controller leaves it: each death puts its lost groups (ascending) in front of the older ones
+    todo = tuple(lost[cut:] + lost[:cut]) if rng.random() < 0.6 else tuple(lost)
     holding = tuple(rng.randint(0, room) for _ in range(n))
     idle = tuple(g for g in range(n) if rng.random() < 0.75)
     rng_idle = list(idle)
@@ -623,6 +667,11 @@ KNOWN_ADMITS: tuple[tuple[AdmitCase, AdmitOut], ...] = (
     (AdmitCase(10, (), (5, 5), (0, 0), (0, 1), 1, 2, 3, 12), ({0: (10,), 1: (11,)}, 12, ())),
     # a re-requested group no idle generator may take yet stays in todo
     (AdmitCase(8, (7,), (1, 4), (0, 0), (0,), 0, 2, 2, 20), ({}, 8, (7,))),
+    # two deaths: the later one's lost groups (12, 13) lead the queue, ahead of the older 7: g0 (holding
+    # 0) takes 12, then 13 (a tie with g1: the lower index); g1 takes 7; g0 is full: stop
+    (AdmitCase(14, (12, 13, 7), (6, 6), (0, 1), (0, 1), 1, 2, 2, 20), ({0: (12, 13), 1: (7,)}, 14, ())),
+    # the queue's order survives: room for one more group, 9 goes, 3, 11 and 5 stay in their order
+    (AdmitCase(12, (9, 3, 11, 5), (5, 5), (2, 3), (0, 1), 1, 2, 3, 20), ({0: (9,)}, 12, (3, 11, 5))),
 )
 
 
@@ -1192,38 +1241,649 @@ def death_cases() -> list[DeathCase]:
 
 ADMIT = Exercise(
     name=AD,
+    allowed=tuple(sorted(ALLOWED)),
     points=20,
     title="one admission step: deal groups to idle generators under the lag bound, each with its own version",
-    checks=_guard(
-        (_ad_shape, _ad_known, _ad_oracle, _ad_simulation, _ad_inputs, _ad_bad),
-        name=AD,
-        advice="dealing one group at a time as the statement says (Admission is yours to use)",
-    ),
+    checks=(_ad_shape, _ad_known, _ad_oracle, _ad_simulation, _ad_inputs, _ad_bad),
+    advice="dealing one group at a time as the statement says (Admission is yours to use)",
     hints=(
-        "work on copies: queue = list(todo), a local next_k, and groups = {g: [] for g in live} with live the "
-        "idle generators that have weights, ascending",
-        "min(live, key=lambda h: (holding[h] + len(groups[h]), h)) picks the generator; one whose weights are "
-        "too old for the candidate leaves live (live.remove(g)) and the loop goes on",
-        "the test for generator g and candidate k: k < total_groups and k < (delivered[g] + max_lag + 1) * "
-        "groups_per_batch",
+        "Deal groups one at a time to the idle generators that have weights, always to the least loaded (what it "
+        "holds plus what you gave it now; ties to the lower index), until each is full (`room`) or too stale for the "
+        "next candidate. Re-queued groups (`todo`) go before new ones (`next_k`).",
+        "Work on copies, so that the inputs stay unchanged: a local queue from `todo`, a local `next_k`, and a dict "
+        "from each live generator (ascending) to the list of groups it receives. In the loop, pick the generator with "
+        "`min` and a key of (load, index); stop once its load reaches `room`; a generator too stale for the candidate "
+        "leaves the live ones and the loop goes on with the others.",
+        "A candidate k is admissible for generator g only below `total_groups` and below the end of g's window: the "
+        "groups of the max_lag + 1 batches after the weights g holds (`delivered[g]`), `groups_per_batch` per batch. "
+        "Take a candidate out of the queue (or advance `next_k`) only once it is admitted. Validate the arguments and "
+        "the idle indices first; `delivered[g] < 0` means no weights yet.",
     ),
 )
 
 ON_GENERATOR_DEATH = Exercise(
     name=GD,
+    allowed=tuple(sorted(ALLOWED)),
     points=15,
     title="a generator dies: its lost groups (ascending), their ledger entries, the new re-request queue",
-    checks=_guard(
-        (_gd_shape, _gd_known, _gd_oracle, _gd_simulation, _gd_inputs, _gd_bad),
-        name=GD,
-        advice="from in_flight[g] and the ledger (Death is yours to use)",
-    ),
+    checks=(_gd_shape, _gd_known, _gd_oracle, _gd_simulation, _gd_inputs, _gd_bad),
+    advice="from in_flight[g] and the ledger (Death is yours to use)",
     hints=(
-        "everything lost is already in in_flight[g]; admitted is there to check and to read the incarnations, "
-        "not to find the lost groups (it holds returned groups too)",
-        "lost = tuple(sorted(in_flight[g])); for each k, owner = admitted.get(k) must be a pair whose generator is g",
-        "entries.append((k, g, owner[1])); the new queue is lost + tuple(todo)",
+        "Everything lost is already in in_flight[g]; admitted is there to check and to read the incarnations, not to "
+        "find the lost groups (it holds returned groups too).",
+        "The lost groups are the generator's in-flight set, sorted, as a tuple. For each, the ledger `admitted` must "
+        "say it went to this generator (a pair whose first item is g); anything else is an inconsistent ledger "
+        "(`ValueError`), and so is a g out of range.",
+        "Each lost entry is (group, generator, incarnation), the incarnation read from the ledger's pair. The lost "
+        "groups go to the FRONT of the new queue, before the `todo` already waiting (both as tuples), so that they "
+        "are generated again first. Return a `Death`.",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (BUNDLES_FOR, ADMIT, ON_GENERATOR_DEATH)
+# ---------------------------------------------------------------------------------------
+# Exercise 4: on_ready
+# ---------------------------------------------------------------------------------------
+
+OR = "on_ready"
+
+
+class RayActorError(Exception):
+    """What the stand-in's ``get`` raises for a call whose actor process died or is restarting
+    (Ray's ``ray.exceptions.RayActorError``)."""
+
+
+class _Blocked(Exception):
+    """Raised by the stand-in when the learner reads a call that ``ray.wait`` did not return."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An ObjectRef: what a ``.remote()`` call returns at once."""
+
+    n: int
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.n})"
+
+
+class StandInRay:
+    """The two pieces of Ray's API the handler may touch: ``get`` of the call that ``ray.wait``
+    returned (its value, or ``RayActorError``), and ``exceptions.RayActorError``. A ``get`` of any
+    other call, or a ``wait``, is recorded (in real Ray it may block the loop) and refused."""
+
+    def __init__(self) -> None:
+        self.exceptions = type("exceptions", (), {"RayActorError": RayActorError})
+        self.ready: Ref | None = None
+        self.result: tuple[str, Any] = ("value", None)  # ("value", v) or ("error", message)
+        self.misused: str = ""
+
+    def get(self, ref: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(ref, list):
+            return [self.get(r) for r in ref]
+        if ref != self.ready:
+            self.misused = self.misused or f"get:{ref!r}"
+            raise _Blocked(f"{ref!r} is not the call ray.wait returned")
+        kind, value = self.result
+        if kind == "error":
+            raise RayActorError(value)
+        return copy.deepcopy(value)
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        self.misused = self.misused or "wait"
+        raise _Blocked("ray.wait is the loop's own call")
+
+
+#: a call as the controller records it: (method, generator, incarnation)
+CallInfo = tuple[str, int, int]
+
+
+@dataclass
+class LoopCase:
+    """One finished call and the controller's state around it (plain values, rebuilt per use)."""
+
+    calls: tuple[tuple[int, CallInfo], ...]  # ref number -> call
+    inc: tuple[int, ...]
+    in_flight: tuple[tuple[int, ...], ...]
+    down: tuple[int, ...]
+    todo: tuple[int, ...]
+    done: tuple[tuple[int, tuple[int, int]], ...]
+    ready: int  # the ref number ray.wait returned
+    result: tuple[str, Any]  # ("value", v) or ("error", message)
+
+    def info(self) -> CallInfo:
+        return dict(self.calls)[self.ready]
+
+    def text(self) -> str:
+        return f"{OR}: {_call_text(*self.info(), self.result)}"
+
+
+def _call_text(method: str, g: int, i: int, result: tuple[str, Any]) -> str:
+    """A finished call and its outcome, in a few words."""
+    kind, value = result
+    outcome = "raised RayActorError" if kind == "error" else f"returned {short_repr(value)}"
+    return f"({method!r}, {g}, {i}) {outcome}"
+
+
+@dataclass
+class LoopRun:
+    """The state handed to the learner, with the controller's pieces around it."""
+
+    loop: dict[str, Any]
+    ray: StandInRay
+    refs: dict[int, Ref]
+    submitted: list[tuple[Ref, str, int]] = field(default_factory=list)
+    deaths: list[int] = field(default_factory=list)
+    next_ref: int = 1000
+
+
+def _loop_of(case: LoopCase) -> LoopRun:
+    """Fresh containers for ``case`` (the learner's ``loop``), with ``submit`` and ``died``."""
+    refs = {n: Ref(n) for n, _ in case.calls}
+    run = LoopRun(
+        loop={
+            "calls": {refs[n]: info for n, info in case.calls},
+            "inc": list(case.inc),
+            "in_flight": [set(ks) for ks in case.in_flight],
+            "down": set(case.down),
+            "todo": list(case.todo),
+            "done": dict(case.done),
+        },
+        ray=StandInRay(),
+        refs=refs,
+    )
+
+    def submit(method: str, g: int) -> Ref:
+        if method != "ready" or _int(g) is None or not 0 <= g < len(run.loop["inc"]):
+            raise ValueError(f"submit({method!r}, {g!r}): the handler submits probes only, ('ready', g)")
+        run.next_ref += 1
+        ref = Ref(run.next_ref)
+        run.submitted.append((ref, method, int(g)))
+        return ref
+
+    def died(g: int) -> None:
+        """The controller's bookkeeping of a death (exercise 3): the lost groups, ascending, to the
+        front of todo; g marked down."""
+        run.deaths.append(g)
+        loop = run.loop
+        loop["todo"][:0] = sorted(loop["in_flight"][g])
+        loop["in_flight"][g] = set()
+        loop["down"].add(g)
+
+    run.loop["submit"], run.loop["died"] = submit, died
+    run.ray.ready, run.ray.result = refs[case.ready], case.result
+    return run
+
+
+def _state(loop: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparable part of a loop: the calls' values (refs dropped), the rest as sorted lists."""
+    return {
+        "calls": sorted(loop["calls"].values()),
+        "inc": list(loop["inc"]),
+        "in_flight": [sorted(ks) for ks in loop["in_flight"]],
+        "down": sorted(loop["down"]),
+        "todo": list(loop["todo"]),
+        "done": dict(sorted(loop["done"].items())),
+    }
+
+
+def naive_on_ready(case: LoopCase) -> dict[str, Any]:
+    """The state after the finished call, read off a table of the five outcomes."""
+    method, g, i = case.info()
+    kind, value = case.result
+    calls = [info for n, info in case.calls if n != case.ready]
+    inc, down, todo = list(case.inc), set(case.down), list(case.todo)
+    in_flight = [set(ks) for ks in case.in_flight]
+    done = dict(case.done)
+    declined = kind == "value" and method == "run" and bool(value.get("restarted"))
+    if method == "run" and (kind == "error" or declined):  # the generator died
+        todo = sorted(in_flight[g]) + todo
+        in_flight[g] = set()
+        down.add(g)
+        calls.append(("ready", g, i))
+    elif method == "run":  # its groups are back
+        for k in value["groups"]:
+            done[k] = (g, i)
+            in_flight[g].discard(k)
+    elif kind == "error":  # still restarting: another probe
+        calls.append(("ready", g, i))
+    else:  # the new incarnation answered
+        inc[g] = value["incarnation"]
+        down.discard(g)
+    return {
+        "calls": sorted(calls),
+        "inc": inc,
+        "in_flight": [sorted(ks) for ks in in_flight],
+        "down": sorted(down),
+        "todo": todo,
+        "done": dict(sorted(done.items())),
+    }
+
+
+def _or_step(fn: Callable[..., Any], run: LoopRun, what: str) -> None:
+    """One call of the learner's handler on ``run`` (the ref ``run.ray.ready``); a failure names a
+    misuse of Ray's calls or an exception the handler let out."""
+    ref = run.ray.ready
+    info = run.loop["calls"].get(ref)
+    kind, value = run.ray.result
+    try:
+        call(fn, ref, run.ray, run.loop)
+    except LearnerError as exc:
+        if run.ray.misused:
+            pass  # named below
+        elif isinstance(exc.error, RayActorError):
+            fail(
+                f"{what}: on_ready let RayActorError out: a call that raises says the generator died (a probe: it is "
+                "still restarting); catch ray.exceptions.RayActorError"
+            )
+        elif info is not None and info[0] == "run" and kind == "value" and value.get("restarted"):
+            fail(
+                f"{what}: on_ready raised {type(exc.error).__name__} on a call declined by the generator's new "
+                "incarnation: it carries no groups; it means the generator died (handle it as a death)"
+            )
+        else:
+            raise
+    if run.ray.misused == "wait":
+        fail(f"{what}: on_ready called ray.wait: waiting is the loop's job; the handler reacts to the one call given")
+    if run.ray.misused:
+        other = run.ray.misused[len("get:") :]
+        fail(
+            f"{what}: on_ready called ray.get on {other}, not on the call ray.wait returned: it may not have "
+            "finished, and ray.get would block the whole loop; record it in loop['calls'] and return"
+        )
+    missing = [ref for ref, _, _ in run.submitted if ref not in run.loop["calls"]]
+    if missing:
+        fail(
+            f"{what}: on_ready submitted {missing[0]!r} but did not put it in loop['calls'] (as ('ready', g, i)): "
+            "the loop waits only on the calls it knows"
+        )
+
+
+def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], deaths: list[int]) -> str:
+    """Why the state after the learner's handler differs from the oracle's, in the learner's terms."""
+    method, g, i = case.info()
+    kind, value = case.result
+    died = method == "run" and (kind == "error" or bool(value.get("restarted")))
+    if ("run" if method == "run" else "ready", g, i) in got["calls"] and got["calls"].count((method, g, i)) > want[
+        "calls"
+    ].count((method, g, i)):
+        return "the finished call is still in loop['calls']: pop it, or the loop would wait on it again"
+    if died and g not in deaths:
+        how = "raised RayActorError" if kind == "error" else "was declined by the generator's new incarnation"
+        return (
+            f"generator {g} died (its decoding call {how}) but loop['died']({g}) was not called: its groups in "
+            "flight would never come back"
+        )
+    if not died and deaths:
+        return f"loop['died']({deaths[0]}) was called, but nothing died: the call answered normally"
+    if died and ("ready", g, i) not in got["calls"]:
+        return (
+            f"after generator {g}'s death, probe it: submit ('ready', {g}) and record the ref in loop['calls'] as "
+            f"('ready', {g}, {i}); its answer says when the new incarnation is up"
+        )
+    if method == "ready" and kind == "error" and ("ready", g, i) not in got["calls"]:
+        return (
+            f"generator {g} is still restarting (its probe raised RayActorError: unavailable): send another probe "
+            "and return, the loop must not wait here"
+        )
+    if method == "ready" and kind == "value":
+        j = value["incarnation"]
+        if got["inc"][g] != j:
+            return (
+                f"generator {g}'s new incarnation {j} answered: its calls must carry {j} from now on "
+                f"(loop['inc'][{g}] = {j}), or it declines every one"
+            )
+        if g in got["down"]:
+            return f"generator {g} is back (incarnation {j} answered): remove it from loop['down']"
+    if method == "run" and not died:
+        ks = value["groups"]
+        wrong = [k for k in ks if got["done"].get(k) != (g, i)]
+        if wrong:
+            k = wrong[0]
+            return (
+                f"group {k} came back but loop['done'][{k}] = {short_repr(got['done'].get(k))}; expected ({g}, {i}), "
+                "the generator and the incarnation the call was sent to"
+            )
+        if set(ks) & set(got["in_flight"][g]):
+            return f"the groups that came back are still in loop['in_flight'][{g}]: remove them"
+    for key in ("calls", "inc", "in_flight", "down", "todo", "done"):
+        if got[key] != want[key]:
+            return f"loop[{key!r}] is {short_repr(got[key])}; expected {short_repr(want[key])}"
+    return "the state differs"
+
+
+def _or_compare(fn: Callable[..., Any], case: LoopCase) -> None:
+    run = _loop_of(case)
+    what = case.text()
+    _or_step(fn, run, what)
+    got, want = _state(run.loop), naive_on_ready(case)
+    if got != want or len(run.deaths) > 1:
+        if len(run.deaths) > 1:
+            fail(f"{what}: loop['died'] was called {len(run.deaths)} times for one death")
+        fail(f"{what}: {_or_explain(case, got, want, run.deaths)}")
+
+
+def worked_loop(ready: int, result: tuple[str, Any]) -> LoopCase:
+    """The statement's loop: generator 0 (incarnation 0) decoding 4 and 6, generator 1
+    (incarnation 1) decoding 5 and 7, generator 2 restarting after its death in incarnation 0,
+    group 3 re-requested, groups 0-2 returned."""
+    return LoopCase(
+        calls=((1, ("run", 0, 0)), (2, ("run", 1, 1)), (3, ("ready", 2, 0))),
+        inc=(0, 1, 0),
+        in_flight=((4, 6), (5, 7), ()),
+        down=(2,),
+        todo=(3,),
+        done=((0, (0, 0)), (1, (1, 1)), (2, (0, 0))),
+        ready=ready,
+        result=result,
+    )
+
+
+KNOWN_LOOPS: tuple[LoopCase, ...] = (
+    worked_loop(1, ("value", {"groups": [4, 6], "incarnation": 0})),  # groups back
+    worked_loop(2, ("error", "the actor died")),  # killed while decoding
+    worked_loop(2, ("value", {"restarted": 1, "incarnation": 2, "expected": 1})),  # declined by the new process
+    worked_loop(3, ("error", "unavailable: the actor is restarting")),  # still restarting
+    worked_loop(3, ("value", {"incarnation": 1, "pid": 4242})),  # the new incarnation is up
+)
+
+
+def _random_loop(rng: random.Random) -> LoopCase:
+    """A consistent state: generators decoding (one call each) or restarting (one probe each), and
+    one of their calls finished with an outcome its kind allows."""
+    n_gen = rng.randint(2, 4)
+    inc = [rng.randint(0, 2) for _ in range(n_gen)]
+    k = itertools.count(rng.randint(0, 20))
+    done = {next(k): (rng.randrange(n_gen), 0) for _ in range(rng.randint(0, 4))}
+    calls: list[tuple[int, CallInfo]] = []
+    down: list[int] = []
+    flights: list[tuple[int, ...]] = []
+    for g in range(n_gen):
+        if rng.random() < 0.3:
+            down.append(g)
+            calls.append((len(calls) + 1, ("ready", g, inc[g])))
+            flights.append(())
+        else:
+            ks = tuple(next(k) for _ in range(rng.randint(1, 3)))
+            calls.append((len(calls) + 1, ("run", g, inc[g])))
+            flights.append(ks)
+    todo = tuple(next(k) for _ in range(rng.choice([0, 0, 1, 2])))
+    ready, (method, g, i) = rng.choice(calls)
+    if method == "run":
+        result = rng.choice(
+            [
+                ("value", {"groups": list(flights[g]), "incarnation": i}),
+                ("error", "the actor died"),
+                ("value", {"restarted": 1, "incarnation": i + 1, "expected": i}),
+            ]
+        )
+    else:
+        result = rng.choice([("error", "unavailable: the actor is restarting"), ("value", {"incarnation": i + 1})])
+    return LoopCase(tuple(calls), tuple(inc), tuple(flights), tuple(down), todo, tuple(done.items()), ready, result)
+
+
+@dataclass(eq=False)
+class _Actor:
+    """A generator actor as Ray runs it: its process (incarnation), alive or restarting."""
+
+    inc: int = 0
+    alive: bool = True
+    restart_in: int = 0  # events until the new process is up
+
+
+@dataclass
+class ControllerRun:
+    """What :func:`simulate_loop` saw: the first violation (or ""), and what happened."""
+
+    violation: str = ""
+    finished: bool = False
+    kills: int = 0
+    declined: int = 0
+    unavailable: int = 0
+    events: int = 0
+
+
+def simulate_loop(
+    handler: Callable[[LoopRun, str], None],
+    *,
+    seed: int,
+    n_gen: int = 2,
+    total: int = 40,
+    room: int = 2,
+    kills: int = 2,
+    kill_p: float = 0.1,
+    max_events: int = 1500,
+) -> ControllerRun:
+    """The controller's loop around the handler, with a stand-in for Ray.
+
+    Each turn: admission deals ``room`` groups (re-requests first) to every generator that is not
+    down and has no decoding call, and submits its call, carrying ``loop["inc"][g]``; then either a
+    generator is SIGKILLed (while decoding, or idle: then its next call waits for the new process,
+    which declines it), or one finished call is handed to the handler, as ``ray.wait`` would. A
+    decoding call on a killed process raises; a probe of a restarting actor raises ("unavailable")
+    until its new process is up. Checked after each call: every group comes back once, from the
+    incarnation it was sent to; at the end, every group is back and no generator is left down."""
+    rng = random.Random(seed)
+    actors = [_Actor() for _ in range(n_gen)]
+    stats = ControllerRun()
+    state = LoopRun(
+        loop={
+            "calls": {},
+            "inc": [0] * n_gen,
+            "in_flight": [set() for _ in range(n_gen)],
+            "down": set(),
+            "todo": [],
+            "done": {},
+        },
+        ray=StandInRay(),
+        refs={},
+    )
+    loop = state.loop
+    target: dict[Ref, int | None] = {}  # a decoding call -> the process (incarnation) it runs on; None: the next
+    groups_of: dict[Ref, tuple[int, ...]] = {}
+    broken: set[Ref] = set()  # decoding calls whose process was killed under them
+    next_k = 0
+    returned: dict[int, tuple[int, int]] = {}
+
+    def new_ref() -> Ref:
+        state.next_ref += 1
+        return Ref(state.next_ref)
+
+    def submit(method: str, g: int) -> Ref:
+        if method != "ready" or _int(g) is None or not 0 <= g < n_gen:
+            raise ValueError(f"submit({method!r}, {g!r}): the handler submits probes only, ('ready', g)")
+        ref = new_ref()
+        state.submitted.append((ref, method, int(g)))
+        return ref
+
+    def died(g: int) -> None:
+        state.deaths.append(g)
+        loop["todo"][:0] = sorted(loop["in_flight"][g])
+        loop["in_flight"][g] = set()
+        loop["down"].add(g)
+
+    loop["submit"], loop["died"] = submit, died
+    for event in range(max_events):
+        stats.events = event
+        for h, a in enumerate(actors):  # restarts progress with time
+            if not a.alive:
+                a.restart_in -= 1
+                if a.restart_in <= 0:  # the new process runs the calls that waited for it
+                    a.alive, a.inc = True, a.inc + 1
+                    for ref, t in target.items():
+                        if t is None and loop["calls"].get(ref, ("", -1, 0))[1] == h:
+                            target[ref] = a.inc
+        busy = {info[1] for info in loop["calls"].values() if info[0] == "run"}
+        for g in range(n_gen):
+            if g in loop["down"] or g in busy or rng.random() < 0.6:  # idle a while (weights on their way)
+                continue
+            ks: list[int] = []
+            while len(ks) < room and (loop["todo"] or next_k < total):
+                if loop["todo"]:
+                    ks.append(loop["todo"].pop(0))
+                else:
+                    ks.append(next_k)
+                    next_k += 1
+            if ks:
+                ref = new_ref()
+                loop["calls"][ref] = ("run", g, loop["inc"][g])
+                loop["in_flight"][g].update(ks)
+                groups_of[ref] = tuple(ks)
+                target[ref] = actors[g].inc if actors[g].alive else None
+        if len(returned) == total and not loop["down"] and not loop["calls"]:
+            stats.finished = True
+            return stats
+        alive = [g for g in range(n_gen) if actors[g].alive]
+        if stats.kills < kills and alive and rng.random() < kill_p:
+            busy = {info[1] for info in loop["calls"].values() if info[0] == "run"}
+            idle = [g for g in alive if g not in busy]
+            g = rng.choice(idle if idle and rng.random() < 0.8 else alive)  # idle: its next call is declined
+            actors[g].alive, actors[g].restart_in = False, rng.randint(3, 10)
+            stats.kills += 1
+            for ref, t in target.items():
+                if t == actors[g].inc and loop["calls"].get(ref, ("", -1, 0))[1] == g:
+                    broken.add(ref)
+            continue
+        finished = []
+        for ref, (method, _, _) in loop["calls"].items():
+            if method == "ready" or ref in broken or target.get(ref) is not None:
+                finished.append(ref)
+        if not finished:
+            continue  # a call waits for a restart: time passes
+        ref = rng.choice(finished)
+        method, g, i = loop["calls"][ref]
+        if method == "run" and ref in broken:
+            result: tuple[str, Any] = ("error", "the actor died")
+        elif method == "run" and target[ref] != i:
+            result = ("value", {"restarted": 1, "incarnation": target[ref], "expected": i})
+            stats.declined += 1
+        elif method == "run":
+            result = ("value", {"groups": list(groups_of[ref]), "incarnation": i})
+        elif not actors[g].alive:
+            result = ("error", "unavailable: the actor is restarting")
+            stats.unavailable += 1
+        else:
+            result = ("value", {"incarnation": actors[g].inc})
+        state.ray.ready, state.ray.result, state.ray.misused = ref, result, ""
+        state.submitted.clear()
+        state.deaths.clear()
+        done_before = dict(loop["done"])
+        case = LoopCase(
+            tuple((r.n, info) for r, info in loop["calls"].items()),
+            tuple(loop["inc"]),
+            tuple(tuple(sorted(ks)) for ks in loop["in_flight"]),
+            tuple(sorted(loop["down"])),
+            tuple(loop["todo"]),
+            tuple(loop["done"].items()),
+            ref.n,
+            result,
+        )
+        what = f"simulated run (seed {seed}, {n_gen} generators, event {event}): {_call_text(method, g, i, result)}"
+        handler(state, what)
+        if len(state.deaths) > 1:
+            stats.violation = f"{what}: loop['died'] was called {len(state.deaths)} times for one death"
+            return stats
+        got, want = _state(loop), naive_on_ready(case)
+        if got != want:
+            stats.violation = f"{what}: {_or_explain(case, got, want, state.deaths)}"
+            return stats
+        for k, who in loop["done"].items():
+            if done_before.get(k) == who:
+                continue
+            if k in returned:
+                stats.violation = f"{what}: group {k} was recorded as returned twice"
+                return stats
+            if method != "run" or result[0] != "value" or k not in result[1].get("groups", ()):
+                stats.violation = f"{what}: loop['done'][{k}] was set, but this call did not return group {k}"
+                return stats
+            if who != (g, i):
+                stats.violation = (
+                    f"{what}: group {k} was recorded as {short_repr(who)}; expected ({g}, {i}), the generator and "
+                    "the incarnation the call was sent to"
+                )
+                return stats
+            returned[k] = who
+    missing = sorted(set(range(total)) - set(returned))
+    down = sorted(loop["down"])
+    stats.violation = (
+        f"simulated run (seed {seed}, {n_gen} generators): the run never finished after {max_events} events: "
+        + (f"generator(s) {down} never came back" if down else f"groups {missing[:6]} never came back")
+        + ("; " + _stuck_reason(loop, actors) if down or missing else "")
+    )
+    return stats
+
+
+def _stuck_reason(loop: Mapping[str, Any], actors: list[_Actor]) -> str:
+    """Why a simulated run never finished, read off the loop's state."""
+    for g, a in enumerate(actors):
+        if a.alive and loop["inc"][g] != a.inc:
+            return (
+                f"generator {g} runs incarnation {a.inc} but its calls still carry {loop['inc'][g]}, so it declines "
+                "them: record the incarnation the probe answers with"
+            )
+        if g in loop["down"] and not any(info[:2] == ("ready", g) for info in loop["calls"].values()):
+            return f"generator {g} is down with no probe in flight: probe it until its new incarnation answers"
+    return "see the calls in flight"
+
+
+#: Simulated runs the check drives the learner's handler through.
+SIM_LOOPS = 10
+
+
+def loop_config(seed: int) -> dict[str, Any]:
+    """The simulated run of ``seed``: 2-3 generators, 2-4 kills, 1-2 groups per call."""
+    return dict(seed=seed, n_gen=2 + seed % 2, kills=2 + seed % 3, kill_p=0.15, room=1 + seed % 2)
+
+
+@check_case(
+    "each kind of finished call: groups back, a decoding call that raised, one declined by the new incarnation, a "
+    "probe answered 'unavailable', the new incarnation up"
+)
+def _or_known(fn: Callable[..., Any]) -> None:
+    for case in KNOWN_LOOPS:
+        _or_compare(fn, case)
+
+
+@check_case("random controller states (2-4 generators, some restarting, re-requests waiting) against an oracle")
+def _or_oracle(fn: Callable[..., Any]) -> None:
+    rng = random.Random(7)
+    for _ in range(150):
+        _or_compare(fn, _random_loop(rng))
+
+
+@check_case(
+    "simulated runs with a stand-in for Ray (kills while decoding and while idle, slow restarts): every group back "
+    "once, from the incarnation it was sent to, every generator back, nothing blocks",
+    time_limit=20.0,
+)
+def _or_simulation(fn: Callable[..., Any]) -> None:
+    def handler(state: LoopRun, what: str) -> None:
+        _or_step(fn, state, what)
+
+    for seed in range(SIM_LOOPS):
+        run = simulate_loop(handler, **loop_config(seed))
+        if run.violation:
+            fail(run.violation)
+
+
+ON_READY = Exercise(
+    name=OR,
+    points=20,
+    title="the controller's loop: react to the one finished call, deaths and restarts included, without blocking",
+    checks=(_or_known, _or_oracle, _or_simulation),
+    advice="from ray.get of the one finished call and the loop's own dict",
+    hints=(
+        "Take the finished call's record out of `loop['calls']` first: it says what the call was (decoding or a "
+        "probe), to which generator and which incarnation. Then read its outcome with `ray.get` on that call only, "
+        "inside a `try` that catches `ray.exceptions.RayActorError`.",
+        "A decoding call has three outcomes: groups (each is done, by the call's generator and incarnation, and no "
+        "longer in flight), an exception, or an answer with `restarted` in it. The last two are the same news, a "
+        "death: the controller's `died` does the bookkeeping, and a probe goes out.",
+        "A probe has two outcomes. An exception means the actor is still restarting: another probe goes out, "
+        "recorded in `loop['calls']` like the first (with the incarnation that died), and the handler returns. An "
+        "answer carries the new incarnation, which every later call to that generator must carry; the generator is "
+        "no longer down.",
+    ),
+)
+
+
+EXERCISES: tuple[Exercise, ...] = (BUNDLES_FOR, ADMIT, ON_GENERATOR_DEATH, ON_READY)

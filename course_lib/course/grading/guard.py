@@ -1,0 +1,267 @@
+"""The runner-wide guard: a learner's function must be the learner's own code.
+
+Every exercise asks for something course_lib already implements (the lessons import the
+reference implementations), so a submission that hands the work to course_lib passes every
+value check. :func:`course_lib.course.grading.checks.run_exercise` therefore guards every
+exercise of every lesson twice:
+
+* **Statically, before any check** (:func:`static_refusal`): the learner's function, what it
+  wraps (``functools.partial``, ``functools.wraps``, ``jax.jit``), its closure, defaults, and
+  every code object in it, with the learner's own helper functions beside it, are walked for
+  course_lib modules and functions (imports, attribute access, module names in strings,
+  :func:`~course_lib.course.grading.helpers.library_references`).
+* **At run time, during every check** (:class:`CallTracer`): a trace hook records each call
+  into course_lib's code made directly from the learner's code, however the learner reached
+  it (``importlib`` with a computed name, ``__import__``, ``sys.modules``, ``getattr``). A
+  call from a library (numpy, jax, torch, the grader itself) on the learner's behalf is not
+  the learner's call; a wrapper around a library function is caught statically.
+
+An exercise names the course_lib pieces it may legitimately use (a model, an environment,
+the result and error types of its contract) in ``Exercise.allowed``, as dotted names or
+prefixes (``"course_lib.lm.model.TinyLM"`` allows the class and its methods). What the
+grader hands to the learner (its fakes, layers and callbacks, defined in
+``course_lib.course.grading``) may be called; naming the grader's code in the learner's own
+(an import of its oracles) is refused statically like any other course_lib code.
+
+An exercise that is one compiled JAX program (``Exercise.compiled``) also refuses a host
+callback (``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``): that leaves the
+program the exercise teaches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import types
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+#: What a refused submission's guard check is called in reports.
+GUARD_DESCRIPTION = "written as your own code, not course_lib's"
+#: The package whose implementations the learner must not hand the work to.
+LIBRARY = ("course_lib",)
+#: The grader's own package: what it hands the learner (fakes, layers, callbacks) may be
+#: called at run time; the static walk still refuses the learner's code naming it.
+GRADING = "course_lib.course.grading"
+#: jax's host-callback functions: calling one leaves the compiled program.
+HOST_CALLBACKS = frozenset({"pure_callback", "io_callback", "callback", "debug_callback", "id_tap", "call"})
+_HOST_CALLBACK_MODULES = ("jax._src.callback", "jax._src.debug", "jax.experimental.host_callback")
+
+_COURSE_LIB_DIR = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Folders of installed code (the standard library and site-packages): not the learner's."""
+    dirs = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(str(Path(path).resolve()) + os.sep)
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        dirs.add(str(Path(prefix).resolve() / "lib") + os.sep)
+    return tuple(sorted(dirs))
+
+
+_LIBRARY_DIRS = _library_dirs()
+
+
+def is_allowed(name: str, allowed: Iterable[str]) -> bool:
+    """``name`` (a dotted name) is one of ``allowed`` or lies under one of them."""
+    return any(name == a or name.startswith(a + ".") for a in allowed)
+
+
+def refusal_message(name: str, used: list[str], advice: str) -> str:
+    """The one line a refused submission gets: what it used and what to write instead."""
+    more = f" (and {', '.join(used[1:3])})" if len(used) > 1 else ""
+    how = f", {advice}" if advice else " from the building blocks the statement names"
+    return (
+        f"{name} uses {used[0]}{more}, the library's own implementation: write {name} yourself{how}; "
+        "the checks grade your code, not course_lib's"
+    )
+
+
+def static_refusal(fn: Any, name: str, allowed: Iterable[str], advice: str, compiled: bool = False) -> str | None:
+    """The refusal message when ``fn`` names course_lib code it may not use (or, for a compiled
+    exercise, a host callback); ``None`` when it is the learner's own code."""
+    from course_lib.course.grading.helpers import library_references
+
+    allowed = tuple(allowed)
+    used = [ref for ref in library_references(fn, LIBRARY) if not is_allowed(ref, allowed)]
+    if used:
+        return refusal_message(name, used, advice)
+    if compiled:
+        callbacks = _callback_names(fn)
+        if callbacks:
+            return callback_message(name, callbacks[0])
+    return None
+
+
+def callback_message(name: str, callback: str) -> str:
+    return (
+        f"{name} calls {callback}, a host callback: the exercise is one compiled JAX program, so write "
+        "that step with jax.numpy and jax.lax inside the program instead of calling back into Python"
+    )
+
+
+def _callback_names(fn: Any) -> list[str]:
+    """Host-callback names the learner's code (and its own helpers) reads."""
+    found: list[str] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any) -> None:
+        while isinstance(obj, types.MethodType) or getattr(obj, "__wrapped__", None) is not None:
+            obj = obj.__func__ if isinstance(obj, types.MethodType) else obj.__wrapped__
+        if (
+            not isinstance(obj, types.FunctionType)
+            or id(obj) in seen
+            or not _is_learner_file(obj.__code__, obj.__globals__.get("__name__"))
+        ):
+            return
+        seen.add(id(obj))
+        stack = [obj.__code__]
+        while stack:
+            code = stack.pop()
+            for n in code.co_names:
+                if n in {"pure_callback", "io_callback", "host_callback", "id_tap"} and n not in found:
+                    found.append(f"jax's {n}")
+                value = obj.__globals__.get(n)
+                if isinstance(value, types.FunctionType):
+                    visit(value)
+            if "debug" in code.co_names and "callback" in code.co_names:
+                found.append("jax.debug.callback")
+            stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+    visit(fn)
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# The run-time half: who called course_lib
+# ---------------------------------------------------------------------------------------
+
+_LEARNER: dict[types.CodeType, bool] = {}
+_TARGET: dict[types.CodeType, str | None] = {}
+
+
+def _is_learner_file(code: types.CodeType, module: str | None = None) -> bool:
+    """Code the learner wrote: not course_lib's, not installed (stdlib, site-packages), not frozen.
+
+    Source without a file (``<...>``: a cell exec'd by a test, ``<ipython-input-...>``) is the
+    learner's unless ``module`` (the running frame's ``__name__``) says otherwise: the
+    ``__init__`` a dataclass generates runs as ``<string>`` in its class's module."""
+    known = _LEARNER.get(code)
+    if known is not None:
+        return known
+    filename = code.co_filename
+    if filename.startswith("<frozen") or filename.startswith(_COURSE_LIB_DIR):
+        result = False
+    elif filename.startswith("<"):
+        result = module is None or not _installed_module(module)
+    else:
+        try:
+            resolved = str(Path(filename).resolve())
+        except (OSError, ValueError):
+            resolved = filename
+        result = not (resolved.startswith(_COURSE_LIB_DIR) or resolved.startswith(_LIBRARY_DIRS))
+    _LEARNER[code] = result
+    return result
+
+
+def _installed_module(module: str) -> bool:
+    """``module`` is course_lib's or an installed package's (not the learner's notebook or files)."""
+    if module.startswith("course_lib"):
+        return True
+    if module == "__main__":  # a notebook's or a script's own namespace
+        return False
+    top = sys.modules.get(module.split(".")[0])
+    path = getattr(top, "__file__", None) if top is not None else None
+    if not path:
+        return top is not None and module.split(".")[0] in sys.builtin_module_names
+    return str(Path(path).resolve()).startswith((_COURSE_LIB_DIR, *_LIBRARY_DIRS))
+
+
+def _target_name(code: types.CodeType, module: str) -> str | None:
+    """The dotted name of ``code`` if calling it from learner code counts as using course_lib
+    (or, with ``callback:`` in front, a jax host callback); else None."""
+    name: str | None = None
+    qualname = getattr(code, "co_qualname", code.co_name)
+    if code.co_filename.startswith(_COURSE_LIB_DIR) and module.startswith("course_lib"):
+        if module == GRADING or module.startswith(GRADING + "."):
+            name = None  # the grader's fakes, layers and callbacks are handed to the learner to call
+        elif qualname != "<module>":
+            name = f"{module}.{qualname.replace('.<locals>', '')}"
+    elif module.startswith(_HOST_CALLBACK_MODULES) and code.co_name in HOST_CALLBACKS:
+        name = f"callback:{module}.{code.co_name}"
+    _TARGET[code] = name
+    return name
+
+
+#: How many installed-code frames (torch, jax, functools, ...) a call may pass through on its
+#: way from the learner's code to course_lib's and still count as the learner's call.
+MAX_LIBRARY_FRAMES = 40
+
+
+def _called_by_learner(frame: types.FrameType) -> bool:
+    """The nearest caller of ``frame`` that is not installed code (the standard library,
+    site-packages) is the learner's code: a direct call, or one handed through ``map``,
+    ``torch.utils.checkpoint``, ``jax.lax.scan`` and the like. A call from course_lib's own
+    code (the grader's checks, a library function calling another) is not."""
+    back = frame.f_back
+    for _ in range(MAX_LIBRARY_FRAMES):
+        if back is None:
+            return False
+        code = back.f_code
+        module = back.f_globals.get("__name__")
+        if _is_learner_file(code, module):
+            return True
+        if code.co_filename.startswith(_COURSE_LIB_DIR) or (module or "").startswith("course_lib"):
+            return False
+        back = back.f_back
+    return False
+
+
+class CallTracer:
+    """Record, while active, each course_lib function (not in ``allowed``) called directly from
+    the learner's code, and each host callback so called.
+
+    Use as a context manager around one check; ``used`` and ``callbacks`` hold what was found,
+    in order. It is a global trace function (``sys.settrace``), which Python calls once per
+    Python-level call and never per line here (it returns no local tracer), so it costs far less
+    than a profile hook, which also sees every C call and every return. It chains to a trace
+    function already installed (a debugger's, coverage's)."""
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        self.allowed = tuple(allowed)
+        self.used: list[str] = []
+        self.callbacks: list[str] = []
+        self._previous: Callable[..., Any] | None = None
+        self._previous_threading: Callable[..., Any] | None = None
+
+    def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        target = _TARGET[code] if code in _TARGET else _target_name(code, frame.f_globals.get("__name__", "") or "")
+        if target is not None and _called_by_learner(frame):
+            self._record(target)
+        return self._previous(frame, event, arg) if self._previous is not None else None
+
+    def _record(self, target: str) -> None:
+        if target.startswith("callback:"):
+            name = target.removeprefix("callback:")
+            if name not in self.callbacks:
+                self.callbacks.append(name)
+        elif not is_allowed(target, self.allowed) and target not in self.used:
+            self.used.append(target)
+
+    def __enter__(self) -> CallTracer:
+        self._previous = sys.gettrace()
+        self._previous_threading = threading.gettrace()
+        sys.settrace(self._trace)
+        threading.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._previous)
+        threading.settrace(self._previous_threading)  # type: ignore[arg-type,unused-ignore]

@@ -1,0 +1,137 @@
+"""Lesson 07's graders beyond what tests/test_exercises.py checks for every lesson: the slot
+refill's oracle agrees with the generator the lesson runs (``GroupGenerator._refill_free_slots``
+with ``may_start_group``), the loss's new slips change the answer on the grader's batches,
+the teacher-forced decoding check accepts another natural sampler, and misused fakes are
+reported.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from course_lib.course.grading.checks import run_exercise
+from course_lib.course.grading.lessons import l07_pipeline_rl as l07
+
+LESSON = "07_pipeline_rl"
+NAMES = ("token_is_loss", "token_lags", "time_to_target", "inflight_decode", "refill_free_slots")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_registry_lists_the_five_exercises():
+    exercises = [e.name for e in l07.EXERCISES]
+    assert tuple(exercises) == NAMES
+    assert sum(e.points for e in l07.EXERCISES) == 65
+
+
+class _LibrarySampler:
+    """The library generator's view of a sampler: free slots in a given order, start(slot, prompt)."""
+
+    def __init__(self, fake: l07.FakeSampler) -> None:
+        self.fake = fake
+        self.version = 0
+
+    def free_slots(self):
+        return self.fake.free_slots()
+
+    def start(self, slot, prompt):
+        self.fake.start(slot, prompt, None)
+
+
+def _library_refills(n_slots, order, group_size, groups_per_batch, max_lag, schedule):
+    """The lesson's generator refilling a fake sampler: the (slot, prompt, group) of each start."""
+    from course_lib.pipeline.system import GroupGenerator, PipelineConfig
+
+    cfg = PipelineConfig(
+        regime="pipeline", n_slots=n_slots, group_size=group_size, groups_per_batch=groups_per_batch, max_lag=max_lag
+    )
+    fake = l07.FakeSampler(n_slots, order)
+    queue = l07.PromptQueue()
+    task = SimpleNamespace(sample=lambda rng, n: [SimpleNamespace(prompt=next(queue))])
+    gen = GroupGenerator(cfg, weights=None, sampler=_LibrarySampler(fake), task=task, rng=None, conn=None)
+    gen._pull = lambda: None  # no weights to swap in here
+    out = []
+    for finished, consumed in schedule:
+        fake.finish(finished)
+        n = len(fake.started)
+        gen._refill_free_slots(consumed)
+        out.append([(slot, prompt, gen.owner[slot]) for slot, prompt, _ in fake.started[n:]])
+    return out
+
+
+def test_the_refill_oracle_agrees_with_the_lessons_generator():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n_slots, group_size = int(rng.integers(1, 20)), int(rng.integers(2, 6))
+        groups_per_batch, max_lag = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        order = [int(s) for s in rng.permutation(n_slots)]
+        schedule, consumed = [], 0
+        for step in range(30):
+            finished = {s for s in range(n_slots) if rng.random() < 0.4} if step else set()
+            consumed += groups_per_batch if rng.random() < 0.3 else 0
+            schedule.append((finished, consumed))
+        library = _library_refills(n_slots, order, group_size, groups_per_batch, max_lag, schedule)
+        fake, state, taken = l07.FakeSampler(n_slots, order), l07.fresh_state(), 0
+        for (finished, consumed), want in zip(schedule, library):
+            fake.finish(finished)
+            args = (fake.free_slots(), state, taken, consumed, max_lag, group_size, groups_per_batch)
+            starts, state, taken = l07.naive_refill(*args)
+            for slot, _, _ in starts:
+                fake.start(slot, None, None)
+            assert starts == want
+
+
+def test_a_sampler_drawing_through_the_softmax_passes_the_decoding_checks():
+    """Another natural loop: probabilities from torch.softmax of the logits (not exp of the
+    log-softmax); the teacher-forced replay accepts it."""
+    import torch
+
+    from course_lib.runtime.weights import load_flat_parameters
+
+    def decode(model, cache, tokens, pos, n_steps, poll, version, generator):
+        out_tokens, out_logp, out_versions = [], [], []
+        with torch.no_grad():
+            for _ in range(n_steps):
+                update = poll()
+                if update is not None and update[0] > version:
+                    version = update[0]
+                    load_flat_parameters(model, update[1])
+                logits = model.step(tokens, pos, cache)
+                tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
+                out_logp.append(torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0])
+                out_tokens.append(tokens)
+                out_versions.append(torch.full_like(tokens, version))
+                pos = pos + 1
+        return torch.stack(out_tokens, 1), torch.stack(out_logp, 1), torch.stack(out_versions, 1)
+
+    outcome = run_exercise(l07.INFLIGHT_DECODE, decode)
+    assert outcome.passed, outcome.message
+
+
+def test_the_loss_slips_differ_on_the_graders_batches():
+    for seed, c in enumerate(l07.LOSS_LEVELS):
+        data = l07.loss_batch(seed)
+        args = (data["logp_new"].detach(), data["logp_behaviour"], data["advantages"], data["mask"])
+        right = l07.naive_token_loss(*args, c)
+        assert l07.naive_token_loss(*args, c, per_answer=True) != pytest.approx(right)
+        if c != 1.5:
+            assert l07.naive_token_loss(*args, 1.5) != pytest.approx(right)
+
+
+def test_bad_refills_are_reported():
+    def busy_slot(sampler, prompts, state, *args):
+        sampler.start(0, next(prompts), 0)
+        sampler.start(0, next(prompts), 0)
+        return 2
+
+    outcome = run_exercise(l07.REFILL_FREE_SLOTS, busy_slot)
+    assert not outcome.passed and "slot 0 is busy" in outcome.message, outcome.message
+
+    def drains(sampler, prompts, state, *args):
+        return len(list(prompts))
+
+    outcome = run_exercise(l07.REFILL_FREE_SLOTS, drains)
+    assert not outcome.passed, outcome.message
