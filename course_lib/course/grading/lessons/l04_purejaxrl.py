@@ -38,7 +38,7 @@ for host callbacks (:func:`refuse_host_callbacks`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from course_lib.course.grading.checks import (
     fail,
 )
 from course_lib.course.grading.helpers import fail_if_known_mistake
+from course_lib.course.grading.programs import all_eqns, refuse_host_callbacks
 
 LESSON = "04_purejaxrl"
 
@@ -88,32 +89,6 @@ def _jit_call(fn: Callable[..., Any], what: str, *args: Any, static: tuple[int, 
         raise
 
 
-#: Primitives that leave the compiled program for Python on the host: ``jax.pure_callback``,
-#: ``jax.experimental.io_callback``, ``jax.debug.print`` and ``jax.debug.callback``.
-HOST_CALLBACKS = ("pure_callback", "io_callback", "debug_callback", "debug_print")
-
-
-def all_eqns(jaxpr: Any) -> Iterator[Any]:
-    """Every equation of ``jaxpr`` and of the programs nested in it (jit, scan, while, cond,
-    custom derivatives, shard_map), outermost first."""
-    from jax.extend import core as jcore
-
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, list | tuple) else (param,):
-                if isinstance(sub, jcore.ClosedJaxpr):
-                    yield from all_eqns(sub.jaxpr)
-                elif isinstance(sub, jcore.Jaxpr):
-                    yield from all_eqns(sub)
-
-
-def host_callbacks(jaxpr: Any) -> list[str]:
-    """The host-callback primitives anywhere in ``jaxpr`` (sorted, each once)."""
-    names = {e.primitive.name for e in all_eqns(jaxpr)}
-    return sorted(n for n in names if n in HOST_CALLBACKS or "callback" in n)
-
-
 def _program(fn: Callable[..., Any], *args: Any) -> Any:
     """The closed jaxpr of ``fn(*args)`` (``args`` may be ``jax.ShapeDtypeStruct``: abstract
     inputs, no values); a failure to trace is the learner's, a traced ``if`` is named."""
@@ -129,20 +104,6 @@ def _program(fn: Callable[..., Any], *args: Any) -> Any:
     except Exception as exc:
         fail(f"jax.make_jaxpr could not trace the function: {type(exc).__name__}: {exc}")
     raise AssertionError("unreachable")
-
-
-def refuse_host_callbacks(jaxpr: Any, what: str) -> None:
-    """Fail when the program ``jaxpr`` (a ``Jaxpr``, the ``.jaxpr`` of ``jax.make_jaxpr``'s
-    result) calls back to the host: the exercise is one compiled JAX program, and a callback
-    runs Python on the host at every call (a device-host round trip, a sync, numpy instead
-    of XLA) even though the numbers come out right."""
-    found = host_callbacks(jaxpr)
-    if found:
-        fail(
-            f"{what} leaves the compiled program: its jaxpr holds {', '.join(found)}, Python run on the host at "
-            "every call (jax.pure_callback, io_callback, jax.debug.print, jax.debug.callback); write it with "
-            "jax.numpy and jax.lax only, and remove debugging prints"
-        )
 
 
 def _scan_eqns(fn: Callable[..., Any], *args: Any, what: str) -> tuple[list[Any], int]:
@@ -320,7 +281,7 @@ def _cs_inputs(fn: Callable[..., Any]) -> None:
 
 #: Four CartPoles unlike gymnasium's (every constant of :data:`PHYSICS` changed, in its order), stepped in
 #: one vmap over ``EnvParams``.
-OTHER_PHYSICS: tuple[dict[str, float], ...] = tuple(
+OTHER_PHYSICS: tuple[dict[str, Any], ...] = tuple(
     dict(zip(PHYSICS, values, strict=True))
     for values in (
         (3.7, 2.0, 0.3, 0.8, 6.0, 0.05, 0.3, 1.5),

@@ -85,7 +85,7 @@ from course_lib.course.grading.checks import (
     fail,
 )
 from course_lib.course.grading.helpers import fail_if_known_mistake
-from course_lib.course.grading.lessons.l04_purejaxrl import refuse_host_callbacks
+from course_lib.course.grading.programs import refuse_host_callbacks
 
 LESSON = "05_scaling_jax"
 #: Devices the checks use at most (the notebook's first cell asks for this many).

@@ -195,9 +195,9 @@ def _mb_compare(
     if value == expected:
         assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (whole sequences)")
         return
-    message = _mb_slip(fn, (shape, gpu, context, fraction), value, others)
-    if message is not None:
-        fail(f"{what} = {fmt_number(got)}: {message}")
+    slip = _mb_slip(fn, (shape, gpu, context, fraction), value, others)
+    if slip is not None:
+        fail(f"{what} = {fmt_number(got)}: {slip}")
     fail(f"{what} = {fmt_number(got)}; expected {expected} (08.2)")
 
 
