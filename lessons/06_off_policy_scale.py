@@ -391,14 +391,12 @@ print("6 uniform draws:", np.asarray(sample["step"]))
 # do), so a batch covers the whole range. After each gradient update, `per_update` writes
 # the batch's new priorities $|y - Q| + \epsilon$ back: `sumtree_update` sets each leaf and
 # walks up to the root, re-adding the two children of every node on the way (as a loop over
-# the leaves on a CPU, where XLA pays per operation, shown below; one level of all leaves at
-# a time on an accelerator, where a loop would be one kernel launch per leaf).
+# the leaves on a CPU, where XLA pays per operation; one level of all leaves at a time on an
+# accelerator, where a loop would be one kernel launch per leaf: exercise 5).
 
 # %%
 show_source(replay.per_sample)
 show_source(replay.per_update)
-show_source(replay._update_sequential)
-show_source(replay._repair_ancestors)
 
 # %% [markdown]
 # **Checked against (06.7) and (06.8).** Eight items with priorities 1..8 and
@@ -1091,5 +1089,5 @@ plt.show()
 # **Exercises:** `exercises/06_off_policy_scale.ipynb`: the bicycle step (06.1), the
 # sum-tree descent (graded on a tree that counts the nodes each draw reads: a scan of the
 # leaves fails), prioritized replay's importance weights (06.8), the soft Bellman target
-# (06.2) and the Polyak update (06.6). Grade with
+# (06.2) and a batch of priorities written back into the sum-tree. Grade with
 # `course grade exercises/06_off_policy_scale.ipynb`.

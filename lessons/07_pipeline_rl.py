@@ -118,9 +118,9 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # | timelines, curves, time to a reward level, lag histogram | `pipeline.timeline` (`time_to_target`) |
 #
 # The backpressure rule, and the generator process that runs it: look at the loop
-# (admit, then one decoding step of every live slot) and at the refill, which pulls newer
-# weights first, then starts an answer in every free slot until the rule holds the next
-# group back:
+# (admit, then one decoding step of every live slot) and at `start_groups`, where the
+# regimes differ: the pipeline refills its free slots at once, the other two start a whole
+# batch once every slot is idle:
 
 # %%
 from course_lib import show_source
@@ -129,7 +129,7 @@ from course_lib.rl.staleness import may_start_group
 
 show_source(may_start_group)
 show_source(generator_main)
-show_source(GroupGenerator._refill_free_slots)
+show_source(GroupGenerator.start_groups)
 
 # %% [markdown]
 # ## 1. A verifiable task with a long tail
@@ -794,4 +794,5 @@ print("no token lagged more than its regime's bound, and the pipeline used more 
 #
 # **Exercises:** `exercises/07_pipeline_rl.ipynb`: the per-token truncated-IS loss with
 # mixed versions, per-token lag accounting, the time a run takes to reach a reward level,
-# and the in-flight swap in a decoding loop. Grade with `course grade exercises/07_pipeline_rl.ipynb`.
+# the in-flight swap in a decoding loop, and the refill of free slots under backpressure.
+# Grade with `course grade exercises/07_pipeline_rl.ipynb`.

@@ -206,8 +206,8 @@ DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at
 # | fault injection | `capstone.faults.kill_once` (`--kill-rank`, `--kill-at-update`) |
 # | (11.4) phases, tokens/s, lags, syncs, restarts, read back | `capstone.report.load`, `CapstoneReport` |
 #
-# The trainers' loop, as the ranks run it, and a generator's refill of its free slots (look
-# at the group numbers: drawn from one counter in the store, shared by every generator):
+# The trainers' loop, and a generator's refill of its free slots (its group numbers come
+# from one counter in the store, shared by every generator):
 
 # %%
 from course_lib.capstone.generator import Generator
@@ -729,10 +729,8 @@ else:
 # And the audit holds two independent records against each other:
 
 # %%
-from course_lib.capstone.context import join_attempt
 from course_lib.capstone.ledger import audit as audit_ledger
 
-show_source(join_attempt)
 show_source(audit_ledger)
 
 # %%
@@ -1156,5 +1154,6 @@ else:
 #
 # **Exercises:** `exercises/11_capstone.ipynb`: a rank's role and its process groups, the
 # weight-version handshake that admits a new group (11.2), which samples count after a
-# restore (11.6), and each trainer's loss over the global token count (11.1). Grade with
+# restore (11.6), each trainer's loss over the global token count (11.1), and how the ranks
+# of a restarted job agree on its attempt. Grade with
 # `course grade exercises/11_capstone.ipynb`.

@@ -337,10 +337,15 @@ print("sync_split: every token at lag 0, the audit exact")
 # Ray hands to the new process and that process declines), re-requests that generator's unreturned groups (exercise 3), keeps the survivor and the
 # trainers going, and gives the new incarnation the current weights when it is ready (if the
 # last update comes first, the controller waits for it after the run, bounded by a timeout,
-# and gives it the final weights: the report then says when it was back).
+# and gives it the final weights: the report then says when it was back). On the generator's
+# side: how a new process declines a call meant for the old one, and a weight update
+# arriving mid-decode (only the copy into the model takes the lock):
 
 # %%
-show_source(Controller.run_split)
+from course_lib.capstone_ray.workers import GeneratorWorker
+
+show_source(GeneratorWorker._restarted)
+show_source(GeneratorWorker.receive_weights)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -614,7 +619,7 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # **What this run does not show.** It runs on one host, on CPUs with gloo: the trainers'
 # group and the weight-sync store listen on 127.0.0.1, so actors on a second node could not
 # join them, and there is no GPU path (no `num_gpus`, no NCCL); on GPUs both would change,
-# as lesson 11's NCCL path does. The death is seen in about 30 ms because the cluster is
+# as lesson 11's NCCL path does. The death is seen within tens of milliseconds (section 4) because the cluster is
 # started with Ray's `timeout_ms_task_wait_for_death_info` set to 0 (a system setting; with
 # Ray's default of 1000 ms we measured detections of 0.7-1.9 s), and because the controller that
 # killed the generator is the one waiting on it. The kill lands between two weight
@@ -691,7 +696,8 @@ print("Ray is shut down and no process it started is left")
 #
 # **Exercises:** `exercises/12_capstone_ray.ipynb`: the bundles for a layout (1), one
 # admission step of the controller (2), what a generator's death costs and what is asked
-# for again (3). Grade with `course grade exercises/12_capstone_ray.ipynb`.
+# for again (3), and what the controller does with one finished call (4). Grade with
+# `course grade exercises/12_capstone_ray.ipynb`.
 #
 # **References.** G. Sheng et al., *HybridFlow: A Flexible and Efficient RLHF Framework*
 # (EuroSys 2025; arXiv 2409.19256), the design of verl. P. Moritz et al., *Ray: A

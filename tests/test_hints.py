@@ -66,7 +66,7 @@ def _skipped_rows(source: str) -> set[int]:
             isinstance(body, ast.Expr) and isinstance(body.value, ast.Constant) and isinstance(body.value.value, str)
         )
         if is_doc:
-            rows.update(range(body.lineno, body.end_lineno + 1))
+            rows.update(range(body.lineno, (body.end_lineno or body.lineno) + 1))
         if node.lineno == body.lineno:  # def f(x): return x
             rows.discard(node.lineno)
     return rows

@@ -14,10 +14,17 @@ and fails when
 (b) that text holds the solution's code: the body of the solved function (from the
     solution notebook generated from ``exercises/src/NN_slug.py``), normalised (no def
     line, docstring, comments, blank lines or markers; whitespace dropped; trivial lines
-    left out), where 2 consecutive lines, or 40% of its lines, appear in the lesson;
+    left out), where 2 consecutive lines, or 40% of its lines, appear in the lesson. A
+    line appears if the whole of it, its right-hand side, or one of its calls with the
+    solution's single-assignment locals written out does (``jax.vmap(jax.vmap(train,
+    ...), ...)`` shows ``inner = jax.vmap(train, ...)`` and ``jax.vmap(inner, ...)``);
 (c) the lesson lists course_lib's own implementation of an exercise, as named per
     exercise by ``tests/delegation_cases.py`` (``CASES``: ``lesson``, ``name``, ``module``,
-    ``attr``): a ``show_source`` call on it, or a stored listing of its source.
+    ``attr``): a ``show_source`` call on it, or a stored listing of its source. For a
+    class, its methods that the case's delegating body calls count; where the library
+    answers the exercise exactly (``passes_unguarded``), so do the functions of the same
+    module the implementation calls (``vtrace_recursion`` for ``vtrace``). Skipped while
+    that file does not exist.
 """
 
 from __future__ import annotations
@@ -40,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import exercise_function_source
+
 from course_lib.course.catalog import LESSONS
 from course_lib.course.grading.lessons import exercises_for
 from course_lib.course.notebooks.source import render, targets_for
@@ -283,7 +290,9 @@ def lesson_text(lesson_id: str) -> tuple[Shown, ...]:
             texts += [_joined(output.get("data", {}).get(m, "")) for m in ("text/plain", "text/html", "text/markdown")]
             for text in texts:
                 if text:
-                    shown.append(Shown(f"the stored output of code cell {i} of lessons/{lesson_id}.ipynb ({call!r})", text))
+                    shown.append(
+                        Shown(f"the stored output of code cell {i} of lessons/{lesson_id}.ipynb ({call!r})", text)
+                    )
     return tuple(shown)
 
 
@@ -393,7 +402,9 @@ def _imported_names(lesson_id: str) -> dict[str, str]:
                     names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
             elif isinstance(node, ast.Import):
                 for alias in node.names:
-                    names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                    names[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else alias.name.split(".")[0]
+                    )
     return names
 
 
@@ -419,7 +430,9 @@ def show_source_targets(lesson_id: str) -> list[tuple[int, str, str]]:
 
 def _listings(lesson_id: str) -> list[Shown]:
     """Stored outputs that are show_source listings (``# module.qualname`` then source)."""
-    return [s for s in lesson_text(lesson_id) if "stored output" in s.where and s.text.lstrip().startswith("# course_lib.")]
+    return [
+        s for s in lesson_text(lesson_id) if "stored output" in s.where and s.text.lstrip().startswith("# course_lib.")
+    ]
 
 
 def _same_object(dotted: str, target: Any) -> bool:
@@ -446,7 +459,9 @@ def implementation_parts(case: Any) -> list[tuple[str, Any, str]]:
     down: ``vtrace`` computes the targets with ``vtrace_recursion``)."""
     module, attr = _field(case, "module"), _field(case, "attr")
     implementation = _resolve(module, attr)
-    parts = [("course_lib's own implementation of the exercise", implementation, _dotted(implementation, f"{module}.{attr}"))]
+    parts = [
+        ("course_lib's own implementation of the exercise", implementation, _dotted(implementation, f"{module}.{attr}"))
+    ]
     if inspect.isclass(implementation):
         try:
             used = {n.attr for n in ast.walk(ast.parse(_field(case, "body"))) if isinstance(n, ast.Attribute)}
@@ -510,6 +525,46 @@ def listed_implementations(lesson_id: str, cases: tuple[Any, ...]) -> list[str]:
 def test_no_library_implementation_listed(lesson_id: str) -> None:
     cases = delegation_cases()
     if not cases:
-        pytest.skip(f"{DELEGATION_CASES.name} does not exist yet (it names course_lib's implementation of each exercise)")
+        pytest.skip(
+            f"{DELEGATION_CASES.name} does not exist yet (it names course_lib's implementation of each exercise)"
+        )
     found = listed_implementations(lesson_id, cases)
     assert not found, "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------
+# The checks themselves see what they must (a check that reads nothing passes everything)
+# ---------------------------------------------------------------------------------------
+
+
+def test_every_lesson_text_holds_its_stored_outputs() -> None:
+    for lesson_id in LESSON_IDS:
+        shown = lesson_text(lesson_id)
+        assert any("stored output" in s.where for s in shown), f"no stored output read from lessons/{lesson_id}.ipynb"
+        assert any("markdown cell" in s.where for s in shown), f"no markdown read from lessons/{lesson_id}.py"
+
+
+def test_a_planted_solution_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lesson 04's old listing of the library's TD targets, and its old inline grid (two
+    nested vmaps), each flagged against the exercise they give away."""
+    listing = exercise_function_source("04_purejaxrl", "autoreset_td_targets", "solution")
+    grid = "grid = jax.jit(jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0)))"
+    planted = (Shown("a planted listing", listing), Shown("a planted code cell", grid))
+    monkeypatch.setitem(globals(), "lesson_text", lambda _: planted)
+    found = shown_solution("04_purejaxrl")
+    assert any("(autoreset_td_targets)" in m for m in found), found
+    assert any("(train_grid)" in m for m in found), found
+
+
+def test_a_planted_library_listing_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``show_source(vtrace_recursion)`` in lesson 03: the recursion that ``vtrace``, the
+    library's answer to exercise 1, computes its targets with."""
+    import nbformat
+
+    if not delegation_cases():
+        pytest.skip(f"{DELEGATION_CASES.name} does not exist yet")
+    cell = nbformat.v4.new_code_cell("from course_lib.rl.vtrace import vtrace_recursion\nshow_source(vtrace_recursion)")
+    monkeypatch.setitem(globals(), "lesson_cells", lambda _: (cell,))
+    monkeypatch.setitem(globals(), "lesson_text", lambda _: ())
+    found = listed_implementations("03_impala_vtrace", delegation_cases())
+    assert any("(vtrace_targets)" in m and "vtrace_recursion" in m for m in found), found

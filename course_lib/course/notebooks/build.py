@@ -100,9 +100,7 @@ def check(root: Path) -> list[str]:
     return problems
 
 
-def build(
-    lesson_ids: list[str], root: Path, execute: bool = True, only: str | None = None
-) -> list[tuple[str, float]]:
+def build(lesson_ids: list[str], root: Path, execute: bool = True, only: str | None = None) -> list[tuple[str, float]]:
     """Regenerate (and execute) the notebooks of ``lesson_ids``; returns (path, seconds).
 
     ``only`` keeps one kind of notebook (``"lesson"``, ``"exercise"``, ``"solution"``) or
