@@ -278,7 +278,8 @@ assert ep_returns.tolist() == undiscounted[[0, 3]].tolist()  # R_j = G at each e
 # hang. It exits 0 when the score reaches the pass mark. In your fork on GitHub, the
 # workflow `.github/workflows/grade.yml` grades every exercise notebook on every push, so it
 # stays red until all of them reach the pass mark. Every exercise refuses an answer that
-# hands the work to `course_lib`'s own implementation, however it reaches it: the grader
+# hands the work to `course_lib`'s own implementation (an import, a wrapper, a computed
+# module name): the grader
 # reads your function before the checks and watches the calls it makes into `course_lib`
 # while they run (a guard, not a sandbox).
 #

@@ -23,7 +23,7 @@
 # ```
 #
 # In every exercise of the course the checks grade your own code: an answer that hands the
-# work to `course_lib`'s own implementation, however it reaches it, is refused (a guard, not
+# work to `course_lib`'s own implementation (an import, a wrapper, a computed module name) is refused (a guard, not
 # a sandbox); only the pieces a statement names as allowed may be used.
 #
 # | exercise | points | difficulty | time |
