@@ -481,7 +481,7 @@ show_source(sac.learn_step)
 # density of $a$ is the density of $u$ divided by $|da/du| = 1 - \tanh^2 u$ per
 # dimension, so $\log\pi(a\mid s) = \log\mathcal N(u) - \sum\log(1 - \tanh^2 u)$,
 # written in the numerically stable form $2(\log 2 - u - \mathrm{softplus}(-2u))$.
-# (The target (06.2) and the Polyak copy (06.6) are exercises 3 and 4.)
+# (The target (06.2) is exercise 4.)
 
 # %%
 show_source(sac.critic_loss)
@@ -697,7 +697,7 @@ print(f"From UTD {utd_label['prioritized']} to {utd_label['prioritized, 4x updat
 # (it even rises a little as the per-step work is shared by more updates), so the UTD knob
 # decides how many environment steps the learner's rate buys: at the higher UTD the same
 # cores collect far fewer transitions per second, each replayed more often.
-# trade learns faster per second is a property of the task (more replay of the same data
+# Whether the trade learns faster per second is a property of the task (more replay of the same data
 # can overfit the critics; high-UTD methods such as REDQ and DroQ add ensembles or dropout
 # to make UTD above 1 pay); the cost side is what these tables measure. On a GPU the trade
 # moves: thousands of envs step in the time of one update, so a system there chooses

@@ -91,6 +91,18 @@ def test_allowed_pieces_fakes_and_dataclass_inits_are_not_refused():
     assert not run_exercise(Exercise("double", 1, (_doubles,)), _define(source)).passed
 
 
+def test_reading_a_property_of_a_course_lib_input_is_not_refused():
+    from course_lib.envs.cartpole import EnvParams
+
+    @check_case("reads the mass")
+    def _mass(fn):
+        assert_allclose(call(fn, EnvParams()), np.array([1.1]), what="mass(...)")
+
+    source = "import numpy as np\ndef mass(params):\n    return np.array([float(params.total_mass)])\n"
+    outcome = run_exercise(Exercise("mass", 1, (_mass,)), _define(source, "mass"))
+    assert outcome.passed, outcome.message
+
+
 def test_the_tracer_ignores_library_frames_and_restores_the_trace_function():
     import sys
 

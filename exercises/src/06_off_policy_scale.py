@@ -326,7 +326,7 @@ check("06_off_policy_scale", "importance_weights", importance_weights)
 #
 # Soft Actor-Critic (Haarnoja et al. 2018) learns two critics $Q_{\theta_1}, Q_{\theta_2}$
 # and keeps a slow copy of each, the target critics $Q_{\bar\theta_1}, Q_{\bar\theta_2}$
-# (exercise 5). For a transition $(s, a, r, s', d)$ from the replay buffer it draws a
+# (updated by the Polyak average (06.6)). For a transition $(s, a, r, s', d)$ from the replay buffer it draws a
 # fresh action $a' \sim \pi(\cdot\mid s')$ from the current policy and regresses both
 # critics on the soft Bellman target
 #

@@ -183,6 +183,19 @@ def _installed_module(module: str) -> bool:
     return str(Path(path).resolve()).startswith((_COURSE_LIB_DIR, *_LIBRARY_DIRS))
 
 
+def _is_accessor(module: str, qualname: str) -> bool:
+    """``Class.attr`` is a property (or cached property) of a course_lib class: reading a field of
+    an input the grader hands over (``params.total_mass``) is not handing the work to course_lib."""
+    import functools
+
+    parts = qualname.split(".")
+    if len(parts) != 2:
+        return False
+    owner = getattr(sys.modules.get(module), parts[0], None)
+    attr = vars(owner).get(parts[1]) if isinstance(owner, type) else None
+    return isinstance(attr, property | functools.cached_property)
+
+
 def _target_name(code: types.CodeType, module: str) -> str | None:
     """The dotted name of ``code`` if calling it from learner code counts as using course_lib
     (or, with ``callback:`` in front, a jax host callback); else None."""
@@ -191,7 +204,7 @@ def _target_name(code: types.CodeType, module: str) -> str | None:
     if code.co_filename.startswith(_COURSE_LIB_DIR) and module.startswith("course_lib"):
         if module == GRADING or module.startswith(GRADING + "."):
             name = None  # the grader's fakes, layers and callbacks are handed to the learner to call
-        elif qualname != "<module>":
+        elif qualname != "<module>" and not _is_accessor(module, qualname):
             name = f"{module}.{qualname.replace('.<locals>', '')}"
     elif module.startswith(_HOST_CALLBACK_MODULES) and code.co_name in HOST_CALLBACKS:
         name = f"callback:{module}.{code.co_name}"

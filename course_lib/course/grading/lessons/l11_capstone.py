@@ -798,8 +798,8 @@ RESTART_ACCOUNTING = Exercise(
     title="restart accounting: which generated groups are consumed, discarded or left over after restores",
     checks=(_ra_known, _ra_oracle, _ra_audit),
     hints=(
-        "update u of the final run was done by the last attempt that resumed at or before it: "
-        "max(a for a, s in enumerate(resumed_from) if s <= u)",
+        "each update u of the final run counts once, done by one attempt: of the attempts that could have "
+        "done it (those that resumed at or before u), which one's work survived the restarts that followed?",
         "for each line, u = k // B: if u >= final_step the line is leftover (last attempt) or discarded (any other); "
         "otherwise it is consumed exactly when its attempt is the one that did update u",
         'collect (attempt, k) into three lists, add samples to the line\'s total and to "generated"; sort at the end',
