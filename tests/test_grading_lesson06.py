@@ -385,6 +385,16 @@ def test_the_program_probe_sees_writes_loops_whole_tree_work_and_repeated_writes
     assert _probe(mutant_function(LESSON, names["scatter_decides_repeats"])).conflict is not None
 
 
+def test_the_program_probe_counts_the_elements_of_the_tree_touched():
+    limit = l06.SU_TOUCH_FACTOR * 32 * 13  # capacity 4096: 12 levels above the leaves, K = 32
+    assert _probe(solution_function(LESSON, "sumtree_update")).touched == 32 + 12 * 3 * 32
+    assert _probe(_fori_levels).touched <= limit
+    names = {m.name: m for m in MUTANTS if m.function == "sumtree_update"}
+    upper = _probe(mutant_function(LESSON, names["upper_levels_rebuilt"]))
+    assert (upper.writes, upper.big, upper.conflict) == (1 + 1 + 11, [], None)  # what the old probe saw: fine
+    assert upper.touched > 2 * 2047 > limit  # but every level of 1024 nodes and fewer read whole (and written)
+
+
 def test_another_natural_write_back_passes():
     outcome = run_exercise(l06.SUMTREE_UPDATE, _fori_levels)
     assert outcome.passed, outcome.message

@@ -7,6 +7,7 @@ reported.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -119,6 +120,67 @@ def test_the_loss_slips_differ_on_the_graders_batches():
         assert l07.naive_token_loss(*args, c, per_answer=True) != pytest.approx(right)
         if c != 1.5:
             assert l07.naive_token_loss(*args, 1.5) != pytest.approx(right)
+
+
+def _ttt_running_sum(times, rewards, target, window):
+    """time_to_target from differences of a running sum: a window whose mean is the target (to
+    two decimals) can land an ulp below it."""
+    c = np.concatenate([[0.0], np.cumsum(np.asarray(rewards, dtype=np.float64))])
+    hits = np.flatnonzero((c[window:] - c[:-window]) / window >= target)
+    return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1]) if hits.size else math.inf
+
+
+def _ttt_rolling_mean(times, rewards, target, window):
+    """time_to_target from a rolling mean kept up to date (add the new reward, drop the oldest)."""
+    r, total = [float(x) for x in rewards], 0.0
+    for i, x in enumerate(r):
+        total += x - (r[i - window] if i >= window else 0.0)
+        if i >= window - 1 and total / window >= target:
+            return float(times[i])
+    return math.inf
+
+
+def _ttt_cases():
+    """Every (times, rewards, target, window) the oracle check grades, read off a recording fake."""
+    seen = []
+
+    def record(times, rewards, target, window):
+        seen.append((list(times), list(rewards), target, window))
+        return l07.naive_time_to_target(times, rewards, target, window)
+
+    l07._ttt_oracle.fn(record)
+    return seen
+
+
+@pytest.mark.parametrize("fn", [_ttt_running_sum, _ttt_rolling_mean])
+def test_time_to_target_accepts_either_side_of_a_tie_within_rounding(fn):
+    outcome = run_exercise(l07.TIME_TO_TARGET, fn)
+    assert outcome.passed, outcome.message
+
+
+def test_time_to_target_ties_exist_and_exact_ones_name_the_strict_slip():
+    cases = _ttt_cases()
+    fuzzy = [c for c in cases if len(l07.accepted_times(*c)) > 1]
+    exact = [c for c in cases if l07.exact_ties(c[1], c[2], c[3])]
+    assert fuzzy and exact
+    assert any(l07.naive_time_to_target(*c, strict=True) != l07.naive_time_to_target(*c) for c in exact)
+
+    def strict(times, rewards, target, window):
+        means = [sum(rewards[i - window + 1 : i + 1]) / window for i in range(window - 1, len(rewards))]
+        hits = [i for i, m in enumerate(means) if m > target]
+        return float(times[hits[0] + window - 1]) if hits else math.inf
+
+    outcome = run_exercise(l07.TIME_TO_TARGET, strict)
+    assert not outcome.passed and "use >=" in outcome.message
+
+
+def test_the_librarys_time_to_target_agrees_with_the_oracle():
+    from course_lib.pipeline.timeline import time_to_target
+
+    for case in _ttt_cases():
+        assert time_to_target(*case) in l07.accepted_times(*case), case
+    for check in l07.TIME_TO_TARGET.checks:  # the checks themselves, without the runner's guard
+        check.fn(time_to_target)
 
 
 def test_bad_refills_are_reported():

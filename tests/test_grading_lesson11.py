@@ -210,6 +210,37 @@ def test_the_scenarios_include_fallbacks_and_every_slip_shows():
         assert any(l11.naive_accounting(sc, **slip) != l11.naive_accounting(sc) for sc in scenarios), slip
 
 
+def _newest_copy(generated, resumed_from, final_step, B):
+    """The other reading of the rule: the newest attempt's copy of each k < final_step * B."""
+    last = len(resumed_from) - 1
+    newest: dict[int, int] = {}
+    for a, k, _ in generated:
+        newest[k] = max(a, newest.get(k, a))
+    out: dict[str, Any] = {"consumed": [], "discarded": [], "leftover": []}
+    samples = dict.fromkeys(("generated", "consumed", "discarded", "leftover"), 0)
+    for a, k, n in generated:
+        if k >= final_step * B:
+            kind = "leftover" if a == last else "discarded"
+        else:
+            kind = "consumed" if a == newest[k] else "discarded"
+        out[kind].append((a, k))
+        samples[kind] += n
+        samples["generated"] += n
+    return {**{kind: sorted(keys) for kind, keys in out.items()}, "samples": samples}
+
+
+def test_no_attempt_generates_below_its_resume_step_so_the_newest_copy_is_the_consumed_one():
+    """The statement's model (and the capstone's group counter, restarted at step * B) makes the
+    two readings equivalent; the grader docstring and the statement say so, and the grader
+    accepts both."""
+    for sc in l11.SCENARIOS:
+        for a, k, _ in sc.lines:
+            assert k >= sc.resumed_from[a] * sc.B
+        assert _newest_copy(*sc.args()) == l11.naive_accounting(sc)
+    outcome = run_exercise(l11.RESTART_ACCOUNTING, _newest_copy)
+    assert outcome.passed, outcome.message
+
+
 def _pad(shards: list[dict[str, Any]], key: str) -> torch.Tensor:
     """The shards' ``key`` tensors as one batch, right-padded to the widest shard."""
     width = max(s["mask"].shape[1] for s in shards)

@@ -91,6 +91,35 @@ def test_allowed_pieces_fakes_and_dataclass_inits_are_not_refused():
     assert not run_exercise(Exercise("double", 1, (_doubles,)), _define(source)).passed
 
 
+@pytest.mark.parametrize("how", ["pasted", "compiled_from_the_file"])
+def test_a_copy_of_the_library_source_is_refused(how):
+    """Pasting course_lib's function into the notebook, or compiling its file's source there,
+    names no course_lib module and runs as the learner's code: its bytecode gives it away."""
+    import inspect
+
+    from course_lib.course.grading.lessons import get_exercise
+    from course_lib.rl import pg
+
+    if how == "pasted":  # with the imports its annotations and body need, as a learner would paste it
+        source = "from __future__ import annotations\nimport numpy as np\n" + inspect.getsource(pg.discounted_returns)
+    else:  # the library's whole module source, read from its file and run in the notebook
+        source = (
+            "import importlib.util, pathlib\n"
+            "_spec = importlib.util.find_spec(''.join(['course_', 'lib.rl.pg']))\n"
+            "_ns = {'__name__': '__main__'}\n"
+            "exec(compile(pathlib.Path(_spec.origin).read_text(), '<mine>', 'exec'), _ns)\n"
+            "def discounted_returns(rewards, dones, gamma, bootstrap=0.0):\n"
+            "    return _ns['discounted_returns'](rewards, dones, gamma, bootstrap)\n"
+        )
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, "<cell>", "exec"), namespace)
+    outcome = run_exercise(get_exercise("00_welcome", "discounted_returns"), namespace["discounted_returns"])
+    assert not outcome.passed
+    # a copy compiled from the file is equal, as a code object, to the library's own (same lines)
+    named = ("uses a copy of course_lib.rl.pg.discounted_returns", "uses course_lib.rl.pg.discounted_returns")
+    assert any(n in outcome.message for n in named), outcome.message
+
+
 def test_reading_a_property_of_a_course_lib_input_is_not_refused():
     from course_lib.envs.cartpole import EnvParams
 

@@ -67,8 +67,11 @@ from course_lib import check
 # cross both thresholds (with $\bar\rho \ne \bar c$, so swapping them shows); a
 # hand-computed example; properties: all ratios 1 give the n-step bootstrapped return, a
 # trajectory holding two episodes equals the two computed apart, columns are independent,
-# inputs are unchanged. Common slips (the product including $c_t$, $\bar\rho$ and $\bar c$
-# swapped, no truncation, a forgotten bootstrap) are named in the message.
+# inputs are unchanged; and a trajectory of $T$ = 200,000 steps within 8 s, checked step by
+# step against (03.3): the recursion is one pass, while the double sum of (03.2) is
+# $O(T^2)$, far too slow (or, as a `[T, T]` array, far too large). Common slips (the product
+# including $c_t$, $\bar\rho$ and $\bar c$ swapped, no truncation, a forgotten bootstrap, an
+# $O(T^2)$ sum) are named in the message.
 
 # %% tags=["exercise"]
 def vtrace_targets(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar=1.0, c_bar=1.0):

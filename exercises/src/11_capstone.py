@@ -212,7 +212,9 @@ check("11_capstone", "sync_and_admit", sync_and_admit)
 # `a` resumed from the checkpoint of step `resumed_from[a]` (`resumed_from[0] == 0`, a
 # fresh start): the updates before that step survive as the checkpoint recorded them, and
 # every update from that step on was done again by attempt `a`, on groups it generated
-# again. The run ended after `final_step` updates, during the last attempt.
+# again. Its generators number their groups from `resumed_from[a] * B` on (the group
+# counter restarts there), so an attempt never generates a group of an update before the
+# step it resumed from. The run ended after `final_step` updates, during the last attempt.
 #
 # Classify every line:
 #
@@ -242,6 +244,9 @@ check("11_capstone", "sync_and_admit", sync_and_admit)
 # (checkpoints written every few updates, a corrupt newest checkpoint sometimes skipped,
 # so an attempt may resume from an older step than the one before it) whose true history
 # the grader knows, lines shuffled; the audit identity and the inputs left unchanged.
+# What is checked is each line's class against that history: the copy of update `u` that
+# counts is the one of the last attempt that resumed at or before `u` (as no attempt
+# generates below its resume step, that is also the newest copy of each of its groups).
 # Keeping groups generated after the checkpoint (counting a group twice), keeping the
 # older attempt's copy, an off-by-one at the step boundary or at the last update, an
 # earlier attempt's late groups counted as leftover, and totals in groups instead of

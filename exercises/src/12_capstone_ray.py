@@ -261,9 +261,9 @@ def admit(next_k, todo, delivered, holding, idle, *, max_lag, groups_per_batch, 
             f"need max_lag >= 0, groups_per_batch >= 1, room >= 1; got {max_lag}, {groups_per_batch}, {room}"
         )
     idle = sorted(set(idle))
-    for g in idle:
-        if not 0 <= g < len(delivered):
-            raise ValueError(f"idle generator {g} does not exist: there are {len(delivered)}")
+    unknown = [g for g in idle if not 0 <= g < len(delivered)]
+    if unknown:
+        raise ValueError(f"idle generator {unknown[0]} does not exist: there are {len(delivered)}")
     live = [g for g in idle if delivered[g] >= 0]  # no weights yet: nothing to decode with
     groups = {g: [] for g in live}
     queue = list(todo)  # a copy: the controller's queue stays as it is

@@ -64,6 +64,23 @@ MUTANTS: list[Mutant] = [
         "    discounts = discounts.max() * (discounts > 0)  # gamma, or 0 where the episode ended\n",
         "discounts[t] is the step's own gamma_t",
     ),
+    # wrong mechanism (issue 45): the printed double sum (03.2) transcribed, O(T^2), instead of the backward
+    # recursion (03.3): right on every short trajectory
+    Mutant(
+        VT,
+        "double_sum_of_03_2",
+        "    for t in reversed(range(values.shape[0])):\n"
+        "        acc = deltas[t] + discounts[t] * cs[t] * acc\n"
+        "        vs[t] = values[t] + acc\n",
+        "    n_t = values.shape[0]\n"
+        "    for s in range(n_t):  # (03.2) as printed: one sum per s, one trace product per term\n"
+        "        total, trace = values[s].copy(), np.ones_like(bootstrap_value)\n"
+        "        for t in range(s, n_t):\n"
+        "            total = total + trace * deltas[t]\n"
+        "            trace = trace * discounts[t] * cs[t]\n"
+        "        vs[s] = total\n",
+        "O(T^2): the double sum of (03.2); use the backward recursion (03.3)",
+    ),
     # pg_advantages
     Mutant(
         PG,

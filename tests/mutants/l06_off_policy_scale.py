@@ -271,4 +271,20 @@ MUTANTS: list[Mutant] = [
         "        tree = tree.at[width : 2 * width].set(level)\n",
         "grows with the capacity",
     ),
+    # wrong mechanism (issue 45): the first level of parents repaired sparsely, every level above it
+    # (capacity / 4 nodes and fewer) rebuilt densely with small slices: few writes, no big array, O(capacity)
+    Mutant(
+        SU,
+        "upper_levels_rebuilt",
+        "    nodes = capacity + indices\n" + LEVELS + "        nodes = nodes // 2\n" + PARENT,
+        "    if capacity > 1:\n"
+        "        nodes = (capacity + indices) // 2  # the leaves' parents, sparsely\n"
+        "        tree = tree.at[nodes].set(tree[2 * nodes] + tree[2 * nodes + 1])\n"
+        "    width = capacity // 4\n"
+        "    while width >= 1:  # every level above, whole, from strided slices of the level below\n"
+        "        below = tree[2 * width : 4 * width : 2] + tree[2 * width + 1 : 4 * width : 2]\n"
+        "        tree = tree.at[width : 2 * width].set(below)\n"
+        "        width //= 2\n",
+        "rebuilt densely with slices",
+    ),
 ]

@@ -16,6 +16,10 @@ exercise of every lesson twice:
   call from a library (numpy, jax, torch, the grader itself) on the learner's behalf is not
   the learner's call; a wrapper around a library function is caught statically.
 
+* **Copies** (:func:`copied_from`): learner code whose bytecode is a course_lib function's (its
+  source pasted into the notebook, or its file read and compiled there) is refused as that
+  function, statically and at run time; short functions (a sort key) are not compared.
+
 An exercise names the course_lib pieces it may legitimately use (a model, an environment,
 the result and error types of its contract) in ``Exercise.allowed``, as dotted names or
 prefixes (``"course_lib.lm.model.TinyLM"`` allows the class and its methods). What the
@@ -90,6 +94,7 @@ def static_refusal(fn: Any, name: str, allowed: Iterable[str], advice: str, comp
 
     allowed = tuple(allowed)
     used = [ref for ref in library_references(fn, LIBRARY) if not is_allowed(ref, allowed)]
+    used += [f"a copy of {src}" for src in _copies_in(fn) if not is_allowed(src, allowed) and src not in used]
     if used:
         return refusal_message(name, used, advice)
     if compiled:
@@ -97,6 +102,25 @@ def static_refusal(fn: Any, name: str, allowed: Iterable[str], advice: str, comp
         if callbacks:
             return callback_message(name, callbacks[0])
     return None
+
+
+def _copies_in(fn: Any) -> list[str]:
+    """course_lib functions whose bytecode the learner's ``fn`` (under its wrappers, with the
+    code nested in it) repeats."""
+    while isinstance(fn, types.MethodType) or getattr(fn, "__wrapped__", None) is not None:
+        fn = fn.__func__ if isinstance(fn, types.MethodType) else fn.__wrapped__
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        code = getattr(vars(type(fn)).get("__call__"), "__code__", None)
+    found: list[str] = []
+    stack = [code] if isinstance(code, types.CodeType) else []
+    while stack:
+        current = stack.pop()
+        source = copied_from(current)
+        if source is not None and source not in found:
+            found.append(source)
+        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return found
 
 
 def callback_message(name: str, callback: str) -> str:
@@ -196,6 +220,62 @@ def _is_accessor(module: str, qualname: str) -> bool:
     return isinstance(attr, property | functools.cached_property)
 
 
+#: Fewest instructions a function must have for its bytecode to be compared with course_lib's:
+#: a short function (``return a + b``, a sort key) may well be written the same way independently.
+MIN_COPY_INSTRUCTIONS = 40
+_FINGERPRINTS: dict[bytes, str] = {}
+_FINGERPRINTED_MODULES: set[str] = set()
+
+
+def _library_copies() -> dict[bytes, str]:
+    """``bytecode -> dotted name`` of every function (and nested function) that the loaded
+    course_lib modules outside the course tooling define: learner code with the same bytecode
+    is a copy of it (its source pasted, or read and compiled in the notebook), whatever it is
+    called. Grows as modules load."""
+    for module_name, module in list(sys.modules.items()):
+        if (
+            module is None
+            or module_name in _FINGERPRINTED_MODULES
+            or not (module_name == "course_lib" or module_name.startswith("course_lib."))
+            or module_name.startswith("course_lib.course")
+        ):
+            continue
+        _FINGERPRINTED_MODULES.add(module_name)
+        stack: list[tuple[Any, str]] = []
+        for attr, value in list(vars(module).items()):
+            if getattr(value, "__module__", None) != module_name:
+                continue
+            if isinstance(value, types.FunctionType):
+                stack.append((value.__code__, f"{module_name}.{attr}"))
+            elif isinstance(value, type):
+                for member, inner in vars(value).items():
+                    func = inner.fget if isinstance(inner, property) else getattr(inner, "__func__", inner)
+                    if isinstance(func, types.FunctionType):
+                        stack.append((func.__code__, f"{module_name}.{attr}.{member}"))
+        while stack:
+            code, dotted = stack.pop()
+            if _long_enough(code):
+                _FINGERPRINTS.setdefault(code.co_code, dotted)
+            stack.extend((c, dotted) for c in code.co_consts if isinstance(c, types.CodeType))
+    return _FINGERPRINTS
+
+
+def copied_from(code: types.CodeType) -> str | None:
+    """The course_lib function whose bytecode ``code`` (learner code) repeats, if any."""
+    if not _long_enough(code):
+        return None
+    return _library_copies().get(code.co_code)
+
+
+def _long_enough(code: types.CodeType) -> bool:
+    """At least :data:`MIN_COPY_INSTRUCTIONS` instructions (inline caches not counted)."""
+    import dis
+
+    if len(code.co_code) < 2 * MIN_COPY_INSTRUCTIONS:
+        return False
+    return sum(1 for i in dis.get_instructions(code) if i.opname != "CACHE") >= MIN_COPY_INSTRUCTIONS
+
+
 def _target_name(code: types.CodeType, module: str) -> str | None:
     """The dotted name of ``code`` if calling it from learner code counts as using course_lib
     (or, with ``callback:`` in front, a jax host callback); else None."""
@@ -208,6 +288,9 @@ def _target_name(code: types.CodeType, module: str) -> str | None:
             name = f"{module}.{qualname.replace('.<locals>', '')}"
     elif module.startswith(_HOST_CALLBACK_MODULES) and code.co_name in HOST_CALLBACKS:
         name = f"callback:{module}.{code.co_name}"
+    elif _is_learner_file(code, module or None):
+        source = copied_from(code)
+        name = f"copy:{source}" if source is not None else None
     _TARGET[code] = name
     return name
 
@@ -256,12 +339,18 @@ class CallTracer:
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         code = frame.f_code
         target = _TARGET[code] if code in _TARGET else _target_name(code, frame.f_globals.get("__name__", "") or "")
-        if target is not None and _called_by_learner(frame):
+        if target is not None and (target.startswith("copy:") or _called_by_learner(frame)):
             self._record(target)
         return self._previous(frame, event, arg) if self._previous is not None else None
 
     def _record(self, target: str) -> None:
-        if target.startswith("callback:"):
+        if target.startswith("copy:"):
+            source = target.removeprefix("copy:")
+            if not is_allowed(source, self.allowed):
+                copy = f"a copy of {source}"
+                if copy not in self.used:
+                    self.used.append(copy)
+        elif target.startswith("callback:"):
             name = target.removeprefix("callback:")
             if name not in self.callbacks:
                 self.callbacks.append(name)

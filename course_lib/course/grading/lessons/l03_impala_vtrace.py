@@ -13,7 +13,8 @@ What each exercise teaches, and how its checks observe it:
 * ``vtrace_targets``, mechanism: the truncated-importance-weighted backward recursion (03.3), rho_bar on the
   TD error and c_bar on the trace, cut by each step's own discount; observed: the paper's double sum on inputs
   whose ratios cross both thresholds, several (rho_bar, c_bar), a different gamma_t at every step, two episodes
-  in one trajectory, columns apart.
+  in one trajectory, columns apart, and a 200,000-step trajectory within a time limit (checked by the recursion's
+  identity): one O(T) pass, which any O(T^2) form of the double sum, loops or a [T, T] array, cannot meet.
 * ``pg_advantages``, mechanism: the one-step look-ahead with the next V-trace target, weighted by the ratio
   truncated at pg_rho_bar alone; observed: an element-by-element oracle over several thresholds and per-step
   discounts, episode ends.
@@ -47,15 +48,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from course_lib.course.grading.checks import (
+    CheckTimeout,
     Exercise,
     LearnerError,
     assert_allclose,
     assert_array,
+    assert_finite,
     assert_inputs_unchanged,
     assert_true,
     call,
     check_case,
     fail,
+    time_limit,
 )
 from course_lib.course.grading.helpers import (
     assert_numpy_result,
@@ -302,6 +306,51 @@ def _vt_columns(fn: Callable[..., Any]) -> None:
         assert_allclose(_vt(fn, alone), together[:, b : b + 1], what=f"column {b} computed alone")
 
 
+#: The long trajectory, T steps of B columns: the backward recursion (03.3) is one numpy loop of T [B]-sized
+#: steps (about a second); the double sum of (03.2) is T^2 B / 2 = 4 * 10^10 terms, and a vectorised one
+#: builds a [T, T] array (320 GB in float64).
+LONG_T, LONG_B = 200_000, 2
+#: Seconds the long trajectory may take: below every check's time limit, so that this check, not the
+#: runner's timeout, says why.
+LONG_S = 8.0
+#: The message for any O(T^2) form of the targets (too slow, or too large to allocate).
+QUADRATIC = (
+    "O(T^2): the double sum of (03.2); use the backward recursion (03.3), one pass from t = T - 1 down to 0 "
+    "writing into a preallocated [T, B] array"
+)
+
+
+@check_case(f"one backward pass (03.3): a trajectory of T = {LONG_T:,} steps, B = {LONG_B}, within {LONG_S:g} s")
+def _vt_long(fn: Callable[..., Any]) -> None:
+    data = random_trajectory(60, LONG_T, LONG_B)
+    rho_bar, c_bar = 1.2, 0.9
+    what = f"{VT}(inputs of shape ({LONG_T}, {LONG_B}), rho_bar={rho_bar:g}, c_bar={c_bar:g})"
+    try:
+        with time_limit(LONG_S):
+            got = _vt(fn, data, rho_bar=rho_bar, c_bar=c_bar)
+    except CheckTimeout:
+        fail(f"{what} did not finish within {LONG_S:g} s: {QUADRATIC}")
+    except LearnerError as exc:
+        if not isinstance(exc.error, MemoryError):
+            raise
+        fail(f"{what} ran out of memory: {QUADRATIC}")
+    vs = assert_array(got, what=what, shape=(LONG_T, LONG_B)).astype(np.float64)
+    assert_finite(vs, what=what)
+    # the recursion's identity at every step: v_s - V(x_s) - gamma_s c_s (v_{s+1} - V(x_{s+1})) = delta_s V
+    rhos = np.exp(data["log_rhos"])
+    values, boot = data["values"], data["bootstrap_value"][None]
+    values_tp1 = np.concatenate([values[1:], boot])
+    deltas = np.minimum(rho_bar, rhos) * (data["rewards"] + data["discounts"] * values_tp1 - values)
+    carried = data["discounts"] * np.minimum(c_bar, rhos) * (np.concatenate([vs[1:], boot]) - values_tp1)
+    assert_allclose(
+        vs - values - carried,
+        deltas,
+        what=f"v_s - V(x_s) - gamma_s c_s (v_s+1 - V(x_s+1)) on {what} (it must equal delta_s V, eq. 03.3)",
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
 @check_case("does not modify its inputs")
 def _vt_inputs(fn: Callable[..., Any]) -> None:
     _unchanged(fn, VT, random_trajectory(50, 5, 2), VT_ARGS)
@@ -311,7 +360,17 @@ VTRACE_TARGETS = Exercise(
     name=VT,
     points=15,
     title="V-trace value targets v_s with truncated rho and c (eq. 03.2-03.3)",
-    checks=(_vt_shape, _vt_known, _vt_on_policy, _vt_oracle, _vt_thresholds, _vt_episodes, _vt_columns, _vt_inputs),
+    checks=(
+        _vt_shape,
+        _vt_known,
+        _vt_on_policy,
+        _vt_oracle,
+        _vt_thresholds,
+        _vt_episodes,
+        _vt_columns,
+        _vt_long,
+        _vt_inputs,
+    ),
     hints=(
         "V-trace is a backward recursion like the discounted return (eq. 03.3): each target is the value estimate "
         "plus a correction that accumulates the clipped TD errors of the steps ahead, shrunk by the discounts and the "

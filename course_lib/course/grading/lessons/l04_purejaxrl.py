@@ -520,7 +520,67 @@ def _gs_no_ends(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("is one reverse lax.scan over time (no Python loop unrolled into the program)", time_limit=30.0)
+#: Primitives that read or write one step of an array by index: inside the scan's step they may take a
+#: ``[T, B]`` operand (``rewards[t]`` with a traced ``t``) and still do O(B) work.
+INDEXING = ("dynamic_slice", "dynamic_update_slice", "gather", "scatter")
+
+
+def _shape(var: Any) -> tuple[int, ...]:
+    return tuple(getattr(getattr(var, "aval", None), "shape", ()) or ())
+
+
+def _holds_program(eqn: Any) -> bool:
+    """Whether ``eqn`` is a container (jit, cond, custom derivative, loop) whose program is among its params."""
+    from jax.extend import core as jcore
+
+    for param in eqn.params.values():
+        for sub in param if isinstance(param, list | tuple) else (param,):
+            if isinstance(sub, jcore.ClosedJaxpr | jcore.Jaxpr):
+                return True
+    return False
+
+
+def _gae_step_problem(scan: Any, n_t: int, n_b: int) -> str | None:
+    """Why the step of GAE's scan over ``n_t`` steps (rollouts of ``n_b`` envs) is not the recursion (04.3), or
+    None: its carry must hold the running advantage, an array of shape ``[B]``, and no operation in its body
+    may work on an array with a time axis (a step that sums every later delta with vector ops over all T is
+    a length-T scan of O(T) steps, O(T^2) in all, carrying nothing)."""
+    body = scan.params["jaxpr"].jaxpr
+    n_consts, n_carry = int(scan.params["num_consts"]), int(scan.params["num_carry"])
+    carry = [_shape(v) for v in body.invars[n_consts : n_consts + n_carry]]
+    if (n_b,) not in carry:
+        held = ", ".join(str(s) for s in carry) or "nothing"
+        return (
+            f"the scan's carry holds {held}, no running advantage of shape [B] = ({n_b},): the recursion (04.3) "
+            "carries A_t+1 from each step to the one before it (with the next value); each step computes A_t from "
+            "it, not from the whole rollout"
+        )
+    for eqn in all_eqns(body):
+        name = eqn.primitive.name
+        if name == "while":
+            return (
+                "the scan's step holds a loop (a while_loop or fori_loop), a sum over the steps ahead at every step; "
+                "A_t comes from the carried A_t+1 in O(1) operations (04.3)"
+            )
+        if _holds_program(eqn):
+            continue  # a nested program (jit, cond, custom derivative): all_eqns walks its own equations
+        operands = [] if name in INDEXING else list(eqn.invars)
+        operands += [] if name in ("dynamic_update_slice", "scatter") else list(eqn.outvars)
+        timed = next((s for s in map(_shape, operands) if n_t in s), None)
+        if timed is not None:
+            return (
+                f"the scan's step works on an array with the time axis (shape {timed}, in {name}): each step sums the "
+                "deltas of every later step with vector ops over all T, O(T^2) work in a scan that carries nothing "
+                "it needs; carry A_t+1 (shape [B]) and compute A_t = delta_t + gamma lambda (1 - d_t) A_t+1 from "
+                "this step's (r_t, V(s_t), d_t) alone (04.3)"
+            )
+    return None
+
+
+@check_case(
+    "is one reverse lax.scan over time carrying A_t+1 of shape [B] (no Python loop unrolled, no time axis in its step)",
+    time_limit=30.0,
+)
 def _gs_structure(fn: Callable[..., Any]) -> None:
     import jax.numpy as jnp
 
@@ -540,6 +600,9 @@ def _gs_structure(fn: Callable[..., Any]) -> None:
                 f"{GS}'s program holds {len(scans)} lax.scan loops ({len(over_time)} over the {n_t} time steps); "
                 "GAE is one reverse scan over time"
             )
+        problem = _gae_step_problem(over_time[0], n_t, 3)
+        if problem is not None:
+            fail(f"{GS}: {problem}")
     if sizes[32] > sizes[8] + 4:
         fail(
             f"{GS}'s program grows with T ({sizes[8]} operations for T = 8, {sizes[32]} for T = 32): part of it is "

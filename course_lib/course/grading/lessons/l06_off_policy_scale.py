@@ -35,8 +35,10 @@ What each exercise teaches, and how its checks observe it:
   values (hand trees, repeated indices and siblings, against writes done one at a time),
   exact sums after 200 float32 updates, and the program itself run one primitive at a time
   (:func:`run_jaxpr`): the writes into the tree are counted (a loop over the K entries writes
-  K times as often), work on arrays the size of the tree is refused, and every scatter into
-  the tree is read for a node written twice with two values.
+  K times as often), work on arrays the size of the tree is refused, the elements of the tree
+  read and written are counted and bounded by O(K log capacity) (levels rebuilt densely with
+  slices, each slice small, touch O(capacity)), and every scatter into the tree is read for a
+  node written twice with two values.
 
 The checks never call ``course_lib.envs``, ``course_lib.offpolicy.replay`` or ``course_lib.offpolicy.sac``.
 The oracles: (06.1) evaluated one car at a time with ``math`` in float64, and a circle whose
@@ -1452,17 +1454,22 @@ def _su_exact(fn: Callable[..., Any]) -> None:
 WRITES = frozenset({"scatter", "scatter-add", "scatter-mul", "scatter-min", "scatter-max", "dynamic_update_slice"})
 #: Primitives that only move or relabel an array: never "work on the whole tree".
 MOVES = frozenset({"copy", "copy_p", "device_put", "convert_element_type", "optimization_barrier"})
+#: Primitives that read only the elements they select from the tree (as many as they return).
+SELECTS = frozenset({"gather", "slice", "dynamic_slice"})
 
 
 class TreeProgramProbe:
     """What one call of the learner's program does to a tree of ``size`` nodes, seen one
-    primitive at a time: the writes into arrays of the tree's shape, the other primitives
-    whose result has at least ``whole`` elements (work that grows with the capacity), and
-    the first scatter that gives one node two different values."""
+    primitive at a time: the writes into arrays of the tree's shape, the elements of the tree
+    read and written (``touched``: a gather or slice of the tree reads what it returns, any
+    other primitive given the tree reads all of it, a write writes its update), the other
+    primitives whose result has at least ``whole`` elements (work that grows with the
+    capacity), and the first scatter that gives one node two different values."""
 
     def __init__(self, size: int, whole: int) -> None:
         self.size, self.whole = size, whole
         self.writes = 0
+        self.touched = 0
         self.big: list[str] = []
         self.conflict: tuple[int, float, float] | None = None
 
@@ -1471,11 +1478,17 @@ class TreeProgramProbe:
         if name in WRITES:
             if np.shape(invals[0]) == (self.size,):
                 self.writes += 1
+                self.touched += int(np.size(invals[1 if name == "dynamic_update_slice" else 2]))
                 if name == "scatter" and self.conflict is None:
                     self.conflict = _scatter_conflict(eqn, invals, self.size)
             return
         if name in MOVES:
             return
+        if any(np.shape(v) == (self.size,) for v in invals):
+            if name in SELECTS and np.shape(invals[0]) == (self.size,):
+                self.touched += sum(math.prod(getattr(var.aval, "shape", ())) for var in eqn.outvars)
+            else:
+                self.touched += self.size
         for var in eqn.outvars:
             if math.prod(getattr(var.aval, "shape", ())) >= self.whole and name not in self.big:
                 self.big.append(name)
@@ -1565,11 +1578,15 @@ def _run_eqn(eqn: Any, invals: list[Any], probe: TreeProgramProbe) -> list[Any]:
 
 #: The program's probe: a tree of 16384 leaves and K = 32 written indices (two of them repeated).
 PROBE_CAPACITY, PROBE_K = 16384, 32
+#: The elements of the tree one call may read and write, per entry and level: the write-back
+#: touches about 3 (two children read, one parent written), K (log2(capacity) + 1) in all.
+SU_TOUCH_FACTOR = 8
 
 
 @check_case(
     "the program, run op by op (capacity 16384, K = 32): log2(capacity) + 1 writes into the tree whatever K, "
-    "no other work the size of the tree, no node given two values at once",
+    "O(K log capacity) elements of the tree read and written, no other work the size of the tree, no node given "
+    "two values at once",
     time_limit=90.0,
 )
 def _su_program(fn: Callable[..., Any]) -> None:
@@ -1607,6 +1624,14 @@ def _su_program(fn: Callable[..., Any]) -> None:
             f"{what} computes {', '.join(probe.big[:3])} on {capacity // 2}+ elements: work that grows with the "
             "capacity (a rebuild of every node, or a mask, count or copy of the whole tree); touch only the K "
             "leaves and their ancestors, O(K log capacity)"
+        )
+    touch_limit = SU_TOUCH_FACTOR * k * (depth + 1)
+    if probe.touched > touch_limit:
+        fail(
+            f"{what} reads and writes {probe.touched} elements of the tree: work that grows with the capacity (a "
+            "level, or several, rebuilt densely with slices, or a reduction over the tree); touch only the K leaves "
+            f"and their ancestors: each level reads the two children of at most K parents and writes those parents, "
+            f"about 3 K log2(capacity) = {3 * k * depth} elements (at most {touch_limit}, O(K log capacity))"
         )
     if probe.conflict is not None:
         node, first, second = probe.conflict

@@ -19,7 +19,14 @@ What each exercise teaches, and how its checks see that mechanism (not only its 
   (both channels, a buffer newer than the announcement) that checks the lag of every trained group.
 * restart_accounting: mechanism: update u's copy is the one of the last attempt that resumed at or
   before u; observed on runs simulated attempt by attempt (fallbacks to older checkpoints) whose
-  true history the grader keeps, and on the audit identity (11.6).
+  true history the grader keeps, and on the audit identity (11.6). The rule checked is each line's
+  class against that history. In the statement's model (as in ``course_lib.capstone``, whose group
+  counter restarts at ``resumed_from[a] * B``) no attempt generates a group below its resume step,
+  so the attempt that did update u is also the newest attempt that generated u's groups: "keep the
+  newest copy of each k < final_step * B" classifies every run the model allows the same way, and
+  is accepted; the statement says so. What the checks tell apart is the history itself (fallbacks
+  to an older step than the attempt before, lines generated after a checkpoint and lost, in-flight
+  groups of earlier attempts), not which of the two equivalent readings a function uses.
 * data_parallel_losses: mechanism: every shard divides its sum by the one global count of real
   tokens, with sg[] on the truncated weight at the given c; observed through autograd (each shard's
   gradient, and none through another shard) on ragged batches at several c, with answers whose
@@ -604,7 +611,9 @@ def simulate_restarts(seed: int, *, B: int, n_attempts: int, every: int = 2) -> 
     """A run simulated attempt by attempt. A checkpoint is a copy of the history (update ->
     attempt) at its step; an attempt restores the newest one (sometimes the newest is corrupt
     and deleted first), redoes the updates from there, writes checkpoints every ``every``
-    updates, generates the groups of its updates plus some in flight, and dies."""
+    updates, generates the groups of its updates plus some in flight, and dies. Its groups
+    start at its resume step times B, as the statement's model (and the capstone's group
+    counter) has it, so the newest copy of a group below final_step * B is the consumed one."""
     rng = random.Random(seed)
     checkpoints: dict[int, dict[int, int]] = {0: {}}
     lines: list[Line] = []
