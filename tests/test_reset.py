@@ -127,13 +127,13 @@ def test_reset_one_exercise_keeps_everything_else(tmp_path, capsys, spec):
     ex2 = set(exercise_ids(LESSON, 2))
     # exercise 2 is the stub again
     assert_exercise_is_stub(after, LESSON, 2)
-    assert "raise NotImplementedError" in by_id(after)["c007"].source
+    assert "raise NotImplementedError" in by_id(after)["c013"].source
     # every other cell is exactly as it was: exercise 1's answer, the own cell and its output
     assert len(after.cells) == len(before.cells)
     for old, new in zip(before.cells, after.cells):
         if old.id not in ex2:
             assert new == old
-    answer1 = by_id(after)["c003"].source
+    answer1 = by_id(after)["c006"].source
     assert "raise NotImplementedError" not in answer1 and "running = r[t] + gamma" in answer1
     own = next(c for c in after.cells if c.source == OWN_CELL)
     assert own.outputs[0]["text"] == "gamma 0.99 worked best\n" and own.execution_count == 42
@@ -151,7 +151,7 @@ def test_reset_one_exercise_keeps_everything_else(tmp_path, capsys, spec):
 def test_cells_are_named_by_role_and_first_line_not_by_a_number_jupyter_does_not_show(tmp_path, capsys):
     path = participant(tmp_path)
     nb = read(path)
-    answer = [c.id for c in nb.cells].index("c007")  # exercise 2's answer, below markdown cells
+    answer = [c.id for c in nb.cells].index("c013")  # exercise 2's answer, below markdown cells
     assert nb.cells[answer - 1].cell_type == "markdown"
     first = nb.cells[answer].source.splitlines()[0]
     assert course(str(path), "-e", "2", "--dry-run") == 0
@@ -172,7 +172,7 @@ def test_cells_are_named_by_role_and_first_line_not_by_a_number_jupyter_does_not
 
 def test_a_reinserted_cell_is_placed_by_its_neighbour_s_role(tmp_path, capsys):
     path = participant(tmp_path)
-    _edit(path, lambda nb: nb.cells.remove(by_id(nb)["c009"]))  # exercise 2's check cell
+    _edit(path, lambda nb: nb.cells.remove(by_id(nb)["c015"]))  # exercise 2's check cell
     assert course(str(path), "-e", "2") == 0
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if "was missing" in line)
@@ -248,41 +248,41 @@ def _edit(path: Path, fn) -> None:
     nbformat.write(nb, path)
 
 
-def test_deleted_answer_cell_is_reinserted_after_the_heading(tmp_path, capsys):
+def test_deleted_answer_cell_is_reinserted_after_the_statement_and_its_hints(tmp_path, capsys):
     path = participant(tmp_path)
-    _edit(path, lambda nb: nb.cells.remove(by_id(nb)["c007"]))
+    _edit(path, lambda nb: nb.cells.remove(by_id(nb)["c013"]))
     assert course(str(path), "-e", "2") == 0
     out = capsys.readouterr().out
     assert (
         "answer cell `def surrogate_loss(" in out
-        and "was missing: reinserted after its heading cell `## Exercise 2" in out
+        and "was missing: reinserted after its text cell `<details><summary>Hint 3" in out
     )
     after = read(path)
     ids = [c.id for c in after.cells]
-    assert ids[ids.index("c006") : ids.index("c006") + 4] == ["c006", "c007", "c008", "c009"]
+    assert ids[ids.index("c012") : ids.index("c012") + 4] == ["c012", "c013", "c014", "c015"]
     assert_exercise_is_stub(after, LESSON, 2)
     nbformat.validate(after)
 
 
 def test_deleted_demo_and_check_cells_are_reinserted_after_the_answer(tmp_path, capsys):
     path = participant(tmp_path)
-    _edit(path, lambda nb: [nb.cells.remove(by_id(nb)[i]) for i in ("c008", "c009")])
+    _edit(path, lambda nb: [nb.cells.remove(by_id(nb)[i]) for i in ("c014", "c015")])
     assert course(str(path), "-e", "2") == 0
     assert capsys.readouterr().out.count("was missing: reinserted") == 2
     ids = [c.id for c in read(path).cells]
-    assert ids.index("c007") + 1 == ids.index("c008") and ids.index("c008") + 1 == ids.index("c009")
+    assert ids.index("c013") + 1 == ids.index("c014") and ids.index("c014") + 1 == ids.index("c015")
     assert_exercise_is_stub(read(path), LESSON, 2)
 
 
 def test_a_deleted_demo_among_two_is_put_back_in_order(tmp_path):
     path = tmp_path / f"{LESSON}.ipynb"
     nb = solved(LESSON)
-    nb.cells.remove(by_id(nb)["c017"])  # the first of exercise 4's two demo cells
+    nb.cells.remove(by_id(nb)["c029"])  # the first of exercise 4's two demo cells
     nbformat.write(nb, path)
     assert course(str(path), "-e", "4") == 0
     after = read(path)
     ids = [c.id for c in after.cells]
-    assert ids[ids.index("c015") :] == ["c015", "c016", "c017", "c018", "c019", "c020"]
+    assert ids[ids.index("c027") :] == ["c027", "c028", "c029", "c030", "c031", "c032"]
     assert_exercise_is_stub(after, LESSON, 4)
 
 
@@ -290,7 +290,7 @@ def test_moved_answer_cell_is_restored_where_it_is(tmp_path, capsys):
     path = participant(tmp_path)
 
     def move(nb):
-        cell = by_id(nb)["c007"]
+        cell = by_id(nb)["c013"]
         nb.cells.remove(cell)
         cell.id = "moved-by-me"
         nb.cells.append(cell)
@@ -305,7 +305,7 @@ def test_moved_answer_cell_is_restored_where_it_is(tmp_path, capsys):
 
 def test_renamed_function_is_found_by_its_cell_id(tmp_path):
     path = participant(tmp_path)
-    _edit(path, lambda nb: setattr(by_id(nb)["c007"], "source", "def my_loss(x):\n    return x"))
+    _edit(path, lambda nb: setattr(by_id(nb)["c013"], "source", "def my_loss(x):\n    return x"))
     assert course(str(path), "-e", "2") == 0
     assert_exercise_is_stub(read(path), LESSON, 2)
     assert "def my_loss" not in path.read_text()
@@ -314,7 +314,7 @@ def test_renamed_function_is_found_by_its_cell_id(tmp_path):
 def test_syntax_error_in_the_answer_is_still_matched(tmp_path):
     path = participant(tmp_path)
     _edit(
-        path, lambda nb: setattr(by_id(nb)["c007"], "source", "def surrogate_loss(logits, actions, advantages:\n  x =")
+        path, lambda nb: setattr(by_id(nb)["c013"], "source", "def surrogate_loss(logits, actions, advantages:\n  x =")
     )
     assert course(str(path), "-e", "2") == 0
     assert_exercise_is_stub(read(path), LESSON, 2)
@@ -322,16 +322,16 @@ def test_syntax_error_in_the_answer_is_still_matched(tmp_path):
 
 def test_without_heading_the_cells_go_before_the_check(tmp_path):
     path = participant(tmp_path)
-    _edit(path, lambda nb: [nb.cells.remove(by_id(nb)[i]) for i in ("c006", "c007", "c008")])
+    _edit(path, lambda nb: [nb.cells.remove(by_id(nb)[i]) for i in ("c009", "c013", "c014")])
     assert course(str(path), "-e", "2") == 0
     ids = [c.id for c in read(path).cells]
-    assert ids[ids.index("c007") : ids.index("c007") + 3] == ["c007", "c008", "c009"]
+    assert ids[ids.index("c013") : ids.index("c013") + 3] == ["c013", "c014", "c015"]
     assert_exercise_is_stub(read(path), LESSON, 2)
 
 
 def test_an_exercise_that_cannot_be_found_is_an_error_and_changes_nothing(tmp_path, capsys):
     path = participant(tmp_path)
-    _edit(path, lambda nb: [nb.cells.remove(by_id(nb)[i]) for i in ("c006", "c007", "c008", "c009")])
+    _edit(path, lambda nb: [nb.cells.remove(by_id(nb)[i]) for i in ("c009", "c013", "c014", "c015")])
     data = path.read_bytes()
     assert course(str(path), "-e", "2") == 2
     err = capsys.readouterr().err
@@ -343,7 +343,7 @@ def test_a_cell_holding_two_answers_is_not_split_silently(tmp_path, capsys):
     path = participant(tmp_path)
 
     def merge(nb):
-        first, second = by_id(nb)["c003"], by_id(nb)["c007"]
+        first, second = by_id(nb)["c006"], by_id(nb)["c013"]
         second.source = first.source + "\n\n" + second.source
         nb.cells.remove(first)
 
@@ -372,7 +372,7 @@ def test_an_answer_cell_turned_into_markdown_becomes_code_again(tmp_path, capsys
     path = participant(tmp_path)
 
     def to_markdown(nb):
-        i = [c.id for c in nb.cells].index("c007")
+        i = [c.id for c in nb.cells].index("c013")
         old = nb.cells[i]
         nb.cells[i] = nbformat.v4.new_markdown_cell(old.source, metadata=old.metadata)
         nb.cells[i].id = old.id
@@ -381,7 +381,7 @@ def test_an_answer_cell_turned_into_markdown_becomes_code_again(tmp_path, capsys
     assert course(str(path), "-e", "2") == 0
     assert "(it was a markdown cell)" in capsys.readouterr().out
     after = read(path)
-    assert by_id(after)["c007"].cell_type == "code"
+    assert by_id(after)["c013"].cell_type == "code"
     assert_exercise_is_stub(after, LESSON, 2)
     nbformat.validate(after)
 
