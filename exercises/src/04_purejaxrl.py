@@ -140,8 +140,11 @@ check("04_purejaxrl", "cartpole_step", cartpole_step)
 # rollouts with episode ends, under `jax.jit`; a hand-computed example; $\lambda = 0$ gives
 # $\delta_t$; a forward scan, a missing $(1 - d_t)$, or $\gamma$ without $\lambda$ in the
 # trace are named in the message. The program itself is inspected (`jax.make_jaxpr`): it
-# must hold exactly one `lax.scan` over the `T` steps, must not grow with `T` (a Python
-# loop over `t` fails even when its numbers are right), and must call nothing on the host
+# must hold exactly one `lax.scan` over the `T` steps, whose carry holds the running
+# advantage (shape `[B]`) and whose step works on no array with a time axis (a step that
+# sums all the deltas ahead with vector ops gives the right numbers in $O(T^2)$), must not
+# grow with `T` (a Python loop over `t` fails even when its numbers are right), and must
+# call nothing on the host
 # (a `jax.debug.print` left in the scan is a device-to-host round trip every step).
 
 # %% tags=["exercise"]

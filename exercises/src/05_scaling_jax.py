@@ -337,9 +337,11 @@ check("05_scaling_jax", "data_parallel_grad", data_parallel_grad)
 # **How it is graded:** against `jax.grad` over the whole batch for `n_micro` = 1, 2, 4
 # and 8 under `jax.jit`; against a Python loop over contiguous slices for a policy-gradient
 # loss that normalises advantages per micro-batch; the program is inspected
-# (`jax.make_jaxpr`): one `lax.scan` of length `n_micro` whose carry holds the running sum
-# and whose per-step outputs hold no gradient (`jax.lax.map` over the micro-batches gives
-# the right numbers but keeps all `n_micro` gradients alive at once), with nothing run on
+# (`jax.make_jaxpr`): one `lax.scan` of length `n_micro` whose step takes its micro-batch's
+# gradient (the loss's matrix products are inside the scan), whose carry holds the running
+# sum and whose per-step outputs hold no gradient (`jax.lax.map` over the micro-batches, or
+# a `jax.vmap` of the gradients summed by a scan, gives the right numbers but keeps all
+# `n_micro` gradients alive at once), with nothing run on
 # the host; and a batch of 10 with `n_micro = 4` must raise a `ValueError` that names 10
 # and 4. Summing without dividing, dropping the last micro-batch, interleaved
 # micro-batches, stacked gradients and a Python loop are named in the message.

@@ -199,6 +199,34 @@ MUTANTS: list[Mutant] = [
         '        adv = delta + gamma * lam * nd * next_adv\n        jax.debug.print("A_t = {a}", a=adv)\n',
         "debug_print",
     ),
+    # wrong mechanism (issue 45): one length-T scan whose step sums the discounted future deltas with vector ops
+    # over all T (a cumprod mask and a dot product): O(T^2), the carried [B] array only passed along
+    Mutant(
+        GS,
+        "future_deltas_summed_in_step",
+        "    def step(carry, x):\n"
+        "        next_adv, next_value = carry\n"
+        "        r, v, nd = x\n"
+        "        delta = r + gamma * nd * next_value - v\n"
+        "        adv = delta + gamma * lam * nd * next_adv\n"
+        "        return (adv, v), adv\n"
+        "\n"
+        "    init = (jnp.zeros_like(last_value), last_value)\n"
+        "    _, advantages = " + SCAN + "\n",
+        "    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)\n"
+        "    deltas = rewards + gamma * not_done * next_values - values  # [T, B]\n"
+        "    steps = jnp.arange(rewards.shape[0])\n"
+        "\n"
+        "    def step(carry, t):  # A_t = sum_k (prod_{i=t}^{k-1} gamma lam (1 - d_i)) delta_k, over all T at once\n"
+        "        ahead = (steps >= t)[:, None]\n"
+        "        factors = jnp.where(ahead, gamma * lam * not_done, 1.0)\n"
+        "        traces = jnp.concatenate([jnp.ones_like(factors[:1]), jnp.cumprod(factors, axis=0)[:-1]], axis=0)\n"
+        "        adv = jnp.einsum('tb,tb->b', jnp.where(ahead, traces, 0.0), deltas)\n"
+        "        return adv, adv\n"
+        "\n"
+        "    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value), steps, reverse=True)\n",
+        "the scan's step works on an array with the time axis",
+    ),
     # wrong mechanism (issue 45): the bootstrap selected by multiplying with a 0/1 mask, which reads final_values
     # where they are undefined (0 * nan = nan)
     Mutant(

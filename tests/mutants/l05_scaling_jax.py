@@ -254,6 +254,24 @@ MUTANTS: list[Mutant] = [
         '        jax.debug.print("micro-batch loss {l}", l=loss_fn(params, micro_batch))\n',
         "debug_print",
     ),
+    # wrong mechanism (issue 45): every micro-batch's gradient taken at once by jax.vmap, the scan only summing
+    # them (n_micro gradients and their activations alive at once)
+    Mutant(
+        AG,
+        "vmapped_grads_summed_by_scan",
+        "    def step(total, micro_batch):\n"
+        "        grads = jax.grad(loss_fn)(params, micro_batch)\n"
+        "        return jax.tree.map(jnp.add, total, grads), None\n"
+        "\n"
+        "    " + SCAN + "\n",
+        "    g = jax.vmap(lambda mb: jax.grad(loss_fn)(params, mb))(micro)  # every micro-batch's gradient at once\n"
+        "\n"
+        "    def step(total, grads):\n"
+        "        return jax.tree.map(jnp.add, total, grads), None\n"
+        "\n"
+        "    total, _ = jax.lax.scan(step, jax.tree.map(jnp.zeros_like, params), g)\n",
+        "the gradients are not computed inside the scan",
+    ),
     # wrong mechanism (issue 45): the segments run by a Python loop (n / k checkpoints unrolled into the program)
     Mutant(
         RS,

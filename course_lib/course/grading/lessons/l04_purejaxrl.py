@@ -17,8 +17,9 @@ What each exercise teaches, and how its checks observe it:
   observed: gymnasium's step under jit and vmap, four CartPoles with other constants in one vmap over
   ``EnvParams``, the jaxpr traced from abstract inputs holds no host callback.
 * ``gae_scan``, mechanism: the backward recursion (04.3) as one reverse ``lax.scan`` carried in the program;
-  observed: a term-by-term oracle over several gamma and lambda, the jaxpr holds one scan of length T, does not
-  grow with T, and holds no host callback.
+  observed: a term-by-term oracle over several gamma and lambda, the jaxpr holds one scan of length T, whose
+  carry holds the running advantage [B] and whose step works on no array with a time axis (a step summing every
+  later delta is O(T^2)), does not grow with T, and holds no host callback.
 * ``autoreset_td_targets``, mechanism: after an auto-reset the bootstrap is selected per step (final obs after
   an end, the next obs otherwise, 0 after a termination) without reading the undefined entries; observed: a
   case-by-case oracle over several gamma, NaN and inf where ``final_values`` is undefined, no host callback.

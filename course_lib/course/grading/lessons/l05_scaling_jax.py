@@ -27,8 +27,8 @@ What each exercise teaches, and how its checks observe it:
   SGD steps, a dependency walk of every collective's operands in the jaxpr, no host callback.
 * ``accumulate_grads``, mechanism: contiguous micro-batches run by one ``lax.scan`` whose carry is the running
   sum of their gradients (05.3), one micro-batch's activations alive at a time; observed: the full-batch
-  gradient, a per-micro-batch normalised loss, the scan's length, carry and stacked outputs in the jaxpr, no
-  host callback, a ValueError naming both sizes.
+  gradient, a per-micro-batch normalised loss, the scan's length, carry and stacked outputs in the jaxpr, the
+  loss's gradient (its matrix products) inside the scan's step, no host callback, a ValueError naming both sizes.
 * ``remat_segments``, mechanism: ``jax.checkpoint`` around each scanned segment of k layers (scans, not Python
   loops); observed: output and gradient, XLA's planned temp memory, the checkpoints and their matrix products
   in the jaxpr, the program's size against the depth and k, no host callback, a ValueError naming both sizes.
@@ -1131,7 +1131,8 @@ def _ag_contiguous(fn: Callable[..., Any]) -> None:
 
 
 @check_case(
-    "is one lax.scan of length n_micro carrying the running sum (no Python loop, no stacked gradients)",
+    "is one lax.scan of length n_micro taking each micro-batch's gradient in its step and carrying the running sum "
+    "(no Python loop, no stacked gradients)",
     time_limit=CHECK_S,
 )
 def _ag_structure(fn: Callable[..., Any]) -> None:
@@ -1173,6 +1174,20 @@ def _ag_structure(fn: Callable[..., Any]) -> None:
         carried >= grad_size,
         f"{AG}: the scan over the {n_micro} micro-batches carries {carried} numbers, less than the {grad_size}-number "
         "gradient: its carry must be the running sum of the micro-batches' gradients",
+    )
+    # Each micro-batch's gradient must be taken inside the scan's step: gradients computed before the scan (a
+    # jax.vmap over the micro-batches) and only summed by it give the same numbers, with all n_micro gradients
+    # and their activations alive at once. The step must hold the matrix products of one micro-batch's grad.
+    micro_batch = jax.tree.map(lambda x: x[: x.shape[0] // n_micro], batch)
+    grad_program = _jaxpr(jax.grad(mlp_loss), (params, micro_batch), "jax.grad(loss_fn) on one micro-batch")
+    needed = sum(eqn.primitive.name == "dot_general" for eqn, _, _ in walk_eqns(grad_program))
+    inside = sum(eqn.primitive.name == "dot_general" for eqn, _, _ in walk_eqns(scan.params["jaxpr"].jaxpr))
+    assert_true(
+        inside >= needed,
+        f"{AG}: the gradients are not computed inside the scan: its step holds {inside} of the {needed} matrix "
+        "products (dot_general) of jax.grad(loss_fn) on one micro-batch, so they were computed before it (a jax.vmap "
+        f"over the micro-batches?), all {n_micro} gradients and their activations alive at once; call "
+        "jax.grad(loss_fn)(params, micro_batch) inside the scan's step, one micro-batch at a time",
     )
 
 
