@@ -17,16 +17,17 @@ from collections.abc import Callable
 from typing import Any
 
 import grading_helpers as gh
+import grading_outcomes as go
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import solution_function, stub_function
+from conftest import solution_function
 from mutants.l11_capstone import MUTANTS
 
 from course_lib.capstone.ledger import Generated, SampleLedger, audit
 from course_lib.capstone.roles import Roles
-from course_lib.course.grading.checks import NOT_IMPLEMENTED, run_exercise
+from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l11_capstone as l11
 from course_lib.pipeline.loss import pipeline_loss
@@ -44,13 +45,7 @@ def test_registry_lists_the_five_exercises():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_solution_passes_and_stub_is_not_implemented(name):
-    exercise = get_exercise(LESSON, name)
-    outcome = run_exercise(exercise, solution_function(LESSON, name))
-    assert outcome.passed, outcome.message
-    assert outcome.n_passed == len(exercise.checks)
-    stub = run_exercise(exercise, stub_function(LESSON, name))
-    assert not stub.passed and stub.message == NOT_IMPLEMENTED
-    assert [r.status for r in stub.results][1:] == ["skipped"] * (len(stub.results) - 1)
+    go.assert_solution_full_and_stub_not_implemented(LESSON, name)
 
 
 # Every planted bug against its message: tests/test_exercises.py (every lesson).

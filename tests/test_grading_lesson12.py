@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import grading_helpers as gh
+import grading_outcomes as go
 import pytest
-from conftest import solution_function, stub_function
+from conftest import solution_function
 from mutants.l12_capstone_ray import MUTANTS
 
 from course_lib.capstone_ray.admission import Admission, admit
@@ -46,13 +47,7 @@ def test_registry_lists_the_four_exercises():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_solution_passes_and_stub_is_not_implemented(name):
-    exercise = get_exercise(LESSON, name)
-    outcome = run_exercise(exercise, solution_function(LESSON, name))
-    assert outcome.passed, outcome.message
-    assert outcome.n_passed == len(exercise.checks)
-    stub = run_exercise(exercise, stub_function(LESSON, name))
-    assert not stub.passed and stub.message == NOT_IMPLEMENTED
-    assert [r.status for r in stub.results][1:] == ["skipped"] * (len(stub.results) - 1)
+    go.assert_solution_full_and_stub_not_implemented(LESSON, name)
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])

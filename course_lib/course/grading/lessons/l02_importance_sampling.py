@@ -63,6 +63,7 @@ from course_lib.course.grading.checks import (
     fmt_number,
 )
 from course_lib.course.grading.helpers import assert_scalar_tensor, call_on_copies, fail_if_known_mistake
+from course_lib.course.grading.vocab import quiet_floats
 
 LESSON = "02_importance_sampling"
 
@@ -287,8 +288,7 @@ def _ise_stable(fn: Callable[..., Any]) -> None:
     lt = np.array([-1000.0, -1001.0, -999.5])
     lb = np.array([-1001.0, -1000.0, -999.5])
     expected = (math.e + 1 / math.e + 3.0) / 3
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet_floats():
         got = _scalar(
             call_on_copies(fn, values, lt, lb), f"{ISE}([1, 1, 3], [-1000, -1001, -999.5], [-1001, -1000, -999.5])"
         )
@@ -416,8 +416,7 @@ def _ess_oracle(fn: Callable[..., Any]) -> None:
 
 @check_case("all-zero weights give 0.0, not NaN")
 def _ess_zero(fn: Callable[..., Any]) -> None:
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet_floats():
         got = _ess(fn, np.zeros(4), f"{ESS}([0, 0, 0, 0])")
     assert_true(
         got == 0.0,
@@ -565,8 +564,7 @@ def _eef_stable(fn: Callable[..., Any]) -> None:
     lt = [math.log(0.5), math.log(0.5), -400.0]
     lb = [math.log(0.5), math.log(0.5), -800.0]
     what = f"{EEF}([log 0.5, log 0.5, -400], [log 0.5, log 0.5, -800])"
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet_floats():
         got = _eef(fn, np.array(lt), np.array(lb), what)
     if not math.isfinite(got):
         fail(
@@ -729,8 +727,7 @@ def _tsr_mask_holes(fn: Callable[..., Any]) -> None:
     expected_tokens = np.where(mask, np.exp(log_ratio), 1.0)
     expected_seqs = np.exp(np.where(mask, log_ratio, 0.0).sum(axis=1))
     what = f"{TSR}(a mask with a prompt, a hole and padding)"
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet_floats():
         tokens, seqs = _tsr(fn, new, old, mask, what)
     tokens_f = np.asarray(tokens, dtype=np.float64)
     skipped = mask & np.isclose(tokens_f, 1.0) & ~np.isclose(expected_tokens, 1.0)
@@ -781,8 +778,7 @@ def _tsr_long(fn: Callable[..., Any]) -> None:
     new = old + np.array([[-0.01], [0.005]])
     mask = np.ones((2, n_t), dtype=bool)
     what = f"{TSR}(2 sequences of {n_t} tokens with log-probabilities near -800)"
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet_floats():
         tokens, seqs = _tsr(fn, new, old, mask, what)
     if not (np.all(np.isfinite(tokens)) and np.all(np.isfinite(seqs))):
         fail(

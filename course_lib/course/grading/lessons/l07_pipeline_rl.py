@@ -64,7 +64,8 @@ from course_lib.course.grading.checks import (
     check_case,
     fail,
 )
-from course_lib.course.grading.helpers import assert_numpy_result, assert_raises, fail_if_known_mistake
+from course_lib.course.grading.helpers import assert_numpy_result, fail_if_known_mistake
+from course_lib.course.grading.vocab import assert_value_error
 
 LESSON = "07_pipeline_rl"
 
@@ -348,16 +349,9 @@ def _lag_inputs(fn: Callable[..., Any]) -> None:
 @check_case("a real token newer than the trainer raises ValueError; padding may hold anything")
 def _lag_future(fn: Callable[..., Any]) -> None:
     versions, mask = np.array([[3, 9]]), np.array([[True, True]])
-    assert_raises(
-        ValueError,
-        fn,
-        5,
-        versions.copy(),
-        mask.copy(),
-        other_error=lambda exc: f"{LAG}(5, a version 9) raised {type(exc).__name__}; expected ValueError",
-        no_error=f"{LAG}(5, a version 9) returned; expected ValueError: a token newer than the trainer is a "
-        "bookkeeping bug",
-    )
+    what = f"{LAG}(5, a version 9)"
+    no_error = f"{what} returned; expected ValueError: a token newer than the trainer is a bookkeeping bug"
+    assert_value_error(fn, 5, versions.copy(), mask.copy(), what=what, no_error=no_error)
     _lag_compare(fn, 5, np.array([[3, 99]]), np.array([[True, False]]))
 
 

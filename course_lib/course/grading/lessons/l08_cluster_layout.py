@@ -64,35 +64,18 @@ from course_lib.course.grading.checks import (
     fmt_number,
     short_repr,
 )
-from course_lib.course.grading.helpers import assert_raises
+from course_lib.course.grading.vocab import as_real, assert_value_error, is_int
 from course_lib.layout.model import GPU, H100_SXM, QWEN25_7B, QWEN25_32B, ModelShape
 
 LESSON = "08_cluster_layout"
 
 
-def _real(value: Any) -> float | None:
-    """``value`` as a finite float if it is a real number (not a bool), else None."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None
-
-
 def _finite(value: Any, message: str) -> float:
     """``value`` as a finite float, or fail with ``message``."""
-    f = _real(value)
+    f = as_real(value)
     if f is None:
         raise CheckFailure(message)
     return f
-
-
-def _not_value_error(what: str) -> Callable[[Exception], str]:
-    """The message for ``what`` raising something other than ValueError."""
-    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,7 +157,7 @@ def _mb_slip(fn: Callable[..., Any], case: MbCase, value: float, others: Sequenc
         except LearnerError:
             continue
         slips = _mb_mistakes(*other)
-        matching = [m for m in matching if _real(answer) == slips[m]] or matching
+        matching = [m for m in matching if as_real(answer) == slips[m]] or matching
     return matching[0] if matching else None
 
 
@@ -193,7 +176,7 @@ def _mb_compare(
         raise
     value = _finite(got, f"{what} returned {describe_type(got)}; expected an int (a number of sequences)")
     if value == expected:
-        assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (whole sequences)")
+        assert_true(is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (whole sequences)")
         return
     slip = _mb_slip(fn, (shape, gpu, context, fraction), value, others)
     if slip is not None:
@@ -258,16 +241,8 @@ def _mb_too_big(fn: Callable[..., Any]) -> None:
         (QWEN25_32B, H100_SXM, 32768, "0.75 of a sequence fits"),
     ):
         what = _mb_text(shape, gpu, context, 0.9)
-        assert_raises(
-            ValueError,
-            fn,
-            shape,
-            gpu,
-            context,
-            0.9,
-            other_error=_not_value_error(what),
-            no_error=f"{what} returned; expected ValueError ({why}): a batch of 0 or fewer is no sampler",
-        )
+        no_error = f"{what} returned; expected ValueError ({why}): a batch of 0 or fewer is no sampler"
+        assert_value_error(fn, shape, gpu, context, 0.9, what=what, no_error=no_error)
 
 
 MAX_BATCH = Exercise(
@@ -353,7 +328,7 @@ def _bs_compare(fn: Callable[..., Any], *args: Any) -> None:
             if not math.isclose(wrong, want_star, rel_tol=1e-9) and math.isclose(n_star, wrong, rel_tol=1e-9):
                 fail(f"{what}: n_star = {fmt_number(n_star)}; {message}")
         fail(f"{what}: n_star = {fmt_number(n_star)}; expected {fmt_number(want_star)} (08.6)")
-    if not _is_int(n_samplers):
+    if not is_int(n_samplers):
         fail(f"{what}: n_samplers is {describe_type(n_samplers)}; expected an int (whole GPUs)")
     k = int(n_samplers)
     if not 1 <= k <= args[0] - 1:
@@ -563,7 +538,7 @@ def _mx_slip(fn: Callable[..., Any], args: tuple[Any, ...], value: float, others
             break
         other_args = (other[0], [int(x) for x in other[1]], *other[2:])
         try:
-            answer = _real(call(fn, other[0], copy_input(other[1]), *other[2:]))
+            answer = as_real(call(fn, other[0], copy_input(other[1]), *other[2:]))
         except LearnerError:
             continue
         if answer is None:
@@ -600,7 +575,7 @@ def _mx_compare(
     assert_true(_same_lengths(given, lengths), f"{what} changed the lengths it was given; work on a copy")
     value = _finite(got, f"{what} returned {describe_type(got)}; expected an int (whole optimizer steps)")
     if value == expected:
-        assert_true(_is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (lags are whole steps)")
+        assert_true(is_int(got), f"{what} returned {fmt_number(got)}, a float; return an int (lags are whole steps)")
         return
     message = _mx_slip(fn, args, value, others)
     if message is not None:

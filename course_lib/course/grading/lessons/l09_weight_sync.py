@@ -63,6 +63,7 @@ from course_lib.course.grading.checks import (
     fmt_number,
     short_repr,
 )
+from course_lib.course.grading.vocab import assert_value_error, pass_stub, returned_instead_of_value_error
 
 LESSON = "09_weight_sync"
 # what the exercises may take from the library: the error classes they raise
@@ -70,12 +71,6 @@ ALLOWED = frozenset(
     f"course_lib.weight_sync.integrity.{name}"
     for name in ("CorruptBucketError", "OutOfOrderBucketError", "WeightSyncError")
 )
-
-
-def _pass_stub(exc: LearnerError) -> None:
-    """Re-raise the stub's NotImplementedError, so the report says "not implemented yet"."""
-    if isinstance(exc.error, NotImplementedError):
-        raise exc
 
 
 # ---------------------------------------------------------------------------------------
@@ -358,7 +353,7 @@ def _pack_views(fn: Callable[..., Any]) -> None:
     try:
         buckets, places = _pack(fn, tensors, 1536, 64, clone=False)
     except LearnerError as exc:
-        _pass_stub(exc)
+        pass_stub(exc)
         fail(
             f"{PACK} raised {type(exc.error).__name__} on {VIEWS}: read a tensor's elements in logical order "
             "(reshape, or contiguous() first), not through view() of its memory or its storage"
@@ -589,15 +584,9 @@ def _shard_empty(fn: Callable[..., Any]) -> None:
 @check_case("raises ValueError for a rank outside [0, tp_size) or tp_size < 1")
 def _shard_errors(fn: Callable[..., Any]) -> None:
     for args in ((10, 4, 4), (10, -1, 4), (10, 0, 0)):
-        try:
-            fn(*args)
-        except ValueError:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(f"{SHARD}{args} raised {type(exc).__name__}; expected ValueError")
-        fail(f"{SHARD}{args} returned; expected ValueError (tp_rank must be in [0, tp_size), tp_size >= 1)")
+        what = f"{SHARD}{args}"
+        no_error = returned_instead_of_value_error(what, "tp_rank must be in [0, tp_size), tp_size >= 1")
+        assert_value_error(fn, *args, what=what, no_error=no_error)
 
 
 SHARD_RANGE = Exercise(
@@ -1154,18 +1143,12 @@ def _ut_properties(fn: Callable[..., Any]) -> None:
 
 @check_case("raises ValueError for a method it does not know")
 def _ut_errors(fn: Callable[..., Any]) -> None:
+    methods = ", ".join(METHODS)
     for method in ("flat", "Pipelined", "ring"):
-        try:
-            fn(method, 10**9, 10, 10**8, dict(BY_HAND))
-        except ValueError:
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            fail(
-                f"{UT}({method!r}, ...) raised {type(exc).__name__}; expected ValueError (methods: {', '.join(METHODS)})"
-            )
-        fail(f"{UT}({method!r}, ...) returned; expected ValueError (the methods are {', '.join(METHODS)})")
+        what = f"{UT}({method!r}, ...)"
+        no_error = returned_instead_of_value_error(what, f"the methods are {methods}")
+        args = (method, 10**9, 10, 10**8, dict(BY_HAND))
+        assert_value_error(fn, *args, what=what, no_error=no_error, other=f" (methods: {methods})")
 
 
 UPDATE_TIME = Exercise(

@@ -86,20 +86,15 @@ from course_lib.course.grading.checks import (
     fmt_number,
     short_repr,
 )
-from course_lib.course.grading.helpers import assert_raises, assert_scalar_tensor
+from course_lib.course.grading.helpers import assert_scalar_tensor
+from course_lib.course.grading.vocab import (
+    as_int,
+    assert_value_error,
+    fail_on_violation,
+    returned_instead_of_value_error,
+)
 
 LESSON = "11_capstone"
-
-
-def _int(value: Any) -> int | None:
-    """``value`` as an int if it is an integer (not a bool), else None."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        return None
-    return int(value)
-
-
-def _other_than_value_error(what: str) -> Callable[[Exception], str]:
-    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,14 +165,14 @@ def _ar_answer(fn: Callable[..., Any], rank: int, world_size: int, n_trainers: i
     got = call(fn, rank, world_size, n_trainers)
     if not isinstance(got, dict) or not set(KEYS) <= set(got):
         fail(f"{what} returned {describe_type(got)}; expected a dict with keys {', '.join(KEYS)}")
-    out: dict[str, Any] = {"role": got["role"], "index": _int(got["index"])}
+    out: dict[str, Any] = {"role": got["role"], "index": as_int(got["index"])}
     if out["role"] not in ("trainer", "generator"):
         fail(f"{what}: role is {short_repr(got['role'])}; expected 'trainer' or 'generator'")
     if out["index"] is None:
         fail(f"{what}: index is {describe_type(got['index'])}; expected an int")
     for key in ("trainer_group", "sync_group"):
         members = got[key]
-        if not isinstance(members, list | tuple | range) or any(_int(m) is None for m in members):
+        if not isinstance(members, list | tuple | range) or any(as_int(m) is None for m in members):
             fail(f"{what}: {key} is {describe_type(members)}; expected a list of ranks (ints)")
         out[key] = [int(m) for m in members]
     return out
@@ -265,15 +260,8 @@ def _ar_bad(fn: Callable[..., Any]) -> None:
     )
     for rank, world_size, n_trainers, why in cases:
         what = f"{AR}({rank}, {world_size}, {n_trainers})"
-        assert_raises(
-            ValueError,
-            fn,
-            rank,
-            world_size,
-            n_trainers,
-            other_error=_other_than_value_error(what),
-            no_error=f"{what} returned; expected ValueError ({why}: an impossible layout)",
-        )
+        no_error = returned_instead_of_value_error(what, f"{why}: an impossible layout")
+        assert_value_error(fn, rank, world_size, n_trainers, what=what, no_error=no_error)
 
 
 ASSIGN_ROLES = Exercise(
@@ -349,7 +337,7 @@ def _sa_answer(fn: Callable[..., Any], *args: int) -> tuple[int, bool]:
     got = call(fn, *args)
     if not isinstance(got, tuple | list) or len(got) != 2:
         fail(f"{what} returned {describe_type(got)}; expected a tuple (version, may_start)")
-    hold, start = _int(got[0]), got[1]
+    hold, start = as_int(got[0]), got[1]
     if hold is None:
         fail(f"{what}: the version is {describe_type(got[0])}; expected an int")
     if not isinstance(start, bool | np.bool_):
@@ -543,8 +531,7 @@ def _sa_simulation(fn: Callable[..., Any]) -> None:
             for seed in range(4):
                 run = simulate_handshake(decide, seed=seed, max_lag=max_lag, B=B, channel=channel)
                 where = f"simulated run ({channel} channel, max_lag = {max_lag}, B = {B}, seed {seed})"
-                if run.violation:
-                    fail(f"{where}: {run.violation}")
+                fail_on_violation(where, run)
                 if not run.finished:
                     fail(
                         f"{where}: the run never finished (no group could start: the backpressure bound is too "
@@ -556,12 +543,8 @@ def _sa_simulation(fn: Callable[..., Any]) -> None:
 def _sa_bad(fn: Callable[..., Any]) -> None:
     for args in ((0, 0, 0, 0, -1, 4), (0, 0, 0, 0, 1, 0), (0, 0, 0, 0, 0, -2)):
         what = f"{SA}{args}"
-        assert_raises(
-            ValueError,
-            fn,
-            *args,
-            other_error=_other_than_value_error(what),
-            no_error=f"{what} returned; expected ValueError (max_lag >= 0 and B >= 1)",
+        assert_value_error(
+            fn, *args, what=what, no_error=returned_instead_of_value_error(what, "max_lag >= 0 and B >= 1")
         )
 
 
@@ -696,7 +679,7 @@ def _ra_keys(got: Any, kind: str, what: str) -> list[Key]:
         fail(f"{what}: {kind!r} is {describe_type(value)}; expected a sorted list of (attempt, k) tuples")
     keys: list[Key] = []
     for item in value:
-        if not isinstance(item, list | tuple) or len(item) != 2 or any(_int(x) is None for x in item):
+        if not isinstance(item, list | tuple) or len(item) != 2 or any(as_int(x) is None for x in item):
             fail(f"{what}: {kind!r} holds {short_repr(item)}; expected (attempt, k) tuples of ints")
         keys.append((int(item[0]), int(item[1])))
     return keys
@@ -709,7 +692,11 @@ def _ra_answer(fn: Callable[..., Any], sc: Scenario, what: str) -> Answer:
     out: Answer = {kind: _ra_keys(got, kind, what) for kind in KINDS}
     samples = got["samples"]
     names = ("generated", *KINDS)
-    if not isinstance(samples, dict) or not set(names) <= set(samples) or any(_int(samples[n]) is None for n in names):
+    if (
+        not isinstance(samples, dict)
+        or not set(names) <= set(samples)
+        or any(as_int(samples[n]) is None for n in names)
+    ):
         fail(f"{what}: 'samples' is {describe_type(samples)}; expected a dict of int totals {', '.join(names)}")
     out["samples"] = {n: int(samples[n]) for n in names}
     return out
@@ -1575,7 +1562,7 @@ def _js_poll(fn: JoinFn, store: JoinStore, proc: JoinProc, what: str) -> tuple[s
         not isinstance(got, tuple | list)
         or len(got) != 2
         or got[0] not in ("joined", "superseded")
-        or _int(got[1]) is None
+        or as_int(got[1]) is None
     ):
         fail(f"{what} returned {short_repr(got)}; expected None, ('joined', n) or ('superseded', newest)")
     return str(got[0]), int(got[1])

@@ -69,7 +69,13 @@ from course_lib.course.grading.checks import (
     fmt_number,
     short_repr,
 )
-from course_lib.course.grading.helpers import assert_raises
+from course_lib.course.grading.vocab import (
+    as_int,
+    assert_value_error,
+    fail_on_violation,
+    pin_known,
+    returned_instead_of_value_error,
+)
 
 LESSON = "12_capstone_ray"
 LIBRARY = ("course_lib.capstone_ray",)
@@ -84,13 +90,6 @@ ALLOWED = frozenset(
 _MISSING = object()
 
 
-def _int(value: Any) -> int | None:
-    """``value`` as an int if it is an integer (not a bool), else None."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        return None
-    return int(value)
-
-
 def _field(obj: Any, key: str) -> Any:
     """Attribute ``key`` of the learner's result (a dict's item also works), or ``_MISSING``."""
     if isinstance(obj, Mapping):
@@ -103,13 +102,9 @@ def _field(obj: Any, key: str) -> Any:
 
 def _ints(value: Any, what: str, key: str) -> tuple[int, ...]:
     """A sequence of ints as a tuple, or a failure naming ``key``."""
-    if not isinstance(value, list | tuple) or any(_int(v) is None for v in value):
+    if not isinstance(value, list | tuple) or any(as_int(v) is None for v in value):
         fail(f"{what}: {key} is {describe_type(value)} {short_repr(value)}; expected a tuple of ints")
     return tuple(int(v) for v in value)
-
-
-def _other_than_value_error(what: str) -> Callable[[Exception], str]:
-    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
 
 
 # ---------------------------------------------------------------------------------------
@@ -358,15 +353,8 @@ def _bf_bad(fn: Callable[..., Any]) -> None:
     )
     for layout, n_trainers, n_generators, why in cases:
         what = _bf_what(layout, n_trainers, n_generators)
-        assert_raises(
-            ValueError,
-            fn,
-            layout,
-            n_trainers,
-            n_generators,
-            other_error=_other_than_value_error(what),
-            no_error=f"{what} returned; expected ValueError ({why})",
-        )
+        no_error = returned_instead_of_value_error(what, why)
+        assert_value_error(fn, layout, n_trainers, n_generators, what=what, no_error=no_error)
 
 
 BUNDLES_FOR = Exercise(
@@ -544,14 +532,14 @@ def _admit_answer(fn: Callable[..., Any], case: AdmitCase) -> AdmitOut:
         fail(f"{what}: groups is {describe_type(groups)}; expected a dict generator -> list of groups")
     out: dict[int, tuple[int, ...]] = {}
     for g, ks in groups.items():
-        if _int(g) is None:
+        if as_int(g) is None:
             fail(f"{what}: groups has the key {short_repr(g)}; expected generator indices (ints)")
         if not 0 <= int(g) < len(case.delivered):
             fail(f"{what}: groups has generator {g}, which does not exist (0 .. {len(case.delivered) - 1})")
         taken = _ints(ks, what, f"groups[{g}]")
         if taken:
             out[int(g)] = taken
-    next_k = _int(_field(got, "next_k"))
+    next_k = as_int(_field(got, "next_k"))
     if next_k is None:
         fail(f"{what}: next_k is {describe_type(_field(got, 'next_k'))}; expected an int")
     assert next_k is not None
@@ -684,11 +672,7 @@ def _ad_shape(fn: Callable[..., Any]) -> None:
 
 @check_case("hand-made steps: fewest first, ties, each generator's own version, the bound's edge, todo, room")
 def _ad_known(fn: Callable[..., Any]) -> None:
-    for case, want in KNOWN_ADMITS:
-        _admit_compare(fn, case)
-        got = _admit_answer(fn, case)
-        if got != want:  # the oracle agrees with these by construction; this pins them
-            fail(f"{case.text()}: got {got}; expected {want}")
+    pin_known(fn, KNOWN_ADMITS, compare=_admit_compare, answer=_admit_answer, text=AdmitCase.text)
 
 
 @check_case("random steps against an oracle that deals one group at a time, the bound written as a lag")
@@ -706,12 +690,7 @@ def _ad_simulation(fn: Callable[..., Any]) -> None:
     def learner(case: AdmitCase) -> AdmitOut:
         return _admit_answer(fn, case)
 
-    for config in SIM_CONFIGS:
-        for seed in range(3):
-            run = simulate_controller(learner, naive_death_out, seed=seed, **config)
-            where = f"simulated run ({_sim_text(config)}, seed {seed})"
-            if run.violation:
-                fail(f"{where}: {run.violation}")
+    _fail_on_simulated_runs(learner, naive_death_out)
 
 
 @check_case("does not modify its inputs (todo, delivered, holding, idle)")
@@ -749,13 +728,7 @@ def _ad_bad(fn: Callable[..., Any]) -> None:
     )
     for case, why in cases:
         what = case.text()
-        assert_raises(
-            ValueError,
-            case.invoke,
-            fn,
-            other_error=_other_than_value_error(what),
-            no_error=f"{what} returned; expected ValueError ({why})",
-        )
+        assert_value_error(case.invoke, fn, what=what, no_error=returned_instead_of_value_error(what, why))
 
 
 # ---------------------------------------------------------------------------------------
@@ -824,7 +797,7 @@ def _death_answer(fn: Callable[..., Any], case: DeathCase) -> DeathOut:
         fail(f"{what}: lost_entries is {describe_type(raw)}; expected a tuple of (k, generator, incarnation)")
     entries = []
     for entry in raw:
-        if not isinstance(entry, list | tuple) or len(entry) != 3 or any(_int(x) is None for x in entry):
+        if not isinstance(entry, list | tuple) or len(entry) != 3 or any(as_int(x) is None for x in entry):
             fail(f"{what}: lost_entries holds {short_repr(entry)}; expected (k, generator, incarnation) tuples of ints")
         entries.append((int(entry[0]), int(entry[1]), int(entry[2])))
     todo = _ints(_field(got, "todo"), what, "todo")
@@ -930,11 +903,7 @@ def _gd_shape(fn: Callable[..., Any]) -> None:
 
 @check_case("hand-made deaths: nothing in flight, groups re-admitted out of order, later incarnations, a long todo")
 def _gd_known(fn: Callable[..., Any]) -> None:
-    for case, want in KNOWN_DEATHS:
-        _death_compare(fn, case)
-        got = _death_answer(fn, case)
-        if got != want:  # the oracle agrees with these by construction; this pins them
-            fail(f"{case.text()}: got {got}; expected {want}")
+    pin_known(fn, KNOWN_DEATHS, compare=_death_compare, answer=_death_answer, text=DeathCase.text)
 
 
 @check_case("the ledger at every kill of simulated runs, against a brute-force scan over group ids", time_limit=20.0)
@@ -952,12 +921,7 @@ def _gd_simulation(fn: Callable[..., Any]) -> None:
         case = DeathCase(g, tuple(tuple(ks) for ks in in_flight), tuple(admitted.items()), tuple(todo))
         return _death_answer(fn, case)
 
-    for config in SIM_CONFIGS:
-        for seed in range(3):
-            run = simulate_controller(_oracle_admit, learner, seed=seed, **config)
-            where = f"simulated run ({_sim_text(config)}, seed {seed})"
-            if run.violation:
-                fail(f"{where}: {run.violation}")
+    _fail_on_simulated_runs(_oracle_admit, learner)
 
 
 @check_case("does not modify its inputs (in_flight, admitted, todo)")
@@ -991,13 +955,7 @@ def _gd_bad(fn: Callable[..., Any]) -> None:
     )
     for case, why in cases:
         what = case.text()
-        assert_raises(
-            ValueError,
-            fn,
-            *case.args(),
-            other_error=_other_than_value_error(what),
-            no_error=f"{what} returned; expected ValueError ({why})",
-        )
+        assert_value_error(fn, *case.args(), what=what, no_error=returned_instead_of_value_error(what, why))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1020,6 +978,15 @@ SIM_CONFIGS: tuple[dict[str, int], ...] = (
 
 def _sim_text(config: Mapping[str, int]) -> str:
     return ", ".join(f"{k} = {v}" for k, v in config.items())
+
+
+def _fail_on_simulated_runs(admit_fn: AdmitFn, death_fn: DeathFn) -> None:
+    """Every run of :data:`SIM_CONFIGS` (3 seeds each) with these admission and death
+    handlers (the learner's one, the oracle's other): fail on the first broken rule."""
+    for config in SIM_CONFIGS:
+        for seed in range(3):
+            run = simulate_controller(admit_fn, death_fn, seed=seed, **config)
+            fail_on_violation(f"simulated run ({_sim_text(config)}, seed {seed})", run)
 
 
 def _oracle_admit(case: AdmitCase) -> AdmitOut:
@@ -1393,7 +1360,7 @@ def _loop_of(case: LoopCase) -> LoopRun:
     )
 
     def submit(method: str, g: int) -> Ref:
-        if method != "ready" or _int(g) is None or not 0 <= g < len(run.loop["inc"]):
+        if method != "ready" or as_int(g) is None or not 0 <= g < len(run.loop["inc"]):
             raise ValueError(f"submit({method!r}, {g!r}): the handler submits probes only, ('ready', g)")
         run.next_ref += 1
         ref = Ref(run.next_ref)
@@ -1689,7 +1656,7 @@ def simulate_loop(
         return Ref(state.next_ref)
 
     def submit(method: str, g: int) -> Ref:
-        if method != "ready" or _int(g) is None or not 0 <= g < n_gen:
+        if method != "ready" or as_int(g) is None or not 0 <= g < n_gen:
             raise ValueError(f"submit({method!r}, {g!r}): the handler submits probes only, ('ready', g)")
         ref = new_ref()
         state.submitted.append((ref, method, int(g)))
