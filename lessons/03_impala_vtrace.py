@@ -23,9 +23,7 @@
 # learner's** by some updates. The data is off-policy, and lesson 02's importance weights
 # return. **V-trace** corrects for the lag with *truncated* importance weights, which keep
 # the variance bounded. Finally, **SEED RL** (Espeholt et al. 2020) moves inference from
-# the actors to the learner's accelerator, which changes what crosses the wire
-# (observations and actions, every step, instead of trajectories and weights) and where
-# the accelerator is used.
+# the actors to the learner's accelerator.
 #
 # **Learning goals**
 # 1. Say where the throughput of an actor-learner split comes from, and where the policy lag comes from.
@@ -35,13 +33,13 @@
 #    weights), read its per-phase timers, and measure the policy lag of every batch.
 # 4. Measure, with a *controlled* lag, what no correction, V-trace and on-policy learning do.
 # 5. Compare the IMPALA and SEED RL layouts: frames/s measured here, and when each wins.
-# 6. Know where the system's faults are handled (a killed actor is restarted, the learner
-#    never hangs, no process is left behind): lesson 10 builds and measures it.
 #
 # Builds on lesson 01 (the policy gradient with a baseline) and lesson 02 (importance
 # weights, truncation, staleness).
 
 # %%
+import os
+
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -98,10 +96,10 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # ```
 # actor i (a process, forever):                    learner (one process):
 #     index = next free slot                           wait for batch_size full slots (with a timeout)
-#     pull the newest weights if their version moved   lag = version - oldest version in the batch
-#     for t in 0..T-1: x_t -> a_t ~ mu, log mu,        v_s, A_s = V-trace(...)          (03.1-03.4)
-#         version; step envs -> r_t, done_t            gradient step on L                (03.5)
-#     slot.obs[T] = x_T; hand the index back as full   publish weights, version += 1; free the slots
+#     pull the newest weights if their version moved   copy them into one batch; free the slots
+#     for t in 0..T-1: x_t -> a_t ~ mu, log mu,        lag = version - oldest version in the batch
+#         version; step envs -> r_t, done_t            v_s, A_s = V-trace(...); gradient step on L
+#     slot.obs[T] = x_T; hand the index back as full   publish weights, version += 1
 # ```
 #
 # | equation | function in `course_lib` |
@@ -213,6 +211,19 @@ print(f"{'mu(action 0)':>12} | " + " | ".join(f"{n + ' (mean, std)':>31}" for n 
 for p, c in zip(p_behaviour, chain):
     print(f"{p:>12.1f} | " + " | ".join(f"{c[n].mean():>22.2f} {c[n].std():>8.2f}" for n in names)
           + f" | {c['V-trace fixed point'][0]:>14.2f}")
+n_traj = len(chain[0]["V-trace"])
+mean_of = {n: np.array([c[n].mean() for c in chain]) for n in names}
+std_of = {n: np.array([c[n].std() for c in chain]) for n in names}
+theory = np.array([c["V-trace fixed point"][0] for c in chain])
+drift = p_behaviour < 0.8
+print(f"Monte-Carlo s.e. of a mean (std / sqrt({n_traj:,})): at most "
+      + ", ".join(f"{n} {std_of[n].max() / np.sqrt(n_traj):.3f}" for n in names)
+      + f"; largest |V-trace mean - theory|: {np.abs(mean_of['V-trace'] - theory).max():.2f}")
+assert all(np.abs(mean_of["no correction"] - 8)[drift] > np.abs(mean_of["V-trace"] - 8)[drift])
+assert all(std_of["V-trace"][drift] < std_of["importance sampling"][drift])
+far = p_behaviour <= 0.4
+assert all(std_of["importance sampling"][far] > 3 * std_of["V-trace"][far])
+assert np.abs(mean_of["V-trace"] - theory).max() < 0.25 and np.abs(mean_of["importance sampling"] - 8).max() < 0.5
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -235,11 +246,12 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway:** no correction estimates the *behaviour's* value (biased as soon as the
-# policies differ); importance sampling is unbiased but one target gets noisier and
-# noisier; V-trace sits in between: low variance, and a bias towards $V^{\pi_{\bar\rho}}$,
-# the value of a policy between $\mu$ and $\pi$, exactly as the paper's Theorem 1 says.
-# The noisier importance sampling's targets, the larger its gradient steps' noise; that
-# is why IMPALA truncates.
+# policies differ); importance sampling stays near $V^\pi = 8$, but one of its targets is
+# several times noisier than V-trace's once $\mu$ drifts far. V-trace sits in between: the
+# lowest variance, and a bias towards $V^{\pi_{\bar\rho}}$, the value of a policy between
+# $\mu$ and $\pi$ (the paper's Theorem 1); its mean lands near it (the largest gap is
+# printed above, beside the Monte-Carlo s.e.). The noisier the targets, the noisier the
+# gradient steps; that is why IMPALA truncates.
 
 # %% [markdown]
 # ## 2. Two layouts: IMPALA and SEED RL
@@ -264,26 +276,33 @@ plt.show()
 # preallocated tensors in shared memory (`tensor.share_memory_()`), `n_slots` unrolls of
 # `[T, B]`; only a slot's *index* travels (TorchBeast's free and full queues). Each actor
 # has its own pipe to the learner for those indices, so a killed actor can only break its
-# own pipe (a process killed while holding a *shared* queue's lock wedges every process
-# using that queue). Weights are published as one flat shared tensor with a version
-# number under a seqlock, so no actor can block the learner. Children start with the
-# `forkserver` method (`fork` is unsafe once torch has started threads), run one torch
-# thread each, and exit by themselves if the parent dies.
+# own pipe. Weights are published as one flat shared tensor with a version number under
+# a seqlock, so no actor can block the learner. The seqlock, writer and reader:
+
+# %%
+from course_lib.runtime.weights import SharedWeights
+
+show_source(SharedWeights.publish)
+show_source(SharedWeights.pull)
+
+# %% [markdown]
+# The writer makes the sequence number odd while it copies; a reader retries if the
+# number was odd or changed during its copy. This relies on the stores becoming visible
+# in program order, as on x86; a weakly ordered CPU (ARM) would need memory fences,
+# which these tensor writes do not issue.
 
 # %% [markdown]
 # ## 3. A real IMPALA system on this machine
 #
-# Two actor processes, eight CartPoles each, unrolls of 16 steps, two unrolls per batch;
-# the learner runs in this notebook's process. Everything the run depends on:
+# Actor processes with eight CartPoles each, unrolls of 16 steps; the learner runs in
+# this notebook's process. Everything the run depends on:
 
 # %%
-from dataclasses import replace
-
 from course_lib import describe
 from course_lib.actor_learner.system import ActorLearnerSystem, SystemConfig
 from course_lib.runtime.processes import live_children
 
-system_config = SystemConfig(n_actors=pick(cpu=2, full=8), envs_per_actor=8, unroll=16, batch_size=2)
+system_config = SystemConfig(n_actors=pick(cpu=2, full=8), envs_per_actor=8, unroll=16, batch_size=pick(cpu=2, full=8))
 train_seconds = pick(cpu=6.0, full=60.0)
 print(describe(system_config))
 
@@ -298,28 +317,31 @@ from course_lib.actor_learner.timers import timing_table
 with ActorLearnerSystem(system_config) as system:
     impala = system.train(seconds=train_seconds)
     pids = system.pids()
+first_20, last_20 = np.mean(impala.returns[:20]), np.mean(impala.returns[-20:])
 print(f"{impala.updates} updates, {impala.frames:,} frames in {impala.seconds:.1f} s: "
-      f"{impala.frames_per_second:,.0f} env frames/s")
-print(f"episode return: first 20 episodes {np.mean(impala.returns[:20]):.0f}, last 20 {np.mean(impala.returns[-20:]):.0f}")
-print(timing_table(impala.timings, impala.seconds))
+      f"{impala.frames_per_second:,.0f} env frames/s (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+print(f"episode return: first 20 episodes {first_20:.0f}, last 20 {last_20:.0f}: "
+      + ("the policy learned" if last_20 > first_20 else "the policy did not learn in this run"))
+print(timing_table({process: {**phases, "unaccounted": max(0.0, impala.seconds - sum(phases.values()))}
+                    for process, phases in impala.timings.items()}, impala.seconds))
 
 # %%
 import psutil
 
 assert impala.frames_per_second > 0 and impala.updates > 10
+if current_scale() == "cpu":
+    assert last_20 > first_20, (first_20, last_20)
 assert not live_children() and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
 for process, phases in impala.timings.items():
     assert all(0 <= s <= 1.5 * impala.seconds for s in phases.values()), (process, phases)
-print("the system learned (more than 10 updates); every phase timer is within the wall time; "
-      "no child process is left")
+print("every phase timer is within the wall time; no child process is left")
 
 # %% [markdown]
-# Reading the timers: each actor's time splits into inference (its own policy copy on
-# its CPU), env step, weight sync and waiting for a free slot; the learner's into waiting
-# for a batch, learning and publishing. On two cores the actors and the learner compete
-# for the same CPUs, so "waiting" is where the balance shows: a learner that waits is
-# starved of data (add actors), actors that wait for free slots are ahead of it (add
-# slots or learner compute).
+# Reading the timers (phases in the glossary; "unaccounted" is the rest of the wall
+# time): they measure wall time, so when the load average exceeds the core count a phase
+# also counts the time its process waited for a CPU, and a share is not compute.
+# "Waiting" is where the balance shows: a learner that waits is starved of data (add
+# actors), actors that wait for free slots are ahead of it (add slots or learner compute).
 #
 # **The measured policy lag.** Every consumed unroll has a lag (the learner's version
 # minus the oldest version that acted in it):
@@ -335,29 +357,39 @@ fig.tight_layout()
 plt.show()
 
 # %%
-assert lags.min() >= 0 and np.mean(lags) < 10 and lags.max() <= 100
-print("every lag is >= 0, the mean below 10 updates, the largest at most 100: the data is mildly off-policy")
+median_lag, within_2 = np.median(lags), np.mean(lags <= 2)
+assert lags.min() >= 0 and median_lag <= 2, (median_lag, np.unique(lags, return_counts=True))
+print(f"lag of the {len(lags)} unrolls: median {median_lag:.0f} updates, {100 * within_2:.0f}% within 2 updates, "
+      f"largest {lags.max()}")
 
 # %% [markdown]
-# **Takeaway:** even two actors on one machine produce data that is one or two updates
-# stale most of the time, with a tail. The lag is not a parameter you set: it comes from
-# the number of slots in flight, the actors' speed and the learner's speed. With hundreds
-# of actors it is larger and varies more, which is why the learner must correct for it.
+# **Takeaway:** even a few actors on one machine produce data that is off-policy by the
+# lag printed above. The lag is not a parameter you set: it comes from the number of
+# slots in flight, the actors' speed and the learner's speed. With hundreds of actors it
+# is larger and varies more, which is why the learner must correct for it.
 
 # %% [markdown]
 # ## 4. The ablation: controlled lag, no correction vs V-trace
 #
-# To see what the lag does to learning we control it instead: one process, one loop, and
-# the batch for update $u$ is collected with the learner's weights of update $u - k$ (a
-# ring of parameter snapshots), so every rollout is exactly $k$ updates stale (in the
-# first $k$ updates the initial weights act, so the lag grows from 0 to $k$). Then we
-# compare no correction and V-trace at each $k$, and on-policy learning ($k = 0$, where
-# both coincide). Every (method, $k$, seed) is an independent agent; all of them train at
-# once, stacked along a leading axis and run with one `vmap`-ed network (seeded, so the
-# run is reproducible on a given machine). CartPole runs vary a lot from seed to seed, so
-# every arm gets 16 seeds and we report the mean $\pm$ its standard error (s.e. = standard
-# deviation over seeds / $\sqrt{16}$); a difference counts only where it exceeds twice its
-# s.e. The configuration:
+# To see what the lag does to learning we control it instead: the batch for update $u$
+# is collected with the learner's weights of update $u - k$ (a ring of parameter
+# snapshots), so every rollout is exactly $k$ updates stale (in the first $k$ updates the
+# initial weights act, so the lag grows from 0 to $k$). We compare no correction and
+# V-trace at each $k$, and on-policy learning ($k = 0$, where both coincide). Every
+# (method, $k$, seed) is an independent agent; all train at once with one `vmap`-ed
+# network (seeded, so the run is reproducible on a given machine). CartPole runs vary a
+# lot from seed to seed, so we report the mean over seeds $\pm$ its standard error (s.e.
+# = standard deviation over seeds / $\sqrt{\text{seeds}}$); a difference counts only where
+# it exceeds twice its s.e. The ring hands each agent its acting weights (the clamp at 0
+# is the warm-up):
+
+# %%
+from course_lib.pipeline.lag import _PolicyRing
+
+show_source(_PolicyRing.behaviour)
+
+# %% [markdown]
+# The configuration (the whole ablation runs in one process, on one torch thread):
 
 # %%
 from course_lib.pipeline.lag import METHODS, LagConfig, default_arms, run_lag_ablation
@@ -371,8 +403,6 @@ print("arms:", ", ".join(a.label for a in arms), f"| seeds: 0..{lag_seeds[-1]} (
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-import os
-
 from course_lib import progress
 
 with progress(lag_config.n_updates, "ablation updates (all agents at once)", unit="update") as bar:
@@ -429,6 +459,11 @@ print(f"V-trace's mean return is at no lag lower than no correction's by 2 s.e.;
       f"lags: {', '.join(map(str, separated)) or 'none (within 2 s.e. at every lag)'}; at k = {k_max} V-trace keeps "
       "more entropy (by more than 2 s.e.) and fewer of its seeds collapse; on-policy learning has the highest mean "
       "return and entropy of all arms; the policies drift further apart at the larger lag")
+nc_entropy = ablation.entropy[nc_max].mean(axis=0)  # [updates], mean over seeds
+print(f"at k = {k_max}, entropy (nats) over the last 25% of updates: no correction {ent_mean[nc_max]:.2f}, V-trace "
+      f"{ent_mean[vt_max]:.2f}, on-policy {ent_mean[on_policy]:.2f}; collapsed seeds {collapsed[nc_max]} and "
+      f"{collapsed[vt_max]} of {len(lag_seeds)}; no correction's entropy: {nc_entropy[0]:.2f} at update 0, "
+      f"{nc_entropy[k_max]:.2f} at update {k_max} (the end of the warm-up)")
 
 # %%
 smooth = ablation.smoothed(window=25)
@@ -463,44 +498,27 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Takeaway:** with 16 seeds per arm, the *mean return* does not separate V-trace from
-# no correction at either lag (both differences are within 2 s.e., printed above): at this
-# scale the spread between seeds is larger than the effect. What separates them is *how*
-# they fail. At $k = 64$ the learner has moved far from the policy that acted (the
-# $|\log\pi/\mu|$ column), and without correction the policy's entropy collapses (0.10
-# nats against V-trace's 0.23 and on-policy's 0.34, a gap of more than 6 s.e.). Stale
-# data keeps pushing the policy towards the actions the old policy liked even after the
-# learner already prefers them (the on-policy gradient of a softmax fades as it
-# saturates, $\pi(a)(1-\pi(a))$; the uncorrected one does not), so an early mistake becomes
-# a deterministic habit. V-trace's weights $\min(1, \pi/\mu)$ put the brake back: its
-# seeds keep their entropy, spread half as much, and none collapses. The same truncation
-# also throws signal away: where $\pi$ and $\mu$ differ, ratios are cut, traces $c_i$ are
-# shortened, and V-trace learns from less of each batch, so at this scale its mean return
-# ends no higher. At $k = 16$ neither the return nor the entropy separates the two (both
-# arms have seeds that collapse). On-policy learning has the highest mean return and
-# entropy of all arms: the best fix for lag is still less lag; V-trace makes a large lag
-# survivable, not free. At `full` scale (32 seeds of 1,000 updates with 32 envs, lags 4 to
-# 128; `BENCHMARKS.md`, measured once on a 16-core machine) on-policy learning ends at
-# 355 $\pm$ 26 with 1 of 32 seeds collapsed, and the lag decides the rest. At $k = 4$ both
-# arms collapse: no correction in 32 of 32 seeds (mean return 9), V-trace in 29 (39
-# $\pm$ 18; +1.6 s.e.). At $k = 16$ most seeds of both collapse (22 and 20 of 32) and
-# V-trace ends lower, within noise (95 against 117, -0.5 s.e.). At $k = 64$ and 128
-# V-trace ends higher by 3.4 and 3.1 s.e., with 4 and 8 of its seeds collapsed against no
-# correction's 18 and 18. The collapse at small lags is no bug of the lag ring: it is
-# this learning rate, 3e-3, which only on-policy learning survives: there the gradient
-# that pushes an action fades as $\pi$ saturates. Any lag removes that brake (no correction)
-# or part of it (V-trace cuts ratios above 1, so the push on the action $\pi$ already
-# favours is still weighted by $\mu$); in 1,000 updates of 32 envs nearly every seed at
-# $k = 4$ ends in the always-one-action policy (return 9, entropy 0). Re-measured on this
-# machine (`BENCHMARKS.md`, 8 seeds at full scale, two runs per rate): at 3e-3 and $k = 4$,
-# 7-8 and 5-7 of 8 seeds collapse; at 1e-3, at most 2 and 0 of 8, but on-policy learning is
-# then slower (313 $\pm$ 35 against 411 $\pm$ 32). At this notebook's scale and 3e-3 (16
-# seeds), a lag of a single update already collapses 4 uncorrected seeds (V-trace and
-# on-policy none). Why $k \ge 64$ collapses less is measured, not proven: there the first
-# $k$ updates learn from the initial, near-uniform policy's data, and no correction's
-# learners turn deterministic within them (entropy below 0.05 by update 90 in all 8
-# seeds) on a state-dependent controller (at $k = 64$, median return 343 at update 250),
-# not on one action. The cell above asserts only what holds at both scales.
+# **Takeaway:** the *mean return* separates V-trace from no correction only at the lags
+# printed above; elsewhere the spread between seeds is as large as the effect. What
+# separates them at the largest lag is *how* they fail: the learner has moved far from
+# the policy that acted (the $|\log\pi/\mu|$ column), and without correction the
+# policy's entropy collapses. Stale data keeps pushing the policy towards the actions the
+# old policy liked even after the learner already prefers them (the on-policy gradient of
+# a softmax fades as it saturates, $\pi(a)(1-\pi(a))$; the uncorrected one does not), so
+# an early mistake becomes a deterministic habit. V-trace's weights $\min(1, \pi/\mu)$
+# put part of the brake back. The same truncation also throws signal away (ratios cut,
+# traces $c_i$ shortened), so V-trace learns from less of each batch. On-policy learning
+# has the highest mean return and entropy of all arms: the best fix for lag is still less
+# lag; V-trace makes a large lag survivable, not free.
+#
+# Two limits of this experiment. Its learning rate is one that only on-policy learning
+# survives reliably: even a lag of one update collapses some uncorrected seeds, and at a
+# smaller rate the lagged arms collapse far less (`BENCHMARKS.md`). And in the first $k$
+# updates the initial weights act (the clamp in the ring above): compare no correction's
+# entropy at update 0, at the end of that warm-up, and at the end (printed above). At
+# `full` scale (more seeds, envs and updates, lags from 4 to 128) the returns separate at
+# the two largest lags, and at the smallest both arms collapse most seeds:
+# `BENCHMARKS.md` has that run's table.
 
 # %% [markdown]
 # ## 5. SEED RL: central inference, and throughput measured here
@@ -508,14 +526,22 @@ plt.show()
 # The same system with the `seed` layout: the actors only step environments; one
 # inference process gathers the observations of all actors (waiting at most
 # `batch_wait_s` for stragglers), runs one batched forward pass, writes the actions back
-# and assembles the unrolls into the same shared-memory slots. We measure both layouts at
-# the default network (hidden width 64) and with a wider one (512), where inference is a
-# larger share of the work. This machine's two cores are shared with whatever else runs,
-# and the load drifts from minute to minute, so `compare_layouts` *interleaves* the runs
-# (IMPALA, SEED, IMPALA, SEED, ...: both layouts see the same drift), we compare medians
-# of 3 runs each, and print the load average beside them. Besides frames/s, each run
-# records the CPU seconds the whole system (learner and children) spent per 1,000 frames:
-# what a frame *costs*, which depends much less on what else the machine is doing.
+# and assembles the unrolls into the same shared-memory slots. Unlike SEED RL, where
+# inference runs inside the learner on its accelerator, ours is a separate CPU process
+# beside the learner that pulls the weights through the seqlock. Its loop:
+
+# %%
+from course_lib.actor_learner.seed import _InferenceServer
+
+show_source(_InferenceServer.serve)
+
+# %% [markdown]
+# We measure both layouts at the default network (hidden width 64) and a wider one
+# (512), where inference is a larger share of the work. The machine's load drifts, so
+# `compare_layouts` *interleaves* the runs (IMPALA, SEED, IMPALA, SEED, ...), we compare
+# medians of 3 runs each, and print the load average beside them. The CPU column is what
+# a frame costs (see the glossary). When the load exceeds the core count, frames/s also
+# measures which layout's processes won more of the CPUs.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -535,7 +561,9 @@ print(f"{'layout':<7} {'hidden':>6} {'frames/s: median':>17} {'(runs)':<22} {'CP
       "where actor 0's time went (median run)")
 for (layout, hidden), rs in runs.items():
     mid = sorted(rs, key=lambda r: r.report.frames_per_second)[len(rs) // 2].report
-    busy = ", ".join(f"{k} {100 * v / mid.seconds:.0f}%" for k, v in mid.timings["actor 0"].items())
+    phases = mid.timings["actor 0"]
+    busy = ", ".join(f"{k} {100 * v / mid.seconds:.0f}%" for k, v in phases.items())
+    busy += f", unaccounted {max(0.0, 100 * (1 - sum(phases.values()) / mid.seconds)):.0f}%"
     each = ", ".join(f"{f:,.0f}" for f in fps[layout, hidden])
     print(f"{layout:<7} {hidden:>6} {statistics.median(fps[layout, hidden]):>17,.0f} ({each:<20}) "
           f"{statistics.median(cpu[layout, hidden]):>19.0f} {mid.lags.mean():>9.1f}  {busy}")
@@ -581,36 +609,18 @@ for name, (obs_bytes, n_params, unroll, n_envs) in settings.items():
 # | what crosses the wire | whole unrolls, once per unroll; the **weights**, to every actor, whenever they change | one observation + reward up and one action down, **every step** |
 # | bandwidth | grows with the model size (weights x actors x update rate); fine for small nets | grows with observation size x frame rate; independent of the model size |
 # | where the accelerator is used | only for learning; actors run inference on CPUs, one small batch each | for learning **and** inference, in big batches (the 40-80% cost reduction SEED reports comes from here) |
-# | latency per env step | none added: the policy is local | one round trip actor -> server -> actor per step; needs a fast network (SEED uses gRPC, streaming) and many envs per actor to hide it |
-# | policy lag | an unroll is stale by the time it arrives (weights pulled once per unroll) | nearly on-policy: every step uses the newest weights, a rollout can straddle versions |
+# | latency per env step | none added: the policy is local | one round trip actor -> server -> actor per step; needs a fast network and many envs per actor to hide it |
+# | policy lag | an unroll is stale by the time it arrives (weights pulled once per unroll) | each step uses the server's newest weights, but an unroll still waits for the learner, so it is off-policy too (the lag column above) and V-trace still applies |
 # | wins when | small models, cheap inference, slow or far-away network, no accelerator | large models (inference dominates), an accelerator next to the learner, a fast local network |
 #
-# On this 2-core CPU there is no accelerator, and every process shares the same two
-# cores. The CPU column of section 5's table shows what central inference costs here:
-# one batched forward pass per step instead of one per actor saves little with a 64- or
-# 512-wide MLP, while every env step becomes a round trip through the server (a message
-# each way, a process woken each way). So a SEED frame costs more CPU than an IMPALA frame
-# (asserted above), and SEED's actors spend most of their wall time waiting for actions.
-# Which layout delivers more frames/s then depends on how busy the two cores are; runs on
-# this machine went both ways (see `BENCHMARKS.md`, measured with
-# `python bench/run.py impala_seed`, interleaved, with the load average), so the notebook
-# asserts no direction for frames/s. Central batched inference wins when the policy's
-# forward pass is expensive relative to an env step (large models), when an accelerator
-# beside the learner runs it in big batches, and when actors would otherwise compete for
-# cores with their own forward passes: the table's last row. With a tiny MLP on two
-# cores the actors' own forward passes are cheap, central batching has little to save,
-# and neither layout wins frames/s reliably.
-
-# %% [markdown]
-# ## 6. Faults: where they are handled
-#
-# Processes die: a segfault in a simulator, the out-of-memory killer, a preempted
-# machine. This system's supervisor checks its children at every `poll_s`, restarts a
-# dead actor and hands it the slots the dead one held, catches a frozen one by its
-# heartbeat, and never blocks on a peer that may be gone. **Lesson 10 (fault tolerance)**
-# builds and measures all of it in one place: actors killed every few seconds against no
-# faults, heartbeats, restarts with the current weights, the lag bound under faults, and
-# the checkpoints that make the learner itself restartable.
+# Here there is no accelerator, and every process shares the machine's CPU cores. The
+# CPU column of the table shows what central inference costs: one batched forward pass
+# per step saves little with a 64- or 512-wide MLP, while every env step becomes a round
+# trip through the server (a message and a wake-up each way), so SEED's actors spend most
+# of their wall time waiting for actions. Frames/s then depends on how the processes
+# share the cores, so the notebook asserts no direction for it (`BENCHMARKS.md` has runs
+# that went both ways). Central inference wins when the forward pass is expensive
+# relative to an env step and an accelerator runs it in big batches: the table's last row.
 
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
@@ -618,18 +628,17 @@ for name, (obs_bytes, n_params, unroll, n_envs) in settings.items():
 # | metric | meaning |
 # |---|---|
 # | env frames/s | environment steps consumed by the learner per wall-clock second, from its first batch on (start-up excluded) |
-# | CPU ms / 1k frames | CPU time (user + system) of the learner and every child process per 1,000 frames, over the same window: what a frame costs, whatever else the machine runs |
-# | load average | the operating system's 1-minute average of runnable processes; above the core count (2) the processes queue for CPU |
+# | CPU ms / 1k frames | CPU time (user + system) of the learner and every child process per 1,000 frames, over the same window: what a frame costs |
+# | load average | the operating system's 1-minute average of runnable processes; above the core count the processes queue for CPU |
 # | updates | learner gradient steps; the weights' version equals the number of updates |
 # | policy lag | learner version minus the oldest weight version that acted in an unroll (updates) |
 # | phase timers | seconds each process spent per phase over the same window: actors (wait for free slot, weight sync, inference, env step / wait for actions), inference server (wait for requests, inference, bookkeeping, wait for free slot), learner (wait for batch, learn, publish weights) |
-# | % of wall | a phase's seconds over the measured wall time; a process's phases add up to about 100% |
+# | % of wall | a phase's seconds over the measured wall time, including any wait for a CPU; "unaccounted" is the rest, so a process's rows add up to 100% |
 # | episode return | undiscounted sum of rewards of one episode (CartPole: steps balanced, at most 500) |
 # | mean return, last 25% of updates | the ablation's summary per agent, then mean +- standard error over seeds (s.e. = std / sqrt(seeds)) |
 # | collapsed | seeds whose final return is below 50 (a near-deterministic policy that drops the pole at once) |
 # | abs log pi/mu | the ablation's mean abs(log pi(a|x) - log mu(a|x)) over a batch: how far the learner has moved from the policy that acted |
 # | entropy | mean entropy of the learner's policy on its batch (nats; ln 2 = 0.69 is uniform over CartPole's two actions) |
-# | rho, c, pg rho | the truncated importance weights (03.1), (03.4); `Learner.update` logs the mean ratio and the fraction truncated |
 # | bytes per frame | what crosses between actor and learner per environment step, by direction |
 #
 # ## Summary
@@ -637,20 +646,19 @@ for name, (obs_bytes, n_params, unroll, n_envs) in settings.items():
 # - Actors that act while the learner learns keep both busy; the cost is a policy lag
 #   that the system's timing decides, measured here per batch.
 # - V-trace (03.1-03.4) corrects for the lag with truncated importance weights: bounded
-#   variance, a small bias towards a policy between $\mu$ and $\pi$. Its test is the
+#   variance, a bias towards a policy between $\mu$ and $\pi$. Its test is the
 #   paper's formula written naively; its classic bug is the product's upper index.
 # - Without correction, stale data keeps pushing a saturating policy and, at a large lag,
-#   the entropy collapses; V-trace keeps it and its runs stay together. Its mean return,
-#   over 16 seeds at this scale, is no higher: truncation also discards signal. Less lag
-#   beats any correction.
+#   the entropy collapses; V-trace keeps more of it. Truncation also discards signal, so
+#   its return gains depend on the lag and the scale. Less lag beats any correction.
 # - SEED RL trades trajectories and weights on the wire for observations and actions
 #   every step, and puts inference on the learner's accelerator: it wins with big models
-#   and an accelerator. On a CPU-only box with a tiny MLP its per-step round trips cost
-#   more CPU per frame than batching saves; frames/s then depends on the machine's load.
+#   and an accelerator. On CPUs with a 64-wide MLP its per-step round trips cost more CPU
+#   per frame than batching saves; frames/s then depends on how processes share the cores.
 # - A production actor-learner system is mostly about waits: every one needs a timeout,
-#   a supervisor, and a plan for the state a dead process held.
+#   a supervisor, and a plan for the state a dead process held (lesson 10).
 #
-# **Full scale.** `COURSE_SCALE=full` runs 8 actors, 60-second system runs, and an
+# **Full scale.** `COURSE_SCALE=full` runs 8 actors with batches of 8 unrolls, 60-second system runs, and an
 # ablation over $k \in \{4, 16, 64, 128\}$ with 32 seeds, 32 envs per agent and 1,000 updates; run it with
 # `.venv/bin/course run 03 --scale full` on a machine with at least 8 cores.
 # The throughput table is also measured by `python bench/run.py impala_seed` (see `BENCHMARKS.md`).
@@ -662,7 +670,8 @@ for name, (obs_bytes, n_params, unroll, n_envs) in settings.items():
 # shared-memory buffers, `vtrace_test.py`'s naive ground truth, per-phase timings).
 # L. Espeholt, R. Marinier, P. Stanczyk, K. Wang, M. Michalski, *SEED RL: Scalable and
 # Efficient Deep-RL with Accelerated Central Inference*, ICLR 2020, arXiv 1910.06591.
-# DeepMind rlax, `vtrace.py` (the function-per-trajectory style followed here).
+# DeepMind rlax, `vtrace.py` (per-trajectory functions that also take a $\lambda$ mixing
+# the traces, $c_i = \lambda \min(1, \pi/\mu)$; ours is TorchBeast's `[T, B]` style, $\lambda = 1$).
 #
 # **Exercises:** `exercises/03_impala_vtrace.ipynb`: V-trace targets, the clipped
 # policy-gradient advantages, policy-lag accounting, and one unroll of an actor. Grade with

@@ -71,7 +71,10 @@ def architecture_diagram(n_actors: int = 3) -> Figure:
         ax.set_title(title, fontsize=10)
         ax.set_xlim(-1.3, 6.3)
         ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
-        ax.set_xlabel("left: actor processes (machines); right: the learner's process (machine)", fontsize=8)
+        ax.set_xlabel(
+            "left: actor processes; right: the learner's process (one machine here, a cluster in the papers)",
+            fontsize=8,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         for side in ("top", "right", "left", "bottom"):

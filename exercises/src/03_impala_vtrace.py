@@ -173,33 +173,26 @@ check("03_impala_vtrace", "pg_advantages", pg_advantages)
 # takes `batch_size` full slots, learns from them, and hands them back as free. The
 # learner counts its updates: its weights have *version* $u$ after $u$ updates, and every
 # action an actor takes is stamped with the version that chose it, so a slot carries
-# `versions[t, b]`. Write one step of the learner:
+# `versions[t, b]`. Write one step of the learner: from the full slots `full`, one
+# gradient step, the freed slots, the published weights and the policy lag of each column.
 #
-# ```
-# batch <- the slots of full, copied out of shared memory, side by side along B (full[0] first)
-# hand every slot of full back to the actors          (they refill it while the learner computes)
-# lag   <- per column of the batch: the learner's version minus the column's oldest version
-# one gradient step on the batch (03.5)                (learner.update moves learner.version on by one)
-# publish the learner's model, stamped with its new version
-# return lag                                          (int64 [len(full) * B])
-# ```
+# What must hold when your function returns:
 #
-# Why this order:
-#
-# * **Copy, then free.** A slot's tensors are views of shared memory: once its index is
-#   back in `free_queue` an actor may overwrite it at once, so the batch must already be a
-#   copy. Freeing *before* the update is where the actor-learner split gets its
-#   throughput: acting and learning overlap (the lesson's pseudocode lists the free last;
-#   its system frees as soon as the batch is copied, and so do you).
-# * **The lag at the version that learns.** The gradient is computed with the weights of
-#   version `learner.version` as the step starts, so a column's lag counts from there, from
-#   its *oldest* step: weights can arrive in the middle of an unroll (SEED RL's central
-#   inference reloads them between steps), so the versions of one column may differ. A
-#   version newer than the learner's is impossible and means the bookkeeping is broken:
-#   raise `ValueError` before learning or publishing anything.
-# * **Publish the new version.** After the update the weights are version
-#   `learner.version` (one more than before); the actors pull them and stamp their next
-#   actions with that number, so a wrong stamp makes every later lag wrong.
+# * **The batch is a copy, and the slots are free before the update.** A slot's tensors
+#   are views of shared memory: once its index is back in `free_queue`, an actor may
+#   overwrite it at once. Every slot of `full` (and no other) is handed back exactly once,
+#   and all of them before `learner.update` is called, so acting and learning overlap
+#   (that overlap is the split's throughput); the batch `learner.update` receives must not
+#   change when an actor refills a freed slot.
+# * **The lag is measured at the version that learns.** The return value holds, per column
+#   of the batch, the learner's version *before* the update minus the *oldest* version in
+#   that column (weights can arrive in the middle of an unroll, so a column's versions may
+#   differ). A version newer than the learner's means broken bookkeeping: raise
+#   `ValueError`, and then neither learn nor publish.
+# * **One update, then one publish of the new version.** `learner.update` is called once;
+#   afterwards the weights are published once, as `learner.model` stamped with the
+#   version the update produced: the actors stamp their next actions with it, so a wrong
+#   stamp makes every later lag wrong.
 #
 # `slots` is a dict of torch tensors, one per field, with the slot index first:
 # `obs [n_slots, T + 1, B, obs_dim]`, `actions`, `behaviour_logp`, `rewards`, `dones`,
@@ -212,15 +205,11 @@ check("03_impala_vtrace", "pg_advantages", pg_advantages)
 # **How it is graded:** with fakes that record the order of events: a free queue whose
 # `put` overwrites the slot at once, as an actor refilling it would (a batch that is still
 # a view of the slots changes); a learner whose `update` records the batch it receives and
-# which slots were already free; weights that record what was published, and when. For 1,
-# 2 and 3 slots: the batch must hold the full slots' data side by side in the order of
-# `full`; every slot of `full` must be freed once, before the update, and no other; each
-# column's lag counts from its oldest version (versions that change mid-unroll) at the
-# version before the update; a future version raises `ValueError` with neither update nor
-# publish; the weights are published once, after the update, as `learner.model` with the
-# new version. Freeing before copying, freeing after the update, the lag from the newest
-# version or measured after the update, and publishing the old version or before the
-# update are named in the message.
+# which slots were already free; weights that record what was published, and when. Each
+# invariant above is checked for 1, 2 and 3 slots, with versions that change mid-unroll;
+# the usual slips (freeing before copying or after the update, the lag from the newest
+# version or after the update, publishing the old version or before the update) are
+# named in the message.
 
 # %% tags=["exercise"]
 def learner_step(slots, full, free_queue, learner, weights):
@@ -289,21 +278,19 @@ check("03_impala_vtrace", "learner_step", learner_step)
 #
 # An IMPALA actor owns a copy of the policy and a vector of `B` environments. Given one
 # free slot of the shared-memory rollout buffer (a dict of preallocated torch tensors),
-# it fills the slot with one unroll of `T = slot["actions"].shape[0]` steps:
+# it fills the slot with one unroll of `T = slot["actions"].shape[0]` steps, starting
+# from the observations `obs` (`envs` resets an ended episode in the same step). When it
+# returns, row `t` of the slot describes step `t` of the unroll, for every `t < T`:
 #
-# ```
-# for t = 0 .. T-1:
-#     slot["obs"][t]            = x_t                         (the observation the action is chosen at)
-#     a_t ~ softmax(logits),  logits, _ = policy(x_t)          (sample with `generator`)
-#     slot["actions"][t]        = a_t
-#     slot["behaviour_logp"][t] = log mu(a_t | x_t)            (the learner needs it for pi/mu)
-#     slot["versions"][t]       = version
-#     x_{t+1}, r_t, terminated, truncated, _ = envs.step(a_t)   (same-step autoreset)
-#     slot["rewards"][t]        = r_t
-#     slot["dones"][t]          = terminated or truncated
-# slot["obs"][T] = x_T                                          (the bootstrap state)
-# return x_T                                                    (the next unroll starts there)
-# ```
+# | field | row `t` holds |
+# |---|---|
+# | `obs` (`[T + 1, B, obs_dim]`) | $x_t$, the observation the action was chosen at; row `T` holds $x_T$, the bootstrap state |
+# | `actions` (`[T, B]`, like the rest) | $a_t$, *sampled* from $\mu(\cdot\mid x_t)$ = softmax of the policy's logits, with `generator` only |
+# | `behaviour_logp` | $\log\mu(a_t\mid x_t)$ under the acting policy (the learner needs it for $\pi/\mu$) |
+# | `versions` | `version`, the weights that chose $a_t$ |
+# | `rewards`, `dones` | what the step returned: $r_t$, and whether the episode ended (terminated *or* truncated) |
+#
+# The function returns $x_T$ (the next unroll starts there).
 #
 # `obs` is the `[B, obs_dim]` numpy array of current observations; `policy` maps a
 # float32 tensor `[B, obs_dim]` to `(logits [B, K], values [B])`. Act under
