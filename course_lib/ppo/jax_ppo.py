@@ -305,8 +305,9 @@ def shuffle_order(key: Array, n_epochs: int, n: int) -> Array:
     ``ceil(log2 n)`` bits. Sorting the keys of every epoch at once (one batched sort)
     orders the samples randomly, and the low bits read off the permutation. Two samples
     whose random bits tie keep their index order, a bias of about ``n^2 / 2^(33 - bits)``
-    pairs per epoch (~0.016 for ``n`` = 512). ``jax.random.permutation`` per epoch costs
-    several key-value sorts each; in the training loop this is measurably cheaper.
+    pairs per epoch (~0.016 for ``n`` = 512). ``jax.random.permutation`` per epoch is a
+    key split and a key-value sort of its own (one round at ``n`` = 512); one batched sort for
+    every epoch was measurably cheaper in the training loop (``BENCHMARKS.md``).
     """
     bits = max(1, (n - 1).bit_length())
     if bits > 16:

@@ -31,7 +31,7 @@
 # | 1. `cartpole_step`: the pure env step | 15 | ★★☆ | 20 min |
 # | 2. `gae_scan`: GAE by a reverse `lax.scan` | 15 | ★★☆ | 20 min |
 # | 3. `autoreset_td_targets`: bootstrapping after an auto-reset | 10 | ★★☆ | 20 min |
-# | 4. `train_grid`: vmap a training function over seeds and learning rates | 10 | ★☆☆ | 15 min |
+# | 4. `make_minibatches`: the minibatch shuffle of PPO's update | 10 | ★★☆ | 20 min |
 
 # %%
 import jax
@@ -261,60 +261,77 @@ print("y =", np.round(np.asarray(y).ravel(), 4), " (by hand: 2, 1, 5, 3.5)")
 check("04_purejaxrl", "autoreset_td_targets", autoreset_td_targets)
 
 # %% [markdown]
-# ## Exercise 4 · Vmap a training function over seeds and learning rates (★☆☆, 15 min, 10 points)
+# ## Exercise 4 · The minibatch shuffle of PPO's update (★★☆, 20 min, 10 points)
 #
-# `train(key, lr)` is a whole training run as a pure function (like
-# `course_lib.ppo.jax_ppo.make_train(config)`): it returns a pytree (for example a dict of
-# per-update metrics). Run it for `n_seeds` seeds and every learning rate in `lrs` as **one**
-# vmapped program, and return the pytree with two leading axes `[len(lrs), n_seeds]`.
-# Use the seeds `jax.random.split(key, n_seeds)`, the *same* seeds for every learning
-# rate (so that the learning rates are compared on common random numbers).
+# After a rollout and its advantages, PPO's update cuts the rollout into minibatches and
+# takes one gradient step on each. The rollout is a pytree (a dict, tuple or NamedTuple)
+# whose leaves are `[T, B, ...]` arrays: observations `[T, B, 4]`, actions `[T, B]`,
+# advantages `[T, B]`, and so on. Consecutive steps of one env are strongly correlated, and
+# so are the `B` envs at one time step early in training, so a minibatch must be a random
+# sample of **all** `T * B` samples; and a sample's observation, action, advantage and
+# target must stay together, or the gradient pairs one sample's action with another's
+# advantage.
 #
-# **How it is graded:** against a Python loop over learning rates and seeds, on a small
-# pure training function; the function must be traced once, and the program itself is
-# inspected (`jax.make_jaxpr`): it must hold the training function's loop exactly once,
-# carrying every (learning rate, seed) run at once (a Python loop over a jitted `train`
-# is traced once too, but leaves one copy of the loop per cell) and nothing run on the
-# host; seeds must differ across the seed axis and match across the learning-rate axis.
+# Write `make_minibatches(key, batch, n_minibatches)`: flatten every leaf's two leading
+# axes into one of length `T * B`, reorder it by **one** random permutation drawn from
+# `key` and shared by every leaf, and reshape it to `[n_minibatches, T * B / n_minibatches, ...]`
+# (the trailing axes unchanged). `n_minibatches` is a Python int; when `T * B` does not
+# split into `n_minibatches` equal minibatches, raise a `ValueError` whose message names
+# both numbers (silently dropping the remainder would train on a biased subset). The
+# lesson's `shuffled_minibatches` does the same for every epoch at once.
+#
+# **How it is graded:** on rollouts whose every entry holds its sample's index, under
+# `jax.jit` with `n_minibatches` static, for several `T`, `B` and `n_minibatches`: the
+# output keeps the batch's pytree structure and shapes, every sample appears exactly once,
+# every leaf is in the same order (pairs stay aligned), the same key gives the same order,
+# different keys give different orders, and the order is neither the identity, nor a
+# rotation, nor a shuffle of the time steps within each env (each env keeping its column)
+# or of the envs only. The program itself is inspected (`jax.make_jaxpr` with abstract
+# inputs): it must hold no loop (`lax.scan`, `fori_loop`), must not grow with `T * B` (a
+# Python loop over samples is unrolled into one copy per sample), and must call nothing
+# on the host.
 
 # %% tags=["exercise"]
-def train_grid(train, key, n_seeds, lrs):
-    """Run train(key, lr) for every (lr, seed) as one vmapped program.
+def make_minibatches(key, batch, n_minibatches):
+    """Shuffle a rollout's T * B samples and cut them into minibatches.
 
     Args:
-        train: a pure function (key, lr) -> pytree.
-        key: a jax.random key; the seeds are jax.random.split(key, n_seeds).
-        n_seeds: number of seeds.
-        lrs: a sequence or 1-D array of learning rates.
+        key: a jax.random key.
+        batch: a pytree whose leaves are [T, B, ...] arrays (the same T and B for every leaf).
+        n_minibatches: a Python int that divides T * B.
 
     Returns:
-        train's pytree with leading axes [len(lrs), n_seeds].
+        the same pytree with leaves [n_minibatches, T * B // n_minibatches, ...], every leaf
+        reordered by one shared random permutation of the T * B samples.
+
+    Raises:
+        ValueError: T * B is not divisible by n_minibatches.
     """
     ### BEGIN SOLUTION
-    keys = jax.random.split(key, n_seeds)
-    over_seeds = jax.vmap(train, in_axes=(0, None))
-    return jax.vmap(over_seeds, in_axes=(None, 0))(keys, jnp.asarray(lrs))
+    n_t, n_b = jax.tree.leaves(batch)[0].shape[:2]
+    n = n_t * n_b
+    if n % n_minibatches:
+        raise ValueError(f"T * B = {n} samples do not split into {n_minibatches} equal minibatches")
+    order = jax.random.permutation(key, n)
+
+    def shuffle(x):
+        flat = x.reshape((n,) + x.shape[2:])
+        return jnp.take(flat, order, axis=0).reshape((n_minibatches, n // n_minibatches) + x.shape[2:])
+
+    return jax.tree.map(shuffle, batch)
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-def toy_train(key, lr):
-    """Gradient descent on (w - target)^2 for 50 steps from a random start; returns the loss curve."""
-    w = jax.random.normal(key)
-
-    def step(w, _):
-        loss = (w - 3.0) ** 2
-        return w - lr * 2.0 * (w - 3.0), loss
-
-    _, losses = jax.lax.scan(step, w, None, length=50)
-    return {"loss": losses}
-
-
-out = jax.jit(lambda k: train_grid(toy_train, k, 4, jnp.array([0.01, 0.1, 0.5])))(jax.random.key(0))
-print("loss curves:", out["loss"].shape, " final loss per lr:", np.round(np.asarray(out["loss"][:, :, -1].mean(1)), 4))
+ids = jnp.arange(12.0).reshape(4, 3)  # T = 4 steps of B = 3 envs; sample t * B + b holds the number t * B + b
+rollout = {"obs": jnp.stack([ids, 100 + ids], axis=-1), "action": ids.astype(jnp.int32)}
+mbs = jax.jit(make_minibatches, static_argnums=2)(jax.random.key(0), rollout, 3)
+print("obs", mbs["obs"].shape, " action", mbs["action"].shape)
+print("sample ids per minibatch:", np.asarray(mbs["action"]).tolist())
+print("observations still match their actions:", bool((mbs["obs"][..., 0] == mbs["action"]).all()))
 
 # %% tags=["exercise-check"]
-check("04_purejaxrl", "train_grid", train_grid)
+check("04_purejaxrl", "make_minibatches", make_minibatches)
 
 # %% [markdown]
 # When every check passes, grade the whole notebook:

@@ -3,7 +3,7 @@
 
 from conftest import Mutant
 
-CS, GS, TD, TG = "cartpole_step", "gae_scan", "autoreset_td_targets", "train_grid"
+CS, GS, TD, MB = "cartpole_step", "gae_scan", "autoreset_td_targets", "make_minibatches"
 TERM = "terminated = (jnp.abs(new_x) > params.x_threshold) | (jnp.abs(new_theta) > params.theta_threshold_radians)"
 ADV = "adv = delta + gamma * lam * nd * next_adv"
 SCAN = "jax.lax.scan(step, init, (rewards, values, not_done), reverse=True)"
@@ -11,7 +11,12 @@ EULER = (
     "new_x = x + params.tau * x_dot\n    new_x_dot = x_dot + params.tau * x_acc\n"
     "    new_theta = theta + params.tau * theta_dot\n    new_theta_dot = theta_dot + params.tau * theta_acc"
 )
-GRID = "jax.vmap(over_seeds, in_axes=(None, 0))(keys, jnp.asarray(lrs))"
+ORDER = "order = jax.random.permutation(key, n)"
+TAKE = "jnp.take(flat, order, axis=0)"
+CHECK = (
+    "    if n % n_minibatches:\n"
+    '        raise ValueError(f"T * B = {n} samples do not split into {n_minibatches} equal minibatches")\n'
+)
 
 MUTANTS: list[Mutant] = [
     # cartpole_step
@@ -143,36 +148,52 @@ MUTANTS: list[Mutant] = [
         "values",
         "is wrong at index",
     ),
-    # train_grid
+    # make_minibatches
+    Mutant(MB, "not_shuffled", ORDER, "order = jnp.arange(n)", "not shuffled"),
     Mutant(
-        TG,
-        "axes_swapped",
-        GRID,
-        "jax.vmap(jax.vmap(train, in_axes=(None, 0)), in_axes=(0, None))(keys, jnp.asarray(lrs))",
-        "put the learning rates first",
+        MB,
+        "draws_with_replacement",
+        ORDER,
+        "order = jax.random.randint(key, (n,), 0, n)",
+        "must appear exactly once",
     ),
+    Mutant(MB, "no_divisibility_check", CHECK, "", "not a ValueError"),
+    # wrong mechanism (issue 45): a permutation drawn per leaf (a key split per leaf): every leaf is a
+    # permutation of the samples, but an observation is paired with another sample's action
     Mutant(
-        TG,
-        "one_key",
-        "keys = jax.random.split(key, n_seeds)",
-        "keys = jnp.stack([key] * n_seeds)",
-        "every seed gave the same run",
+        MB,
+        "permutation_per_leaf",
+        "    def shuffle(x):\n        flat = x.reshape((n,) + x.shape[2:])\n        return " + TAKE,
+        "    def shuffle(x):\n        flat = x.reshape((n,) + x.shape[2:])\n"
+        "        return jnp.take(flat, jax.random.permutation(jax.random.fold_in(key, x.ndim * 7 + x.shape[-1]), n), "
+        "axis=0)",
+        "different permutations",
     ),
+    # wrong mechanism (issue 45): the time steps shuffled within each env (one permutation of T), every env
+    # keeping its column: each minibatch holds whole time steps of every env
     Mutant(
-        TG,
-        "python_loop",
-        "return " + GRID,
-        "return jax.tree.map(lambda *xs: jnp.stack(xs), *[over_seeds(keys, lr) for lr in jnp.asarray(lrs)])",
-        "traced 2 times",
+        MB,
+        "shuffle_within_each_env",
+        ORDER,
+        "order = (jax.random.permutation(key, n_t)[:, None] * n_b + jnp.arange(n_b)).reshape(-1)",
+        "only the time steps are shuffled",
     ),
+    # wrong mechanism (issue 45): a rotation by a random offset: every sample once, key-dependent, not a shuffle
     Mutant(
-        TG,
-        "loop_over_jitted_train",
-        "return " + GRID,
-        "jitted = jax.jit(train)\n"
-        "    cells = [jitted(k, lr) for lr in jnp.asarray(lrs) for k in keys]\n"
-        "    return jax.tree.map(lambda *xs: jnp.stack(xs).reshape((len(lrs), n_seeds) + xs[0].shape), *cells)",
-        "copies of train's loop",
+        MB,
+        "random_rotation",
+        ORDER,
+        "order = (jnp.arange(n) + jax.random.randint(key, (), 0, n)) % n",
+        "a rotation",
+    ),
+    # wrong mechanism (issue 45): a Python loop over samples, gathering one row per sample (right numbers;
+    # the program grows with T * B)
+    Mutant(
+        MB,
+        "python_loop_over_samples",
+        "return " + TAKE,
+        "return jnp.stack([flat[order[i]] for i in range(n)])",
+        "grows with the batch",
     ),
     # wrong mechanism (issue 45): gymnasium's numbers written in, so only the default CartPole steps right
     Mutant(

@@ -1,6 +1,6 @@
 """Lesson 04's graded exercises: the pure CartPole step, GAE by a reverse ``lax.scan``,
-the TD targets of an auto-reset rollout (truncation vs termination), and vmapping a
-training function over seeds and learning rates.
+the TD targets of an auto-reset rollout (truncation vs termination), and the minibatch
+shuffle of PPO's update step.
 
 The learner writes:
 
@@ -8,7 +8,7 @@ The learner writes:
 * ``gae_scan(rewards, values, dones, last_value, gamma, lam) -> advantages [T, B]``  (04.2-04.3)
 * ``autoreset_td_targets(rewards, values, terminated, truncated, final_values, last_value, gamma)
   -> targets [T, B]``  (04.2)
-* ``train_grid(train, key, n_seeds, lrs) -> pytree [len(lrs), n_seeds, ...]``
+* ``make_minibatches(key, batch, n_minibatches) -> pytree [n_minibatches, T * B / n_minibatches, ...]``
 
 What each exercise teaches, and how its checks observe it:
 
@@ -23,17 +23,19 @@ What each exercise teaches, and how its checks observe it:
 * ``autoreset_td_targets``, mechanism: after an auto-reset the bootstrap is selected per step (final obs after
   an end, the next obs otherwise, 0 after a termination) without reading the undefined entries; observed: a
   case-by-case oracle over several gamma, NaN and inf where ``final_values`` is undefined, no host callback.
-* ``train_grid``, mechanism: one program vmapped over seeds and learning rates (common random numbers across
-  learning rates); observed: train traced once, the jaxpr holds train's loop once carrying every run, no host
-  callback, seeds equal across the learning-rate axis.
+* ``make_minibatches``, mechanism: a pytree rollout [T, B, ...] flattened to [T * B, ...], one permutation drawn
+  from the key and applied to every leaf, cut into equal minibatches; observed: every sample exactly once in
+  every leaf, the leaves aligned (one permutation), the order repeatable for a key, different across keys, not the
+  identity, a rotation, a shuffle of the time axis within each env or of the envs only; a ValueError naming the
+  numbers when T * B does not split; the jaxpr holds no loop, does not grow with T * B, and no host callback.
 
 The checks never call ``course_lib.envs`` or ``course_lib.ppo.jax_ppo``: the env step is
 compared with gymnasium's own ``CartPole-v1``, GAE with a Python loop that sums the
-discounted deltas term by term, the TD targets with a case-by-case loop, and the grid
-with a Python loop over learning rates and seeds. Every learner function is also called
+discounted deltas term by term, the TD targets with a case-by-case loop, and the
+minibatches with sample ids written into every leaf. Every learner function is also called
 under ``jax.jit`` (and ``jax.vmap`` where it applies), as the lesson's training loop does;
-``gae_scan`` and ``train_grid`` are also checked for their structure (the jaxpr: one
-reverse scan over time; one vmapped program over the grid), and every exercise's program
+``gae_scan`` and ``make_minibatches`` are also checked for their structure (the jaxpr: one
+reverse scan over time; no loop over samples), and every exercise's program
 for host callbacks (:func:`refuse_host_callbacks`).
 """
 
@@ -585,7 +587,7 @@ def _gae_step_problem(scan: Any, n_t: int, n_b: int) -> str | None:
 def _gs_structure(fn: Callable[..., Any]) -> None:
     import jax.numpy as jnp
 
-    sizes = {}
+    sizes: dict[int, int] = {}
     for n_t in (8, 32):
         data = _gs_data(30 + n_t, n_t, 3)
         args = [jnp.asarray(data[k]) for k in ("rewards", "values", "dones", "last_value")]
@@ -849,141 +851,199 @@ AUTORESET_TD_TARGETS = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 4: train_grid
+# Exercise 4: make_minibatches
 # ---------------------------------------------------------------------------------------
 
-TG = "train_grid"
+MB = "make_minibatches"
 
 
-def _toy(counter: list[int]) -> Callable[..., Any]:
-    """A pure 'training run' (key, lr) -> dict whose output depends on both; counts its traces."""
+def _mb_batch(n_t: int, n_b: int) -> dict[str, Any]:
+    """A rollout pytree ``[T, B, ...]`` whose every entry says which sample it belongs to: sample
+    ``i = t * B + b`` has ``obs = [i, 1000 + i, 2000 + i]``, ``action = i`` and ``(adv, target) = (i, -i)``."""
+    import jax.numpy as jnp
+
+    ids = np.arange(n_t * n_b, dtype=np.float32).reshape(n_t, n_b)
+    obs = np.stack([ids, 1000.0 + ids, 2000.0 + ids], axis=-1)
+    return {
+        "obs": jnp.asarray(obs),
+        "action": jnp.asarray(ids.astype(np.int32)),
+        "extra": (jnp.asarray(ids), jnp.asarray(-ids)),
+    }
+
+
+def _mb_run(fn: Callable[..., Any], key: Any, n_t: int, n_b: int, n_mb: int) -> NDArray[np.int64]:
+    """The learner's minibatches of :func:`_mb_batch` under ``jax.jit`` (``n_minibatches``
+    static), checked for structure, shapes and alignment; returns the sample order ``[M, N/M]``."""
+    import jax
+
+    n = n_t * n_b
+    batch = _mb_batch(n_t, n_b)
+    out = _jit_call(fn, MB, key, batch, n_mb, static=(2,))  # one compilation per shape and n_mb
+    if out is None:
+        fail(f"{MB} returned None; did you forget to `return` the minibatches?")
+    got_tree, want_tree = str(jax.tree.structure(out)), str(jax.tree.structure(batch))
+    if got_tree != want_tree:
+        fail(
+            f"{MB} returned a {got_tree}; expected the batch's own pytree structure {want_tree} "
+            "(map every leaf with jax.tree.map)"
+        )
+    obs, action = _np(out["obs"], f"{MB}(...)['obs']"), _np(out["action"], f"{MB}(...)['action']")
+    adv, target = (_np(x, f"{MB}(...)['extra']") for x in out["extra"])
+    shape = (n_mb, n // n_mb)
+    for what, got, want in (
+        ("['obs']", obs.shape, shape + (3,)),
+        ("['action']", action.shape, shape),
+        ("['extra'][0]", adv.shape, shape),
+    ):
+        if got != want:
+            fail(
+                f"{MB}(...){what} has shape {got} for T = {n_t}, B = {n_b}, n_minibatches = {n_mb}; expected {want} "
+                "= [n_minibatches, T * B / n_minibatches, ...] (flatten T and B into one axis, then cut it)"
+            )
+    order = obs[..., 0].astype(np.int64)
+    counts = np.bincount(order.ravel(), minlength=n)
+    if len(counts) != n or (counts != 1).any():
+        i = int(np.argmax(counts != 1)) if len(counts) == n else int(order.max())
+        fail(
+            f"{MB}: sample {i} appears {int(counts[i]) if i < len(counts) else 0} times among the minibatches of "
+            f"T * B = {n} samples; every sample must appear exactly once (a permutation, not draws with replacement)"
+        )
+    if not np.array_equal(obs[..., 1], 1000.0 + obs[..., 0]) or not np.array_equal(obs[..., 2], 2000.0 + obs[..., 0]):
+        fail(
+            f"{MB}: the features of one observation were shuffled apart; permute whole samples (axis 0 after flattening)"
+        )
+    for what, leaf, sign in (("['action']", action, 1.0), ("['extra'][0]", adv, 1.0), ("['extra'][1]", target, -1.0)):
+        if not np.array_equal(sign * leaf.astype(np.float64), order.astype(np.float64)):
+            fail(
+                f"{MB}: {what} is not in the same order as ['obs']: the leaves were shuffled by different "
+                "permutations, so an observation is paired with another sample's action; draw ONE permutation "
+                "and apply it to every leaf"
+            )
+    return order
+
+
+@check_case(
+    "every sample exactly once, in minibatches of [n_minibatches, T*B/n_minibatches], leaves aligned", time_limit=60.0
+)
+def _mb_shapes(fn: Callable[..., Any]) -> None:
+    import jax
+
+    for n_t, n_b, n_mb in ((8, 4, 4), (6, 5, 3), (8, 4, 1), (4, 3, 12)):
+        _mb_run(fn, jax.random.key(n_t * n_b), n_t, n_b, n_mb)
+
+
+@check_case(
+    "a random shuffle of the whole batch: key-dependent, repeatable, mixing envs and time steps", time_limit=60.0
+)
+def _mb_shuffle(fn: Callable[..., Any]) -> None:
+    import jax
+
+    n_t, n_b, n_mb = 16, 8, 4
+    n = n_t * n_b
+    orders = [_mb_run(fn, jax.random.key(s), n_t, n_b, n_mb).ravel() for s in range(6)]
+    again = _mb_run(fn, jax.random.key(0), n_t, n_b, n_mb).ravel()
+    assert_true(
+        np.array_equal(orders[0], again),
+        f"{MB}: the same key gave two different orders; draw the permutation from `key` only",
+    )
+    if all(np.array_equal(o, np.arange(n)) for o in orders):
+        fail(f"{MB}: the samples come out in their original order: the batch is not shuffled")
+    if len({tuple(o) for o in orders}) < len(orders):
+        fail(f"{MB}: different keys gave the same order; draw the permutation from `key` (jax.random.permutation)")
+    position = np.arange(n)
+    env_kept = np.mean([np.mean(o % n_b == position % n_b) for o in orders])
+    if env_kept > 0.9:
+        fail(
+            f"{MB}: every sample stays in its env's column ({env_kept:.0%} of positions keep their env): only the "
+            "time steps are shuffled, within each env, so each minibatch holds whole time steps of every env. "
+            "Flatten [T, B] to [T * B] first and permute all T * B samples"
+        )
+    time_kept = np.mean([np.mean(o // n_b == position // n_b) for o in orders])
+    if time_kept > 0.9:
+        fail(
+            f"{MB}: every sample keeps its time step ({time_kept:.0%} of positions): only the envs are shuffled, "
+            "so each minibatch holds a few consecutive time steps. Flatten [T, B] to [T * B] and permute all samples"
+        )
+    runs = np.mean([np.mean(np.diff(o) % n == 1) for o in orders])
+    if runs > 0.5:
+        fail(
+            f"{MB}: {runs:.0%} of neighbouring samples are still neighbours after the shuffle (a rotation or a "
+            "block shuffle, not a permutation of every sample); use jax.random.permutation over T * B"
+        )
+
+
+@check_case("a clear ValueError when T*B does not split into n_minibatches equal minibatches", time_limit=30.0)
+def _mb_divisible(fn: Callable[..., Any]) -> None:
+    import jax
+
+    n_t, n_b, n_mb = 4, 3, 5
+    try:
+        fn(jax.random.key(0), _mb_batch(n_t, n_b), n_mb)
+    except ValueError as err:
+        text = str(err)
+        assert_true(
+            "12" in text and "5" in text,
+            f"{MB} raised ValueError({text!r}) for T * B = 12 and n_minibatches = 5; say both numbers in the message",
+        )
+        return
+    except Exception as err:
+        fail(
+            f"{MB} raised {type(err).__name__} for T * B = 12 samples and n_minibatches = 5, not a ValueError "
+            "that says why; check T * B % n_minibatches before reshaping"
+        )
+    fail(
+        f"{MB} returned minibatches for T * B = 12 samples and n_minibatches = 5 (12 does not split into 5 equal "
+        "minibatches: some samples were dropped or repeated); raise a ValueError naming both numbers"
+    )
+
+
+@check_case("one gather in one compiled program: no loop over samples, nothing on the host", time_limit=60.0)
+def _mb_program(fn: Callable[..., Any]) -> None:
     import jax
     import jax.numpy as jnp
 
-    def train(key: Any, lr: Any) -> dict[str, Any]:
-        counter.append(1)
-        w0 = jax.random.normal(key, (2,))
-
-        def step(w: Any, _: None) -> tuple[Any, Any]:
-            return w - lr * 2.0 * (w - jnp.array([1.0, -2.0])), jnp.sum((w - jnp.array([1.0, -2.0])) ** 2)
-
-        w, losses = jax.lax.scan(step, w0, None, length=5)
-        return {"w": w, "loss": losses}
-
-    return train
-
-
-def _tg_oracle(key: Any, n_seeds: int, lrs: Any) -> dict[str, NDArray[np.float64]]:
-    import jax
-
-    keys = jax.random.split(key, n_seeds)
-    train = _toy([])
-    rows = [[train(keys[s], float(lr)) for s in range(n_seeds)] for lr in lrs]
-    return {k: np.array([[np.asarray(r[k]) for r in row] for row in rows]) for k in ("w", "loss")}
-
-
-def _tg_run(fn: Callable[..., Any], n_seeds: int, lrs: list[float], seed: int = 0) -> tuple[dict[str, Any], int]:
-    import jax
-    import jax.numpy as jnp
-
-    counter: list[int] = []
-    out = call(fn, _toy(counter), jax.random.key(seed), n_seeds, jnp.asarray(lrs))
-    if not isinstance(out, dict) or set(out) != {"w", "loss"}:
-        fail(
-            f"{TG} returned {type(out).__name__}; expected train's own pytree (here a dict with keys 'w', 'loss') "
-            "with two leading axes"
-        )
-    return {k: _np(v, f"{TG}(...)['{k}']") for k, v in out.items()}, len(counter)
-
-
-@check_case("matches a Python loop over learning rates and seeds", time_limit=30.0)
-def _tg_oracle_check(fn: Callable[..., Any]) -> None:
-    import jax
-
-    lrs = [0.01, 0.1, 0.3]
-    got, _ = _tg_run(fn, 4, lrs)
-    expected = _tg_oracle(jax.random.key(0), 4, lrs)
-    for k in ("w", "loss"):
-        if got[k].shape != expected[k].shape:
-            swapped = expected[k].shape[:2][::-1] + expected[k].shape[2:]
-            if got[k].shape == swapped:
-                fail(
-                    f"{TG}(...)['{k}'] has shape {got[k].shape}: the axes are [n_seeds, len(lrs)]; put the "
-                    f"learning rates first: [len(lrs), n_seeds] = {expected[k].shape}"
-                )
-            fail(f"{TG}(...)['{k}'] has shape {got[k].shape}; expected {expected[k].shape} = [len(lrs), n_seeds, ...]")
-        if np.allclose(got[k], np.broadcast_to(got[k][:, :1], got[k].shape), rtol=1e-6, atol=1e-7):
-            fail(f"{TG}: every seed gave the same run; map over keys = jax.random.split(key, n_seeds), not one key")
-        assert_allclose(
-            got[k].astype(np.float64), expected[k].astype(np.float64), what=f"{TG}(...)['{k}']", rtol=1e-5, atol=1e-6
-        )
-
-
-@check_case("one vmapped program: train traced once, one loop carrying every run at once", time_limit=30.0)
-def _tg_one_program(fn: Callable[..., Any]) -> None:
-    import jax
-    import jax.numpy as jnp
-
-    _, traces = _tg_run(fn, 3, [0.05, 0.2])
-    if traces != 1:
-        fail(
-            f"train was traced {traces} times for 3 seeds x 2 learning rates; a Python loop runs (and traces) it "
-            "once per cell: use jax.vmap twice, which traces it once"
-        )
-    # A loop of calls to a jitted train is traced once too (jit caches the trace): look at the
-    # program itself. train holds one lax.scan (5 steps of w [2]); vmapped over the grid it is
-    # still one scan, whose carry holds all 2 x 3 runs' weights at once.
-    n_lrs, n_seeds = 2, 3
-    scans, _ = _scan_eqns(
-        lambda key, lrs: fn(_toy([]), key, n_seeds, lrs), jax.random.key(0), jnp.asarray([0.05, 0.2]), what=TG
-    )
-    if len(scans) != 1:
-        fail(
-            f"the program of {TG} holds {len(scans)} copies of train's loop for {n_lrs} learning rates x {n_seeds} "
-            "seeds: a Python loop (or lax.map) over jitted calls runs the cells one after another; one vmapped "
-            "program holds train's loop once, batched over the whole grid"
-        )
-    sizes = [int(np.prod(v.aval.shape)) for v in scans[0].invars if hasattr(v, "aval")]
+    sizes: dict[int, int] = {}
+    for n_t in (6, 48):
+        batch = {
+            "obs": jax.ShapeDtypeStruct((n_t, 4, 3), jnp.float32),
+            "action": jax.ShapeDtypeStruct((n_t, 4), jnp.int32),
+            "extra": (jax.ShapeDtypeStruct((n_t, 4), jnp.float32), jax.ShapeDtypeStruct((n_t, 4), jnp.float32)),
+        }
+        closed = _program(lambda k, bt: fn(k, bt, 4), jax.random.key(0), batch)
+        refuse_host_callbacks(closed.jaxpr, MB)
+        eqns = list(all_eqns(closed.jaxpr))
+        loops = sorted({e.primitive.name for e in eqns if e.primitive.name in ("scan", "while")})
+        if loops:
+            fail(
+                f"the program of {MB} holds a {loops[0]} loop: a loop over samples runs T * B steps one after "
+                "another; permute every sample at once (one permutation, one gather per leaf)"
+            )
+        sizes[n_t * 4] = len(eqns)
+    (n_small, e_small), (n_big, e_big) = sorted(sizes.items())
     assert_true(
-        n_lrs * n_seeds * 2 in sizes,
-        f"{TG}: train's loop does not carry the weights of all {n_lrs} x {n_seeds} runs at once (operand sizes "
-        f"{sizes}); vmap over the seeds and over the learning rates",
+        e_big <= e_small + 4,
+        f"the program of {MB} grows with the batch ({e_small} operations for {n_small} samples, {e_big} for "
+        f"{n_big}): a Python loop over samples is unrolled into one copy per sample; use one gather per leaf",
     )
 
 
-@check_case("the same seeds for every learning rate, different seeds along the seed axis", time_limit=30.0)
-def _tg_seeds(fn: Callable[..., Any]) -> None:
-    got, _ = _tg_run(fn, 5, [0.0, 0.0], seed=3)  # lr = 0: w stays at its random start
-    w = got["w"]
-    if w.shape[:2] != (2, 5):
-        fail(f"{TG}(...)['w'] has shape {w.shape}; expected (2, 5, 2) = [len(lrs), n_seeds, ...]")
-    assert_true(
-        np.allclose(w[0], w[1]),
-        f"{TG}: two equal learning rates gave different runs; use the same keys "
-        "for every learning rate (vmap the lrs with in_axes=(None, 0))",
-    )
-    assert_true(
-        len({tuple(np.round(row, 6)) for row in w[0]}) == 5,
-        f"{TG}: some seeds gave the same start; split the key into n_seeds different keys",
-    )
-
-
-TRAIN_GRID = Exercise(
-    name=TG,
+MAKE_MINIBATCHES = Exercise(
+    name=MB,
     compiled=True,
     points=10,
-    title="vmap a training function over seeds and learning rates",
-    checks=(_tg_oracle_check, _tg_one_program, _tg_seeds),
+    title="the minibatch shuffle of PPO's update: one permutation for every leaf of the rollout",
+    checks=(_mb_shapes, _mb_program, _mb_shuffle, _mb_divisible),
     hints=(
-        "`jax.vmap` turns a function of one (key, learning rate) into a function of a batch of them; two nested vmaps "
-        "make the grid, one axis per argument.",
-        "Split `key` into `n_seeds` keys with `jax.random.split`. The inner vmap maps `train` over the keys with one "
-        "learning rate (`in_axes=(0, None)`); the outer one maps that function over the learning rates with the keys "
-        "held fixed.",
-        "The output's leading axis is the learning rates, then the seeds: the learning rates belong to the OUTER vmap "
-        "(`in_axes=(None, 0)`), called once on the split keys and the learning rates as a `jnp` array. Trap: a Python "
-        "loop over the learning rates, which traces and compiles once per value.",
+        "A minibatch must mix samples from every env and every time step, and a sample's observation, action, "
+        "advantage and target must stay together: the shuffle is one random order of the T * B samples, used for "
+        "every array of the batch.",
+        "Three moves per leaf: merge the two leading axes into one of length T * B, reorder that axis by one random "
+        "permutation drawn once from `key`, then split it into n_minibatches rows. `jax.tree.map` applies the moves "
+        "to every leaf of the pytree.",
+        "`jax.random.permutation(key, T * B)` gives the order and `jnp.take(flat, order, axis=0)` applies it; "
+        "check T * B % n_minibatches in Python before any reshape. Traps: a key split per leaf (a different order "
+        "per leaf) and permuting the T axis only (each env keeps its column).",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (CARTPOLE_STEP, GAE_SCAN, AUTORESET_TD_TARGETS, TRAIN_GRID)
+EXERCISES: tuple[Exercise, ...] = (CARTPOLE_STEP, GAE_SCAN, AUTORESET_TD_TARGETS, MAKE_MINIBATCHES)
