@@ -281,6 +281,40 @@ def test_a_flattened_pmean_passes_and_a_gathered_gradient_is_named():
     assert "it copies the gradient between devices with all_gather" in outcome.message, outcome.message
 
 
+def test_a_reduce_scatter_then_all_gather_is_an_all_reduce_and_passes():
+    """Section 5's all-reduce, a reduce-scatter then an all-gather, on the flat (zero-padded) gradient
+    and leaf by leaf: both pass (review of lesson 05, defect 17); gathering the unreduced gradient does not."""
+    from jax.flatten_util import ravel_pytree
+
+    def flat_rs_ag(loss_fn, params, batch, axis_name):
+        flat, unravel = ravel_pytree(jax.grad(loss_fn)(params, batch))
+        n = jax.lax.axis_size(axis_name)
+        padded = jnp.pad(flat, (0, -flat.size % n)).reshape(n, -1)
+        piece = jax.lax.psum_scatter(padded, axis_name, scatter_dimension=0)  # my piece of the sum
+        whole = jax.lax.all_gather(piece, axis_name, tiled=False).reshape(-1)[: flat.size]
+        return unravel(whole / n)
+
+    def leafwise_rs_ag(loss_fn, params, batch, axis_name):
+        n = jax.lax.axis_size(axis_name)
+
+        def all_reduce_mean(g):
+            flat = jnp.pad(g.reshape(-1), (0, -g.size % n))
+            piece = jax.lax.psum_scatter(flat, axis_name, tiled=True)
+            return jax.lax.all_gather(piece, axis_name, tiled=True)[: g.size].reshape(g.shape) / n
+
+        return jax.tree.map(all_reduce_mean, jax.grad(loss_fn)(params, batch))
+
+    def gathered_then_scattered(loss_fn, params, batch, axis_name):  # the copy comes first: still refused
+        grads = jax.grad(loss_fn)(params, batch)
+        return jax.tree.map(lambda g: jax.lax.all_gather(g, axis_name).mean(0), grads)
+
+    for fn in (flat_rs_ag, leafwise_rs_ag):
+        outcome = run_exercise(l05.DATA_PARALLEL_GRAD, fn)
+        assert outcome.passed, (fn.__name__, outcome.message)
+    outcome = run_exercise(l05.DATA_PARALLEL_GRAD, gathered_then_scattered)
+    assert not outcome.passed and "copies the gradient" in outcome.message, outcome.message
+
+
 # ---------------------------------------------------------------------------------------
 # The guard: course_lib's own implementation is not an answer
 # ---------------------------------------------------------------------------------------

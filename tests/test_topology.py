@@ -60,6 +60,27 @@ def test_arrangement_equals_create_hybrid_device_mesh(ici: tuple[int, ...], dcn:
     np.testing.assert_array_equal(ids(mesh_devices), ids(expected))
 
 
+def test_one_host_of_gpus_all_in_slice_0() -> None:
+    """The GPUs of one host all carry slice_index 0 (review of lesson 05, defect 1): create_hybrid_device_mesh
+    refuses them for 2 slices, so hybrid_mesh groups consecutive devices into fake slices instead."""
+    devices = [FakeDevice(i, 0, platform="gpu") for i in range(8)]
+    with pytest.raises(ValueError):
+        create_hybrid_device_mesh([1, 2], [2, 1], devices[:4])
+    mesh = hybrid_mesh((1, 2), (2, 1), ("data", "model"), devices[:4])
+    np.testing.assert_array_equal(ids(mesh.devices), [[0, 1], [2, 3]])
+    mesh = hybrid_mesh((1, 4), (2, 1), ("data", "model"), devices)
+    np.testing.assert_array_equal(ids(mesh.devices), ids(hybrid_device_array((1, 4), (2, 1), devices)))
+
+
+def test_two_hosts_of_gpus_use_their_slice_index() -> None:
+    """Two hosts (slice indices 0 and 1, listed interleaved): the slices come from the index, not the order."""
+    devices = [FakeDevice(i, i % 2, platform="gpu") for i in range(8)]
+    mesh = hybrid_mesh((1, 4), (2, 1), ("data", "model"), devices)
+    slice_of = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+    np.testing.assert_array_equal(slice_of, [[0] * 4, [1] * 4])
+    np.testing.assert_array_equal(ids(mesh.devices), ids(create_hybrid_device_mesh([1, 4], [2, 1], devices)))
+
+
 def test_outer_axis_crosses_slices_inner_stays() -> None:
     k, slices = 4, 2
     devices = [FakeDevice(i, i // k) for i in range(k * slices)]

@@ -210,16 +210,18 @@ def hybrid_mesh(
 ) -> Mesh:
     """A ``jax.sharding.Mesh`` whose axes with ``dcn_shape[i] > 1`` cross slices, the rest stay inside one.
 
-    Devices with a ``slice_index`` (TPU slices) go through
-    ``jax.experimental.mesh_utils.create_hybrid_device_mesh``; others (CPU host devices, one
-    GPU node) are split into ``prod(dcn_shape)`` fake slices of consecutive devices
-    (:func:`hybrid_device_array`). Default: ``("data", "model")``, e.g. ``ici_shape=(1, 2)``,
+    Devices whose ``slice_index`` values name exactly ``prod(dcn_shape)`` slices (TPU slices,
+    GPU hosts of a multi-node job) go through
+    ``jax.experimental.mesh_utils.create_hybrid_device_mesh``; others (CPU host devices with
+    no index, the GPUs of one host, which all carry slice index 0) are split into
+    ``prod(dcn_shape)`` fake slices of consecutive devices (:func:`hybrid_device_array`). Default: ``("data", "model")``, e.g. ``ici_shape=(1, 2)``,
     ``dcn_shape=(2, 1)``: ``data`` crosses the 2 slices, ``model`` stays inside each.
     Raises ``ValueError`` when the shapes' product is not the number of devices.
     """
     devices = list(devices if devices is not None else jax.devices())
     _check_shapes(ici_shape, dcn_shape, len(devices), axis_names)
-    if hasattr(devices[0], "slice_index"):
+    slices = {getattr(d, "slice_index", None) for d in devices}
+    if None not in slices and len(slices) == math.prod(dcn_shape):
         from jax.experimental.mesh_utils import create_hybrid_device_mesh
 
         array = create_hybrid_device_mesh(list(ici_shape), list(dcn_shape), devices)

@@ -67,25 +67,23 @@ print("devices:", jax.devices())
 # `jax.device_put` places the array. Take a two-layer MLP,
 # `h = tanh(obs @ w1 + b1)`, `out = h @ w2 + b2`, with `obs` `[B, D]`, `w1` `[D, H]`,
 # `b1` `[H]`, `w2` `[H, A]`, `b2` `[A]`, and return the spec of each array as a dict
-# `{"obs": ..., "w1": ..., "b1": ..., "w2": ..., "b2": ...}`:
+# `{"obs": ..., "w1": ..., "b1": ..., "w2": ..., "b2": ...}`. Derive each spec from what
+# the devices must compute and what they may send:
 #
-# * on a mesh with axes `("data",)`, **data parallelism**: the batch dimension of `obs` (its
-#   first) is split over `"data"`, so each device gets `B / n` rows with every feature, and
-#   every parameter is **replicated**: each device holds all of it;
-# * on a mesh with axes `("data", "model")`, **data x tensor parallelism**: `obs` as before.
-#   `w1` is **column-parallel**: the dimension that indexes the hidden units (its output
-#   columns) is split over `"model"`, so device `j` of `m` computes only hidden units
-#   `j H / m ... (j + 1) H / m - 1`; `b1` is added to those same hidden units, so it is split
-#   the same way. `w2` is **row-parallel**: the dimension that indexes the hidden units (for
-#   `w2` its input rows) is split over `"model"`, so device `j` multiplies only the hidden
-#   units it already holds, and a sum over `"model"` adds the partial outputs. `b2` is added
-#   once, after that sum, so it is replicated. The input features of `w1` and the outputs of
-#   `w2` are never split, and no parameter is split over `"data"` (data parallelism keeps a
-#   whole copy of the model on each row of devices).
+# * on a mesh with axes `("data",)` (**data parallelism**): each device computes the
+#   outputs of its own `B / n` examples, and the forward pass sends nothing;
+# * on a mesh with axes `("data", "model")` (**data x tensor parallelism**): the examples
+#   are shared out over `"data"` as before, and along `"model"`:
+#   1. each of the `m` devices stores `1 / m` of `w1` and `1 / m` of `w2`, and of the biases
+#      only the part it uses;
+#   2. the devices send nothing between the two layers (`tanh` needs a complete
+#      pre-activation for each hidden unit it is applied to);
+#   3. after the second layer, one sum over `"model"` leaves every device with the
+#      complete `out` of its examples.
 #
-# Column- then row-parallel needs no communication between the two layers (each device
-# keeps its own hidden units) and one all-reduce at the end: Megatron-LM's layout
-# (Shoeybi et al. 2019).
+# Ask, for each weight matrix, which of its two dimensions can be split without breaking
+# rule 2, and what each device then holds of `h`. The layout you find needs one
+# all-reduce per forward pass, whatever `H`: Megatron-LM's (Shoeybi et al. 2019).
 #
 # **How it is graded:** on 1-D meshes of 2 and 4 devices and 2-D meshes of 2 x 2 and 1 x 4,
 # each spec is used to `jax.device_put` an array of the right shape, and every device's
@@ -104,9 +102,7 @@ def partition_specs(mesh):
 
     Returns:
         {"obs": spec, "w1": spec, "b1": spec, "w2": spec, "b2": spec} for obs [B, D],
-        w1 [D, H], b1 [H], w2 [H, A], b2 [A]: the batch split over "data"; the
-        parameters replicated, or on a ("data", "model") mesh w1 column-parallel and
-        w2 row-parallel over "model".
+        w1 [D, H], b1 [H], w2 [H, A], b2 [A], under the rules of the statement.
     """
     ### BEGIN SOLUTION
     obs = P("data", None)  # the batch axis split over "data", every feature on each device
@@ -255,7 +251,9 @@ check("05_scaling_jax", "ring_allreduce", ring_allreduce)
 # gradient-shaped values may cross devices (each collective's operand shaped like a
 # parameter, or a flat vector of one parameter's size or of all of them), only through a
 # reduction (no `all_gather`, `all_to_all` or `ppermute` of anything computed from the
-# batch), every number of the gradient must pass through an all-reduce, and nothing may
+# batch, except the all-gather of a reduce-scatter's pieces: `psum_scatter` then
+# `all_gather` is an all-reduce too), every number of the gradient must pass through a
+# reduction, and nothing may
 # run on the host (`jax.pure_callback`, `jax.debug.print`). Adding instead
 # of averaging (`N` times too large), no reduction (each device keeps its own shard's
 # gradient), averaging twice (`N` times too small) and gathering the batch are named in the

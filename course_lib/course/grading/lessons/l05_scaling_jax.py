@@ -860,6 +860,10 @@ class Operand(NamedTuple):
         return int(np.prod(self.shape))
 
 
+#: The dependency label of values computed from a reduce-scatter's output: the pieces of a
+#: reduced gradient, which an all-gather may then copy (reduce-scatter + all-gather = all-reduce).
+SCATTERED = "reduce-scattered"
+
 #: Primitives whose sub-programs run their inputs round a loop: their sub-programs' inputs
 #: get every input's dependencies (a carry started from zeros still picks up the batch).
 LOOPS = ("scan", "while")
@@ -901,33 +905,49 @@ def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[Operan
             exact = name not in LOOPS and len(sub.invars) <= len(ins)
             found += collective_operands(sub, ins[len(ins) - len(sub.invars) :] if exact else [union] * len(sub.invars))
         for v in eqn.outvars:
-            env[v] = union
+            env[v] = union | {SCATTERED} if name.startswith("reduce_scatter") else union
     return found
 
 
-def gradient_shaped(shape: tuple[int, ...], params: Any) -> bool:
+def gradient_shaped(shape: tuple[int, ...], params: Any, n_devices: int = 1, scatter: bool = False) -> bool:
     """Whether a collective operand of ``shape`` can be (part of) the gradient of ``params``:
     the shape of one parameter leaf, or a flat vector of one leaf's size or of all the
-    parameters' (``ravel_pytree`` of the gradient)."""
+    parameters' (``ravel_pytree`` of the gradient). For a reduce-scatter (``scatter``) also
+    that vector zero-padded to a multiple of ``n_devices``, flat or as ``[n_devices, -1]``."""
     import jax
 
     leaves = [tuple(np.shape(leaf)) for leaf in jax.tree.leaves(params)]
     sizes = {int(np.prod(leaf)) for leaf in leaves} | {sum(int(np.prod(leaf)) for leaf in leaves)}
+    if scatter:
+        sizes |= {-(-size // n_devices) * n_devices for size in sizes}
+        return shape in leaves or ((len(shape) == 1 or shape[:1] == (n_devices,)) and int(np.prod(shape)) in sizes)
     return shape in leaves or (len(shape) == 1 and shape[0] in sizes)
 
 
-def moved_operands(found: list[Operand], params: Any) -> tuple[list[Operand], list[Operand]]:
+def moved_operands(found: list[Operand], params: Any, n_devices: int = 1) -> tuple[list[Operand], list[Operand]]:
     """The data-movement rule of exercise 3, structural: only gradient-shaped values may
     cross devices, and only through a reduction. Returns the non-scalar operands that are
     not gradient-shaped (data moved, whatever they were computed from: a batch tainted with
     ``0 * params`` is still the batch), and the gradient-shaped ones computed from the batch
     that a copying collective (``all_gather``, ``all_to_all``, ``ppermute``) sends instead
-    of an all-reduce."""
-    not_gradient = [op for op in found if op.size > 1 and not gradient_shaped(op.shape, params)]
+    of an all-reduce. An all-gather of the pieces a reduce-scatter left (``SCATTERED``) is
+    the second half of an all-reduce, and allowed whatever its shape."""
+    gathered_sum = [op for op in found if SCATTERED in op.deps and op.primitive.startswith("all_gather")]
+    not_gradient = [
+        op
+        for op in found
+        if op.size > 1
+        and op not in gathered_sum
+        and not gradient_shaped(op.shape, params, n_devices, scatter=op.primitive.startswith("reduce_scatter"))
+    ]
     copied = [
         op
         for op in found
-        if op.size > 1 and gradient_shaped(op.shape, params) and "batch" in op.deps and op.primitive.startswith(COPYING)
+        if op.size > 1
+        and op not in gathered_sum
+        and gradient_shaped(op.shape, params)
+        and "batch" in op.deps
+        and op.primitive.startswith(COPYING)
     ]
     return not_gradient, copied
 
@@ -954,7 +974,7 @@ def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
     n_params, n_batch = len(jax.tree.leaves(params)), len(jax.tree.leaves(batch))
     labels = [frozenset({"params"})] * n_params + [frozenset({"batch"})] * n_batch
     found = collective_operands(inner, labels)
-    not_gradient, copied = moved_operands(found, params)
+    not_gradient, copied = moved_operands(found, params, n)
     grad_size = sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
     if not_gradient:
         names = ", ".join(sorted({op.primitive for op in not_gradient}))
@@ -973,11 +993,12 @@ def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
             "(or some of them) instead of their mean; average the local gradients with one all-reduce, "
             "jax.lax.pmean(grads, axis_name)"
         )
-    reduced = sum(op.size for op in found if op.primitive.startswith(("psum", "pmean")) and "params" in op.deps)
+    reductions = ("psum", "pmean", "reduce_scatter")
+    reduced = sum(op.size for op in found if op.primitive.startswith(reductions) and "params" in op.deps)
     assert_true(
         reduced >= grad_size,
         f"only {reduced} of the gradient's {grad_size} numbers pass through an all-reduce (psum or pmean) over "
-        f"{axis!r}: every leaf of the local gradient must be averaged over the devices",
+        f"{axis!r} (or a reduce-scatter): every leaf of the local gradient must be averaged over the devices",
     )
 
 
