@@ -395,6 +395,19 @@ def test_the_program_probe_counts_the_elements_of_the_tree_touched():
     assert upper.touched > 2 * 2047 > limit  # but every level of 1024 nodes and fewer read whole (and written)
 
 
+def test_the_program_probe_sees_work_that_grows_with_the_capacity():
+    names = {m.name: m for m in MUTANTS if m.function == "sumtree_update"}
+    small, wide = l06.PROBE_CAPACITY, l06.PROBE_WIDE
+    levels = wide.bit_length() - small.bit_length()
+    for fn in (solution_function(LESSON, "sumtree_update"), _fori_levels):
+        touched = [l06._su_probe(fn, c)[0].touched for c in (small, wide)]
+        assert touched[1] - touched[0] == levels * 3 * 32  # 3 K more per level: two children read, K parents written
+    top = mutant_function(LESSON, names["top_fraction_rebuilt"])
+    touched = [l06._su_probe(top, c)[0].touched for c in (small, wide)]
+    assert touched[0] <= l06._su_touch_limit(small) and touched[1] <= l06._su_touch_limit(wide)  # under each bound
+    assert touched[1] - touched[0] > l06.SU_GROWTH_FACTOR * 32 * levels  # but it grows with the capacity
+
+
 def test_another_natural_write_back_passes():
     outcome = run_exercise(l06.SUMTREE_UPDATE, _fori_levels)
     assert outcome.passed, outcome.message

@@ -448,14 +448,19 @@ check("06_off_policy_scale", "soft_bellman_target", soft_bellman_target)
 # capacity 1 to 64 and batches full of repeated indices against an oracle that writes the
 # entries one at a time and re-adds every node from its children; 200 batches of random
 # float32 priorities in a row, after which every internal node must still equal the sum of
-# its children exactly; and the program under `jax.jit` on a tree of capacity 16384 with
-# `K = 32`, run one operation at a time: at most $2(\log_2 16384 + 1) = 30$ writes into
-# the tree (a loop over the entries makes $K$ times as many), no operation on an array the
-# size of the tree other than the writes into it, and no write that gives one node two
+# its children exactly; and the program under `jax.jit` on trees of capacity 16384 and
+# 1048576 with `K = 32`, run one operation at a time: at most $2(\log_2 \text{capacity} + 1)$
+# writes into the tree (a loop over the entries makes $K$ times as many); at most
+# $8K(\log_2 \text{capacity} + 1)$ elements of the tree read and written in all (3,840 and
+# 5,376; a gather or slice counts what it returns, a write what it writes, any other
+# operation on the tree all of it), and at most $6K$ more per extra level from the smaller
+# tree to the larger (the two children and the parent of $K$ nodes are $3K$), so whole
+# levels rebuilt with slices, whose size grows with the capacity, are refused; no operation on an array the
+# size of the tree other than the writes into it; and no write that gives one node two
 # different values. A repeated index whose first write wins, a parent moved by its child's
 # change (with `.set` or `.add`), ancestors not repaired (or one level short, or a level
-# past the root into index 0), a rebuild of the whole tree, a loop over the entries, and a
-# repeated index left to the scatter are named in the message.
+# past the root into index 0), a rebuild of the whole tree or of its upper levels, a loop
+# over the entries, and a repeated index left to the scatter are named in the message.
 
 
 # %% tags=["exercise"]

@@ -287,4 +287,21 @@ MUTANTS: list[Mutant] = [
         "        width //= 2\n",
         "rebuilt densely with slices",
     ),
+    # wrong mechanism (issue 45): the lowest 10 levels repaired sparsely, the levels of capacity / 2048 nodes
+    # and fewer rebuilt whole: under the bound at one capacity, but the work grows with the capacity
+    Mutant(
+        SU,
+        "top_fraction_rebuilt",
+        "    nodes = capacity + indices\n" + LEVELS + "        nodes = nodes // 2\n" + PARENT,
+        "    nodes = capacity + indices\n"
+        "    for _ in range(min(10, capacity.bit_length() - 1)):  # the lowest levels, sparsely\n"
+        "        nodes = nodes // 2\n"
+        "        tree = tree.at[nodes].set(tree[2 * nodes] + tree[2 * nodes + 1])\n"
+        "    width = capacity // 2048\n"
+        "    while width >= 1:  # the small levels above, whole\n"
+        "        below = tree[2 * width : 4 * width : 2] + tree[2 * width + 1 : 4 * width : 2]\n"
+        "        tree = tree.at[width : 2 * width].set(below)\n"
+        "        width //= 2\n",
+        "fixed fraction of the capacity",
+    ),
 ]

@@ -1250,10 +1250,18 @@ def float32_tree(leaves: Any, garbage: float = SU_GARBAGE) -> NDArray[np.float32
     capacity = len(leaf)
     tree = np.zeros(2 * capacity, dtype=np.float32)
     tree[capacity:] = leaf
-    for i in range(capacity - 1, 0, -1):
-        tree[i] = tree[2 * i] + tree[2 * i + 1]
+    _resum(tree)
     tree[0] = garbage
     return tree
+
+
+def _resum(tree: NDArray[np.float32]) -> None:
+    """Every internal node of ``tree`` set, in place, to the float32 sum of its two children,
+    one level at a time from the leaves' parents up (the same sums as node by node)."""
+    width = len(tree) // 4
+    while width >= 1:
+        tree[width : 2 * width] = tree[2 * width : 4 * width : 2] + tree[2 * width + 1 : 4 * width : 2]
+        width //= 2
 
 
 def naive_update(
@@ -1278,8 +1286,7 @@ def naive_update(
     for k in order:
         out[nodes[k]] = val[k]
     if parents == "sum" and levels is None:
-        for i in range(capacity - 1, 0, -1):  # the whole tree: untouched nodes come out as they were
-            out[i] = out[2 * i] + out[2 * i + 1]
+        _resum(out)  # the whole tree: untouched nodes come out as they were
         return out
     for _ in range(depth if levels is None else levels):
         nodes = nodes // 2
@@ -1576,26 +1583,23 @@ def _run_eqn(eqn: Any, invals: list[Any], probe: TreeProgramProbe) -> list[Any]:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
-#: The program's probe: a tree of 16384 leaves and K = 32 written indices (two of them repeated).
-PROBE_CAPACITY, PROBE_K = 16384, 32
+#: The program's probes: trees of 16384 and 1048576 leaves, K = 32 written indices (two repeated).
+PROBE_CAPACITY, PROBE_WIDE, PROBE_K = 16384, 1 << 20, 32
 #: The elements of the tree one call may read and write, per entry and level: the write-back
 #: touches about 3 (two children read, one parent written), K (log2(capacity) + 1) in all.
 SU_TOUCH_FACTOR = 8
+#: The elements one more level above the leaves may add (about 3 K: the probes' growth per level).
+SU_GROWTH_FACTOR = 6
 
 
-@check_case(
-    "the program, run op by op (capacity 16384, K = 32): log2(capacity) + 1 writes into the tree whatever K, "
-    "O(K log capacity) elements of the tree read and written, no other work the size of the tree, no node given "
-    "two values at once",
-    time_limit=90.0,
-)
-def _su_program(fn: Callable[..., Any]) -> None:
+def _su_probe(fn: Callable[..., Any], capacity: int) -> tuple[TreeProgramProbe, str]:
+    """One call of ``fn`` on a random tree of ``capacity`` leaves, traced as ``jax.jit`` traces
+    it and run op by op (its answer judged), and what the probe saw."""
     import jax
     import jax.numpy as jnp
 
     rng = np.random.default_rng(2)
-    capacity, k = PROBE_CAPACITY, PROBE_K
-    depth = capacity.bit_length() - 1
+    k = PROBE_K
     tree = float32_tree(random_leaves(rng, capacity))
     indices = rng.choice(capacity, size=k, replace=False).astype(np.int32)
     indices[[7, 19]] = indices[[3, 11]]  # two repeated indices, with different values
@@ -1612,6 +1616,41 @@ def _su_program(fn: Callable[..., Any]) -> None:
     if got.shape != tree.shape:
         fail(f"{what} returned shape {got.shape}; expected the tree's {tree.shape}, a new tree")
     _su_judge(got.astype(np.float32), tree, indices, values, what)
+    return probe, what
+
+
+def _su_touch_limit(capacity: int, k: int = PROBE_K) -> int:
+    """The most elements of the tree one call may read and write: 8 K (log2(capacity) + 1)."""
+    return SU_TOUCH_FACTOR * k * capacity.bit_length()
+
+
+@check_case(
+    "the program, run op by op (capacity 16384 and 1048576, K = 32): log2(capacity) + 1 writes into the tree "
+    "whatever K, at most 8 K (log2(capacity) + 1) elements of the tree read and written, at most 6 K more "
+    "per level between the two (not growing with the capacity), no other work the size of the tree, no node given two values at once",
+    time_limit=120.0,
+)
+def _su_program(fn: Callable[..., Any]) -> None:
+    probe, what = _su_probe(fn, PROBE_CAPACITY)
+    _su_program_limits(probe, what, PROBE_CAPACITY)
+    wide, wide_what = _su_probe(fn, PROBE_WIDE)
+    _su_program_limits(wide, wide_what, PROBE_WIDE)
+    k, levels = PROBE_K, PROBE_WIDE.bit_length() - PROBE_CAPACITY.bit_length()
+    growth = SU_GROWTH_FACTOR * k * levels
+    if wide.touched - probe.touched > growth:
+        fail(
+            f"{SU} reads and writes {probe.touched} elements of a tree of capacity {PROBE_CAPACITY} and "
+            f"{wide.touched} of one of capacity {PROBE_WIDE} (K = {k} both times): the work grows with the capacity "
+            f"(the levels of a fixed fraction of the capacity rebuilt densely); {levels} more levels should add "
+            f"about 3 K = {3 * k} elements each, as the K leaves' ancestors do (at most {SU_GROWTH_FACTOR} K each, "
+            f"{growth} in all)"
+        )
+
+
+def _su_program_limits(probe: TreeProgramProbe, what: str, capacity: int) -> None:
+    """The writes, the elements touched, the work the size of the tree and the conflicting
+    writes that ``probe`` saw in one call on a tree of ``capacity`` leaves."""
+    k, depth = PROBE_K, capacity.bit_length() - 1
     limit = 2 * (depth + 1)
     if probe.writes > limit:
         fail(
@@ -1625,7 +1664,7 @@ def _su_program(fn: Callable[..., Any]) -> None:
             "capacity (a rebuild of every node, or a mask, count or copy of the whole tree); touch only the K "
             "leaves and their ancestors, O(K log capacity)"
         )
-    touch_limit = SU_TOUCH_FACTOR * k * (depth + 1)
+    touch_limit = _su_touch_limit(capacity)
     if probe.touched > touch_limit:
         fail(
             f"{what} reads and writes {probe.touched} elements of the tree: work that grows with the capacity (a "
