@@ -31,7 +31,7 @@
 #    when one piece is missing.
 # 2. Commit a checkpoint atomically (write, fsync, manifest, rename) so that a writer killed
 #    at any instant leaves either the previous checkpoint or the new one, never a mix; detect
-#    a corrupt file and fall back.
+#    a corrupt file and fall back, but never over an I/O error.
 # 3. Checkpoint with the field's libraries: Orbax for JAX train state (asynchronous save,
 #    keep-last-N), safetensors for torch weights, `torch.distributed.checkpoint` for state
 #    sharded over ranks and resharded on load.
@@ -39,16 +39,13 @@
 #    the middle of an update, inside a save, just after one), to parameters **bitwise** equal
 #    to an uninterrupted run.
 # 5. Supervise workers: heartbeats catch a frozen actor, a dead one is restarted with the
-#    current weights, and the learner keeps going with the lag its queue adds within a
-#    bound (the total lag is not bounded here); measure what an actor killed at a fixed
-#    interval of learner updates (printed in seconds) costs.
-# 6. Choose the checkpoint interval: measure the training time a blocking and an
-#    asynchronous save take away, derive Young's optimum (Daly's correction is stated), and
-#    check both against a simulation.
+#    current weights, and the learner's queued lag stays within a bound; measure what
+#    periodic actor kills cost.
+# 6. Choose the checkpoint interval: measure the training time a save takes away, derive
+#    Young's optimum, and check it and the exact model (10.5) against a simulation.
 #
-# Builds on lesson 03 (the actor-learner system and its supervisor), lesson 04 (the jitted
-# PPO), lesson 07 (the pipeline's generator and trainer) and lesson 09 (the weight
-# update's checksums and all-or-nothing commit).
+# Builds on lesson 03 (the actor-learner system and its supervisor) and lesson 04 (the
+# jitted PPO).
 
 # %%
 import os
@@ -77,8 +74,7 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 # $M$; a restart (reschedule, reload, recompile) takes $R$. A failure lands on average
 # half an interval after the last checkpoint, so it loses $\tau/2$ of work plus the save
 # in flight, and the wall time wasted per second of useful work (saves, lost work,
-# restarts) is, to first order in $\tau/M$ (it also drops two terms of first order in $C/M$,
-# $C(\tau + C)/(2M\tau)$ and $RC/(M\tau)$, which section 8 measures),
+# restarts) is, to first order,
 #
 # $$W(\tau) = \frac{C}{\tau} + \frac{\tau + C}{2M} + \frac{R}{M} \qquad (10.1)$$
 #
@@ -91,17 +87,26 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 #
 # $$\tau^* = \sqrt{2 C M}\Big(1 + \frac{1}{3}\sqrt{\frac{C}{2M}} + \frac{1}{9}\,\frac{C}{2M}\Big) - C \quad (C < 2M), \qquad \tau^* = M \quad (C \ge 2M) \qquad (10.3)$$
 #
+# **The exact mean** of the same model (exponential failures, a restart that does not
+# itself fail): a segment of $\tau + C$ seconds takes on average $(M + R)(e^{(\tau + C)/M} - 1)$
+# seconds, so
+#
+# $$W_{exact}(\tau) = \frac{(M + R)\big(e^{(\tau + C)/M} - 1\big)}{\tau} - 1 \qquad (10.5)$$
+#
+# Expanded, it is (10.1) plus $C(\tau + C)/(2M\tau) + RC/(M\tau)$ (a failure also strikes the
+# save in flight, and a restart is paid per segment) plus second-order terms; section 8
+# simulates it, and exercise 3 finds its minimiser.
+#
 # **An asynchronous save** blocks the loop only while it copies the state aside ($S$ bytes
 # at host-copy bandwidth $B_{copy}$); the write to disk at $B_{disk}$ overlaps training,
 # which is free as long as it ends before the next save is due:
 #
 # $$C_{block} = \frac{S}{B_{copy}}, \qquad \frac{S}{B_{disk}} < \tau \qquad (10.4)$$
 #
-# At best, then, an asynchronous save cuts $C$ in (10.1)-(10.3) from the whole write to the
-# copy, and the optimal interval shrinks with $\sqrt{C}$. At best: $C$ is the training time
-# a checkpoint takes away, and the background write also takes cores and memory bandwidth
-# from the loop, so the call time is a lower bound on it. Section 6 measures the real $C$
-# both ways.
+# At best, then, an asynchronous save cuts $C$ from the whole write to the copy. But $C$ is
+# the training time a checkpoint takes away, and the background write also takes cores and
+# memory bandwidth from the loop, so the call time is only a lower bound; section 6
+# measures both.
 #
 # **Save, commit, restore** (what `checkpoint.atomic` does; Orbax and
 # `torch.distributed.checkpoint` follow the same plan on a POSIX file system; object stores have
@@ -118,9 +123,11 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 # restore(root):
 #     for step in committed steps, newest first:      # .tmp-* directories are never read
 #         if the manifest verifies (every file present, sizes and sha256 equal):
-#             return load(step)
+#             quarantine the newer corrupt ones; return load(step)
 #         report "step N is corrupt: <file>: <reason>" and try the one before
-#     raise "no complete checkpoint"
+#         # any other error (EIO, EACCES, a wrong template) propagates: no fallback
+#     if steps are committed: raise "none verifies"   # never restart from 0 over them
+#     return nothing (a fresh run)
 # ```
 #
 # **A resume is exact** when the checkpoint holds every input of the rest of the run:
@@ -136,7 +143,7 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 # | equation or step | function in `course_lib` |
 # |---|---|
 # | save, commit, manifest | `checkpoint.atomic.commit`, `write_manifest`, `verify_manifest` |
-# | restore the newest complete checkpoint | `checkpoint.atomic.latest_complete`, `restore_latest`; `keep_last` |
+# | restore the newest complete checkpoint | `checkpoint.atomic.latest_complete`, `restore_latest`, `quarantine`; `keep_last` |
 # | kills at named points, in a child process | `checkpoint.crash.KillPoint`, `run_in_child` |
 # | torch state in safetensors | `checkpoint.torch_state.save_torch_state`, `load_torch_state` |
 # | a resumable torch loop (lesson 01's REINFORCE) | `checkpoint.reinforce_resume.train_reinforce_checkpointed` |
@@ -146,6 +153,7 @@ WORK = Path(tempfile.mkdtemp(prefix="lesson10-"))  # every checkpoint of this le
 # | heartbeats, restarts, injected faults | `actor_learner.SupervisorConfig`, `actor_learner.faults.FaultInjector`, `compare_faults` |
 # | (10.1) waste | `checkpoint.interval.waste_fraction`; simulated: `simulate_lost_work`, `sweep` |
 # | (10.2), (10.3) optimal interval | `checkpoint.interval.young_interval`, `daly_interval` |
+# | (10.5) exact waste | `checkpoint.interval.exact_waste_fraction` |
 # | (10.4) asynchronous save | `checkpoint.interval.async_blocking_cost` |
 # | $C$ measured: save time, training time lost, our seal | `checkpoint.cost.save_costs`, `training_time_lost`, `seal_seconds` |
 #
@@ -216,9 +224,7 @@ print("the corrupt newest checkpoint was named and skipped; step 1 restored byte
 # Now the writer itself dies. A child process commits checkpoints of known content (each
 # a function of its step) as fast as it can, and we `SIGKILL` it at random instants, then
 # start it again, which resumes after the newest complete checkpoint, as a training run
-# does. Each kill waits until this writer has committed a checkpoint of its own
-# (`kill_when`), then lands a random 0-0.3 s later, in the middle of its commits: a fixed
-# delay from the start would land during start-up on a slow machine. After every kill we
+# does. Each kill lands a random 0-0.3 s after this writer's first commit. After every kill we
 # check the whole directory: each committed step verifies and holds exactly its step's
 # bytes, and the newest complete step never goes backwards.
 
@@ -257,6 +263,7 @@ print(f"{kills} of {n_kills} writers killed by SIGKILL mid-run; newest complete 
 # %%
 assert kills == n_kills and newest >= n_kills - 1  # each writer committed at least one step before its kill
 assert not tmp_left and list_steps(root) == [newest - 2, newest - 1, newest]
+assert leftovers_seen > 0  # some kill landed mid-save, and its half-written directory was never read
 print("every writer was killed after committing; every kill left only complete, correct checkpoints, "
       "and progress never went backwards")
 
@@ -315,11 +322,10 @@ print("a SIGKILL loses nothing the process had handed to the kernel: fsync or no
 # %% [markdown]
 # The written bytes sit in the kernel's page cache, which belongs to the kernel, not to the
 # process: a killed process loses nothing it had written. What `fsync` guards against is a
-# **power loss or a kernel crash** before the kernel writes those pages back (Linux does
-# it within about 30 s by default): then a file, or a rename (hence the fsync of the
-# directories), can be lost or come back short, after the rename already made the
-# checkpoint look committed. No test in this course cuts the power, so the fsyncs are
-# checked by tracing the calls (exercise 1's grader does) rather than by a crash.
+# **power loss or a kernel crash** before the kernel writes those pages back: then a file,
+# or a rename (hence the fsync of the directories), can be lost or come back short, after
+# the checkpoint looked committed. Exercise 1's grader checks the fsyncs by tracing the
+# calls.
 
 # %% [markdown]
 # ## 3. Bit-exact resume of a torch loop: safetensors and every RNG
@@ -338,7 +344,9 @@ print("a SIGKILL loses nothing the process had handed to the kernel: fsync or no
 from course_lib.checkpoint import reinforce_resume
 from course_lib.checkpoint.crash import KillPoint
 from course_lib.checkpoint.reinforce_resume import train_reinforce_checkpointed, train_to_file
+from course_lib.checkpoint.torch_state import save_torch_state
 
+show_source(save_torch_state)
 show_source(reinforce_resume._train)
 from course_lib.rl.reinforce import ReinforceConfig
 
@@ -390,11 +398,10 @@ print("leave out one piece and the resumed run departs from the uninterrupted on
 
 # %% [markdown]
 # Without the generator's state the first batch after the resume already draws other
-# actions; without Adam's state that batch is the same (same weights, same actions), but
-# its update is not (Adam's first step from zero moments moves every weight by about the
-# learning rate), so the next batch differs. Neither raises an error: only a comparison
-# with an uninterrupted run shows it. `tests/test_checkpoint_torch.py` repeats this, kills
-# at random points and twice in a row at the same point.
+# actions; without Adam's state that batch is the same, but its update is not (Adam's
+# first step from zero moments moves every weight by about the learning rate), so the next
+# batch differs. Neither raises an error: only a comparison with an uninterrupted run
+# shows it.
 #
 # ## 4. Bit-exact resume of lesson 04's jitted PPO, with Orbax
 #
@@ -405,13 +412,17 @@ print("leave out one piece and the resumed run departs from the uninterrupted on
 # the run's config and seed as metadata (`_check_same_run` refuses another run's
 # checkpoint). `JaxCheckpoints` saves it
 # with Orbax's `CheckpointManager`, asynchronously (the save call returns once the arrays
-# are referenced; a background thread writes them) with keep-last-N, and seals each
-# finished step with our manifest, since Orbax itself keeps no checksums. Orbax has its
-# own commit protocol: it writes into `<step>.orbax-checkpoint-tmp-*` and renames.
+# are copied to host memory; a background thread writes them) with keep-last-N, and seals
+# each committed step with our manifest: Orbax's array format checks CRC-32C on what a
+# restore reads, but keeps no manifest of whole files to verify before loading. Orbax has
+# its own commit protocol: it writes into `<step>.orbax-checkpoint-tmp-*` and renames.
+# A restore falls back past a step only when it fails verification (a file that does not
+# match the manifest); an I/O error propagates, and a folder whose every step fails is
+# refused rather than restarted from update 0 (`restore_latest`, below).
 #
 # The Orbax calls themselves: `__init__` builds the `CheckpointManager` (keep-last-N,
 # asynchronous, its post-finalization hook), `save` hands it the arrays and our JSON as one
-# `ocp.args.Composite` step, and `_restore_item` reads items of a step back the same way.
+# `ocp.args.Composite` step, and `restore_latest` walks the steps newest first.
 
 # %%
 from course_lib.checkpoint.jax_state import JaxCheckpoints
@@ -420,11 +431,12 @@ from course_lib.checkpoint.ppo_resume import train_checkpointed
 show_source(train_checkpointed)
 show_source(JaxCheckpoints.__init__)
 show_source(JaxCheckpoints.save)
-show_source(JaxCheckpoints._restore_item)
+show_source(JaxCheckpoints.restore_latest)
 
 # %% [markdown]
 # We kill the run three times: during an asynchronous save (files written, before Orbax's
-# rename), just after a save (renamed, before our manifest), and in the middle of a chunk.
+# rename), just after a save (renamed, before our manifest), and after a chunk's updates
+# are computed but before they are saved.
 
 # %%
 from course_lib.checkpoint.jax_state import tree_equal
@@ -452,20 +464,14 @@ assert tree_equal(runner, reference.runner) and tree_equal(metrics, reference.me
 print("PPO killed 3 times (once inside an asynchronous save) and resumed: the same bits as never interrupted")
 
 # %% [markdown]
-# **On more than one host** this lesson's checkpointers are not enough as they stand.
-# `keep_last` judges whether the writer of a `.tmp-*` directory is alive by its pid *on this
-# host*: on a shared file system another host's pid means nothing here, so it could delete
-# a save still in flight; several hosts need a lease or a single cleaner. Every process of a
-# multi-host JAX job runs `JaxCheckpoints`, and only one should write outside Orbax: our
-# class seals and quarantines from process 0 only (`process_index`, default
-# `jax.process_index()`; `tests/test_checkpoint_jax.py` fakes index 1 and checks that it
-# writes no manifest and moves nothing), but it does not make the processes agree on the
-# step they restore (that needs a barrier). Hashing every byte with SHA-256 after each save
-# and before each restore costs a full re-read (section 6 measures it); at scale the
-# checksum is cheaper and computed while the bytes are written (CRC32C, which cloud object
-# stores such as GCS check on upload), not in a second pass. And the plan of the key equations relies on an
-# atomic rename, which object stores (S3, GCS) lack: there Orbax writes a commit marker
-# file last instead.
+# **On more than one host** these checkpointers are not enough as they stand. `keep_last`
+# judges a `.tmp-*` writer alive by its pid *on this host*; on a shared file system several
+# hosts need a lease or a single cleaner. `JaxCheckpoints` seals and quarantines from
+# process 0 only (`process_index`), but the processes must also agree on the step they
+# restore (a barrier). SHA-256 after each save costs a full re-read (section 6 measures
+# it); at scale the checksum is computed while the bytes are written (CRC32C, which GCS
+# checks on upload). Object stores (S3, GCS) have no atomic rename: there Orbax writes a
+# commit marker file last instead.
 
 # %% [markdown]
 # ## 5. State sharded over ranks, resharded on load
@@ -477,13 +483,9 @@ print("PPO killed 3 times (once inside an asynchronous save) and resumed: the sa
 # load each rank plans which saved chunks overlap the rows it now owns; the file reader
 # reads each such chunk *whole* and then narrows it to the overlap, so a rank reads more
 # bytes than its new shard when the old and new shards do not line up. Two gloo ranks train
-# a few Adam steps on row-sharded weights and save; then one rank and three ranks load
-# the weights *and* Adam's moments into their own sharding.
-#
-# The calls, as each rank makes them: `get_state_dict` collects the model's and Adam's
-# state as DTensors keyed by parameter name, `dcp.save` writes it; to load, a rank builds
-# the same model in its own sharding, `dcp.load`s into its state dict in place, and
-# `set_state_dict` puts it back into the model and the optimizer.
+# a few Adam steps on row-sharded weights and save (`get_state_dict`, `dcp.save`); then one
+# rank and three ranks load the weights *and* Adam's moments into their own sharding
+# (`dcp.load` in place, `set_state_dict`).
 
 # %%
 from course_lib.checkpoint import sharded
@@ -516,25 +518,19 @@ print("one process with no process group reads the whole state too:", len(full),
 # The checkpoint cost $C$ of (10.1) is the training time a checkpoint takes away. Two
 # measurements, both with Orbax's `CheckpointManager` (`course_lib.checkpoint.cost`):
 #
-# 1. **Save cost against state size**: states of 4, 16 and 64 MiB at the cpu scale, 16,
-#    64 and 256 MiB at full (four float32 matrices),
-#    saved blocking and asynchronously, sizes and modes interleaved, fresh directories,
-#    medians of 3. For the asynchronous save we time the call (what the loop waits for,
-#    $C_{block}$ of (10.4)) and the whole save until `wait_until_finished` returns.
+# 1. **Save cost against state size**: 4, 16 and 64 MiB (16, 64, 256 at full), blocking
+#    and asynchronous, interleaved, medians of 3. For the asynchronous save we time the call
+#    ($C_{block}$ of (10.4)) and the whole save until `wait_until_finished` returns.
 # 2. **Training time lost per checkpoint**: one jitted loop over a 32 MiB state (128 MiB at
-#    full, with a 16 times longer step, so that an asynchronous write on a fast device still
-#    has steps to overlap), 60 steps with a checkpoint every 15 (3 checkpoints, none at the end), run with no checkpoint,
+#    full, with a 128 times longer step, so that on a GPU the 15 steps between two saves
+#    outlast the write, asserted at that scale), 60 steps with a checkpoint every 15 (3 checkpoints, none at the end), run with no checkpoint,
 #    with blocking saves and with asynchronous ones, interleaved, 5 repeats (3 at full). Lost per
 #    checkpoint = (run with - run without, the same repeat) / 3, median over repeats. This
 #    is the $C$ of bare Orbax that belongs in (10.1)-(10.3).
-# 3. **What our seal adds**: `JaxCheckpoints` (section 4) re-reads every file of a committed
-#    step, SHA-256-hashes it, fsyncs it and writes the manifest (`seal_seconds`, median of
-#    3; the files were just written, so the re-read is mostly from the page cache). A
-#    blocking `JaxCheckpoints.save` pays it inside the call: its $C$ is the bare Orbax $C$
-#    plus the seal. An asynchronous one seals in a background thread, which competes for
-#    the cores like the write and must end before the next save (whose call joins it), so
-#    the seal counts in the write time of (10.4), which `async_blocking_cost` checks with the
-#    measured rates.
+# 3. **What our seal adds**: `JaxCheckpoints` re-reads, SHA-256-hashes and fsyncs every
+#    file of a committed step and writes the manifest (`seal_seconds`, median of 3). A
+#    blocking save pays it inside the call; an asynchronous one in a background thread
+#    that must end before the next save, so it counts in the write time of (10.4).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -545,7 +541,7 @@ from course_lib.checkpoint.interval import async_blocking_cost
 
 load_before = load_average()
 costs = save_costs(pick(cpu=[4, 16, 64], full=[16, 64, 256]), reps=3, root=WORK)
-lost = training_time_lost(pick(cpu=32, full=128), steps=60, every=15, reps=pick(cpu=5, full=3), passes=pick(cpu=4, full=64),
+lost = training_time_lost(pick(cpu=32, full=128), steps=60, every=15, reps=pick(cpu=5, full=3), passes=pick(cpu=4, full=512),
                           root=WORK)
 C_blocking, C_async = lost.lost_per_checkpoint("blocking"), lost.lost_per_checkpoint("async")
 C_async_call = lost.call("async")
@@ -558,9 +554,12 @@ print(f"training loop, {lost.mib:.0f} MiB, {lost.steps} steps, {lost.n_checkpoin
       + ", ".join(f"{m} {lost.median(m):.2f} s" for m in ("none", "blocking", "async")))
 print(f"training time lost per checkpoint: blocking {C_blocking:.3f} s (its call {lost.call('blocking'):.3f} s), "
       f"async {C_async:.3f} s (its call {C_async_call:.3f} s)")
-print(f"async / blocking, time lost: {C_async / C_blocking:.2f}; the async call understates its own cost "
-      f"{C_async / C_async_call:.1f}x; load average {load_before:.1f} -> {load_average():.1f} "
-      f"({os.cpu_count()} cores, JAX backend {jax.default_backend()})")
+per_rep = {m: [(w - wo) / lost.n_checkpoints for w, wo in zip(lost.seconds[m], lost.seconds["none"], strict=True)]
+           for m in ("blocking", "async")}
+print("per repeat, lost per checkpoint: " + ", ".join(f"{m} {min(v):.3f} to {max(v):.3f} s" for m, v in per_rep.items()))
+print(f"async / blocking, time lost: {C_async / C_blocking:.2f}; async lost / its call: {C_async / C_async_call:.1f}; "
+      f"load average {load_before:.1f} -> {load_average():.1f} ({os.cpu_count()} cores, JAX backend "
+      f"{jax.default_backend()})")
 seal_s = seal_seconds(lost.mib, reps=3, root=WORK)
 print(f"our seal of a {lost.mib:.0f} MiB step (re-read, SHA-256, fsync, manifest): {seal_s:.3f} s; a blocking "
       f"JaxCheckpoints save costs about C = {C_blocking:.3f} + {seal_s:.3f} = {C_blocking + seal_s:.3f} s")
@@ -577,43 +576,40 @@ assert all(c.async_call < c.blocking for c in costs), costs  # the call returns 
 assert costs[-1].async_call < costs[-1].blocking / 5, costs[-1]  # a fixed few ms: far sooner for a large state
 assert costs[-1].blocking > costs[0].blocking and costs[-1].async_written > costs[0].async_written  # grows with size
 assert 0.5 < costs[-1].async_written / costs[-1].blocking < 2  # the write itself is no cheaper asynchronously
-assert C_async > 1.5 * C_async_call, (C_async, C_async_call)  # the background write takes training time too
+assert C_async >= C_async_call, (C_async, C_async_call)  # the loop loses at least the call it waits for
 assert C_blocking > 0.5 * lost.call("blocking")  # a blocking save costs the loop at least about its call
-print("takeaway: the asynchronous save call returns sooner than a blocking save at every size (more than 5x sooner at "
-    f"{costs[-1].mib:.0f} MiB), but "
-      "the training it takes away is more than 1.5x its call time: put the measured time lost into (10.1), "
-      "not the call")
+if current_scale() == "full":  # the full-scale step is sized so that the write fits between two saves
+    assert gap_s > 1.5 * write_s, (gap_s, write_s)
+separated = max(per_rep["async"]) < min(per_rep["blocking"])
+print(f"takeaway: the asynchronous save call returns {costs[-1].blocking / costs[-1].async_call:.0f}x sooner than a "
+      f"blocking save at {costs[-1].mib:.0f} MiB; in the loop it lost {C_async:.3f} s per checkpoint, "
+      f"{C_async / C_async_call:.1f}x its call, against {C_blocking:.3f} s for blocking ("
+      + ("separated: every async repeat below every blocking one" if separated
+         else "not separated: the per-repeat spreads overlap") + "). Put the measured time lost into (10.1), not the call")
 
 # %% [markdown]
-# On a CPU, Orbax's asynchronous save keeps references to the (immutable) JAX arrays and
-# writes them from a background thread, so the call returns in milliseconds; on a GPU it
-# must first copy device memory to host ($S / B_{copy}$ in (10.4), over PCIe) and the
-# loop blocks for that copy. The write itself is no cheaper: at the largest size the two
-# modes' "until committed" times are within a factor of 2 of each other (asserted above),
-# and on two cores the background thread competes
-# with the training step for the same cores, so the time lost by an asynchronous save is
-# above its call (more than 1.5x, asserted) and, on this machine, can come close to the
-# blocking save's, depending on the load (the ratio printed above). On a GPU host the step runs on the accelerator and the host cores are
-# free for the writer, which is where the asynchronous save *should* pay, as long as the
-# write fits between two saves (the keep-up lines printed above, (10.4); with our seal the
-# background work is longer still, and the next `save` call waits for it). That is untested:
-# this lesson has never been run on a GPU, so its full-scale sizes (larger states, a longer
-# step) are chosen by reasoning, not measured; `bench/bench_checkpoint.py` measures both
-# ways for a 256 MiB state on this machine's CPU in `BENCHMARKS.md`.
+# Orbax's asynchronous save returns once the arrays are copied to host memory (on a CPU
+# that copy is almost free; on a GPU it is $S / B_{copy}$ of (10.4), over PCIe) and writes
+# them from a background thread. The write itself is no cheaper: at the largest size the two
+# modes' "until committed" times are within a factor of 2 (asserted). On two cores the
+# background thread competes with the training step, so the loop loses at least the call
+# (asserted): the takeaway above prints how much more, and whether the asynchronous and
+# blocking arms are separated at all by their per-repeat spread. On a GPU host the step runs on the
+# accelerator and the host cores are free for the writer, which is where the asynchronous
+# save should pay, as long as the write fits between two saves (the keep-up lines, (10.4);
+# with our seal the background work is longer, and the next `save` call waits for it).
+# `bench/bench_checkpoint.py` measures both modes for a 256 MiB state in `BENCHMARKS.md`.
 
 # %% [markdown]
 # ## 7. Workers that die or freeze: heartbeats, restarts, the lag bound
 #
 # Lesson 03's actor-learner system has a supervisor. Every actor writes a **heartbeat**
-# (time, unroll count, weight version, whether it is mid-unroll) into shared memory at
-# every unroll and every idle wait. At each `poll_s` the learner's supervisor
-# (`_supervise`, below) restarts an actor that has **exited** (a crash, the OOM killer,
-# `SIGKILL`), naming its exit code or signal, and kills with `SIGKILL` one that is
-# **frozen** (a deadlock, a hung simulator, `SIGSTOP`): its heartbeat is older than
-# `heartbeat_timeout_s` (`Heartbeats.silent_for`). `_restart` hands the slots the old actor
-# held to its replacement (a half-written unroll is lost, never trained on), which starts
-# from the learner's **current** weights. The learner never blocks on a peer that may be
-# gone: every wait has a timeout.
+# into shared memory at every unroll and every idle wait. At each `poll_s` the learner's
+# supervisor (`_supervise`, below) restarts an actor that has **exited** (a crash, the OOM
+# killer, `SIGKILL`), naming its exit code or signal, and kills one that is **frozen** (a
+# deadlock, `SIGSTOP`): its heartbeat is older than `heartbeat_timeout_s`. The replacement
+# gets the old actor's slots (a half-written unroll is lost, never trained on) and the
+# learner's **current** weights. Every wait of the learner has a timeout.
 
 # %%
 from course_lib.actor_learner.heartbeats import Heartbeats
@@ -625,12 +621,9 @@ show_source(ActorLearnerSystem._restart)
 
 # %% [markdown]
 #
-# First, a frozen actor: we stop one with `SIGSTOP` (alive, but doing nothing) and keep
-# training until the supervisor has replaced it and the learner has learned from the
-# replacement's first unroll. That happens after a *time* (the 2 s heartbeat timeout), not
-# after a number of updates, so the cell waits for the event (`train_until`, at most 60 s,
-# raising `TimeoutError` if it never comes) and then trains some updates more (50 at the
-# cpu scale, 500 at full).
+# First, a frozen actor: we stop one with `SIGSTOP` (alive, but doing nothing) and train
+# until the supervisor has replaced it and the learner has used the replacement's first
+# unroll (`train_until`, at most 60 s), then some updates more.
 
 # %%
 import signal
@@ -669,12 +662,9 @@ print("the frozen actor was caught by its heartbeat, replaced with current weigh
 # `kill_every` learner updates (140 at the cpu scale, 900 at full), and we compare with no
 # faults, interleaved (none, faults, none, faults, ...), each pair with the same seed.
 # Every run is `n_fault_updates` long (600, 4,000 at full), so each fault run has the same
-# 4 kills and each arm the same amount of learning on a fast or a slow
-# machine (a kill every *second* would give a fast machine more updates and fewer kills
-# per update); the cell prints how many seconds apart the kills were here. What we look
-# at: throughput, the restarts, the unrolls lost, how soon a replacement's data reaches
-# the learner, the lag, and learning (episode return in the first and last quarter of each
-# run).
+# kills and each arm the same learning on a fast or a slow machine; the cell prints how
+# many seconds apart the kills were here. We look at throughput, restarts, unrolls lost,
+# recovery, lag, and learning (episode return in the first and last quarter of each run).
 #
 # The lag bound: the learner consumes full slots first in, first out, so a complete
 # unroll waits at most `(n_slots - 1) // batch_size` updates in the queue, with or without
@@ -719,8 +709,12 @@ ax.legend(fontsize=8)
 plt.show()
 ratios = [f.frames_per_second / n.frames_per_second for n, f in zip(comparison.runs["none"], comparison.runs["faults"])]
 recoveries = [s for run in comparison.runs["faults"] for s in run.recoveries_s]
+fps_arm = {arm: [run.frames_per_second for run in runs] for arm, runs in comparison.runs.items()}
+resolved = max(fps_arm["faults"]) < min(fps_arm["none"])
 print(f"takeaway: with an actor killed every {seconds_apart:.1f} s the learner kept "
-      f"{comparison.throughput_ratio():.2f} of its frames/s (median of 3 pairs; pairs {np.round(ratios, 2).tolist()}); "
+      f"{comparison.throughput_ratio():.2f} of its frames/s (median of 3 pairs; pairs {np.round(ratios, 2).tolist()}): "
+      + ("a cost resolved: every fault run slower than every run without" if resolved else
+         "not separated from the run-to-run spread of frames/s (the sd column)") + "; "
       f"the kills lost {sum(r.report.lost_unrolls for r in comparison.runs['faults'])} unrolls in all, "
       f"no more than there were kills, and a replacement delivered within {max(recoveries):.1f} s")
 
@@ -734,63 +728,25 @@ for arm, runs in comparison.runs.items():
     assert all(run.report.updates == n_fault_updates for run in runs), arm
     assert all(run.queue_lag_max <= bound for run in runs), arm
     first, final = np.mean([r.first_return for r in runs]), np.mean([r.final_return for r in runs])
-    assert final > first, (arm, first, final)  # learning, over the 3 seeds of the arm
-assert comparison.throughput_ratio() > 0.75 and not live_children()
+    assert final > first, (arm, first, final)  # learning, on the mean over the 3 seeds of the arm
+assert comparison.throughput_ratio() > 0.5 and not live_children()  # the system keeps working; the cost is noise-bound
+learned = {arm: sum(r.final_return > r.first_return for r in runs) for arm, runs in comparison.runs.items()}
 print(f"every fault run survived its {n_fault_updates // kill_every} kills (restarted each, no more unrolls lost "
-      f"than kills, every replacement delivering within 5 s), every run kept the queued lag within {bound}, "
-      "both arms learned (mean last-quarter return over 3 seeds above the first quarter's), "
-      "and the faults kept more than 0.75 of the throughput (median of 3 pairs)")
+      f"than kills, every replacement delivering within 5 s), every run kept the queued lag within {bound}, and "
+      "both arms learned on the mean of their 3 seeds (seeds whose last-quarter return beat their first quarter's: "
+      + ", ".join(f"{arm} {n} of 3" for arm, n in learned.items()) + ")")
 
 # %% [markdown]
 # **Takeaway.** A replacement actor is forked from a warm `forkserver`, and its first
 # unroll reaches the learner within the recovery times printed above; the kills lost no
-# more unrolls than there were kills (a kill loses the unroll being written; the count is
-# checked per run, not per kill), so with an actor killed every `kill_every` updates (the
-# interval in seconds is printed above) the system kept more than three quarters of its
-# throughput (the ratio printed above varies from run to run on a
-# shared machine, and can exceed 1: the surviving actor gets the freed core;
-# `bench/bench_actor_faults.py` measures it at fixed kill intervals in `BENCHMARKS.md`),
-# learning goes on (over the seeds: a short run of one seed can stall), and the queued lag
-# stays within its bound. The two arms' final returns differ by the number of standard
-# errors printed above, in either direction from one execution to the next: with three
-# seeds an arm and returns that spread by more than 100 between seeds (the sd column), and a kill that changes
-# every later batch, we read nothing into the sign; what is asserted is only that both arms learn. That is the IMPALA design paying off: actors are stateless apart from their
+# more unrolls than there were kills. Whether the kills cost throughput at all, the takeaway
+# line says from the printed pairs and spread: on a shared two-core machine the pairs vary
+# by tens of percent, and a ratio can exceed 1 (the surviving actor gets the freed core).
+# Learning goes on, and the queued lag stays within its bound. With three seeds an arm, the
+# difference of final returns (in standard errors, printed) carries no sign we can read.
+# That is the IMPALA design paying off: actors are stateless apart from their
 # environments, so an actor fault costs a partial unroll, never a checkpoint. The learner
 # is the one process whose loss costs a restore, which is what sections 2-5 are for.
-#
-# The same discipline holds in the other systems of the course. Lesson 07's pipeline has
-# a single generator, so there is nobody to continue with: its trainer waits at most
-# `poll_s` at a time and a dead generator ends the run cleanly with `PipelineFault`
-# rather than a hang. We kill it after 3 updates:
-
-# %%
-from course_lib.lm import TinyLM
-from course_lib.pipeline.system import LM, PipelineConfig, PipelineFault, PipelineSystem
-from course_lib.runtime.weights import flat_parameters
-
-torch.manual_seed(0)
-pipe_config = PipelineConfig(regime="pipeline", n_updates=1000, max_lag=8)
-fault = None
-with PipelineSystem(pipe_config, flat_parameters(TinyLM(LM))) as pipe:
-    gen_pid = pipe.pid
-    try:
-        pipe.train(progress=lambda u, m: os.kill(gen_pid, signal.SIGKILL) if u == 3 else None)
-    except PipelineFault as exc:
-        fault = exc
-print("PipelineFault:", str(fault).replace(str(gen_pid), "PID"))
-
-# %%
-assert fault is not None and "killed by SIGKILL" in str(fault) and not live_children()
-print("the killed generator was reported, the run ended cleanly, and no process is left")
-
-# %% [markdown]
-# In production the single generator is a fleet of inference engines and the run goes on
-# without the dead one; the trainer's state is what must survive, by checkpoint. Lesson
-# 09's weight updates carry their own fault handling: a checksum per bucket, a version
-# and index in each header, and an all-or-nothing commit on the receiver, so a corrupt,
-# reordered or interrupted update is rejected and the previous weights stay in use
-# (lesson 09, section 7). It is the same idea as `commit`: nothing becomes visible
-# until all of it has arrived and been verified.
 
 # %% [markdown]
 # ## 8. How often to checkpoint
@@ -800,15 +756,10 @@ print("the killed generator was reported, the run ended cleanly, and no process 
 # of the whole sharded state takes $C$ = 60 s and a restart (reschedule, reload, warm-up)
 # $R$ = 10 minutes. The simulation draws exponential failures and counts every second
 # lost: saves, work since the last *completed* checkpoint (a save in flight at a failure is
-# lost too), restarts. Its points sit on the model's exact mean and a little above the
+# lost too), restarts. Its points sit on the exact mean (10.5) and a little above the
 # first-order (10.1), which leaves out that failures also strike the redone work and the
-# saves; the gap grows away from the optimum. Both the simulation and the exact mean
-# (`exact_waste_fraction`) take a restart itself as failure-free, which a real restart of
-# 10 minutes is not quite (one in about 19 would meet a failure at this MTBF). Young's
-# (10.2) and Daly's (10.3) intervals both sit at the bottom of the simulated curve, which
-# is flat there: the cell compares the exact model's minimum with both, and the simulated
-# waste at the grid points nearest them with the grid's best. In `simulate_lost_work`, look
-# at how a run's failures are counted (a segment retried until it survives) and what each loses:
+# saves. Both take a restart itself as failure-free. In `simulate_lost_work`, look at how a
+# run's failures are counted (a segment retried until it survives) and what each loses:
 
 # %%
 from course_lib.checkpoint.interval import simulate_lost_work
@@ -871,15 +822,14 @@ assert 1 / (1 + w_exact) < 0.9
 # %% [markdown]
 # The assumed costs are an illustration, not Meta's: with $C$ = 60 s and $R$ = 10 min the
 # job would train less than 90% of its wall time (printed above), while the Llama 3 report
-# states more than 90% effective training time, so its real saves and restarts cost less
-# than assumed here (the restarts' $R/M$ alone is 0.054 of the 0.11 that 90% allows).
+# states more than 90% effective training time, so its real saves and restarts cost less.
 #
 # **Where the waste goes at the optimum.** Split (10.1) into its three terms: saves,
 # work lost, restarts. At Young's interval the first two are nearly equal ($C/\tau = \tau/2M$
 # exactly there: that is what the optimum balances), and the restarts' $R/M$ is a floor no interval can lower: only a faster
 # restart or fewer failures can. An asynchronous save would, at best, cut $C$ to the copy
 # (10.4), here a hypothetical 2 s, and the interval shrinks with $\sqrt{C}$ (10.2); how
-# close a real one comes is section 6's measurement, used below.
+# close a real one comes is section 6's measurement.
 
 # %%
 for label, C in (("blocking save, 60 s", 60.0), ("async save, 2 s copy (10.4)", 2.0)):
@@ -888,33 +838,6 @@ for label, C in (("blocking save, 60 s", 60.0), ("async save, 2 s copy (10.4)", 
     print(f"{label:<28} tau* = {tau / 60:5.1f} min (Daly {daly_interval(C, M_job) / 60:5.1f}); waste "
           f"{waste_fraction(tau, C, M_job, R_restart):.3f} = saves {saves:.3f} + lost work {lost:.3f} + restarts {restarts:.3f}")
     assert abs(saves - lost) < 0.01 and abs(saves + lost + restarts - waste_fraction(tau, C, M_job, R_restart)) < 1e-12
-
-# %% [markdown]
-# **With this machine's measured costs.** Put section 6's training time lost per checkpoint
-# into (10.2) and (10.1) (for a blocking save also with our seal added), for a job that fails
-# once an hour, and beside it what the
-# asynchronous *call* time would have predicted.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-M_here = 3600.0  # say this machine's job failed once an hour
-plans = {"blocking, time lost": C_blocking, "blocking + our seal": C_blocking + seal_s,
-         "async, time lost": C_async, "async, the call only": C_async_call}
-for label, C in plans.items():
-    tau = young_interval(C, M_here)
-    print(f"{label:<22} C = {C:.3f} s -> Young tau* = {tau:5.0f} s (Daly {daly_interval(C, M_here):5.0f} s), "
-          f"waste {waste_fraction(tau, C, M_here):.4f}")
-waste_block = waste_fraction(young_interval(C_blocking, M_here), C_blocking, M_here)
-waste_async = waste_fraction(young_interval(C_async, M_here), C_async, M_here)
-waste_call = waste_fraction(young_interval(C_async_call, M_here), C_async_call, M_here)
-verdict = "less" if waste_async < waste_block else "no less"
-print(f"measured: the asynchronous save wastes {verdict} than the blocking one here "
-      f"({waste_async / waste_block:.2f} of it, for a measured cost ratio of {C_async / C_blocking:.2f}); "
-      f"the call time would have claimed {waste_block / waste_call:.1f}x less waste than blocking")
-
-# %%
-assert waste_call < waste_async / 1.2  # the call time overstates the async save's benefit (C_async > 1.5 C_call)
-print("using the async call time instead of the training time lost understates the waste by more than 1.2x")
 
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
@@ -942,7 +865,8 @@ print("using the async call time instead of the training time lost understates t
 #
 # - A checkpoint is a commit: write to a hidden place, fsync, record checksums, rename,
 #   fsync the directory. Killed at any instant, the writer leaves the old checkpoint or the
-#   new one, and a damaged file is named and skipped on restore.
+#   new one; a damaged file is named and quarantined on restore, while an I/O error
+#   propagates instead of restarting the run from scratch.
 # - An exact resume needs every input of the rest of the run: weights, optimizer state,
 #   every RNG stream, the step and data position, the environments. With all of them,
 #   lesson 04's PPO and lesson 01's REINFORCE killed mid-update and mid-save resumed to the
@@ -954,12 +878,11 @@ print("using the async call time instead of the training time lost understates t
 #   out an fsync and only a power loss shows it, which is why the fsyncs are traced, not
 #   crash-tested.
 # - Stateless workers are cheap to lose: heartbeats find the frozen ones, a replacement
-#   starts with the current weights, and with an actor killed every 140 updates (900 at
-#   full) the actor-learner system measured here kept more than three quarters of its throughput
-#   and kept learning.
-# - Checkpoint every $\sqrt{2 C M}$ (10.2), with $C$ the training time a checkpoint takes
-#   away: an asynchronous save's call is only a lower bound on it (here its cost was more
-#   than 1.5x the call); restarts set a floor $R/M$.
+#   starts with the current weights, and the actor-learner system kept learning under
+#   kills, at a throughput cost section 7 prints against its run-to-run spread.
+# - Checkpoint every $\sqrt{2 C M}$ (10.2), or at the minimiser of (10.5), with $C$ the
+#   training time a checkpoint takes away: an asynchronous save's call is only a lower
+#   bound on it (section 6 prints the ratio); restarts set a floor $R/M$.
 #
 # **Full scale.** `COURSE_SCALE=full` kills the writer 30 times, runs 100 REINFORCE and
 # 100 PPO updates, and runs the fault comparison for 4,000 updates per run with an actor
@@ -980,5 +903,5 @@ print("using the async call time instead of the training time lost understates t
 # et al., *IMPALA*, ICML 2018 (stateless actors).
 #
 # **Exercises:** `exercises/10_fault_tolerance.ipynb`: an atomic commit with a manifest,
-# the newest complete checkpoint, the optimal interval, and resuming an RNG stream
-# exactly. Grade with `course grade exercises/10_fault_tolerance.ipynb`.
+# restoring the newest complete checkpoint, the interval that minimises (10.5), and
+# resuming an RNG stream exactly. Grade with `course grade exercises/10_fault_tolerance.ipynb`.

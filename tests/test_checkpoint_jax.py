@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from course_lib.checkpoint.atomic import CorruptCheckpoint
+from course_lib.checkpoint.atomic import CheckpointError, CorruptCheckpoint
 from course_lib.checkpoint.crash import KillPoint, run_in_child
 from course_lib.checkpoint.jax_state import JaxCheckpoints, tree_equal
 from course_lib.checkpoint.ppo_resume import (
@@ -264,3 +264,31 @@ def test_ppo_killed_three_times_resumes_bitwise(tmp_path, reference):
     assert found is not None and found[0] == TINY.num_updates
     assert tree_equal(found[1], ref_runner)
     assert tree_equal(found[2], ref_metrics)
+
+
+def test_an_io_error_propagates_and_moves_nothing(tmp_path, monkeypatch):
+    with JaxCheckpoints(tmp_path, async_save=False) as ckpts:
+        ckpts.save(1, state(1))
+        ckpts.save(2, state(2))
+
+    def eio(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    with JaxCheckpoints(tmp_path, async_save=False) as ckpts:
+        monkeypatch.setattr(ckpts._mgr, "restore", eio)
+        with pytest.raises(OSError, match="Input/output error"):
+            ckpts.restore_latest(state(0))
+        assert ckpts.all_steps() == [1, 2] and not (tmp_path / "quarantine").exists()
+
+
+def test_every_step_corrupt_refuses_a_fresh_start(tmp_path):
+    with JaxCheckpoints(tmp_path, async_save=False) as ckpts:
+        ckpts.save(1, state(1))
+        ckpts.save(2, state(2))
+    for step in (1, 2):
+        victim = data_files(tmp_path / str(step))[0]
+        victim.write_bytes(victim.read_bytes()[:-1] + b"\x00")
+    with JaxCheckpoints(tmp_path, async_save=False) as ckpts:
+        with pytest.raises(CheckpointError, match="refusing to start from scratch"):
+            ckpts.restore_latest(state(0))
+        assert ckpts.all_steps() == [1, 2], "nothing is moved when nothing restores"

@@ -13,6 +13,7 @@ import torch
 from course_lib.checkpoint.atomic import (
     CheckpointError,
     CorruptCheckpoint,
+    NoCheckpoint,
     latest_complete,
     list_steps,
     restore_latest,
@@ -230,3 +231,16 @@ def test_a_resume_that_leaves_out_one_piece_departs_from_the_uninterrupted_run(t
 def test_leave_out_names_a_piece(tmp_path):
     with pytest.raises(ValueError, match="leave_out must be None or one of"):
         train_reinforce_checkpointed(CONFIG, tmp_path, EVERY, leave_out="weights")
+
+
+def test_every_checkpoint_corrupt_refuses_a_fresh_start_and_moves_nothing(tmp_path):
+    short = ReinforceConfig(**{**CONFIG.__dict__, "n_updates": 6})
+    assert train_reinforce_checkpointed(short, tmp_path, EVERY).saved == [3, 6]
+    for step in (3, 6):
+        weights = step_dir(tmp_path, step) / MODEL
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0x01
+        weights.write_bytes(bytes(data))
+    with pytest.raises(NoCheckpoint, match="starting from scratch would discard"):
+        train_reinforce_checkpointed(CONFIG, tmp_path, EVERY)
+    assert list_steps(tmp_path) == [3, 6] and not list(tmp_path.glob(".corrupt-*"))

@@ -227,16 +227,17 @@ def verify_manifest(directory: Path) -> Manifest:
     escapes the directory (absolute, ``..``) counts as corrupt.
 
     Raises:
-        CorruptCheckpoint: naming the file at fault: the manifest missing, unreadable or
+        CorruptCheckpoint: naming the file at fault: the manifest missing, not text or
             not a manifest, or a listed file missing, truncated/grown, or with other bytes.
+        OSError: reading failed (EIO, EACCES, ESTALE): not a reason to fall back.
     """
     directory = Path(directory)
     try:
         text = (directory / MANIFEST).read_text()
     except FileNotFoundError:
         raise CorruptCheckpoint(directory, MANIFEST, "missing (the save did not finish)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CorruptCheckpoint(directory, MANIFEST, f"unreadable ({e})") from None
+    except UnicodeDecodeError as e:  # other OSErrors (EIO, EACCES, ESTALE) are not corruption: they propagate
+        raise CorruptCheckpoint(directory, MANIFEST, f"not text ({e})") from None
     try:
         manifest = Manifest.from_json(text)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -413,9 +414,11 @@ class NoCheckpoint(CheckpointError):
         self.skipped = skipped
         if not skipped:
             what = f"no committed checkpoint (step_XXXXXXXX dir) in {root}"
+            advice = "Start from scratch, or point at the right directory"
         else:
             what = f"every checkpoint in {root} is corrupt: " + "; ".join(r for _, r in skipped)
-        super().__init__(f"nothing to restore: {what}. Start from scratch, or point at the right directory")
+            advice = "Inspect or move them: starting from scratch would discard a run that has committed steps"
+        super().__init__(f"nothing to restore: {what}. {advice}")
 
 
 def quarantine(path: Path) -> Path:

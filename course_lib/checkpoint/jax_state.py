@@ -7,11 +7,14 @@ every file is written), asynchronous saves (the call returns once the arrays are
 host memory; a background thread writes them, eq. 10.4), and a preservation policy that
 keeps the last N steps. :class:`JaxCheckpoints` adds what Orbax does not have:
 
-- **integrity**: Orbax stores no checksums, so once a step is committed we *seal* it: we
-  write our manifest (sha256 and size of every file, :func:`course_lib.checkpoint.atomic.
+- **integrity**: Orbax keeps no manifest of whole files (tensorstore's OCDBT checks CRC-32C
+  on what a restore reads, below, but names no file and cannot be checked before loading),
+  so once a step is committed we *seal* it: we write our manifest (sha256 and size of every file, :func:`course_lib.checkpoint.atomic.
   write_manifest`) into its directory. A restore verifies the manifest first; a truncated or
   corrupted file raises :class:`~course_lib.checkpoint.atomic.CorruptCheckpoint` naming the
-  file, and :meth:`JaxCheckpoints.restore_latest` falls back to the previous step.
+  file, and :meth:`JaxCheckpoints.restore_latest` falls back to the previous step. Any other
+  error (EIO, permissions, a wrong template) propagates, and a folder whose every step fails
+  verification is refused rather than restarted from scratch.
 - **typed PRNG keys**: a ``key<fry>`` leaf is saved as its ``uint32`` key data
   (:func:`jax.random.key_data`) and rewrapped with the template's implementation on restore.
 - **any pytree** (NamedTuples, registered dataclasses): leaves are saved under flat names,
@@ -49,7 +52,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from course_lib.checkpoint.atomic import MANIFEST, CorruptCheckpoint, verify_manifest, write_manifest
+from course_lib.checkpoint.atomic import MANIFEST, CheckpointError, CorruptCheckpoint, verify_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,8 @@ PyTree = Any
 STATE, META = "state", "meta"
 #: Where :meth:`JaxCheckpoints.restore_latest` moves a step it could not restore.
 QUARANTINE = "quarantine"
+#: tensorstore's status codes for damaged bytes: a CRC-32C mismatch, a file shorter than its index says.
+INTEGRITY_CODES = ("DATA_LOSS", "OUT_OF_RANGE")
 
 
 class Restored(NamedTuple):
@@ -273,51 +278,83 @@ class JaxCheckpoints:
 
         Raises:
             CorruptCheckpoint: a file of the step is missing, truncated or changed (named),
-                or Orbax could not read it.
+                or, for an unsealed step, tensorstore's checksum or size check failed.
             ValueError: the checkpoint's tree differs from the template's.
+            OSError and other Orbax errors: propagated (not a reason to fall back).
         """
         step_dir = self.step_dir(step)
         sealed = self.is_sealed(step)
         if sealed:
             verify_manifest(step_dir)
         paths = _paths(template)
-        saved = self._restore_item(step, {META: ocp.args.JsonRestore()})[META]["paths"]
+        saved = self._restore_item(step, {META: ocp.args.JsonRestore()}, unsealed=not sealed)[META]["paths"]
         if saved != paths:
             raise ValueError(
                 f"checkpoint {step_dir} holds leaves {saved} but the template has {paths}: "
                 "restore with a template of the state that was saved"
             )
-        arrays = self._restore_item(step, {STATE: ocp.args.StandardRestore(_abstract(template))})[STATE]
+        arrays = self._restore_item(step, {STATE: ocp.args.StandardRestore(_abstract(template))}, unsealed=not sealed)[
+            STATE
+        ]
         if not sealed:
             self._seal(step)
         return _unflat(template, arrays)
 
-    def _restore_item(self, step: int, items: dict[str, Any]) -> Any:
-        """Orbax's restore of ``items`` of step ``step``; any failure as CorruptCheckpoint."""
+    def _restore_item(self, step: int, items: dict[str, Any], unsealed: bool = False) -> Any:
+        """Orbax's restore of ``items`` of step ``step``.
+
+        Only an integrity failure becomes :class:`CorruptCheckpoint`: for an ``unsealed`` step
+        (no manifest), tensorstore's own checks, a CRC-32C mismatch (``DATA_LOSS``) or a short
+        file (``OUT_OF_RANGE``). Everything else (EIO, a stale handle, a permission, a template
+        of other shapes, a sealed step whose bytes verified) propagates: an older step would
+        fail the same way, and moving steps aside for it would restart the run from scratch.
+        """
         try:
             return self._mgr.restore(step, args=ocp.args.Composite(**items))
-        except Exception as err:  # Orbax/tensorstore raise many types for an unreadable file
-            raise CorruptCheckpoint(self.step_dir(step), "/".join(items), f"Orbax could not restore it: {err}") from err
+        except ValueError as err:
+            if unsealed and str(err).startswith(INTEGRITY_CODES):
+                raise CorruptCheckpoint(
+                    self.step_dir(step), "/".join(items), f"Orbax could not restore it: {err}"
+                ) from err
+            raise
 
     def restore_latest(self, template: PyTree) -> Restored | None:
-        """The newest step that restores and verifies, falling back to older ones.
+        """The newest step that restores and verifies, falling back over corrupt ones.
 
-        Each newer step that fails is logged, moved to ``root/quarantine/<step>`` (so the run
-        can save that step number again; by process 0 only, others leave it in place) and
-        listed in ``skipped`` with the file named.
-        Returns None when no step restores (a fresh run).
+        A step is passed over only for an integrity failure (:class:`CorruptCheckpoint`: a
+        file that does not match the manifest, or tensorstore's checksum on an unsealed step);
+        any other error propagates. Once an older step restores, the newer corrupt ones are
+        logged, listed in ``skipped`` with the file named, and moved to
+        ``root/quarantine/<step>`` (so the run can save that step number again; by process 0
+        only, others leave them in place).
+
+        Returns None only when no step is committed (a fresh run).
+
+        Raises:
+            CheckpointError: steps are committed but none verifies; nothing is moved, and the
+                run does not start from scratch over them.
         """
         self.wait()
         skipped: list[str] = []
+        bad: list[int] = []
         for step in reversed(self.all_steps()):
             try:
-                return Restored(step, self.restore(step, template), skipped)
+                state = self.restore(step, template)
             except CorruptCheckpoint as err:
                 line = f"step {step} skipped: {err}"
                 log.warning(line)
                 skipped.append(line)
-                if self.primary:
-                    self._quarantine(step)
+                bad.append(step)
+                continue
+            if self.primary:
+                for b in bad:
+                    self._quarantine(b)
+            return Restored(step, state, skipped)
+        if bad:
+            raise CheckpointError(
+                f"every committed step in {self.root} failed verification ({'; '.join(skipped)}); "
+                "refusing to start from scratch: inspect or move them, then restart"
+            )
         return None
 
     def _quarantine(self, step: int) -> None:

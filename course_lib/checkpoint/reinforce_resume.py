@@ -94,7 +94,8 @@ def _check_config(config: ReinforceConfig, saved: dict[str, Any], path: Path) ->
 def _restore(
     config: ReinforceConfig, root: Path, policy: nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
 ) -> tuple[int, dict[str, Any], list[tuple[Path, str]]]:
-    """``(start update, restored extra or {}, skipped)``; quarantines corrupt checkpoints passed over."""
+    """``(start update, restored extra or {}, skipped)``; quarantines corrupt checkpoints passed over once an
+    older one restores; raises NoCheckpoint when checkpoints are committed but none verifies."""
 
     def load(path: Path) -> dict[str, Any]:
         return load_torch_state(path, policy, optimizer, generator)
@@ -102,9 +103,9 @@ def _restore(
     try:
         restored = restore_latest(root, load)
     except NoCheckpoint as e:
-        for path, _ in e.skipped:
-            quarantine(path)
-        return 0, {}, e.skipped
+        if e.skipped:  # committed checkpoints exist but none verifies: never restart from 0 over them
+            raise
+        return 0, {}, []
     for path, _ in restored.skipped:
         quarantine(path)
     _check_config(config, restored.value["config"], restored.path)

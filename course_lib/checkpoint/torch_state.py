@@ -111,6 +111,8 @@ def _read_tensors(path: Path, name: str) -> dict[str, torch.Tensor]:
         return load((path / name).read_bytes())
     except FileNotFoundError:
         raise CorruptCheckpoint(path, name, "missing") from None
+    except OSError:  # EIO, EACCES, ESTALE: not corruption, never a reason to fall back
+        raise
     except Exception as e:  # safetensors raises its own SafetensorError for a bad header
         raise CorruptCheckpoint(path, name, f"not a readable safetensors file ({e})") from None
 
@@ -168,7 +170,8 @@ def load_torch_state(
     Raises:
         CheckpointError: the model's tensors differ from the checkpoint's (the message
             names each tensor, with both shapes), or the optimizer's parameter groups do.
-        CorruptCheckpoint: a file is missing or unreadable (restore falls back over it).
+        CorruptCheckpoint: a file is missing or not parseable (restore falls back over it).
+        OSError: reading failed (EIO, EACCES): propagated.
     """
     import torch
 

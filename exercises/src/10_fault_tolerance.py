@@ -24,14 +24,14 @@
 #
 # The equations are numbered as in `lessons/10_fault_tolerance.ipynb`. These are the four
 # small pieces every fault-tolerant trainer rests on: a checkpoint that is committed all at
-# once or not at all, finding the newest one that is really complete, how often to save,
+# once or not at all, restoring the newest one that is really complete, how often to save,
 # and a resumed run that draws exactly the random numbers the uninterrupted run would have.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `commit_checkpoint`: write, fsync, then rename | 15 | ★★☆ | 30 min |
 # | 2. `newest_complete`: the newest checkpoint that verifies | 15 | ★★☆ | 20 min |
-# | 3. `optimal_interval`: Young's and Daly's intervals | 10 | ★☆☆ | 10 min |
+# | 3. `optimal_interval`: the interval that minimises the exact waste | 10 | ★★☆ | 15 min |
 # | 4. `train_until`: resume the key stream exactly | 10 | ★★☆ | 15 min |
 
 # %%
@@ -40,6 +40,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -49,6 +50,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from course_lib import check
+
+
+def writer_alive(pid):
+    """Whether process ``pid`` is still running (given: exercise 1 uses it). A zombie, dead but
+    not yet reaped by its parent, counts as gone: it can never finish a save."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 # %% [markdown]
 # ## Exercise 1 · Write, fsync, then rename (★★☆, 30 min, 15 points)
@@ -61,9 +77,13 @@ from course_lib import check
 # 1. `root = Path(root)`, create it if missing; the final name is
 #    `root / f"step_{step:08d}"`. If it already exists, raise `FileExistsError` (a committed
 #    checkpoint is never overwritten).
-# 2. Write into the temporary directory `root / f".tmp-step_{step:08d}"`, **inside `root`**
-#    (a rename is atomic only within one filesystem). If one is left over from a save that
-#    crashed, remove it first (`shutil.rmtree`).
+# 2. Clean up, then write into a temporary directory **inside `root`** (a rename is atomic
+#    only within one filesystem) whose name no other writer can hold:
+#    `root / f".tmp-step_{step:08d}-{os.getpid()}-{secrets.token_hex(4)}"`. A fixed name would
+#    be shared with a writer that is still alive (a zombie after a preemption, a second job
+#    launched on the same folder), and removing "its leftover" would delete a live save. So
+#    remove (`shutil.rmtree`) only the `.tmp-step_<digits>-<pid>-<hex>` directories in `root`
+#    whose writer is gone (`not writer_alive(pid)`, the helper above), and leave the rest.
 # 3. For each `name, data` in `files` (a `dict[str, bytes]`): open the file `"wb"`, write,
 #    `f.flush()`, then **`os.fsync(f.fileno())`** (`flush` only empties Python's buffer
 #    into the kernel; `fsync` makes the kernel put it on the disk).
@@ -88,14 +108,15 @@ from course_lib import check
 # recipe's order (every file fsynced inside the temporary directory before `os.replace`,
 # the manifest in it at the rename, the temporary directory itself fsynced before it: the
 # grader records which fsynced descriptors are directories; the root directory fsynced
-# after); then the save is crashed at each traced call in turn, between two files, and in the
+# after; the temporary name carries this process's pid); then the save is crashed at each traced call in turn, between two files, and in the
 # middle of each file's write (a torn write: half its bytes on disk, twice in a row), and
 # tried again each time as a restarted run would: the last good checkpoint must survive, no
 # half-written `step_` directory may appear, and the resumed save must commit one that
 # verifies. Renaming before fsync, no fsync at all, no fsync of the temporary directory or of
 # the root, the manifest written after the rename, writing straight into the final
-# directory, a leftover temporary directory, and a crashed attempt's files reused are named
-# in the message.
+# directory, a fixed temporary name, a dead writer's leftover kept and a live writer's
+# folder deleted are named in the message (the grader starts a process that sleeps, for a
+# live writer, and one that has exited, for a dead one).
 
 
 # %% tags=["exercise"]
@@ -113,11 +134,14 @@ def commit_checkpoint(root, step, files):
     ### BEGIN SOLUTION
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    final, tmp = root / f"step_{step:08d}", root / f".tmp-step_{step:08d}"
+    final = root / f"step_{step:08d}"
     if final.exists():
         raise FileExistsError(f"{final} is already committed; a checkpoint is never overwritten")
-    if tmp.exists():  # a save that crashed before its rename
-        shutil.rmtree(tmp)
+    for old in root.iterdir():  # leftovers of saves that crashed before their rename
+        match = re.fullmatch(r"\.tmp-step_\d+-(\d+)-[0-9a-f]+", old.name)
+        if match and old.is_dir() and not writer_alive(int(match.group(1))):
+            shutil.rmtree(old)  # its writer is gone: it can never finish
+    tmp = root / f".tmp-step_{step:08d}-{os.getpid()}-{secrets.token_hex(4)}"  # no other writer holds it
     tmp.mkdir()
     entries = {}
     for name, data in files.items():
@@ -156,46 +180,60 @@ with tempfile.TemporaryDirectory() as folder:
 check("10_fault_tolerance", "commit_checkpoint", commit_checkpoint)
 
 # %% [markdown]
-# ## Exercise 2 · The newest checkpoint that verifies (★★☆, 20 min, 15 points)
+# ## Exercise 2 · Restore the newest checkpoint that verifies (★★☆, 20 min, 15 points)
 #
 # Restore starts by choosing what to load: the **newest committed checkpoint whose
 # manifest verifies**, falling back to older ones. In `root`:
 #
 # - a committed checkpoint is a **directory** whose whole name is `step_` followed by
 #   digits (`re.fullmatch(r"step_(\d+)", name)`); its step is that number. Anything else is
-#   not a checkpoint: the `.tmp-step_...` directory of a save in flight or one that crashed
+#   not a checkpoint: a `.tmp-step_...` directory of a save in flight or one that crashed
 #   before its rename (even if its files happen to be complete), stray files, other names.
 # - order by the step as a **number**: `step_100000000` is newer than `step_99999999`.
-# - it verifies when `manifest.json` parses, and every file it lists exists with that
-#   `size` and that `sha256`. A missing, truncated or unparsable manifest, a missing file, a
-#   wrong size or a wrong hash: skip it and try the next older one. Never raise for a
-#   broken checkpoint.
-# - a restore only **reads**: change nothing under `root` (a broken checkpoint stays where it
-#   is, for a person or another process to look at), and read no checkpoint older than the
-#   one you return (a real one is terabytes: stop at the first that verifies).
+# - it verifies when `manifest.json` parses and every file it lists exists with that `size`
+#   and that `sha256`. An **integrity mismatch** (a missing manifest or listed file:
+#   `FileNotFoundError`; a manifest that does not parse or lacks a key; a wrong size or
+#   hash) means corrupt: try the next older one. Read no checkpoint older than the one you
+#   return (a real one is terabytes: stop at the first that verifies).
+# - **any other error propagates.** An `OSError` that is not `FileNotFoundError` (EIO from a
+#   failing disk, EACCES, ESTALE from a network filesystem) says nothing about the bytes: an
+#   older checkpoint on the same disk would fail the same way, and treating it as corruption
+#   throws good checkpoints away. Catch it nowhere and move nothing.
+# - once an older checkpoint verifies, **quarantine** each newer corrupt one: rename it with
+#   `os.replace(path, path.with_name(".corrupt-" + path.name))` (readers stop seeing it, its
+#   step can be written again, and the bytes stay for a post-mortem). Change nothing else.
+# - no committed checkpoint at all: return `None` (a fresh run). Committed checkpoints that
+#   all fail to verify: raise `RuntimeError` and move nothing. Starting from update 0 over a
+#   run that has committed steps would silently discard it; a person decides.
 #
-# Return `(step, path)` (an `int` and the directory's `Path`), or `None` when no
-# checkpoint verifies (an empty folder included). Exercise 1's format: `manifest.json` is
-# `{"step": ..., "files": {name: {"sha256": hex, "size": bytes}}}`.
+# Return `(step, path)` (an `int` and the directory's `Path`). Exercise 1's format:
+# `manifest.json` is `{"step": ..., "files": {name: {"sha256": hex, "size": bytes}}}`.
 #
 # **How it is graded:** hand-built folders broken the ways crashes break them (a corrupt
 # newest: a flipped byte of the same size, a torn file, a zero-length file left by a rename
 # before fsync, a file whose name a missing fsync of the folder lost, a writer killed between
 # files, a torn or missing manifest; all broken; empty), leftovers of crashed attempts and
 # stray files beside real checkpoints, steps past eight digits, then random folders against
-# an oracle that verifies every candidate. The grader records every file you open and
-# compares the folder before and after. Ordering the steps as strings, trusting a manifest
-# without checking the hashes, taking a temporary directory, raising on an unreadable
-# manifest, reading older checkpoints than the one returned, and changing the folder are
-# named in the message.
+# an oracle that verifies every candidate. Then faked I/O errors (EIO, EACCES) when a file of
+# the newest is opened: the error must reach the caller and the folder stay as it was. The
+# grader records every file you open and compares the folder before and after with what the
+# quarantine should have renamed. Ordering the steps as strings, trusting a manifest without
+# checking the hashes, taking a temporary directory, raising on an unparsable manifest,
+# quarantining on an I/O error, starting fresh over corrupt checkpoints, reading older
+# checkpoints than the one returned, and other changes to the folder are named in the message.
 
 
 # %% tags=["exercise"]
 def newest_complete(root):
-    """The newest committed checkpoint under ``root`` whose manifest verifies.
+    """The newest committed checkpoint under ``root`` whose manifest verifies; newer corrupt ones
+    are quarantined as ``.corrupt-<name>``.
 
     Returns:
-        (step, path) with step an int, or None if none verifies.
+        (step, path) with step an int, or None if no checkpoint is committed.
+
+    Raises:
+        RuntimeError: checkpoints are committed but none verifies (nothing is moved).
+        OSError: other than FileNotFoundError, as raised by the filesystem.
     """
     ### BEGIN SOLUTION
     committed = []
@@ -203,6 +241,7 @@ def newest_complete(root):
         match = re.fullmatch(r"step_(\d+)", path.name)  # a temporary directory does not match
         if match and path.is_dir():
             committed.append((int(match.group(1)), path))
+    corrupt = []
     for step, path in sorted(committed, reverse=True):  # newest first, by number
         try:
             manifest = json.loads((path / "manifest.json").read_text())
@@ -210,10 +249,15 @@ def newest_complete(root):
             for name, entry in manifest["files"].items():
                 data = (path / name).read_bytes()
                 intact = intact and len(data) == entry["size"] and hashlib.sha256(data).hexdigest() == entry["sha256"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: not complete
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):  # integrity, not I/O
             intact = False
         if intact:
+            for bad in corrupt:  # quarantine only once an older one verifies
+                os.replace(bad, bad.with_name(".corrupt-" + bad.name))
             return step, path
+        corrupt.append(path)
+    if corrupt:
+        raise RuntimeError(f"no committed checkpoint verifies ({', '.join(p.name for p in corrupt)}): not starting from 0")
     return None
     ### END SOLUTION
 
@@ -229,67 +273,73 @@ with tempfile.TemporaryDirectory() as folder:
     print("newest:", step, path.name)
     (path / "w.bin").write_bytes(b"w" * 9 + b"X")  # one byte flipped, same size
     step, path = newest_complete(folder)
-    print("after corrupting it:", step, path.name)
+    print("after corrupting it:", step, path.name, "| beside it:", sorted(p.name for p in Path(folder).iterdir()))
 
 # %% tags=["exercise-check"]
 check("10_fault_tolerance", "newest_complete", newest_complete)
 
 # %% [markdown]
-# ## Exercise 3 · How often to checkpoint (★☆☆, 10 min, 10 points)
+# ## Exercise 3 · The interval that minimises the exact waste (★★☆, 15 min, 10 points)
 #
-# A blocking save costs `C` seconds; failures come at random with mean time between
-# failures `M` (MTBF); a failure costs a restart `R` and the work since the last completed
-# checkpoint. Checkpointing every `tau` seconds of work wastes, to first order,
+# Young's (10.2) and Daly's (10.3) intervals minimise approximations. The model the lesson
+# simulates (a save of `C` seconds after every `tau` seconds of work, failures at random
+# with mean time between failures `M`, a restart of `R` seconds that does not itself fail)
+# has an exact mean: a segment of `tau + C` seconds takes on average
+# `(M + R)(exp((tau + C)/M) - 1)` seconds, so the wall time wasted per second of work is
 #
-# $$W(\tau) = \frac{C}{\tau} + \frac{\tau + C}{2M} + \frac{R}{M} \qquad (10.1)$$
+# $$W(\tau) = \frac{(M + R)\,\big(e^{(\tau + C)/M} - 1\big)}{\tau} - 1 \qquad (10.5)$$
 #
-# (a save every `tau`; a failure loses on average half an interval plus the save in
-# flight). Setting `dW/dtau = 0` gives Young's interval,
+# Write `optimal_interval(C, M, R=0.0)`: return `(tau, waste)`, the `tau > 0` that minimises
+# (10.5) and `W(tau)` there, two floats. `tau` must be within a relative `1e-6` of the true
+# minimiser: Daly's interval is often closer than that to it, but not always, and a generic
+# minimiser stops short of that precision at the flat bottom of `W`. Work out `dW/dtau = 0`
+# by hand first: it is a one-variable equation with exactly one root in `(0, M)` (look at the
+# sign of the derivative at both ends, and how it changes in between), which bisection finds
+# to the last bit. What does `R` change? Raise `ValueError` if `C` or `M` is not positive or
+# `R` is negative.
 #
-# $$\tau^* = \sqrt{2 C M} \qquad (10.2)$$
-#
-# and Daly's higher-order analysis corrects it for saves that are not short against `M`:
-#
-# $$\tau^* = \sqrt{2 C M}\Big(1 + \frac{1}{3}\sqrt{\frac{C}{2M}} + \frac{1}{9}\,\frac{C}{2M}\Big) - C \quad (C < 2M), \qquad \tau^* = M \quad (C \ge 2M) \qquad (10.3)$$
-#
-# Return `(young, daly)`, two floats in seconds. Raise `ValueError` if `C` or `M` is not
-# positive.
-#
-# **How it is graded:** hand-computed values (a 60 s save at a one-hour MTBF: 657.3 s and
-# 617.9 s), random `C` and `M` across six orders of magnitude against (10.2)-(10.3), the
-# branch `C >= 2M`, Young's interval minimising (10.1) numerically, and `ValueError` on
-# bad input. A missing factor 2, `C` and `M` swapped in Daly's correction, the `- C`
-# forgotten, the `1/3` and `1/9` swapped and the missing `C >= 2M` branch are named.
+# **How it is graded:** the lesson's Llama 3 numbers and hand cases (a save as long as the
+# MTBF included), then random `C`, `M` and `R` (a save from 1e-7 to 2 MTBFs) against a
+# root-finding oracle, and `ValueError` on bad input. Returning Young's or Daly's
+# interval, the first-order waste (10.1) or a waste without `R`, and an interval that moves
+# with `R` are named in the message.
 
 
 # %% tags=["exercise"]
-def optimal_interval(C, M):
-    """Young's (eq. 10.2) and Daly's (eq. 10.3) checkpoint intervals, in seconds of work.
+def optimal_interval(C, M, R=0.0):
+    """The checkpoint interval that minimises the exact waste (10.5), and that waste.
 
     Args:
         C: seconds a save blocks training (> 0).
         M: mean time between failures, seconds (> 0).
+        R: seconds a restart takes (>= 0).
 
     Returns:
-        (young, daly), two floats.
+        (tau, waste), two floats: tau in seconds of work, waste per second of work.
     """
     ### BEGIN SOLUTION
-    if C <= 0 or M <= 0:
-        raise ValueError(f"C and M must be > 0; got C={C}, M={M}")
-    young = math.sqrt(2 * C * M)
-    if C >= 2 * M:
-        return young, float(M)
-    x = C / (2 * M)
-    daly = young * (1 + math.sqrt(x) / 3 + x / 9) - C
-    return young, daly
+    if C <= 0 or M <= 0 or R < 0:
+        raise ValueError(f"need C > 0, M > 0 and R >= 0; got C={C}, M={M}, R={R}")
+
+    def slope_sign(tau):  # the sign of dW/dtau, times tau^2 / (M + R) > 0: R drops out
+        return (tau / M - 1) * math.expm1((tau + C) / M) + tau / M
+
+    lo, hi = 0.0, float(M)  # slope_sign(0) = -expm1(C/M) < 0 < slope_sign(M) = 1, increasing in between
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if slope_sign(mid) < 0 else (lo, mid)
+    tau = (lo + hi) / 2
+    return tau, (M + R) * math.expm1((tau + C) / M) / tau - 1
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-for C, M in ((60.0, 3600.0), (600.0, 3600.0), (30.0, 86400.0)):
-    young, daly = optimal_interval(C, M)
-    print(f"C = {C:5.0f} s, MTBF = {M:6.0f} s: Young {young:7.1f} s, Daly {daly:7.1f} s")
-print("(by hand: 657.3 and 617.9 s for the first)")
+M_job = 54 * 24 * 3600 / 419  # the lesson's Llama 3 job: 419 interruptions in 54 days
+for C, R in ((60.0, 600.0), (60.0, 0.0), (2.0, 600.0)):
+    tau, waste = optimal_interval(C, M_job, R)
+    young = math.sqrt(2 * C * M_job)
+    print(f"C = {C:4.0f} s, R = {R:3.0f} s: tau = {tau:7.1f} s (Young {young:7.1f} s), waste {waste:.4f}, "
+          f"training {1 / (1 + waste):.1%} of the wall time")
 
 # %% tags=["exercise-check"]
 check("10_fault_tolerance", "optimal_interval", optimal_interval)

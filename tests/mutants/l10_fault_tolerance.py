@@ -45,12 +45,27 @@ TAIL = (
     + DIR_FSYNC
 )
 HASH = ' and hashlib.sha256(data).hexdigest() == entry["sha256"]'
-EXCEPT = "except (OSError, ValueError, KeyError, TypeError, AttributeError):"
+EXCEPT = "except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):"
 SPLIT = "        key, k_batch, k_noise = jax.random.split(key, 3)\n"
 RESULT = '"step": total_steps, "params": params, "key": key}'
-RMTREE = "    if tmp.exists():  # a save that crashed before its rename\n        shutil.rmtree(tmp)\n"
+TMP_NAME = 'tmp = root / f".tmp-step_{step:08d}-{os.getpid()}-{secrets.token_hex(4)}"'
+CLEANUP = (
+    "    for old in root.iterdir():  # leftovers of saves that crashed before their rename\n"
+    '        match = re.fullmatch(r"\\.tmp-step_\\d+-(\\d+)-[0-9a-f]+", old.name)\n'
+    "        if match and old.is_dir() and not writer_alive(int(match.group(1))):\n"
+    "            shutil.rmtree(old)  # its writer is gone: it can never finish\n"
+)
 NEWEST_FIRST = "    for step, path in sorted(committed, reverse=True):  # newest first, by number\n"
-FOUND = "        if intact:\n            return step, path\n    return None"
+QUARANTINE = (
+    "            for bad in corrupt:  # quarantine only once an older one verifies\n"
+    '                os.replace(bad, bad.with_name(".corrupt-" + bad.name))\n'
+)
+FOUND = "        if intact:\n" + QUARANTINE + "            return step, path\n        corrupt.append(path)\n"
+REFUSE = (
+    "    if corrupt:\n"
+    "        raise RuntimeError(f\"no committed checkpoint verifies ({', '.join(p.name for p in corrupt)}): not starting "
+    'from 0")\n'
+)
 VERIFY_LOOP = (
     NEWEST_FIRST
     + "        try:\n"
@@ -60,7 +75,7 @@ VERIFY_LOOP = (
     + "                data = (path / name).read_bytes()\n"
     + '                intact = intact and len(data) == entry["size"] and hashlib.sha256(data).hexdigest() == '
     + 'entry["sha256"]\n'
-    + "        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: not complete\n"
+    + "        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):  # integrity, not I/O\n"
     + "            intact = False\n"
     + FOUND
 )
@@ -125,37 +140,23 @@ MUTANTS: list[Mutant] = [
         COMMIT + MANIFEST.replace("tmp /", "final /") + TMP_FSYNC.replace("os.open(tmp,", "os.open(final,"),
         "write the manifest before the rename",
     ),
+    Mutant(CC, "straight_into_final", TMP_NAME, "tmp = final", "non-atomic"),
+    # wrong mechanism (issue 45, review defect 9): one fixed temporary name, its leftover removed: deletes the
+    # save of a writer that is still alive
     Mutant(
         CC,
-        "straight_into_final",
-        'final, tmp = root / f"step_{step:08d}", root / f".tmp-step_{step:08d}"',
-        'final = tmp = root / f"step_{step:08d}"',
-        "non-atomic",
+        "fixed_tmp_name",
+        CLEANUP + "    " + TMP_NAME + "  # no other writer holds it\n",
+        '    tmp = root / f".tmp-step_{step:08d}"\n    if tmp.exists():\n        shutil.rmtree(tmp)\n',
+        "a fixed name is shared with a writer",
     ),
+    Mutant(CC, "dead_leftovers_kept", CLEANUP, "", "whose writer is gone"),
     Mutant(
         CC,
-        "leftover_temporary_kept",
-        "    if tmp.exists():  # a save that crashed before its rename\n        shutil.rmtree(tmp)\n    tmp.mkdir()\n",
-        "    tmp.mkdir(exist_ok=True)\n",
-        "start from an empty temporary directory",
-    ),
-    Mutant(
-        CC,
-        "leftover_temporary_crashes",
-        "    if tmp.exists():  # a save that crashed before its rename\n        shutil.rmtree(tmp)\n",
-        "",
-        "shutil.rmtree",
-    ),
-    # wrong mechanism (issue 45): a crashed attempt's temporary folder committed as it is when it holds a
-    # manifest (a manifest written in full says nothing of a torn one)
-    Mutant(
-        CC,
-        "finishes_crashed_save",
-        RMTREE,
-        '    if (tmp / "manifest.json").exists():  # the crashed save wrote its manifest: finish its commit\n'
-        "        os.replace(tmp, final)\n"
-        "        return final\n" + RMTREE,
-        "a crashed attempt's files may be torn",
+        "deletes_live_leftovers",
+        "        if match and old.is_dir() and not writer_alive(int(match.group(1))):\n",
+        "        if match and old.is_dir():\n",
+        "is still running",
     ),
     Mutant(
         CC,
@@ -194,7 +195,20 @@ MUTANTS: list[Mutant] = [
         're.search(r"step_(\\d+)", path.name)',
         "not step_<digits> in full",
     ),
-    Mutant(NC, "crashes_on_unreadable_manifest", EXCEPT, "except OSError:", "never raise"),
+    Mutant(NC, "crashes_on_unreadable_manifest", EXCEPT, "except FileNotFoundError:", "integrity mismatch"),
+    # wrong mechanism (issue 45, review defect 1): any exception, an EIO included, taken for corruption: good
+    # checkpoints quarantined and the run restarted from an older one, or from 0
+    Mutant(NC, "quarantines_on_any_exception", EXCEPT, "except Exception:", "let other OSErrors propagate"),
+    Mutant(NC, "catches_every_oserror", EXCEPT, EXCEPT.replace("FileNotFoundError", "OSError"), "propagate"),
+    Mutant(NC, "fresh_start_over_corrupt", REFUSE, "", "expected RuntimeError"),
+    Mutant(
+        NC,
+        "quarantines_before_a_good_one",
+        FOUND,
+        "        if intact:\n            return step, path\n"
+        '        os.replace(path, path.with_name(".corrupt-" + path.name))\n        corrupt.append(path)\n',
+        "move nothing",
+    ),
     Mutant(NC, "oldest_first", "sorted(committed, reverse=True)", "sorted(committed)", "the newest that verifies"),
     # wrong mechanism (issue 45): every checkpoint verified, then the newest kept (right answer, every byte read)
     Mutant(
@@ -206,36 +220,50 @@ MUTANTS: list[Mutant] = [
             "    verified = []\n    for step, path in sorted(committed):  # verify them all, keep the newest\n",
         ).replace(
             FOUND,
-            "        if intact:\n            verified.append((step, path))\n    return max(verified) if verified else None",
+            "        if intact:\n            verified.append((step, path))\n        corrupt.append(path)\n"
+            "    return max(verified) if verified else None\n",
         ),
         "stop at the first that verifies",
     ),
-    # wrong mechanism (issue 45): a broken checkpoint deleted on the way (a restore that writes)
+    # wrong mechanism (issue 45): a broken checkpoint deleted instead of quarantined (no post-mortem)
     Mutant(
         NC,
         "deletes_broken_checkpoints",
-        FOUND,
-        FOUND.replace(
-            "            return step, path\n", "            return step, path\n        shutil.rmtree(path)\n"
-        ),
-        "a restore only reads",
+        QUARANTINE,
+        "            for bad in corrupt:\n                shutil.rmtree(bad)\n",
+        "quarantine the newer corrupt",
     ),
-    # optimal_interval: the formulas
-    Mutant(OI, "no_factor_2", "young = math.sqrt(2 * C * M)", "young = math.sqrt(C * M)", "factor 2 is missing"),
-    Mutant(OI, "c_m_swapped", "x = C / (2 * M)", "x = M / (2 * C)", "C and M are swapped"),
-    Mutant(OI, "no_minus_c", "math.sqrt(x) / 3 + x / 9) - C", "math.sqrt(x) / 3 + x / 9)", "subtracts C"),
-    Mutant(OI, "thirds_ninths", "math.sqrt(x) / 3 + x / 9)", "math.sqrt(x) / 9 + x / 3)", "1/3 and 1/9 are swapped"),
-    Mutant(OI, "no_cap", "    if C >= 2 * M:\n        return young, float(M)\n", "", "for C >= 2M"),
+    # optimal_interval: the exact waste (10.5) and its minimiser
+    Mutant(OI, "returns_young", "    tau = (lo + hi) / 2\n", "    tau = math.sqrt(2 * C * M)\n", "Young's interval"),
+    Mutant(
+        OI,
+        "first_order_waste",
+        "    return tau, (M + R) * math.expm1((tau + C) / M) / tau - 1",
+        "    return tau, C / tau + (tau + C) / (2 * M) + R / M",
+        "first-order (10.1)",
+    ),
+    Mutant(OI, "waste_without_r", "(M + R) * math.expm1", "M * math.expm1", "leaves out R"),
+    Mutant(OI, "too_few_bisections", "range(200)", "range(12)", "allowed 1e-6"),
+    Mutant(
+        OI,
+        "tau_moves_with_r",
+        "(tau / M - 1) * math.expm1((tau + C) / M) + tau / M",
+        "(tau / (M + R) - 1) * math.expm1((tau + C) / (M + R)) + tau / (M + R)",
+        "moves with R",
+    ),
     Mutant(
         OI,
         "imports_library_intervals",
-        "def optimal_interval(C, M):\n",
-        "from course_lib.checkpoint.interval import daly_interval, young_interval\n\n\n"
-        "def optimal_interval(C, M):\n    return young_interval(C, M), daly_interval(C, M)\n\n\n"
-        "def unused(C, M):\n",
+        "def optimal_interval(C, M, R=0.0):\n",
+        "from course_lib.checkpoint.interval import daly_interval, exact_waste_fraction\n\n\n"
+        "def optimal_interval(C, M, R=0.0):\n"
+        "    return daly_interval(C, M), float(exact_waste_fraction(daly_interval(C, M), C, M, R))\n\n\n"
+        "def unused(C, M, R=0.0):\n",
         "optimal_interval uses course_lib.checkpoint.interval",
     ),
-    Mutant(OI, "no_value_error", "    if C <= 0 or M <= 0:\n", "    if C < 0 and M < 0:\n", "expected ValueError"),
+    Mutant(
+        OI, "no_value_error", "    if C <= 0 or M <= 0 or R < 0:\n", "    if C < 0 and M < 0:\n", "expected ValueError"
+    ),
     # train_until: the key stream and the checkpoint
     Mutant(
         TU,

@@ -1,32 +1,38 @@
-"""Lesson 10's graded exercises: an atomic write-then-rename commit, choosing the newest
+"""Lesson 10's graded exercises: an atomic write-then-rename commit, restoring the newest
 complete checkpoint, the optimal checkpoint interval, and resuming a JAX key stream exactly.
 
 The learner writes:
 
 * ``commit_checkpoint(root, step, files) -> Path``  (write and fsync each file, fsync the temporary
   folder, os.replace, fsync the root folder)
-* ``newest_complete(root) -> (step, path) | None``  (the newest committed checkpoint that verifies)
-* ``optimal_interval(C, M) -> (young, daly)``  (eq. 10.2, 10.3)
+* ``newest_complete(root) -> (step, path) | None``  (the newest committed checkpoint that verifies; newer
+  corrupt ones quarantined, I/O errors propagated, RuntimeError when none of the committed ones verifies)
+* ``optimal_interval(C, M, R) -> (tau, waste)``  (the minimiser of the exact waste, eq. 10.5)
 * ``train_until(checkpoint, total_steps, step_fn) -> checkpoint``  (the carried-key split)
 
 What each exercise teaches, and what its checks observe beyond the values:
 
 * commit_checkpoint -- mechanism: nothing appears under the committed name before every byte and every
   name under it is durable: each file flushed and fsynced in a temporary folder inside root, the manifest
-  last, the folder fsynced, one os.replace, the root fsynced; a crashed attempt's leftovers removed on
-  the next. Observed in the traced os calls (their order, the fsynced sizes, a directory's entries), and
+  last, the folder fsynced, one os.replace, the root fsynced; the temporary name unique to its writer
+  (pid and random), and only dead writers' leftovers removed. Observed in the traced os calls (their
+  order, the fsynced sizes, a directory's entries, the renamed folder's name), with a live and an exited
+  writer's leftovers beside the save, and
   by crashing the save at each traced call, in the middle of each file's write (a torn write) and between
   two files, then trying again (twice after a torn write): the previous checkpoint must survive, no half
   checkpoint may appear, and the resumed attempt must commit.
-* newest_complete -- mechanism: a read-only walk of the committed names (step_<digits> in full), newest
-  by number first, verifying each manifest (every size and SHA-256) and stopping at the first that
-  verifies. Observed on folders broken the ways crashes break them (a torn write, a zero-length file from
-  a rename before fsync, a name lost without the folder's fsync, a writer killed between files, a torn or
-  missing manifest, leftovers of crashed attempts), by recording every file it opens (none of a
-  checkpoint older than the one it returns) and by comparing the folder before and after (unchanged).
-* optimal_interval -- mechanism: Young's interval sqrt(2 C M) and Daly's correction with its C >= 2M
-  branch. Observed over six orders of magnitude of C and M, and Young's against the numerical minimum of
-  (10.1).
+* newest_complete -- mechanism: a walk of the committed names (step_<digits> in full), newest by number
+  first, verifying each manifest (every size and SHA-256) and stopping at the first that verifies; only an
+  integrity mismatch counts as corrupt (any other OSError propagates), the newer corrupt ones are renamed
+  to .corrupt-<name> once an older one verifies, and committed steps that all fail raise instead of a
+  fresh start. Observed on folders broken the ways crashes break them (a torn write, a zero-length file
+  from a rename before fsync, a name lost without the folder's fsync, a writer killed between files, a
+  torn or missing manifest, leftovers of crashed attempts), with faked EIO and EACCES on open, by
+  recording every file it opens (none of a checkpoint older than the one it returns) and by comparing the
+  folder before and after with the quarantine expected.
+* optimal_interval -- mechanism: the root of dW/dtau of the exact waste (10.5), found numerically (R drops
+  out of it), and W there. Observed over six orders of magnitude of C, M and R against a bisection oracle, to
+  a relative 1e-6 (tighter than Daly's approximation is in most cases).
 * train_until -- mechanism: the run's whole random state is the carried key: restore it from the
   checkpoint, split it three ways a step, carry the first key, save the carried key. Observed through a
   step_fn that records every key it gets: uninterrupted and resumed runs (a key through numpy as from
@@ -37,8 +43,8 @@ The checks never call ``course_lib.checkpoint``: they trace the learner's ``os.f
 (with the fsynced file's size on disk and a directory's entries at that moment),
 ``os.replace`` and ``os.rename`` (patched on the ``os`` module during the call), crash the
 save by raising at each traced call in turn, build checkpoint folders by hand, and compare
-with the oracles below: a verifier written from the manifest format, the interval formulas
-written out (and Young's checked as the numerical minimiser of eq. 10.1), and the key
+with the oracles below: a verifier written from the manifest format, a bisection on the
+sign of eq. 10.5's derivative, and the key
 stream of ``jax.random.split`` replayed step by step. Each oracle takes keyword switches
 that compute a known slip, so a wrong answer that matches one is named.
 """
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import functools
 import hashlib
 import io
@@ -56,6 +63,8 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -74,6 +83,7 @@ from course_lib.course.grading.checks import (
     fmt_number,
 )
 from course_lib.course.grading.helpers import assert_raises
+from course_lib.course.grading.vocab import as_real, assert_value_error, pass_stub
 
 LESSON = "10_fault_tolerance"
 
@@ -86,19 +96,6 @@ def _scratch() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _pass_stub(exc: LearnerError) -> None:
-    """Re-raise the stub's NotImplementedError, so the report says "not implemented yet"."""
-    if isinstance(exc.error, NotImplementedError):
-        raise exc
-
-
-def _real(value: Any) -> float | None:
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,6 +407,13 @@ def _cc_order(events: list[_Event], root: Path, step: int, files: dict[str, byte
             f"{what}: fsync the root directory after os.replace (fd = os.open(root, os.O_RDONLY); os.fsync(fd)): "
             "without it the rename itself may be lost on a power cut"
         )
+    tmp_name = Path(tmp_s).name
+    if not re.fullmatch(rf"\.tmp-step_{step:08d}-{os.getpid()}-[0-9a-f]+", tmp_name):
+        fail(
+            f"{what} wrote into {tmp_name}: name the temporary directory .tmp-step_{step:08d}-<pid>-<random hex> "
+            "(os.getpid(), secrets.token_hex(4)); a fixed name is shared with a writer that may still be alive "
+            "(a zombie after a preemption), and cleaning it up deletes a live save"
+        )
 
 
 @check_case(
@@ -445,10 +449,10 @@ def _crash_and_resume(
             except _Crash:
                 pass
             except LearnerError as exc:
-                _pass_stub(exc)
+                pass_stub(exc)
                 fail(
-                    f"{what}, tried{again} after a crash at {at}, raised {type(exc.error).__name__}: remove a "
-                    "leftover temporary directory of a crashed save (shutil.rmtree) before writing again"
+                    f"{what}, tried{again} after a crash at {at}, raised {type(exc.error).__name__}: a crashed "
+                    "attempt's leftover must not stop the next save (a fresh temporary name for each attempt)"
                 )
             else:
                 if attempt == 0:
@@ -467,10 +471,10 @@ def _crash_and_resume(
             try:
                 call(fn, root, 2, dict(files))
             except LearnerError as exc:
-                _pass_stub(exc)
+                pass_stub(exc)
                 fail(
-                    f"{what} after a crash at {at} raised {type(exc.error).__name__}: remove a leftover temporary "
-                    "directory of a crashed save (shutil.rmtree) before writing again"
+                    f"{what} after a crash at {at} raised {type(exc.error).__name__}: a crashed attempt's leftover "
+                    "must not stop the next save (a fresh temporary name for each attempt)"
                 )
         if not verify(good):
             fail(f"{what}, resumed after a crash at {at}: the previous checkpoint step_00000001 no longer verifies")
@@ -508,7 +512,10 @@ def _write_crash(k: int, torn: bool) -> contextlib.AbstractContextManager[Any]:
     return _WriteCrash(at=k, torn=torn).patched()
 
 
-@check_case("an existing step raises FileExistsError and stays as it was; a leftover temporary directory is replaced")
+@check_case(
+    "an existing step raises FileExistsError and stays as it was; a dead writer's leftover is removed, a live "
+    "writer's is left alone"
+)
 def _cc_existing(fn: Callable[..., Any]) -> None:
     with _scratch() as root:
         old = write_checkpoint(root, 5, {"params.bin": b"old"})
@@ -526,26 +533,47 @@ def _cc_existing(fn: Callable[..., Any]) -> None:
         )
         if (old / "params.bin").read_bytes() != b"old" or not verify(old):
             fail(f"{what} changed the committed step_00000005; a committed checkpoint is never touched again")
-    with _scratch() as root:
-        stale = root / ".tmp-step_00000006"
-        stale.mkdir()
-        (stale / "params.bin").write_bytes(b"half")
-        (stale / "junk.bin").write_bytes(b"from a crashed save")
-        what = _cc_text(6, {"params.bin": b"whole"})
-        try:
-            call(fn, root, 6, {"params.bin": b"whole"})
-        except LearnerError as exc:
-            _pass_stub(exc)
-            fail(
-                f"{what} with a leftover .tmp-step_00000006 from a crashed save raised {type(exc.error).__name__}: "
-                "remove it first (shutil.rmtree)"
-            )
-        final = root / "step_00000006"
-        names = sorted(p.name for p in final.iterdir()) if final.is_dir() else []
-        if names != ["manifest.json", "params.bin"] or not verify(final):
-            fail(
-                f"{what} with a leftover .tmp-step_00000006 committed {names}: start from an empty temporary directory"
-            )
+    dead_pid = _dead_pid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        with _scratch() as root:
+            dead, alive = root / f".tmp-step_00000006-{dead_pid}-0badc0de", root / f".tmp-step_00000004-{live.pid}-5afe"
+            for leftover in (dead, alive):
+                leftover.mkdir()
+                (leftover / "params.bin").write_bytes(b"half")
+            what = _cc_text(6, {"params.bin": b"whole"})
+            try:
+                call(fn, root, 6, {"params.bin": b"whole"})
+            except LearnerError as exc:
+                pass_stub(exc)
+                fail(
+                    f"{what} beside a dead writer's {dead.name} and a live writer's {alive.name} raised "
+                    f"{type(exc.error).__name__}: leftovers must not stop a save"
+                )
+            final = root / "step_00000006"
+            names = sorted(p.name for p in final.iterdir()) if final.is_dir() else []
+            if names != ["manifest.json", "params.bin"] or not verify(final):
+                fail(f"{what} beside leftovers committed {names}: start from an empty temporary directory")
+            if not alive.is_dir() or (alive / "params.bin").read_bytes() != b"half":
+                fail(
+                    f"{what} deleted or changed {alive.name}, whose writer (pid {live.pid}) is still running: remove "
+                    "only the leftovers whose writer is gone (writer_alive(pid) is False); a live save is never touched"
+                )
+            if dead.exists():
+                fail(
+                    f"{what} left {dead.name}, whose writer (pid {dead_pid}) has exited and can never finish it: "
+                    "remove (shutil.rmtree) the .tmp-step_<digits>-<pid>-<hex> directories whose writer is gone"
+                )
+    finally:
+        live.kill()
+        live.wait()
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped (not reused this soon in practice)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
 
 
 COMMIT_CHECKPOINT = Exercise(
@@ -559,7 +587,9 @@ COMMIT_CHECKPOINT = Exercise(
         "os.fsync takes a file descriptor: an open file gives one with f.fileno(), after f.flush() while it is "
         "still open; the manifest's entries can be built in the loop that writes the files",
         "a directory has no open() file object, but os.open(path, os.O_RDONLY) gives a descriptor for it too "
-        "(close it in a finally); two directories need an fsync: which one before the rename, which one after?",
+        "(close it in a finally); two directories need an fsync: which one before the rename, which one after? "
+        "Leftovers: for each name in root that re.fullmatch(r'\\.tmp-step_\\d+-(\\d+)-[0-9a-f]+', name) "
+        "matches, the group is the writer's pid; shutil.rmtree it only when writer_alive(pid) is False",
     ),
 )
 
@@ -632,37 +662,111 @@ class _Reads:
         return _patched_open(self._hook)
 
 
+def _committed(root: Path) -> list[tuple[int, Path]]:
+    return sorted(
+        (int(m.group(1)), p) for p in root.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name)) and p.is_dir()
+    )
+
+
+def _quarantined(before: dict[str, tuple[int, str]], names: list[str]) -> dict[str, tuple[int, str]]:
+    """``before`` with each top-level directory of ``names`` renamed to ``.corrupt-<name>``."""
+    out = {}
+    for key, value in before.items():
+        top, _, rest = key.partition("/")
+        out[(f".corrupt-{top}/{rest}" if rest else f".corrupt-{top}") if top in names else key] = value
+    return out
+
+
 def _nc_compare(fn: Callable[..., Any], root: Path, case: str) -> None:
     expected = naive_newest(root)
     slips = {message: naive_newest(root, **slip) for message, slip in NC_SLIPS.items()}
+    committed = _committed(root)
     what = f"{NC}(root) with {case}"
     before, reads = _snapshot(root), _Reads()
+    bad = [p.name for step, p in committed if expected is not None and step > expected[0]]
     try:
         with reads.patched():
             got = call(fn, root)
     except LearnerError as exc:
-        _pass_stub(exc)
+        pass_stub(exc)
+        if expected is None and committed and isinstance(exc.error, RuntimeError):
+            changes = _changes(before, _snapshot(root))
+            if changes:
+                fail(f"{what} raised but changed the folder ({changes}): when nothing verifies, move nothing")
+            return
         fail(
-            f"{what} raised {type(exc.error).__name__}: a broken checkpoint (an unreadable manifest, a missing file) "
-            "is not complete; skip it and fall back, never raise"
+            f"{what} raised {type(exc.error).__name__}: a corrupt checkpoint (a missing file or manifest, one that "
+            "does not parse) is an integrity mismatch; quarantine it and fall back to the previous one"
+        )
+    if expected is None and committed:
+        fail(
+            f"{what} returned {describe_type(got)}; expected RuntimeError: checkpoints are committed but none verifies, "
+            "and starting from update 0 over them would silently discard the run"
         )
     _nc_value(got, expected, slips, what)
-    changes = _changes(before, _snapshot(root))
+    changes = _changes(_quarantined(before, bad), _snapshot(root))
     if changes:
+        want = f"only {', '.join(bad)} renamed to .corrupt-<name>" if bad else "nothing moved (no newer one is corrupt)"
         fail(
-            f"{what} changed the folder ({changes}): a restore only reads; leave broken checkpoints and leftovers "
-            "as they are (a person, or another process, may still need them)"
+            f"{what} left the folder with {changes} against {want}: quarantine the newer corrupt checkpoints "
+            "with os.replace, and leave everything else (leftovers, older checkpoints) as it is"
         )
     if expected is not None:
-        older = [
-            p for p in root.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name)) and int(m.group(1)) < expected[0]
-        ]
+        older = [p for step, p in committed if step < expected[0]]
         for opened in reads.opened:
             if any(opened.startswith(_real_path(p) + os.sep) for p in older):
                 fail(
                     f"{what} opened {Path(opened).parent.name}/{Path(opened).name} although {expected[1].name}, "
                     "newer, verifies: walk the checkpoints newest first and stop at the first that verifies (a "
                     "restore reads the checkpoint it loads, not every one)"
+                )
+
+
+@dataclass
+class _FailingReads:
+    """Opening any file under ``under`` raises ``OSError(code)``: a failing disk, a permission, a stale handle."""
+
+    under: str
+    code: int
+
+    def _hook(self, path: str, mode: str, opener: Callable[[], Any]) -> Any:
+        if path.startswith(self.under + os.sep):
+            raise OSError(self.code, os.strerror(self.code), path)
+        return opener()
+
+    def patched(self) -> contextlib.AbstractContextManager[None]:
+        return _patched_open(self._hook)
+
+
+@check_case("an I/O error (EIO, EACCES) reading the newest propagates, and nothing is quarantined")
+def _nc_io(fn: Callable[..., Any]) -> None:
+    for code in (errno.EIO, errno.EACCES):
+        with _scratch() as root:
+            for step in (4, 5, 6):
+                write_checkpoint(root, step, _payload(step))
+            newest = root / "step_00000006"
+            what = f"{NC}(root) when reading {newest.name} fails with {errno.errorcode[code]} ({os.strerror(code)})"
+            before = _snapshot(root)
+            try:
+                with _FailingReads(_real_path(newest), code).patched():
+                    got = call(fn, root)
+            except LearnerError as exc:
+                pass_stub(exc)
+                if not isinstance(exc.error, OSError) or exc.error.errno != code:
+                    fail(
+                        f"{what} raised {type(exc.error).__name__}; let the OSError itself propagate (it is not an "
+                        "integrity mismatch, and the person on call needs its errno)"
+                    )
+            else:
+                fail(
+                    f"{what} returned {describe_type(got)}: let other OSErrors propagate (catch only "
+                    "FileNotFoundError and the parse errors); an I/O error says nothing about the bytes"
+                )
+            changes = _changes(before, _snapshot(root))
+            if changes:
+                fail(
+                    f"{what} changed the folder ({changes}): an I/O error is no evidence of corruption; quarantine "
+                    "only on an integrity mismatch"
                 )
 
 
@@ -789,18 +893,19 @@ def _nc_oracle(fn: Callable[..., Any]) -> None:
 NEWEST_COMPLETE = Exercise(
     name=NC,
     points=15,
-    title="the newest committed checkpoint whose manifest verifies",
-    checks=(_nc_known, _nc_names, _nc_oracle),
+    title="restore the newest checkpoint that verifies: quarantine corrupt ones, propagate I/O errors",
+    checks=(_nc_known, _nc_names, _nc_oracle, _nc_io),
     hints=(
         "Two passes: collect (int(step), path) of the directories named step_<digits> exactly, then walk them newest "
-        "first and return the first that verifies.",
+        "first and return the first that verifies, keeping the corrupt ones met on the way in a list.",
         "Match names with `re.fullmatch` (a `.tmp-step_...` directory is not committed) and sort by the step as an "
         "int, not by the name. Verifying reads the manifest and compares every listed file's size and SHA-256 "
         "(`hashlib.sha256(...).hexdigest()`) with the bytes on disk.",
-        "Any failure while verifying one checkpoint (a missing file or manifest, bad JSON, a missing key, a wrong "
-        "type) means not intact: go on to the next older one. One `try` around the verification whose `except` names "
-        "OSError, ValueError (a JSON decode error is one), KeyError, TypeError and AttributeError. Return (step, "
-        "path), or None when none verifies.",
+        "Only an integrity mismatch means not intact (a missing file or manifest, bad JSON, a missing key, a wrong "
+        "type): one `try` around the verification whose `except` names FileNotFoundError (not OSError: EIO and "
+        "EACCES must propagate), ValueError (a JSON decode error is one), KeyError, TypeError and AttributeError. "
+        "Rename the corrupt ones to .corrupt-<name> with os.replace only when an older one verifies; if the walk ends "
+        "with the list non-empty, raise RuntimeError; with no committed checkpoint at all, return None.",
     ),
 )
 
@@ -811,131 +916,128 @@ NEWEST_COMPLETE = Exercise(
 OI = "optimal_interval"
 
 
-def naive_intervals(
-    C: float,
-    M: float,
-    *,
-    factor: float = 2.0,
-    swapped: bool = False,
-    minus_c: bool = True,
-    thirds_ninths: tuple[float, float] = (3.0, 9.0),
-    cap: bool = True,
-) -> tuple[float, float]:
-    """(10.2) and (10.3) written out; the switches compute known slips."""
-    young = math.sqrt(factor * C * M)
-    if cap and C >= 2 * M:
-        return young, float(M)
-    ratio = M / (2 * C) if swapped else C / (2 * M)
-    a, b = thirds_ninths
-    return young, young * (1 + math.sqrt(ratio) / a + ratio / b) - (C if minus_c else 0.0)
+def exact_waste(tau: float, C: float, M: float, R: float) -> float:
+    """(10.5) written out: (M + R)(exp((tau + C)/M) - 1)/tau - 1."""
+    return (M + R) * math.expm1((tau + C) / M) / tau - 1.0
 
 
-OI_SLIPS: dict[str, dict[str, Any]] = {
-    "the factor 2 is missing: tau* = sqrt(2 C M) (10.2)": dict(factor=1.0),
-    "C and M are swapped in Daly's correction: it is in C / (2M), small for a short save (10.3)": dict(swapped=True),
-    "Daly's interval subtracts C: ... - C (10.3)": dict(minus_c=False),
-    "1/3 and 1/9 are swapped: 1 + (1/3) sqrt(C/2M) + (1/9) C/2M (10.3)": dict(thirds_ninths=(9.0, 3.0)),
-    "for C >= 2M Daly's interval is M (10.3)": dict(cap=False),
-}
+def exact_optimum(C: float, M: float) -> float:
+    """The minimiser of (10.5): bisection on the sign of dW/dtau, written from the quotient rule in another
+    form than the solution's; R does not move it."""
 
+    def slope(tau: float) -> float:  # dW/dtau times tau^2 / (M + R), written from the quotient rule
+        return math.exp((tau + C) / M) * tau / M - math.expm1((tau + C) / M)
 
-def _minimise_first_order(C: float, M: float, R: float) -> float:
-    """The minimiser of (10.1) by golden-section search on log tau (no closed form used)."""
-
-    def waste(log_tau: float) -> float:
-        tau = math.exp(log_tau)
-        return C / tau + (tau + C) / (2 * M) + R / M
-
-    lo, hi = math.log(C) - 10, math.log(M) + 10
-    g = (math.sqrt(5) - 1) / 2
-    for _ in range(200):
-        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-        if waste(a) < waste(b):
-            hi = b
+    lo, hi = 1e-300, float(M)
+    for _ in range(400):
+        mid = (lo + hi) / 2
+        if slope(mid) < 0:
+            lo = mid
         else:
-            lo = a
-    return math.exp((lo + hi) / 2)
+            hi = mid
+    return (lo + hi) / 2
 
 
-def _oi_compare(fn: Callable[..., Any], C: float, M: float) -> None:
-    what = f"{OI}({fmt_number(C)}, {fmt_number(M)})"
-    got = call(fn, C, M)
+def _young_daly(C: float, M: float) -> tuple[float, float]:
+    young = math.sqrt(2 * C * M)
+    if C >= 2 * M:
+        return young, float(M)
+    x = C / (2 * M)
+    return young, young * (1 + math.sqrt(x) / 3 + x / 9) - C
+
+
+def _oi_compare(fn: Callable[..., Any], C: float, M: float, R: float) -> None:
+    what = f"{OI}({fmt_number(C)}, {fmt_number(M)}, {fmt_number(R)})"
+    got = call(fn, C, M, R)
     if not isinstance(got, tuple | list) or len(got) != 2:
-        fail(f"{what} returned {describe_type(got)}; expected a tuple (young, daly)")
-    values = [_real(v) for v in got]
-    for name, v, raw in zip(("young", "daly"), values, got, strict=True):
+        fail(f"{what} returned {describe_type(got)}; expected a tuple (tau, waste)")
+    values = [as_real(v) for v in got]
+    for name, v, raw in zip(("tau", "waste"), values, got, strict=True):
         if v is None:
-            fail(f"{what}: {name} is {describe_type(raw)}; expected a finite float (seconds)")
-    young, daly = values
-    assert young is not None and daly is not None
-    want = naive_intervals(C, M)
-    for name, v, w, index in (("young", young, want[0], 0), ("daly", daly, want[1], 1)):
-        if math.isclose(v, w, rel_tol=1e-9):
-            continue
-        for message, slip in OI_SLIPS.items():
-            wrong = naive_intervals(C, M, **slip)[index]
-            if not math.isclose(wrong, w, rel_tol=1e-9) and math.isclose(v, wrong, rel_tol=1e-9):
-                fail(f"{what}: {name} = {fmt_number(v)}; {message}")
-        fail(f"{what}: {name} = {fmt_number(v)}; expected {fmt_number(w)}")
+            fail(f"{what}: {name} is {describe_type(raw)}; expected a finite float")
+    tau, waste = values
+    assert tau is not None and waste is not None
+    best = exact_optimum(C, M)
+    if not math.isclose(tau, best, rel_tol=1e-6):
+        young, daly = _young_daly(C, M)
+        for name, other in (("Young's interval (10.2)", young), ("Daly's interval (10.3)", daly)):
+            if math.isclose(tau, other, rel_tol=1e-9):
+                fail(
+                    f"{what}: tau = {fmt_number(tau)} is {name}, which minimises an approximation; (10.5) is "
+                    f"smallest at {fmt_number(best)}: solve dW/dtau = 0 for the exact W"
+                )
+        if R > 0 and math.isclose(as_real(call(fn, C, M, 0.0)[0]) or -1.0, best, rel_tol=1e-6):
+            fail(
+                f"{what}: tau = {fmt_number(tau)} moves with R; (M + R) multiplies the whole of (10.5), so R changes "
+                f"the waste, not the minimiser {fmt_number(best)}"
+            )
+        fail(
+            f"{what}: tau = {fmt_number(tau)}; (10.5) is smallest at {fmt_number(best)} (relative error "
+            f"{abs(tau - best) / best:.1e}, allowed 1e-6): find the root of dW/dtau by bisection, not a minimiser of W"
+        )
+    want = exact_waste(best, C, M, R)
+    if math.isclose(waste, want, rel_tol=1e-8, abs_tol=1e-12):
+        return
+    if math.isclose(waste, C / best + (best + C) / (2 * M) + R / M, rel_tol=1e-9):
+        fail(
+            f"{what}: waste = {fmt_number(waste)} is the first-order (10.1); expected the exact (10.5), {fmt_number(want)}"
+        )
+    if R > 0 and math.isclose(waste, exact_waste(best, C, M, 0.0), rel_tol=1e-9):
+        fail(f"{what}: waste = {fmt_number(waste)} leaves out R: (10.5) has (M + R); expected {fmt_number(want)}")
+    fail(f"{what}: waste = {fmt_number(waste)}; expected W(tau) of (10.5), {fmt_number(want)}")
 
 
-@check_case("hand-computed: a 60 s save at a one-hour MTBF gives 657.3 s (Young) and 617.9 s (Daly)")
+@check_case("the lesson's Llama 3 job (C = 60 s, R = 10 min) and hand cases, a save as long as the MTBF included")
 def _oi_known(fn: Callable[..., Any]) -> None:
-    young, daly = naive_intervals(60.0, 3600.0)
-    assert abs(young - 657.267) < 1e-3 and abs(daly - 617.876) < 1e-3  # the statement's numbers
-    _oi_compare(fn, 60.0, 3600.0)
-    _oi_compare(fn, 600.0, 3600.0)
-    _oi_compare(fn, 30.0, 86400.0)
-    _oi_compare(fn, 1.0, 1.0)  # C < 2M, barely a correction left
-    _oi_compare(fn, 4.0, 2.0)  # C = 2M: Daly's is M
-    _oi_compare(fn, 10.0, 2.0)  # C > 2M
+    M_job = 54 * 24 * 3600 / 419
+    for C, M, R in (
+        (60.0, M_job, 600.0),
+        (60.0, 3600.0, 0.0),
+        (600.0, 3600.0, 60.0),
+        (30.0, 86400.0, 0.0),
+        (1.0, 1.0, 0.0),
+        (10.0, 2.0, 5.0),
+    ):
+        _oi_compare(fn, C, M, R)
 
 
-@check_case("random C and M over six orders of magnitude against (10.2)-(10.3); Young's minimises (10.1)")
+@check_case("random C, M and R (C/M from 1e-7 to 2) against a root-finding oracle")
 def _oi_oracle(fn: Callable[..., Any]) -> None:
     rng = np.random.default_rng(0)
     for _ in range(40):
-        C = float(np.exp(rng.uniform(np.log(0.01), np.log(1e4))))
-        M = float(np.exp(rng.uniform(np.log(1.0), np.log(1e6))))
-        _oi_compare(fn, C, M)
-    for C, M, R in ((60.0, 3600.0, 0.0), (5.0, 86400.0, 300.0)):
-        young = _real(call(fn, C, M)[0])
-        best = _minimise_first_order(C, M, R)
-        if young is None or not math.isclose(young, best, rel_tol=1e-6):
-            fail(f"{OI}({fmt_number(C)}, {fmt_number(M)}): young = {young}; (10.1) is smallest at {fmt_number(best)}")
+        M = float(np.exp(rng.uniform(np.log(10.0), np.log(1e6))))
+        C = M * float(np.exp(rng.uniform(np.log(1e-7), np.log(2.0))))  # a save from negligible to 2 MTBFs
+        R = float(np.exp(rng.uniform(np.log(1.0), np.log(1e4)))) if rng.random() < 0.7 else 0.0
+        _oi_compare(fn, C, M, R)
 
 
-def _other_than_value_error(what: str) -> Callable[[Exception], str]:
-    return lambda exc: f"{what} raised {type(exc).__name__}; expected ValueError"
-
-
-@check_case("raises ValueError when C or M is not positive")
+@check_case("raises ValueError when C or M is not positive or R is negative")
 def _oi_bad(fn: Callable[..., Any]) -> None:
-    for C, M in ((0.0, 3600.0), (-1.0, 3600.0), (60.0, 0.0), (60.0, -5.0)):
-        what = f"{OI}({fmt_number(C)}, {fmt_number(M)})"
-        assert_raises(
-            ValueError,
+    for C, M, R in ((0.0, 3600.0, 0.0), (-1.0, 3600.0, 0.0), (60.0, 0.0, 0.0), (60.0, -5.0, 0.0), (60.0, 3600.0, -1.0)):
+        what = f"{OI}({fmt_number(C)}, {fmt_number(M)}, {fmt_number(R)})"
+        assert_value_error(
             fn,
             C,
             M,
-            other_error=_other_than_value_error(what),
-            no_error=f"{what} returned; expected ValueError: a save cost and an MTBF are positive",
+            R,
+            what=what,
+            no_error=f"{what} returned; expected ValueError: a save cost and an MTBF are positive, a restart not negative",
         )
 
 
 OPTIMAL_INTERVAL = Exercise(
     name=OI,
     points=10,
-    title="Young's and Daly's optimal checkpoint intervals (eq. 10.2, 10.3)",
+    title="the checkpoint interval that minimises the exact waste (eq. 10.5), and that waste",
     checks=(_oi_known, _oi_oracle, _oi_bad),
-    advice="from the formulas (10.2) and (10.3) with math.sqrt",
+    advice="by finding the root of dW/dtau with bisection in math",
     hints=(
-        "both formulas share one ratio: name x = C / (2 * M) once and write (10.3) as Young's interval times a "
-        "polynomial in sqrt(x), minus C",
-        "which inputs make a save cost or an MTBF meaningless, and which branch of (10.3) applies before the "
-        "correction is computed?",
-        "check by hand: C = 60, M = 3600 gives x = 1/120, sqrt(x)/3 = 0.0304 and x/9 = 0.000926; Daly's interval "
-        "should come out about 40 s below Young's",
+        "differentiate (10.5) with the quotient rule and multiply by tau^2 / (M + R) > 0: the sign of dW/dtau is "
+        "that of (tau/M - 1) exp((tau + C)/M) + 1, and R has dropped out",
+        "at tau = 0 that expression is 1 - exp(C/M) < 0, at tau = M it is 1 > 0, and its derivative is "
+        "(tau/M^2) exp(...) > 0: one root in (0, M). Bisect: keep the half where the sign changes, 100-200 times",
+        "near tau = 0 and for small C/M, exp(x) - 1 loses digits: math.expm1(x) computes it exactly; write "
+        "(tau/M - 1) exp(x) + 1 as (tau/M - 1) expm1(x) + tau/M",
     ),
 )
 
