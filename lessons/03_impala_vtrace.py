@@ -357,6 +357,7 @@ fig.tight_layout()
 plt.show()
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 median_lag, within_2 = np.median(lags), np.mean(lags <= 2)
 assert lags.min() >= 0 and median_lag <= 2, (median_lag, np.unique(lags, return_counts=True))
 print(f"lag of the {len(lags)} unrolls: median {median_lag:.0f} updates, {100 * within_2:.0f}% within 2 updates, "
@@ -446,9 +447,15 @@ for k in lag_values:
         gap[name, k] = d / s
         print(f"  k = {k:>2}  {name:<8} {d:>+7.2f} +- {s:.2f}  ({d / s:+.1f} s.e.)")
 
-# %%
 on_policy, k_max = index["v-trace", 0], max(lag_values)
 nc_max, vt_max = index["no correction", k_max], index["v-trace", k_max]
+nc_entropy = ablation.entropy[nc_max].mean(axis=0)  # [updates], mean over seeds
+print(f"\nat k = {k_max}, entropy (nats) over the last 25% of updates: no correction {ent_mean[nc_max]:.2f}, V-trace "
+      f"{ent_mean[vt_max]:.2f}, on-policy {ent_mean[on_policy]:.2f}; collapsed seeds {collapsed[nc_max]} and "
+      f"{collapsed[vt_max]} of {len(lag_seeds)}; no correction's entropy: {nc_entropy[0]:.2f} at update 0, "
+      f"{nc_entropy[k_max]:.2f} at update {k_max} (the end of the warm-up)")
+
+# %%
 assert all(gap["return", k] > -2 for k in lag_values), gap  # V-trace's mean return is never lower by 2 s.e.
 assert gap["entropy", k_max] > 2, gap  # no correction collapses the entropy at the largest lag; V-trace does not
 assert collapsed[vt_max] < collapsed[nc_max], collapsed
@@ -459,11 +466,6 @@ print(f"V-trace's mean return is at no lag lower than no correction's by 2 s.e.;
       f"lags: {', '.join(map(str, separated)) or 'none (within 2 s.e. at every lag)'}; at k = {k_max} V-trace keeps "
       "more entropy (by more than 2 s.e.) and fewer of its seeds collapse; on-policy learning has the highest mean "
       "return and entropy of all arms; the policies drift further apart at the larger lag")
-nc_entropy = ablation.entropy[nc_max].mean(axis=0)  # [updates], mean over seeds
-print(f"at k = {k_max}, entropy (nats) over the last 25% of updates: no correction {ent_mean[nc_max]:.2f}, V-trace "
-      f"{ent_mean[vt_max]:.2f}, on-policy {ent_mean[on_policy]:.2f}; collapsed seeds {collapsed[nc_max]} and "
-      f"{collapsed[vt_max]} of {len(lag_seeds)}; no correction's entropy: {nc_entropy[0]:.2f} at update 0, "
-      f"{nc_entropy[k_max]:.2f} at update {k_max} (the end of the warm-up)")
 
 # %%
 smooth = ablation.smoothed(window=25)

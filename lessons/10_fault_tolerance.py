@@ -572,6 +572,7 @@ for who, background_s in (("Orbax alone", write_s), ("JaxCheckpoints (write + se
           f"S/B_disk = {keep_up.write_s:.3f} s, tau = {gap_s:.3f} s between saves: keeps up: {keep_up.keeps_up}")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 assert all(c.async_call < c.blocking for c in costs), costs  # the call returns before the write is done
 assert costs[-1].async_call < costs[-1].blocking / 5, costs[-1]  # a fixed few ms: far sooner for a large state
 assert costs[-1].blocking > costs[0].blocking and costs[-1].async_written > costs[0].async_written  # grows with size
