@@ -235,17 +235,22 @@ return advantages""",
     ),
     Delegation(
         lesson="04_purejaxrl",
-        name="train_grid",
+        name="make_minibatches",
         module="course_lib.ppo.jax_ppo",
-        attr="make_train",
-        params="train, key, n_seeds, lrs",
-        # No library grid exists; this treats make_train as one (it refuses the train function in
-        # check_config, so it fails at once instead of compiling PPO in every check).
-        body="return lib(train)(key, jnp.asarray(lrs))",
-        setup="import jax.numpy as jnp",
-        passes_unguarded=False,
-        why="course_lib has no seed x learning-rate grid of a given train function: lesson 04 vmaps make_train's "
-        "PPO train inline, and the exercise grids the train it is handed",
+        attr="shuffled_minibatches",
+        params="key, batch, n_minibatches",
+        # The library shuffles every epoch's minibatches of a rollout at once; one epoch of it,
+        # with a config of the batch's sizes, is the exercise.
+        body="""\
+n_t, n_b = jax.tree.leaves(batch)[0].shape[:2]
+n = n_t * n_b
+if n % n_minibatches:
+    raise ValueError(f"T * B = {n} is not divisible by n_minibatches = {n_minibatches}")
+config = SimpleNamespace(
+    batch_size=n, update_epochs=1, grad_steps_per_update=n_minibatches, minibatch_size=n // n_minibatches
+)
+return lib(key, batch, config)""",
+        setup="from types import SimpleNamespace\nimport jax",
     ),
     # ---------------------------------------------------------------- 05_scaling_jax
     Delegation(
@@ -592,10 +597,12 @@ return lib(method, nbytes, hw, n_tensors=n_tensors, bucket_bytes=bucket_bytes)""
         lesson="10_fault_tolerance",
         name="optimal_interval",
         module="course_lib.checkpoint.interval",
-        attr="young_interval",
-        params="C, M",
-        body="return lib(C, M), daly_interval(C, M)",
-        setup="from course_lib.checkpoint.interval import daly_interval",
+        attr="daly_interval",
+        params="C, M, R=0.0",
+        body="return lib(C, M), float(exact_waste_fraction(lib(C, M), C, M, R))",
+        setup="from course_lib.checkpoint.interval import exact_waste_fraction",
+        passes_unguarded=False,
+        why="Daly's interval approximates the exact waste's minimiser, within the check's 1e-6 only for small C/M",
     ),
     Delegation(
         lesson="10_fault_tolerance",

@@ -321,6 +321,45 @@ def defined_exercises(lesson_id: str) -> list[str]:
     return found
 
 
+#: a call of the array/ML libraries in normalised text (``jax.lax.pmean(`` and ``lax.pmean(`` alike)
+_API_CALL = re.compile(r"(?<![\w.])((?:jax|jnp|lax|np|optax|torch)(?:\.\w+)+)\(")
+
+
+@functools.cache
+def api_calls(text: str) -> tuple[str, ...]:
+    """The library calls of ``text`` (HTML unescaped, without tags) in order, ``jax.lax.x`` written ``lax.x``."""
+    plain = re.sub(r"\s*([.(])\s*", r"\1", html.unescape(_TAG.sub("", _STYLE.sub("", text))))
+    return tuple(m.removeprefix("jax.") if m.startswith("jax.lax.") else m for m in _API_CALL.findall(plain))
+
+
+@functools.cache
+def solution_api_calls(lesson_id: str, name: str) -> tuple[str, ...]:
+    """The library calls of a solution's body, in order (comments and docstring left out)."""
+    return api_calls("\n".join(line.text for line in solution_lines(lesson_id, name)))
+
+
+def _holds_in_a_row(calls: tuple[str, ...], seq: tuple[str, ...]) -> bool:
+    return any(calls[i : i + len(seq)] == seq for i in range(len(calls) - len(seq) + 1))
+
+
+def shown_mechanism(lesson_id: str, number: int, name: str, shown: tuple[Shown, ...]) -> list[str]:
+    """(d) a short solution's library calls, in its order and with no other library call between
+    them, in one piece of lesson text: the solution's mechanism under other names
+    (``grads, parts = jax.grad(my_loss, has_aux=True)(flat)`` then ``jax.lax.pmean(grads, axis)``
+    gives away ``jax.grad(loss_fn)(params, batch)`` then ``jax.lax.pmean(grads, axis_name)``).
+    Only for solutions of at most 4 lines: a longer one is caught by its lines."""
+    lines = solution_lines(lesson_id, name)
+    seq = solution_api_calls(lesson_id, name)
+    if len(lines) > 4 or len(seq) < 2 or len(seq) != len(lines):
+        return []
+    return [
+        f"lesson {lesson_id}, exercise {number} ({name}): {s.where} calls {' then '.join(seq)} in a row, the whole "
+        f"mechanism of the solution under other names. " + HOW_TO_FIX.format(lesson=lesson_id, nn=lesson_id[:2])
+        for s in shown
+        if _holds_in_a_row(api_calls(s.text), seq)
+    ][:1]
+
+
 def shown_solution(lesson_id: str) -> list[str]:
     shown = lesson_text(lesson_id)
     found = []
@@ -328,6 +367,7 @@ def shown_solution(lesson_id: str) -> list[str]:
         lines = solution_lines(lesson_id, exercise.name)
         if not lines:
             continue
+        found += shown_mechanism(lesson_id, number, exercise.name, shown)
         places = [where_found(line, shown) for line in lines]
         hits = [i for i, place in enumerate(places) if place]
         run = max((j - i for i in range(len(lines)) for j in range(i, len(lines) + 1) if all(places[i:j])), default=0)
@@ -545,15 +585,15 @@ def test_every_lesson_text_holds_its_stored_outputs() -> None:
 
 
 def test_a_planted_solution_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lesson 04's old listing of the library's TD targets, and its old inline grid (two
-    nested vmaps), each flagged against the exercise they give away."""
+    """Lesson 04's old listing of the library's TD targets, and a minibatch shuffle written
+    out in a code cell, each flagged against the exercise they give away."""
     listing = exercise_function_source("04_purejaxrl", "autoreset_td_targets", "solution")
-    grid = "grid = jax.jit(jax.vmap(jax.vmap(train, in_axes=(0, None)), in_axes=(None, 0)))"
-    planted = (Shown("a planted listing", listing), Shown("a planted code cell", grid))
+    shuffle = exercise_function_source("04_purejaxrl", "make_minibatches", "solution")
+    planted = (Shown("a planted listing", listing), Shown("a planted code cell", shuffle))
     monkeypatch.setitem(globals(), "lesson_text", lambda _: planted)
     found = shown_solution("04_purejaxrl")
     assert any("(autoreset_td_targets)" in m for m in found), found
-    assert any("(train_grid)" in m for m in found), found
+    assert any("(make_minibatches)" in m for m in found), found
 
 
 def test_a_planted_library_listing_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -568,3 +608,18 @@ def test_a_planted_library_listing_is_found(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(globals(), "lesson_text", lambda _: ())
     found = listed_implementations("03_impala_vtrace", delegation_cases())
     assert any("(vtrace_targets)" in m and "vtrace_recursion" in m for m in found), found
+
+
+def test_a_renamed_mechanism_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lesson 05's old listing of ``ppo_on_my_envs``: exercise 3's ``jax.grad`` then
+    ``jax.lax.pmean``, under other names and with a line between them (check (d))."""
+    listing = (
+        "# course_lib.scaling.ppo_dp.ppo_on_my_envs\n"
+        "        grads, parts = jax.grad(my_loss, has_aux=True)(flat)\n"
+        '        if sync != "vma":\n'
+        "            grads = jax.lax.pmean(grads, axis)  # THE all-reduce (05.2)\n"
+        "        updates, opt_state = optimizer.update(grads, opt_state, flat)\n"
+    )
+    monkeypatch.setitem(globals(), "lesson_text", lambda _: (Shown("a planted listing", listing),))
+    found = shown_solution("05_scaling_jax")
+    assert any("(data_parallel_grad)" in m and "jax.grad then lax.pmean" in m for m in found), found
