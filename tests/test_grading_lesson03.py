@@ -48,6 +48,15 @@ def test_the_papers_off_by_one_and_the_swap_are_among_the_planted_bugs():
     assert {"vtrace_targets-inclusive_product", "vtrace_targets-rho_and_c_swapped"} <= ids
 
 
+def test_the_long_case_leaves_no_trace_product_below_1():
+    """A double sum stopping where the product gamma_s c_s ... reaches 0 (or gets small) must still be O(T^2)."""
+    data = l03.long_trajectory()
+    assert data["log_rhos"].shape == (l03.LONG_T, l03.LONG_B)
+    assert (data["discounts"] == 1.0).all()
+    assert (np.minimum(l03.LONG_C_BAR, np.exp(data["log_rhos"])) == 1.0).all()
+    assert (np.exp(data["log_rhos"]) > l03.LONG_RHO_BAR).any()  # rho_bar still clips some ratios
+
+
 def test_checks_leave_the_global_torch_rng_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)

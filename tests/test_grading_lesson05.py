@@ -48,6 +48,7 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "data_parallel_grad-averaged_twice",
         "data_parallel_grad-moves_the_batch",
         "data_parallel_grad-moves_tainted_batch",
+        "data_parallel_grad-batch_gathered_by_scalar_psums",
         "ring_allreduce-imports_library_ring",
         "accumulate_grads-imports_library_accumulation",
         "accumulate_grads-summed_not_averaged",
@@ -204,7 +205,7 @@ def test_dependency_walk_labels_gathered_batch_and_reduced_gradients():
         return jax.lax.pmean(jax.grad(l05.mlp_loss)(p, b), "data")
 
     # x [4, 3] and y [4, 2] per device are gathered: computed from the batch alone
-    assert _dp_operands(gathered) == [("all_gather", (4, 3), {"batch"}), ("all_gather", (4, 2), {"batch"})]
+    assert _dp_operands(gathered) == [("all_gather", (4, 3), {"batch"}, 1), ("all_gather", (4, 2), {"batch"}, 1)]
     # the gradient depends on both; pmean is a psum per leaf (w1 24, b1 8, w2 16, b2 2 numbers)
     ops = _dp_operands(reduced)
     assert sorted(op.size for op in ops) == [2, 8, 16, 24]
@@ -225,7 +226,7 @@ def test_dependency_walk_sees_through_jit_and_loops():
 
     assert [(op.primitive, op.deps) for op in _dp_operands(gathered_in_jit)] == [("all_gather", {"batch"})] * 2
     (op,) = _dp_operands(scanned)
-    assert op.primitive == "psum" and "batch" in op.deps
+    assert op.primitive == "psum" and "batch" in op.deps and op.trips == 2  # the scan's length
 
 
 def test_the_batch_gathered_inside_jit_is_caught():
@@ -313,6 +314,84 @@ def test_a_reduce_scatter_then_all_gather_is_an_all_reduce_and_passes():
         assert outcome.passed, (fn.__name__, outcome.message)
     outcome = run_exercise(l05.DATA_PARALLEL_GRAD, gathered_then_scattered)
     assert not outcome.passed and "copies the gradient" in outcome.message, outcome.message
+
+
+def test_trip_counts_multiply_through_nested_loops_and_a_while_loop_is_unbounded():
+    def nested(p, b):
+        def inner(c, x):
+            return c + jax.lax.psum(x, "data"), None
+
+        def outer(c, xs):
+            return jax.lax.scan(inner, c, xs)[0], None
+
+        c, _ = jax.lax.scan(outer, jnp.zeros(3), b["x"].reshape(2, 2, 3))
+        return jax.tree.map(lambda w: w + c.sum(), p)
+
+    def looped(p, b):
+        c = jax.lax.while_loop(lambda c: c < 3.0, lambda c: c + jax.lax.psum(b["x"].sum(), "data"), 0.0)
+        return jax.tree.map(lambda w: w + c, p)
+
+    (op,) = _dp_operands(nested)
+    assert (op.shape, op.trips, op.moved) == ((3,), 4, 12)
+    assert [op.moved for op in _dp_operands(looped)] == [float("inf")]
+    assert l05.crossing_numbers(_dp_operands(looped)) == float("inf")
+
+
+def test_scalar_psums_round_a_map_gather_the_batch_and_are_caught():
+    """Review of lesson 05 (round 2), defect 2: the batch gathered one scalar psum at a time in a
+    lax.map gives the right numbers and a final pmean; the numbers it sends, size times trips,
+    give it away. So do bias-shaped chunks (gradient-shaped) and a Python loop of scalar psums."""
+
+    def scalar_psums(loss_fn, params, batch, axis_name):
+        n, i = jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+
+        def gather(x):
+            slots = jnp.zeros((n,) + x.shape, x.dtype).at[i].set(x).reshape(-1)
+            return jax.lax.map(lambda v: jax.lax.psum(v, axis_name), slots).reshape((-1,) + x.shape[1:])
+
+        return jax.lax.pmean(jax.grad(loss_fn)(params, jax.tree.map(gather, batch)), axis_name)
+
+    def bias_shaped_chunks(loss_fn, params, batch, axis_name):  # chunks of 2 numbers, like b2
+        n, i = jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+
+        def gather(x):
+            slots = jnp.zeros((n,) + x.shape, x.dtype).at[i].set(x).reshape(-1, 2)
+            return jax.lax.map(lambda v: jax.lax.psum(v, axis_name), slots).reshape((-1,) + x.shape[1:])
+
+        return jax.lax.pmean(jax.grad(loss_fn)(params, jax.tree.map(gather, batch)), axis_name)
+
+    def unrolled(loss_fn, params, batch, axis_name):
+        n, i = jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+
+        def gather(x):
+            flat = jnp.zeros((n,) + x.shape, x.dtype).at[i].set(x).reshape(-1)
+            return jnp.stack([jax.lax.psum(flat[k], axis_name) for k in range(flat.size)]).reshape((-1,) + x.shape[1:])
+
+        return jax.lax.pmean(jax.grad(loss_fn)(params, jax.tree.map(gather, batch)), axis_name)
+
+    for fn in (scalar_psums, bias_shaped_chunks, unrolled):
+        outcome = run_exercise(l05.DATA_PARALLEL_GRAD, fn)
+        assert [r.status for r in outcome.results] == ["pass", "pass", "pass", "fail"], (fn.__name__, outcome.message)
+        assert "it moves the data, not the gradients" in outcome.message, (fn.__name__, outcome.message)
+        assert "more than 2 times the gradient's 50 numbers" in outcome.message, (fn.__name__, outcome.message)
+
+
+def test_psum_then_divide_and_a_reported_loss_stay_within_the_budget():
+    """Correct forms send about the gradient's size: a psum divided by the device count (a scalar
+    psum of 1, exempt), and a pmean of the gradient beside a pmean of the scalar loss."""
+
+    def psum_then_divide(loss_fn, params, batch, axis_name):
+        n = jax.lax.psum(1, axis_name)
+        return jax.tree.map(lambda g: g / n, jax.lax.psum(jax.grad(loss_fn)(params, batch), axis_name))
+
+    def with_loss(loss_fn, params, batch, axis_name):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        _ = jax.lax.pmean(loss, axis_name)  # the global loss, for a log
+        return jax.lax.pmean(grads, axis_name)
+
+    for fn in (psum_then_divide, with_loss):
+        outcome = run_exercise(l05.DATA_PARALLEL_GRAD, fn)
+        assert outcome.passed, (fn.__name__, outcome.message)
 
 
 # ---------------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "optimal_interval-returns_young",
         "optimal_interval-first_order_waste",
         "newest_complete-quarantines_on_any_exception",
+        "newest_complete-errno_whitelist",
         "newest_complete-fresh_start_over_corrupt",
         "commit_checkpoint-fixed_tmp_name",
         "commit_checkpoint-deletes_live_leftovers",
@@ -257,6 +258,74 @@ def test_train_until_solution_matches_the_key_oracle():
     out = solve(l10._fresh(5), 6, recorder)
     assert recorder.calls == l10._expected_calls(stream, 0, 6)
     assert l10._bits(out["key"]) == l10._bits(stream[-1][0]) and out["step"] == 6
+
+
+def _os_level_newest(root):
+    """A correct exercise 2 that reads through os.open / os.read (review 10, defect 6): it must pass."""
+    import hashlib
+    import json
+    import re
+
+    def read(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    committed = sorted(
+        (
+            (int(m.group(1)), p)
+            for p in Path(root).iterdir()
+            if (m := re.fullmatch(r"step_(\d+)", p.name)) and p.is_dir()
+        ),
+        reverse=True,
+    )
+    corrupt = []
+    for step, path in committed:
+        try:
+            manifest = json.loads(read(path / "manifest.json"))
+            ok = all(
+                len(data := read(path / name)) == entry["size"] and hashlib.sha256(data).hexdigest() == entry["sha256"]
+                for name, entry in manifest["files"].items()
+            )
+        except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
+            ok = False
+        if ok:
+            for bad in corrupt:
+                os.replace(bad, bad.with_name(".corrupt-" + bad.name))
+            return step, path
+        corrupt.append(path)
+    if corrupt:
+        raise RuntimeError("no committed checkpoint verifies")
+    return None
+
+
+def test_a_correct_os_open_solution_passes_and_the_errno_whitelist_fails():
+    outcome = run_exercise(get_exercise(LESSON, "newest_complete"), _os_level_newest)
+    assert outcome.passed, outcome.message
+    mutant = next(m for m in MUTANTS if m.function == "newest_complete" and m.name == "errno_whitelist")
+    outcome = run_exercise(get_exercise(LESSON, "newest_complete"), mutant_function(LESSON, mutant))
+    assert not outcome.passed and "ESTALE" in outcome.message, outcome.message
+    assert os.open.__module__ == "posix"  # restored
+
+
+def test_the_io_errors_reach_the_manifest_and_the_data_files_through_os_open(tmp_path):
+    import errno
+
+    l10.write_checkpoint(tmp_path, 6, l10._payload(6))
+    newest = l10._real_path(tmp_path / "step_00000006")
+    with l10._FailingReads(newest, errno.ESTALE).patched(), pytest.raises(OSError) as caught:
+        os.open(tmp_path / "step_00000006" / "manifest.json", os.O_RDONLY)
+    assert caught.value.errno == errno.ESTALE
+    with l10._FailingReads(newest, errno.EROFS, data_only=True).patched():
+        os.close(os.open(tmp_path / "step_00000006" / "manifest.json", os.O_RDONLY))
+        with pytest.raises(OSError):
+            (tmp_path / "step_00000006" / next(iter(l10._payload(6)))).read_bytes()
+    assert os.open.__module__ == "posix"
 
 
 # ---------------------------------------------------------------------------------------

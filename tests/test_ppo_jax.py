@@ -103,8 +103,12 @@ def test_shuffle_order_gives_one_independent_permutation_per_epoch():
     many = np.asarray(shuffle_order(jax.random.key(1), 4000, 8))
     counts = np.stack([(many == i).sum(0) for i in range(8)])  # [sample, position]
     assert counts.min() > 400 and counts.max() < 600  # expected 500 each
-    with pytest.raises(ValueError, match="bits"):
-        shuffle_order(jax.random.key(0), 1, 1 << 17)
+    # above 2^16 samples (too many for the packed index) each epoch is a jax.random.permutation
+    big = np.asarray(jax.jit(shuffle_order, static_argnums=(1, 2))(jax.random.key(0), 2, 1024 * 128))
+    assert big.shape == (2, 1024 * 128) and big.dtype == np.int32
+    for row in big:
+        np.testing.assert_array_equal(np.sort(row), np.arange(1024 * 128))
+    assert not np.array_equal(big[0], big[1]) and not np.array_equal(big[0], np.arange(1024 * 128))
 
 
 def _batch(seed: int, n: int = 64):

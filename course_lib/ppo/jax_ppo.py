@@ -308,10 +308,13 @@ def shuffle_order(key: Array, n_epochs: int, n: int) -> Array:
     pairs per epoch (~0.016 for ``n`` = 512). ``jax.random.permutation`` per epoch is a
     key split and a key-value sort of its own (one round at ``n`` = 512); one batched sort for
     every epoch was measurably cheaper in the training loop (``BENCHMARKS.md``).
+
+    Above 65,536 samples (more than 16 index bits, e.g. 1024 envs x 128 steps) the tie bias would
+    grow, so each epoch draws ``jax.random.permutation`` from its own split key instead.
     """
     bits = max(1, (n - 1).bit_length())
     if bits > 16:
-        raise ValueError(f"shuffle_order packs the index into the low bits: n = {n} needs {bits} > 16 bits")
+        return jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, n_epochs)).astype(jnp.int32)
     index = jnp.arange(n, dtype=jnp.uint32)
     packed = (jax.random.bits(key, (n_epochs, n), jnp.uint32) << bits) | index
     return (jnp.sort(packed, axis=-1) & ((1 << bits) - 1)).astype(jnp.int32)

@@ -164,8 +164,8 @@ def _lr_row(config: PPOConfig, base_batch: int, base_lr: float) -> CheckRow | No
         why = "config.lr lies between the sqrt (Adam's usual) and linear (SGD, with warm-up) suggestions"
     else:
         why = (
-            f"config.lr is outside [{lo:.3g}, {hi:.3g}]: a {k:g}x batch takes {k:g}x fewer steps for the same "
-            "samples; scale the rate (sqrt for Adam, linear for SGD with warm-up) or tune it again"
+            f"B changed ({k:g}x the batch the rate was tuned at): retune the rate; the rules' range "
+            f"[{lo:.3g}, {hi:.3g}] comes from SGD, no prescription for Adam (PPO's optimiser)"
         )
     return CheckRow(CHECKS[0], value, "ok" if k == 1 or within else "warn", why)
 

@@ -568,7 +568,7 @@ def format_fsdp_vs_dp(result: FsdpVsDp, tolerance: float = 1e-6) -> str:
     same = "<=" if r.max_abs_param_diff <= tolerance else ">"
     lines.append(
         f"resident bytes DP / FSDP = {r.resident_ratio:.2f} (N = {n}; Adam's 4-byte step count stays replicated); "
-        f"traffic FSDP / DP (ring formula) = {r.traffic_ratio:.2f}"
+        f"traffic FSDP / DP (ZeRO's ring formula) = {r.traffic_ratio:.2f}"
     )
     lines.append(
         f"max |params_fsdp - params_dp| {same} {tolerance:g} after {r.steps} steps (params moved up to "

@@ -68,8 +68,10 @@ from course_lib import check
 # hand-computed example; properties: all ratios 1 give the n-step bootstrapped return, a
 # trajectory holding two episodes equals the two computed apart, columns are independent,
 # inputs are unchanged; and a trajectory of $T$ = 200,000 steps within 8 s, checked step by
-# step against (03.3): the recursion is one pass, while the double sum of (03.2) is
-# $O(T^2)$, far too slow (or, as a `[T, T]` array, far too large). Common slips (the product
+# step against (03.3): one episode with $\gamma_t = 1$, $\bar c = 1$ and every ratio
+# $\ge 1$, so no trace product shrinks. The recursion is one pass, while the double sum of
+# (03.2) is $O(T^2)$, far too slow even if it stops where the product reaches 0 (or, as a
+# `[T, T]` array, far too large). Common slips (the product
 # including $c_t$, $\bar\rho$ and $\bar c$ swapped, no truncation, a forgotten bootstrap, an
 # $O(T^2)$ sum) are named in the message.
 

@@ -142,8 +142,9 @@ check("04_purejaxrl", "cartpole_step", cartpole_step)
 # trace are named in the message. The program itself is inspected (`jax.make_jaxpr`): it
 # must hold exactly one `lax.scan` over the `T` steps, whose carry holds the running
 # advantage (shape `[B]`) and whose step works on no array with a time axis (a step that
-# sums all the deltas ahead with vector ops gives the right numbers in $O(T^2)$), must not
-# grow with `T` (a Python loop over `t` fails even when its numbers are right), and must
+# sums all the deltas ahead with vector ops gives the right numbers in $O(T^2)$), whose
+# output is computed from the carry (not advantages computed before the scan and passed
+# through it), must build no `[T, T]` array, must not grow with `T` (a Python loop over `t` fails even when its numbers are right), and must
 # call nothing on the host
 # (a `jax.debug.print` left in the scan is a device-to-host round trip every step).
 
@@ -286,7 +287,8 @@ check("04_purejaxrl", "autoreset_td_targets", autoreset_td_targets)
 # every leaf is in the same order (pairs stay aligned), the same key gives the same order,
 # different keys give different orders, and the order is neither the identity, nor a
 # rotation, nor a shuffle of the time steps within each env (each env keeping its column)
-# or of the envs only. The program itself is inspected (`jax.make_jaxpr` with abstract
+# or of the envs only, and each minibatch mixes about as many time steps and envs as a
+# uniform shuffle does (not a few whole time steps or whole envs). The program itself is inspected (`jax.make_jaxpr` with abstract
 # inputs): it must hold no loop (`lax.scan`, `fori_loop`), must not grow with `T * B` (a
 # Python loop over samples is unrolled into one copy per sample), and must call nothing
 # on the host.

@@ -389,7 +389,7 @@ check("05_scaling_jax", "accumulate_grads", accumulate_grads)
 # ## Exercise 5 · Rematerialisation in segments (★★☆, 25 min, 15 points)
 #
 # Backpropagation through `n` layers keeps, for every layer, the values its backward
-# pass needs (for `h_l = tanh(h_{l-1} W_l + b_l)`: the input, the output and `1 - h_l`,
+# pass needs (for `h_l = tanh(h_{l-1} W_l + b_l)`: the input, the output and `1 - h_l^2`,
 # three `[B, W]` arrays). The lesson wraps **each layer** in `jax.checkpoint`: the forward
 # pass then keeps only each layer's input, and the backward pass recomputes the layer
 # just before it needs it. That still stores `n` arrays.

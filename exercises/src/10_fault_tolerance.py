@@ -214,8 +214,9 @@ check("10_fault_tolerance", "commit_checkpoint", commit_checkpoint)
 # before fsync, a file whose name a missing fsync of the folder lost, a writer killed between
 # files, a torn or missing manifest; all broken; empty), leftovers of crashed attempts and
 # stray files beside real checkpoints, steps past eight digits, then random folders against
-# an oracle that verifies every candidate. Then faked I/O errors (EIO, EACCES) when a file of
-# the newest is opened: the error must reach the caller and the folder stay as it was. The
+# an oracle that verifies every candidate. Then faked I/O errors (EIO, EACCES, ESTALE,
+# ETIMEDOUT, ENOSPC, EROFS, through `open` and `os.open`) when the newest's manifest or a
+# file it lists is opened: the error must reach the caller and the folder stay as it was. The
 # grader records every file you open and compares the folder before and after with what the
 # quarantine should have renamed. Ordering the steps as strings, trusting a manifest without
 # checking the hashes, taking a temporary directory, raising on an unparsable manifest,
@@ -287,16 +288,15 @@ check("10_fault_tolerance", "newest_complete", newest_complete)
 # has an exact mean: a segment of `tau + C` seconds takes on average
 # `(M + R)(exp((tau + C)/M) - 1)` seconds, so the wall time wasted per second of work is
 #
-# $$W(\tau) = \frac{(M + R)\,\big(e^{(\tau + C)/M} - 1\big)}{\tau} - 1 \qquad (10.5)$$
+# $$W_{exact}(\tau) = \frac{(M + R)\,\big(e^{(\tau + C)/M} - 1\big)}{\tau} - 1 \qquad (10.5)$$
 #
 # Write `optimal_interval(C, M, R=0.0)`: return `(tau, waste)`, the `tau > 0` that minimises
-# (10.5) and `W(tau)` there, two floats. `tau` must be within a relative `1e-6` of the true
-# minimiser: Daly's interval is often closer than that to it, but not always, and a generic
-# minimiser stops short of that precision at the flat bottom of `W`. Work out `dW/dtau = 0`
-# by hand first: it is a one-variable equation with exactly one root in `(0, M)` (look at the
-# sign of the derivative at both ends, and how it changes in between), which bisection finds
-# to the last bit. What does `R` change? Raise `ValueError` if `C` or `M` is not positive or
-# `R` is negative.
+# (10.5) and the waste there, two floats. `tau` must be within a relative `1e-6` of the true
+# minimiser: Daly's interval is often closer than that to it, but not always. Work out
+# `dW/dtau = 0` by hand first: it is a one-variable equation with exactly one root in
+# `(0, M)` (look at the sign of the derivative at both ends, and how it changes in between),
+# which bisection finds to the last bit. What does `R` change? Raise `ValueError` if `C` or
+# `M` is not positive or `R` is negative.
 #
 # **How it is graded:** the lesson's Llama 3 numbers and hand cases (a save as long as the
 # MTBF included), then random `C`, `M` and `R` (a save from 1e-7 to 2 MTBFs) against a

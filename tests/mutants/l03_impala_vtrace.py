@@ -81,6 +81,25 @@ MUTANTS: list[Mutant] = [
         "        vs[s] = total\n",
         "O(T^2): the double sum of (03.2); use the backward recursion (03.3)",
     ),
+    # the same double sum, its inner loop stopped once every column's trace product is 0 (still exact): on
+    # trajectories with frequent episode ends it is nearly O(T); the long case has no end and no trace below 1
+    Mutant(
+        VT,
+        "double_sum_early_exit",
+        "    for t in reversed(range(values.shape[0])):\n"
+        "        acc = deltas[t] + discounts[t] * cs[t] * acc\n"
+        "        vs[t] = values[t] + acc\n",
+        "    n_t = values.shape[0]\n"
+        "    for s in range(n_t):  # (03.2) as printed, stopping where the trace product is 0\n"
+        "        total, trace = values[s].copy(), np.ones_like(bootstrap_value)\n"
+        "        for t in range(s, n_t):\n"
+        "            total = total + trace * deltas[t]\n"
+        "            trace = trace * discounts[t] * cs[t]\n"
+        "            if not trace.any():\n"
+        "                break\n"
+        "        vs[s] = total\n",
+        "O(T^2): the double sum of (03.2); use the backward recursion (03.3)",
+    ),
     # pg_advantages
     Mutant(
         PG,

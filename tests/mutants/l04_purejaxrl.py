@@ -11,6 +11,19 @@ EULER = (
     "new_x = x + params.tau * x_dot\n    new_x_dot = x_dot + params.tau * x_acc\n"
     "    new_theta = theta + params.tau * theta_dot\n    new_theta_dot = theta_dot + params.tau * theta_acc"
 )
+INIT_SCAN = "    init = (jnp.zeros_like(last_value), last_value)\n    _, advantages = " + SCAN + "\n"
+MATRIX = (
+    "    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)\n"
+    "    deltas = rewards + gamma * not_done * next_values - values\n"
+    "    n_t = rewards.shape[0]\n"
+    "    ahead = (jnp.arange(n_t)[None, :] >= jnp.arange(n_t)[:, None])[:, :, None]  # [T, T, 1]: i >= t\n"
+    "    prods = jnp.cumprod(jnp.where(ahead, gamma * lam * not_done[None], 1.0), axis=1)  # [T, T, B]\n"
+    "    weights = jnp.where(ahead, jnp.concatenate([jnp.ones_like(prods[:, :1]), prods[:, :-1]], axis=1), 0.0)\n"
+    "    outside = jnp.einsum('tkb,kb->tb', weights, deltas)\n"
+)
+DUMMY_SCAN = (
+    "    _, advantages = jax.lax.scan(lambda c, a: (a, a), jnp.zeros_like(last_value), outside, reverse=True)\n"
+)
 ORDER = "order = jax.random.permutation(key, n)"
 TAKE = "jnp.take(flat, order, axis=0)"
 CHECK = (
@@ -178,6 +191,16 @@ MUTANTS: list[Mutant] = [
         "order = (jax.random.permutation(key, n_t)[:, None] * n_b + jnp.arange(n_b)).reshape(-1)",
         "only the time steps are shuffled",
     ),
+    # wrong mechanism (issue 45): one permutation of the T axis times one of the B axis: every sample once,
+    # aligned, key-dependent, envs and time steps both moved, yet each minibatch holds whole time steps of every env
+    Mutant(
+        MB,
+        "product_of_time_and_env_permutations",
+        ORDER,
+        "order = (jax.random.permutation(jax.random.fold_in(key, 0), n_t)[:, None] * n_b\n"
+        "             + jax.random.permutation(jax.random.fold_in(key, 1), n_b)[None, :]).ravel()",
+        "holds 4.0 of the 16 time steps",
+    ),
     # wrong mechanism (issue 45): a rotation by a random offset: every sample once, key-dependent, not a shuffle
     Mutant(
         MB,
@@ -247,6 +270,39 @@ MUTANTS: list[Mutant] = [
         "\n"
         "    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_value), steps, reverse=True)\n",
         "the scan's step works on an array with the time axis",
+    ),
+    # wrong mechanism (issue 45): the advantages computed outside the scan by an O(T^2) [T, T, B] matrix of
+    # discounts, then a dummy reverse scan that passes them through, carrying a [B] array it never reads
+    Mutant(GS, "matrix_outside_dummy_scan", INIT_SCAN, MATRIX + DUMMY_SCAN, "does not depend on its carry"),
+    # ... and the same with a carry that formally feeds the output (a + 0 * carry): the [T, T] matrix is refused
+    Mutant(
+        GS,
+        "matrix_outside_fed_carry",
+        INIT_SCAN,
+        MATRIX + DUMMY_SCAN.replace("(a, a)", "(a + 0.0 * c, a + 0.0 * c)"),
+        "builds a [T, T] array",
+    ),
+    # wrong mechanism (issue 45, second review): the O(T^2) sum over the steps ahead in a while_loop outside the
+    # scan (only [T, B] arrays, no [T, T] one), then a reverse scan whose carry formally feeds its output
+    Mutant(
+        GS,
+        "while_loop_outside_fed_carry",
+        INIT_SCAN,
+        "    next_values = jnp.concatenate([values[1:], last_value[None]], axis=0)\n"
+        "    deltas = rewards + gamma * not_done * next_values - values\n"
+        "    n_t = rewards.shape[0]\n"
+        "    steps = jnp.arange(n_t)\n"
+        "\n"
+        "    def row(c):\n"
+        "        t, out = c\n"
+        "        ahead = (steps >= t)[:, None]\n"
+        "        factors = jnp.where(ahead, gamma * lam * not_done, 1.0)\n"
+        "        traces = jnp.concatenate([jnp.ones_like(factors[:1]), jnp.cumprod(factors, axis=0)[:-1]], axis=0)\n"
+        "        return t + 1, out.at[t].set(jnp.einsum('tb,tb->b', jnp.where(ahead, traces, 0.0), deltas))\n"
+        "\n"
+        "    _, outside = jax.lax.while_loop(lambda c: c[0] < n_t, row, (0, jnp.zeros_like(deltas)))\n"
+        + DUMMY_SCAN.replace("(a, a)", "(a + 0.0 * c, a + 0.0 * c)"),
+        "holds a while_loop",
     ),
     # wrong mechanism (issue 45): the bootstrap selected by multiplying with a 0/1 mask, which reads final_values
     # where they are undefined (0 * nan = nan)

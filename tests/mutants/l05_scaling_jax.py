@@ -149,6 +149,16 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         DP,
+        "batch_gathered_by_scalar_psums",
+        DP_SOLUTION,
+        "    n, i = jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)\n"
+        "    gather = lambda x: jax.lax.map(lambda v: jax.lax.psum(v, axis_name),\n"
+        "        jnp.zeros((n,) + x.shape, x.dtype).at[i].set(x).reshape(-1)).reshape((-1,) + x.shape[1:])\n"
+        "    return jax.lax.pmean(jax.grad(loss_fn)(params, jax.tree.map(gather, batch)), axis_name)",
+        "inside loops (lax.map, lax.scan, fori_loop or while) that send something on every trip",
+    ),
+    Mutant(
+        DP,
         "moves_tainted_batch",
         DP_SOLUTION,
         "    z = 0 * jax.tree.leaves(params)[0].sum()  # the batch now depends on the parameters too\n"

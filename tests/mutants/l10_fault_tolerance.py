@@ -200,6 +200,19 @@ MUTANTS: list[Mutant] = [
     # checkpoints quarantined and the run restarted from an older one, or from 0
     Mutant(NC, "quarantines_on_any_exception", EXCEPT, "except Exception:", "let other OSErrors propagate"),
     Mutant(NC, "catches_every_oserror", EXCEPT, EXCEPT.replace("FileNotFoundError", "OSError"), "propagate"),
+    # wrong mechanism (review 10, defect 6): only the errnos a first grader injected are I/O errors; an ESTALE or a
+    # ETIMEDOUT from a network filesystem quarantines good checkpoints
+    Mutant(
+        NC,
+        "errno_whitelist",
+        EXCEPT,
+        "except OSError as error:  # EIO and EACCES are the disk's; anything else is the checkpoint's\n"
+        "            if error.errno in (5, 13):\n"
+        "                raise\n"
+        "            intact = False\n"
+        "        " + EXCEPT.replace("FileNotFoundError, ", ""),
+        "let other OSErrors propagate",
+    ),
     Mutant(NC, "fresh_start_over_corrupt", REFUSE, "", "expected RuntimeError"),
     Mutant(
         NC,

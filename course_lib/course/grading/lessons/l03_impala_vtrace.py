@@ -14,7 +14,9 @@ What each exercise teaches, and how its checks observe it:
   TD error and c_bar on the trace, cut by each step's own discount; observed: the paper's double sum on inputs
   whose ratios cross both thresholds, several (rho_bar, c_bar), a different gamma_t at every step, two episodes
   in one trajectory, columns apart, and a 200,000-step trajectory within a time limit (checked by the recursion's
-  identity): one O(T) pass, which any O(T^2) form of the double sum, loops or a [T, T] array, cannot meet.
+  identity): one O(T) pass, which any O(T^2) form of the double sum, loops or a [T, T] array, cannot meet. The
+  long trajectory is one episode with gamma_t = 1, c_bar = 1 and every ratio >= 1, so every trace product is 1:
+  a double sum whose inner loop stops once the product reaches 0 (exact) cannot stop early.
 * ``pg_advantages``, mechanism: the one-step look-ahead with the next V-trace target, weighted by the ratio
   truncated at pg_rho_bar alone; observed: an element-by-element oracle over several thresholds and per-step
   discounts, episode ends.
@@ -308,7 +310,9 @@ def _vt_columns(fn: Callable[..., Any]) -> None:
 
 #: The long trajectory, T steps of B columns: the backward recursion (03.3) is one numpy loop of T [B]-sized
 #: steps (about a second); the double sum of (03.2) is T^2 B / 2 = 4 * 10^10 terms, and a vectorised one
-#: builds a [T, T] array (320 GB in float64).
+#: builds a [T, T] array (320 GB in float64). It is one episode (no gamma_t = 0), gamma_t = 1, c_bar = 1 and
+#: every ratio >= 1, so every trace product gamma_s c_s ... gamma_t-1 c_t-1 is exactly 1: a double sum that
+#: breaks its inner loop when the product reaches 0 (or gets small) still does all T^2 / 2 terms.
 LONG_T, LONG_B = 200_000, 2
 #: Seconds the long trajectory may take: below every check's time limit, so that this check, not the
 #: runner's timeout, says why.
@@ -320,10 +324,21 @@ QUADRATIC = (
 )
 
 
+#: The thresholds of the long trajectory: c_bar = 1 with every ratio >= 1 makes every c_t exactly 1.
+LONG_RHO_BAR, LONG_C_BAR = 1.2, 1.0
+
+
+def long_trajectory() -> dict[str, NDArray[np.float64]]:
+    """The long case's inputs: one episode (no gamma_t = 0), gamma_t = 1, every ratio >= 1."""
+    data = random_trajectory(60, LONG_T, LONG_B, gamma=1.0, p_done=0.0)
+    data["log_rhos"] = np.abs(data["log_rhos"])
+    return data
+
+
 @check_case(f"one backward pass (03.3): a trajectory of T = {LONG_T:,} steps, B = {LONG_B}, within {LONG_S:g} s")
 def _vt_long(fn: Callable[..., Any]) -> None:
-    data = random_trajectory(60, LONG_T, LONG_B)
-    rho_bar, c_bar = 1.2, 0.9
+    data = long_trajectory()
+    rho_bar, c_bar = LONG_RHO_BAR, LONG_C_BAR
     what = f"{VT}(inputs of shape ({LONG_T}, {LONG_B}), rho_bar={rho_bar:g}, c_bar={c_bar:g})"
     try:
         with time_limit(LONG_S):

@@ -19,14 +19,16 @@ What each exercise teaches, and how its checks observe it:
 * ``gae_scan``, mechanism: the backward recursion (04.3) as one reverse ``lax.scan`` carried in the program;
   observed: a term-by-term oracle over several gamma and lambda, the jaxpr holds one scan of length T, whose
   carry holds the running advantage [B] and whose step works on no array with a time axis (a step summing every
-  later delta is O(T^2)), does not grow with T, and holds no host callback.
+  later delta is O(T^2)), whose output depends on its carry (not advantages computed before the scan and passed
+  through it), no [T, T] array anywhere, a program that does not grow with T, and no host callback.
 * ``autoreset_td_targets``, mechanism: after an auto-reset the bootstrap is selected per step (final obs after
   an end, the next obs otherwise, 0 after a termination) without reading the undefined entries; observed: a
   case-by-case oracle over several gamma, NaN and inf where ``final_values`` is undefined, no host callback.
 * ``make_minibatches``, mechanism: a pytree rollout [T, B, ...] flattened to [T * B, ...], one permutation drawn
   from the key and applied to every leaf, cut into equal minibatches; observed: every sample exactly once in
   every leaf, the leaves aligned (one permutation), the order repeatable for a key, different across keys, not the
-  identity, a rotation, a shuffle of the time axis within each env or of the envs only; a ValueError naming the
+  identity, a rotation, a shuffle of the time axis within each env or of the envs only, each minibatch mixing about as
+  many time steps and envs as a uniform shuffle (not whole time steps or whole envs); a ValueError naming the
   numbers when T * B does not split; the jaxpr holds no loop, does not grow with T * B, and no host callback.
 
 The checks never call ``course_lib.envs`` or ``course_lib.ppo.jax_ppo``: the env step is
@@ -41,6 +43,7 @@ for host callbacks (:func:`refuse_host_callbacks`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -577,6 +580,33 @@ def _gae_step_problem(scan: Any, n_t: int, n_b: int) -> str | None:
                 "it needs; carry A_t+1 (shape [B]) and compute A_t = delta_t + gamma lambda (1 - d_t) A_t+1 from "
                 "this step's (r_t, V(s_t), d_t) alone (04.3)"
             )
+    carried = _reached(body, set(body.invars[n_consts : n_consts + n_carry]))
+    if not any(v in carried for v in body.outvars[n_carry:]):
+        return (
+            "the scan's output does not depend on its carry: the advantages were computed outside the scan (the "
+            "scan only passes them through), so nothing runs the recursion; each step must compute "
+            "A_t = delta_t + gamma lambda (1 - d_t) A_t+1 from the carried A_t+1 and output it (04.3)"
+        )
+    return None
+
+
+def _reached(jaxpr: Any, start: set[Any]) -> set[Any]:
+    """The variables of ``jaxpr`` computed from any of ``start`` (a nested program's outputs all count as
+    computed from its inputs when one of them is)."""
+    reached = set(start)
+    for eqn in jaxpr.eqns:
+        if any(not hasattr(v, "val") and v in reached for v in eqn.invars):
+            reached.update(eqn.outvars)
+    return reached
+
+
+def _square_in_time(closed: Any, n_t: int) -> tuple[str, tuple[int, ...]] | None:
+    """The first operation of the program with a [T, T] result (two axes of length ``n_t``), or None."""
+    for eqn in all_eqns(closed.jaxpr):
+        for var in eqn.outvars:
+            shape = _shape(var)
+            if sum(d == n_t for d in shape) >= 2:
+                return eqn.primitive.name, shape
     return None
 
 
@@ -594,8 +624,9 @@ def _gs_structure(fn: Callable[..., Any]) -> None:
         scans, sizes[n_t] = _scan_eqns(lambda r, v, d, lv: call(fn, r, v, d, lv, 0.9, 0.8), *args, what=GS)
         if not scans:
             fail(
-                f"{GS}'s program holds no lax.scan: a Python loop over t is unrolled into {n_t} copies of the step "
-                "(the program grows with T); write the recursion as jax.lax.scan(step, init, xs, reverse=True)"
+                f"{GS}'s program holds no lax.scan (a Python loop over t would be unrolled into {n_t} copies of the "
+                "step, and the program would grow with T); write the recursion as jax.lax.scan(step, init, xs, "
+                "reverse=True)"
             )
         over_time = [e for e in scans if e.params.get("length") == n_t]
         if len(over_time) != 1 or len(scans) != 1:
@@ -606,6 +637,19 @@ def _gs_structure(fn: Callable[..., Any]) -> None:
         problem = _gae_step_problem(over_time[0], n_t, 3)
         if problem is not None:
             fail(f"{GS}: {problem}")
+        program = _program(lambda r, v, d, lv: call(fn, r, v, d, lv, 0.9, 0.8), *args)
+        if any(e.primitive.name == "while" for e in all_eqns(program.jaxpr)):
+            fail(
+                f"{GS}'s program holds a while_loop (or fori_loop) besides its scan: a loop over the steps ahead "
+                "computes the advantages outside the recursion, O(T^2) work; the reverse scan is the only loop GAE "
+                "needs (04.3)"
+            )
+        square = _square_in_time(program, n_t)
+        if square is not None:
+            fail(
+                f"{GS}'s program builds a [T, T] array (shape {square[1]}, in {square[0]}): a matrix of discounts "
+                "from every step to every later one is O(T^2) memory and work; the reverse scan needs O(T B) (04.3)"
+            )
     if sizes[32] > sizes[8] + 4:
         fail(
             f"{GS}'s program grows with T ({sizes[8]} operations for T = 8, {sizes[32]} for T = 32): part of it is "
@@ -970,6 +1014,20 @@ def _mb_shuffle(fn: Callable[..., Any]) -> None:
             f"{MB}: {runs:.0%} of neighbouring samples are still neighbours after the shuffle (a rotation or a "
             "block shuffle, not a permutation of every sample); use jax.random.permutation over T * B"
         )
+    # A uniform shuffle of these 128 samples puts about 14.5 of the 16 time steps and 7.9 of the 8 envs in a
+    # minibatch of 32; a minibatch with at most half of either has probability below 2e-8 (exact hypergeometric
+    # count), so a mean over the 24 minibatches at or below half refuses a right answer with probability < 4e-7.
+    # Whole time steps of every env (a permutation of T times one of B) give 4 time steps; whole envs give 2 envs.
+    for axis, n_groups, group in (("time steps", n_t, lambda o: o // n_b), ("envs", n_b, lambda o: o % n_b)):
+        distinct = np.mean([len(np.unique(group(mb))) for o in orders for mb in o.reshape(n_mb, -1)])
+        uniform = n_groups * (1 - math.comb(n - n // n_groups, n // n_mb) / math.comb(n, n // n_mb))
+        if distinct <= n_groups / 2:
+            fail(
+                f"{MB}: a minibatch holds {distinct:.1f} of the {n_groups} {axis} on average (a uniform shuffle gives "
+                f"about {uniform:.1f}): the shuffle moves whole blocks (e.g. one "
+                "permutation of the T axis combined with one of the B axis), so each minibatch holds a few whole "
+                f"{axis}; draw one permutation of all T * B samples"
+            )
 
 
 @check_case("a clear ValueError when T*B does not split into n_minibatches equal minibatches", time_limit=30.0)

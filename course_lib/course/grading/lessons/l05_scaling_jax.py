@@ -45,7 +45,9 @@ the data-parallel gradient only gradient-shaped values cross devices, and only b
 reduction (:func:`collective_operands`, a walk of every collective's operand shapes and
 dependencies, and :func:`moved_operands`: an ``all_gather`` of the batch gives the right
 numbers but moves the data and splits no work, even when ``0 * params`` is added to it so
-that it depends on the parameters too); remat's checkpoints are counted with the matrix products inside each
+that it depends on the parameters too; and :func:`crossing_numbers`: the numbers sent per
+call, each operand's size times the trips of the loops around it, at most twice the
+gradient's, so scalar ``psum``s round a ``lax.map`` cannot gather the batch either); remat's checkpoints are counted with the matrix products inside each
 (:func:`checkpointed_segments`), and its memory is read from XLA's buffer assignment of
 the compiled gradient against the same network without remat (the oracle is a plain
 ``lax.scan`` of the layer; the library's ``remat`` module only builds the problem and
@@ -848,16 +850,24 @@ COPYING = ("all_gather", "all_to_all", "ragged_all_to_all", "ppermute", "pgather
 
 
 class Operand(NamedTuple):
-    """One operand of a collective: the primitive, the operand's shape and which of the
-    program's inputs it was computed from (``{"params"}``, ``{"batch"}``, both)."""
+    """One operand of a collective: the primitive, the operand's shape, which of the
+    program's inputs it was computed from (``{"params"}``, ``{"batch"}``, both) and how many
+    times it runs: the product of the lengths of the scans (``lax.map``, ``fori_loop``)
+    around it, ``inf`` inside a ``while`` loop, whose trip count the program does not fix."""
 
     primitive: str
     shape: tuple[int, ...]
     deps: frozenset[str]
+    trips: float = 1
 
     @property
     def size(self) -> int:
         return int(np.prod(self.shape))
+
+    @property
+    def moved(self) -> float:
+        """Numbers this operand sends across devices per call: its size times its trips."""
+        return self.size * self.trips
 
 
 #: The dependency label of values computed from a reduce-scatter's output: the pieces of a
@@ -881,10 +891,19 @@ def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
                 yield sub
 
 
-def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[Operand]:
+def _trips(eqn: Any) -> float:
+    """How many times one equation runs the programs nested in it: a scan's length, an
+    unknown number (``inf``) for a while loop, once for everything else."""
+    if eqn.primitive.name == "scan":
+        return float(eqn.params["length"])
+    return float("inf") if eqn.primitive.name == "while" else 1.0
+
+
+def collective_operands(jaxpr: Any, labels: list[frozenset[str]], trips: float = 1) -> list[Operand]:
     """Every collective in ``jaxpr`` (and the programs nested in it), one :class:`Operand`
-    per operand: the primitive, the operand's shape and which of the program's inputs it
-    was computed from, ``labels[i]`` naming input ``i`` (``{"params"}``, ``{"batch"}``).
+    per operand: the primitive, the operand's shape, which of the program's inputs it
+    was computed from, ``labels[i]`` naming input ``i`` (``{"params"}``, ``{"batch"}``), and
+    its trip count (``trips`` times the lengths of the loops around it in ``jaxpr``).
 
     Dependencies flow forward through every equation (each output depends on all its
     inputs); a nested program's inputs take the dependencies of the equation's matching
@@ -900,10 +919,11 @@ def collective_operands(jaxpr: Any, labels: list[frozenset[str]]) -> list[Operan
         union = frozenset().union(*ins)
         name = eqn.primitive.name
         if name.startswith(COLLECTIVES):
-            found += [Operand(name, tuple(int(d) for d in v.aval.shape), dep) for v, dep in zip(eqn.invars, ins)]
+            found += [Operand(name, tuple(int(d) for d in v.aval.shape), dep, trips) for v, dep in zip(eqn.invars, ins)]
         for sub in _sub_jaxprs(eqn):
             exact = name not in LOOPS and len(sub.invars) <= len(ins)
-            found += collective_operands(sub, ins[len(ins) - len(sub.invars) :] if exact else [union] * len(sub.invars))
+            sub_labels = ins[len(ins) - len(sub.invars) :] if exact else [union] * len(sub.invars)
+            found += collective_operands(sub, sub_labels, trips * _trips(eqn))
         for v in eqn.outvars:
             env[v] = union | {SCATTERED} if name.startswith("reduce_scatter") else union
     return found
@@ -931,7 +951,8 @@ def moved_operands(found: list[Operand], params: Any, n_devices: int = 1) -> tup
     ``0 * params`` is still the batch), and the gradient-shaped ones computed from the batch
     that a copying collective (``all_gather``, ``all_to_all``, ``ppermute``) sends instead
     of an all-reduce. An all-gather of the pieces a reduce-scatter left (``SCATTERED``) is
-    the second half of an all-reduce, and allowed whatever its shape."""
+    the second half of an all-reduce, and allowed whatever its shape. Scalars are left to
+    :func:`crossing_numbers`, which counts them with their trip counts."""
     gathered_sum = [op for op in found if SCATTERED in op.deps and op.primitive.startswith("all_gather")]
     not_gradient = [
         op
@@ -950,6 +971,20 @@ def moved_operands(found: list[Operand], params: Any, n_devices: int = 1) -> tup
         and op.primitive.startswith(COPYING)
     ]
     return not_gradient, copied
+
+
+def crossing_numbers(found: list[Operand]) -> float:
+    """The numbers one call sends across devices: every collective operand's size times its
+    trip count, except scalars not computed from the batch (``psum(1, axis)``, the device
+    count). A scalar computed from the batch counts: one ``psum`` per batch element, run
+    round a ``lax.map``, gathers the whole batch as surely as one ``all_gather`` does."""
+    return sum(op.moved for op in found if op.size > 1 or "batch" in op.deps)
+
+
+#: The most numbers a data-parallel gradient may send across devices per call, as a multiple
+#: of the gradient's size: an all-reduce sends it once (a reduce-scatter then an all-gather
+#: 1 + 1/N times, plus padding); twice leaves room for a scalar or two, not for the batch.
+CROSSING_BUDGET = 2
 
 
 @check_case("all-reduces the gradients, not the data: no collective on the batch itself", time_limit=CHECK_S)
@@ -992,6 +1027,21 @@ def _dp_moves_gradients(fn: Callable[..., Any]) -> None:
             f"it copies the gradient between devices with {names}: each device receives the others' gradients "
             "(or some of them) instead of their mean; average the local gradients with one all-reduce, "
             "jax.lax.pmean(grads, axis_name)"
+        )
+    crossing = crossing_numbers(found)
+    if crossing > CROSSING_BUDGET * grad_size:
+        looped = [op for op in found if op.trips > 1 and (op.size > 1 or "batch" in op.deps)]
+        how = (
+            f", {len(looped)} of its collectives run inside loops (lax.map, lax.scan, fori_loop or while) "
+            "that send something on every trip"
+            if looped
+            else ""
+        )
+        amount = "an unbounded number of" if crossing == float("inf") else f"{int(crossing)}"
+        fail(
+            f"it moves the data, not the gradients: one call sends {amount} numbers across devices{how}, more than "
+            f"{CROSSING_BUDGET} times the gradient's {grad_size} numbers; a gradient all-reduce sends each gradient "
+            "number once, whatever the batch, so keep each shard in place and all-reduce its gradient"
         )
     reductions = ("psum", "pmean", "reduce_scatter")
     reduced = sum(op.size for op in found if op.primitive.startswith(reductions) and "params" in op.deps)

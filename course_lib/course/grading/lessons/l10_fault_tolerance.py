@@ -27,7 +27,7 @@ What each exercise teaches, and what its checks observe beyond the values:
   to .corrupt-<name> once an older one verifies, and committed steps that all fail raise instead of a
   fresh start. Observed on folders broken the ways crashes break them (a torn write, a zero-length file
   from a rename before fsync, a name lost without the folder's fsync, a writer killed between files, a
-  torn or missing manifest, leftovers of crashed attempts), with faked EIO and EACCES on open, by
+  torn or missing manifest, leftovers of crashed attempts), with faked I/O errors (six errnos, through open and os.open), by
   recording every file it opens (none of a checkpoint older than the one it returns) and by comparing the
   folder before and after with the quarantine expected.
 * optimal_interval -- mechanism: the root of dW/dtau of the exact waste (10.5), found numerically (R drops
@@ -226,21 +226,31 @@ _WRITE_MODES = frozenset("wax+")
 
 
 @contextlib.contextmanager
-def _patched_open(hook: Callable[[str, str, Callable[[], Any]], Any]) -> Iterator[None]:
+def _patched_open(hook: Callable[[str, str, Callable[[], Any]], Any], *, os_open: bool = False) -> Iterator[None]:
     """``open`` (the builtin, and ``io.open`` that pathlib calls) routed through ``hook(path, mode, opener)``
-    during the block; ``opener()`` opens the file for real. Descriptors (``open(fd)``) pass untouched."""
-    real = builtins.open
+    during the block; ``opener()`` opens the file for real. Descriptors (``open(fd)``) pass untouched. With
+    ``os_open``, ``os.open(path, flags)`` too (mode "r" for O_RDONLY, else "w"; calls with ``dir_fd`` pass)."""
+    real, real_os_open = builtins.open, os.open
 
     def fake_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         if isinstance(file, int):
             return real(file, mode, *args, **kwargs)
         return hook(_real_path(file), mode, lambda: real(file, mode, *args, **kwargs))
 
+    def fake_os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if isinstance(path, int) or kwargs.get("dir_fd") is not None:
+            return real_os_open(path, flags, *args, **kwargs)
+        mode = "r" if flags & os.O_ACCMODE == os.O_RDONLY else "w"
+        return int(hook(_real_path(path), mode, lambda: real_os_open(path, flags, *args, **kwargs)))
+
     builtins.open = io.open = fake_open
+    if os_open:
+        os.open = fake_os_open
     try:
         yield
     finally:
         builtins.open = io.open = real
+        os.open = real_os_open
 
 
 class _TornFile:
@@ -588,8 +598,8 @@ COMMIT_CHECKPOINT = Exercise(
         "still open; the manifest's entries can be built in the loop that writes the files",
         "a directory has no open() file object, but os.open(path, os.O_RDONLY) gives a descriptor for it too "
         "(close it in a finally); two directories need an fsync: which one before the rename, which one after? "
-        "Leftovers: for each name in root that re.fullmatch(r'\\.tmp-step_\\d+-(\\d+)-[0-9a-f]+', name) "
-        "matches, the group is the writer's pid; shutil.rmtree it only when writer_alive(pid) is False",
+        "Leftovers: your temporary folder's own name says who wrote it; which names in root are another "
+        "writer's, and when may such a folder go?",
     ),
 )
 
@@ -650,7 +660,7 @@ def _changes(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str
 
 @dataclass
 class _Reads:
-    """Records every file opened (read or written) during the block."""
+    """Records every file opened (read or written, by open or os.open) during the block."""
 
     opened: list[str] = field(default_factory=list)
 
@@ -659,7 +669,7 @@ class _Reads:
         return opener()
 
     def patched(self) -> contextlib.AbstractContextManager[None]:
-        return _patched_open(self._hook)
+        return _patched_open(self._hook, os_open=True)
 
 
 def _committed(root: Path) -> list[tuple[int, Path]]:
@@ -722,33 +732,46 @@ def _nc_compare(fn: Callable[..., Any], root: Path, case: str) -> None:
                 )
 
 
+# Errors a read can meet that say nothing about the bytes: a failing disk, a permission, a stale NFS handle, a
+# timed-out network mount, a full or read-only filesystem (a reader that writes an access time or a lock file).
+IO_ERRNOS = ("EIO", "EACCES", "ESTALE", "ETIMEDOUT", "ENOSPC", "EROFS")
+
+
 @dataclass
 class _FailingReads:
-    """Opening any file under ``under`` raises ``OSError(code)``: a failing disk, a permission, a stale handle."""
+    """Opening a file under ``under`` (by open or os.open) raises ``OSError(code)``: the manifest, or with
+    ``data_only`` only the files it lists."""
 
     under: str
     code: int
+    data_only: bool = False
 
     def _hook(self, path: str, mode: str, opener: Callable[[], Any]) -> Any:
-        if path.startswith(self.under + os.sep):
+        if path.startswith(self.under + os.sep) and not (self.data_only and path.endswith(os.sep + "manifest.json")):
             raise OSError(self.code, os.strerror(self.code), path)
         return opener()
 
     def patched(self) -> contextlib.AbstractContextManager[None]:
-        return _patched_open(self._hook)
+        return _patched_open(self._hook, os_open=True)
 
 
-@check_case("an I/O error (EIO, EACCES) reading the newest propagates, and nothing is quarantined")
+@check_case(
+    "an I/O error (EIO, EACCES, ESTALE, ETIMEDOUT, ENOSPC, EROFS) opening the newest's manifest or a file it "
+    "lists, by open or os.open, propagates, and nothing is quarantined"
+)
 def _nc_io(fn: Callable[..., Any]) -> None:
-    for code in (errno.EIO, errno.EACCES):
+    for i, name in enumerate(IO_ERRNOS):
+        code = getattr(errno, name)
+        data_only = i % 2 == 1  # the manifest, then a file it lists, in turn
         with _scratch() as root:
             for step in (4, 5, 6):
                 write_checkpoint(root, step, _payload(step))
             newest = root / "step_00000006"
-            what = f"{NC}(root) when reading {newest.name} fails with {errno.errorcode[code]} ({os.strerror(code)})"
+            which = "a file it lists" if data_only else "its manifest"
+            what = f"{NC}(root) when opening {which} in {newest.name} fails with {name} ({os.strerror(code)})"
             before = _snapshot(root)
             try:
-                with _FailingReads(_real_path(newest), code).patched():
+                with _FailingReads(_real_path(newest), code, data_only).patched():
                     got = call(fn, root)
             except LearnerError as exc:
                 pass_stub(exc)
@@ -760,7 +783,8 @@ def _nc_io(fn: Callable[..., Any]) -> None:
             else:
                 fail(
                     f"{what} returned {describe_type(got)}: let other OSErrors propagate (catch only "
-                    "FileNotFoundError and the parse errors); an I/O error says nothing about the bytes"
+                    "FileNotFoundError and the parse errors, not a list of errnos); an I/O error says nothing "
+                    "about the bytes"
                 )
             changes = _changes(before, _snapshot(root))
             if changes:
@@ -896,16 +920,15 @@ NEWEST_COMPLETE = Exercise(
     title="restore the newest checkpoint that verifies: quarantine corrupt ones, propagate I/O errors",
     checks=(_nc_known, _nc_names, _nc_oracle, _nc_io),
     hints=(
-        "Two passes: collect (int(step), path) of the directories named step_<digits> exactly, then walk them newest "
-        "first and return the first that verifies, keeping the corrupt ones met on the way in a list.",
-        "Match names with `re.fullmatch` (a `.tmp-step_...` directory is not committed) and sort by the step as an "
-        "int, not by the name. Verifying reads the manifest and compares every listed file's size and SHA-256 "
-        "(`hashlib.sha256(...).hexdigest()`) with the bytes on disk.",
-        "Only an integrity mismatch means not intact (a missing file or manifest, bad JSON, a missing key, a wrong "
-        "type): one `try` around the verification whose `except` names FileNotFoundError (not OSError: EIO and "
-        "EACCES must propagate), ValueError (a JSON decode error is one), KeyError, TypeError and AttributeError. "
-        "Rename the corrupt ones to .corrupt-<name> with os.replace only when an older one verifies; if the walk ends "
-        "with the list non-empty, raise RuntimeError; with no committed checkpoint at all, return None.",
+        "Two questions, kept apart: which directories are committed checkpoints at all, and, for each one from "
+        "the newest down, is it intact? A restore stops at the first intact one.",
+        "Collect the committed ones with their steps as numbers first, then walk them newest first. Keep the broken "
+        "ones you pass on the way: what happens to them depends on whether something older turns out intact, and "
+        "what you do when nothing does depends on whether that list is empty.",
+        "Corruption shows up as particular exception types (a file that is not there, text that does not parse, a "
+        "field that is missing or has the wrong type). A failing disk or a permission raises an OSError of another "
+        "kind, whatever its errno: which exception types, then, may your verification catch, and which must it let "
+        "through untouched?",
     ),
 )
 
@@ -973,7 +996,7 @@ def _oi_compare(fn: Callable[..., Any], C: float, M: float, R: float) -> None:
             )
         fail(
             f"{what}: tau = {fmt_number(tau)}; (10.5) is smallest at {fmt_number(best)} (relative error "
-            f"{abs(tau - best) / best:.1e}, allowed 1e-6): find the root of dW/dtau by bisection, not a minimiser of W"
+            f"{abs(tau - best) / best:.1e}, allowed 1e-6): find the root of dW/dtau, where W itself is flat"
         )
     want = exact_waste(best, C, M, R)
     if math.isclose(waste, want, rel_tol=1e-8, abs_tol=1e-12):
@@ -1032,12 +1055,12 @@ OPTIMAL_INTERVAL = Exercise(
     checks=(_oi_known, _oi_oracle, _oi_bad),
     advice="by finding the root of dW/dtau with bisection in math",
     hints=(
-        "differentiate (10.5) with the quotient rule and multiply by tau^2 / (M + R) > 0: the sign of dW/dtau is "
-        "that of (tau/M - 1) exp((tau + C)/M) + 1, and R has dropped out",
-        "at tau = 0 that expression is 1 - exp(C/M) < 0, at tau = M it is 1 > 0, and its derivative is "
-        "(tau/M^2) exp(...) > 0: one root in (0, M). Bisect: keep the half where the sign changes, 100-200 times",
-        "near tau = 0 and for small C/M, exp(x) - 1 loses digits: math.expm1(x) computes it exactly; write "
-        "(tau/M - 1) exp(x) + 1 as (tau/M - 1) expm1(x) + tau/M",
+        "The minimiser is where dW/dtau = 0. Differentiate (10.5) by hand and multiply by something positive "
+        "to make it simpler: which factors cannot change the sign, and does R survive?",
+        "You need a number, not a formula: look at the sign of your expression at tau = 0 and at tau = M, and "
+        "at how it moves in between. A method that only needs signs can then pin the root down to the last bit.",
+        "If the answer drifts for tiny C/M, look for a difference of two nearly equal numbers in your expression: "
+        "the math module has a function that computes exp(x) - 1 without that cancellation.",
     ),
 )
 
@@ -1263,7 +1286,8 @@ TRAIN_UNTIL = Exercise(
     title="resume a JAX key stream exactly: carry the split key, save the carried key",
     checks=(_tu_straight, _tu_resume, _tu_restored, _tu_noop),
     hints=(
-        'loop for _ in range(checkpoint["step"], total_steps), carrying key and params from the checkpoint',
+        "a resumed run is the same loop as a fresh one, started where the checkpoint says and from the state it "
+        "holds: what must the loop carry from one step to the next?",
         "the checkpoint's key is the key after the last step's split, the one the next step would split: save "
         "the carried key, never k_batch or k_noise",
         "the returned checkpoint has the same four fields as the one given; which of them change, and what does "
