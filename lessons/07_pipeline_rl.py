@@ -29,19 +29,16 @@
 # 1. Say where a synchronous RL loop for an LLM idles (stragglers in a batch, generation
 #    waiting for training and vice versa), and measure it on a timeline.
 # 2. Build a KV-cache sampler whose weights can change between two decoding steps, and
-#    know what the kept cache means (keys and values from the old weights) and what
-#    recomputing it costs.
+#    say what keeping its cache (keys and values from the old weights) means.
 # 3. Write the per-token truncated-IS loss (07.1-07.3) for sequences that mix versions,
 #    with group-relative advantages.
 # 4. Bound the per-token lag with backpressure, and check the bound on every batch.
 # 5. Run the synchronous, one-step asynchronous and pipeline regimes with real processes
-#    on the same hardware, over several seeds, and compare tokens/s, lag, held-out reward,
-#    and the reward each policy holds at equal wall-clock time.
-# 6. Measure what the correction buys (pipeline RL without it) and what keeping the KV
-#    cache costs and saves against recomputing it.
+#    over several seeds, and compare tokens/s, lag and reward.
+# 6. Measure what the correction buys, and keeping the KV cache against recomputing it.
 #
-# Builds on lesson 01 (policy gradients, group-relative advantages), lesson 02 (truncated
-# importance weights, ESS) and lesson 03 (processes, shared weights with a version).
+# Builds on lessons 01 (group-relative advantages), 02 (truncated importance weights, ESS)
+# and 03 (processes, versioned shared weights).
 
 # %%
 import matplotlib.pyplot as plt
@@ -733,9 +730,8 @@ print("no token lagged more than its regime's bound, and the pipeline used more 
 #
 # The trainer waits for data at most `poll_s` at a time and checks the generator after
 # each wait, so a dead generator ends the run cleanly with `PipelineFault` instead of a
-# hang, and `stop` (the `with` block) leaves no process behind. **Lesson 10 (fault
-# tolerance)** kills this generator and shows it, beside the other faults of the course
-# and the checkpoints that let a run resume exactly where it stopped.
+# hang, and `stop` (the `with` block) leaves no process behind. Lesson 10 treats faults
+# and the checkpoints that resume a run exactly.
 
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
@@ -757,8 +753,8 @@ print("no token lagged more than its regime's bound, and the pipeline used more 
 #
 # ## Summary
 #
-# - A synchronous RL loop for an LLM idles twice: slots wait for the longest answer of a
-#   batch, and generation and training wait for each other.
+# - A synchronous RL loop idles twice: slots wait for a batch's longest answer, and
+#   generation and training wait for each other.
 # - Pipeline RL keeps the generator running: new weights are swapped in between decoding
 #   steps, the KV cache is kept, finished slots are refilled at once. Here it consumed more
 #   tokens per second than the synchronous loop on the same two cores, and when it had
@@ -770,19 +766,15 @@ print("no token lagged more than its regime's bound, and the pipeline used more 
 #   sampler recorded for each token. Section 5 measures what dropping it costs at lag 8.
 # - Keeping the KV cache leaves a small, measured log-prob gap that (07.1) absorbs;
 #   recomputing it removes the gap and costs a forward pass per swap (section 6).
-# - Staleness is bounded by construction (backpressure on starting new groups) and
-#   measured per token; the run checks the bound on every batch.
-# - Every wait has a timeout, a dead generator ends the run cleanly, and no process is
-#   left behind.
+# - Staleness is bounded by backpressure on starting new groups, measured per token and
+#   checked on every batch; every wait has a timeout.
 #
 # **Full scale.** `COURSE_SCALE=full` runs 600 updates per arm from a 60-step warm
 # start, on the CPU: the sampler, its KV cache and the shared weights are host tensors,
 # and no device path is implemented (lesson 11's capstone runs on GPUs). Run it with
 # `.venv/bin/course run 07 --scale full`; `BENCHMARKS.md` ("Full scale on a GPU") records
-# the run made on a GPU machine, seed 0 only. One generator process is implemented
-# (several generators sharing the group numbering are left for lesson 11). The throughput
-# and lag figures, keep vs recompute included, are also measured by
-# `python bench/run.py pipeline_rl` (see `BENCHMARKS.md`).
+# the run made on a GPU machine, seed 0 only. One generator process is implemented;
+# lesson 11 runs several.
 #
 # **References.** A. Piché, E. Kamalloo, R. Pardinas, X. Chen, D. Bahdanau, *PipelineRL:
 # Faster On-policy Reinforcement Learning for Long Sequence Generation*, arXiv 2509.19128,
