@@ -1,16 +1,18 @@
-# The two set-up commands (see README): `make lab` and `make test`.
-# Both create .venv and install the course on first use; later runs reuse it and
-# install nothing new (the stamp file is only remade when pyproject.toml changes).
+# The two set-up commands (see README): `make lab` (a learner's install) and `make test`
+# (the same plus the `dev` extra: test runners, linters, browser driver, site builder).
+# Both create .venv and install on first use; later runs reuse it and install nothing
+# new (the stamp files are only remade when pyproject.toml changes).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
                --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test lint bench install build check site portability clean
+.PHONY: lab test lint bench install install-dev build check site portability clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,22 +26,29 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check$(PIP_OFFLINE) -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check$(PIP_OFFLINE) -e ".[dev]"
+	touch $(DEV_STAMP)
+
 ## install: create .venv and install the course (idempotent); WHEELHOUSE=DIR installs from a wheelhouse, offline
 install: $(STAMP)
+
+## install-dev: install plus the `dev` extra (what test, lint, site and portability need)
+install-dev: $(DEV_STAMP)
 
 ## lab: open JupyterLab on the course and print its URL
 lab: install
 	$(BIN)/course lab
 
 ## lint: static checks of course_lib, bench and tests (ruff lint, ruff format, mypy; configured in pyproject.toml)
-lint: install
+lint: install-dev
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
 
 ## test: static checks, notebook sync check, unit tests, grader tests, browser test, nbval on every notebook
 # pytest runs in a network namespace where only loopback is up (course_lib/runtime/netns.py):
-# Ray's tests and lesson 12 run only there, so no socket leaves this machine (README, "Tests").
+# Ray's tests and lesson 12 run only there, so no socket leaves this machine (CONTRIBUTING.md, "Tests").
 test: lint
 	$(BIN)/course build --check
 	$(BIN)/python -m course_lib.runtime.netns --require -- \
@@ -53,16 +62,16 @@ build: install
 check: install
 	$(BIN)/course build --check
 
-## site: build the course website (offline) into outputs/site; README, "The website"
-site: install
+## site: build the course website (offline) into outputs/site; CONTRIBUTING.md, "The website"
+site: install-dev
 	$(BIN)/course site
 
-## portability: strict nbval on every notebook under another instruction set, then under a CPU hog; prints what differs (README, "Platforms")
-portability: install
+## portability: strict nbval on every notebook under another instruction set, then under a CPU hog; prints what differs (CONTRIBUTING.md, "Platforms")
+portability: install-dev
 	$(BIN)/course portability
 
 ## bench: run bench/ and rewrite the tables in BENCHMARKS.md
-bench: install
+bench: install-dev
 	$(BIN)/python bench/run.py
 
 clean:

@@ -47,11 +47,7 @@ def _isolated_lab(tmp: Path) -> tuple[list[str], dict[str, str]]:
     docmanager = settings / "@jupyterlab" / "docmanager-extension"
     docmanager.mkdir(parents=True)
     (docmanager / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
-    notification = settings / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
+    # no news or update settings here: the test sees the prompts a learner's `make lab` would show
     extra_args = [
         f"--LabApp.user_settings_dir={settings}",
         f"--LabApp.workspaces_dir={tmp / 'lab-workspaces'}",
@@ -147,6 +143,14 @@ def _drive(page, expect, url: str, expected: str, timings: dict, t0: float) -> N
     expect(panel.locator(".jp-CodeCell").first).to_be_visible(timeout=PAGE_LOAD_MS)
     timings["notebook_shown"] = time.monotonic() - t0
 
+    # the file browser (opened on lessons/) lists each lesson once: the notebook, not its text source
+    listing = page.locator(".jp-DirListing-item .jp-DirListing-itemText")
+    expect(listing.filter(has_text="00_welcome.ipynb")).to_have_count(1, timeout=PAGE_LOAD_MS)
+    names = listing.all_inner_texts()
+    stems = [Path(n.strip()).stem for n in names]
+    assert len(stems) == len(set(stems)), f"a lesson is listed twice in the file browser: {names}"
+    assert not [n for n in names if n.strip().endswith(".py")], f"text sources shown: {names}"
+
     # the kernel named by the notebook is up and idle
     indicator = panel.locator(".jp-Notebook-ExecutionIndicator")
     expect(indicator).to_have_attribute("data-status", "idle", timeout=KERNEL_IDLE_MS)
@@ -177,6 +181,9 @@ def _drive(page, expect, url: str, expected: str, timings: dict, t0: float) -> N
     texts = output.all_inner_texts()
     assert stderr.count() == 0, f"the cell wrote to stderr or raised: {texts}"
     assert not any(re.search(r"Traceback|\b\w*Error\b:", t) for t in texts), texts
+    # nothing asks the learner about Jupyter news or updates (the prompt comes a few seconds after load)
+    news = page.get_by_text(re.compile(r"official Jupyter news|new version of JupyterLab", re.I))
+    assert news.count() == 0, f"a news or update prompt is shown: {news.all_inner_texts()}"
     page.mouse.move(0, 0)  # no hover tooltips in the screenshot
 
 

@@ -443,3 +443,53 @@ def test_instructors_guide_holds_the_generated_schedules():
     )
     with pytest.raises(pacing.PacingFormatError, match="markers"):
         pacing.with_schedules("no markers here", pacing.load_reference())
+
+
+def test_readme_holds_the_generated_self_study_table():
+    # README.md's "How long it takes" is what `course pace --write-reference` writes there
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert pacing.with_study_table(text, pacing.load_reference()) == text, (
+        "README.md's self-study table is stale: run `course pace --write-reference`"
+    )
+    with pytest.raises(pacing.PacingFormatError, match="markers"):
+        pacing.with_study_table("no markers here", pacing.load_reference())
+
+
+def test_self_study_figures_add_up(plans, capsys):
+    for p in plans.values():
+        assert p.study_min == p.study_reading_min + p.exercise_min()
+        assert p.study_reading_min >= p.words / pacing.SELF_STUDY_WPM
+    # the paths follow the catalog: the LLM path is every lesson lesson 12 builds on, transitively
+    llm = pacing.path_closure((12,))
+    assert {0, 1, 2, 7, 11, 12} <= set(llm) and 6 not in llm
+    assert pacing.path_closure((6,)) == tuple(sorted(pacing.path_closure((6,))))
+    assert course_main(["pace", "--self-study"]) == 0
+    out = capsys.readouterr().out
+    total = sum(p.study_min for p in plans.values())
+    assert "all lessons" in out and f"{total / 60:.1f} h" in out
+    assert pacing._lesson_ranges([0, 1, 2, 3, 5, 7, 8]) == "00-03, 05, 07-08"
+
+
+def test_readme_front_page_is_short_and_for_learners():
+    # what a newcomer reads before the maintainers' pointer: at most 1,200 words, and it says
+    # who the course is for, how long it takes and how to start
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    front = text.split("## For maintainers")[0]
+    assert len(front) < len(text), "README.md lost its '## For maintainers' section"
+    words = len(re.findall(r"[^\W_][\w'’-]*", front))
+    assert words <= 1200, f"README.md's front page is {words} words (at most 1,200): move detail to CONTRIBUTING.md"
+    for heading in ("## Who it is for", "## How long it takes", "## Set up"):
+        assert heading in front
+    assert "make lab" in front and "download.pytorch.org/whl/cpu" in front
+
+
+def test_readme_hours_match_the_self_study_table(plans):
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    (line,) = [line for line in text.splitlines() if line.startswith("- **Takes**")]
+    total, *paths = (int(n) for n in re.findall(r"\d+", line))
+    assert total == round(sum(p.study_min for p in plans.values()) / 60), line
+    want = sorted(
+        round(sum(plans[n].study_min for n in pacing.path_closure((end,)) if n in plans) / 60)
+        for end in pacing.PATH_ENDS.values()
+    )
+    assert sorted(paths) == want, f"README's path hours {paths} are not the table's {want}: {line}"

@@ -35,6 +35,10 @@ SHUTDOWN_TIMEOUT_S = 15.0
 # Plugin that asks "Would you like to get notified about official Jupyter news?" and
 # checks for JupyterLab updates; the course pins its versions, so both are noise.
 ANNOUNCEMENTS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+#: what the file browser hides: Jupyter's defaults, the lessons' and exercises' text sources
+#: (``lessons/NN_topic.py``, ``exercises/src/NN_topic.py``: a learner opens the notebook beside
+#: each, so every lesson is listed once) and the install's metadata folder
+HIDE_GLOBS = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "[0-9][0-9]_*.py", "*.egg-info")
 
 
 class LabStartError(RuntimeError):
@@ -85,6 +89,7 @@ def lab_command(
         # no news feed, no "get notified about news?" prompt, no update check
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--ContentsManager.hide_globs={list(HIDE_GLOBS)!r}",
         *extra_args,
     ]
 

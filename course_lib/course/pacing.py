@@ -42,6 +42,9 @@ from typing import Any
 
 #: assumed reading speed for technical text with equations (words per minute): an estimate
 READING_WPM = 150
+#: reading alone, to understand (equations, outputs, plots): the course's fresh reviewers reported
+#: 60-120 words a minute on these lessons; self-study figures (README, lesson 00) use this rate
+SELF_STUDY_WPM = 80
 #: a notebook (or cell) that runs longer than this on the room's machine is read from its stored outputs
 LIVE_LIMIT_S = 60.0
 #: the room's setup at the start of day 1, in minutes (an assumption, not a measurement)
@@ -353,6 +356,16 @@ class LessonPlan:
     def total_min(self) -> int:
         """The lesson block, its discussion and every exercise."""
         return self.lesson_min + DISCUSSION_MIN + self.exercise_min()
+
+    @property
+    def study_reading_min(self) -> int:
+        """Reading the lesson alone at :data:`SELF_STUDY_WPM`, plus running it, in whole minutes (rounded up)."""
+        return math.ceil(self.words / SELF_STUDY_WPM + self.run_s / 60 - 1e-9)
+
+    @property
+    def study_min(self) -> int:
+        """Self-study: reading and running the lesson, then every exercise."""
+        return self.study_reading_min + self.exercise_min()
 
 
 def lesson_plans(reference: Reference, factor: float = 1.0) -> dict[int, LessonPlan]:
@@ -764,6 +777,101 @@ def render(
     return "\n".join(lines).rstrip("\n") + "\n", schedules
 
 
+#: the two paths through the course, by the lesson each ends on; a path is that lesson and every lesson
+#: it builds on, transitively (:func:`path_closure`, from the catalog's ``requires``)
+PATH_ENDS: dict[str, int] = {"LLM systems": 12, "accelerator": 6}
+
+
+def path_closure(lessons: tuple[int, ...]) -> tuple[int, ...]:
+    """``lessons`` with every lesson they build on, transitively (from the catalog)."""
+    from course_lib.course.catalog import LESSONS
+
+    requires = {lesson.number: lesson.requires for lesson in LESSONS}
+    seen: set[int] = set()
+    stack = list(lessons)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(requires[n])
+    return tuple(sorted(seen))
+
+
+def _hours(minutes: int) -> str:
+    return f"{minutes / 60:.1f} h"
+
+
+def study_table(plans: dict[int, LessonPlan], markdown: bool) -> list[str]:
+    """Self-study time per lesson (reading alone at SELF_STUDY_WPM and running it, then every
+    exercise), the whole course and each path: what README.md and lesson 00 show."""
+    headers = ["lesson", "read and run (min)", "exercises (min)", "total"]
+    rows = [
+        [f"{p.number:02d} {p.title}", str(p.study_reading_min), str(p.exercise_min()), f"{p.study_min} min"]
+        for p in plans.values()
+    ]
+    total = sum(p.study_min for p in plans.values())
+    rows.append(
+        [
+            "all lessons",
+            str(sum(p.study_reading_min for p in plans.values())),
+            str(sum(p.exercise_min() for p in plans.values())),
+            _hours(total),
+        ]
+    )
+    for name, end in PATH_ENDS.items():
+        present = [n for n in path_closure((end,)) if n in plans]
+        rows.append(
+            [
+                f"{name} path ({_lesson_ranges(present)})",
+                str(sum(plans[n].study_reading_min for n in present)),
+                str(sum(plans[n].exercise_min() for n in present)),
+                _hours(sum(plans[n].study_min for n in present)),
+            ]
+        )
+    return _table(headers, rows, markdown)
+
+
+def _lesson_ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 3, 5, 7, 8]`` -> ``"00-03, 05, 07-08"``."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]:02d}" if len(r) == 1 else f"{r[0]:02d}-{r[-1]:02d}" for r in runs)
+
+
+def render_study(reference: Reference, markdown: bool) -> str:
+    """``course pace --self-study``: the self-study table with how its figures are made."""
+    plans = lesson_plans(reference, 1.0)
+    lines = [
+        f"{'## ' if markdown else ''}Self-study time (`course pace --self-study`)",
+        "",
+        f"- Reading: each lesson's markdown words at {SELF_STUDY_WPM} words/min (reading alone, to understand; "
+        f"a room presenting goes faster, {READING_WPM} words/min), plus its measured run time "
+        f"({reference.describe()}).",
+        "- Exercises: the estimates stated in each exercise notebook's header table.",
+        "",
+        *study_table(plans, markdown),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+README_START = "<!-- pace:self-study -->"
+README_END = "<!-- /pace:self-study -->"
+
+
+def with_study_table(text: str, reference: Reference) -> str:
+    """README.md's text with the table between its self-study markers regenerated (markdown)."""
+    if README_START not in text or README_END not in text:
+        raise PacingFormatError(f"README.md: the markers {README_START} and {README_END} are missing")
+    start = text.index(README_START) + len(README_START) + 1
+    end = text.index(README_END)
+    table = "\n".join(study_table(lesson_plans(reference, 1.0), True)) + "\n"
+    return text[:start] + table + text[end:]
+
+
 GUIDE_START = "<!-- pace:all"
 GUIDE_END = "<!-- /pace:all -->"
 
@@ -800,6 +908,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="scale the measured run times by F for the room's machines (`course doctor --time` prints it)",
     )
     parser.add_argument(
+        "--self-study",
+        action="store_true",
+        help="print the time one learner needs per lesson, in all and per path (what README.md and lesson 00 show)",
+    )
+    parser.add_argument(
         "--write-reference",
         action="store_true",
         help=f"regenerate {REFERENCE_PATH.name} from BENCHMARKS.md, lessons/ and exercises/src in the checkout, and "
@@ -821,6 +934,12 @@ def run(args: argparse.Namespace) -> int:
         if guide.exists():
             guide.write_text(with_schedules(guide.read_text(encoding="utf-8"), load_reference(path)), encoding="utf-8")
             print(f"updated the schedules in {guide}")
+        readme = repo_root() / "README.md"
+        if readme.exists() and README_START in readme.read_text(encoding="utf-8"):
+            readme.write_text(
+                with_study_table(readme.read_text(encoding="utf-8"), load_reference(path)), encoding="utf-8"
+            )
+            print(f"updated the self-study table in {readme}")
         return 0
     try:
         _check_factor(args.machine_factor)
@@ -828,6 +947,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PacingFormatError) as exc:
         print(f"course pace: {exc}", file=sys.stderr)
         return 2
+    if args.self_study:
+        print(render_study(reference, args.markdown), end="")
+        return 0
     keys = list(FORMATS) if args.format == "all" else [args.format]
     text, _ = render(keys, reference, args.machine_factor, args.markdown)
     print(text, end="")

@@ -11,7 +11,8 @@ files any static server can serve (or a browser can open directly):
   figures (:mod:`course_lib.course.site_markdown`), linked to its notebook and text source;
 - one page per exercise notebook (the statements: stubs, hints, checks; no outputs) and
   README's "Exercises and grading" as the page on how grading works;
-- README's setup sections, BENCHMARKS.md and the instructor's guide (INSTRUCTORS.md).
+- a setup page from README's "Set up" and CONTRIBUTING.md's scales, tests and website sections,
+  BENCHMARKS.md and the instructor's guide (INSTRUCTORS.md).
 
 Offline by construction: math is typeset by MathJax 3 copied from the pinned
 ``django-static-mathjax`` package, search is Material's bundled lunr index, the theme's
@@ -41,8 +42,13 @@ from course_lib.course.site_markdown import notebook_markdown
 from course_lib.runtime.processes import free_port
 
 SITE_NAME = "Efficient RL Systems"
-#: README sections shown on the setup page and on the grading page, by heading.
-SETUP_SECTIONS = ("Two commands", "Scales", "The website", "Tests")
+#: sections shown on the setup page, by file and heading; README's grading section is the grading page.
+SETUP_SECTIONS = (
+    ("README.md", "Set up"),
+    ("CONTRIBUTING.md", "Scales"),
+    ("CONTRIBUTING.md", "Tests"),
+    ("CONTRIBUTING.md", "The website"),
+)
 GRADING_SECTION = "Exercises and grading"
 # MathJax 3's browser build (es5/) from django-static-mathjax, less the bundles the site does not load
 MATHJAX_SKIP = ("sre", "*-full*.js", "*svg*", "mml-*.js", "tex-mml-*.js", "node-main.js", "latest.js")
@@ -144,14 +150,14 @@ def readme_sections(readme: str) -> dict[str, str]:
     return {name: "\n".join(lines).strip() for name, lines in sections.items()}
 
 
-def readme_section(sections: dict[str, str], heading: str) -> str:
-    """One README section's body.
+def readme_section(sections: dict[str, str], heading: str, name: str = "README.md") -> str:
+    """One section's body of README.md (or of the markdown file ``name``).
 
     Raises:
-        SiteError: if README has no such section (it was renamed: update the site's list).
+        SiteError: if the file has no such section (it was renamed: update the site's list).
     """
     if heading not in sections:
-        raise SiteError(f"README.md has no section '## {heading}' (course_lib/course/site.py shows it on the site)")
+        raise SiteError(f"{name} has no section '## {heading}' (course_lib/course/site.py shows it on the site)")
     return sections[heading]
 
 
@@ -231,7 +237,7 @@ def _home_page(readme: dict[str, str], root: Path, exercises: list[Lesson]) -> s
             "(assets/course_map.png)",
             _lesson_table(LESSONS, root, exercises),
             "## Where to go next",
-            "- [Setup](setup.md): the two commands, the scales, the tests, this website.\n"
+            "- [Setup](setup.md): installing the course, the scales, the tests, this website.\n"
             "- [Exercises and grading](exercises/index.md): one notebook per lesson, graded by `course grade`.\n"
             "- [Benchmarks](benchmarks.md): what the systems measure on a laptop CPU and on a GPU.",
         ]
@@ -266,7 +272,11 @@ def write_sources(docs: Path, root: Path | None = None) -> SitePages:
 
     (docs / "index.md").write_text(_home_page(readme, root, exercises), encoding="utf-8")
     _course_map_png(docs / "assets" / "course_map.png")
-    setup = "\n\n".join(f"## {name}\n\n{readme_section(readme, name)}" for name in SETUP_SECTIONS)
+    files = {"README.md": readme}
+    files["CONTRIBUTING.md"] = readme_sections((root / "CONTRIBUTING.md").read_text(encoding="utf-8"))
+    setup = "\n\n".join(
+        f"## {heading}\n\n{readme_section(files[name], heading, name)}" for name, heading in SETUP_SECTIONS
+    )
     (docs / "setup.md").write_text(f"# Setup\n\n{setup}\n", encoding="utf-8")
     grading = readme_section(readme, GRADING_SECTION)
     listing = "\n".join(f"- [{page_title(lesson)}]({lesson.id}.md)" for lesson in exercises)
@@ -364,10 +374,16 @@ def build_site(
     Raises:
         SiteError: as :func:`write_sources`, or if MkDocs reports a problem.
     """
-    import yaml
-    from mkdocs.commands.build import build
-    from mkdocs.config import load_config
-    from mkdocs.exceptions import MkDocsException
+    try:
+        import yaml
+        from mkdocs.commands.build import build
+        from mkdocs.config import load_config
+        from mkdocs.exceptions import MkDocsException
+    except ImportError as exc:
+        raise SiteError(
+            f"the website is built with MkDocs, which is in the course's `dev` extra ({exc}); "
+            "install it with `make install-dev` (or `pip install -e '.[dev]'`)"
+        ) from exc
 
     site_dir = (site_dir or default_site_dir()).resolve()
     source_dir = (source_dir or output_dir() / "site_src").resolve()

@@ -233,7 +233,7 @@ def wheel_tags(filename: str) -> set[str]:
     return {f"{p}-{a}-{pl}" for p in pys.split(".") for a in abis.split(".") for pl in plats.split(".")}
 
 
-#: platform tags of the systems the course supports (README, "Platforms"), for messages
+#: platform tags of the systems the course supports (CONTRIBUTING.md, "Platforms"), for messages
 PLATFORM_EXAMPLES = "manylinux_2_28_x86_64 (Linux x86-64) or macosx_14_0_arm64 (macOS 14 or later on Apple silicon)"
 #: what ``--help`` says about macOS, checked with pip against its index on 2026-11-28 (``pip index versions torch
 #: --platform TAG --python-version 3.11 --only-binary=:all:``): macosx_15_0_x86_64 lists torch 2.0.0-2.2.2 only,
@@ -252,7 +252,7 @@ def _validate_platform(text: str) -> str:
         raise WheelhouseError(f"unknown platform tag {text!r}: give a wheel platform tag such as {PLATFORM_EXAMPLES}")
     if text.startswith("win"):
         raise WheelhouseError(
-            f'{text} is a Windows tag, and the course does not run on Windows (README, "Platforms"); in WSL 2 '
+            f'{text} is a Windows tag, and the course does not run on Windows (CONTRIBUTING.md, "Platforms"); in WSL 2 '
             f"the machines install Linux wheels: give a tag such as {PLATFORM_EXAMPLES}"
         )
     return text
