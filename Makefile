@@ -14,8 +14,17 @@ NBVAL_FLAGS := --nbval --nbval-current-env --nbval-cell-timeout=300 \
 
 .PHONY: lab test lint bench install install-dev build check site portability clean
 
+# Python 3.11-3.13 (pyproject.toml's requires-python): checked before .venv is made, and a .venv
+# left broken or on another Python by an earlier failed install is made again.
+PY_OK := import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 11) <= v < (3, 14) else 1)
+define make_venv
+	@$(PYTHON) -c '$(PY_OK)' 2>/dev/null || { echo "make: '$(PYTHON)' is not Python 3.11-3.13 (or not found); name one, e.g. make lab PYTHON=python3.12" >&2; exit 1; }
+	rm -rf $(VENV)
+	@$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv' failed; on Debian or Ubuntu: sudo apt install python3-venv (or python3.12-venv)" >&2; exit 1; }
+endef
+
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	$(make_venv)
 
 # WHEELHOUSE=DIR: install with no network from a folder made by `course wheelhouse DIR`
 # (pip gets --no-index --find-links DIR); unset, pip uses its indexes as before.
@@ -23,6 +32,9 @@ WHEELHOUSE ?=
 PIP_OFFLINE := $(if $(WHEELHOUSE), --no-index --find-links "$(WHEELHOUSE)")
 
 $(STAMP): pyproject.toml | $(BIN)/python
+	@$(BIN)/python -c '$(PY_OK)' 2>/dev/null && $(BIN)/python -m pip --version >/dev/null 2>&1 || { \
+		echo "make: $(VENV) is broken or on another Python (an earlier failed install?): making it again" >&2; \
+		$(MAKE) --no-print-directory -B $(BIN)/python PYTHON=$(PYTHON); }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check$(PIP_OFFLINE) -e .
 	touch $(STAMP)
 

@@ -248,9 +248,9 @@ def test_python_bounds_match_requires_python():
     from pathlib import Path
 
     text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    bounds = re.search(r'requires-python = ">=(\d+)\.(\d+)\.(\d+),<(\d+)\.(\d+)"', text)
+    bounds = re.search(r'requires-python = ">=(\d+(?:\.\d+)+),<(\d+)\.(\d+)"', text)
     assert bounds is not None, "pyproject.toml's requires-python changed form: update doctor's bounds"
-    low, high = tuple(map(int, bounds.group(1, 2, 3))), tuple(map(int, bounds.group(4, 5)))
+    low, high = tuple(map(int, bounds.group(1).split("."))), tuple(map(int, bounds.group(2, 3)))
     assert (low, high) == (doctor.MIN_PYTHON, doctor.MAX_PYTHON)
 
 
@@ -536,3 +536,104 @@ def test_a_gpu_only_torch_sees_warns(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
     status, detail = doctor.check_gpu()
     assert status == "WARN" and "torch: 1 x NVIDIA H100" in detail and "JAX sees no GPU" in detail
+
+
+# --------------------------------------------------------------------------- without a kernel (course run --no-kernel)
+
+NOTEBOOK_TOOLS = ("jupyterlab", "ipywidgets", "nbval")
+
+
+def _hide_notebook_tools(monkeypatch):
+    """Fake a GPU machine with only the course's libraries: no notebook tools, no jupyter_client."""
+    real_import = importlib.import_module
+
+    def fake_import(name, *args, **kwargs):
+        if name.split(".")[0] in (*NOTEBOOK_TOOLS, "optax"):
+            raise ModuleNotFoundError(f"No module named '{name}'")
+        return real_import(name, *args, **kwargs)
+
+    def no_jupyter_client():
+        raise ModuleNotFoundError("No module named 'jupyter_client'")
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    monkeypatch.setattr(doctor, "check_kernel", no_jupyter_client)
+
+
+def test_without_a_kernel_missing_notebook_tools_warn(sandbox, monkeypatch):
+    _hide_notebook_tools(monkeypatch)
+    strict = _by_name(doctor.doctor(print_report=False))
+    headless = _by_name(doctor.doctor(print_report=False, no_kernel=True))
+    for name in (*NOTEBOOK_TOOLS, "kernel python3"):
+        assert strict[name].status == "FAIL", name
+        assert headless[name].status == "WARN", name
+        assert headless[name].detail.startswith(strict[name].detail.removesuffix("..."))
+        assert headless[name].detail.endswith(doctor.NO_KERNEL_NOTE)
+    # a library the lessons themselves import still fails
+    assert strict["optax"].status == headless["optax"].status == "FAIL"
+    assert headless["numpy"].status == "PASS"
+
+
+def test_cli_no_kernel_flag(sandbox, monkeypatch, capsys):
+    _hide_notebook_tools(monkeypatch)
+    monkeypatch.setattr(doctor, "PACKAGES", tuple(p for p in doctor.PACKAGES if p[0] != "optax"))
+    strict = doctor.run(argparse.Namespace(json=None))
+    assert "FAIL  jupyterlab" in capsys.readouterr().out
+    code = doctor.run(argparse.Namespace(json=None, no_kernel=True))
+    out = capsys.readouterr().out
+    assert "WARN  jupyterlab" in out and "FAIL  " not in out
+    assert (strict, code) == (1, 0)
+    parser = argparse.ArgumentParser()
+    doctor.add_arguments(parser)
+    assert parser.parse_args(["--no-kernel"]).no_kernel is True
+
+
+def test_in_kernel_reads_the_ipython_shell(monkeypatch):
+    import types
+
+    class Shell:
+        kernel = object()
+
+    fake = types.ModuleType("IPython")
+    fake.get_ipython = lambda: Shell()
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    assert doctor.in_kernel() is True
+    fake.get_ipython = lambda: None
+    assert doctor.in_kernel() is False  # IPython imported, but no shell (a plain script)
+    monkeypatch.delitem(sys.modules, "IPython")
+    assert doctor.in_kernel() is False
+
+
+def test_one_line_summary_names_what_warned_or_failed():
+    results = [
+        doctor.DoctorResult("python", "PASS", "3.12"),
+        doctor.DoctorResult("ray", "WARN", "missing"),
+        doctor.DoctorResult("nbval", "WARN", "missing"),
+        doctor.DoctorResult("optax", "FAIL", "missing"),
+    ]
+    assert doctor.one_line(results) == "doctor: 4 checks, 1 PASS, 2 WARN (ray, nbval), 1 FAIL (optax)"
+    assert doctor.one_line(results[:1]) == "doctor: 1 checks, 1 PASS, 0 WARN, 0 FAIL"
+
+
+def test_lesson_00_runs_without_jupyter(tmp_path):
+    """`course run 00 --no-kernel` on a machine without the notebook tools: the doctor cell
+    passes (they only warn) and the grade cell skips grading with one line."""
+    hidden = tmp_path / "hidden"
+    for name in (*NOTEBOOK_TOOLS, "jupyter_client", "ipykernel"):
+        (hidden / name).mkdir(parents=True)
+        (hidden / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
+    env = _subprocess_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["MPLBACKEND"] = "Agg"
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_lib.course.notebooks.script", str(REPO / "lessons" / "00_welcome.py")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r"^doctor: \d+ checks, \d+ PASS, \d+ WARN \(.*jupyterlab.*\), 0 FAIL$", out, re.M), out[-3000:]
+    assert "no Jupyter kernel here (course run --no-kernel): grading skipped" in out
+    assert "grading ../solutions" not in out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.course import pacing
+from course_lib.course import catalog, pacing
 from course_lib.course.catalog import get_lesson
 from course_lib.course.cli import main as course_main
 
@@ -459,10 +459,6 @@ def test_self_study_figures_add_up(plans, capsys):
     for p in plans.values():
         assert p.study_min == p.study_reading_min + p.exercise_min()
         assert p.study_reading_min >= p.words / pacing.SELF_STUDY_WPM
-    # the paths follow the catalog: the LLM path is every lesson lesson 12 builds on, transitively
-    llm = pacing.path_closure((12,))
-    assert {0, 1, 2, 7, 11, 12} <= set(llm) and 6 not in llm
-    assert pacing.path_closure((6,)) == tuple(sorted(pacing.path_closure((6,))))
     assert course_main(["pace", "--self-study"]) == 0
     out = capsys.readouterr().out
     total = sum(p.study_min for p in plans.values())
@@ -489,7 +485,6 @@ def test_readme_hours_match_the_self_study_table(plans):
     total, *paths = (int(n) for n in re.findall(r"\d+", line))
     assert total == round(sum(p.study_min for p in plans.values()) / 60), line
     want = sorted(
-        round(sum(plans[n].study_min for n in pacing.path_closure((end,)) if n in plans) / 60)
-        for end in pacing.PATH_ENDS.values()
+        round(sum(plans[n].study_min for n in catalog.path_lessons(name) if n in plans) / 60) for name in catalog.PATHS
     )
     assert sorted(paths) == want, f"README's path hours {paths} are not the table's {want}: {line}"

@@ -59,7 +59,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson(7, "pipeline_rl", "Pipeline RL: in-flight weight updates", (1, 2, 3), "LLM RL systems"),
     Lesson(8, "cluster_layout", "Laying out the cluster", (7,), "LLM RL systems"),
     Lesson(9, "weight_sync", "Checkpoint-engine weight sync", (7,), "LLM RL systems"),
-    Lesson(10, "fault_tolerance", "Fault tolerance and checkpointing", (3, 9), "LLM RL systems"),
+    Lesson(10, "fault_tolerance", "Fault tolerance and checkpointing", (3, 4), "LLM RL systems"),
     Lesson(11, "capstone", "Capstone: a multi-process asynchronous RL run", (5, 7, 8, 9, 10), "capstone"),
     Lesson(12, "capstone_ray", "Capstone, part 2: the same run on Ray", (11,), "capstone"),
 )
@@ -83,3 +83,38 @@ def get_lesson(name: str | int) -> Lesson:
 def available_lessons(root: Path | None = None) -> list[Lesson]:
     """The lessons whose source exists in this checkout, in order."""
     return [lesson for lesson in LESSONS if lesson.available(root)]
+
+
+def closure(numbers: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """``numbers`` and every lesson they need, directly or through another, in order."""
+    needed: set[int] = set()
+    todo = list(numbers)
+    while todo:
+        n = todo.pop()
+        if n not in needed:
+            needed.add(n)
+            todo.extend(get_lesson(n).requires)
+    return tuple(sorted(needed))
+
+
+def direct_requires() -> dict[int, tuple[int, ...]]:
+    """The transitive reduction of ``requires``: each lesson's prerequisites that no other of
+    its prerequisites already needs (what the course map draws as arrows)."""
+    out: dict[int, tuple[int, ...]] = {}
+    for lesson in LESSONS:
+        through = {m for r in lesson.requires for m in closure(get_lesson(r).requires)}
+        out[lesson.number] = tuple(r for r in lesson.requires if r not in through)
+    return out
+
+
+#: the two paths through the course, each named by the lessons it ends with; a path is
+#: those lessons and everything they need (:func:`closure`)
+PATHS: dict[str, tuple[int, ...]] = {
+    "LLM-systems path": (12,),
+    "accelerator path": (6,),
+}
+
+
+def path_lessons(name: str) -> tuple[int, ...]:
+    """The lessons of the path ``name`` (a key of :data:`PATHS`), in order."""
+    return closure(PATHS[name])

@@ -41,7 +41,7 @@ from types import ModuleType
 
 DIST_NAME = "efficient-rl-course"
 INSTALL_HINT = "run `make lab` or `pip install -e .`"
-MIN_PYTHON = (3, 11, 5)  # pyproject.toml's requires-python: pymdown-extensions and soupsieve need 3.11.5
+MIN_PYTHON = (3, 11)  # pyproject.toml's requires-python: JAX 0.10, NumPy 2.4 and ipykernel 7 need 3.11
 MAX_PYTHON = (3, 14)  # exclusive, as pyproject.toml's requires-python
 MIN_CORES = 2
 MIN_MEMORY_GIB = 4.0
@@ -74,6 +74,12 @@ PACKAGES: tuple[tuple[str, str], ...] = (
 #: packages only some lessons import: missing, they warn (naming those lessons) instead of failing,
 #: so a platform without them still runs the rest of the course
 ONLY_FOR: dict[str, str] = {"ray": "lesson 12 (the capstone on Ray)"}
+
+#: checks that only running the notebooks in Jupyter needs: without a kernel (``course run
+#: --no-kernel``, ``course doctor --no-kernel``) their FAIL is a WARN, so a GPU machine with only
+#: the course's libraries passes
+NOTEBOOK_ONLY: frozenset[str] = frozenset({"jupyterlab", "ipywidgets", "nbval", "kernel python3"})
+NO_KERNEL_NOTE = "only notebooks in Jupyter need it; `course run --no-kernel` runs the lessons without"
 
 # Gymnasium environment ids the lessons construct; later lessons append theirs here.
 ENVIRONMENTS: tuple[str, ...] = ("CartPole-v1",)
@@ -629,13 +635,39 @@ def run_doctor_check(name: str, check: Callable[[], Outcome]) -> DoctorResult:
     return DoctorResult(name, status, _one_line(detail))
 
 
-def run_checks() -> list[DoctorResult]:
-    return [run_doctor_check(name, check) for name, check in checks()]
+def in_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (not under ``course run --no-kernel`` or a plain script)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def run_checks(no_kernel: bool = False) -> list[DoctorResult]:
+    """Every check in order; with ``no_kernel``, a FAIL of a :data:`NOTEBOOK_ONLY` check is a WARN."""
+    results = [run_doctor_check(name, check) for name, check in checks()]
+    if no_kernel:
+        results = [
+            DoctorResult(r.name, "WARN", _one_line(f"{r.detail}; {NO_KERNEL_NOTE}"))
+            if r.status == "FAIL" and r.name in NOTEBOOK_ONLY
+            else r
+            for r in results
+        ]
+    return results
 
 
 def summary(results: list[DoctorResult]) -> str:
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     return f"doctor: {counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
+
+
+def one_line(results: list[DoctorResult]) -> str:
+    """The report in one line, for a notebook: ``doctor: 29 checks, 28 PASS, 1 WARN (loopback netns), 0 FAIL``
+    (the names of the checks that warned or failed in brackets)."""
+    parts = [f"doctor: {len(results)} checks"]
+    for status in STATUSES:
+        names = [r.name for r in results if r.status == status]
+        parts.append(f"{len(names)} {status}" + (f" ({', '.join(names)})" if names and status != "PASS" else ""))
+    return ", ".join(parts)
 
 
 def _course_version() -> str:
@@ -665,8 +697,10 @@ def format_report(results: list[DoctorResult]) -> str:
     return "\n".join(lines)
 
 
-def _run_all(time: bool, time_timeout_s: float) -> tuple[list[DoctorResult], LessonTiming | None]:
-    results = run_checks()
+def _run_all(
+    time: bool, time_timeout_s: float, no_kernel: bool = False
+) -> tuple[list[DoctorResult], LessonTiming | None]:
+    results = run_checks(no_kernel)
     timing = None
     if time:
         print(f"course doctor: timing lesson {TIME_LESSON[:2]} (up to {time_timeout_s:g} s) ...", file=sys.stderr)
@@ -676,14 +710,16 @@ def _run_all(time: bool, time_timeout_s: float) -> tuple[list[DoctorResult], Les
 
 
 def doctor(
-    print_report: bool = True, *, time: bool = False, time_timeout_s: float = TIME_TIMEOUT_S
+    print_report: bool = True, *, time: bool = False, time_timeout_s: float = TIME_TIMEOUT_S, no_kernel: bool = False
 ) -> list[DoctorResult]:
     """Run every check; print the pasteable report unless ``print_report`` is False.
 
     ``time=True`` adds one line: lesson 00 run headless here against the reference machine
     (:func:`time_lesson`; lesson 00 takes 13 s on the idle reference machine, more when loaded).
+    ``no_kernel=True`` checks for running the lessons without Jupyter: a missing notebook tool
+    (:data:`NOTEBOOK_ONLY`) warns instead of failing.
     """
-    results, _ = _run_all(time, time_timeout_s)
+    results, _ = _run_all(time, time_timeout_s, no_kernel)
     if print_report:
         print(format_report(results), flush=True)
     return results
@@ -725,6 +761,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the reference machine go to --json",
     )
     parser.add_argument(
+        "--no-kernel",
+        action="store_true",
+        help="check for running the lessons without Jupyter (`course run --no-kernel`): a missing notebook tool "
+        f"({', '.join(sorted(NOTEBOOK_ONLY))}) is a WARN, not a FAIL",
+    )
+    parser.add_argument(
         "--time-timeout",
         type=_positive_seconds,
         default=TIME_TIMEOUT_S,
@@ -744,7 +786,11 @@ def _positive_seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    results, timing = _run_all(bool(getattr(args, "time", False)), getattr(args, "time_timeout", TIME_TIMEOUT_S))
+    results, timing = _run_all(
+        bool(getattr(args, "time", False)),
+        getattr(args, "time_timeout", TIME_TIMEOUT_S),
+        bool(getattr(args, "no_kernel", False)),
+    )
     print(format_report(results), flush=True)
     json_path = getattr(args, "json", None)
     if json_path is not None:

@@ -481,11 +481,12 @@ FORMATS: dict[str, WorkshopFormat] = {
             title="Two-day course",
             why=(
                 "day 1 is the one-day course; day 2 completes the LLM RL systems track (08 cluster layout, 09 weight "
-                "sync, 10 fault tolerance), whose prerequisites all come before; the accelerator track (04-06) and "
-                "the capstone (11, which needs 05, and its Ray part 12) are left for self-study"
+                "sync, 10 fault tolerance), with lesson 04 read before 10, whose checkpoints save 04's jitted PPO; "
+                "the rest of the accelerator track (05-06) and the capstone (11, which needs 05, and its Ray part 12) "
+                "are left for self-study"
             ),
             shape=_FULL_DAY,
-            days=(_ONE_DAY, (Part(8), Part(9), Part(10, (1, 2, 4)))),
+            days=(_ONE_DAY, (Part(8), Part(9, (1, 2)), Part(4, (1,)), Part(10, (1, 2, 4)))),
         ),
     )
 }
@@ -777,26 +778,6 @@ def render(
     return "\n".join(lines).rstrip("\n") + "\n", schedules
 
 
-#: the two paths through the course, by the lesson each ends on; a path is that lesson and every lesson
-#: it builds on, transitively (:func:`path_closure`, from the catalog's ``requires``)
-PATH_ENDS: dict[str, int] = {"LLM systems": 12, "accelerator": 6}
-
-
-def path_closure(lessons: tuple[int, ...]) -> tuple[int, ...]:
-    """``lessons`` with every lesson they build on, transitively (from the catalog)."""
-    from course_lib.course.catalog import LESSONS
-
-    requires = {lesson.number: lesson.requires for lesson in LESSONS}
-    seen: set[int] = set()
-    stack = list(lessons)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(requires[n])
-    return tuple(sorted(seen))
-
-
 def _hours(minutes: int) -> str:
     return f"{minutes / 60:.1f} h"
 
@@ -818,11 +799,13 @@ def study_table(plans: dict[int, LessonPlan], markdown: bool) -> list[str]:
             _hours(total),
         ]
     )
-    for name, end in PATH_ENDS.items():
-        present = [n for n in path_closure((end,)) if n in plans]
+    from course_lib.course.catalog import PATHS, path_lessons
+
+    for name in PATHS:
+        present = [n for n in path_lessons(name) if n in plans]
         rows.append(
             [
-                f"{name} path ({_lesson_ranges(present)})",
+                f"{name} ({_lesson_ranges(present)})",
                 str(sum(plans[n].study_reading_min for n in present)),
                 str(sum(plans[n].exercise_min() for n in present)),
                 _hours(sum(plans[n].study_min for n in present)),

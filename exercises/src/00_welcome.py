@@ -23,8 +23,8 @@
 # ```
 #
 # In every exercise of the course the checks grade your own code: an answer that hands the
-# work to `course_lib`'s own implementation (an import, a wrapper, a computed module name) is refused (a guard, not
-# a sandbox); only the pieces a statement names as allowed may be used.
+# work to `course_lib`'s own implementation (an import, a wrapper, a computed module name) is
+# refused; only the pieces a statement names as allowed may be used.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
@@ -56,8 +56,9 @@ from course_lib import check
 # $G_t = \sum_{k=t}^{e(t)} \gamma^{k-t} r_k$ (plus $\gamma^{T-t} V$ for an episode still
 # running) on random trajectories, hand-computed values, properties (with $\gamma = 0$ the
 # returns are the rewards; two episodes computed together equal the two computed apart;
-# each call returns a new array), and a 200,000-step buffer that only one backward pass
-# finishes within the time limit.
+# an episode end inside the buffer cuts the return whatever its cause, a time-limit
+# truncation too; each call returns a new array), and a 200,000-step buffer that only one
+# backward pass finishes within the time limit.
 
 # %% tags=["exercise"]
 def discounted_returns(rewards, dones, gamma, bootstrap=0.0):
@@ -68,7 +69,13 @@ def discounted_returns(rewards, dones, gamma, bootstrap=0.0):
         dones: sequence of T flags, 1 where an episode ended at that step.
         gamma: discount factor in [0, 1].
         bootstrap: the value of the state after the last step (used only if the
-            last step did not end an episode).
+            last step did not end an episode). With gymnasium, pass
+            `dones = terminated | truncated`: every episode end cuts the return. A
+            buffer that stops mid-episode passes V(next state) as `bootstrap`; if its
+            last step was a truncation, clear that flag (`dones[-1] = terminated[-1]`)
+            and pass V(the state it reached). A value target that bootstraps at a
+            truncation inside the buffer needs the two-flag form (lesson 00, section 4;
+            lesson 04's targets).
 
     Returns:
         np.ndarray of shape (T,), dtype float64.
@@ -141,7 +148,7 @@ def finished_episode_returns(rewards, dones):
 # Try it on lesson 00's buffer: two episodes of three steps, and one still running.
 
 # %% tags=["raises-in-stub"]
-finished_episode_returns([1.0, 1.0, 1.0, 0.0, 2.0, 1.0, 1.0, 1.0], [0, 0, 1, 0, 0, 1, 0, 0])
+finished_episode_returns([1.0, 1.0, 1.0, 0.0, 2.0, 2.0, 1.0, 1.0], [0, 0, 1, 0, 0, 1, 0, 0])
 
 # %% tags=["exercise-check"]
 check("00_welcome", "finished_episode_returns", finished_episode_returns)

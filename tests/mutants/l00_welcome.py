@@ -40,6 +40,15 @@ DISCOUNTED_RETURNS = [
         new="gamma * (1.0 - dones[t - 1]) * running",
         expected="got 2.71, expected 1.9",
     ),
+    # bootstraps at every episode end (misreading "a truncation keeps its bootstrap"): a
+    # truncation inside the buffer takes V, the value after the buffer, instead of cutting to 0
+    Mutant(
+        "discounted_returns",
+        "bootstraps_at_every_end",
+        old="gamma * (1.0 - dones[t]) * running",
+        new="gamma * (bootstrap if dones[t] else running)",
+        expected="the truncation at step 1 ends its episode inside the buffer",
+    ),
     # walks forwards: each step gets the discounted past instead of the future
     Mutant(
         "discounted_returns",

@@ -14,7 +14,9 @@ The checks never call ``course_lib.rl.pg``: they compare with
 with :func:`naive_finished_episode_returns`, which reads ``R_j`` off that oracle at
 gamma = 1 at each finished episode's first step; with hand-computed values; and with
 properties (gamma = 0 and all-done give the rewards; two episodes computed together equal
-the two computed apart; the episode returns add up to the rewards up to the last end).
+the two computed apart; a time-limit truncation inside the buffer, passed as
+``terminated | truncated``, cuts the return like a termination; the episode returns add up
+to the rewards up to the last end).
 A 200,000-step buffer is checked through the recursion's identity within the time limit,
 which the O(T^2) sum does not meet. A function that is, wraps or calls the course's own
 implementation is refused by the runner, as in every exercise (:mod:`course_lib.course.grading.guard`).
@@ -23,7 +25,8 @@ What each exercise teaches, and how the checks observe it (not only its values):
 
 * discounted_returns, mechanism: one backward pass carrying ``G``, cut by ``(1 - d_t)`` at
   every episode end and started from ``bootstrap``; observed by a 200,000-step buffer within
-  the time limit, gamma from 0 to 1, bootstrap used or dropped, and a fresh array per call
+  the time limit, gamma from 0 to 1, bootstrap used or dropped (and never at an episode end
+  inside the buffer, whatever its cause), and a fresh array per call
   (a second call leaves the first result unchanged: no reused buffer).
 * finished_episode_returns, mechanism: one forward running sum, recorded at each step with
   ``done = 1`` and restarted at 0 there; observed by episodes whose rewards add up to 0 (an
@@ -185,6 +188,24 @@ def _matches_oracle(fn: Callable[..., Any]) -> None:
         assert_allclose(got, expected, what=f"random case {case + 1} (T={length}, gamma={gamma:g})")
 
 
+@check_case("a truncation inside the buffer cuts the return like a termination (dones = terminated | truncated)")
+def _truncation_inside(fn: Callable[..., Any]) -> None:
+    # a time limit ends episode 1 at step 1; episode 2 (steps 2-3) is still running after the buffer, V = 4:
+    # G_1 = 1, G_0 = 1 + 0.5 * 1 = 1.5; G_3 = 1 + 0.5 * 4 = 3, G_2 = 1 + 0.5 * 3 = 2.5
+    rewards = [1.0, 1.0, 1.0, 1.0]
+    terminated = np.array([False, False, False, False])
+    truncated = np.array([False, True, False, False])
+    dones = terminated | truncated
+    what = f"{NAME}([1, 1, 1, 1], terminated | truncated = [0, 1, 0, 0], gamma=0.5, bootstrap=4.0)"
+    got = assert_array(call_on_copies(fn, rewards, dones, 0.5, bootstrap=4.0), what=what, shape=(4,))
+    if np.allclose(got, [2.5, 3.0, 2.5, 3.0]):
+        fail(
+            f"{what} = {short_repr(got)}; expected [1.5, 1.0, 2.5, 3.0]: the truncation at step 1 ends its episode "
+            "inside the buffer, so cut the return to 0 there. `bootstrap` is the value after the buffer's last step only"
+        )
+    assert_allclose(got, [1.5, 1.0, 2.5, 3.0], what=what)
+
+
 @check_case("bootstrap: the value after the last step enters only an episode still running there (hand-computed)")
 def _bootstrap_known_values(fn: Callable[..., Any]) -> None:
     # running at the end: G_1 = 1 + 0.5 * 4 = 3, G_0 = 1 + 0.5 * 3 = 2.5
@@ -254,6 +275,7 @@ DISCOUNTED_RETURNS = Exercise(
         _all_done,
         _episodes_independent,
         _matches_oracle,
+        _truncation_inside,
         _bootstrap_known_values,
         _bootstrap_matches_oracle,
         _long_buffer,
@@ -262,11 +284,12 @@ DISCOUNTED_RETURNS = Exercise(
     ),
     advice="one backward pass over the rewards (eq. 00.2)",
     hints=(
-        "Walk the trajectory backwards, carrying the return of the step after the current one: each step's return is "
-        "its own reward plus the discounted return carried from the step after it.",
-        "Before the loop, the carried return is `bootstrap` (the value of what follows the last step). A step with "
-        "`dones[t] = 1` ends its episode there: nothing after it may reach it, so the carried return is cut to 0 at "
-        "that step (multiplied by `1 - dones[t]`) before the step's reward is added.",
+        "Equation 00.2 gives a step's return from the return of the step after it. Which step's return can you "
+        "compute first, and what follows it?",
+        "Walk the trajectory backwards, carrying one number: before the loop it is `bootstrap` (the value of what "
+        "follows the last step). A step with `dones[t] = 1` ends its episode: nothing after it may reach it, so the "
+        "carried number is cut to 0 there (multiplied by `1 - dones[t]`); then it is discounted by gamma and the "
+        "step's own reward is added.",
         "Convert the inputs to float64 arrays (`np.asarray` with `dtype=np.float64`: integer rewards must give float "
         "returns), allocate the output with `np.zeros_like`, and loop `t` over `reversed(range(...))`. The trap is "
         "the order inside a step: update the carried return first, then store it at `t`.",
