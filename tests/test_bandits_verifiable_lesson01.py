@@ -177,7 +177,8 @@ def test_advantages_per_estimator():
     r = np.array([[1.0, 0.0, 0.0, 1.0]])
     np.testing.assert_allclose(advantages(r, "no baseline"), r)
     np.testing.assert_allclose(advantages(r, "group mean"), [[0.5, -0.5, -0.5, 0.5]])
-    np.testing.assert_allclose(advantages(r, "group mean / std"), [[1, -1, -1, 1]], atol=1e-5)
+    # GRPO as TRL and verl compute it: the sample std, (1 - 0.5) / sqrt(1/3)
+    np.testing.assert_allclose(advantages(r, "group mean / std"), np.array([[1, -1, -1, 1]]) * np.sqrt(0.75), atol=1e-5)
     with pytest.raises(ValueError, match="unknown estimator"):
         advantages(r, "rloo")
 

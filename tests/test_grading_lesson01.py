@@ -24,7 +24,7 @@ from course_lib.course.notebooks.source import Target, render
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = "01_policy_gradients"
 SOURCE = ROOT / "exercises" / "src" / f"{LESSON}.py"
-NAMES = ("reward_to_go", "surrogate_loss", "group_relative_advantages", "reinforce_update")
+NAMES = ("rloo_advantages", "surrogate_loss", "group_relative_advantages", "reinforce_update")
 
 
 def exercise_namespace(kind: Literal["exercise", "solution"]) -> dict[str, Any]:
@@ -103,6 +103,17 @@ def test_oracle_reward_to_go_agrees_with_discounted_returns():
     assert l01.naive_reward_to_go(np.zeros((0, 2)), np.zeros((0, 2)), 0.9).shape == (0, 2)
 
 
+def test_oracle_rloo_agrees_with_the_library_and_the_group_mean_shrinks_by_1_minus_1_over_g():
+    from course_lib.rl.pg import group_relative_advantages, leave_one_out_advantages
+
+    rewards = np.random.default_rng(0).normal(size=(5, 7))
+    np.testing.assert_allclose(l01.naive_rloo(rewards), leave_one_out_advantages(rewards), atol=1e-12)
+    for group_size in (2, 3, 4):
+        assert math.isclose(l01.exact_gradient_ratio(leave_one_out_advantages, group_size)[0], 1.0, rel_tol=1e-12)
+        mean_only = l01.exact_gradient_ratio(lambda r: group_relative_advantages(r, normalize_std=False), group_size)
+        assert math.isclose(mean_only[0], 1 - 1 / group_size, rel_tol=1e-12)
+
+
 def test_oracle_surrogate_agrees_with_the_reference_and_autograd():
     from course_lib.rl.pg import surrogate_loss
 
@@ -119,9 +130,36 @@ def test_oracle_group_advantages_agrees_with_the_reference():
     rewards = np.random.default_rng(0).normal(size=(5, 7))
     rewards[2] = 1.0
     for flag in (True, False):
-        np.testing.assert_allclose(
-            l01.naive_group_advantages(rewards, flag, 1e-6), group_relative_advantages(rewards, flag, 1e-6), atol=1e-12
-        )
+        for ddof in (0, 1):
+            np.testing.assert_allclose(
+                l01.naive_group_advantages(rewards, flag, 1e-6, ddof),
+                group_relative_advantages(rewards, flag, 1e-6, ddof=ddof),
+                atol=1e-12,
+            )
+
+
+@pytest.mark.parametrize(
+    ("function", "old", "new"),
+    [
+        # the population std (numpy's default) instead of the solution's sample std
+        ("group_relative_advantages", "ddof=1, keepdims=True", "keepdims=True"),
+        # TRL's default eps
+        ("group_relative_advantages", "eps=1e-6):", "eps=1e-4):"),
+        # torch's .std() (the sample std) for the batch normalisation, as CleanRL and SB3 write it
+        (
+            "reinforce_update",
+            "    g = discounted_returns(rewards, dones, gamma)\n    adv = (g - g.mean()) / (g.std() + 1e-8)",
+            "    g = torch.as_tensor(discounted_returns(rewards, dones, gamma))\n"
+            "    adv = ((g - g.mean()) / (g.std() + 1e-8)).numpy()",
+        ),
+    ],
+    ids=["gra-population-std", "gra-trl-eps", "update-torch-std"],
+)
+def test_either_std_convention_passes(function, old, new):
+    """The statements accept the population and the sample std (TRL, verl, CleanRL use torch's sample std)."""
+    variant = Mutant(function, "accepted_variant", old=old, new=new, expected="")
+    outcome = run_exercise(getattr(l01, function.upper()), mutant_function(LESSON, variant))
+    assert outcome.passed, outcome.message
 
 
 def test_oracle_reinforce_gradient_agrees_with_the_reference_loop():
@@ -156,15 +194,15 @@ def test_the_exercises_are_worth_45_points():
 def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug.
 
-    reinforce_update calls the notebook's own reward_to_go and surrogate_loss, which are
-    checked first: with a bug in reward_to_go, reinforce_update's report names reward_to_go
-    (and its bug), not its own; the other exercises fail with their own bugs' messages."""
+    reinforce_update calls the notebook's own surrogate_loss, which is checked first: with a
+    bug in surrogate_loss, reinforce_update's report names surrogate_loss (and its bug), not
+    its own; the other exercises fail with their own bugs' messages."""
     from conftest import grade_with_planted_bugs
 
     picked = (
-        "reward_to_go-integer_dtype",
+        "rloo_advantages-own_reward_included",
         "surrogate_loss-not_detached",
-        "group_relative_advantages-ddof1",
+        "group_relative_advantages-batch_mean",
         "reinforce_update-returns_tensor",
     )
     chosen = {m.function: m for m in MUTANTS if m.id in picked}
@@ -174,18 +212,18 @@ def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     assert set(messages) == set(NAMES)
     for name in NAMES[:3]:
         assert chosen[name].expected in messages[name], (name, messages[name])
-    assert "fix reward_to_go first (exercise 1; reinforce_update calls it)" in messages["reinforce_update"]
-    assert chosen["reward_to_go"].expected in messages["reinforce_update"]
+    assert "fix surrogate_loss first (exercise 2; reinforce_update calls it)" in messages["reinforce_update"]
+    assert chosen["surrogate_loss"].expected in messages["reinforce_update"]
 
 
 # ---------------------------------------------------------------------------------------
-# A slip in exercise 1 or 2 is named there, not in exercise 4 (issue 45)
+# A slip in exercise 2 is named there, not in exercise 4 (issue 45)
 # ---------------------------------------------------------------------------------------
 
 
 def reinforce_update_beside(planted: Mutant | None = None, stub: str = "") -> Any:
     """The solution's reinforce_update, defined in a namespace where ``planted`` (a planted bug of
-    reward_to_go or surrogate_loss) or the stub of ``stub`` replaces that function."""
+    surrogate_loss) or the stub of ``stub`` replaces that function."""
     from conftest import _namespace, exercise_function_source, mutant_source
 
     namespace = dict(_namespace(LESSON, "solution"))
@@ -199,7 +237,7 @@ def reinforce_update_beside(planted: Mutant | None = None, stub: str = "") -> An
 
 @pytest.mark.parametrize(
     ("function", "name"),
-    [("surrogate_loss", "sum"), ("surrogate_loss", "log_of_softmax"), ("reward_to_go", "ignores_dones")],
+    [("surrogate_loss", "sum"), ("surrogate_loss", "log_of_softmax")],
 )
 def test_a_slip_in_a_function_it_calls_is_named_first(function, name):
     """The brief's case: a sum for a mean in surrogate_loss once scored 0 on reinforce_update
@@ -222,13 +260,13 @@ def test_an_unsolved_function_it_calls_is_named():
 
 
 def test_the_library_functions_the_statement_offers_are_allowed(solution):
-    """The statement offers course_lib.rl.pg's discounted_returns and surrogate_loss to a learner
-    stuck on exercise 1 or 2: reinforce_update built on them passes (and they are not checked
-    as the learner's own)."""
+    """The statement offers course_lib.rl.pg's discounted_returns (which the solution calls) and
+    surrogate_loss to a learner stuck on exercise 2: reinforce_update built on them passes (and
+    the library's surrogate_loss is not checked as the learner's own)."""
     from conftest import _namespace, exercise_function_source
 
     namespace = dict(_namespace(LESSON, "solution"))
-    exec("from course_lib.rl.pg import discounted_returns as reward_to_go, surrogate_loss", namespace)
+    exec("from course_lib.rl.pg import surrogate_loss", namespace)
     exec(compile(exercise_function_source(LESSON, "reinforce_update", "solution"), "<update>", "exec"), namespace)
     outcome = run_exercise(l01.REINFORCE_UPDATE, namespace["reinforce_update"])
     assert outcome.passed, outcome.message

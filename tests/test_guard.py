@@ -78,6 +78,23 @@ def test_a_static_reference_is_refused_before_any_check_and_names_what_to_write(
     assert "write double yourself, with numpy only" in outcome.message
 
 
+def test_a_program_in_a_string_that_imports_course_lib_is_refused_statically():
+    # the subprocess route a reviewer found: the library run in a child process, out of the trace hook's sight
+    fn = _define(
+        "import json, subprocess, sys\n"
+        "def double(x):\n"
+        "    prog = 'import sys; from course_lib.rl.pg import discounted_returns; print(sys.argv)'\n"
+        "    subprocess.run([sys.executable, '-c', prog], check=False, capture_output=True)\n"
+        "    return 2 * x\n"
+    )
+    outcome = run_exercise(Exercise("double", 1, (_doubles, _again), advice="with numpy only"), fn)
+    assert outcome.results[0].description == GUARD_DESCRIPTION and not outcome.passed
+    assert "course_lib.rl.pg" in outcome.message
+    # a string that only mentions a name like it is not code
+    ok = _define("def double(x):\n    note = 'see course_lib_notes and numpy.linalg'\n    return 2 * x\n")
+    assert run_exercise(Exercise("double", 1, (_doubles, _again), advice="with numpy only"), ok).passed
+
+
 def test_allowed_pieces_fakes_and_dataclass_inits_are_not_refused():
     exercise = Exercise("double", 1, (_doubles,), allowed=("course_lib.layout.model.GPU",))
     source = (

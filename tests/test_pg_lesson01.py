@@ -227,3 +227,46 @@ def test_gradient_variance_scale_free_relative_variance_and_errors():
         gradient_variance(np.zeros((1, 3)))
     with pytest.raises(ValueError, match="reference"):
         gradient_variance(g, reference=np.zeros(3))
+
+
+def test_group_relative_advantages_sample_std():
+    """ddof = 1 is TRL's and verl's std: (r - mean) / (std_{G-1} + eps)."""
+    r = np.array([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    np.testing.assert_allclose(
+        group_relative_advantages(r[:1], eps=0.0, ddof=1)[0], np.array([1, -1, -1, 1]) * np.sqrt(0.75)
+    )
+    np.testing.assert_allclose(group_relative_advantages(r, ddof=1)[1], 0.0)
+    with pytest.raises(ValueError, match="ddof"):
+        group_relative_advantages(r, ddof=2)
+    with pytest.raises(ValueError, match="G >= 2"):
+        group_relative_advantages([[1.0], [0.0]], ddof=1)
+
+
+def test_leave_one_out_advantages_exclude_each_answers_own_reward():
+    from course_lib.rl.pg import leave_one_out_advantages
+
+    r = np.array([[1.0, 0.0, 0.0, 0.0], [2.0, 2.0, 2.0, 2.0], [3.0, 1.0, 0.0, 0.0]])
+    naive = np.array([[r[i, j] - np.delete(r[i], j).mean() for j in range(4)] for i in range(3)])
+    np.testing.assert_allclose(leave_one_out_advantages(r), naive, atol=1e-12)
+    np.testing.assert_allclose(leave_one_out_advantages([[1, 0]]), [[1.0, -1.0]])
+    # exact expectation on one softmax, all K^G groups enumerated: E[g] = grad J (the group mean gives 1 - 1/G)
+    import itertools
+
+    pi = np.array([0.5, 0.3, 0.2])
+    reward = np.array([1.0, 0.0, 0.5])
+    grad_j = pi * (reward - pi @ reward)
+    for g_size in (2, 3):
+        outcomes = np.array(list(itertools.product(range(3), repeat=g_size)))
+        probs = pi[outcomes].prod(axis=1)
+        for adv_fn, scale in (
+            (leave_one_out_advantages, 1.0),
+            (lambda x: group_relative_advantages(x, normalize_std=False), 1 - 1 / g_size),
+        ):
+            adv = adv_fn(reward[outcomes])
+            est = sum(
+                p * sum(adv[o, j] * (np.eye(3)[a] - pi) for j, a in enumerate(outcomes[o])) / g_size
+                for o, p in enumerate(probs)
+            )
+            np.testing.assert_allclose(est, scale * grad_j, atol=1e-12)
+    with pytest.raises(ValueError, match="G >= 2"):
+        leave_one_out_advantages([[1.0]])

@@ -48,7 +48,7 @@ def discounted_returns(
         G_t = sum_{k=t}^{e(t)} gamma^(k-t) r_k                          (00.1)
         G_t = r_t + gamma (1 - d_t) G_{t+1},    G_T = 0                 (00.2)
 
-    where ``e(t)`` is the last step of ``t``'s episode (Sutton & Barto, eq. 3.8). With
+    where ``e(t)`` is the last step of ``t``'s episode (Sutton & Barto, eqs. 3.11 and 3.9). With
     ``bootstrap``, ``G_T = bootstrap`` instead: the value of the state after the last
     step, used only if that step did not end an episode.
 
@@ -217,22 +217,28 @@ def normalize_advantages(advantages: ArrayLike, eps: float = 1e-8) -> NDArray[np
     return (a - a.mean()) / (a.std() + eps)
 
 
-def group_relative_advantages(rewards: ArrayLike, normalize_std: bool = True, eps: float = 1e-6) -> NDArray[np.float64]:
+def group_relative_advantages(
+    rewards: ArrayLike, normalize_std: bool = True, eps: float = 1e-6, ddof: int = 0
+) -> NDArray[np.float64]:
     r"""Group-relative advantages (GRPO, Shao et al. 2024, arXiv 2402.03300, eq. 01.6).
 
     ``rewards[i, j]`` is the reward of answer ``j`` of the ``G`` answers sampled for
-    prompt ``i``. The group's mean is the baseline; optionally its std rescales::
+    prompt ``i``. The group's mean is the baseline; GRPO divides by its std::
 
         A_ij = (r_ij - mean_j r_ij) / (std_j r_ij + eps)     (normalize_std=True)
-        A_ij =  r_ij - mean_j r_ij                           (normalize_std=False)
+        A_ij =  r_ij - mean_j r_ij                           (normalize_std=False, Dr. GRPO)
 
-    ``std`` is the population std (ddof = 0) of the ``G`` rewards. A group whose answers
-    all get the same reward has all-zero advantages: it carries no learning signal.
+    DeepSeekMath does not say which std. ``ddof = 1`` (the sample std, ``torch.std``'s
+    default) is what TRL's GRPOTrainer (eps 1e-4) and verl's
+    ``compute_grpo_outcome_advantage`` (eps 1e-6) compute; ``ddof = 0`` (numpy's default,
+    the population std) is this function's default. A group whose answers all get the
+    same reward has all-zero advantages: it carries no learning signal.
 
     Args:
         rewards: ``[B, G]`` rewards, one row per prompt.
         normalize_std: divide by the group's std.
         eps: added to the std (avoids 0/0 when all rewards of a group are equal).
+        ddof: 0 for the population std, 1 for the sample std (needs ``G >= 2``).
 
     Returns:
         ``[B, G]`` float64 advantages.
@@ -240,12 +246,39 @@ def group_relative_advantages(rewards: ArrayLike, normalize_std: bool = True, ep
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2:
         raise ValueError(f"rewards must be [B, G] (prompts x answers per prompt), got shape {r.shape}")
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 (population std) or 1 (sample std), got {ddof}")
     if r.shape[1] == 0:
         return r.copy()
     centred = r - r.mean(axis=1, keepdims=True)
     if not normalize_std:
         return centred
-    return centred / (r.std(axis=1, keepdims=True) + eps)
+    if r.shape[1] <= ddof:
+        raise ValueError(f"the sample std (ddof = 1) needs G >= 2 answers per prompt, got G = {r.shape[1]}")
+    return centred / (r.std(axis=1, ddof=ddof, keepdims=True) + eps)
+
+
+def leave_one_out_advantages(rewards: ArrayLike) -> NDArray[np.float64]:
+    r"""Leave-one-out (RLOO) advantages (Ahmadian et al. 2024, arXiv 2402.14740).
+
+    Each answer's baseline is the mean reward of the *other* ``G - 1`` answers to its prompt::
+
+        A_ij = r_ij - 1/(G - 1) sum_{k != j} r_ik  =  G/(G - 1) (r_ij - mean_j r_ij)
+
+    The baseline does not contain the answer's own reward, so the estimator stays unbiased
+    (``E[g] = grad J``), where the plain group mean shrinks it by ``1 - 1/G``.
+
+    Args:
+        rewards: ``[B, G]`` rewards, one row per prompt, ``G >= 2``.
+
+    Returns:
+        ``[B, G]`` float64 advantages.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] < 2:
+        raise ValueError(f"rewards must be [B, G] with G >= 2 answers per prompt, got shape {r.shape}")
+    n_g = r.shape[1]
+    return r - (r.sum(axis=1, keepdims=True) - r) / (n_g - 1)
 
 
 def surrogate_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:

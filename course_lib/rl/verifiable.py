@@ -26,14 +26,14 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from course_lib.rl.pg import group_relative_advantages, softmax
+from course_lib.rl.pg import group_relative_advantages, leave_one_out_advantages, softmax
 
 _OPS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _PROMPT = re.compile(r"^\s*(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*$")
 _INT = re.compile(r"^\s*-?\d+\s*$")
 
-Estimator = Literal["no baseline", "group mean", "group mean / std"]
-ESTIMATORS: tuple[Estimator, ...] = ("no baseline", "group mean", "group mean / std")
+Estimator = Literal["no baseline", "group mean", "leave-one-out", "group mean / std"]
+ESTIMATORS: tuple[Estimator, ...] = ("no baseline", "group mean", "leave-one-out", "group mean / std")
 
 
 def verify(prompt: str, answer: str) -> bool:
@@ -156,8 +156,10 @@ def advantages(rewards: ArrayLike, estimator: Estimator) -> NDArray[np.float64]:
         return r.copy()
     if estimator == "group mean":
         return group_relative_advantages(r, normalize_std=False)
-    if estimator == "group mean / std":
-        return group_relative_advantages(r, normalize_std=True)
+    if estimator == "leave-one-out":  # RLOO: the mean of the other G - 1 answers
+        return leave_one_out_advantages(r)
+    if estimator == "group mean / std":  # the sample std and eps of verl's GRPO (TRL: the same std, eps 1e-4)
+        return group_relative_advantages(r, normalize_std=True, eps=1e-6, ddof=1)
     raise ValueError(f"unknown estimator {estimator!r}; use one of {ESTIMATORS}")
 
 
@@ -234,11 +236,13 @@ class AnswerTrainingCurve:
     Attributes:
         accuracy: ``[steps + 1]`` exact expected accuracy ``J``, before each update and after the last.
         zero_signal: ``[steps]`` share of groups with identical rewards in each batch.
+        entropy: ``[steps + 1]`` mean over prompts of the policy's entropy (nats), when ``accuracy`` is.
         final_logits: ``[P, K]`` the trained table.
     """
 
     accuracy: NDArray[np.float64]
     zero_signal: NDArray[np.float64]
+    entropy: NDArray[np.float64]
     final_logits: NDArray[np.float64]
 
 
@@ -259,12 +263,19 @@ def train_answer_policy(
     """
     rng = np.random.default_rng(seed)
     z = np.array(init_logits, dtype=np.float64)
-    acc = [task.accuracy(z)]
+    acc, ent = [task.accuracy(z)], [policy_entropy(z)]
     zero = []
     for _ in range(steps):
         batch = sample_and_grade(task, z, n_prompts, group_size, rng)
         w = advantages(batch.rewards + reward_offset, estimator)
         z += lr * logit_table_gradient(z, batch.prompt_ids, batch.answer_ids, w)
         acc.append(task.accuracy(z))
+        ent.append(policy_entropy(z))
         zero.append(batch.zero_signal_fraction)
-    return AnswerTrainingCurve(np.array(acc), np.array(zero), z)
+    return AnswerTrainingCurve(np.array(acc), np.array(zero), np.array(ent), z)
+
+
+def policy_entropy(logits: ArrayLike) -> float:
+    """Mean over prompts of ``-sum_k pi_k log pi_k`` (nats): 0 when every prompt's softmax is one-hot."""
+    pi = softmax(logits)
+    return float(np.mean(-np.sum(pi * np.log(np.maximum(pi, 1e-300)), axis=1)))

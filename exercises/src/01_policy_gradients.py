@@ -26,7 +26,7 @@
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
-# | 1. `reward_to_go` on a vectorised rollout | 10 | ★☆☆ | 10 min |
+# | 1. `rloo_advantages`: the leave-one-out baseline | 10 | ★☆☆ | 10 min |
 # | 2. `surrogate_loss` | 10 | ★★☆ | 15 min |
 # | 3. `group_relative_advantages` | 10 | ★☆☆ | 10 min |
 # | 4. `reinforce_update`: a complete REINFORCE step | 15 | ★★★ | 25 min |
@@ -36,60 +36,54 @@ import numpy as np
 import torch
 
 from course_lib import check
+from course_lib.rl.pg import discounted_returns  # lesson 00's reward-to-go, for exercise 4
 
 # %% [markdown]
-# ## Exercise 1 · Reward-to-go on a vectorised rollout (★☆☆, 10 min, 10 points)
+# ## Exercise 1 · Leave-one-out advantages (★☆☆, 10 min, 10 points)
 #
-# A vector env steps `B` environments at once, so a rollout buffer is *time-major*:
-# `rewards[t, b]` is the reward env `b` got after its action at step `t`, and
-# `dones[t, b]` is 1 (or `True`: gymnasium returns booleans) when env `b`'s episode ended
-# at step `t`; the env then starts a new episode at step `t + 1`. Return every step's
-# reward-to-go, within its own episode and its own env (eq. 01.3):
+# Lesson §2 measured that the group mean, used as a baseline, shrinks the expected gradient
+# to $(1 - 1/G)\,\nabla J$: each answer's own reward sits in its own baseline, so the
+# baseline depends on the action. RLOO (Ahmadian et al. 2024, arXiv 2402.14740) leaves it
+# out. For `G` answers to each of `B` prompts, answer $j$'s baseline is the mean reward of
+# the *other* $G - 1$ answers to the same prompt:
 #
-# $$G_{t,b} = r_{t,b} + \gamma\,(1 - d_{t,b})\,G_{t+1,b}, \qquad G_{T,b} = 0 .$$
+# $$A_{ij} = r_{ij} - \frac{1}{G-1}\sum_{k\ne j} r_{ik} .$$
 #
-# An episode still running at the last step is cut off there (nothing is added after
-# `T - 1`). Return a float64 numpy array of shape `[T, B]` (`T` may be 0); do not modify
-# the inputs.
+# `rewards` is `[B, G]`, one row per prompt, `G >= 2`. Return a float64 `[B, G]` array; do
+# not modify the input.
 #
-# **How it is graded:** against an independent implementation of
-# $G_{t,b} = \sum_{k=t}^{e(t,b)} \gamma^{k-t} r_{k,b}$ (a sum per step, per env) on random
-# rollouts, hand-computed values, and properties: each env's column equals that column
-# computed alone; $\gamma = 0$ gives the rewards; boolean and integer inputs work; empty
-# rollouts give an empty `[0, B]` array; the inputs are left unchanged.
+# **How it is graded:** against explicit sums over the other answers on random rewards
+# (`G` from 2 to 16) and hand-computed values; properties: raising one answer's reward by 1
+# raises its own advantage by exactly 1; with `G = 2` each advantage is the difference of the
+# two rewards; a constant group gives zeros; each row computed alone equals that row of the
+# batch; and, what the lesson measured, the estimator $\frac1G\sum_j A_{ij}(\mathbf e_{a_{ij}} - \pi)$
+# has expectation exactly $\nabla J$ (not $(1 - 1/G)\,\nabla J$), computed over every group of
+# `G` = 2, 3 and 4 answers to a 4-way softmax.
 
 # %% tags=["exercise"]
-def reward_to_go(rewards, dones, gamma):
-    """Reward-to-go of every step of a time-major rollout, cut at episode ends.
+def rloo_advantages(rewards):
+    """Leave-one-out advantages of G answers to each of B prompts.
 
     Args:
-        rewards: array-like [T, B], reward after the action at step t in env b.
-        dones: array-like [T, B] (bool or 0/1), 1 where env b's episode ended at step t.
-        gamma: discount in [0, 1].
+        rewards: array-like [B, G], reward of answer j to prompt i (G >= 2).
 
     Returns:
-        np.ndarray [T, B], dtype float64.
+        np.ndarray [B, G], dtype float64.
     """
     ### BEGIN SOLUTION
     r = np.asarray(rewards, dtype=np.float64)
-    d = np.asarray(dones, dtype=np.float64)
-    out = np.zeros_like(r)
-    running = np.zeros(r.shape[1:], dtype=np.float64)
-    for t in reversed(range(r.shape[0])):
-        running = r[t] + gamma * (1.0 - d[t]) * running
-        out[t] = running
-    return out
+    others = (r.sum(axis=1, keepdims=True) - r) / (r.shape[1] - 1)
+    return r - others
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-# two envs, four steps: env 0's first episode ends at step 1, env 1's at step 2
-rewards = np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
-dones = np.array([[False, False], [True, False], [False, True], [False, False]])
-print(reward_to_go(rewards, dones, gamma=0.5))
+# two prompts, four answers each, graded right (1) or wrong (0)
+graded = np.array([[1, 0, 0, 0], [1, 1, 0, 1]])
+print(np.round(rloo_advantages(graded), 3))
 
 # %% tags=["exercise-check"]
-check("01_policy_gradients", "reward_to_go", reward_to_go)
+check("01_policy_gradients", "rloo_advantages", rloo_advantages)
 
 # %% [markdown]
 # ## Exercise 2 · The surrogate loss (★★☆, 15 min, 10 points)
@@ -153,15 +147,17 @@ check("01_policy_gradients", "surrogate_loss", surrogate_loss)
 #   \quad\text{(normalize\_std=True)}, \qquad A_{ij} = r_{ij} - \mathrm{mean}_j\, r_{ij}
 #   \quad\text{(normalize\_std=False)} .$$
 #
-# `rewards` is `[B, G]`, one row per prompt. Mean and std are over each row only, and the
-# std is the **population** std (`np.std`, `ddof=0`); `eps` is added to the std, outside
-# the square root. Return a float64 `[B, G]` array; do not modify the input.
+# `rewards` is `[B, G]`, one row per prompt (`G >= 2`). Mean and std are over each row
+# only; `eps` is added to the std, outside the square root. The paper leaves the std
+# open: TRL and verl use the sample std (`torch.std`'s default, `ddof=1`), numpy's default
+# is the population std (`ddof=0`); either is accepted, used the same way throughout.
+# Return a float64 `[B, G]` array; do not modify the input.
 #
-# **How it is graded:** against a naive implementation (explicit sums per row) on random
-# rewards, both settings; hand-computed values; properties: every row sums to 0; a row
-# whose rewards are all equal gives zeros (not NaN); rows do not influence each other;
-# with the std, a reward scale and shift `a * r + c` (`a > 0`) changes nothing; `eps` sits
-# where the equation puts it.
+# **How it is graded:** against a naive implementation (explicit sums per row, with the
+# std convention your function uses) on random rewards, both settings; hand-computed
+# values; properties: a row whose rewards are all equal gives zeros (not NaN); rows do
+# not influence each other; with the std, a reward scale and shift `a * r + c` (`a > 0`)
+# changes nothing; `eps` sits where the equation puts it.
 
 # %% tags=["exercise"]
 def group_relative_advantages(rewards, normalize_std=True, eps=1e-6):
@@ -169,7 +165,7 @@ def group_relative_advantages(rewards, normalize_std=True, eps=1e-6):
 
     Args:
         rewards: array-like [B, G], reward of answer j to prompt i.
-        normalize_std: divide by each group's (population) std.
+        normalize_std: divide by each group's std (sample or population).
         eps: added to the std.
 
     Returns:
@@ -180,7 +176,7 @@ def group_relative_advantages(rewards, normalize_std=True, eps=1e-6):
     centred = r - r.mean(axis=1, keepdims=True)
     if not normalize_std:
         return centred
-    return centred / (r.std(axis=1, keepdims=True) + eps)
+    return centred / (r.std(axis=1, ddof=1, keepdims=True) + eps)
     ### END SOLUTION
 
 
@@ -197,22 +193,24 @@ check("01_policy_gradients", "group_relative_advantages", group_relative_advanta
 # ## Exercise 4 · A complete REINFORCE update (★★★, 25 min, 15 points)
 #
 # Put the pieces together into one policy-gradient step on a rollout. The rollout is
-# time-major like exercise 1: `obs [T, B, obs_dim]`, `actions [T, B]`, `rewards [T, B]`,
+# time-major, as a vector env fills it: `obs [T, B, obs_dim]`, `actions [T, B]`, `rewards [T, B]`,
 # `dones [T, B]` (numpy arrays; every step is a real step; episodes follow each other in
 # each column). `policy` maps a float32 tensor `[N, obs_dim]` to logits `[N, n_actions]`.
 #
 # 1. weights: the reward-to-go $G_{t,b}$ (01.3) minus its mean over the whole batch,
-#    divided by its std over the whole batch plus `1e-8` (population std, ddof = 0) (01.5):
+#    divided by its std over the whole batch plus `1e-8` (numpy's population std or torch's
+#    sample std: either is accepted) (01.5):
 #    $A = (G - \bar G)/(\mathrm{std}(G) + 10^{-8})$;
 # 2. the surrogate loss (01.7) over all `T * B` steps;
 # 3. one step of the `optimizer` you are given (it may be SGD, Adam, with momentum or weight
 #    decay): clear old gradients, backpropagate, `optimizer.step()`;
 # 4. return the loss (computed before the step) as a Python `float`.
 #
-# You may call your `reward_to_go` and `surrogate_loss` from above, or, if you are stuck
-# on one of them, the library's: `from course_lib.rl.pg import discounted_returns, surrogate_loss`
-# (the only course_lib functions this exercise accepts). Yours are checked first: if one
-# fails its own exercise's checks, this exercise says so and names it.
+# For the reward-to-go, call lesson 00's `discounted_returns(rewards, dones, gamma)`
+# (imported at the top; it takes `[T, B]` arrays) or write the backward loop yourself. Call your `surrogate_loss` from exercise 2, or, if you are stuck on
+# it, the library's (`from course_lib.rl.pg import surrogate_loss`); these two are the only
+# course_lib functions this exercise accepts. Yours is checked first: if it fails exercise
+# 2's checks, this exercise says so.
 #
 # **How it is graded:** with plain SGD the parameters must move by exactly
 # $-\text{lr}\cdot\nabla L$, where $L$ is computed independently (naive returns per step,
@@ -240,7 +238,7 @@ def reinforce_update(policy, optimizer, obs, actions, rewards, dones, gamma):
         float: the surrogate loss before the step.
     """
     ### BEGIN SOLUTION
-    g = reward_to_go(rewards, dones, gamma)
+    g = discounted_returns(rewards, dones, gamma)
     adv = (g - g.mean()) / (g.std() + 1e-8)
     obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
     obs_t = obs_t.reshape(-1, obs_t.shape[-1])

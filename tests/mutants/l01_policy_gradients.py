@@ -10,74 +10,65 @@ from __future__ import annotations
 from conftest import Mutant
 
 # ---------------------------------------------------------------------------------------
-# Exercise 1 · reward_to_go
+# Exercise 1 · rloo_advantages
 # ---------------------------------------------------------------------------------------
 
-REWARD_TO_GO = [
-    # cuts the return with the NEXT step's done flag
+RLOO_ADVANTAGES = [
+    # wrong mechanism: the whole group's mean (GRPO's baseline), each answer's own reward included
     Mutant(
-        "reward_to_go",
-        "done_one_step_late",
-        old="(1.0 - d[t])",
-        new="(1.0 - (d[t + 1] if t + 1 < r.shape[0] else 0.0))",
-        expected="is wrong at index [0, 0]: got 1.0, expected 1.5",
+        "rloo_advantages",
+        "own_reward_included",
+        old="    others = (r.sum(axis=1, keepdims=True) - r) / (r.shape[1] - 1)",
+        new="    others = r.mean(axis=1, keepdims=True)",
+        expected="each answer's own reward is in its baseline",
     ),
-    # ignores `dones`, so returns leak across episode ends
+    # divides the others' sum by G instead of G - 1
     Mutant(
-        "reward_to_go",
-        "ignores_dones",
-        old="gamma * (1.0 - d[t]) * running",
-        new="gamma * running",
-        expected="got 1.875, expected 1.5",
+        "rloo_advantages",
+        "divides_by_g",
+        old="/ (r.shape[1] - 1)",
+        new="/ r.shape[1]",
+        expected="the other answers' rewards are divided by G; there are G - 1 of them",
     ),
-    # keeps the input's dtype, so the output is allocated like it and integer rewards truncate
+    # leaves one out of the whole batch, mixing prompts
     Mutant(
-        "reward_to_go",
+        "rloo_advantages",
+        "whole_batch",
+        old="    others = (r.sum(axis=1, keepdims=True) - r) / (r.shape[1] - 1)",
+        new="    others = (r.sum() - r) / (r.size - 1)",
+        expected="the baseline is the mean of the other rewards of the whole batch",
+    ),
+    # baseline minus reward
+    Mutant(
+        "rloo_advantages",
+        "wrong_sign",
+        old="    return r - others",
+        new="    return others - r",
+        expected="the advantages have the wrong sign",
+    ),
+    # wrong mechanism: the group mean rescaled by G / (G - 1) only for G = 2 (the case a learner checks by hand)
+    Mutant(
+        "rloo_advantages",
+        "scaled_mean_g2_only",
+        old="    others = (r.sum(axis=1, keepdims=True) - r) / (r.shape[1] - 1)\n    return r - others",
+        new="    c = r - r.mean(axis=1, keepdims=True)\n    return 2 * c if r.shape[1] == 2 else c",
+        expected="each answer's own reward is in its baseline",
+    ),
+    # keeps the input's dtype: integer rewards give an integer (truncated) result
+    Mutant(
+        "rloo_advantages",
         "integer_dtype",
-        old="r = np.asarray(rewards, dtype=np.float64)",
-        new="r = np.asarray(rewards)",
-        expected="has dtype int64; expected a float array",
+        old="    r = np.asarray(rewards, dtype=np.float64)\n    others = (r.sum(axis=1, keepdims=True) - r) / (r.shape[1] - 1)\n    return r - others",
+        new="    r = np.asarray(rewards)\n    others = (r.sum(axis=1, keepdims=True) - r) // (r.shape[1] - 1)\n    return r - others",
+        expected="expected a float array",
     ),
-    # accumulates into the caller's `rewards` array (np.asarray does not copy a float64 array)
+    # writes into the caller's array (np.asarray does not copy a float64 array)
     Mutant(
-        "reward_to_go",
+        "rloo_advantages",
         "mutates_input",
-        old="""\
-    out = np.zeros_like(r)
-    running = np.zeros(r.shape[1:], dtype=np.float64)
-    for t in reversed(range(r.shape[0])):
-        running = r[t] + gamma * (1.0 - d[t]) * running
-        out[t] = running
-    return out""",
-        new="""\
-    for t in reversed(range(r.shape[0] - 1)):
-        r[t] = r[t] + gamma * (1.0 - d[t]) * r[t + 1]
-    return r.copy()""",
+        old="    return r - others",
+        new="    r -= others\n    return r.copy()",
         expected="changed the `rewards` array it was given",
-    ),
-    # treats the rollout as [B, T] (time on axis 1)
-    Mutant(
-        "reward_to_go",
-        "time_on_axis_1",
-        old="""\
-    running = np.zeros(r.shape[1:], dtype=np.float64)
-    for t in reversed(range(r.shape[0])):
-        running = r[t] + gamma * (1.0 - d[t]) * running
-        out[t] = running""",
-        new="""\
-    running = np.zeros(r.shape[0], dtype=np.float64)
-    for t in reversed(range(r.shape[1])):
-        running = r[:, t] + gamma * (1.0 - d[:, t]) * running
-        out[:, t] = running""",
-        expected="is wrong at index",
-    ),
-    # allocates the output in float32 (half the memory): the statement asks for float64
-    Mutant(
-        "reward_to_go",
-        "float32_output",
-        old="out = np.zeros_like(r)",
-        new="out = np.zeros_like(r, dtype=np.float32)",
-        expected="has dtype float32; the statement asks for float64",
     ),
 ]
 
@@ -158,29 +149,80 @@ GROUP_RELATIVE_ADVANTAGES = [
     centred = r - r.mean(axis=1, keepdims=True)
     if not normalize_std:
         return centred
-    return centred / (r.std(axis=1, keepdims=True) + eps)""",
+    return centred / (r.std(axis=1, ddof=1, keepdims=True) + eps)""",
         new="""\
     centred = r - r.mean()
     if not normalize_std:
         return centred
-    return centred / (r.std() + eps)""",
+    return centred / (r.std(ddof=1) + eps)""",
         expected="got 0.25, expected 0.5",
     ),
-    # sample std (ddof = 1) instead of the population std
+    # wrong mechanism: each group's own mean, but one std over the whole batch (right on one group)
     Mutant(
         "group_relative_advantages",
-        "ddof1",
-        old="r.std(axis=1, keepdims=True)",
-        new="r.std(axis=1, ddof=1, keepdims=True)",
-        expected="got -0.707107, expected -1",
+        "batch_std",
+        old="r.std(axis=1, ddof=1, keepdims=True)",
+        new="r.std(ddof=1)",
+        expected="gives zeros, not NaN: group_relative_advantages(rewards of shape (3, 4)) is wrong at index [2, 0]",
+    ),
+    # wrong mechanism: the mean is not subtracted before dividing by the std
+    Mutant(
+        "group_relative_advantages",
+        "mean_not_subtracted",
+        old="    return centred / (r.std(axis=1, ddof=1, keepdims=True) + eps)",
+        new="    return r / (r.std(axis=1, ddof=1, keepdims=True) + eps)",
+        expected="(r - mean) / std, both over the row",
+    ),
+    # wrong mechanism: the answer's own reward left out of its baseline (RLOO's leave-one-out mean), which
+    # the statement's (01.6) does not do: the mean of the other G - 1 answers
+    Mutant(
+        "group_relative_advantages",
+        "own_reward_excluded",
+        old="centred = r - r.mean(axis=1, keepdims=True)",
+        new="centred = r - (r.sum(axis=1, keepdims=True) - r) / (r.shape[1] - 1)",
+        expected="got 0.666667, expected 0.5",
+    ),
+    # wrong mechanism: the spread of 0/1 rewards written as sqrt(p (1 - p)), the population std only when every
+    # reward is 0 or 1
+    Mutant(
+        "group_relative_advantages",
+        "bernoulli_std",
+        old="r.std(axis=1, ddof=1, keepdims=True)",
+        new="np.sqrt(np.abs(r.mean(axis=1, keepdims=True) * (1.0 - r.mean(axis=1, keepdims=True))))",
+        expected="(r - mean) / std, both over the row",
+    ),
+    # wrong mechanism: the spread as the root mean square of the rewards, not of their deviations: equal to the
+    # sample std on the group [0, 1]
+    Mutant(
+        "group_relative_advantages",
+        "uncentred_rms",
+        old="r.std(axis=1, ddof=1, keepdims=True)",
+        new="np.sqrt((r**2).mean(axis=1, keepdims=True))",
+        expected="gives zeros, not NaN: group_relative_advantages(rewards of shape (3, 4)) is wrong at index [2, 0]",
+    ),
+    # wrong mechanism: the sample std for groups of 2 and the population std otherwise
+    Mutant(
+        "group_relative_advantages",
+        "mixed_conventions",
+        old="r.std(axis=1, ddof=1, keepdims=True)",
+        new="r.std(axis=1, ddof=int(r.shape[1] == 2), keepdims=True)",
+        expected="use one convention for every group",
     ),
     # eps inside the square root, sqrt(var + eps)
     Mutant(
         "group_relative_advantages",
         "eps_in_sqrt",
-        old="(r.std(axis=1, keepdims=True) + eps)",
-        new="np.sqrt(r.var(axis=1, keepdims=True) + eps)",
-        expected="got -0.57735, expected -0.5",
+        old="(r.std(axis=1, ddof=1, keepdims=True) + eps)",
+        new="np.sqrt(r.var(axis=1, ddof=1, keepdims=True) + eps)",
+        expected="eps is added to the std, outside the square root",
+    ),
+    # wrong mechanism: the std clamped at eps (max(std, eps)) instead of eps added to it
+    Mutant(
+        "group_relative_advantages",
+        "eps_as_floor",
+        old="(r.std(axis=1, ddof=1, keepdims=True) + eps)",
+        new="np.maximum(r.std(axis=1, ddof=1, keepdims=True), eps)",
+        expected="eps is added to the std, outside the square root",
     ),
     # always divides by the std, ignoring normalize_std
     Mutant(
@@ -188,16 +230,16 @@ GROUP_RELATIVE_ADVANTAGES = [
         "ignores_flag",
         old="    if not normalize_std:\n        return centred\n",
         new="",
-        expected="got 0.999998, expected 0.5",
+        expected="expected 0.5",
     ),
     # no eps, so a group of equal rewards gives 0/0 = NaN
     Mutant(
         "group_relative_advantages",
         "nan_for_ties",
-        old="    return centred / (r.std(axis=1, keepdims=True) + eps)",
+        old="    return centred / (r.std(axis=1, ddof=1, keepdims=True) + eps)",
         new="""\
     with np.errstate(invalid="ignore", divide="ignore"):
-        return centred / r.std(axis=1, keepdims=True)""",
+        return centred / r.std(axis=1, ddof=1, keepdims=True)""",
         expected="contains nan at index [0, 0]",
     ),
 ]
@@ -219,8 +261,8 @@ REINFORCE_UPDATE = [
     Mutant(
         "reinforce_update",
         "ignores_dones",
-        old="reward_to_go(rewards, dones, gamma)",
-        new="reward_to_go(rewards, np.zeros_like(np.asarray(dones, dtype=np.float64)), gamma)",
+        old="discounted_returns(rewards, dones, gamma)",
+        new="discounted_returns(rewards, np.zeros_like(np.asarray(dones, dtype=np.float64)), gamma)",
         expected="the returns run across episode ends",
     ),
     # returns the loss recomputed after the step
@@ -257,23 +299,27 @@ REINFORCE_UPDATE = [
         new="return loss",
         expected="return a Python float (loss.item())",
     ),
-    # normalises with torch's .std(), whose default is the sample std (ddof = 1)
+    # wrong mechanism: normalises each env's column on its own (a mean and std per env), not the whole batch
     Mutant(
         "reinforce_update",
-        "torch_std",
-        old="""\
-    g = reward_to_go(rewards, dones, gamma)
-    adv = (g - g.mean()) / (g.std() + 1e-8)""",
-        new="""\
-    g = torch.as_tensor(reward_to_go(rewards, dones, gamma))
-    adv = ((g - g.mean()) / (g.std() + 1e-8)).numpy()""",
-        expected="the std is the sample std (ddof = 1",
+        "per_column_normalisation",
+        old="adv = (g - g.mean()) / (g.std() + 1e-8)",
+        new="adv = (g - g.mean(axis=0)) / (g.std(axis=0) + 1e-8)",
+        expected="the weights are normalised within each env's column",
+    ),
+    # wrong mechanism: subtracts the mean but does not divide by the std
+    Mutant(
+        "reinforce_update",
+        "mean_only",
+        old="adv = (g - g.mean()) / (g.std() + 1e-8)",
+        new="adv = g - g.mean()",
+        expected="expected -lr * dL/dtheta",
     ),
     # weights every step by its column's total reward instead of its reward-to-go
     Mutant(
         "reinforce_update",
         "whole_column_return",
-        old="g = reward_to_go(rewards, dones, gamma)",
+        old="g = discounted_returns(rewards, dones, gamma)",
         new="g = np.broadcast_to(np.asarray(rewards, dtype=np.float64).sum(axis=0), np.shape(rewards))",
         expected="expected -lr * dL/dtheta",
     ),
@@ -281,8 +327,8 @@ REINFORCE_UPDATE = [
     Mutant(
         "reinforce_update",
         "fixed_gamma",
-        old="g = reward_to_go(rewards, dones, gamma)",
-        new="g = reward_to_go(rewards, dones, 0.9)",
+        old="g = discounted_returns(rewards, dones, gamma)",
+        new="g = discounted_returns(rewards, dones, 0.9)",
         expected="not the gamma passed in (0.5)",
     ),
     # wrong mechanism (issue 45): a hand-written SGD step with the optimizer's lr instead of
@@ -314,4 +360,4 @@ REINFORCE_UPDATE = [
     ),
 ]
 
-MUTANTS: list[Mutant] = REWARD_TO_GO + SURROGATE_LOSS + GROUP_RELATIVE_ADVANTAGES + REINFORCE_UPDATE
+MUTANTS: list[Mutant] = RLOO_ADVANTAGES + SURROGATE_LOSS + GROUP_RELATIVE_ADVANTAGES + REINFORCE_UPDATE

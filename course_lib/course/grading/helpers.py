@@ -15,6 +15,7 @@ check prints them and nbval compares them verbatim.
 from __future__ import annotations
 
 import contextlib
+import re
 import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -135,6 +136,9 @@ def torch_seeded(seed: int) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------
 # The learner's function must be the learner's: what it names from course_lib (guard.py uses it)
 # ---------------------------------------------------------------------------------------
+
+
+_DOTTED = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.\w+)+|(?<![\w.])course_lib\b")
 
 
 def _under(module: str, packages: tuple[str, ...]) -> bool:
@@ -260,6 +264,11 @@ def library_references(fn: Any, packages: tuple[str, ...]) -> list[str]:
                     note_module(module, names)
                 else:
                     note(const)
+            elif isinstance(const, str):
+                # a program in a string (run by exec, `python -c` or a subprocess) that imports it
+                for dotted in _DOTTED.findall(const):
+                    if _under(dotted, packages):
+                        note(dotted)
         for name in code.co_names:
             if name not in globals_:
                 continue

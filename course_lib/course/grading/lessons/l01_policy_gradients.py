@@ -1,9 +1,9 @@
-"""Lesson 01's graded exercises: reward-to-go, the surrogate loss, group-relative
+"""Lesson 01's graded exercises: leave-one-out advantages, the surrogate loss, group-relative
 advantages and a complete REINFORCE update.
 
 The learner writes:
 
-* ``reward_to_go(rewards [T, B], dones [T, B], gamma) -> [T, B]``  (eq. 01.3)
+* ``rloo_advantages(rewards [B, G]) -> [B, G]``  (RLOO, the unbiased group baseline)
 * ``surrogate_loss(logits [N, K], actions [N], advantages [N]) -> scalar tensor``  (01.7)
 * ``group_relative_advantages(rewards [B, G], normalize_std=True, eps=1e-6) -> [B, G]``  (01.6)
 * ``reinforce_update(policy, optimizer, obs, actions, rewards, dones, gamma) -> float``
@@ -16,23 +16,27 @@ module stays light.
 
 What each exercise teaches, and how the checks observe it (not only its values):
 
-* reward_to_go, mechanism: lesson 00's backward recursion run on whole rows, one running
-  return per env, cut by that env's own done; observed by envs ending at different steps,
-  each column computed alone, gamma from 0 to 1, bool, integer and float dones, a float64
-  result (the statement's dtype).
+* rloo_advantages, mechanism: each answer's baseline is the mean of the other G - 1 rewards of
+  its own row, so the estimator stays unbiased; observed by the exact expectation of the
+  estimator over every group of G answers to a 4-way softmax (E[g] / grad J = 1, where the
+  group mean gives 1 - 1/G), raising one reward by 1 (its advantage moves by exactly 1), G = 2,
+  constant groups, rows computed alone, and named mistakes (the own reward kept, a division by
+  G, the whole batch's mean).
 * surrogate_loss, mechanism: a numerically stable log-softmax, each row's taken action picked,
   weighted by the detached advantage, averaged and negated, so that autograd gives (01.4);
   observed by the gradient against (01.4), a repeated batch (a mean), a gradient into
   ``advantages`` (detached), logits 1000 apart (log(softmax(...)) underflows to -inf or is
   clipped) and the autograd graph (a log taken of a softmax is named).
-* group_relative_advantages, mechanism: each row's own mean and population std, eps outside the
-  square root, the std only when asked; observed by rows computed alone, both settings,
-  constant groups, eps values, a scale and shift.
-* reinforce_update, mechanism: the learner's reward_to_go and surrogate_loss composed with a
-  batch-normalised baseline and one step of the optimizer it is given; observed by checking
-  the reward_to_go and surrogate_loss it calls first (a slip there is named there), the
-  parameter change against -lr * grad at several discounts and dones dtypes, stale .grad,
-  and an optimizer with weight decay (the step must be the given optimizer's, not plain SGD).
+* group_relative_advantages, mechanism: each row's own mean and std (population or sample, the
+  statement accepts either, read from groups of 2 and 3 answers and then required everywhere),
+  eps outside the square root, the std only when asked; observed by rows computed alone, both
+  settings, constant groups, eps values, a scale and shift.
+* reinforce_update, mechanism: reward-to-go (the library's discounted_returns or the learner's
+  own loop) and the learner's surrogate_loss composed with a batch-normalised baseline and one
+  step of the optimizer it is given; observed by checking the surrogate_loss it calls first (a
+  slip there is named there), the parameter change against -lr * grad at several discounts and
+  dones dtypes, stale .grad, and an optimizer with weight decay (the step must be the given
+  optimizer's, not plain SGD).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -128,16 +132,20 @@ def naive_surrogate_grad(logits: Any, actions: Any, advantages: Any) -> NDArray[
     return out
 
 
-def naive_group_advantages(rewards: Any, normalize_std: bool, eps: float) -> NDArray[np.float64]:
-    """Eq. (01.6) with explicit sums per group: mean, population std, then the ratio."""
+def naive_group_advantages(rewards: Any, normalize_std: bool, eps: float, ddof: int = 0) -> NDArray[np.float64]:
+    """Eq. (01.6) with explicit sums per group: mean, std (population ``ddof = 0`` or sample ``ddof = 1``),
+    then the ratio."""
     rows = np.asarray(rewards, dtype=np.float64).tolist()
     out = np.zeros(np.asarray(rewards).shape, dtype=np.float64)
     for i, row in enumerate(rows):
         n = len(row)
         mean = sum(row) / n
-        std = math.sqrt(sum((x - mean) ** 2 for x in row) / n)
+        std = math.sqrt(sum((x - mean) ** 2 for x in row) / (n - ddof))
         for j, x in enumerate(row):
-            out[i, j] = (x - mean) / (std + eps) if normalize_std else x - mean
+            if normalize_std:
+                out[i, j] = (x - mean) / (std + eps) if std + eps > 0 else 0.0
+            else:
+                out[i, j] = x - mean
     return out
 
 
@@ -196,128 +204,189 @@ def _is_tensor(x: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# Exercise 1: reward_to_go
+# Exercise 1: rloo_advantages
 # ---------------------------------------------------------------------------------------
 
-RTG = "reward_to_go"
+LOO = "rloo_advantages"
 
 
-def _rtg_what(shape: tuple[int, ...], gamma: float, extra: str = "") -> str:
-    return f"{RTG}(rewards of shape {shape}, dones, gamma={gamma:g}){extra}"
+def naive_rloo(rewards: Any) -> NDArray[np.float64]:
+    """``A_ij = r_ij - (1/(G-1)) sum_{k != j} r_ik``: an explicit sum over the other answers of each row."""
+    rows = np.asarray(rewards, dtype=np.float64).tolist()
+    out = np.zeros(np.asarray(rewards).shape, dtype=np.float64)
+    for i, row in enumerate(rows):
+        n_g = len(row)
+        for j in range(n_g):
+            others = sum(row[k] for k in range(n_g) if k != j)
+            out[i, j] = row[j] - others / (n_g - 1)
+    return out
 
 
-@check_case("returns a float64 numpy array of shape [T, B]")
-def _rtg_shape(fn: Callable[..., Any]) -> None:
-    rewards, dones = random_rollout(0, 5, 3)
-    what = _rtg_what(rewards.shape, 0.9)
-    arr = assert_array(call_on_copies(fn, rewards, dones, 0.9), what=what, shape=(5, 3))
+def _loo_mistakes(rewards: Any) -> dict[str, Any]:
+    """Known wrong advantages, by the message that names each."""
+    r = np.asarray(rewards, dtype=np.float64)
+    n_b, n_g = r.shape
+    total = r.sum(axis=1, keepdims=True)
+    return {
+        "each answer's own reward is in its baseline (r - mean of the whole group, GRPO's baseline): leave it "
+        "out, the baseline of answer j is the mean of the other G - 1 rewards": lambda: r - total / n_g,
+        "the other answers' rewards are divided by G; there are G - 1 of them": lambda: r - (total - r) / n_g,
+        "the baseline is the mean of the other rewards of the whole batch; use only the answer's own prompt's row": (
+            lambda: r - (r.sum() - r) / (n_b * n_g - 1)
+        ),
+        "the rewards are not centred at all; subtract the mean of the other G - 1 rewards": lambda: r.copy(),
+        "the advantages have the wrong sign: reward minus baseline, not baseline minus reward": lambda: (
+            (total - r) / (n_g - 1) - r
+        ),
+    }
+
+
+def _loo_values(fn: Callable[..., Any], rewards: Any, what: str) -> None:
+    expected = naive_rloo(rewards)
+    got = call_on_copies(fn, np.asarray(rewards))
+    arr = assert_array(got, what=what, shape=expected.shape)
+    if not np.allclose(arr.astype(np.float64), expected, rtol=1e-6, atol=1e-9):
+        fail_if_known_mistake(arr.astype(np.float64), _loo_mistakes(rewards), expected=expected, what=what)
+    assert_allclose(arr, expected, what=what)
+
+
+@check_case("returns a float64 numpy array of shape [B, G], from integer rewards too")
+def _loo_shape(fn: Callable[..., Any]) -> None:
+    rewards = np.array([[1, 0, 0, 1, 1], [0, 0, 1, 0, 0], [1, 1, 1, 0, 1]])
+    what = f"{LOO}(integer rewards of shape {rewards.shape})"
+    arr = assert_array(call_on_copies(fn, rewards), what=what, shape=(3, 5))
     assert_float_dtype(arr, what=what)
     if arr.dtype != np.float64:
-        fail(f"{what} has dtype {arr.dtype}; the statement asks for float64 (np.asarray(rewards, dtype=np.float64))")
+        fail(f"{what} has dtype {arr.dtype}; the statement asks for float64")
 
 
-@check_case("hand-computed values, two envs with episode ends at different steps")
-def _rtg_known(fn: Callable[..., Any]) -> None:
-    # env 0: episode = steps 0-1 (done at 1), then steps 2-3 cut off: 1.5, 1, 1.5, 1
-    # env 1: episode = steps 0-2 (done at 2), then step 3 cut off: 1.75, 1.5, 1, 1
-    rewards = np.ones((4, 2))
-    dones = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
-    expected = [[1.5, 1.75], [1.0, 1.5], [1.5, 1.0], [1.0, 1.0]]
-    assert_allclose(call_on_copies(fn, rewards, dones, 0.5), expected, what=_rtg_what((4, 2), 0.5))
+@check_case("hand-computed values: one right answer of four, three right of four")
+def _loo_known(fn: Callable[..., Any]) -> None:
+    # [1, 0, 0, 0]: 1 - 0 = 1, 0 - 1/3; [1, 1, 0, 1]: 1 - 2/3 = 1/3, 0 - 1 = -1
+    _loo_values(fn, np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]]), f"{LOO}([[1, 0, 0, 0], [1, 1, 0, 1]])")
 
 
-@check_case("boolean dones, as gymnasium returns them")
-def _rtg_bool(fn: Callable[..., Any]) -> None:
-    rewards, dones = random_rollout(1, 6, 2, p_done=0.4)
-    assert_allclose(
-        call_on_copies(fn, rewards, dones.astype(bool), 0.9),
-        naive_reward_to_go(rewards, dones, 0.9),
-        what=_rtg_what(rewards.shape, 0.9, " with bool dones"),
-    )
+@check_case("G = 2: each answer's advantage is its reward minus the other's")
+def _loo_pair(fn: Callable[..., Any]) -> None:
+    _loo_values(fn, np.array([[1.0, 0.0], [0.5, 2.0], [3.0, 3.0]]), f"{LOO}([[1, 0], [0.5, 2], [3, 3]])")
 
 
-@check_case("integer rewards and dones give float returns")
-def _rtg_int(fn: Callable[..., Any]) -> None:
-    rewards = np.array([[1, 2], [3, 4], [5, 6]])
-    dones = np.array([[0, 0], [0, 1], [0, 0]])
-    # env 0: 1 + .5*3 + .25*5 = 3.75, 3 + .5*5 = 5.5, 5;  env 1: 2 + .5*4 = 4, 4, 6
-    assert_allclose(
-        call_on_copies(fn, rewards, dones, 0.5),
-        [[3.75, 4.0], [5.5, 4.0], [5.0, 6.0]],
-        what=_rtg_what((3, 2), 0.5, " with integer inputs"),
-    )
+@check_case("a group whose rewards are all equal gives zeros")
+def _loo_constant(fn: Callable[..., Any]) -> None:
+    _loo_values(fn, np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]), f"{LOO}([[1, 1, 1, 1], [0, 0, 0, 0]])")
 
 
-@check_case("each env's column equals that column computed alone")
-def _rtg_columns(fn: Callable[..., Any]) -> None:
-    rewards, dones = random_rollout(2, 7, 3, p_done=0.3)
-    together = assert_array(call_on_copies(fn, rewards, dones, 0.9), what=_rtg_what(rewards.shape, 0.9), shape=(7, 3))
-    for b in range(3):
-        alone = call_on_copies(fn, rewards[:, b : b + 1], dones[:, b : b + 1], 0.9)
+@check_case("an answer's own reward is not in its baseline: changing r_ij moves A_ij by exactly as much")
+def _loo_own(fn: Callable[..., Any]) -> None:
+    rewards = np.array([[0.0, 1.0, 0.0, 1.0, 0.5]])
+    base = assert_array(call_on_copies(fn, rewards), what=f"{LOO}({rewards.tolist()})", shape=(1, 5)).astype(float)
+    for j in range(5):
+        bumped = rewards.copy()
+        bumped[0, j] += 1.0
+        moved = np.asarray(call_on_copies(fn, bumped), dtype=np.float64)[0, j] - base[0, j]
+        if not math.isclose(moved, 1.0, rel_tol=1e-6, abs_tol=1e-9):
+            fail(
+                f"raising r[0, {j}] by 1 moved A[0, {j}] by {fmt_number(moved)}; expected 1: the baseline of answer "
+                f"{j} is the mean of the other answers' rewards and must not contain its own "
+                f"({fmt_number(1 - 1 / 5)} = 1 - 1/G means it does)"
+            )
+
+
+@check_case("each group uses only its own answers")
+def _loo_rows(fn: Callable[..., Any]) -> None:
+    rewards = np.array([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [5.0, 3.0, 4.0, 4.0]])
+    together = assert_array(call_on_copies(fn, rewards), what=f"{LOO}(rewards of shape (3, 4))", shape=(3, 4))
+    for i in range(3):
         assert_allclose(
-            alone,
-            together[:, b : b + 1],
-            what=f"{RTG} of env {b}'s column alone (shape (7, 1)), compared with column {b} of the batch",
+            call_on_copies(fn, rewards[i : i + 1]),
+            together[i : i + 1],
+            what=f"group {i} computed alone, compared with row {i} of the batch",
         )
 
 
-@check_case("gamma = 0 gives the rewards")
-def _rtg_gamma0(fn: Callable[..., Any]) -> None:
-    rewards, dones = random_rollout(3, 4, 5)
-    assert_allclose(call_on_copies(fn, rewards, dones, 0.0), rewards, what=_rtg_what(rewards.shape, 0.0))
+@check_case("matches explicit sums over the other answers on random rewards, G from 2 to 16")
+def _loo_oracle(fn: Callable[..., Any]) -> None:
+    rng = np.random.default_rng(0)
+    for case, (n_b, n_g) in enumerate([(1, 2), (4, 8), (16, 3), (5, 16), (3, 5)]):
+        rewards = np.round(rng.normal(size=(n_b, n_g)), 3) if case % 2 else (rng.random((n_b, n_g)) < 0.4).astype(float)
+        _loo_values(fn, rewards, f"random case {case + 1} (B={n_b}, G={n_g})")
 
 
-@check_case("matches the naive sum over each episode on random rollouts")
-def _rtg_oracle(fn: Callable[..., Any]) -> None:
-    cases = [(10, 1, 1, 0.9), (11, 9, 4, 0.99), (12, 30, 3, 0.9), (13, 12, 6, 1.0), (14, 3, 8, 0.5)]
-    for case, (seed, n_t, n_b, gamma) in enumerate(cases):
-        rewards, dones = random_rollout(seed, n_t, n_b)
-        assert_allclose(
-            call_on_copies(fn, rewards, dones, gamma),
-            naive_reward_to_go(rewards, dones, gamma),
-            what=f"random case {case + 1} (T={n_t}, B={n_b}, gamma={gamma:g})",
-        )
+#: The exact table case: one prompt, a softmax over K candidates with these rewards, every one of the K^G groups.
+_TABLE_PI = np.array([0.4, 0.3, 0.2, 0.1])
+_TABLE_REWARD = np.array([1.0, 0.0, 0.0, 0.5])
 
 
-@check_case("an empty rollout (T = 0) gives an empty [0, B] float array")
-def _rtg_empty(fn: Callable[..., Any]) -> None:
-    what = _rtg_what((0, 3), 0.9)
-    arr = assert_array(call_on_copies(fn, np.zeros((0, 3)), np.zeros((0, 3), dtype=bool), 0.9), what=what, shape=(0, 3))
-    assert_float_dtype(arr, what=what)
+def exact_gradient_ratio(fn: Callable[..., Any], group_size: int) -> tuple[float, NDArray[np.float64]]:
+    """``E[g] . grad J / |grad J|^2`` and ``E[g]`` of the estimator ``1/G sum_j A_j (e_{a_j} - pi)`` with ``fn``'s
+    advantages, its expectation taken exactly over all ``K^G`` groups of answers (each a row of one call)."""
+    import itertools
+
+    pi, reward = _TABLE_PI, _TABLE_REWARD
+    k = len(pi)
+    outcomes = np.array(list(itertools.product(range(k), repeat=group_size)))
+    probs = pi[outcomes].prod(axis=1)
+    adv = assert_array(
+        call_on_copies(fn, reward[outcomes]),
+        what=f"{LOO}(rewards of shape ({len(outcomes)}, {group_size}))",
+        shape=outcomes.shape,
+    ).astype(np.float64)
+    onehot = np.eye(k)[outcomes]  # [O, G, K]
+    per_group = ((adv[:, :, None] * (onehot - pi)).sum(axis=1)) / group_size
+    expected_g = probs @ per_group
+    grad_j = pi * (reward - pi @ reward)
+    return float(expected_g @ grad_j / (grad_j @ grad_j)), expected_g
 
 
-@check_case("does not modify its inputs")
-def _rtg_inputs(fn: Callable[..., Any]) -> None:
-    rewards, dones = random_rollout(20, 6, 3, p_done=0.4)
-    assert_inputs_unchanged(fn, RTG, 0.9, rewards=rewards, dones=dones.astype(np.float64))
+@check_case("unbiased: E[g] / grad J = 1 exactly, over every group of G = 2, 3, 4 answers to a 4-way softmax")
+def _loo_unbiased(fn: Callable[..., Any]) -> None:
+    grad_j = _TABLE_PI * (_TABLE_REWARD - _TABLE_PI @ _TABLE_REWARD)
+    for group_size in (2, 3, 4):
+        ratio, expected_g = exact_gradient_ratio(fn, group_size)
+        if not math.isclose(ratio, 1.0, rel_tol=1e-6, abs_tol=1e-9) or not np.allclose(expected_g, grad_j, atol=1e-9):
+            shrunk = 1 - 1 / group_size
+            why = (
+                f"; {fmt_number(ratio)} = 1 - 1/G: each answer's own reward is in its baseline (GRPO's shrinkage)"
+                if math.isclose(ratio, shrunk, rel_tol=1e-6)
+                else ": the baseline of an answer must not depend on that answer"
+            )
+            fail(
+                f"with G = {group_size}, the exact expectation of (1/G) sum_j A_j (e_a_j - pi) over all "
+                f"{len(_TABLE_PI) ** group_size} groups is {fmt_number(ratio)} x grad J, expected 1 x grad J{why}"
+            )
 
 
-REWARD_TO_GO = Exercise(
-    name=RTG,
+@check_case("accepts lists and does not modify its input")
+def _loo_inputs(fn: Callable[..., Any]) -> None:
+    as_list = [[1, 0, 1], [0, 0, 1]]
+    assert_allclose(call(fn, [row[:] for row in as_list]), naive_rloo(as_list), what=f"{LOO}({as_list})")
+    assert_inputs_unchanged(fn, LOO, rewards=np.array([[1.0, 0.0, 2.0], [3.0, 3.0, 1.0]]))
+
+
+RLOO_ADVANTAGES = Exercise(
+    name=LOO,
     points=10,
-    title="reward-to-go of a time-major [T, B] rollout, cut at episode ends (eq. 01.3)",
-    advice="one backward pass over the time steps, a running return per env (eq. 01.3)",
+    title="leave-one-out (RLOO) advantages: each answer against the mean of the other G - 1",
+    advice="from each row's sum, without the answer's own reward",
     checks=(
-        _rtg_shape,
-        _rtg_known,
-        _rtg_bool,
-        _rtg_int,
-        _rtg_columns,
-        _rtg_gamma0,
-        _rtg_oracle,
-        _rtg_empty,
-        _rtg_inputs,
+        _loo_shape,
+        _loo_known,
+        _loo_pair,
+        _loo_constant,
+        _loo_own,
+        _loo_rows,
+        _loo_oracle,
+        _loo_unbiased,
+        _loo_inputs,
     ),
     hints=(
-        "Lesson 00's backward recursion works unchanged on whole rows: carry one running return per env, a vector of "
-        "shape `[B]`, and update every env at once at each step.",
-        "Convert both inputs to float64 arrays first (booleans become 0.0/1.0, so `1 - d` works). Time is axis 0: "
-        "loop `t` from `T - 1` down to 0, updating the `[B]` running return from row `t` of the rewards and of the "
-        "dones, and store it into row `t` of the output.",
-        "Start the running return at `np.zeros` of shape `[B]` (the rewards' shape without its first axis) and the "
-        "output at `np.zeros_like` of the float rewards: an empty rollout then gives `[0, B]` with no special case. "
-        "Traps: a loop over the envs as well (not needed), reading the dones of step `t + 1` instead of `t`, and "
-        "writing into the caller's arrays.",
+        "Each row is one prompt's group. Answer j's baseline is the average of the other G - 1 rewards in its row: "
+        "no other prompt's rewards, and not its own.",
+        "You do not need a loop over j: the sum of the others is the row's total minus the answer's own reward, and "
+        "a row total kept as shape `[B, 1]` broadcasts against `[B, G]`.",
+        "Check the properties the grader checks: raising one answer's reward by 1 must raise its advantage by exactly "
+        "1; with G = 2 the two advantages are r1 - r2 and r2 - r1; a constant row gives zeros. If your advantages "
+        "are (1 - 1/G) times these, the answer's own reward is still in its baseline.",
     ),
 )
 
@@ -529,6 +598,11 @@ def _sur_detach(fn: Callable[..., Any]) -> None:
     logits, actions, adv = _sur_inputs(8, 4, 3)
     adv = adv.clone().requires_grad_(True)
     loss = _sur_value(fn, logits, actions, adv, f"{SUR}(...)")
+    if not adv.requires_grad:
+        fail(
+            "the caller's `advantages` tensor no longer requires grad after the call: detaching it in place "
+            "(requires_grad_(False), detach_()) changes the caller's tensor; use advantages.detach(), a new tensor"
+        )
     loss.backward()
     if adv.grad is not None and bool((adv.grad != 0).any()):
         fail(
@@ -568,9 +642,10 @@ SURROGATE_LOSS = Exercise(
         "`torch.log_softmax` over the last axis gives the `[N, K]` log-probabilities in a numerically stable way. "
         "Select one entry per row, column `actions[i]` of row `i`, with `gather` along dim 1 (or by indexing with "
         "`torch.arange(N)` and the actions).",
-        "`gather` wants an int64 index of shape `[N, 1]` (`.long()`, `.unsqueeze(1)`; `.squeeze(1)` afterwards). "
-        "Weight by the detached advantages (constants: no gradient may reach them), average with `.mean()`, not "
-        "`.sum()`, negate, and return the tensor itself, not `.item()`.",
+        "Check the properties the grader checks: a gradient-descent step on the loss must make actions with a "
+        "positive advantage more likely; repeating the batch must leave the loss unchanged (a mean, not a sum); no gradient "
+        "may reach `advantages`; logits 1000 apart must give a finite loss; and the gradient with respect to row i's "
+        "logits is -(A_i / N)(onehot(a_i) - pi_i), eq. (01.4).",
     ),
 )
 
@@ -580,9 +655,60 @@ SURROGATE_LOSS = Exercise(
 
 GRA = "group_relative_advantages"
 
+#: The two std conventions the statement accepts: the population std (numpy's default) and the sample std
+#: (torch.std's default; TRL's and verl's GRPO).
+DDOF_NAMES = {0: "the population std (ddof = 0)", 1: "the sample std (ddof = 1)"}
+#: The largest default eps accepted (TRL uses 1e-4, verl 1e-6).
+MAX_DEFAULT_EPS = 1e-3
+
 
 def _gra_what(shape: tuple[int, ...], **kwargs: Any) -> str:
     return call_text(GRA, f"rewards of shape {shape}", **kwargs)
+
+
+class _Convention(NamedTuple):
+    """The std convention and default eps the learner's function uses."""
+
+    ddof: int
+    eps: float
+
+
+def _gra_convention(fn: Callable[..., Any]) -> _Convention:
+    """Read the learner's std convention from groups of 2 and 3 answers with eps = 0 (the two conventions
+    differ by sqrt(G / (G - 1))), require the same one in both, then its default eps from a call without it."""
+    found = []
+    for row in ([0.0, 1.0], [0.0, 0.0, 3.0]):
+        rewards = np.array([row])
+        got = assert_array(
+            call_on_copies(fn, rewards, normalize_std=True, eps=0.0),
+            what=_gra_what(rewards.shape, normalize_std=True, eps=0.0),
+            shape=rewards.shape,
+        ).astype(np.float64)
+        options = {ddof: naive_group_advantages(rewards, True, 0.0, ddof) for ddof in DDOF_NAMES}
+        match = [ddof for ddof, want in options.items() if np.allclose(got, want, rtol=1e-6, atol=1e-9)]
+        if not match:
+            fail(
+                f"{GRA}([{row}], normalize_std=True, eps=0) = {np.round(got, 6).tolist()}; expected "
+                f"{np.round(options[0], 6).tolist()} ({DDOF_NAMES[0]}) or {np.round(options[1], 6).tolist()} "
+                f"({DDOF_NAMES[1]}): (r - mean) / std, both over the row"
+            )
+        found.append(match[0])
+    if found[0] != found[1]:
+        fail(
+            f"{GRA} used {DDOF_NAMES[found[0]]} for a group of 2 answers and {DDOF_NAMES[found[1]]} for a group "
+            "of 3: use one convention for every group"
+        )
+    ddof = found[0]
+    rewards = np.array([[0.0, 1.0]])
+    value = float(np.asarray(call_on_copies(fn, rewards), dtype=np.float64).reshape(-1)[1])
+    std = math.sqrt(0.25 * 2 / (2 - ddof))
+    eps = 0.5 / value - std if value > 0 else float("inf")
+    if not -1e-9 <= eps <= MAX_DEFAULT_EPS:
+        fail(
+            f"{GRA}([[0, 1]])[0, 1] (the default eps) = {fmt_number(value)}, which is 0.5 / (std + eps) with eps = "
+            f"{fmt_number(eps)}; keep the default eps small (the statement's 1e-6; TRL uses 1e-4)"
+        )
+    return _Convention(ddof, max(eps, 0.0))
 
 
 @check_case("returns a float numpy array of shape [B, G]")
@@ -602,64 +728,67 @@ def _gra_known_mean(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("the std is the population std (ddof = 0)")
+@check_case("the std is the population std (ddof = 0) or the sample std (ddof = 1), the same for every group size")
 def _gra_ddof(fn: Callable[..., Any]) -> None:
-    # group [0, 1]: mean 0.5, population std 0.5 -> [-1, 1] (ddof = 1 would give std 0.707)
-    assert_allclose(
-        call_on_copies(fn, np.array([[0.0, 1.0]]), normalize_std=True, eps=0.0),
-        [[-1.0, 1.0]],
-        what=_gra_what((1, 2), normalize_std=True, eps=0.0),
-    )
+    _gra_convention(fn)
 
 
 @check_case("eps is added to the std, outside the square root")
 def _gra_eps(fn: Callable[..., Any]) -> None:
-    # (r - 0.5) / (0.5 + 0.5) = [-0.5, 0.5]
-    assert_allclose(
-        call_on_copies(fn, np.array([[0.0, 1.0]]), normalize_std=True, eps=0.5),
-        [[-0.5, 0.5]],
-        what=_gra_what((1, 2), normalize_std=True, eps=0.5),
-    )
+    ddof = _gra_convention(fn).ddof
+    # (r - 0.5) / (std + 0.5) with std = 0.5 (ddof 0) or 0.707107 (ddof 1)
+    rewards = np.array([[0.0, 1.0], [2.0, 0.0]])
+    for eps in (0.5, 0.01):
+        assert_allclose(
+            call_on_copies(fn, rewards, normalize_std=True, eps=eps),
+            naive_group_advantages(rewards, True, eps, ddof),
+            what=_gra_what(rewards.shape, normalize_std=True, eps=eps) + f" (with {DDOF_NAMES[ddof]})",
+        )
 
 
 @check_case("a group whose rewards are all equal gives zeros, not NaN")
 def _gra_constant(fn: Callable[..., Any]) -> None:
+    conv = _gra_convention(fn)
     rewards = np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]])
     what = _gra_what(rewards.shape)
-    assert_allclose(call_on_copies(fn, rewards), naive_group_advantages(rewards, True, 1e-6), what=what)
+    assert_allclose(call_on_copies(fn, rewards), naive_group_advantages(rewards, True, conv.eps, conv.ddof), what=what)
 
 
 @check_case("each group uses its own mean and std")
 def _gra_rows(fn: Callable[..., Any]) -> None:
+    conv = _gra_convention(fn)
     rewards = np.array([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [5.0, 3.0, 4.0, 4.0]])
     for flag in (False, True):
         together = assert_array(
-            call_on_copies(fn, rewards, normalize_std=flag),
-            what=_gra_what(rewards.shape, normalize_std=flag),
+            call_on_copies(fn, rewards, normalize_std=flag, eps=1e-6),
+            what=_gra_what(rewards.shape, normalize_std=flag, eps=1e-6),
             shape=rewards.shape,
         )
         for i in range(rewards.shape[0]):
-            alone = call_on_copies(fn, rewards[i : i + 1], normalize_std=flag)
+            alone = call_on_copies(fn, rewards[i : i + 1], normalize_std=flag, eps=1e-6)
             assert_allclose(
                 alone,
                 together[i : i + 1],
                 what=f"group {i} computed alone (normalize_std={flag}), compared with row {i} of the batch",
             )
         assert_allclose(
-            together, naive_group_advantages(rewards, flag, 1e-6), what=_gra_what(rewards.shape, normalize_std=flag)
+            together,
+            naive_group_advantages(rewards, flag, 1e-6, conv.ddof),
+            what=_gra_what(rewards.shape, normalize_std=flag, eps=1e-6),
         )
 
 
 @check_case("matches explicit per-group sums on random rewards, with and without the std")
 def _gra_oracle(fn: Callable[..., Any]) -> None:
+    ddof = _gra_convention(fn).ddof
     rng = np.random.default_rng(0)
-    for case, (n_b, n_g) in enumerate([(1, 2), (4, 8), (16, 3), (5, 16)]):
+    for case, (n_b, n_g) in enumerate([(1, 2), (4, 8), (16, 3), (5, 16), (3, 5)]):
         rewards = np.round(rng.normal(size=(n_b, n_g)), 3) if case % 2 else (rng.random((n_b, n_g)) < 0.4).astype(float)
         for flag in (True, False):
             assert_allclose(
-                call_on_copies(fn, rewards, normalize_std=flag),
-                naive_group_advantages(rewards, flag, 1e-6),
-                what=f"random case {case + 1} (B={n_b}, G={n_g}, normalize_std={flag})",
+                call_on_copies(fn, rewards, normalize_std=flag, eps=1e-6),
+                naive_group_advantages(rewards, flag, 1e-6, ddof),
+                what=f"random case {case + 1} (B={n_b}, G={n_g}, normalize_std={flag}, eps=1e-6)",
             )
 
 
@@ -680,9 +809,12 @@ def _gra_invariance(fn: Callable[..., Any]) -> None:
 
 @check_case("accepts lists and does not modify its input")
 def _gra_inputs(fn: Callable[..., Any]) -> None:
+    conv = _gra_convention(fn)
     as_list = [[1, 0, 1], [0, 0, 1]]
     assert_allclose(
-        call(fn, [row[:] for row in as_list]), naive_group_advantages(as_list, True, 1e-6), what=f"{GRA}({as_list})"
+        call(fn, [row[:] for row in as_list]),
+        naive_group_advantages(as_list, True, conv.eps, conv.ddof),
+        what=f"{GRA}({as_list})",
     )
     assert_inputs_unchanged(fn, GRA, rewards=np.array([[1.0, 0.0, 2.0], [3.0, 3.0, 1.0]]))
 
@@ -691,7 +823,7 @@ GROUP_RELATIVE_ADVANTAGES = Exercise(
     name=GRA,
     points=10,
     title="group-relative advantages of G answers per prompt (GRPO, eq. 01.6)",
-    advice="from each row's mean and population std (eq. 01.6)",
+    advice="from each row's mean and std (eq. 01.6)",
     checks=(
         _gra_shape,
         _gra_known_mean,
@@ -708,9 +840,9 @@ GROUP_RELATIVE_ADVANTAGES = Exercise(
         "row, then, with `normalize_std`, divide by the row's spread.",
         "Reduce along axis 1 with `keepdims=True`, so that the per-row statistics have shape `[B, 1]` and broadcast "
         "against `[B, G]`. Compute the centred rewards once; without `normalize_std` they are the answer.",
-        "Use numpy's population std (`.std` with its default `ddof=0`; torch's `.std()` defaults to `ddof=1`), and "
-        "add `eps` to the std, outside the square root: a row of equal rewards then gives 0 / eps = 0, not NaN. Work "
-        "on a float64 copy, never on the caller's array.",
+        "Check the properties the grader checks: a row of equal rewards gives zeros, not NaN (so `eps` belongs "
+        "outside the square root); each row computed alone equals that row of the batch; with the std, `3 * r + 7` "
+        "gives the same advantages as `r`; and the same std convention (population or sample) for every group size.",
     ),
 )
 
@@ -758,11 +890,16 @@ def _expected_change(
     ignore_dones: bool = False,
     normalize: bool = True,
     ddof: int = 0,
+    per_column: bool = False,
 ) -> tuple[float, NDArray[np.float64]]:
-    """The oracle's loss and SGD parameter change ``-lr * grad L`` (or those of a named bug)."""
+    """The oracle's loss and SGD parameter change ``-lr * grad L`` (or those of a named bug);
+    ``ddof`` 0 or 1 are both right (the statement accepts either std)."""
     dones = np.zeros_like(data["dones"]) if ignore_dones else data["dones"]
     g = naive_reward_to_go(data["rewards"], dones, gamma)
-    weights = naive_normalized(g, ddof) if normalize else g
+    if per_column:
+        weights = np.stack([naive_normalized(g[:, b], ddof) for b in range(g.shape[1])], axis=1)
+    else:
+        weights = naive_normalized(g, ddof) if normalize else g
     loss, grad = naive_reinforce_loss_and_grad(policy, data["obs"], data["actions"], weights)
     return loss, -lr * grad
 
@@ -773,13 +910,21 @@ class _Bug(TypedDict, total=False):
     ignore_dones: bool
     normalize: bool
     ddof: int
+    per_column: bool
 
 
 _KNOWN_BUGS: dict[str, _Bug] = {
     "the returns run across episode ends (use dones to cut them)": {"ignore_dones": True},
     "the weights are not normalised: A = (G - mean G) / (std G + 1e-8)": {"normalize": False},
-    "the std is the sample std (ddof = 1, torch's default); use the population std (ddof = 0)": {"ddof": 1},
+    "the weights are normalised within each env's column; normalise over the whole [T, B] batch": {"per_column": True},
 }
+
+#: The two std conventions the statement accepts for the batch normalisation.
+_DDOFS = (0, 1)
+
+
+def _matches_either(change: NDArray[np.float64], expected: dict[int, NDArray[np.float64]]) -> bool:
+    return any(np.allclose(change, e, rtol=1e-3, atol=1e-6) for e in expected.values())
 
 
 def _run_update(
@@ -806,7 +951,8 @@ def _check_step(
     lr = 0.1
     policy = _make_policy(3, 3, seed)
     reference = copy.deepcopy(policy)  # the learner's step changes `policy`
-    _, expected = _expected_change(reference, data, gamma, lr)
+    both = {ddof: _expected_change(reference, data, gamma, lr, ddof=ddof)[1] for ddof in _DDOFS}
+    expected = both[0]
     optimizer = torch.optim.SGD(policy.parameters(), lr=lr)
     if stale_grads:
         for p in policy.parameters():
@@ -814,7 +960,7 @@ def _check_step(
     before = _flat_params(policy)
     _run_update(fn, policy, optimizer, data, gamma)
     change = _flat_params(policy) - before
-    if np.allclose(change, expected, rtol=1e-3, atol=1e-6):
+    if _matches_either(change, both):
         return
     if stale_grads and np.allclose(change, expected - lr * 5.0, rtol=1e-3, atol=1e-6):
         fail(
@@ -897,11 +1043,10 @@ def _require_own_exercise(fn: Any, name: str, number: int, exercise: Exercise) -
             fail(f"{head}: {exc}")
 
 
-@check_case("its reward_to_go and surrogate_loss pass their checks; one SGD step moves the parameters by -lr * grad L")
+@check_case("its surrogate_loss passes its checks; one SGD step moves the parameters by -lr * grad L")
 def _upd_step(fn: Callable[..., Any]) -> None:
-    # a slip in the learner's reward_to_go or surrogate_loss (a sum for a mean) is named there,
-    # not as a parameter that moved too far; the stub calls neither and reads "not implemented yet"
-    _require_own_exercise(fn, RTG, 1, REWARD_TO_GO)
+    # a slip in the learner's surrogate_loss (a sum for a mean) is named there,
+    # not as a parameter that moved too far; the stub does not call it and reads "not implemented yet"
     _require_own_exercise(fn, SUR, 2, SURROGATE_LOSS)
     _check_step(fn, seed=0, stale_grads=False)
 
@@ -912,13 +1057,14 @@ def _upd_loss(fn: Callable[..., Any]) -> None:
 
     data = _rollout(1, n_t=4, n_b=2, obs_dim=3, n_actions=2)
     policy = _make_policy(3, 2, 1)
-    expected_loss, _ = _expected_change(policy, data, 0.9, 0.1)
+    losses = [_expected_change(policy, data, 0.9, 0.1, ddof=ddof)[0] for ddof in _DDOFS]
+    expected_loss = losses[0]
     got = _run_update(fn, policy, torch.optim.SGD(policy.parameters(), lr=0.1), data, 0.9)
     if _is_tensor(got):
         fail(f"{UPD} returned a torch tensor; return a Python float (loss.item())")
     if not isinstance(got, (float, np.floating)):
         fail(f"{UPD} returned {type(got).__name__}; expected the loss as a Python float")
-    if not math.isclose(float(got), expected_loss, rel_tol=1e-4, abs_tol=1e-6):
+    if not any(math.isclose(float(got), loss, rel_tol=1e-4, abs_tol=1e-6) for loss in losses):
         fail(
             f"{UPD} returned {fmt_number(got)}; expected the surrogate loss before the step, "
             f"{fmt_number(expected_loss)}"
@@ -945,16 +1091,17 @@ def _upd_optimizer(fn: Callable[..., Any]) -> None:
     gamma, lr, decay = 0.9, 0.1, 0.5
     policy = _make_policy(3, 3, 8)
     reference = copy.deepcopy(policy)
-    _, plain = _expected_change(reference, data, gamma, lr)
+    plains = {ddof: _expected_change(reference, data, gamma, lr, ddof=ddof)[1] for ddof in _DDOFS}
     # the optimizer's own rule: p <- p - lr * (grad + decay * p)
-    expected = plain - lr * decay * _flat_params(reference)
+    both = {ddof: plain - lr * decay * _flat_params(reference) for ddof, plain in plains.items()}
+    expected = both[0]
     optimizer = torch.optim.SGD(policy.parameters(), lr=lr, weight_decay=decay)
     before = _flat_params(policy)
     _run_update(fn, policy, optimizer, data, gamma)
     change = _flat_params(policy) - before
-    if np.allclose(change, expected, rtol=1e-3, atol=1e-6):
+    if _matches_either(change, both):
         return
-    if np.allclose(change, plain, rtol=1e-3, atol=1e-6):
+    if _matches_either(change, plains):
         fail(
             f"the parameters moved by -lr * grad, a plain SGD step, but the optimizer passed in has "
             f"weight_decay={decay:g}: take the step with optimizer.step() (it may be Adam, momentum, weight decay)"
@@ -1016,20 +1163,20 @@ REINFORCE_UPDATE = Exercise(
     title="one REINFORCE step: reward-to-go, normalised baseline, surrogate loss, optimizer step",
     checks=(_upd_step, _upd_loss, _upd_zero_grad, _upd_dones, _upd_optimizer, _upd_inputs, _upd_learns),
     allowed=("course_lib.rl.pg.discounted_returns", "course_lib.rl.pg.surrogate_loss"),
-    advice="from your reward_to_go and surrogate_loss (or the library's, which the statement offers), torch and numpy",
+    advice="from discounted_returns (or your own loop), your surrogate_loss (or the library's), torch and numpy",
     hints=(
-        "One REINFORCE step in four parts, reusing your earlier exercises: the reward-to-go of the rollout (exercise "
-        "1), advantages normalised over the whole rollout, the surrogate loss on every step of it (exercise 2), then "
-        "one optimizer step.",
-        "Normalise the returns over the whole `[T, B]` array: minus their mean, divided by their std plus `1e-8` (in "
-        "numpy: the population std). The policy takes a batch of observations, so flatten time and env together: "
+        "One REINFORCE step in four parts: the reward-to-go of the rollout (lesson 00's recursion, or "
+        "`discounted_returns`), advantages normalised over the whole rollout, the surrogate loss on every step of it "
+        "(exercise 2), then one optimizer step.",
+        "Normalise the returns over the whole `[T, B]` array (not per env): minus their mean, divided by their std "
+        "plus `1e-8`. The policy takes a batch of observations, so flatten time and env together: "
         "observations to `[T * B, obs_dim]`, actions and advantages to `[T * B]`, as torch tensors (float32; the "
         "actions int64).",
-        "The optimizer step is the usual three calls, in this order: clear the stale gradients, backpropagate the "
-        "loss, step (clearing after the backward pass throws the gradient away). Return the loss as a Python float "
-        "(`.item()`). Traps: calling the policy on the unflattened `[T, B, obs_dim]` array, and a sum where the "
-        "surrogate takes a mean.",
+        "Check the properties the grader checks: with plain SGD the parameters must move by exactly -lr times the "
+        "gradient of the loss you return, and by the optimizer's own rule when it has weight decay; gradients left "
+        "in `.grad` by an earlier call must not leak in; the returned loss is the one before the step, a Python float; "
+        "and a reward after an episode end must not reach the steps before it.",
     ),
 )
 
-EXERCISES: tuple[Exercise, ...] = (REWARD_TO_GO, SURROGATE_LOSS, GROUP_RELATIVE_ADVANTAGES, REINFORCE_UPDATE)
+EXERCISES: tuple[Exercise, ...] = (RLOO_ADVANTAGES, SURROGATE_LOSS, GROUP_RELATIVE_ADVANTAGES, REINFORCE_UPDATE)
