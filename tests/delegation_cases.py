@@ -57,11 +57,11 @@ CASES: list[Delegation] = [
     # ---------------------------------------------------------------- 01_policy_gradients
     Delegation(
         lesson="01_policy_gradients",
-        name="reward_to_go",
+        name="rloo_advantages",
         module="course_lib.rl.pg",
-        attr="discounted_returns",
-        params="rewards, dones, gamma",
-        body="return lib(rewards, dones, gamma)",
+        attr="leave_one_out_advantages",
+        params="rewards",
+        body="return lib(rewards)",
     ),
     Delegation(
         lesson="01_policy_gradients",
@@ -102,11 +102,11 @@ return loss""",
     # ---------------------------------------------------------------- 02_importance_sampling
     Delegation(
         lesson="02_importance_sampling",
-        name="is_estimate",
+        name="tis_ppo_loss",
         module="course_lib.rl.importance",
-        attr="is_estimate",
-        params="values, logp_target, logp_behaviour",
-        body="return lib(values, logp_target, logp_behaviour)",
+        attr="tis_ppo_loss",
+        params="logp_new, logp_old, logp_behaviour, advantages, mask, eps=0.2, c=2.0",
+        body="return lib(logp_new, logp_old, logp_behaviour, advantages, mask, eps=eps, c=c)",
     ),
     Delegation(
         lesson="02_importance_sampling",
@@ -131,14 +131,6 @@ return loss""",
         attr="token_and_sequence_ratios",
         params="logp_new, logp_old, mask",
         body="return lib(logp_new, logp_old, mask)",
-    ),
-    Delegation(
-        lesson="02_importance_sampling",
-        name="clipped_surrogate_loss",
-        module="course_lib.rl.importance",
-        attr="clipped_surrogate_loss",
-        params="logp_new, logp_old, advantages, eps=0.2",
-        body="return lib(logp_new, logp_old, advantages, eps)",
     ),
     # ---------------------------------------------------------------- 03_impala_vtrace
     Delegation(

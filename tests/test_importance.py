@@ -24,6 +24,7 @@ from course_lib.rl.importance import (
     is_estimate,
     log_ratios,
     masked_log_ratios,
+    tis_ppo_loss,
     token_and_sequence_ratios,
     truncated_is_loss,
     truncated_weights,
@@ -249,6 +250,14 @@ def test_correction_coefficients_case_by_case():
     np.testing.assert_allclose(correction_coefficients("is", w, a), w * a)
     np.testing.assert_allclose(correction_coefficients("truncated", w, a, c=1.0), [1.0, 0.5, -1.0, -0.5, 2.0])
     np.testing.assert_allclose(correction_coefficients("clip", w, a, eps=0.2), [0.0, 0.5, -1.5, 0.0, 2.2])
+    v = np.array([3.0, 0.5, 1.0, 1.0, 1.0])  # pi_prox / mu; r = w / v = [0.5, 1, 1.5, 0.5, 1.1]
+    np.testing.assert_allclose(
+        correction_coefficients("decoupled", w, a, c=2.0, eps=0.2, prox_ratios=v), [2 * 0.5, 0.5 * 1.0, -1.5, 0.0, 2.2]
+    )
+    np.testing.assert_allclose(
+        correction_coefficients("decoupled", w, a, eps=0.2, prox_ratios=np.ones(5)),
+        correction_coefficients("clip", w, a, eps=0.2),
+    )
     with pytest.raises(ValueError, match="unknown correction"):
         correction_coefficients("vtrace", w, a)
 
@@ -330,3 +339,28 @@ def test_sequence_level_losses_use_one_ratio_per_sequence():
         truncated_is_loss(new, old, adv, level="answer")
     with pytest.raises(ValueError, match="sequence-level advantages"):
         clipped_surrogate_loss(new, old, torch.zeros(3, 5, dtype=torch.float64), level="sequence")
+
+
+def test_ppo_losses_stay_finite_in_float32_at_a_log_ratio_of_100():
+    """exp(100) overflows float32; unclamped, its backward gives 0 * inf = NaN in every gradient."""
+    new = torch.tensor([95.0, -1.0, -2.0], dtype=torch.float32, requires_grad=True)
+    old = torch.tensor([-5.0, -1.2, -1.9], dtype=torch.float32)
+    adv = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float32)
+    for loss in (clipped_surrogate_loss(new, old, adv), tis_ppo_loss(new, old, old - 100.0, adv)):
+        (grad,) = torch.autograd.grad(loss, new)
+        assert torch.isfinite(loss) and torch.isfinite(grad).all()
+        assert grad[0] == 0.0  # clipped (A > 0, r > 1 + eps): flat
+
+
+def test_tis_ppo_loss_is_ppo_times_the_capped_behaviour_weight():
+    new, old, adv = _logps(14, (4, 6))
+    beh = old - torch.tensor(np.random.default_rng(15).normal(scale=0.8, size=(4, 6)))
+    mask = torch.tensor(np.arange(6)[None, :] < np.array([6, 3, 1, 4])[:, None])
+    assert tis_ppo_loss(new, old, old, adv, mask).item() == pytest.approx(
+        clipped_surrogate_loss(new, old, adv, mask=mask).item()
+    )  # v = 1: PPO's loss, mean over real tokens
+    v = torch.clamp(torch.exp(old - beh), max=2.0)
+    r = torch.exp(new - old).detach()
+    a = adv[:, None].expand(4, 6)
+    terms = v * torch.minimum(r * a, torch.clamp(r, 0.8, 1.2) * a)
+    assert tis_ppo_loss(new, old, beh, adv, mask, c=2.0).item() == pytest.approx(-terms[mask].mean().item())

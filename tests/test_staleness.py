@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from course_lib import describe
-from course_lib.rl.importance import clipped_surrogate_loss, correction_coefficients, truncated_is_loss
+from course_lib.rl.importance import clipped_surrogate_loss, correction_coefficients, tis_ppo_loss, truncated_is_loss
 from course_lib.rl.staleness import (
     StaleBatch,
     StalenessConfig,
@@ -31,20 +31,22 @@ def test_log_policy_is_a_log_softmax_per_run():
     np.testing.assert_allclose(logp, z - np.log(np.exp(z).sum(axis=-1, keepdims=True)))
 
 
-@pytest.mark.parametrize("correction", ["none", "is", "truncated", "clip"])
+@pytest.mark.parametrize("correction", ["none", "is", "truncated", "clip", "decoupled"])
 def test_closed_form_gradient_equals_autograd_of_the_losses(correction):
     """linear_policy_gradient(psi) is minus the gradient of importance.py's losses, run by run."""
     rng = np.random.default_rng(1)
     n_t, n_runs, n_envs = 7, 2, 3
     params = rng.normal(scale=0.5, size=(n_runs, 5, 2))
     behaviour = params + rng.normal(scale=0.3, size=params.shape)
+    prox = params + rng.normal(scale=0.1, size=params.shape)  # decoupled PPO's pi_{t-1}
     x = rng.normal(size=(n_t, n_runs, n_envs, 5))
     actions = rng.integers(0, 2, size=(n_t, n_runs, n_envs))
     mask = rng.random((n_t, n_runs, n_envs)) < 0.8
     adv = rng.normal(size=(n_t, n_runs, n_envs))
     take = lambda lp: np.take_along_axis(lp, actions[..., None], -1)[..., 0]  # noqa: E731
     w = np.exp(take(log_policy(params, x)) - take(log_policy(behaviour, x)))
-    psi = correction_coefficients(correction, w, adv, c=1.0, eps=0.2)
+    v = np.exp(take(log_policy(prox, x)) - take(log_policy(behaviour, x)))
+    psi = correction_coefficients(correction, w, adv, c=1.0, eps=0.2, prox_ratios=v)
     ours = linear_policy_gradient(params, x, actions, psi, mask)
     for g in range(n_runs):
         weights = torch.tensor(params[g], requires_grad=True)
@@ -53,7 +55,10 @@ def test_closed_form_gradient_equals_autograd_of_the_losses(correction):
         logp_new = torch.log_softmax(feats @ weights, -1).gather(1, torch.tensor(actions[:, g][real])[:, None])[:, 0]
         logp_old = torch.tensor(take(log_policy(behaviour, x))[:, g][real])
         a = torch.tensor(adv[:, g][real])
-        if correction == "clip":
+        if correction == "decoupled":
+            logp_prox = torch.tensor(take(log_policy(prox, x))[:, g][real])
+            loss = tis_ppo_loss(logp_new, logp_prox, logp_old, a, eps=0.2, c=1.0)
+        elif correction == "clip":
             loss = clipped_surrogate_loss(logp_new, logp_old, a, eps=0.2)
         elif correction == "none":
             loss = truncated_is_loss(logp_new, logp_new.detach(), a)  # weight 1: REINFORCE
@@ -93,8 +98,16 @@ def test_tiny_grid_shapes_and_on_policy_invariants():
     config = StalenessConfig(lags=(0, 1, 3), **TINY)
     grid = run_staleness_grid(config)
     shape = (config.n_updates, len(config.runs), config.n_seeds)
-    assert grid.returns.shape == grid.ess.shape == grid.kl.shape == grid.modified.shape == shape
-    assert np.all((grid.returns >= 1) & (grid.returns <= config.max_episode_steps))
+    assert (
+        grid.returns.shape
+        == grid.sampler_returns.shape
+        == grid.ess.shape
+        == grid.kl.shape
+        == grid.modified.shape
+        == shape
+    )
+    for returns in (grid.returns, grid.sampler_returns):
+        assert np.all((returns >= 1) & (returns <= config.max_episode_steps))
     on = grid.index(0, "clip")
     assert on == grid.index(0, "none") == 0
     np.testing.assert_allclose(grid.ess[:, on], 1.0)
@@ -133,3 +146,14 @@ def test_progress_is_called_once_per_update():
     seen = []
     run_staleness_grid(StalenessConfig(lags=(0,), **TINY), progress=seen.append)
     assert seen == [0, 1, 2, 3]
+
+
+def test_the_learning_curve_is_the_learners_not_the_stale_samplers():
+    """With a lag beyond the run the sampler stays the initial policy; the logged return is pi_t's."""
+    config = StalenessConfig(lags=(0, 50), corrections=("truncated",), **{**TINY, "n_updates": 12, "n_seeds": 4})
+    grid = run_staleness_grid(config)
+    i = grid.index(50, "truncated")
+    assert not np.array_equal(grid.returns[:, i], grid.sampler_returns[:, i])
+    decoupled = StalenessConfig(lags=(1,), corrections=("clip", "decoupled"), **TINY)
+    g = run_staleness_grid(decoupled)  # at lag 1, pi_{t-1} is mu: decoupled PPO never truncates, clips like PPO
+    assert np.all(g.modified[:, g.index(1, "decoupled")] <= 1.0)

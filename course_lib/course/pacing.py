@@ -464,7 +464,7 @@ FORMATS: dict[str, WorkshopFormat] = {
                 "after the room's setup, and the buffer absorbs what the setup block does not"
             ),
             shape=_HALF_DAY,
-            days=((Part(0, (1,)), Part(1, (1, 2, 3)), Part(2, (1, 2, 4))),),
+            days=((Part(0, (1,)), Part(1, (1, 2, 3)), Part(2, (1, 2))),),
         ),
         WorkshopFormat(
             key="1day",

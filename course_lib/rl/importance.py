@@ -19,7 +19,8 @@ Lesson 02's equations, by number:
 - (02.4) truncated IS ``min(w, c)`` (IMPALA, Espeholt et al. 2018; PipelineRL's loss):
   :func:`truncated_weights`, :func:`truncated_is_loss`
 - (02.5) PPO's clipped surrogate ``min(r A, clip(r, 1-eps, 1+eps) A)`` (Schulman et al.
-  2017, arXiv 1707.06347): :func:`clipped_surrogate`, :func:`clipped_surrogate_loss`
+  2017, arXiv 1707.06347): :func:`clipped_surrogate`, :func:`clipped_surrogate_loss`; times the
+  truncated behaviour weight ``sg[min(pi_old / mu, c)]`` (verl's and SkyRL's TIS): :func:`tis_ppo_loss`
 - (02.6) effective sample size ``ESS = (sum w)^2 / sum w^2`` (Kong 1992; Owen, *Monte
   Carlo theory, methods and examples*, ch. 9): :func:`effective_sample_size`,
   :func:`ess_from_log_weights`
@@ -31,7 +32,7 @@ Lesson 02's equations, by number:
 - (02.8) every correction is a per-sample weight on the score,
   ``g = mean_i psi_i grad log pi(a_i|s_i)``: :func:`correction_coefficients`
 
-torch is imported only inside the two loss functions, so the numpy parts stay light.
+torch is imported only inside the loss functions, so the numpy parts stay light.
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ from numpy.typing import ArrayLike, NDArray
 if TYPE_CHECKING:
     import torch
 
-Correction = Literal["none", "is", "truncated", "clip"]
-#: The four ways of using a stale sample compared in lesson 02, section 4.
-CORRECTIONS: tuple[Correction, ...] = ("none", "is", "truncated", "clip")
+Correction = Literal["none", "is", "truncated", "clip", "decoupled"]
+#: The five ways of using a stale sample compared in lesson 02, section 4.
+CORRECTIONS: tuple[Correction, ...] = ("none", "is", "truncated", "clip", "decoupled")
+#: Log-ratios are clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before ``exp`` in the PPO
+#: losses (verl clamps at 20): ``exp(89)`` overflows float32, and its backward is ``0 * inf``.
+LOG_RATIO_CLAMP = 20.0
 Level = Literal["token", "sequence"]
 
 
@@ -350,6 +354,7 @@ def correction_coefficients(
     advantages: ArrayLike,
     c: float = 1.0,
     eps: float = 0.2,
+    prox_ratios: ArrayLike | None = None,
 ) -> NDArray[np.float64]:
     r"""Per-sample weight ``psi_i`` of the score in ``g = mean_i psi_i grad log pi(a_i|s_i)`` (eq. 02.8).
 
@@ -359,15 +364,21 @@ def correction_coefficients(
         is         psi = w A                       (eq. 02.2, per-step weight)
         truncated  psi = min(w, c) A               (eq. 02.4)
         clip       psi = w A 1[not clipped]        (gradient of 02.5: d(wA)/dtheta = w A grad log pi)
+        decoupled  psi = min(v, c) r A 1[r not clipped],   v = pi_prox / mu,  r = w / v = pi / pi_prox
 
-    ``clip`` is clipped where ``(A > 0 and w > 1 + eps)`` or ``(A < 0 and w < 1 - eps)``.
+    ``clip`` is clipped where ``(A > 0 and w > 1 + eps)`` or ``(A < 0 and w < 1 - eps)``;
+    ``decoupled`` (decoupled PPO, AReaL arXiv 2505.24298, with a truncated behaviour
+    weight) applies the same rule to ``r``, the ratio to a *proximal* policy (lesson 02:
+    ``pi_{t-1}``; AReaL's, the weights at the start of the step, gives ``r = 1`` when each
+    batch gets one gradient step).
 
     Args:
         correction: one of :data:`CORRECTIONS`.
         ratios: ``w_i = pi(a_i|s_i) / mu(a_i|s_i)``, any shape.
         advantages: ``A_i``, the same shape.
-        c: truncation level of ``truncated``.
-        eps: clip range of ``clip``.
+        c: truncation level of ``truncated`` and ``decoupled``.
+        eps: clip range of ``clip`` and ``decoupled``.
+        prox_ratios: ``v_i = pi_prox(a_i|s_i) / mu(a_i|s_i)`` for ``decoupled``; ``None``: ``pi_prox = pi``.
     """
     w = np.asarray(ratios, dtype=np.float64)
     a = np.asarray(advantages, dtype=np.float64)
@@ -381,6 +392,12 @@ def correction_coefficients(
     if correction == "clip":
         clipped = ((a > 0) & (w > 1.0 + eps)) | ((a < 0) & (w < 1.0 - eps))
         return np.where(clipped, 0.0, w * a)
+    if correction == "decoupled":
+        v = w if prox_ratios is None else np.asarray(prox_ratios, dtype=np.float64)
+        _same_shape(w, v, "ratios and prox_ratios")
+        r = w / v
+        clipped = ((a > 0) & (r > 1.0 + eps)) | ((a < 0) & (r < 1.0 - eps))
+        return np.where(clipped, 0.0, np.minimum(v, c) * r * a)
     raise ValueError(f"unknown correction {correction!r}; use one of {CORRECTIONS}")
 
 
@@ -480,12 +497,61 @@ def clipped_surrogate_loss(
 
     The gradient flows through ``r_i`` (``grad r = r grad log pi``), never into
     ``logp_old`` or ``advantages``. ``level="sequence"`` uses one ratio per sequence,
-    the product of its token ratios (sequence-level clipping).
+    the raw product of its token ratios: its spread grows with the length, so at
+    ``eps = 0.2`` nearly every long sequence is clipped. GSPO (arXiv 2507.18071) clips
+    the length-normalised ratio ``r^(1/T)`` (the geometric mean) instead.
 
     Args: as :func:`truncated_is_loss`, with ``eps`` the clip range.
     """
     import torch
 
     log_ratio, _, adv = _loss_terms(logp_new, logp_old, advantages, mask, level)
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(torch.clamp(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # finite in float32, and its gradient
     return -torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv).mean()
+
+
+def tis_ppo_loss(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_behaviour: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    eps: float = 0.2,
+    c: float = 2.0,
+) -> torch.Tensor:
+    r"""PPO's clipped loss times the truncated behaviour weight, per token (verl's and SkyRL's TIS).
+
+    ::
+
+        L = -mean_{real tokens} sg[min(pi_old / mu, c)] * min(r A, clip(r, 1 - eps, 1 + eps) A),
+        r = exp(log pi - sg[log pi_old])
+
+    ``pi_old`` is the trainer's own recomputation of the sampled tokens' log-probabilities
+    at the start of the step, ``mu`` the inference engine's (a stale or numerically
+    different policy). The weight is capped in log space and not differentiated; both
+    log-ratios are clamped to ``[-20, 20]`` so that float32 never overflows. Where
+    ``mask`` is False the inputs may hold NaN or -inf.
+
+    Args:
+        logp_new: ``[N, T]`` (or ``[N]``) log pi_theta, requires grad.
+        logp_old: the same shape, the trainer's log pi_old (a constant).
+        logp_behaviour: the same shape, the sampler's log mu (a constant).
+        advantages: ``[N]``, one per answer (or ``[N, T]``).
+        mask: real tokens (``None``: all).
+        eps: PPO's clip range; c: the cap of the behaviour weight.
+    """
+    import torch
+
+    new = logp_new if logp_new.ndim == 2 else logp_new[:, None]
+    old = logp_old.detach().to(new.dtype).reshape(new.shape)
+    beh = logp_behaviour.detach().to(new.dtype).reshape(new.shape)
+    adv = advantages.detach().to(new.dtype)
+    adv = adv[:, None] if adv.ndim == 1 else adv.reshape(new.shape)
+    real = torch.ones_like(new, dtype=torch.bool) if mask is None else mask.to(torch.bool).reshape(new.shape)
+    zero = torch.zeros((), dtype=new.dtype)
+    log_r = torch.clamp(torch.where(real, new - old, zero), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_v = torch.clamp(torch.where(real, old - beh, zero), -LOG_RATIO_CLAMP, float(np.log(c)))
+    ratio = torch.exp(log_r)
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
+    terms = torch.where(real, torch.exp(log_v) * surrogate, zero)
+    return -terms.sum() / real.sum()

@@ -6,12 +6,21 @@ Here the update at step ``t`` uses episodes sampled by the policy of ``k`` updat
 corrections of :func:`course_lib.rl.importance.correction_coefficients` (eq. 02.8)::
 
     g_t = (1/n) sum_i psi_i grad log pi_{theta_t}(a_i | s_i),
-    psi_i = A_i | w_i A_i | min(w_i, c) A_i | w_i A_i 1[not clipped],   w_i = pi_t(a_i|s_i) / mu(a_i|s_i)
+    psi_i = A_i | w_i A_i | min(w_i, c) A_i | w_i A_i 1[w_i not clipped] | min(v_i, c) r_i A_i 1[r_i not clipped],
+    w_i = pi_t(a_i|s_i) / mu(a_i|s_i),  v_i = pi_{t-1}(a_i|s_i) / mu(a_i|s_i),  r_i = w_i / v_i
 
 with ``A_i`` the reward-to-go of lesson 01 (eq. 01.3) minus its batch mean, divided by
 its batch std, as computed from the stale episodes. The weights are per step (they
 correct which action was taken, not which states were visited), as in PPO, IMPALA and
-PipelineRL.
+PipelineRL. ``decoupled`` is decoupled PPO (AReaL) with the learner's previous policy
+``pi_{t-1}`` as the proximal policy: the clip is taken against it, not against ``mu``.
+(AReaL's proximal policy is the weights at the start of the step; with one gradient step
+per batch, as here, that gives ``r = 1``, i.e. truncated IS.)
+
+The learning curve is the *learner's* return: each update also runs one batch of
+episodes with the current policy ``pi_t`` (in the same vectorised env) and logs its
+return. The sampler's return at update ``t`` would be ``pi_{t-k}``'s, a curve delayed by
+``k`` updates whatever the correction does.
 
 To run every (lag, correction, seed) of the grid at once, the policy is a *linear*
 softmax over ``[observation, 1]`` whose score has a closed form,
@@ -54,6 +63,7 @@ LABELS: dict[Correction, str] = {
     "is": "full IS",
     "truncated": "truncated IS",
     "clip": "PPO clip",
+    "decoupled": "decoupled PPO",
 }
 N_FEATURES = 5  # CartPole's 4 observations and a constant 1
 N_ACTIONS = 2
@@ -79,8 +89,10 @@ class StalenessConfig:
     lr: float = field(
         default=0.2, metadata={"help": "Adam learning rate (large: each update moves the policy noticeably)"}
     )
-    c: float = field(default=1.0, metadata={"help": "truncation level of truncated IS (IMPALA's rho_bar = 1)"})
-    eps: float = field(default=0.2, metadata={"help": "clip range of PPO clip"})
+    c: float = field(
+        default=1.0, metadata={"help": "cap of the weights of truncated IS and decoupled PPO (IMPALA's rho_bar = 1)"}
+    )
+    eps: float = field(default=0.2, metadata={"help": "clip range of PPO clip and decoupled PPO"})
     gamma: float = field(default=0.99, metadata={"help": "discount of the reward-to-go (01.3)"})
     max_episode_steps: int = field(
         default=200, metadata={"help": "CartPole time limit (200 as in CartPole-v0; keeps the grid fast)"}
@@ -262,6 +274,24 @@ def collect(
     )
 
 
+def _split(batch: StaleBatch, n_runs: int, n_envs: int) -> tuple[StaleBatch, StaleBatch]:
+    """A batch of ``2 G`` runs -> the first ``G`` runs' and the last ``G`` runs'."""
+
+    def part(sl: slice, flat: slice) -> StaleBatch:
+        return StaleBatch(
+            batch.x[:, sl], batch.actions[:, sl], batch.rewards[:, flat], batch.dones[:, flat],
+            batch.mask[:, sl], batch.logp_behaviour[:, sl],
+        )  # fmt: skip
+
+    first, second = slice(0, n_runs), slice(n_runs, 2 * n_runs)
+    return part(first, slice(0, n_runs * n_envs)), part(second, slice(n_runs * n_envs, 2 * n_runs * n_envs))
+
+
+def _episode_returns(batch: StaleBatch, n_cells: int, n_seeds: int) -> NDArray[np.float64]:
+    """``[n_cells, n_seeds]`` mean undiscounted episode return of each run's envs."""
+    return batch.rewards.sum(axis=0).reshape(n_cells * n_seeds, -1).mean(axis=1).reshape(n_cells, n_seeds)
+
+
 def normalized_advantages(batch: StaleBatch, gamma: float) -> NDArray[np.float64]:
     """``[T, G, E]`` reward-to-go (01.3) minus its mean over each run's real steps, over its std (0 at padding)."""
     n_t, n_runs, n_envs = batch.mask.shape
@@ -274,6 +304,41 @@ def normalized_advantages(batch: StaleBatch, gamma: float) -> NDArray[np.float64
     return np.where(m, centred / (std[None, :, None] + 1e-8), 0.0)
 
 
+def stale_update(
+    params: NDArray[np.float64],
+    previous: NDArray[np.float64],
+    batch: StaleBatch,
+    correction: NDArray[np.str_],
+    config: StalenessConfig,
+    adam: _Adam,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """One update of every run from its stale batch: ``(new params, w, share changed)`` (eq. 02.8).
+
+    Args:
+        params: ``[G, 5, 2]`` each run's current weights ``pi_t``; previous: its ``pi_{t-1}``.
+        batch: the episodes ``mu`` sampled, with ``log mu`` of each taken action stored then.
+        correction: ``[G]`` each run's correction; config: ``c``, ``eps``, ``gamma``.
+        adam: the optimizer, one full-batch step per update.
+    """
+    adv = normalized_advantages(batch, config.gamma)
+    logp_now = np.take_along_axis(log_policy(params, batch.x), batch.actions[..., None], -1)[..., 0]
+    logp_prev = np.take_along_axis(log_policy(previous, batch.x), batch.actions[..., None], -1)[..., 0]
+    w = np.where(batch.mask, np.exp(logp_now - batch.logp_behaviour), 0.0)  # pi_t / mu
+    v = np.where(batch.mask, np.exp(logp_prev - batch.logp_behaviour), 1.0)  # pi_{t-1} / mu: decoupled PPO's
+    psi, changed = np.zeros_like(adv), np.zeros_like(adv)
+    for name in config.corrections:
+        cols = correction == name
+        psi[:, cols] = correction_coefficients(
+            name, w[:, cols], adv[:, cols], c=config.c, eps=config.eps, prox_ratios=v[:, cols]
+        )
+        if name == "truncated":
+            changed[:, cols] = w[:, cols] > config.c
+        elif name in ("clip", "decoupled"):
+            changed[:, cols] = (psi[:, cols] == 0) & (adv[:, cols] != 0)
+    grad = linear_policy_gradient(params, batch.x, batch.actions, psi, batch.mask)
+    return adam.ascend(params, grad), w, changed
+
+
 @dataclass(frozen=True)
 class StalenessResult:
     """What :func:`run_staleness_grid` logs, per update, cell of the grid and seed.
@@ -281,17 +346,20 @@ class StalenessResult:
     Attributes:
         config: the grid.
         runs: the cells ``(lag, correction)``, in the order of axis 1 below.
-        returns: ``[n_updates, n_cells, n_seeds]`` mean undiscounted return of the batch's episodes.
+        returns: ``[n_updates, n_cells, n_seeds]`` mean undiscounted return of ``n_envs`` episodes of the
+            learner's current policy ``pi_t`` (before update ``t``).
+        sampler_returns: the same for the stale batch the update trained on (``pi_{t-k}``'s episodes).
         ess: ``[n_updates, n_cells, n_seeds]`` ``ESS / n`` of the batch's per-step weights ``w``.
         kl: ``[n_updates, n_cells, n_seeds]`` mean over the batch's states of ``KL(pi_t || mu)`` (nats).
         modified: ``[n_updates, n_cells, n_seeds]`` share of steps whose weight the correction changed
-            (truncated: ``w > c``; clip: clipped; otherwise 0).
+            (truncated: ``w > c``; clip, decoupled: clipped; otherwise 0).
         env_steps: environment steps of the whole grid; seconds: its wall-clock time.
     """
 
     config: StalenessConfig
     runs: tuple[tuple[int, Correction], ...]
     returns: NDArray[np.float64]
+    sampler_returns: NDArray[np.float64]
     ess: NDArray[np.float64]
     kl: NDArray[np.float64]
     modified: NDArray[np.float64]
@@ -348,11 +416,11 @@ def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] 
     max_lag = max(config.lags)
     adam = _Adam(config.lr)
     shape = (config.n_updates, n_cells, n_seeds)
-    returns, ess, kl, modified = (np.zeros(shape) for _ in range(4))
+    returns, sampler_returns, ess, kl, modified = (np.zeros(shape) for _ in range(5))
     env_steps = 0
     envs = gym.make_vec(
         "CartPole-v1",
-        num_envs=n_runs * n_envs,
+        num_envs=2 * n_runs * n_envs,  # the stale batch's envs, then the learner's evaluation envs
         vectorization_mode="vector_entry_point",
         max_episode_steps=config.max_episode_steps,
     )
@@ -360,29 +428,21 @@ def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] 
     try:
         for update in range(config.n_updates):
             behaviour = stale_policy(history, lag)
-            batch = collect(envs, behaviour, n_envs, seed=config.seed * 1_000_003 + update, rng=rng)
-            env_steps += int(batch.mask.sum())
-            adv = normalized_advantages(batch, config.gamma)
-            logp_now = log_policy(params, batch.x)
-            logp_taken = np.take_along_axis(logp_now, batch.actions[..., None], -1)[..., 0]
-            w = np.where(batch.mask, np.exp(logp_taken - batch.logp_behaviour), 0.0)
-            psi = np.zeros_like(adv)
-            changed = np.zeros_like(adv)
-            for name in config.corrections:
-                cols = correction == name
-                psi[:, cols] = correction_coefficients(name, w[:, cols], adv[:, cols], c=config.c, eps=config.eps)
-                if name == "truncated":
-                    changed[:, cols] = w[:, cols] > config.c
-                elif name == "clip":
-                    changed[:, cols] = (psi[:, cols] == 0) & (adv[:, cols] != 0)
-            params = adam.ascend(params, linear_policy_gradient(params, batch.x, batch.actions, psi, batch.mask))
+            both = collect(
+                envs, np.concatenate([behaviour, params]), n_envs, seed=config.seed * 1_000_003 + update, rng=rng
+            )
+            batch, evaluation = _split(both, n_runs, n_envs)
+            env_steps += int(both.mask.sum())
+            previous = stale_policy(history, np.ones(n_runs, dtype=np.int64))  # pi_{t-1}
+            p_now = np.exp(log_policy(params, batch.x))
+            params, w, changed = stale_update(params, previous, batch, correction, config, adam)
             history = (history + [params.copy()])[-(max_lag + 1) :]
             n = batch.mask.sum(axis=(0, 2))
-            returns[update] = batch.rewards.sum(axis=0).reshape(n_runs, n_envs).mean(axis=1).reshape(n_cells, n_seeds)
+            sampler_returns[update] = _episode_returns(batch, n_cells, n_seeds)
+            returns[update] = _episode_returns(evaluation, n_cells, n_seeds)
             ess[update] = (effective_sample_size(np.moveaxis(w, 1, 0).reshape(n_runs, -1)) / n).reshape(
                 n_cells, n_seeds
             )
-            p_now = np.exp(logp_now)
             p_beh = np.exp(log_policy(behaviour, batch.x))
             step_kl = np.where(batch.mask, categorical_kl(p_now, p_beh), 0.0)
             kl[update] = (step_kl.sum(axis=(0, 2)) / n).reshape(n_cells, n_seeds)
@@ -391,4 +451,6 @@ def run_staleness_grid(config: StalenessConfig, progress: Callable[[int], None] 
                 progress(update)
     finally:
         envs.close()
-    return StalenessResult(config, cells, returns, ess, kl, modified, env_steps, time.perf_counter() - start)
+    return StalenessResult(
+        config, cells, returns, sampler_returns, ess, kl, modified, env_steps, time.perf_counter() - start
+    )

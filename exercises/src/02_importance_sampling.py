@@ -28,72 +28,106 @@
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
-# | 1. `is_estimate` | 10 | ★☆☆ | 10 min |
+# | 1. `tis_ppo_loss` | 10 | ★★★ | 25 min |
 # | 2. `effective_sample_size` | 10 | ★☆☆ | 10 min |
 # | 3. `expected_ess_fraction` | 10 | ★☆☆ | 10 min |
 # | 4. `token_and_sequence_ratios` | 10 | ★★☆ | 15 min |
-# | 5. `clipped_surrogate_loss` | 15 | ★★☆ | 20 min |
 
 # %%
+import math
+
 import numpy as np
 import torch
 
 from course_lib import check
 
 # %% [markdown]
-# ## Exercise 1 · The importance-sampling estimate (★☆☆, 10 min, 10 points)
+# ## Exercise 1 · PPO's loss with the truncated behaviour weight (★★★, 25 min, 10 points)
 #
-# Samples $x_1..x_N$ were drawn from $\mu$; estimate the expectation of $f$ under $\pi$
-# (eq. 02.2):
+# In an LLM trainer (verl and SkyRL call it TIS) three log-probabilities meet per token:
+# $\log\pi_\theta$ of the model being trained; $\log\pi_{\text{old}}$, the trainer's own
+# recomputation at the start of the step; and $\log\mu$, stored by the inference engine
+# that sampled the token (a stale policy, or the same weights computed by other kernels).
+# PPO clips the ratio to $\pi_{\text{old}}$, and the whole term is multiplied by the
+# sampler's correction $\pi_{\text{old}}/\mu$, **truncated** at $c$ and not differentiated
+# (sg = stop-gradient), averaged over the batch's real tokens:
 #
-# $$\mathbb{E}_{x\sim\pi}[f(x)] = \mathbb{E}_{x\sim\mu}\big[w(x) f(x)\big]
-#   \approx \frac1N \sum_{i=1}^N w_i f(x_i), \qquad
-#   w_i = \frac{\pi(x_i)}{\mu(x_i)} = \exp\big(\log\pi(x_i) - \log\mu(x_i)\big).$$
+# $$L = -\frac{1}{\#\text{real}}\sum_{i,t\ \text{real}} \mathrm{sg}\big[\min(v_{i,t}, c)\big]\,
+#   \min\big(r_{i,t} A_i,\ \mathrm{clip}(r_{i,t}, 1-\epsilon, 1+\epsilon)\,A_i\big),
+#   \qquad r_{i,t} = \frac{\pi_\theta}{\pi_{\text{old}}},\quad v_{i,t} = \frac{\pi_{\text{old}}}{\mu}.$$
 #
-# `values[i]` is $f(x_i)$, `logp_target[i]` is $\log\pi(x_i)$ and `logp_behaviour[i]`
-# is $\log\mu(x_i)$ (arrays or lists of length `N >= 1`). Return one Python `float`.
-# Work with the difference of log-probabilities: the probability of a long answer can be
-# $e^{-1000}$, which is 0.0 in floating point, while its log is an ordinary number.
+# `logp_new` is a `[N, T]` torch tensor of $\log\pi_\theta$ that requires grad;
+# `logp_old` and `logp_behaviour` (`[N, T]`) and `advantages` (`[N]`, one per answer,
+# shared by its tokens) are constants: no gradient may flow into them. `mask` is `[N, T]`,
+# true (or 1) at real tokens; where it is false the log-probabilities hold anything,
+# `-inf` and NaN included, and no NaN may reach the loss or its gradient. Form both ratios
+# from differences of log-probabilities, clamp each log-ratio to $[-20, 20]$ before `exp`
+# (as verl does: $e^{89}$ overflows float32, and its gradient becomes $0\cdot\infty$ =
+# NaN), and cap $\log v$ at $\log c$ (`c` may be `math.inf`). Return a scalar tensor.
+# (Under data parallelism each rank holds part of the batch; a production trainer divides
+# by the real-token count all-reduced over the ranks, not by its own.)
 #
-# **How it is graded:** against a naive loop over the samples on random inputs;
-# hand-computed values; properties: when $\pi = \mu$ it is the plain mean of the values;
-# averaged over every possible single sample $x \sim \mu$ it gives exactly
-# $\mathbb{E}_\pi[f]$ (unbiased), a sample that $\mu$ draws with probability $e^{-30}$
-# included (its weight is $e^{29}$: keep it whole, do not cap or clamp it);
-# log-probabilities near $-1000$ work; the inputs are unchanged.
+# **How it is graded:** value and gradient against a naive loop over the real tokens on
+# random padded batches (float64 and float32), ratios on both sides of both clip
+# thresholds and of $c$, advantages of both signs; hand-computed values; properties: with
+# $\pi_\theta = \pi_{\text{old}} = \mu$ it is REINFORCE's $-\mathrm{mean}(A)$; the weight is
+# a constant; the cap applies to $\pi_{\text{old}}/\mu$ (not $\pi_\theta/\mu$, not the
+# product with $r$); the clip is against $\pi_{\text{old}}$ (not $\mu$); `eps` and `c` are
+# respected; the mean runs over real tokens; the mask is read position by position;
+# log-ratios of $\pm 100$ in float32 and log-probabilities near $-800$ give a finite loss
+# and gradient; no gradient reaches the constants; the inputs are unchanged.
 
 # %% tags=["exercise"]
-def is_estimate(values, logp_target, logp_behaviour):
-    """Importance-sampling estimate of E_pi[f] from N samples of mu (eq. 02.2).
+def tis_ppo_loss(logp_new, logp_old, logp_behaviour, advantages, mask, eps=0.2, c=2.0):
+    """PPO's clipped loss times sg[min(pi_old / mu, c)], mean over real tokens (verl's and SkyRL's TIS).
 
     Args:
-        values: [N] f(x_i).
-        logp_target: [N] log pi(x_i).
-        logp_behaviour: [N] log mu(x_i), the policy that drew x_i.
+        logp_new: torch.Tensor [N, T], log pi_theta of the sampled tokens, requires grad.
+        logp_old: torch.Tensor [N, T], the trainer's log pi_old (a constant).
+        logp_behaviour: torch.Tensor [N, T], the sampler's log mu (a constant).
+        advantages: torch.Tensor [N], one per answer (constants).
+        mask: torch.Tensor [N, T], True (or 1) at real tokens.
+        eps: PPO's clip range.
+        c: cap of the behaviour weight pi_old / mu (math.inf: no cap).
 
     Returns:
-        float: (1/N) sum_i exp(log pi(x_i) - log mu(x_i)) f(x_i).
+        torch.Tensor of shape () (a scalar).
     """
     ### BEGIN SOLUTION
-    f = np.asarray(values, dtype=np.float64)
-    log_w = np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)
-    return float(np.mean(np.exp(log_w) * f))
+    real = mask.bool()
+    old = logp_old.detach()
+    log_r = torch.clamp(torch.where(real, logp_new - old, 0.0), -20.0, 20.0)
+    log_v = torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, math.log(c))
+    ratio = torch.exp(log_r)
+    adv = advantages.detach()[:, None]
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
+    per_token = torch.where(real, torch.exp(log_v) * surrogate, 0.0)
+    return -per_token.sum() / real.sum()
     ### END SOLUTION
 
 
 # %% [markdown]
-# Try it: three actions, an old policy $\mu$ that is uniform and a new policy $\pi$ that
-# prefers action 0. Estimate $\pi$'s expected reward from 10,000 of $\mu$'s samples.
+# Try it: two answers, the second a token shorter. The trainer has moved a little since
+# $\pi_{\text{old}}$, and the sampler disagreed with the trainer. Which tokens does the cap
+# at $c = 2$ change, which does the clip silence, and what does each token's gradient
+# become?
 
 # %% tags=["raises-in-stub"]
-rng = np.random.default_rng(0)
-pi, mu, reward = np.array([0.6, 0.3, 0.1]), np.array([1 / 3, 1 / 3, 1 / 3]), np.array([1.0, 0.0, 2.0])
-actions = rng.choice(3, size=10_000, p=mu)
-estimate = is_estimate(reward[actions], np.log(pi[actions]), np.log(mu[actions]))
-print(f"IS estimate {estimate:.3f}   exact E_pi[r] = {pi @ reward:.3f}   naive mean of mu's rewards {reward[actions].mean():.3f}")
+logp_behaviour = torch.log(torch.tensor([[0.2, 0.4, 0.2], [0.1, 0.4, 0.5]], dtype=torch.float64))
+logp_behaviour[1, 2] = float("nan")  # padding holds anything
+logp_old = torch.log(torch.tensor([[0.6, 0.2, 0.3], [0.4, 0.1, 0.5]], dtype=torch.float64))
+logp_new = (logp_old + torch.tensor([[0.3, -0.1, 0.0], [-0.4, 0.1, 0.0]], dtype=torch.float64)).requires_grad_()
+mask = torch.tensor([[True, True, True], [True, True, False]])
+advantages = torch.tensor([1.0, -1.0], dtype=torch.float64)
+loss = tis_ppo_loss(logp_new, logp_old, logp_behaviour, advantages, mask, eps=0.2, c=2.0)
+loss.backward()
+print("r = pi / pi_old  ", torch.exp(logp_new - logp_old).detach().numpy().round(2).tolist())
+print("v = pi_old / mu  ", torch.exp(logp_old - logp_behaviour).nan_to_num(1.0).numpy().round(2).tolist())
+print(f"loss = {loss.item():.4f}")
+print("d loss / d logp_new =", (logp_new.grad.numpy().round(4) + 0.0).tolist())
 
 # %% tags=["exercise-check"]
-check("02_importance_sampling", "is_estimate", is_estimate)
+check("02_importance_sampling", "tis_ppo_loss", tis_ppo_loss)
 
 # %% [markdown]
 # ## Exercise 2 · Effective sample size (★☆☆, 10 min, 10 points)
@@ -271,70 +305,6 @@ print("per-sequence ratios", np.round(sequence_ratios, 3))
 
 # %% tags=["exercise-check"]
 check("02_importance_sampling", "token_and_sequence_ratios", token_and_sequence_ratios)
-
-# %% [markdown]
-# ## Exercise 5 · PPO's clipped surrogate loss (★★☆, 20 min, 15 points)
-#
-# PPO (Schulman et al. 2017, arXiv 1707.06347) maximises the clipped surrogate
-# (eq. 02.5); as a loss to minimise, averaged over the `N` samples:
-#
-# $$L = -\frac1N\sum_{i=1}^N \min\big(r_i A_i,\ \mathrm{clip}(r_i, 1-\epsilon, 1+\epsilon)\,A_i\big),
-#   \qquad r_i = \exp\big(\log\pi_\theta(a_i\mid s_i) - \log\mu(a_i\mid s_i)\big).$$
-#
-# `logp_new` is a `[N]` torch tensor of $\log\pi_\theta$ that requires grad; `logp_old`
-# (`[N]`, $\log\mu$, recorded when the samples were drawn) and `advantages` (`[N]`) are
-# constants: no gradient may flow into them, even if they require grad. Form $r_i$ from the
-# difference of the log-probabilities: a sequence's log-probability can be $-800$, where
-# its probability is 0.0. Return a scalar (0-dimensional) tensor. The gradient then is
-# $-\frac1N A_i r_i \nabla\log\pi_\theta(a_i\mid s_i)$ for the samples where the
-# unclipped term is the smaller one, and **zero** where the clip is active
-# ($r_i > 1+\epsilon$ with $A_i > 0$, or $r_i < 1-\epsilon$ with $A_i < 0$).
-#
-# **How it is graded:** the value against a naive float64 loop on random ratios on both
-# sides of both clip thresholds, with positive and negative advantages; the gradient with
-# respect to `logp_new` against the formula above; hand-computed values; properties: with
-# $r = 1$ the loss is $-\mathrm{mean}(A)$ and its gradient is REINFORCE's; no gradient
-# reaches `logp_old` or `advantages`; `eps` is respected; a mean, not a sum;
-# log-probabilities near $-800$ give a finite loss and gradient; the inputs are unchanged.
-
-# %% tags=["exercise"]
-def clipped_surrogate_loss(logp_new, logp_old, advantages, eps=0.2):
-    """Minus PPO's clipped surrogate, averaged over the samples (eq. 02.5).
-
-    Args:
-        logp_new: torch.Tensor [N], log pi_theta(a_i|s_i), requires grad.
-        logp_old: torch.Tensor [N], log mu(a_i|s_i) (a constant).
-        advantages: torch.Tensor [N] (constants).
-        eps: clip range.
-
-    Returns:
-        torch.Tensor of shape () (a scalar).
-    """
-    ### BEGIN SOLUTION
-    ratio = torch.exp(logp_new - logp_old.detach())
-    adv = advantages.detach()
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv
-    return -torch.min(unclipped, clipped).mean()
-    ### END SOLUTION
-
-
-# %% [markdown]
-# Try it: five samples whose ratios sit on both sides of both thresholds ($\epsilon = 0.2$).
-# Which samples still push the policy?
-
-# %% tags=["raises-in-stub"]
-ratios = torch.tensor([1.5, 0.5, 1.5, 0.5, 1.1], dtype=torch.float64)
-adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 2.0], dtype=torch.float64)
-logp_old = torch.log(torch.full((5,), 0.3, dtype=torch.float64))
-logp_new = (logp_old + torch.log(ratios)).requires_grad_()
-loss = clipped_surrogate_loss(logp_new, logp_old, adv, eps=0.2)
-loss.backward()
-print(f"loss = {loss.item():.4f}")
-print("d loss / d logp_new =", np.round(logp_new.grad.numpy(), 4).tolist())
-
-# %% tags=["exercise-check"]
-check("02_importance_sampling", "clipped_surrogate_loss", clipped_surrogate_loss)
 
 # %% [markdown]
 # When every check passes, grade the whole notebook:

@@ -10,69 +10,146 @@ from __future__ import annotations
 from conftest import Mutant
 
 # ---------------------------------------------------------------------------------------
-# Exercise 1 · is_estimate
+# Exercise 1 · tis_ppo_loss
 # ---------------------------------------------------------------------------------------
 
-IS_ESTIMATE = [
-    # w = mu / pi: the ratio upside down
+_LOG_R = "torch.clamp(torch.where(real, logp_new - old, 0.0), -20.0, 20.0)"
+_LOG_V = "torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, math.log(c))"
+_SURR = "torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)"
+_MEAN = "-per_token.sum() / real.sum()"
+_MASKED_BLOCK = """    log_v = torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, math.log(c))
+    ratio = torch.exp(log_r)
+    adv = advantages.detach()[:, None]
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
+    per_token = torch.where(real, torch.exp(log_v) * surrogate, 0.0)"""
+_MULTIPLIED_BLOCK = """    log_v = torch.clamp((old - logp_behaviour.detach()) * real, -20.0, math.log(c))
+    ratio = torch.exp(log_r)
+    adv = advantages.detach()[:, None]
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
+    per_token = torch.exp(log_v) * surrogate * real"""
+
+TIS_PPO_LOSS = [
+    # wrong mechanism: the weight built from logp_new and differentiated
     Mutant(
-        "is_estimate",
-        "inverted_weights",
-        old="np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)",
-        new="np.asarray(logp_behaviour, dtype=np.float64) - np.asarray(logp_target, dtype=np.float64)",
-        expected="the weights are inverted",
+        "tis_ppo_loss",
+        "differentiated_weight",
+        old=_LOG_V,
+        new="torch.clamp(torch.where(real, logp_new - logp_behaviour.detach(), 0.0), -20.0, math.log(c))",
+        expected="the weight was built from logp_new and differentiated",
     ),
-    # divides by the sum of the weights (self-normalised IS, biased)
+    # the weight not detached from logp_old: a gradient flows into the constant
     Mutant(
-        "is_estimate",
-        "self_normalised",
-        old="np.mean(np.exp(log_w) * f)",
-        new="np.sum(np.exp(log_w) * f) / np.sum(np.exp(log_w))",
-        expected="the self-normalised estimate",
+        "tis_ppo_loss",
+        "weight_not_detached",
+        old="old - logp_behaviour.detach()",
+        new="logp_old - logp_behaviour.detach()",
+        expected="a gradient flowed into `logp_old`",
     ),
-    # sums instead of averaging
+    # cap on the wrong ratio: pi_theta / mu (detached)
     Mutant(
-        "is_estimate",
-        "sum_not_mean",
-        old="np.mean(np.exp(log_w) * f)",
-        new="np.sum(np.exp(log_w) * f)",
-        expected="summed over the samples",
+        "tis_ppo_loss",
+        "cap_on_pi_theta_over_mu",
+        old=_LOG_V,
+        new="torch.clamp(torch.where(real, logp_new.detach() - logp_behaviour.detach(), 0.0), -20.0, math.log(c))",
+        expected="the cap is on pi_theta / mu",
     ),
-    # averages the weights and forgets the values
+    # no cap
     Mutant(
-        "is_estimate",
-        "weights_only",
-        old="np.mean(np.exp(log_w) * f)",
-        new="np.mean(np.exp(log_w))",
-        expected="the values are missing",
+        "tis_ppo_loss",
+        "not_capped",
+        old=_LOG_V,
+        new="torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, 20.0)",
+        expected="was not capped",
     ),
-    # exponentiates each log-probability: exp(-1000) = 0, so 0 / 0
+    # cap from both sides
     Mutant(
-        "is_estimate",
+        "tis_ppo_loss",
+        "capped_both_sides",
+        old=_LOG_V,
+        new="torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -math.log(c), math.log(c))",
+        expected="weights below 1 were raised",
+    ),
+    # cap on the wrong quantity: the weighted term v * PPO's term
+    Mutant(
+        "tis_ppo_loss",
+        "term_capped",
+        old="    per_token = torch.where(real, torch.exp(log_v) * surrogate, 0.0)",
+        new="    v = torch.exp(torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, 20.0))\n"
+        "    per_token = torch.where(real, torch.clamp(v * surrogate, max=c), 0.0)",
+        expected="the cap was applied to the weighted term",
+    ),
+    # PPO's clip against mu instead of pi_old
+    Mutant(
+        "tis_ppo_loss",
+        "clip_against_mu",
+        old=_LOG_R,
+        new="torch.clamp(torch.where(real, logp_new - logp_behaviour.detach(), 0.0), -20.0, 20.0)",
+        expected="PPO's ratio was taken against mu",
+    ),
+    # max of the two terms
+    Mutant(
+        "tis_ppo_loss", "max_not_min", old="torch.min(ratio * adv", new="torch.max(ratio * adv", expected="torch.max"
+    ),
+    # the ratio clipped from above only: wrong for negative advantages
+    Mutant(
+        "tis_ppo_loss",
+        "upper_clip_only",
+        old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps)",
+        new="torch.clamp(ratio, max=1.0 + eps)",
+        expected="clipped from above only",
+    ),
+    # eps ignored
+    Mutant(
+        "tis_ppo_loss",
+        "ignores_eps",
+        old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps)",
+        new="torch.clamp(ratio, 0.8, 1.2)",
+        expected="eps=0.1",
+    ),
+    # wrong normalisation: every position, per answer, PipelineRL's batch size
+    Mutant("tis_ppo_loss", "mean_over_padding", old=_MEAN, new="-per_token.mean()", expected="padding included"),
+    Mutant(
+        "tis_ppo_loss",
+        "mean_per_answer",
+        old=_MEAN,
+        new="-(per_token.sum(dim=1) / real.sum(dim=1)).mean()",
+        expected="averaged each answer's tokens",
+    ),
+    Mutant(
+        "tis_ppo_loss",
+        "divided_by_batch_size",
+        old=_MEAN,
+        new="-per_token.sum() / real.shape[0]",
+        expected="PipelineRL's normalisation",
+    ),
+    Mutant("tis_ppo_loss", "no_minus", old=_MEAN, new="per_token.sum() / real.sum()", expected="the wrong sign"),
+    # masking by multiplying: 0 * NaN is NaN at padding
+    Mutant("tis_ppo_loss", "mask_multiplied", old=_MASKED_BLOCK, new=_MULTIPLIED_BLOCK, expected="0 * NaN is NaN"),
+    # float32 overflow: PPO's log-ratio not clamped
+    Mutant(
+        "tis_ppo_loss",
+        "no_clamp",
+        old=_LOG_R,
+        new="torch.where(real, logp_new - old, 0.0)",
+        expected="exp(100) overflows",
+    ),
+    # linear space: a ratio of probabilities
+    Mutant(
+        "tis_ppo_loss",
         "ratio_of_probabilities",
-        old="log_w = np.asarray(logp_target, dtype=np.float64) - np.asarray(logp_behaviour, dtype=np.float64)\n"
-        "    return float(np.mean(np.exp(log_w) * f))",
-        new="w = np.exp(np.asarray(logp_target, dtype=np.float64))"
-        " / np.exp(np.asarray(logp_behaviour, dtype=np.float64))\n"
-        "    return float(np.mean(w * f))",
-        expected="returned nan: exp(-1000) is 0.0",
+        old="ratio = torch.exp(log_r)",
+        new="ratio = torch.exp(torch.where(real, logp_new, 0.0)) / torch.exp(torch.where(real, old, 0.0))",
+        expected="is not finite",
     ),
-    # returns the per-sample terms, not their mean
     Mutant(
-        "is_estimate",
-        "returns_array",
-        old="return float(np.mean(np.exp(log_w) * f))",
-        new="return np.exp(log_w) * f",
-        expected="is an array of shape (5,); expected one number",
+        "tis_ppo_loss",
+        "advantages_not_detached",
+        old="advantages.detach()[:, None]",
+        new="advantages[:, None]",
+        expected="a gradient flowed into `advantages`",
     ),
-    # wrong mechanism (issue 45): clamps the log-ratio to [-20, 20] "for safety", as some
-    # trainers do: a weight above e^20 is truncated, and the estimate is biased (02.4, not 02.2)
     Mutant(
-        "is_estimate",
-        "clamped_log_ratio",
-        old="return float(np.mean(np.exp(log_w) * f))",
-        new="return float(np.mean(np.exp(np.clip(log_w, -20.0, 20.0)) * f))",
-        expected="capping or clamping the weight (or its log) is truncated IS (02.4)",
+        "tis_ppo_loss", "returns_float", old=_MEAN, new="(" + _MEAN + ").item()", expected="expected a torch tensor"
     ),
 ]
 
@@ -257,100 +334,15 @@ TOKEN_AND_SEQUENCE_RATIOS = [
         new="log_ratio = (new - old) * real",
         expected="multiplying by a 0 mask keeps them (0 * inf is NaN)",
     ),
-]
-
-# ---------------------------------------------------------------------------------------
-# Exercise 5 · clipped_surrogate_loss
-# ---------------------------------------------------------------------------------------
-
-CLIPPED_SURROGATE_LOSS = [
-    # max of the two terms instead of the min
+    # wrong mechanism: the sequence ratio as a product of the token ratios, exponentiated before
+    # summing: right while the running product stays finite, inf once it passes e^709
     Mutant(
-        "clipped_surrogate_loss",
-        "max_not_min",
-        old="torch.min(unclipped, clipped)",
-        new="torch.max(unclipped, clipped)",
-        expected="PPO takes the minimum",
-    ),
-    # keeps only the clipped term
-    Mutant(
-        "clipped_surrogate_loss",
-        "clipped_term_only",
-        old="torch.min(unclipped, clipped)",
-        new="clipped",
-        expected="the clipped term alone",
-    ),
-    # returns the surrogate, not minus it
-    Mutant(
-        "clipped_surrogate_loss",
-        "no_minus",
-        old="return -torch.min(",
-        new="return torch.min(",
-        expected="minimise minus the surrogate",
-    ),
-    # gradient flows into logp_old
-    Mutant(
-        "clipped_surrogate_loss",
-        "old_not_detached",
-        old="logp_new - logp_old.detach()",
-        new="logp_new - logp_old",
-        expected="a gradient flowed into `logp_old`",
-    ),
-    # gradient flows into the advantages
-    Mutant(
-        "clipped_surrogate_loss",
-        "advantages_not_detached",
-        old="adv = advantages.detach()",
-        new="adv = advantages",
-        expected="a gradient flowed into `advantages`",
-    ),
-    # sums instead of averaging
-    Mutant(
-        "clipped_surrogate_loss", "sum_not_mean", old=".mean()", new=".sum()", expected="expected -mean(A) = -0.625"
-    ),
-    # ratio mu / pi
-    Mutant(
-        "clipped_surrogate_loss",
-        "inverted_ratio",
-        old="torch.exp(logp_new - logp_old.detach())",
-        new="torch.exp(logp_old.detach() - logp_new)",
-        expected="points the wrong way",
-    ),
-    # clips the advantage instead of the ratio
-    Mutant(
-        "clipped_surrogate_loss",
-        "clips_advantage",
-        old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv",
-        new="ratio * torch.clamp(adv, 1.0 - eps, 1.0 + eps)",
-        expected="expected -mean(A) = -0.625",
-    ),
-    # returns a float (.item()), not a tensor
-    Mutant(
-        "clipped_surrogate_loss",
-        "returns_float",
-        old="torch.min(unclipped, clipped).mean()",
-        new="torch.min(unclipped, clipped).mean().item()",
-        expected="expected a torch tensor",
-    ),
-    # hard-codes eps = 0.2
-    Mutant(
-        "clipped_surrogate_loss",
-        "ignores_eps",
-        old="torch.clamp(ratio, 1.0 - eps, 1.0 + eps)",
-        new="torch.clamp(ratio, 0.8, 1.2)",
-        expected="clip the ratio to [1 - eps, 1 + eps]",
-    ),
-    # wrong mechanism (issue 45): the ratio as a ratio of probabilities: right for moderate
-    # log-probabilities, 0 / 0 once they underflow
-    Mutant(
-        "clipped_surrogate_loss",
-        "ratio_of_probabilities",
-        old="ratio = torch.exp(logp_new - logp_old.detach())",
-        new="ratio = torch.exp(logp_new) / torch.exp(logp_old.detach())",
-        expected="exp(logp_new) / exp(logp_old) is 0 / 0",
+        "token_and_sequence_ratios",
+        "product_of_exponentials",
+        old="np.exp(log_ratio.sum(axis=1))",
+        new="np.prod(np.exp(log_ratio), axis=1)",
+        expected="exponentiate the sum of the log-ratios",
     ),
 ]
 
-MUTANTS: list[Mutant] = (
-    IS_ESTIMATE + EFFECTIVE_SAMPLE_SIZE + EXPECTED_ESS_FRACTION + TOKEN_AND_SEQUENCE_RATIOS + CLIPPED_SURROGATE_LOSS
-)
+MUTANTS: list[Mutant] = TIS_PPO_LOSS + EFFECTIVE_SAMPLE_SIZE + EXPECTED_ESS_FRACTION + TOKEN_AND_SEQUENCE_RATIOS

@@ -1,28 +1,31 @@
-"""Lesson 02's graded exercises: the IS estimate, the effective sample size, the ESS
-fraction expected from the divergence, per-token and per-sequence ratios, and PPO's
-clipped surrogate loss.
+"""Lesson 02's graded exercises: PPO's loss with the truncated behaviour weight (TIS), the effective sample size, the ESS
+fraction expected from the divergence, and per-token and per-sequence ratios.
 
 The learner writes:
 
-* ``is_estimate(values [N], logp_target [N], logp_behaviour [N]) -> float``  (eq. 02.2)
+* ``tis_ppo_loss(logp_new, logp_old, logp_behaviour [N, T], advantages [N], mask [N, T], eps=0.2, c=2.0) -> scalar tensor``  (02.4-02.5)
 * ``effective_sample_size(weights [N]) -> float``  (02.6)
 * ``expected_ess_fraction(logp_target [K], logp_behaviour [K]) -> float``  (02.6-02.7)
 * ``token_and_sequence_ratios(logp_new [N, T], logp_old [N, T], mask [N, T]) -> ([N, T], [N])``  (02.3)
-* ``clipped_surrogate_loss(logp_new [N], logp_old [N], advantages [N], eps=0.2) -> scalar tensor``  (02.5)
 
 The checks never call ``course_lib.rl.importance``: they compare with the naive oracles
 below (explicit loops over samples and tokens with ``math.exp``, mirroring the
 equations), with hand-computed values, and with properties. Inputs cross the
 clip thresholds on both sides. Where a wrong answer matches a known mistake (inverted
-ratio, self-normalised mean, the KL bound instead of the exact fraction, ...), the message
+ratio, a capped product w A, the KL bound instead of the exact fraction, ...), the message
 names the mistake. torch is imported inside the checks that need it.
 
 What each exercise teaches, and how the checks observe it (not only its values):
 
-* is_estimate, mechanism: every sample weighted by its full ratio exp(log pi - log mu), formed in
-  log space, and averaged over N; observed by the average over every single sample x ~ mu
-  (unbiased), including a sample mu draws with probability e^-30 (a weight of e^29: a cap or a
-  clamp on the weight or its log, truncated IS (02.4), is named), and log-probabilities near -1000.
+* tis_ppo_loss, mechanism: r = exp(clamp(where(mask, logp_new - sg[logp_old], 0), -20, 20)) and
+  v = exp(clamp(where(mask, sg[logp_old] - sg[logp_behaviour], 0), -20, log c)) per token; PPO's
+  min(r A, clip(r) A) times the constant v, summed over the real tokens and divided by their number;
+  observed by its gradient at logp_new = logp_old (a weight built from logp_new and differentiated,
+  named), the cap on pi_old / mu alone and from above only (pi_theta / mu capped, v r capped,
+  clip(v, 1/c, c): named), the clip against pi_old (against mu: named), min of the two terms and a
+  two-sided clip (max, or an upper clip only, wrong for A < 0: named), eps and c, masks with holes and
+  NaN / -inf there, the mean over real tokens (not N * T, not per answer, not PipelineRL's / N: named),
+  float32 log-ratios of +-100 (an unclamped exp gives 0 * inf = NaN in the gradient) and -800.
 * effective_sample_size, mechanism: (sum w)^2 / sum w^2 with a guard for all-zero weights;
   observed by equal weights over N from 1 to 1000, one non-zero weight, scale invariance,
   [1, N], random weights of growing spread.
@@ -32,11 +35,9 @@ What each exercise teaches, and how the checks observe it (not only its values):
 * token_and_sequence_ratios, mechanism: per-token log-ratios selected by the mask (0 where it is
   False), summed per row and exponentiated at the end; observed by masks with holes (a prompt
   before the answer, padding after: a mask rebuilt from its lengths is wrong there), -inf and
-  NaN at masked positions (a mask multiplied in gives 0 * inf = NaN), -800 log-probabilities.
-* clipped_surrogate_loss, mechanism: r = exp(logp_new - sg[logp_old]), min(r A, clip(r) A) per
-  sample, averaged and negated; observed by its value and gradient on both sides of both
-  thresholds with A of both signs, eps from 0.1 to 0.3, gradients into logp_old and advantages,
-  and log-probabilities near -800 (a ratio of probabilities is 0 / 0 there).
+  NaN at masked positions (a mask multiplied in gives 0 * inf = NaN), -800 log-probabilities, and an
+  answer whose running product of token ratios passes e^709 before coming back to 1 (a product of
+  exponentials overflows; the exponential of the summed log-ratios does not).
 """
 
 from __future__ import annotations
@@ -74,12 +75,6 @@ LESSON = "02_importance_sampling"
 
 def _floats(x: Any) -> list[float]:
     return [float(v) for v in np.asarray(x, dtype=np.float64).reshape(-1).tolist()]
-
-
-def naive_is_estimate(values: Any, logp_target: Any, logp_behaviour: Any) -> float:
-    """``(1/N) sum_i exp(log pi_i - log mu_i) f_i``, one sample at a time."""
-    f, lt, lb = _floats(values), _floats(logp_target), _floats(logp_behaviour)
-    return sum(math.exp(lt[i] - lb[i]) * f[i] for i in range(len(f))) / len(f)
 
 
 def naive_expected_ess_fraction(logp_target: Any, logp_behaviour: Any) -> float:
@@ -181,158 +176,350 @@ def _diagnose(got: Any, candidates: dict[str, Any], what: str, expected: Any, rt
 
 
 # ---------------------------------------------------------------------------------------
-# Exercise 1: is_estimate
+# Exercise 1: tis_ppo_loss
 # ---------------------------------------------------------------------------------------
 
-ISE = "is_estimate"
+TIS = "tis_ppo_loss"
+CLAMP = 20.0  # both log-ratios are clamped to [-20, 20] before exp (verl's bound)
+
+#: ``(logp_new [N, T], logp_old [N, T], logp_behaviour [N, T], advantages [N], mask [N, T])``
+Batch = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]
 
 
-def _ise_random(
-    seed: int, n: int, spread: float = 1.0
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+def naive_tis_ppo_loss_and_grad(batch: Batch, eps: float, c: float) -> tuple[float, NDArray[np.float64]]:
+    """``L = -(1/#real) sum_real min(v, c) min(r A, clip(r) A)`` and ``dL / d log pi_theta``, one token at a time.
+
+    ``r = exp(clamp(new - old))``, ``v = exp(clamp(old - behaviour))``; the weight is a constant.
+    """
+    new_a, old_a, beh_a, adv_a, mask_a = batch
+    new, old, beh = (np.asarray(a, dtype=np.float64).tolist() for a in (new_a, old_a, beh_a))
+    adv = _floats(adv_a)
+    real = np.asarray(mask_a).astype(bool).tolist()
+    n_rows, n_t = len(new), len(new[0])
+    n_real = sum(sum(row) for row in real)
+    log_c = math.log(c) if c < math.inf else math.inf
+    total, grad = 0.0, np.zeros((n_rows, n_t), dtype=np.float64)
+    for i in range(n_rows):
+        for t in range(n_t):
+            if not real[i][t]:
+                continue
+            log_r = new[i][t] - old[i][t]
+            r = math.exp(min(max(log_r, -CLAMP), CLAMP))
+            v = math.exp(min(max(old[i][t] - beh[i][t], -CLAMP), min(log_c, CLAMP)))
+            unclipped, clipped = r * adv[i], min(max(r, 1.0 - eps), 1.0 + eps) * adv[i]
+            total += v * min(unclipped, clipped)
+            if unclipped <= clipped and abs(log_r) < CLAMP:
+                grad[i, t] = -v * unclipped / n_real
+    return -total / n_real, grad
+
+
+def _tis_tensors(batch: Batch, dtype: Any = None, const_grad: bool = False) -> tuple[Any, Any, Any, Any, Any]:
+    import torch
+
+    dtype = dtype or torch.float64
+    new, old, beh, adv, mask = batch
+    return (
+        torch.tensor(np.asarray(new, dtype=np.float64), dtype=dtype).requires_grad_(),
+        torch.tensor(np.asarray(old, dtype=np.float64), dtype=dtype, requires_grad=const_grad),
+        torch.tensor(np.asarray(beh, dtype=np.float64), dtype=dtype, requires_grad=const_grad),
+        torch.tensor(np.asarray(adv, dtype=np.float64), dtype=dtype, requires_grad=const_grad),
+        torch.as_tensor(np.asarray(mask)),
+    )
+
+
+def _tis_random(seed: int, n_rows: int, n_t: int, spread: float = 0.3) -> Batch:
+    """A padded batch: r on both sides of both clip thresholds, v on both sides of 1 and of 2, garbage at padding."""
     rng = np.random.default_rng(seed)
-    lb = np.log(rng.uniform(0.05, 1.0, size=n))
-    return np.round(rng.normal(size=n), 3), lb + rng.normal(scale=spread, size=n), lb
+    old = np.log(rng.uniform(0.05, 0.95, size=(n_rows, n_t)))
+    new = old + rng.normal(scale=spread, size=(n_rows, n_t))
+    beh = old - rng.normal(scale=0.8, size=(n_rows, n_t))
+    lengths = rng.integers(1, n_t + 1, size=n_rows)
+    mask = np.arange(n_t)[None, :] < lengths[:, None]
+    pad = int((~mask).sum())
+    beh[~mask] = np.where(rng.random(pad) < 0.5, np.nan, -np.inf)
+    old[~mask] = np.where(rng.random(pad) < 0.5, np.nan, -np.inf)
+    new[~mask] = -5.0
+    return new, old, beh, np.round(rng.normal(size=n_rows), 3), mask
 
 
-@check_case("returns one float")
-def _ise_scalar(fn: Callable[..., Any]) -> None:
-    values, lt, lb = _ise_random(0, 5)
-    _scalar(call_on_copies(fn, values, lt, lb), f"{ISE}(5 samples)")
+def _tis_grad(
+    fn: Callable[..., Any], tensors: tuple[Any, ...], eps: float, c: float, what: str
+) -> tuple[float, NDArray[np.float64]]:
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = assert_scalar_tensor(
+            call(fn, *tensors, eps, c), what=what, advice="autograd needs it: don't call .item()"
+        )
+    if not loss.requires_grad:
+        fail(f"{what} does not depend on logp_new through autograd; build the loss from logp_new with torch operations")
+    (grad,) = torch.autograd.grad(loss, tensors[0], allow_unused=True)
+    if grad is None:
+        fail(f"no gradient reaches logp_new in {what}")
+    return float(loss.detach()), grad.detach().double().numpy()
 
 
-@check_case("with pi = mu it is the plain mean of the values")
-def _ise_on_policy(fn: Callable[..., Any]) -> None:
-    values, _, lb = _ise_random(1, 6)
-    got = _scalar(call_on_copies(fn, values, lb, lb), f"{ISE}(values, logp, logp)")
-    assert_true(
-        math.isclose(got, float(np.mean(values)), rel_tol=1e-9, abs_tol=1e-12),
-        f"{ISE}(values, logp, logp) = {fmt_number(got)}; expected the mean of the values, "
-        f"{fmt_number(np.mean(values))} (every weight is exp(0) = 1)",
-    )
+def _tis_candidates(batch: Batch, eps: float, c: float) -> dict[str, float]:
+    """What known mistakes give as the loss of a batch without garbage at padding."""
+    new, old, beh, adv, mask = batch
+    a = adv[:, None] * np.ones_like(new)
+    n_real = mask.sum()
+    r, v, w = np.exp(new - old), np.exp(old - beh), np.exp(new - beh)
+
+    def surrogate(ratio: NDArray[np.float64], low: float = 1.0 - eps, combine: Any = np.minimum) -> Any:
+        return combine(ratio * a, np.clip(ratio, low, 1.0 + eps) * a)
+
+    def loss(terms: NDArray[np.float64], denominator: float = n_real) -> float:
+        return float(-np.sum(np.where(mask, terms, 0.0)) / denominator)
+
+    right = np.minimum(v, c) * surrogate(r)
+    per_row = np.where(mask, right, 0.0).sum(axis=1) / mask.sum(axis=1)
+    return {
+        "the behaviour weight pi_old / mu was not capped: multiply by min(v, c), in log space min(log v, log c)": loss(
+            v * surrogate(r)
+        ),
+        "the cap is on pi_theta / mu; TIS caps the sampler's correction pi_old / mu = exp(logp_old - logp_behaviour)": (
+            loss(np.minimum(w, c) * surrogate(r))
+        ),
+        "weights below 1 were raised: the cap is from above only, min(v, c), not clip(v, 1/c, c)": loss(
+            np.clip(v, 1 / c, c) * surrogate(r)
+        ),
+        "the cap was applied to the weighted term v * PPO's term; cap the weight v = pi_old / mu alone": loss(
+            np.minimum(v * surrogate(r), c)
+        ),
+        "PPO's ratio was taken against mu; it is r = pi_theta / pi_old = exp(logp_new - logp_old), the clip anchored "
+        "at the trainer's pi_old": loss(np.minimum(v, c) * surrogate(w)),
+        "that is torch.max of the two terms; PPO takes the minimum (the pessimistic bound)": loss(
+            np.minimum(v, c) * surrogate(r, combine=np.maximum)
+        ),
+        "the ratio was clipped from above only; clip it to [1 - eps, 1 + eps]: for A < 0 the lower bound binds": loss(
+            np.minimum(v, c) * surrogate(r, low=-np.inf)
+        ),
+        "divided by every position, padding included; average over the real tokens (divide by mask.sum())": loss(
+            right, mask.size
+        ),
+        "summed over tokens and divided by the number of answers (PipelineRL's normalisation); this loss averages over "
+        "the real tokens": loss(right, mask.shape[0]),
+        "averaged each answer's tokens, then the answers; average over all real tokens at once": float(-per_row.mean()),
+        "the loss has the wrong sign: minimise minus PPO's objective": -loss(right),
+    }
 
 
-@check_case("hand-computed values: weights 2, 0.5, 1 give 4/3")
-def _ise_known(fn: Callable[..., Any]) -> None:
-    values = [1.0, 0.0, 2.0]
-    pi, mu = [0.5, 0.25, 0.25], [0.25, 0.5, 0.25]
-    got = _scalar(
-        call_on_copies(fn, values, np.log(pi), np.log(mu)),
-        f"{ISE}([1, 0, 2], log [0.5, 0.25, 0.25], log [0.25, 0.5, 0.25])",
-    )
-    what = f"{ISE}(values [1, 0, 2], pi [0.5, 0.25, 0.25], mu [0.25, 0.5, 0.25])"
-    _diagnose(
-        got,
-        {
-            "the weights are inverted; w = pi / mu = exp(logp_target - logp_behaviour)": (0.5 * 1 + 2 * 0 + 1 * 2) / 3,
-            "divided by the sum of the weights (the self-normalised estimate); divide by N": 4 / 3.5,
-            "summed over the samples; average them (divide by N)": 4.0,
-            "the values are missing: average w_i * values[i], not w_i": 3.5 / 3,
-        },
-        what,
-        4 / 3,
-    )
-
-
-@check_case("averaged over every single sample x ~ mu it gives E_pi[f] exactly (unbiased), rare samples included")
-def _ise_unbiased(fn: Callable[..., Any]) -> None:
-    pi = np.array([0.1, 0.2, 0.3, 0.4])
-    mu = np.array([0.4, 0.3, 0.2, 0.1])
-    f = np.array([3.0, -1.0, 0.5, 2.0])
-    mean = sum(
-        mu[x] * _scalar(call_on_copies(fn, [f[x]], [math.log(pi[x])], [math.log(mu[x])]), f"{ISE} of one sample")
-        for x in range(4)
-    )
-    exact = float(pi @ f)
-    assert_true(
-        math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12),
-        f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) is {fmt_number(mean)}; "
-        f"expected E_pi[f] = {fmt_number(exact)}: the estimate is biased",
-    )
-    # mu draws arm 3 with probability e^-30, pi with 0.4: its weight is e^29.1 = 4.3e12, and it
-    # carries a third of E_pi[f]; capping or clamping the weight (or its log) drops that share
-    log_mu = [math.log(0.5), math.log(0.3), math.log(0.2 - math.exp(-30.0)), -30.0]
-    log_pi = [math.log(0.1), math.log(0.2), math.log(0.3), math.log(0.4)]
-    singles = [_scalar(call_on_copies(fn, [f[x]], [log_pi[x]], [log_mu[x]]), f"{ISE} of one sample") for x in range(4)]
-    mean = sum(math.exp(log_mu[x]) * singles[x] for x in range(4))
-    if math.isclose(mean, exact, rel_tol=1e-9, abs_tol=1e-12):
-        return
-    rare = math.exp(log_pi[3] - log_mu[3]) * f[3]
-    if math.isfinite(singles[3]) and singles[3] < rare * (1 - 1e-6):
+def _tis_expect(loss: float, grad: NDArray[np.float64], batch: Batch, eps: float, c: float, what: str) -> None:
+    """Compare a loss and its gradient with the oracle, naming a known mistake where one matches."""
+    new, old, beh, adv, mask = batch
+    expected, expected_grad = naive_tis_ppo_loss_and_grad(batch, eps, c)
+    if not (math.isfinite(loss) and np.isfinite(grad).all()):
         fail(
-            f"a sample mu draws with probability e^-30 and pi with 0.4 has weight e^29.1 = {fmt_number(rare / f[3])}, "
-            f"but {ISE}([2.0], [log 0.4], [-30]) = {fmt_number(singles[3])}: capping or clamping the weight (or "
-            "its log) is truncated IS (02.4), which is biased; the IS estimate (02.2) keeps the full weight"
+            f"{what}: the loss or its gradient holds NaN or inf. Where mask is False the log-probabilities hold NaN "
+            "and -inf, and multiplying by a 0 mask keeps them (0 * NaN is NaN), as does torch.where after the product "
+            "(its gradient sends 0 * NaN back): select the real log-ratios with torch.where before exponentiating"
         )
-    fail(
-        f"the average over x ~ mu of {ISE}([f(x)], [log pi(x)], [log mu(x)]) with a rare x (mu = e^-30) is "
-        f"{fmt_number(mean)}; expected E_pi[f] = {fmt_number(exact)}: the estimate is biased"
-    )
-
-
-@check_case("matches a naive loop over the samples on random inputs")
-def _ise_oracle(fn: Callable[..., Any]) -> None:
-    for case, (seed, n, spread) in enumerate([(10, 1, 0.5), (11, 7, 1.0), (12, 50, 2.0), (13, 300, 0.3)]):
-        values, lt, lb = _ise_random(seed, n, spread)
-        got = _scalar(call_on_copies(fn, values, lt, lb), f"random case {case + 1} (N={n})")
-        expected = naive_is_estimate(values, lt, lb)
-        assert_true(
-            math.isclose(got, expected, rel_tol=1e-7, abs_tol=1e-12),
-            f"random case {case + 1} (N={n}): got {fmt_number(got)}, expected {fmt_number(expected)}",
-        )
-
-
-@check_case("log-probabilities near -1000 (probabilities underflow to 0.0)")
-def _ise_stable(fn: Callable[..., Any]) -> None:
-    values = np.array([1.0, 1.0, 3.0])
-    lt = np.array([-1000.0, -1001.0, -999.5])
-    lb = np.array([-1001.0, -1000.0, -999.5])
-    expected = (math.e + 1 / math.e + 3.0) / 3
-    with quiet_floats():
-        got = _scalar(
-            call_on_copies(fn, values, lt, lb), f"{ISE}([1, 1, 3], [-1000, -1001, -999.5], [-1001, -1000, -999.5])"
-        )
-    if not math.isfinite(got):
-        fail(
-            f"{ISE} with log-probabilities near -1000 returned {fmt_number(got)}: exp(-1000) is 0.0 in floating "
-            "point, so pi / mu becomes 0 / 0; compute exp(logp_target - logp_behaviour)"
+    if all(np.all(np.isfinite(x[mask])) for x in (new, old, beh)):
+        clean: Batch = (np.where(mask, new, 0.0), np.where(mask, old, 0.0), np.where(mask, beh, 0.0), adv, mask)
+        fail_if_known_mistake(
+            loss,
+            _tis_candidates(clean, eps, c),
+            expected=expected,
+            what=what,
+            rtol=1e-6,
+            atol=1e-9,
         )
     assert_true(
-        math.isclose(got, expected, rel_tol=1e-9),
-        f"{ISE} with log-probabilities near -1000 = {fmt_number(got)}; expected (e + 1/e + 3) / 3 = "
-        f"{fmt_number(expected)}",
+        math.isclose(loss, expected, rel_tol=1e-4, abs_tol=1e-6),
+        f"{what}: loss {fmt_number(loss)}, expected {fmt_number(expected)}",
     )
+    # a weight built from logp_new and differentiated adds -(1/#real) v * surrogate where v < c
+    with np.errstate(invalid="ignore"):
+        log_v = np.where(mask, np.nan_to_num(old - beh, nan=0.0), 0.0)
+        r = np.exp(np.clip(np.where(mask, np.nan_to_num(new - old, nan=0.0), 0.0), -CLAMP, CLAMP))
+        a = adv[:, None] * np.ones_like(r)
+        surr = np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps) * a)
+        extra = np.where(mask & (log_v < math.log(c)), -np.exp(np.minimum(log_v, CLAMP)) * surr / mask.sum(), 0.0)
+        if np.any(np.abs(extra) > 1e-6) and np.allclose(grad, expected_grad + extra, rtol=1e-4, atol=1e-7):
+            fail(
+                f"the gradient of {what} carries the weight's own derivative: the weight was built from logp_new "
+                "and differentiated. It is a constant, sg[min(pi_old / mu, c)]: compute it from logp_old and "
+                "logp_behaviour"
+            )
+    if np.any(grad[~mask] != 0):
+        fail(f"a gradient reaches logp_new where mask is False in {what}: only real tokens carry the loss")
+    assert_allclose(grad, expected_grad, what=f"the gradient of {what} with respect to logp_new", rtol=1e-4, atol=1e-7)
 
 
-@check_case("accepts lists and does not modify its inputs")
-def _ise_inputs(fn: Callable[..., Any]) -> None:
-    got = _scalar(
-        call(fn, [2.0, 4.0], [math.log(0.5), math.log(0.5)], [math.log(0.25), math.log(0.75)]),
-        f"{ISE}([2, 4], [log 0.5, log 0.5], [log 0.25, log 0.75])",
-    )
-    expected = (2 * 2.0 + 4 * (2 / 3)) / 2
+def _tis_run(fn: Callable[..., Any], batch: Batch, eps: float, c: float, what: str, dtype: Any = None) -> None:
+    loss, grad = _tis_grad(fn, _tis_tensors(batch, dtype=dtype), eps, c, what)
+    _tis_expect(loss, grad, batch, eps, c, what)
+
+
+@check_case("returns a scalar torch tensor")
+def _tis_scalar(fn: Callable[..., Any]) -> None:
+    _tis_grad(fn, _tis_tensors(_tis_random(0, 3, 4)), 0.2, 2.0, f"{TIS}(logp_new [3, 4], ...)")
+
+
+@check_case("with pi_theta = pi_old = mu it is REINFORCE: -mean over real tokens of A, gradient -A / #real")
+def _tis_on_policy(fn: Callable[..., Any]) -> None:
+    logp = np.log([[0.5, 0.2, 0.9], [0.4, 0.6, 0.7]])
+    mask = np.array([[True, True, True], [True, False, False]])
+    what = f"{TIS}(all three log-probabilities equal, A = [1, -2], 4 real tokens)"
+    _tis_run(fn, (logp, logp.copy(), logp.copy(), np.array([1.0, -2.0]), mask), 0.2, 2.0, what)
+
+
+@check_case("at pi_theta = pi_old the weight pi_old / mu is a constant: the gradient is -min(v, c) A / #real")
+def _tis_constant_weight(fn: Callable[..., Any]) -> None:
+    old = np.log([[0.6, 0.2, 0.3], [0.4, 0.1, 0.5]])
+    beh = np.log([[0.2, 0.4, 0.2], [0.1, 0.4, 0.5]])
+    mask = np.array([[True, True, True], [True, True, False]])
+    what = f"{TIS}(logp_new = logp_old, pi_old / mu = [[3, 0.5, 1.5], [4, 0.25, padding]], A [1, -2], c=2)"
+    _tis_run(fn, (old.copy(), old, beh, np.array([1.0, -2.0]), mask), 0.2, 2.0, what)
+
+
+@check_case("hand-computed value and gradient: r across both clip thresholds, v across c, A of both signs")
+def _tis_known(fn: Callable[..., Any]) -> None:
+    old = np.log([[0.5, 0.5, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5]])
+    new = old + np.log([[1.5, 0.5, 1.1, 0.9], [1.5, 0.5, 1.1, 0.9]])
+    beh = old - np.log([[3.0, 1.0, 0.5, 1.0], [1.0, 3.0, 1.0, 0.5]])
+    mask = np.ones(old.shape, dtype=bool)
+    what = f"{TIS}(r = [1.5, 0.5, 1.1, 0.9] per answer, v = [[3, 1, 0.5, 1], [1, 3, 1, 0.5]], A [1, -1], c=2)"
+    _tis_run(fn, (new, old, beh, np.array([1.0, -1.0]), mask), 0.2, 2.0, what)
+
+
+@check_case("eps and c are respected (eps 0.1-0.3; c 1.2, 2, 5, math.inf)")
+def _tis_params(fn: Callable[..., Any]) -> None:
+    batch = _tis_random(5, 4, 6)
+    for eps, c in ((0.2, 1.2), (0.1, 2.0), (0.3, 5.0), (0.2, math.inf)):
+        _tis_run(fn, batch, eps, c, f"{TIS}(a random padded batch [4, 6], eps={eps:g}, c={c:g})")
+
+
+@check_case("value and gradient match a naive loop over the real tokens on random padded batches")
+def _tis_oracle(fn: Callable[..., Any]) -> None:
+    import torch
+
+    for case, (seed, n_rows, n_t, eps, c, dtype) in enumerate(
+        [
+            (10, 1, 1, 0.2, 2.0, torch.float64),
+            (11, 4, 8, 0.2, 2.0, torch.float32),
+            (12, 16, 30, 0.1, 1.2, torch.float64),
+            (13, 3, 64, 0.3, 5.0, torch.float32),
+        ]
+    ):
+        what = (
+            f"random case {case + 1} (N={n_rows}, T={n_t}, eps={eps:g}, c={c:g}, {str(dtype).removeprefix('torch.')})"
+        )
+        _tis_run(fn, _tis_random(seed, n_rows, n_t), eps, c, what, dtype=dtype)
+
+
+@check_case("the mask, position by position: a prompt before the answer, a hole inside, NaN and -inf there")
+def _tis_mask_holes(fn: Callable[..., Any]) -> None:
+    mask = np.array([[False, False, True, True, False], [True, False, True, True, True]])
+    old = np.log(np.full(mask.shape, 0.3))
+    new = old + np.array([[0, 0, 0.5, -0.25, 0], [1.0, 0, -0.5, 0.1, 0.9]])
+    beh = old - np.array([[0, 0, 1.0, -0.5, 0], [0.2, 0, 0.9, -1.0, 0.1]])
+    beh[0, :2], beh[0, 4], beh[1, 1] = -np.inf, np.nan, np.nan
+    old[0, 0], old[1, 1] = np.nan, -np.inf
+    new[~mask] = -7.0
+    what = f"{TIS}(a mask with a prompt, a hole and padding; NaN and -inf where it is False)"
+    _tis_run(fn, (new, old, beh, np.array([0.5, -1.5]), mask), 0.2, 2.0, what)
+
+
+@check_case("float32 log-ratios of +-100 (exp overflows past 88.7) and log-probabilities near -800: all finite")
+def _tis_stable(fn: Callable[..., Any]) -> None:
+    import torch
+
+    old = np.array([[-800.0, -801.0, -799.0, -5.0], [-800.5, -798.0, -802.0, -5.0]])
+    new = old + np.array([[1.0, -0.5, 0.25, 100.0], [-1.0, 0.5, 0.1, -100.0]])
+    beh = old - np.array([[0.5, -0.5, 1.0, 100.0], [-1.0, 0.25, 0.0, -100.0]])
+    mask = np.ones(old.shape, dtype=bool)
+    for dtype in (torch.float64, torch.float32):
+        what = f"{TIS}(log-probabilities near -800, log-ratios of +-100, {str(dtype).removeprefix('torch.')})"
+        batch = (new, old, beh, np.array([1.0, -1.0]), mask)  # A > 0 at +100 and A < 0 at -100: clipped, flat
+        loss, grad = _tis_grad(fn, _tis_tensors(batch, dtype=dtype), 0.2, 2.0, what)
+        if not (math.isfinite(loss) and np.isfinite(grad).all()):
+            fail(
+                f"{what}: the loss or its gradient is not finite. exp(100) overflows float32 (and exp(-800) is 0.0, "
+                "so a ratio of probabilities is 0 / 0): form each ratio from a difference of log-probabilities "
+                "and clamp it to [-20, 20] before torch.exp"
+            )
+        _tis_expect(loss, grad, batch, 0.2, 2.0, what)
+
+
+@check_case("no gradient reaches logp_old, logp_behaviour or the advantages")
+def _tis_detached(fn: Callable[..., Any]) -> None:
+    new, old, beh, adv, mask = _tis_random(30, 3, 5)
+    old[~mask], beh[~mask] = -3.0, -3.0  # finite, so that a leak shows as a number
+    tensors = _tis_tensors((new, old, beh, adv, mask), const_grad=True)
+    what = f"{TIS}(logp_old, logp_behaviour and advantages requiring grad)"
+    loss = assert_scalar_tensor(call(fn, *tensors, 0.2, 2.0), what=what, advice="autograd needs it: don't call .item()")
+    loss.backward()
+    for name, t in (("logp_old", tensors[1]), ("logp_behaviour", tensors[2]), ("advantages", tensors[3])):
+        if t.grad is not None and bool((t.grad != 0).any()):
+            fail(
+                f"a gradient flowed into `{name}`: it is a constant of the loss (the weight is sg[min(v, c)]); "
+                f"use {name}.detach()"
+            )
+
+
+@check_case("accepts a 0/1 mask and does not modify its inputs")
+def _tis_inputs(fn: Callable[..., Any]) -> None:
+    import torch
+
+    new, old, beh, adv, mask = _tis_random(40, 3, 4)
+    expected, _ = naive_tis_ppo_loss_and_grad((new, old, beh, adv, mask), 0.2, 2.0)
+    new_t, old_t, beh_t, adv_t, _ = _tis_tensors((new, old, beh, adv, mask))
+    what = f"{TIS}(a 0/1 float mask)"
+    float_mask = torch.tensor(mask, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = assert_scalar_tensor(
+            call(fn, new_t, old_t, beh_t, adv_t, float_mask, 0.2, 2.0), what=what, advice="don't call .item()"
+        )
+    loss = float(out.detach())
     assert_true(
-        math.isclose(got, expected, rel_tol=1e-9),
-        f"{ISE} on lists = {fmt_number(got)}; expected {fmt_number(expected)}",
+        math.isclose(loss, expected, rel_tol=1e-6), f"{what} = {fmt_number(loss)}; expected {fmt_number(expected)}"
     )
-    values, lt, lb = _ise_random(20, 6)
-    assert_inputs_unchanged(fn, ISE, values=values, logp_target=lt, logp_behaviour=lb)
+    old[~mask], beh[~mask] = -3.0, -3.0
+    new_t, old_t, beh_t, adv_t, mask_t = _tis_tensors((new, old, beh, adv, mask))
+    assert_inputs_unchanged(
+        fn,
+        TIS,
+        0.2,
+        2.0,
+        logp_new=new_t.detach().requires_grad_(),
+        logp_old=old_t,
+        logp_behaviour=beh_t,
+        advantages=adv_t,
+        mask=mask_t,
+    )
 
 
-IS_ESTIMATE = Exercise(
-    name=ISE,
+TIS_PPO_LOSS = Exercise(
+    name=TIS,
     points=10,
-    title="the importance-sampling estimate of E_pi[f] from samples of mu (eq. 02.2)",
-    advice="from the log-ratios, np.exp and a mean (eq. 02.2)",
-    checks=(_ise_scalar, _ise_known, _ise_on_policy, _ise_unbiased, _ise_oracle, _ise_stable, _ise_inputs),
+    title="PPO's clipped loss times sg[min(pi_old / mu, c)], mean over the real tokens (TIS)",
+    advice="from masked, clamped log-ratios, torch.min of PPO's two terms, a detached capped weight and a mean over "
+    "real tokens",
+    checks=(
+        _tis_scalar,
+        _tis_on_policy,
+        _tis_constant_weight,
+        _tis_known,
+        _tis_params,
+        _tis_mask_holes,
+        _tis_oracle,
+        _tis_stable,
+        _tis_detached,
+        _tis_inputs,
+    ),
     hints=(
-        "Each sample is weighted by how much more (or less) likely the target policy makes it than the behaviour "
-        "policy that drew it; the estimate is the plain average of weight times value.",
-        "Work with the log-probabilities: a ratio of probabilities is the exponential of a difference of logs, target "
-        "minus behaviour. Never exponentiate the two log-probabilities separately (`exp(-1000)` is 0.0).",
-        "Convert the three inputs to float64 arrays, apply `np.exp` once to the difference, and average with "
-        "`np.mean`: divide by N, not by the sum of the weights (that is the biased, self-normalised estimate). Return "
-        "a Python `float`.",
+        "Two ratios per real token: PPO's r = pi_theta / pi_old, which carries the gradient and is clipped, and the "
+        "sampler's correction v = pi_old / mu, a capped constant that multiplies PPO's term. Average over the real "
+        "tokens and negate.",
+        "Build both log-ratios with torch.where(mask, ..., 0.0), so that NaN at padding never reaches the loss, and "
+        "clamp them to [-20, 20]; the weight's log-ratio uses detached inputs only and is also capped at log c.",
+        "PPO's term is the smaller of r A and clip(r, 1 - eps, 1 + eps) A, with one advantage per answer broadcast "
+        "over its tokens (advantages[:, None]); keep the real tokens' terms and divide their sum by their number, "
+        "not by N * T or N. Return the tensor, not `.item()`.",
     ),
 )
 
@@ -790,6 +977,26 @@ def _tsr_long(fn: Callable[..., Any]) -> None:
     )
 
 
+@check_case("a long answer whose ratio climbs past e^709 and comes back: exponentiate after summing")
+def _tsr_climb(fn: Callable[..., Any]) -> None:
+    # 300 tokens with log-ratio +3, then 300 with -3: the sequence's log-ratio is 0 (ratio 1), but a
+    # running product of the token ratios passes e^709, where float64 overflows to inf
+    n_t = 600
+    old = np.full((2, n_t), -2.0)
+    new = old + np.where(np.arange(n_t) < 300, 3.0, -3.0)[None, :] * np.array([[1.0], [0.5]])
+    mask = np.ones((2, n_t), dtype=bool)
+    what = f"{TSR}(2 answers of {n_t} tokens, log-ratios +3 (+1.5) then -3 (-1.5))"
+    with quiet_floats():
+        _, seqs = _tsr(fn, new, old, mask, what)
+    seqs_f = np.asarray(seqs, dtype=np.float64)
+    if not np.all(np.isfinite(seqs_f)) or not np.allclose(seqs_f, 1.0, rtol=1e-9):
+        fail(
+            f"the sequence ratios of {what} are {[fmt_number(v) for v in seqs_f]}; expected [1, 1]: a product of "
+            "the token ratios overflows (e^900 is inf) before the later tokens bring it back; exponentiate the sum "
+            "of the log-ratios"
+        )
+
+
 @check_case("accepts lists and a 0/1 mask, and does not modify its inputs")
 def _tsr_inputs(fn: Callable[..., Any]) -> None:
     new = [[math.log(0.5), math.log(0.8)], [math.log(0.3), 0.0]]
@@ -805,240 +1012,31 @@ TOKEN_AND_SEQUENCE_RATIOS = Exercise(
     points=10,
     title="per-token ratios and their product over each sequence, with padding (eq. 02.3)",
     advice="from the masked log-ratios, a sum per row and np.exp (eq. 02.3)",
-    checks=(_tsr_shapes, _tsr_known, _tsr_padding, _tsr_mask_holes, _tsr_product, _tsr_oracle, _tsr_long, _tsr_inputs),
+    checks=(
+        _tsr_shapes,
+        _tsr_known,
+        _tsr_padding,
+        _tsr_mask_holes,
+        _tsr_product,
+        _tsr_oracle,
+        _tsr_long,
+        _tsr_climb,
+        _tsr_inputs,
+    ),
     hints=(
         "A token's ratio is the exponential of its log-ratio; a sequence's ratio is the product of its tokens' "
         "ratios, that is the exponential of the sum of their log-ratios. Padding must count as a ratio of 1.",
-        "Compute the `[B, L]` log-ratios once and set them to 0 at the padding (`np.where` with the mask as a boolean "
+        "Compute the `[N, T]` log-ratios once and set them to 0 at the padding (`np.where` with the mask as a boolean "
         "array): exp(0) = 1, and 0 adds nothing to a sum.",
         "The sequence's log-ratio is a sum along axis 1, one number per row; exponentiate after summing, not before "
-        "(a product of many small ratios underflows). Return a tuple: the per-token ratios `[B, L]`, then the "
-        "per-sequence ones `[B]`.",
-    ),
-)
-
-# ---------------------------------------------------------------------------------------
-# Exercise 5: clipped_surrogate_loss
-# ---------------------------------------------------------------------------------------
-
-CSL = "clipped_surrogate_loss"
-
-
-def _csl_tensors(
-    logp_old: Sequence[float], ratios: Sequence[float], adv: Sequence[float], dtype: Any = None, old_grad: bool = False
-) -> tuple[Any, Any, Any]:
-    import torch
-
-    dtype = dtype or torch.float64
-    old = torch.tensor(list(logp_old), dtype=dtype, requires_grad=old_grad)
-    new = (old.detach() + torch.log(torch.tensor(list(ratios), dtype=dtype))).requires_grad_()
-    return new, old, torch.tensor(list(adv), dtype=dtype, requires_grad=old_grad)
-
-
-def _csl_random(seed: int, n: int) -> tuple[list[float], list[float], list[float]]:
-    """Ratios log-normal around 1 (both clip thresholds crossed), advantages of both signs."""
-    rng = np.random.default_rng(seed)
-    old = np.log(rng.uniform(0.05, 0.95, size=n)).tolist()
-    ratios = np.exp(rng.normal(scale=0.4, size=n)).tolist()
-    adv = np.round(rng.normal(size=n), 3).tolist()
-    return old, ratios, adv
-
-
-def _csl_value(fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float, what: str) -> Any:
-    return assert_scalar_tensor(call(fn, new, old, adv, eps), what=what, advice="autograd needs it: don't call .item()")
-
-
-def _csl_grad(
-    fn: Callable[..., Any], new: Any, old: Any, adv: Any, eps: float, what: str
-) -> tuple[float, NDArray[np.float64]]:
-    import torch
-
-    loss = _csl_value(fn, new, old, adv, eps, what)
-    if not loss.requires_grad:
-        fail(f"{what} does not depend on logp_new through autograd; build the loss from logp_new with torch operations")
-    (grad,) = torch.autograd.grad(loss, new, allow_unused=True)
-    if grad is None:
-        fail(f"no gradient reaches logp_new in {what}")
-    return float(loss.detach()), grad.detach().double().numpy()
-
-
-@check_case("returns a scalar torch tensor")
-def _csl_scalar(fn: Callable[..., Any]) -> None:
-    new, old, adv = _csl_tensors(*_csl_random(0, 4))
-    _csl_value(fn, new, old, adv, 0.2, f"{CSL}(4 samples)")
-
-
-@check_case("with ratios 1 the loss is -mean(A) and its gradient -A / N (REINFORCE)")
-def _csl_ratio_one(fn: Callable[..., Any]) -> None:
-    adv = [1.0, -2.0, 0.5, 3.0]
-    new, old, a = _csl_tensors([-1.0, -0.5, -2.0, -0.1], [1.0] * 4, adv)
-    loss, grad = _csl_grad(fn, new, old, a, 0.2, f"{CSL}(ratios 1, A = {adv})")
-    expected = -sum(adv) / 4
-    if math.isclose(loss, -expected, rel_tol=1e-9):
-        fail(
-            f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}: "
-            "minimise minus the surrogate"
-        )
-    assert_true(
-        math.isclose(loss, expected, rel_tol=1e-6),
-        f"{CSL}(ratios 1, A = {adv}) = {fmt_number(loss)}; expected -mean(A) = {fmt_number(expected)}",
-    )
-    if np.allclose(grad, [a_i / 4 for a_i in adv], rtol=1e-5):
-        fail(
-            f"the gradient of {CSL}(ratios 1) with respect to logp_new points the wrong way: the ratio is "
-            "r = exp(logp_new - logp_old), which grows with logp_new"
-        )
-    assert_allclose(
-        grad, [-a_i / 4 for a_i in adv], what=f"the gradient of {CSL}(ratios 1) with respect to logp_new", rtol=1e-5
-    )
-
-
-@check_case("hand-computed value and gradient across both clip thresholds, A of both signs")
-def _csl_known(fn: Callable[..., Any]) -> None:
-    ratios, adv = [1.5, 0.5, 1.5, 0.5, 1.1], [1.0, 1.0, -1.0, -1.0, 2.0]
-    new, old, a = _csl_tensors([math.log(0.3)] * 5, ratios, adv)
-    what = f"{CSL}(ratios {ratios}, A {adv}, eps=0.2)"
-    loss, grad = _csl_grad(fn, new, old, a, 0.2, what)
-    # terms: min(1.5, 1.2) = 1.2 (clipped), 0.5, min(-1.5, -1.2) = -1.5, min(-0.5, -0.8) = -0.8 (clipped), 2.2
-    _diagnose(
-        loss,
-        {
-            "the loss has the wrong sign: minimise minus the surrogate": 0.32,
-            "that is torch.max of the two terms; PPO takes the minimum (the pessimistic bound)": -(
-                1.5 + 0.8 - 1.2 - 0.5 + 2.2
-            )
-            / 5,
-            "that is the clipped term alone; take the minimum of the unclipped and the clipped terms": -(
-                1.2 + 0.8 - 1.2 - 0.8 + 2.2
-            )
-            / 5,
-            "summed over the samples; average them": -1.6,
-        },
-        what,
-        -1.6 / 5,
-        rtol=1e-5,
-    )
-    expected_grad = [0.0, -0.5 / 5, 1.5 / 5, 0.0, -2.2 / 5]
-    assert_allclose(grad, expected_grad, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
-
-
-@check_case("value matches a naive float64 loop on random ratios and advantages")
-def _csl_oracle(fn: Callable[..., Any]) -> None:
-    import torch
-
-    for case, (seed, n, eps, dtype) in enumerate(
-        [
-            (10, 1, 0.2, torch.float64),
-            (11, 9, 0.2, torch.float32),
-            (12, 64, 0.1, torch.float64),
-            (13, 200, 0.3, torch.float32),
-        ]
-    ):
-        old, ratios, adv = _csl_random(seed, n)
-        new_t, old_t, adv_t = _csl_tensors(old, ratios, adv, dtype=dtype)
-        what = f"random case {case + 1} (N={n}, eps={eps:g}, {str(dtype).removeprefix('torch.')})"
-        loss = float(_csl_value(fn, new_t, old_t, adv_t, eps, what).detach())
-        expected, _ = naive_clipped_loss_and_grad(new_t.detach(), old_t, adv_t, eps)
-        assert_true(
-            math.isclose(loss, expected, rel_tol=1e-4, abs_tol=1e-6),
-            f"{what}: loss {fmt_number(loss)}, expected {fmt_number(expected)}",
-        )
-
-
-@check_case("gradient: -(1/N) r A where the unclipped term is smaller, 0 where the clip is active")
-def _csl_gradient(fn: Callable[..., Any]) -> None:
-    for case, (seed, n, eps) in enumerate([(20, 12, 0.2), (21, 50, 0.1)]):
-        old, ratios, adv = _csl_random(seed, n)
-        new_t, old_t, adv_t = _csl_tensors(old, ratios, adv)
-        what = f"random case {case + 1} (N={n}, eps={eps:g})"
-        _, grad = _csl_grad(fn, new_t, old_t, adv_t, eps, what)
-        _, expected = naive_clipped_loss_and_grad(new_t.detach(), old_t, adv_t, eps)
-        assert_allclose(grad, expected, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
-
-
-@check_case("log-probabilities near -800 (probabilities underflow to 0.0): a finite loss and gradient")
-def _csl_stable(fn: Callable[..., Any]) -> None:
-    # a sequence-level log-probability (GSPO's ratio, lesson 02's long answers) is easily -800
-    ratios, adv = [1.5, 0.5, 1.1, 0.9], [1.0, -1.0, 2.0, -0.5]
-    old = [-800.0, -800.5, -799.0, -801.0]
-    new, old_t, a = _csl_tensors(old, ratios, adv)
-    what = f"{CSL}(log-probabilities near -800, ratios {ratios}, A {adv})"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        loss = _csl_value(fn, new, old_t, a, 0.2, what)
-    if not math.isfinite(float(loss.detach())):
-        fail(
-            f"{what} = {fmt_number(float(loss.detach()))}: exp(-800) is 0.0 in floating point, so "
-            "exp(logp_new) / exp(logp_old) is 0 / 0; form the ratio as exp(logp_new - logp_old)"
-        )
-    expected, expected_grad = naive_clipped_loss_and_grad(new.detach(), old_t, a, 0.2)
-    got, grad = _csl_grad(fn, new, old_t, a, 0.2, what)
-    assert_true(
-        math.isclose(got, expected, rel_tol=1e-6), f"{what} = {fmt_number(got)}; expected {fmt_number(expected)}"
-    )
-    assert_allclose(grad, expected_grad, what=f"the gradient of {what} with respect to logp_new", rtol=1e-5)
-
-
-@check_case("no gradient reaches logp_old or the advantages")
-def _csl_detached(fn: Callable[..., Any]) -> None:
-    new, old, adv = _csl_tensors(*_csl_random(30, 6), old_grad=True)
-    loss = _csl_value(fn, new, old, adv, 0.2, f"{CSL}(6 samples, logp_old and advantages requiring grad)")
-    loss.backward()
-    for name, t in (("logp_old", old), ("advantages", adv)):
-        if t.grad is not None and bool((t.grad != 0).any()):
-            fail(f"a gradient flowed into `{name}`: it is a constant of the loss; use {name}.detach()")
-
-
-@check_case("eps sets the clip range")
-def _csl_eps(fn: Callable[..., Any]) -> None:
-    ratios, adv = [1.15, 0.85], [1.0, -1.0]
-    for eps, expected in ((0.1, -(1.1 - 0.9) / 2), (0.2, -(1.15 - 0.85) / 2)):
-        new, old, a = _csl_tensors([-1.0, -1.0], ratios, adv)
-        loss = float(_csl_value(fn, new, old, a, eps, f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g})").detach())
-        assert_true(
-            math.isclose(loss, expected, rel_tol=1e-5),
-            f"{CSL}(ratios {ratios}, A {adv}, eps={eps:g}) = {fmt_number(loss)}; expected {fmt_number(expected)}: "
-            "clip the ratio to [1 - eps, 1 + eps]",
-        )
-
-
-@check_case("does not modify its inputs")
-def _csl_inputs(fn: Callable[..., Any]) -> None:
-    new, old, adv = _csl_tensors(*_csl_random(40, 5))
-    assert_inputs_unchanged(fn, CSL, 0.2, logp_new=new.detach().requires_grad_(), logp_old=old, advantages=adv)
-
-
-CLIPPED_SURROGATE_LOSS = Exercise(
-    name=CSL,
-    points=15,
-    title="minus PPO's clipped surrogate, averaged (eq. 02.5)",
-    advice="from torch.exp, torch.clamp, torch.min and a mean (eq. 02.5)",
-    checks=(
-        _csl_scalar,
-        _csl_ratio_one,
-        _csl_known,
-        _csl_eps,
-        _csl_oracle,
-        _csl_gradient,
-        _csl_stable,
-        _csl_detached,
-        _csl_inputs,
-    ),
-    hints=(
-        "PPO compares, per sample, the ratio times the advantage with the same product for the ratio clipped to [1 - "
-        "eps, 1 + eps], keeps the pessimistic (smaller) of the two, and averages; the loss is minus that average.",
-        "The ratio is `torch.exp` of the new minus the old log-probabilities. The old log-probabilities and the "
-        "advantages are constants (detach them); only the new log-probabilities carry the gradient.",
-        "`torch.clamp` clips the ratio (not the product); `torch.min` of the two terms is elementwise (the minimum, "
-        "not the maximum); average with `.mean()`, then negate, because optimisers minimise. Return the tensor, not "
-        "`.item()`.",
+        "(a product of many small ratios underflows). Return a tuple: the per-token ratios `[N, T]`, then the "
+        "per-sequence ones `[N]`.",
     ),
 )
 
 EXERCISES: tuple[Exercise, ...] = (
-    IS_ESTIMATE,
+    TIS_PPO_LOSS,
     EFFECTIVE_SAMPLE_SIZE,
     EXPECTED_ESS_FRACTION,
     TOKEN_AND_SEQUENCE_RATIOS,
-    CLIPPED_SURROGATE_LOSS,
 )
