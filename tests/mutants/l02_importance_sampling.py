@@ -343,6 +343,13 @@ TOKEN_AND_SEQUENCE_RATIOS = [
         new="np.prod(np.exp(log_ratio), axis=1)",
         expected="exponentiate the sum of the log-ratios",
     ),
+    Mutant(
+        "token_and_sequence_ratios",
+        "long_double_running_product",
+        old="np.exp(log_ratio.sum(axis=1))",
+        new="np.prod(np.exp(log_ratio.astype(np.longdouble)), axis=1).astype(np.float64)",
+        expected="even in long double",
+    ),
 ]
 
 MUTANTS: list[Mutant] = TIS_PPO_LOSS + EFFECTIVE_SAMPLE_SIZE + EXPECTED_ESS_FRACTION + TOKEN_AND_SEQUENCE_RATIOS

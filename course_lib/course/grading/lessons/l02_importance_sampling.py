@@ -977,22 +977,24 @@ def _tsr_long(fn: Callable[..., Any]) -> None:
     )
 
 
-@check_case("a long answer whose ratio climbs past e^709 and comes back: exponentiate after summing")
+@check_case("a long answer whose ratio climbs past e^12000 and comes back: exponentiate after summing")
 def _tsr_climb(fn: Callable[..., Any]) -> None:
-    # 300 tokens with log-ratio +3, then 300 with -3: the sequence's log-ratio is 0 (ratio 1), but a
-    # running product of the token ratios passes e^709, where float64 overflows to inf
-    n_t = 600
+    # 2,000 tokens with log-ratio +6, then 2,000 with -6: the sequence's log-ratio is 0 (ratio 1), but a
+    # running product of the token ratios passes e^12000, where float64 (e^709) and even x86's long
+    # double (e^11356) overflow to inf
+    n_t = 4000
     old = np.full((2, n_t), -2.0)
-    new = old + np.where(np.arange(n_t) < 300, 3.0, -3.0)[None, :] * np.array([[1.0], [0.5]])
+    new = old + np.where(np.arange(n_t) < n_t // 2, 6.0, -6.0)[None, :] * np.array([[1.0], [0.5]])
     mask = np.ones((2, n_t), dtype=bool)
-    what = f"{TSR}(2 answers of {n_t} tokens, log-ratios +3 (+1.5) then -3 (-1.5))"
+    what = f"{TSR}(2 answers of {n_t} tokens, log-ratios +6 (+3) then -6 (-3))"
     with quiet_floats():
         _, seqs = _tsr(fn, new, old, mask, what)
     seqs_f = np.asarray(seqs, dtype=np.float64)
     if not np.all(np.isfinite(seqs_f)) or not np.allclose(seqs_f, 1.0, rtol=1e-9):
         fail(
             f"the sequence ratios of {what} are {[fmt_number(v) for v in seqs_f]}; expected [1, 1]: a product of "
-            "the token ratios overflows (e^900 is inf) before the later tokens bring it back; exponentiate the sum "
+            "the token ratios overflows (e^12000 is inf, even in long double) before the later tokens bring it back; "
+            "exponentiate the sum "
             "of the log-ratios"
         )
 
