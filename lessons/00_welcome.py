@@ -92,7 +92,8 @@ plt.show()
 # **Pseudocode**
 # ```
 # repeat:
-#     actors:  play pi(theta_old) for T steps per environment -> buffer (s_t, a_t, r_t, d_t)
+#     actors:  play pi(theta_old) for T steps per environment
+#              -> buffer (s_t, a_t, r_t, d_t, log mu(a_t|s_t), version of theta_old)
 #     learner: targets from the buffer (G_t with a bootstrap; V-trace in 03, GAE in 04),
 #              a loss from them, theta <- theta_new
 #     sync:    send theta_new to the actors; until it arrives they act with theta_old (the lag)
@@ -131,9 +132,6 @@ n_episodes = pick(cpu=200, full=5_000)
 print(f"at scale {current_scale()!r} this cell would train for {n_episodes} episodes")
 
 # %% [markdown]
-# Seeded computations reprint the stored outputs on the same kind of machine; timings and
-# multi-process runs vary, and those cells say so.
-#
 # `course doctor` checks Python, the libraries at their pinned versions, the devices, the
 # memory, writable folders and the notebook kernel. A FAIL stops the course; a WARN says
 # what it costs (without Ray, only lesson 12). Below is its one-line summary; for the full
@@ -175,7 +173,7 @@ assert not failed, f"fix these before going on (`course doctor` in a terminal sa
 #
 # **Where this return stops, and a value target does not.** $G_T = 0$ and $d_t = 1$ at a
 # truncation give the return of the episode *as played*, which is what a learning curve
-# reports. A *training target* must tell the two endings apart (CleanRL's and PureJaxRL's
+# reports. A *training target* should tell the two endings apart (CleanRL's and PureJaxRL's
 # PPO treat a truncation as a termination; lesson 04 does not): after a truncation (a time
 # limit) or at the end of a buffer that stops mid-episode, the next state still has a value,
 # and the target bootstraps from an estimate $V$ of it instead of 0 (Pardo et al. 2018,
@@ -270,8 +268,8 @@ assert ep_returns.tolist() == undiscounted[[0, 3]].tolist()  # R_j = G at each e
 # until you write it. The *check yourself* cell below it runs the grader's checks and
 # prints PASS or the first thing that is wrong. The checks compare your function with an
 # independent implementation of the equation, hand-computed values and properties, never
-# with the solution's code. In every lesson, the grader refuses a function that calls or
-# wraps `course_lib`'s own implementation.
+# with the solution's code. The grader refuses a function that imports, calls or wraps
+# `course_lib`'s own implementation (a check of your work, not a sandbox).
 #
 # To grade a whole notebook, run `course grade exercises/00_welcome.ipynb` in a terminal; it
 # exits 0 when the score reaches the pass mark. Below it grades a fresh copy of the
@@ -320,6 +318,8 @@ else:
 # | bootstrap $V$ | an estimate of the value of the state after a buffer's last step (or after a truncation), where the episode goes on |
 # | episode return $R_j$ | undiscounted sum of one whole episode's rewards; what learning curves plot |
 # | scale | `cpu` (default, the stored outputs) or `full` (sized for one GPU), from `COURSE_SCALE` |
+# | actor, learner | the processes that play the policy and write the buffer, and the one that updates the weights from it |
+# | lag | how many learner updates old the weights an actor played with are |
 #
 # ## References
 #

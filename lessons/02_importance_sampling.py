@@ -88,7 +88,8 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 # $$\mathrm{Var}_\mu[w] = \chi^2(\pi\,\|\,\mu) = e^{D_2(\pi\|\mu)} - 1 \;\ge\; e^{\mathrm{KL}(\pi\|\mu)} - 1,
 #   \qquad \frac{\mathrm{ESS}}{N} \lesssim e^{-\mathrm{KL}(\pi\|\mu)}, \qquad (02.7)$$
 #
-# because the Rényi divergence $D_\alpha$ grows with its order and $D_1 = \mathrm{KL}$. The
+# for large $N$ (the expected ESS; one batch's can look better, section 1), because the
+# Rényi divergence $D_\alpha$ grows with its order and $D_1 = \mathrm{KL}$. The
 # weight's variance grows **at least exponentially** in the KL divergence between the
 # policies (the estimate's too, unless $f$ is small where $w$ is large).
 #
@@ -101,7 +102,9 @@ print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 #
 # where PPO's clip is active when $w_i > 1+\epsilon$ with $A_i > 0$, or $w_i < 1-\epsilon$ with $A_i < 0$.
 # Decoupled PPO (AReaL, Fu et al. 2025) clips $r_i = \pi/\pi_{\text{prox}}$ against a recent
-# *proximal* policy and weights by the truncated $v_i = \pi_{\text{prox}}/\mu$.
+# *proximal* policy and weights by $v_i = \pi_{\text{prox}}/\mu$; AReaL drops the tokens
+# whose $v_i$ passes an optional cap (off by default). This lesson's variant truncates
+# $v_i$ at $c$ instead: it is ours, not AReaL's.
 #
 # **Pseudocode** (an asynchronous learner; $k$ = how many updates old the batch is)
 # ```
@@ -473,8 +476,11 @@ plt.show()
 # one full-batch Adam step per batch at a large learning rate (0.2). The batch used at
 # update $t$ was sampled by the policy of update $t-k$, as if queued for $k$ updates. Each
 # lag runs the five corrections of (02.8) with per-step ratios, $c = 1$, $\epsilon = 0.2$.
-# Decoupled PPO's proximal policy is $\pi_{t-1}$. AReaL's is the weights at the start of
-# the step; with one gradient step per batch that makes $r = 1$: truncated IS.
+# Our decoupled PPO's proximal policy is $\pi_{t-1}$. AReaL's is the weights at the start
+# of the step; with one gradient step per batch that makes $r = 1$, per-token IS with the
+# heaviest tokens dropped. "Full IS" here is per-step IS: it corrects which action was
+# taken, not the states visited nor the later actions inside $G_t$, so it is biased too.
+# PPO runs one full-batch step per batch; its epochs of minibatches are not modelled.
 #
 # The learning curve is the **learner's** return: each update also plays one batch with
 # $\pi_t$ (the stale batch's return is $\pi_{t-k}$'s, $k$ updates late).

@@ -12,10 +12,12 @@ corrections of :func:`course_lib.rl.importance.correction_coefficients` (eq. 02.
 with ``A_i`` the reward-to-go of lesson 01 (eq. 01.3) minus its batch mean, divided by
 its batch std, as computed from the stale episodes. The weights are per step (they
 correct which action was taken, not which states were visited), as in PPO, IMPALA and
-PipelineRL. ``decoupled`` is decoupled PPO (AReaL) with the learner's previous policy
-``pi_{t-1}`` as the proximal policy: the clip is taken against it, not against ``mu``.
-(AReaL's proximal policy is the weights at the start of the step; with one gradient step
-per batch, as here, that gives ``r = 1``, i.e. truncated IS.)
+PipelineRL. ``decoupled`` is this course's variant of decoupled PPO (AReaL): the learner's
+previous policy ``pi_{t-1}`` is the proximal policy (the clip is taken against it, not
+against ``mu``) and the behaviour weight ``pi_{t-1}/mu`` is truncated at ``c``. AReaL's
+proximal policy is the weights at the start of the step (with one gradient step per batch,
+as here, ``r = 1``), and it drops tokens whose behaviour weight passes an optional cap
+instead of truncating it.
 
 The learning curve is the *learner's* return: each update also runs one batch of
 episodes with the current policy ``pi_t`` (in the same vectorised env) and logs its

@@ -23,8 +23,8 @@
 # ```
 #
 # In every exercise of the course the checks grade your own code: an answer that hands the
-# work to `course_lib`'s own implementation (an import, a wrapper, a computed module name) is
-# refused; only the pieces a statement names as allowed may be used.
+# work to `course_lib`'s own implementation (an import, a wrapper, a call) is refused; only
+# the pieces a statement names as allowed may be used.
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
