@@ -154,7 +154,7 @@ def test_stub_scores_zero_with_not_implemented(tmp_path, capsys):
     assert g.notebook()["score"] == 0
     assert "not implemented yet" in g.exercise()["message"]
     assert "not implemented yet" in g.junit.find("testsuite/testcase/failure").get("message")
-    assert "hint: Walk the trajectory backwards" in g.out
+    assert "hint: Equation 00.2 gives a step's return from the return of the step after it" in g.out  # hint 1
     assert g.notebook()["notes"] == []  # the stub call is tagged raises-exception: not a note
 
 
