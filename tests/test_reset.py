@@ -134,7 +134,7 @@ def test_reset_one_exercise_keeps_everything_else(tmp_path, capsys, spec):
         if old.id not in ex2:
             assert new == old
     answer1 = by_id(after)["c006"].source
-    assert "raise NotImplementedError" not in answer1 and "running = r[t] + gamma" in answer1
+    assert "raise NotImplementedError" not in answer1 and "others = (r.sum(axis=1, keepdims=True) - r)" in answer1
     own = next(c for c in after.cells if c.source == OWN_CELL)
     assert own.outputs[0]["text"] == "gamma 0.99 worked best\n" and own.execution_count == 42
     # the backup holds the previous bytes, and the output says how to restore it
@@ -351,7 +351,7 @@ def test_a_cell_holding_two_answers_is_not_split_silently(tmp_path, capsys):
     data = path.read_bytes()
     assert course(str(path), "-e", "2") == 2
     err = capsys.readouterr().err
-    assert "also reward_to_go of exercise 1" in err and "--exercise 2 --exercise 1" in err
+    assert "also rloo_advantages of exercise 1" in err and "--exercise 2 --exercise 1" in err
     assert path.read_bytes() == data and backups(path) == []
     assert course(str(path), "-e", "1", "-e", "2") == 0  # both: the merged cell becomes one stub, the other is put back
     assert_exercise_is_stub(read(path), LESSON, 1)
@@ -488,7 +488,7 @@ def test_errors_are_clear_and_exit_2(tmp_path, capsys):
     assert course(str(path), "-e", "7") == 2
     err = capsys.readouterr().err
     assert "no exercise '7'" in err
-    assert "1 (reward_to_go), 2 (surrogate_loss), 3 (group_relative_advantages), 4 (reinforce_update)" in err
+    assert "1 (rloo_advantages), 2 (surrogate_loss), 3 (group_relative_advantages), 4 (reinforce_update)" in err
     assert course(str(path), "-e", "no_such_function") == 2
     assert course(str(path), "--lesson", "99") == 2
     assert "no lesson named '99'" in capsys.readouterr().err
