@@ -293,7 +293,8 @@ print(f"per token: KL = {kl_tok.mean():.4f} nats, chi2 = {chi2_tok.mean():.4f} (
 print(f"{'T':>5} {'KL(seq)':>8} {'std log w_seq':>13} {'ESS/N seq':>9} {'1/E[w_seq^2]':>12} {'ESS/N tokens':>12} "
       f"{'top answer share':>16}")
 for r in seq_rows:
-    print(f"{r['T']:>5} {r['kl']:>8.2f} {r['std']:>13.2f} {r['ess_seq']:>9.3f} {r['limit']:>12.2g} {r['ess_tok']:>12.3f} "
+    limit = f"{r['limit']:.2g}" if r["limit"] >= 1e-4 else f"< 1e{int(np.floor(np.log10(r['limit']))) + 1}"
+    print(f"{r['T']:>5} {r['kl']:>8.2f} {r['std']:>13.2f} {r['ess_seq']:>9.3f} {limit:>12} {r['ess_tok']:>12.3f} "
           f"{r['top']:>16.2f}")
 
 # %%
