@@ -364,3 +364,37 @@ def test_tis_ppo_loss_is_ppo_times_the_capped_behaviour_weight():
     a = adv[:, None].expand(4, 6)
     terms = v * torch.minimum(r * a, torch.clamp(r, 0.8, 1.2) * a)
     assert tis_ppo_loss(new, old, beh, adv, mask, c=2.0).item() == pytest.approx(-terms[mask].mean().item())
+
+
+@pytest.mark.parametrize("loss_name", ["tis_ppo_loss", "truncated_is_loss", "clipped_surrogate_loss"])
+def test_losses_form_half_precision_ratios_in_float32_and_survive_an_all_padding_batch(loss_name):
+    import torch
+
+    from course_lib.rl import importance
+
+    fn = getattr(importance, loss_name)
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.log(torch.rand(4, 6, generator=gen) * 0.8 + 0.1)
+    new32 = logp + 0.05 * torch.randn(4, 6, generator=gen)
+    beh = logp - 0.05 * torch.randn(4, 6, generator=gen)
+    adv = torch.randn(4, generator=gen)
+    mask = torch.rand(4, 6, generator=gen) < 0.7
+    args = (logp, beh) if loss_name == "tis_ppo_loss" else (beh,)
+
+    def loss(new, m):
+        return fn(new, *args, adv, mask=m) if loss_name != "tis_ppo_loss" else fn(new, *args, adv, m)
+
+    exact = loss(new32.double(), mask).item()
+    # bf16 log-probabilities in: the ratios are formed in float32, so only the inputs' rounding remains
+    half = new32.to(torch.bfloat16).requires_grad_()
+    out = loss(half, mask)
+    assert out.dtype == torch.float32
+    rounded = loss(half.detach().double(), mask).item()
+    assert abs(out.item() - rounded) < 1e-5 and abs(out.item() - exact) < 0.05
+    out.backward()
+    assert half.grad is not None and torch.isfinite(half.grad.float()).all()
+    # a micro-batch holding padding only: 0, with a zero (not NaN) gradient
+    empty = new32.clone().requires_grad_()
+    zero = loss(empty, torch.zeros_like(mask))
+    zero.backward()
+    assert zero.item() == 0.0 and bool((empty.grad == 0).all())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -157,3 +159,14 @@ def test_the_learning_curve_is_the_learners_not_the_stale_samplers():
     decoupled = StalenessConfig(lags=(1,), corrections=("clip", "decoupled"), **TINY)
     g = run_staleness_grid(decoupled)  # at lag 1, pi_{t-1} is mu: decoupled PPO never truncates, clips like PPO
     assert np.all(g.modified[:, g.index(1, "decoupled")] <= 1.0)
+
+
+def test_the_on_policy_cell_learns_whichever_corrections_the_grid_runs():
+    """The lag-0 cell is ('none') in every grid: it must be updated even when 'none' is not a correction."""
+    tiny = {**TINY, "n_updates": 6}
+    with_none = run_staleness_grid(StalenessConfig(lags=(0,), corrections=("none",), **tiny))
+    without = run_staleness_grid(StalenessConfig(lags=(0,), corrections=("truncated",), **tiny))
+    assert without.runs == with_none.runs == ((0, "none"),)
+    # one cell, the same seeds: the same on-policy updates, so the same curve
+    np.testing.assert_array_equal(with_none.returns, without.returns)
+    assert not np.array_equal(with_none.returns, run_staleness_grid(replace(with_none.config, lr=0.0)).returns)

@@ -367,10 +367,11 @@ def correction_coefficients(
         decoupled  psi = min(v, c) r A 1[r not clipped],   v = pi_prox / mu,  r = w / v = pi / pi_prox
 
     ``clip`` is clipped where ``(A > 0 and w > 1 + eps)`` or ``(A < 0 and w < 1 - eps)``;
-    ``decoupled`` (decoupled PPO, AReaL arXiv 2505.24298, with a truncated behaviour
-    weight) applies the same rule to ``r``, the ratio to a *proximal* policy (lesson 02:
-    ``pi_{t-1}``; AReaL's, the weights at the start of the step, gives ``r = 1`` when each
-    batch gets one gradient step).
+    ``decoupled`` (this course's variant of AReaL's decoupled PPO, arXiv 2505.24298) applies
+    the same rule to ``r``, the ratio to a *proximal* policy (lesson 02: ``pi_{t-1}``), and
+    truncates the behaviour weight ``v`` at ``c``. AReaL's proximal policy is the weights at the
+    start of the step (``r = 1`` when each batch gets one gradient step), and AReaL does not
+    truncate ``v``: it drops the tokens whose ``v`` passes an optional cap.
 
     Args:
         correction: one of :data:`CORRECTIONS`.
@@ -406,6 +407,19 @@ def correction_coefficients(
 # ---------------------------------------------------------------------------------------
 
 
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """float32 for half-precision tensors (a bf16 log-ratio rounds by about 0.016 near -2.3,
+    more than the sampler-trainer mismatch TIS corrects), their own dtype otherwise."""
+    import torch
+
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def _real_mean(terms: torch.Tensor) -> torch.Tensor:
+    """The mean of the real terms; 0 (with a zero gradient) when a micro-batch has none."""
+    return terms.sum() / max(terms.numel(), 1)
+
+
 def _loss_terms(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -422,6 +436,7 @@ def _loss_terms(
     """
     import torch
 
+    logp_new = logp_new.to(_compute_dtype(logp_new))  # bf16 / fp16 log-probabilities: ratios in float32
     old = logp_old.detach().to(logp_new.dtype)
     adv = advantages.detach().to(logp_new.dtype)
     if logp_new.shape != old.shape:
@@ -478,7 +493,7 @@ def truncated_is_loss(
 
     log_ratio, logp, adv = _loss_terms(logp_new, logp_behaviour, advantages, mask, level)
     weight = torch.exp(torch.clamp(log_ratio.detach(), max=float(np.log(c))))
-    return -(weight * adv * logp).mean()
+    return -_real_mean(weight * adv * logp)
 
 
 def clipped_surrogate_loss(
@@ -507,7 +522,7 @@ def clipped_surrogate_loss(
 
     log_ratio, _, adv = _loss_terms(logp_new, logp_old, advantages, mask, level)
     ratio = torch.exp(torch.clamp(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # finite in float32, and its gradient
-    return -torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv).mean()
+    return -_real_mean(torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv))
 
 
 def tis_ppo_loss(
@@ -530,7 +545,8 @@ def tis_ppo_loss(
     at the start of the step, ``mu`` the inference engine's (a stale or numerically
     different policy). The weight is capped in log space and not differentiated; both
     log-ratios are clamped to ``[-20, 20]`` so that float32 never overflows. Where
-    ``mask`` is False the inputs may hold NaN or -inf.
+    ``mask`` is False the inputs may hold NaN or -inf. Half-precision inputs are computed in
+    float32, and a micro-batch with no real token gives 0.
 
     Args:
         logp_new: ``[N, T]`` (or ``[N]``) log pi_theta, requires grad.
@@ -542,7 +558,8 @@ def tis_ppo_loss(
     """
     import torch
 
-    new = logp_new if logp_new.ndim == 2 else logp_new[:, None]
+    new = logp_new.to(_compute_dtype(logp_new))  # bf16 / fp16 log-probabilities: ratios in float32
+    new = new if new.ndim == 2 else new[:, None]
     old = logp_old.detach().to(new.dtype).reshape(new.shape)
     beh = logp_behaviour.detach().to(new.dtype).reshape(new.shape)
     adv = advantages.detach().to(new.dtype)
@@ -554,4 +571,4 @@ def tis_ppo_loss(
     ratio = torch.exp(log_r)
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
     terms = torch.where(real, torch.exp(log_v) * surrogate, zero)
-    return -terms.sum() / real.sum()
+    return -terms.sum() / real.sum().clamp(min=1)  # an all-padding micro-batch gives 0, not 0 / 0

@@ -62,10 +62,10 @@ if TYPE_CHECKING:
 #: Names of the corrections in tables and legends.
 LABELS: dict[Correction, str] = {
     "none": "no correction",
-    "is": "full IS",
+    "is": "per-step IS",
     "truncated": "truncated IS",
     "clip": "PPO clip",
-    "decoupled": "decoupled PPO",
+    "decoupled": "decoupled PPO*",
 }
 N_FEATURES = 5  # CartPole's 4 observations and a constant 1
 N_ACTIONS = 2
@@ -328,7 +328,7 @@ def stale_update(
     w = np.where(batch.mask, np.exp(logp_now - batch.logp_behaviour), 0.0)  # pi_t / mu
     v = np.where(batch.mask, np.exp(logp_prev - batch.logp_behaviour), 1.0)  # pi_{t-1} / mu: decoupled PPO's
     psi, changed = np.zeros_like(adv), np.zeros_like(adv)
-    for name in config.corrections:
+    for name in dict.fromkeys(correction.tolist()):  # every run's own (the on-policy cell is 'none' in any grid)
         cols = correction == name
         psi[:, cols] = correction_coefficients(
             name, w[:, cols], adv[:, cols], c=config.c, eps=config.eps, prox_ratios=v[:, cols]

@@ -133,6 +133,15 @@ TIS_PPO_LOSS = [
         new="torch.where(real, logp_new - old, 0.0)",
         expected="exp(100) overflows",
     ),
+    # upcast to float64 and never clamp: finite at +-100, but r A is unbounded for A < 0 (exp(30)
+    # in float32, inf at 800 in float64)
+    Mutant(
+        "tis_ppo_loss",
+        "float64_no_clamp",
+        old=_LOG_R,
+        new="torch.where(real, logp_new.double() - old.double(), 0.0)",
+        expected="only the clamp bounds r A when A < 0",
+    ),
     # linear space: a ratio of probabilities
     Mutant(
         "tis_ppo_loss",

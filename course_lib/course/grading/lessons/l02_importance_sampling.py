@@ -25,7 +25,8 @@ What each exercise teaches, and how the checks observe it (not only its values):
   clip(v, 1/c, c): named), the clip against pi_old (against mu: named), min of the two terms and a
   two-sided clip (max, or an upper clip only, wrong for A < 0: named), eps and c, masks with holes and
   NaN / -inf there, the mean over real tokens (not N * T, not per answer, not PipelineRL's / N: named),
-  float32 log-ratios of +-100 (an unclamped exp gives 0 * inf = NaN in the gradient) and -800.
+  float32 log-ratios of +-100 (an unclamped exp gives 0 * inf = NaN in the gradient) and -800, and with
+  A < 0 (the unclipped branch) a log-ratio of 30 in float32 and 800 in float64 (an unclamped float64 upcast: named).
 * effective_sample_size, mechanism: (sum w)^2 / sum w^2 with a guard for all-zero weights;
   observed by equal weights over N from 1 to 1000, one non-zero weight, scale invariance,
   [1, N], random weights of growing spread.
@@ -423,7 +424,7 @@ def _tis_mask_holes(fn: Callable[..., Any]) -> None:
     _tis_run(fn, (new, old, beh, np.array([0.5, -1.5]), mask), 0.2, 2.0, what)
 
 
-@check_case("float32 log-ratios of +-100 (exp overflows past 88.7) and log-probabilities near -800: all finite")
+@check_case("log-ratios of +-100, 30 and 800 and log-probabilities near -800: finite and clamped")
 def _tis_stable(fn: Callable[..., Any]) -> None:
     import torch
 
@@ -440,6 +441,21 @@ def _tis_stable(fn: Callable[..., Any]) -> None:
                 f"{what}: the loss or its gradient is not finite. exp(100) overflows float32 (and exp(-800) is 0.0, "
                 "so a ratio of probabilities is 0 / 0): form each ratio from a difference of log-probabilities "
                 "and clamp it to [-20, 20] before torch.exp"
+            )
+        _tis_expect(loss, grad, batch, 0.2, 2.0, what)
+    # A < 0 keeps the unclipped branch r A however large r is, so only the clamp bounds it there:
+    # exp(30) is finite in float32 (an unclamped loss is 2e4 x too large), exp(800) is inf in float64
+    for dtype, log_r in ((torch.float32, 30.0), (torch.float64, 800.0)):
+        old = np.log(np.array([[0.3, 0.5, 0.2]]))
+        new = old + np.array([[0.1, log_r, -0.1]])
+        batch = (new, old, old.copy(), np.array([-1.0]), np.ones(old.shape, dtype=bool))
+        what = f"{TIS}(a log-ratio of {log_r:g} with A < 0, {str(dtype).removeprefix('torch.')})"
+        loss, grad = _tis_grad(fn, _tis_tensors(batch, dtype=dtype), 0.2, 2.0, what)
+        expected, _ = naive_tis_ppo_loss_and_grad(batch, 0.2, 2.0)
+        if not (math.isfinite(loss) and np.isfinite(grad).all()) or abs(loss) > 2 * abs(expected):
+            fail(
+                f"{what}: loss {fmt_number(loss)}, expected {fmt_number(expected)}; only the clamp bounds r A when "
+                "A < 0: clamp the log-ratio to [-20, 20] before torch.exp, in any dtype (float64 overflows at 709)"
             )
         _tis_expect(loss, grad, batch, 0.2, 2.0, what)
 
