@@ -30,7 +30,8 @@
 # 4. Trade bias for variance with truncated IS, read PPO's clip as the same trade, and
 #    use the effective sample size (ESS) as the dashboard number.
 # 5. Train CartPole on batches generated $k$ updates ago with no correction, per-step IS,
-#    truncated IS, PPO clipping and decoupled PPO, and say which wins at which staleness.
+#    truncated IS, PPO clipping and decoupled PPO, and say which wins at which staleness
+#    (at one large step size).
 #
 # Builds on lesson 01 (the score-function estimator, advantages, the surrogate loss).
 
@@ -286,15 +287,16 @@ for T in lengths:
         "limit": float(np.exp(-np.sum(np.log1p(chi2_tok[:T])))),
         "ess_tok": float(np.mean(effective_sample_size(tok))) / (T * n_answers),
         "top": float(np.mean(shifted.max(axis=1) / shifted.sum(axis=1))),
+        "decades": float(np.diff(np.percentile(log_w_seq[T - 1], [5, 95]))[0] / np.log(10)),
     })
 print(f"per token: KL = {kl_tok.mean():.4f} nats, chi2 = {chi2_tok.mean():.4f} (mean over positions), "
       f"1 / (1 + chi2) = {1 / (1 + chi2_tok.mean()):.3f}")
-print(f"{'T':>5} {'KL(seq)':>8} {'std log w_seq':>13} {'ESS/N seq':>9} {'1/E[w_seq^2]':>12} {'ESS/N tokens':>12} "
-      f"{'top answer share':>16}")
+print(f"{'T':>5} {'KL(seq)':>8} {'std log w_seq':>13} {'5-95% (decades)':>15} {'ESS/N seq':>9} {'1/E[w_seq^2]':>12} "
+      f"{'ESS/N tokens':>12} {'top answer share':>16}")
 for r in seq_rows:
     limit = f"{r['limit']:.2g}" if r["limit"] >= 1e-4 else f"< 1e{int(np.floor(np.log10(r['limit']))) + 1}"
-    print(f"{r['T']:>5} {r['kl']:>8.2f} {r['std']:>13.2f} {r['ess_seq']:>9.3f} {limit:>12} {r['ess_tok']:>12.3f} "
-          f"{r['top']:>16.2f}")
+    print(f"{r['T']:>5} {r['kl']:>8.2f} {r['std']:>13.2f} {r['decades']:>15.1f} {r['ess_seq']:>9.3f} {limit:>12} "
+          f"{r['ess_tok']:>12.3f} {r['top']:>16.2f}")
 
 # %%
 ess_seq, ess_tok, spread, top_share = (np.array([r[key] for r in seq_rows]) for key in ("ess_seq", "ess_tok", "std", "top"))
@@ -332,8 +334,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Takeaway:** at a per-token KL of 0.015 nats, a 64-token answer's weight already spans
-# two orders of magnitude, and at 1024 tokens one answer holds most of a batch's weight
+# **Takeaway:** at a per-token KL of 0.015 nats, the weights of 64-token answers already
+# span about two orders of magnitude (5% to 95%), and at 1024 tokens one answer holds most of a batch's weight
 # (its large-batch ESS/N is below $10^{-13}$). The log-weight is a sum of $T$ terms, so
 # its spread grows like $\sqrt T$ and the weight's exponentially. This is why LLM trainers
 # (PPO for RLHF, GRPO, PipelineRL) use per-token ratios. Their cost is bias, which their
@@ -478,7 +480,8 @@ plt.show()
 # Three are simplified: decoupled PPO\* (the star marks our variant) takes $\pi_{t-1}$ as
 # its proximal policy, where AReaL's, at one step per batch, would make it per-step IS;
 # PPO clip takes its old log-probabilities from $\mu$ and runs no epochs; and per-step IS
-# corrects the action taken, not the states visited, so it is biased too.
+# corrects the action taken, not the states visited nor $\mu$'s later actions inside the
+# reward-to-go, so it is biased too.
 #
 # The learning curve is the **learner's** return: each update also plays one batch with
 # $\pi_t$ (the stale batch's return is $\pi_{t-k}$'s, $k$ updates late). As in a system that
@@ -557,7 +560,7 @@ def verdict(k: int, scores: dict) -> str:
     return f"{LABELS[first]}, then {LABELS[second]} ({f'ahead by {lead:.1f} s.e.' if lead > 2 else 'not separated'})"
 
 
-first_bind = min((k for k in stale if share[k, "clip"] > 0.05), default=0)
+first_bind = min((k for k in stale if share[k, "clip"] > 0.04), default=0)
 kept = [k for k in stale if fastest[k] >= 0.8 * on_policy]
 max_lag = max(kept, default=0)
 assert max_lag >= 4 and kept == [k for k in stale if k <= max_lag], "the best keeps 80% up to max_lag"
@@ -576,13 +579,13 @@ for k in stale:
     assert ranked[0] != "is" and share[k, "decoupled"] < 0.1, "per-step IS is never fastest; decoupled rarely clips"
     if k >= 8:
         assert ranked[-1] == "clip" and share[k, "clip"] > 0.15, f"PPO clip binds often and is the slowest at k = {k}"
-assert 2 <= first_bind <= 4, "the clip against mu binds on more than 5% of steps from k = 2-4 on"
+assert 2 <= first_bind <= 4, "the clip against mu binds on more than 4% of steps from k = 2-4 on"
 ess_by_lag = [grid.ess[:, grid.index(k, "truncated")].mean() for k in stale]
 assert np.all(np.diff(ess_by_lag) < 0), "the dashboard's ESS/N falls as the lag grows"
 assert ess_by_lag[0] > 0.98 and share[1, "clip"] < 0.02, "at k = 1 the weights are about 1 and the clip rarely binds"
 for k in stale:
     print(f"k = {k:>2}: fastest {verdict(k, table)}")
-print(f"the clip against mu binds on > 5% of steps from k = {first_bind}; max_lag = {max_lag} (the best keeps 80% "
+print(f"the clip against mu binds on > 4% of steps from k = {first_bind}; max_lag = {max_lag} (the best keeps 80% "
       "of on-policy's speed)")
 
 # %%
@@ -613,7 +616,7 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway:** at $k = 8$ PPO clip, anchored at the stale $\mu$, learns slowest, and
-# decoupled PPO\* and truncated IS learn fastest. Learning speed (the mean over the run)
+# decoupled PPO\* learns fastest. Learning speed (the mean over the run)
 # ranks how fast a method learns, not where it ends; the end of this section runs longer.
 
 # %% [markdown]
@@ -656,12 +659,11 @@ plt.show()
 
 # %% [markdown]
 # At $k = 1$ the weights are about 1 (ESS/N above 0.98) and PPO's clip removes under 2% of
-# the steps,
-# yet PPO clip learns far faster than per-step IS, from which it differs only on those,
-# and its runs stay closer to $\mu$ (the KL panel, and the last column below). Those few clipped steps limit how far one large step on a delayed batch moves
-# the policy, as a trust region does. If the step is the cause, a smaller one should shrink
-# the gap. Lags 0 and 1, first 60 updates, at lr 0.05 (differences paired by seed: seed $i$
-# starts from the same weights in every cell):
+# the steps, yet PPO clip learns far faster than per-step IS, from which it differs only on
+# those steps, and its runs stay closer to $\mu$ (the KL panel, and the last column below).
+# One reading: those few clipped steps limit how far one large step on a delayed batch
+# moves the policy, as a trust region does. If the step is the cause, a smaller one should
+# shrink the gap. Lags 0 and 1, first 60 updates, at lr 0.05 (differences paired by seed):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -699,7 +701,7 @@ print(f"the clip's lead over per-step IS at k = 1 shrinks by {shrink:.1f} combin
 # |---|---|---|
 # | 1-2 | **PPO clip** and **decoupled PPO\*** | at $k = 1$, $\pi_{t-1}$ *is* $\mu$: the same method |
 # | 4-8 | **decoupled PPO\*** | its clip, against $\pi_{t-1}$, rarely binds |
-# | 16-32 | **truncated IS**, first or within 2 s.e. of the first (here decoupled PPO\*) | a capped weight |
+# | 16-32 | **truncated IS**, first or within 2 s.e. of the first | a capped weight |
 # | 8-32 | PPO clip is the slowest | it binds often, holding $\pi$ near $\mu$ |
 #
 # Per-step IS is never the fastest. The data do not isolate why decoupled PPO\* leads at 4-8:
@@ -708,19 +710,21 @@ print(f"the clip's lead over per-step IS at k = 1 shrinks by {shrink:.1f} combin
 #
 # From $k = 2$ every method is below on-policy by more than 2 s.e., and the best keeps 80%
 # of on-policy's speed up to the printed `max_lag`, not at twice it; that line moves with
-# the step size and the run's length. At $k = 32$ the warm-up is a large part of the run
-# (the mean-lag column), so that row understates the staleness.
+# the step size and the run's length. Beyond it, read the rows as slow rather than as a
+# fine ranking: the warm-up (the mean-lag column) and where in a run its collapses fall
+# (below) move them, so they need not fall monotonically with $k$.
 #
-# **Fast is not stable.** One lag, $k = 8$, for 150 updates: on-policy and the four
-# corrections whose step no clip holds near $\mu$, the same seeds.
+# **Fast is not stable.** One lag, $k = 8$, for 150 updates: on-policy and the five
+# corrections, the same seeds. The on-policy row is the metric's noise floor: at lr 0.2
+# some of its runs dip too.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-horizon, k_long, four = 150, 8, ("none", "is", "truncated", "decoupled")
+horizon, k_long = 150, 8
 long = grid if config.n_updates >= horizon else run_staleness_grid(
-    replace(config, lags=(0, k_long), corrections=four, n_updates=horizon))
+    replace(config, lags=(0, k_long), n_updates=horizon))
 curves = {"on-policy": long.returns[:horizon, long.index(0, "none")]}  # [updates, seeds]
-curves |= {LABELS[m]: long.returns[:horizon, long.index(k_long, m)] for m in four}
+curves |= {LABELS[m]: long.returns[:horizon, long.index(k_long, m)] for m in config.corrections}
 # each run's curve, averaged over 10 updates, and its largest fall from a running peak
 smoothed = {n: np.stack([np.convolve(run, np.ones(10) / 10, mode="valid") for run in c.T]) for n, c in curves.items()}
 fall = {n: (np.maximum.accumulate(sm, axis=1) - sm).max(axis=1) for n, sm in smoothed.items()}  # [seeds]
@@ -733,7 +737,7 @@ for name, c in curves.items():
           + f" | {np.mean(fall[name] > 50):>5.0%} {np.median(fall[name]):>7.0f}")
 collapse = {name: float(np.mean(f > 50)) for name, f in fall.items()}
 assert all(collapse[LABELS[m]] > 0.6 for m in ("none", "truncated", "decoupled")), "most of their runs collapse"
-assert collapse["on-policy"] < 0.35 and collapse[LABELS["is"]] < 0.35, "few on-policy or per-step IS runs do"
+assert max(collapse[n] for n in ("on-policy", LABELS["is"], LABELS["clip"])) < 0.5, "a minority of on-policy, IS, clip runs"
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
@@ -760,9 +764,9 @@ plt.show()
 # **Takeaway:** at lag 8 most runs of no correction, truncated IS and decoupled PPO\*
 # collapse: the return falls by more than 50 steps from a peak (the median fall is far
 # larger). Single runs of truncated IS (right) reach 200, fall nearly to the bottom and
-# climb again, almost in step. Per-step IS climbs slowly and few of its runs collapse. A
-# ranking by final return depends on where in this cycle a run stops, so this lesson ranks
-# by speed.
+# climb again, almost in step. Per-step IS and PPO clip climb slowly, and, as with
+# on-policy, a minority of their runs fall. A ranking by final return depends on where in this cycle a run stops, so this
+# lesson ranks by speed.
 #
 # One reading, which the grid does not prove: the methods that collapse step, wholly or
 # in part, along the gradient of the policy of 8 updates ago (a cap at $c = 1$ drops the

@@ -56,8 +56,18 @@ def test_own_code_passes_with_no_extra_check():
         "import importlib\ndef double(x):\n"
         "    f = getattr(importlib.import_module(''.join(['course_', 'lib.rl.pg'])), 'discounted_returns')\n"
         "    np.apply_along_axis(f, 0, np.zeros((2, 1)), np.zeros(2), 0.5)\n    return 2 * x\n",
+        # the library function is a thread's target, or a pool's task: no learner frame in that thread
+        "import threading, importlib\ndef double(x):\n"
+        "    f = getattr(importlib.import_module(''.join(['course_', 'lib.rl.pg'])), 'discounted_returns')\n"
+        "    t = threading.Thread(target=f, args=(np.zeros(1), np.zeros(1), 0.5)); t.start(); t.join()\n"
+        "    return 2 * x\n",
+        "import importlib\nfrom concurrent.futures import ThreadPoolExecutor\ndef double(x):\n"
+        "    m = importlib.import_module('_'.join(['course', 'lib.rl.pg']))\n"
+        "    with ThreadPoolExecutor(1) as ex:\n"
+        "        ex.submit(getattr(m, '_'.join(['discounted', 'returns'])), np.zeros(1), np.zeros(1), 0.5).result()\n"
+        "    return 2 * x\n",
     ],
-    ids=["computed_name", "in_a_thread", "through_a_library"],
+    ids=["computed_name", "in_a_thread", "through_a_library", "thread_target", "thread_pool"],
 )
 def test_a_call_into_course_lib_however_reached_is_refused_at_run_time(source):
     fn = _define("import numpy as np\n" + source)

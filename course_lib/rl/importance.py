@@ -477,7 +477,7 @@ def truncated_is_loss(
 
     ``sg`` = stop-gradient: the weight rescales each sample's score, it is not
     differentiated. PipelineRL uses ``c = 1 + eps`` on per-token ratios. ``c = inf`` is
-    the full-IS loss (02.2).
+    the full-IS loss (02.2), its log-weight clamped at 20 so that float32 stays finite.
 
     Args:
         logp_new: ``[N]`` or ``[N, T]`` log-probabilities of the taken actions/tokens
@@ -492,7 +492,7 @@ def truncated_is_loss(
     import torch
 
     log_ratio, logp, adv = _loss_terms(logp_new, logp_behaviour, advantages, mask, level)
-    weight = torch.exp(torch.clamp(log_ratio.detach(), max=float(np.log(c))))
+    weight = torch.exp(torch.clamp(log_ratio.detach(), max=min(float(np.log(c)), LOG_RATIO_CLAMP)))  # c = inf too
     return -_real_mean(weight * adv * logp)
 
 

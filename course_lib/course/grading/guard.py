@@ -307,8 +307,8 @@ def _called_by_learner(frame: types.FrameType) -> bool:
     code (the grader's checks, a library function calling another) is not."""
     back = frame.f_back
     for _ in range(MAX_LIBRARY_FRAMES):
-        if back is None:
-            return False
+        if back is None:  # the bottom of a thread's stack: whoever started the thread made the call
+            return bool(getattr(threading.current_thread(), _STARTED_BY_LEARNER, False))
         code = back.f_code
         module = back.f_globals.get("__name__")
         if _is_learner_file(code, module):
@@ -317,6 +317,13 @@ def _called_by_learner(frame: types.FrameType) -> bool:
             return False
         back = back.f_back
     return False
+
+
+#: Set on each thread started while a :class:`CallTracer` is active: whether the learner's code
+#: started it (directly, or through ``concurrent.futures`` and the like). A call whose stack
+#: reaches the bottom of such a thread, with course_lib's function as the thread's (or the
+#: pool's) target and no learner frame in between, is the learner's call.
+_STARTED_BY_LEARNER = "_course_lib_started_by_learner"
 
 
 class CallTracer:
@@ -335,6 +342,7 @@ class CallTracer:
         self.callbacks: list[str] = []
         self._previous: Callable[..., Any] | None = None
         self._previous_threading: Callable[..., Any] | None = None
+        self._thread_start: Callable[..., Any] | None = None
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         code = frame.f_code
@@ -362,8 +370,17 @@ class CallTracer:
         self._previous_threading = threading.gettrace()
         sys.settrace(self._trace)
         threading.settrace(self._trace)
+        self._thread_start = start = threading.Thread.start
+
+        def traced_start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
+            setattr(thread, _STARTED_BY_LEARNER, _called_by_learner(sys._getframe(0)))
+            return start(thread, *args, **kwargs)
+
+        threading.Thread.start = traced_start  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._thread_start is not None:
+            threading.Thread.start = self._thread_start  # type: ignore[method-assign]
         sys.settrace(self._previous)
         threading.settrace(self._previous_threading)  # type: ignore[arg-type,unused-ignore]
