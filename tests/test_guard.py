@@ -77,6 +77,32 @@ def test_a_call_into_course_lib_however_reached_is_refused_at_run_time(source):
     assert "double uses course_lib.rl.pg.discounted_returns, the library's own implementation" in outcome.message
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import importlib\nfrom concurrent.futures import ProcessPoolExecutor\ndef double(x):\n"
+        "    m = importlib.import_module('_'.join(['course', 'lib.rl.pg']))\n"
+        "    with ProcessPoolExecutor(1) as ex:\n"
+        "        ex.submit(getattr(m, '_'.join(['discounted', 'returns'])), np.zeros(1), np.zeros(1), 0.5).result()\n"
+        "    return 2 * x\n",
+        "import multiprocessing as mp\ndef double(x):\n"
+        "    p = mp.get_context('fork').Process(target=print, args=('hi',)); p.start(); p.join()\n"
+        "    return 2 * x\n",
+    ],
+    ids=["process_pool", "a_process"],
+)
+def test_a_process_started_while_checked_is_refused(source):
+    fn = _define("import numpy as np\n" + source)
+    outcome = run_exercise(DOUBLE, fn)
+    assert not outcome.passed
+    assert [r.status for r in outcome.results] == ["fail", "skipped"]
+    assert "double started a process (multiprocessing) while it was checked" in outcome.message
+    # and the guard leaves multiprocessing as it found it
+    import multiprocessing.process
+
+    assert multiprocessing.process.BaseProcess.start.__module__ == "multiprocessing.process"
+
+
 def test_a_static_reference_is_refused_before_any_check_and_names_what_to_write():
     exercise = Exercise("double", 1, (_doubles, _again), advice="with numpy only")
     fn = _define(

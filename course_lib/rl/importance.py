@@ -567,7 +567,7 @@ def tis_ppo_loss(
     real = torch.ones_like(new, dtype=torch.bool) if mask is None else mask.to(torch.bool).reshape(new.shape)
     zero = torch.zeros((), dtype=new.dtype)
     log_r = torch.clamp(torch.where(real, new - old, zero), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    log_v = torch.clamp(torch.where(real, old - beh, zero), -LOG_RATIO_CLAMP, float(np.log(c)))
+    log_v = torch.clamp(torch.where(real, old - beh, zero), -LOG_RATIO_CLAMP, min(float(np.log(c)), LOG_RATIO_CLAMP))
     ratio = torch.exp(log_r)
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
     terms = torch.where(real, torch.exp(log_v) * surrogate, zero)

@@ -75,8 +75,9 @@ from course_lib import check
 # a constant; the cap applies to $\pi_{\text{old}}/\mu$ (not $\pi_\theta/\mu$, not the
 # product with $r$); the clip is against $\pi_{\text{old}}$ (not $\mu$); `eps` and `c` are
 # respected; the mean runs over real tokens; the mask is read position by position;
-# log-ratios of $\pm 100$ in float32, of 30 (float32) and 800 (float64) with $A < 0$, and
-# log-probabilities near $-800$ give a finite, clamped loss and gradient; no gradient reaches the constants; the inputs are unchanged.
+# log-ratios of $\pm 100$ in float32, of 30 (float32) and 800 (float64) with $A < 0$, a
+# $\log v$ of 100 at $c = \infty$, and log-probabilities near $-800$ give a finite, clamped
+# loss and gradient; no gradient reaches the constants; the inputs are unchanged.
 
 # %% tags=["exercise"]
 def tis_ppo_loss(logp_new, logp_old, logp_behaviour, advantages, mask, eps=0.2, c=2.0):
@@ -98,7 +99,8 @@ def tis_ppo_loss(logp_new, logp_old, logp_behaviour, advantages, mask, eps=0.2, 
     real = mask.bool()
     old = logp_old.detach()
     log_r = torch.clamp(torch.where(real, logp_new - old, 0.0), -20.0, 20.0)
-    log_v = torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, math.log(c))
+    log_c = min(math.log(c), 20.0)  # c = math.inf too: log v is clamped to [-20, 20] like log r
+    log_v = torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, log_c)
     ratio = torch.exp(log_r)
     adv = advantages.detach()[:, None]
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)

@@ -14,15 +14,15 @@ from conftest import Mutant
 # ---------------------------------------------------------------------------------------
 
 _LOG_R = "torch.clamp(torch.where(real, logp_new - old, 0.0), -20.0, 20.0)"
-_LOG_V = "torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, math.log(c))"
+_LOG_V = "torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, log_c)"
 _SURR = "torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)"
 _MEAN = "-per_token.sum() / real.sum()"
-_MASKED_BLOCK = """    log_v = torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, math.log(c))
+_MASKED_BLOCK = """    log_v = torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -20.0, log_c)
     ratio = torch.exp(log_r)
     adv = advantages.detach()[:, None]
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
     per_token = torch.where(real, torch.exp(log_v) * surrogate, 0.0)"""
-_MULTIPLIED_BLOCK = """    log_v = torch.clamp((old - logp_behaviour.detach()) * real, -20.0, math.log(c))
+_MULTIPLIED_BLOCK = """    log_v = torch.clamp((old - logp_behaviour.detach()) * real, -20.0, log_c)
     ratio = torch.exp(log_r)
     adv = advantages.detach()[:, None]
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - eps, 1.0 + eps) * adv)
@@ -34,7 +34,7 @@ TIS_PPO_LOSS = [
         "tis_ppo_loss",
         "differentiated_weight",
         old=_LOG_V,
-        new="torch.clamp(torch.where(real, logp_new - logp_behaviour.detach(), 0.0), -20.0, math.log(c))",
+        new="torch.clamp(torch.where(real, logp_new - logp_behaviour.detach(), 0.0), -20.0, log_c)",
         expected="the weight was built from logp_new and differentiated",
     ),
     # the weight not detached from logp_old: a gradient flows into the constant
@@ -50,7 +50,7 @@ TIS_PPO_LOSS = [
         "tis_ppo_loss",
         "cap_on_pi_theta_over_mu",
         old=_LOG_V,
-        new="torch.clamp(torch.where(real, logp_new.detach() - logp_behaviour.detach(), 0.0), -20.0, math.log(c))",
+        new="torch.clamp(torch.where(real, logp_new.detach() - logp_behaviour.detach(), 0.0), -20.0, log_c)",
         expected="the cap is on pi_theta / mu",
     ),
     # no cap
@@ -66,7 +66,7 @@ TIS_PPO_LOSS = [
         "tis_ppo_loss",
         "capped_both_sides",
         old=_LOG_V,
-        new="torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -math.log(c), math.log(c))",
+        new="torch.clamp(torch.where(real, old - logp_behaviour.detach(), 0.0), -log_c, log_c)",
         expected="weights below 1 were raised",
     ),
     # cap on the wrong quantity: the weighted term v * PPO's term
@@ -141,6 +141,14 @@ TIS_PPO_LOSS = [
         old=_LOG_R,
         new="torch.where(real, logp_new.double() - old.double(), 0.0)",
         expected="only the clamp bounds r A when A < 0",
+    ),
+    # c = inf: log v capped at log c = inf only, exp(100) overflows float32
+    Mutant(
+        "tis_ppo_loss",
+        "log_v_unclamped_at_inf",
+        old="    log_c = min(math.log(c), 20.0)",
+        new="    log_c = math.log(c)",
+        expected="clamp log v to [-20, 20] as well",
     ),
     # linear space: a ratio of probabilities
     Mutant(

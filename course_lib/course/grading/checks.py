@@ -559,6 +559,11 @@ def run_exercise(
                 chk.description, "fail", _clip(guard.refusal_message(exercise.name, tracer.used, exercise.advice))
             )
             stop_reason = "not run: the function is refused (see above)"
+        elif tracer.processes:
+            result = CheckResult(
+                chk.description, "fail", _clip(guard.process_message(exercise.name, tracer.processes[0]))
+            )
+            stop_reason = "not run: the function is refused (see above)"
         elif tracer.callbacks and exercise.compiled:
             result = CheckResult(
                 chk.description, "fail", _clip(guard.callback_message(exercise.name, tracer.callbacks[0]))

@@ -87,6 +87,14 @@ def refusal_message(name: str, used: list[str], advice: str) -> str:
     )
 
 
+def process_message(name: str, what: str) -> str:
+    """The one line a submission that starts a process while it is checked gets."""
+    return (
+        f"{name} started a process ({what}) while it was checked: calls made in another process are out of the "
+        "checks' sight, so the exercise is graded in one process; compute the result in your own code"
+    )
+
+
 def static_refusal(fn: Any, name: str, allowed: Iterable[str], advice: str, compiled: bool = False) -> str | None:
     """The refusal message when ``fn`` names course_lib code it may not use (or, for a compiled
     exercise, a host callback); ``None`` when it is the learner's own code."""
@@ -343,6 +351,8 @@ class CallTracer:
         self._previous: Callable[..., Any] | None = None
         self._previous_threading: Callable[..., Any] | None = None
         self._thread_start: Callable[..., Any] | None = None
+        self.processes: list[str] = []
+        self._patched: list[tuple[Any, str, Any]] = []
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         code = frame.f_code
@@ -376,10 +386,38 @@ class CallTracer:
             setattr(thread, _STARTED_BY_LEARNER, _called_by_learner(sys._getframe(0)))
             return start(thread, *args, **kwargs)
 
-        threading.Thread.start = traced_start  # type: ignore[method-assign]
+        threading.Thread.start = traced_start  # type: ignore[method-assign,assignment]
+        self._refuse_processes()
         return self
 
+    def _refuse_processes(self) -> None:
+        """While active, a process the learner's code starts (``multiprocessing``,
+        ``concurrent.futures.ProcessPoolExecutor``, ``os.fork``) is refused: its calls into
+        course_lib would run where this tracer cannot see them. Processes that course_lib's
+        own code (a grader's harness) starts are not the learner's and go ahead."""
+        import multiprocessing.process
+
+        def refusing(owner: Any, attr: str, what: str) -> None:
+            original = getattr(owner, attr)
+
+            def start(*args: Any, **kwargs: Any) -> Any:
+                if _called_by_learner(sys._getframe(0)):
+                    if what not in self.processes:
+                        self.processes.append(what)
+                    raise PermissionError(f"{what} is not allowed while an exercise is checked")
+                return original(*args, **kwargs)
+
+            self._patched.append((owner, attr, original))
+            setattr(owner, attr, start)
+
+        refusing(multiprocessing.process.BaseProcess, "start", "multiprocessing")
+        if hasattr(os, "fork"):
+            refusing(os, "fork", "os.fork")
+
     def __exit__(self, *exc: object) -> None:
+        for owner, attr, original in reversed(self._patched):
+            setattr(owner, attr, original)
+        self._patched.clear()
         if self._thread_start is not None:
             threading.Thread.start = self._thread_start  # type: ignore[method-assign]
         sys.settrace(self._previous)

@@ -26,7 +26,8 @@ What each exercise teaches, and how the checks observe it (not only its values):
   two-sided clip (max, or an upper clip only, wrong for A < 0: named), eps and c, masks with holes and
   NaN / -inf there, the mean over real tokens (not N * T, not per answer, not PipelineRL's / N: named),
   float32 log-ratios of +-100 (an unclamped exp gives 0 * inf = NaN in the gradient) and -800, and with
-  A < 0 (the unclipped branch) a log-ratio of 30 in float32 and 800 in float64 (an unclamped float64 upcast: named).
+  A < 0 (the unclipped branch) a log-ratio of 30 in float32 and 800 in float64 (an unclamped float64 upcast: named),
+  and log(pi_old / mu) = 100 with c = inf in float32 (log v clamped at 20 too).
 * effective_sample_size, mechanism: (sum w)^2 / sum w^2 with a guard for all-zero weights;
   observed by equal weights over N from 1 to 1000, one non-zero weight, scale invariance,
   [1, N], random weights of growing spread.
@@ -458,6 +459,19 @@ def _tis_stable(fn: Callable[..., Any]) -> None:
                 "A < 0: clamp the log-ratio to [-20, 20] before torch.exp, in any dtype (float64 overflows at 709)"
             )
         _tis_expect(loss, grad, batch, 0.2, 2.0, what)
+    # c = inf (no cap): log v must still be clamped at 20, or a sampler that rated a token e^-100
+    # below the trainer gives exp(100) = inf in float32
+    old = np.log(np.array([[0.3, 0.5, 0.2]]))
+    beh = old - np.array([[0.1, 100.0, -0.1]])
+    batch = (old + 0.05, old, beh, np.array([1.0]), np.ones(old.shape, dtype=bool))
+    what = f"{TIS}(log(pi_old / mu) = 100, c=inf, float32)"
+    loss, grad = _tis_grad(fn, _tis_tensors(batch, dtype=torch.float32), 0.2, math.inf, what)
+    if not (math.isfinite(loss) and np.isfinite(grad).all()):
+        fail(
+            f"{what}: the loss or its gradient is not finite. With c = math.inf the cap log c is inf, so clamp "
+            "log v to [-20, 20] as well: min(log c, 20)"
+        )
+    _tis_expect(loss, grad, batch, 0.2, math.inf, what)
 
 
 @check_case("no gradient reaches logp_old, logp_behaviour or the advantages")
