@@ -519,6 +519,7 @@ with progress(config.n_updates, "updates (all runs at once)", unit="update") as 
 print(f"{grid.env_steps:,} env steps in {grid.seconds:.1f} s ({grid.env_steps / grid.seconds:,.0f} steps/s)")
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 table, last = grid.table(), grid.table(last=20)
 stale = [k for k in config.lags if k > 0]
 on_policy, on_se = table[0, "none"]
@@ -719,6 +720,7 @@ print(f"the clip's lead over per-step IS at k = 1 shrinks by {shrink:.1f} combin
 # some of its runs dip too.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 horizon, k_long = 150, 8
 long = grid if config.n_updates >= horizon else run_staleness_grid(
     replace(config, lags=(0, k_long), n_updates=horizon))
