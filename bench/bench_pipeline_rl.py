@@ -1,134 +1,146 @@
-"""Synchronous vs one-step async vs pipeline RL (lesson 07): tokens/s and per-token lag, side by
-side, and pipeline RL keeping the KV cache vs recomputing it after every in-flight update.
+"""Lesson 07's fair comparison, side by side in one run: conventional RL (k optimizer steps per
+generation round, as PipelineRL measures against), a colocated synchronous loop, one-step
+async, pipeline RL with in-flight weight updates, drain-then-swap, pipeline RL without the
+IS correction and with the KV cache recomputed (`course_lib.pipeline.experiment.ARMS`).
 
-The arms of `course_lib.pipeline.system` run from the same warm-started TinyLM (2 layers,
-width 64, the lesson's 30-step warm start) on the countdown task: one generator process with
-32 decoding slots and the trainer in this process (cores 0 and 1), one torch thread each,
-4 prompts x 8 answers per update, `N_UPDATES` updates per run, pipeline lag bound `MAX_LAG`.
-The arms are interleaved (sync, one-step, pipeline, pipeline with the cache recomputed, sync,
-...) `REPEATS` times so that all see the same machine load; each cell is the median, and the
-load average is recorded after every round.
+Every arm starts from the lesson's warm start and trains `N_UPDATES` updates of 4 prompts x 8
+answers on the training problems; the arms of one seed run back to back, `SEEDS` seeds. Each
+cell is the median over the seeds; ratios are medians of the per-seed ratios (each seed's
+arms ran minutes apart, under the same load). The lesson's recorded run with more seeds and
+the max_lag sweep: `python -m course_lib.pipeline.experiment --seeds 8`
+(`course_lib/pipeline/recorded/arms_cpu.json`).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import Result
 
-from course_lib.lm import CountdownTask, TinyLM
-from course_lib.lm.task import warm_start
-from course_lib.pipeline.system import LM, PipelineConfig, PipelineSystem, RegimeReport
-from course_lib.runtime.weights import flat_parameters
+from course_lib.pipeline import experiment
 
-N_UPDATES = 100
-REPEATS = 3
-MAX_LAG = 8
-ARMS: dict[str, dict[str, Any]] = {
-    "sync": {"regime": "sync"},
-    "one_step": {"regime": "one_step"},
-    "pipeline (keep KV cache)": {"regime": "pipeline"},
-    "pipeline (recompute KV cache)": {"regime": "pipeline", "recompute_cache": True},
-}
-
-
-def warm_weights() -> torch.Tensor:
-    """The lesson's warm start: 20 steps, then 10 more with another seed."""
-    torch.manual_seed(0)
-    model = TinyLM(LM)
-    task = CountdownTask()
-    warm_start(model, task, steps=20)
-    warm_start(model, task, steps=10, seed=1)
-    return flat_parameters(model)
+N_UPDATES = experiment.N_UPDATES
+SEEDS = (0, 1, 2)
+COLUMNS = [
+    "arm",
+    "lag bound",
+    "answers/s",
+    "x conventional",
+    "tokens/s",
+    "tokens/answer",
+    "mean lag",
+    "gen busy",
+    "slots useful",
+    "train busy",
+    "reward gain (train problems)",
+]
 
 
-def run() -> Result:
-    init = warm_weights()
-    base = PipelineConfig(n_updates=N_UPDATES, max_lag=MAX_LAG)
-    reports: dict[str, list[RegimeReport]] = {arm: [] for arm in ARMS}
-    loads = []
-    for repeat in range(REPEATS):
-        for arm, extra in ARMS.items():
-            with PipelineSystem(replace(base, seed=repeat, **extra), init) as system:
-                reports[arm].append(system.train())
-        loads.append(os.getloadavg()[0])
+def rows_of(result: dict[str, Any]) -> tuple[list[list[str]], dict[str, float]]:
+    """The table's rows and the paired ratios a lesson claim rests on."""
+    runs = result["runs"]
+    warm = result["warm_reward"]["train"]
 
-    def med(arm: str, value: Any) -> float:
-        return float(statistics.median(value(r) for r in reports[arm]))
+    def med(arm: str, key: str) -> float:
+        return float(statistics.median(r[key] for r in runs[arm]))
 
-    sync_tps = med("sync", lambda r: r.tokens_per_second)
+    def paired(a: str, b: str, key: str = "answers_per_s") -> float:
+        return float(statistics.median(x[key] / y[key] for x, y in zip(runs[a], runs[b])))
+
     rows = []
-    for arm, rs in reports.items():
-        tps = med(arm, lambda r: r.tokens_per_second)
+    for arm, rs in runs.items():
+        gains = [r["reward"]["train"] - warm for r in rs]
+        m, se = experiment.mean_se(gains)
         rows.append(
             [
                 arm,
-                str(rs[0].lag_bound),
-                f"{tps:,.0f}",
-                f"{tps / sync_tps:.2f}",
-                f"{med(arm, lambda r: r.busy_fraction('generator')):.2f}",
-                f"{med(arm, lambda r: r.slot_occupancy):.2f}",
-                f"{med(arm, lambda r: r.busy_fraction('trainer')):.2f}",
-                f"{med(arm, lambda r: r.swap_seconds):.2f}",
-                str(max(int(r.token_lags.max()) for r in rs)),
-                f"{med(arm, lambda r: float(r.token_lags.mean())):.2f}",
-                f"{med(arm, lambda r: float(r.series('ess').mean())):.3f}",
-                f"{med(arm, lambda r: r.fresh_gap):.1e}",
-                f"{np.mean([r.series('reward')[N_UPDATES // 2 :].mean() for r in rs]):.3f}",
+                str(rs[0]["lag_bound"]),
+                f"{med(arm, 'answers_per_s'):,.0f}",
+                f"{paired(arm, 'conventional'):.2f}",
+                f"{med(arm, 'tokens_per_s'):,.0f}",
+                f"{med(arm, 'answer_tokens'):.1f}",
+                f"{med(arm, 'lag_mean'):.2f}",
+                f"{med(arm, 'gen_busy'):.2f}",
+                f"{med(arm, 'slots_useful'):.2f}",
+                f"{med(arm, 'train_busy'):.2f}",
+                f"{m:+.3f} +- {se:.3f}",
             ]
         )
-    keep, recompute = reports["pipeline (keep KV cache)"], reports["pipeline (recompute KV cache)"]
-    ratio = med("pipeline (keep KV cache)", lambda r: r.tokens_per_second) / sync_tps
-    keep_ratio = statistics.median(k.tokens_per_second / r.tokens_per_second for k, r in zip(keep, recompute))
-    lag_ok = all(int(r.token_lags.max()) <= r.lag_bound for rs in reports.values() for r in rs)
-    gap_ok = all(r.fresh_gap < 1e-4 < k.fresh_gap for k, r in zip(keep, recompute))
+    ratios = {
+        "pipeline / conventional": paired("pipeline", "conventional"),
+        "pipeline / colocated sync": paired("pipeline", "colocated_sync"),
+        "in-flight / drain-then-swap": paired("pipeline", "pipeline_drain"),
+        "keep / recompute": paired("pipeline", "pipeline_recompute"),
+    }
+    return rows, ratios
+
+
+def run() -> Result:
+    result = experiment.run_grid(SEEDS, sweep_lags=(), n_updates=N_UPDATES, progress=None)
+    rows, ratios = rows_of(result)
+    lag_ok = all(r["lag_max"] <= r["lag_bound"] for rs in result["runs"].values() for r in rs)
+    loads = result["meta"]["loads"]
     return Result(
-        title="Lesson 07: sync vs one-step async vs pipeline RL (KV cache kept or recomputed), answer tokens/s "
-        "on 2 CPU cores (same run)",
-        columns=[
-            "arm",
-            "lag bound",
-            "tokens/s",
-            "x sync",
-            "gen busy",
-            "slots useful",
-            "train busy",
-            "swap s",
-            "max lag",
-            "mean lag",
-            "ESS/N",
-            "log-prob gap",
-            "reward, 2nd half",
-        ],
+        title="Lesson 07: conventional RL vs pipeline RL and its ablations, answers/s on 2 CPU cores (same run)",
+        columns=COLUMNS,
         rows=rows,
         notes=[
-            f"One generator process (32 slots, pinned to core 0) + the trainer (this process, core 1), one torch "
-            f"thread each; 4 prompts x 8 answers per update; {N_UPDATES} updates per run from the lesson's 30-step "
-            f"warm start; pipeline lag bound {MAX_LAG}; arms interleaved, median of {REPEATS} runs (seeds "
-            f"0..{REPEATS - 1}); load average (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)}.",
-            "swap s: generator seconds spent in in-flight weight updates per run (loading, plus rebuilding the "
-            "cache when recomputed); log-prob gap: mean |log pi_u - log mu| of the consumed lag-0 tokens (rounding "
-            "only, unless a kept cache changed what the sampler computed); reward: mean over the runs of the "
-            "batches' reward in the second half of the updates.",
-            f"Claims checked in this run: pipeline (keep) / sync tokens/s = {ratio:.2f}: "
-            f"{'faster' if ratio > 1 else 'NOT faster'}; keep / recompute tokens/s = {keep_ratio:.2f} (median of "
-            f"the pairs): {'keeping is faster' if keep_ratio > 1 else 'keeping is NOT faster'}; recomputing removes "
-            f"the log-prob gap and keeping leaves one: {'holds' if gap_ok else 'FAILS'}; every consumed token "
-            f"within its arm's lag bound: {'holds' if lag_ok else 'FAILS'}. PipelineRL (Piche et al. 2025) reports "
-            "about 2x faster learning than conventional RL on 128 H100 GPUs.",
-            "Timings depend on the machine's load (the 2 cores were shared with other jobs); the ratios are the "
-            "claim, not the absolute tokens/s. This benchmark is CPU-only; the lesson's full scale on an H100 machine: "
-            'section "Full scale on a GPU" below.',
-            "Same measurement, with learning over seeds: lessons/07_pipeline_rl.ipynb, sections 3-6.",
+            f"{N_UPDATES} updates of 4 prompts x 8 answers per run from the lesson's {experiment.WARM_STEPS}-step warm "
+            f"start; seeds {', '.join(map(str, SEEDS))}, each seed's arms back to back; colocated arms alternate "
+            "generation and training in one process with every core (torch threads = cores); the others run a "
+            "generator process (core 0) beside the trainer (core 1), one thread each. "
+            f"Load average (1 min) after each seed: {', '.join(f'{x:.1f}' for x in loads)}.",
+            "x conventional: median over seeds of the per-seed answers/s ratio. Reward gain: final policy on 1024 "
+            "fresh draws of the training problems minus the warm start's, mean +- s.e. over the seeds.",
+            "Paired ratios (median over seeds): "
+            + "; ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+            + f"; every consumed token within its arm's lag bound: {'holds' if lag_ok else 'FAILS'}. "
+            "PipelineRL (Piche et al. 2025) reports about 2x faster learning than conventional RL (32 optimizer "
+            "steps per round) on 128 H100 GPUs, from about 2x the sample throughput.",
+            "Timings depend on the machine's load (the 2 cores are shared with other jobs); the paired ratios are "
+            "the claim, not the absolute rates.",
         ],
     )
+
+
+def recorded_markdown(path: Path = experiment.RECORDED) -> str:
+    """The recorded grid (lesson 07's eight seeds and the max_lag sweep) as the markdown that
+    BENCHMARKS.md holds: `python bench/bench_pipeline_rl.py --recorded`."""
+    result = experiment.load(path)
+    meta, warm = result["meta"], result["warm_reward"]["train"]
+    rows, ratios = rows_of(result)
+    header = COLUMNS
+    lines = [
+        f"Command: `{meta['command']}` (then `python bench/bench_pipeline_rl.py --recorded` for this table). "
+        f"Measured {meta['date_utc'][:10]} on {meta['machine']}, torch {meta['torch']}, {meta['seconds']:.0f} s; "
+        f"load average after each seed: {', '.join(f'{x:.1f}' for x in meta['loads'])}.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+        f"- {len(meta['seeds'])} seeds x {meta['n_updates']} updates; paired ratios (median over seeds): "
+        + "; ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+        + ".",
+    ]
+    for lag, runs in sorted(result["sweep"].items(), key=lambda kv: int(kv[0])):
+        gains = [r["reward"]["train"] - warm for r in runs]
+        m, se = experiment.mean_se(gains)
+        lines.append(
+            f"- pipeline at max_lag {lag}: {statistics.median(r['answers_per_s'] for r in runs):,.0f} answers/s, "
+            f"mean lag {statistics.median(r['lag_mean'] for r in runs):.2f}, train busy "
+            f"{statistics.median(r['train_busy'] for r in runs):.2f}, reward gain {m:+.3f} +- {se:.3f}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--recorded"]:
+        print(recorded_markdown())
+    else:
+        print("usage: python bench/bench_pipeline_rl.py --recorded (the measurement: python bench/run.py pipeline_rl)")

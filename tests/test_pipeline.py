@@ -419,3 +419,143 @@ def test_the_generator_exits_when_the_parent_dies_without_cleaning_up(tmp_path):
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 1, done.stderr
     assert gone(pids, within=10.0)
+
+
+# -- the arms of the fair comparison (conventional, colocated, drain-then-swap) ----------------
+
+
+def test_new_arm_configurations_are_checked_and_named() -> None:
+    with pytest.raises(ValueError, match="colocated=True alternates"):
+        PipelineConfig(regime="pipeline", colocated=True)
+    with pytest.raises(ValueError, match="steps_per_round >= 1"):
+        PipelineConfig(regime="conventional", steps_per_round=0)
+    with pytest.raises(ValueError, match="gap_probe_every must be >= 0"):
+        PipelineConfig(gap_probe_every=-1)
+    conventional = PipelineConfig(regime="conventional", colocated=True, steps_per_round=4)
+    assert conventional.lag_bound == 3 and conventional.capacity_groups == 4 * conventional.groups_per_batch
+    assert conventional.arm == "conventional"
+    assert replace(conventional, steps_per_round=1).arm == "colocated_sync"
+    assert replace(conventional, colocated=False).arm == "conventional_split"
+    assert PipelineConfig(inflight=False).arm == "pipeline_drain"
+    assert PipelineConfig(recompute_cache=True).arm == "pipeline_recompute"
+
+
+def test_the_held_out_split_is_never_drawn_for_training() -> None:
+    train, held = CountdownTask(split="train"), CountdownTask(split="held_out")
+    rng = np.random.default_rng(0)
+    train_problems, held_problems = train.sample(rng, 5000), held.sample(rng, 2000)
+    assert not any(train.is_held_out(p) for p in train_problems)
+    assert all(held.is_held_out(p) for p in held_problems)
+    assert len({(p.n, p.k) for p in held_problems}) <= train.config.max_quotient  # one pair per quotient
+    # the same power law over answer lengths in both splits
+    q_train = np.array([p.n // p.k for p in train_problems])
+    q_held = np.array([p.n // p.k for p in held_problems])
+    assert abs(np.mean(q_train == 1) - np.mean(q_held == 1)) < 0.05
+    with pytest.raises(ValueError, match="split must be one of"):
+        CountdownTask(split="test")
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_recompute_rebuilds_the_live_prefixes_as_a_fresh_pass_would() -> None:
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    load_flat_parameters(model, warm_flat())
+    sampler = SlotSampler(model, 4, EOS, torch.Generator().manual_seed(0))
+    task = CountdownTask()
+    for slot, problem in enumerate(task.sample(np.random.default_rng(1), 3)):  # slot 3 stays free
+        sampler.start(slot, problem.prompt)
+    for _ in range(5):
+        sampler.step()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.02)
+    n = sampler.recompute_cache()
+    live = torch.nonzero(sampler.active).flatten()
+    assert n == int(sampler.pos[live].sum()) > 0
+    _, (keys, _) = model.forward_kv(sampler.tokens[live, : int(sampler.pos[live].max())])
+    for i, slot in enumerate(live.tolist()):
+        t = int(sampler.pos[slot])
+        assert torch.allclose(sampler.cache[0][:, slot, :, :t], keys[:, i, :, :t], atol=1e-5)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_conventional_round_uses_one_version_and_waits_for_its_last_batch() -> None:
+    cfg = replace(FAST, regime="conventional", steps_per_round=3, n_slots=4)
+    generator, trainer_model, weights, sent = generator_here(cfg)
+    for _ in range(10_000):
+        generator.start_groups(consumed=0)
+        if generator.sampler.n_active == 0:
+            break
+        generator.decode_step()
+    assert generator.next_group == 3 * cfg.groups_per_batch  # the whole round, with 4 slots refilled
+    weights.publish(trainer_model, 1)
+    generator.start_groups(consumed=2 * cfg.groups_per_batch)  # two of its three batches consumed: wait
+    assert generator.sampler.n_active == 0 and generator.sampler.version == 0
+    generator.start_groups(consumed=3 * cfg.groups_per_batch)  # all consumed: the next round, new weights
+    assert generator.sampler.n_active > 0 and generator.sampler.version == 1
+    assert all(set(a["versions"]) == {0} for _, _, g, _ in sent for a in g["answers"])
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_drain_then_swap_starts_nothing_while_newer_weights_wait() -> None:
+    cfg = replace(FAST, n_slots=6, inflight=False)
+    generator, trainer_model, weights, sent = generator_here(cfg)
+    generator.start_groups(consumed=0)
+    for _ in range(5):
+        generator.decode_step()
+    weights.publish(trainer_model, 1)
+    while generator.sampler.n_active:
+        generator.start_groups(consumed=cfg.groups_per_batch)
+        assert generator.sampler.version == 0  # no swap while answers are live
+        generator.decode_step()
+    generator.start_groups(consumed=cfg.groups_per_batch)  # drained: swap, then refill
+    assert generator.sampler.version == 1 and generator.sampler.n_active > 0
+    assert generator.timeline.swaps == []  # not an in-flight update
+    while generator.sampler.n_active:
+        generator.decode_step()
+    assert all(len(set(a["versions"])) == 1 for _, _, g, _ in sent for a in g["answers"])
+
+
+@pytest.mark.timeout(180)
+def test_the_arms_run_within_their_bounds_and_colocated_starts_no_process(no_orphans):
+    warm = warm_flat()
+    cfg = replace(FAST, n_slots=8, group_size=2, groups_per_batch=2, max_lag=2, n_updates=12)
+    arms = {
+        "colocated_sync": dict(regime="conventional", colocated=True, steps_per_round=1),
+        "conventional": dict(regime="conventional", colocated=True, steps_per_round=3),
+        "pipeline_drain": dict(inflight=False),
+        "pipeline": dict(gap_probe_every=1),
+        "pipeline_recompute": dict(recompute_cache=True, gap_probe_every=1),
+    }
+    threads = torch.get_num_threads()
+    reports = {}
+    for name, extra in arms.items():
+        with PipelineSystem(replace(cfg, **extra), warm) as system:
+            reports[name] = system.train()
+            if name.startswith(("colocated", "conventional")):
+                assert system.process is None and not live_children()
+        assert torch.get_num_threads() == threads
+        assert reports[name].arm == name and len(reports[name].metrics) == cfg.n_updates
+        assert reports[name].token_lags.max() <= reports[name].lag_bound
+    assert reports["colocated_sync"].token_lags.max() == 0
+    conventional = reports["conventional"]
+    assert set(conventional.series("lag_max")) <= {0, 1, 2} and conventional.series("lag_max").max() == 2
+    assert conventional.answers_per_second > 0 and conventional.answer_tokens >= 1
+    assert reports["pipeline_drain"].swaps == []
+    keep, rebuilt = reports["pipeline"], reports["pipeline_recompute"]
+    assert keep.gap[1] > 0 and rebuilt.gap[1] > 0  # answers that saw a swap were probed
+    assert rebuilt.generator_gap < 1e-4 < keep.generator_gap
+    assert rebuilt.recomputed_tokens > 0 and keep.recomputed_tokens == 0
+
+
+def test_the_experiment_judges_differences_over_seeds_and_names_a_missing_record(tmp_path) -> None:
+    from course_lib.pipeline import experiment
+
+    assert experiment.separated([0.05, 0.06, 0.04, 0.05, 0.055]) == "a > b"
+    assert experiment.separated([-0.05, -0.06, -0.04]) == "a < b"
+    assert experiment.separated([0.05, -0.04, 0.01, -0.02]) == "not separated"
+    m, se = experiment.mean_se([1.0, 2.0, 3.0])
+    assert m == 2.0 and abs(se - 1 / np.sqrt(3)) < 1e-12
+    with pytest.raises(FileNotFoundError, match=r"python -m course_lib\.pipeline\.experiment"):
+        experiment.load(tmp_path / "none.json")
+    assert experiment.load()["meta"]["seeds"] == list(range(len(experiment.load()["meta"]["seeds"])))

@@ -11,8 +11,9 @@ Between two steps, :meth:`load_weights` may replace the model's weights:
 
 * ``recompute=False`` (Pipeline RL's in-flight update): the KV cache is kept, so the
   keys and values of earlier tokens still come from the old weights;
-* ``recompute=True``: the cache is rebuilt with one full forward pass of the new weights
-  over every slot's tokens (what a fresh start would have computed, at a price).
+* ``recompute=True``: the cache of the live sequences' prefixes is rebuilt with one forward
+  pass of the new weights (what a fresh start would have computed, at the price of a
+  prefill of every token in flight).
 
 For every sampled token the sampler records the behaviour log-probability
 ``log mu(y_t | y_<t)`` under the weights (and cache) that sampled it, and the version of
@@ -140,11 +141,21 @@ class SlotSampler:
             self.recompute_cache()
 
     @torch.no_grad()
-    def recompute_cache(self) -> None:
-        """Keys and values of every position from one full forward pass of the current weights."""
-        _, (keys, values) = self.model.forward_kv(self.tokens)
-        self.cache[0].copy_(keys)
-        self.cache[1].copy_(values)
+    def recompute_cache(self) -> int:
+        """Rebuild the keys and values of the live sequences' prefixes with one forward pass
+        of the current weights (what a prefill of the new weights computes); free slots and
+        positions past the longest live prefix are left alone (they are rewritten before
+        they are read). Returns the number of prefix tokens recomputed."""
+        live = torch.nonzero(self.active).flatten()
+        if live.numel() == 0:
+            return 0
+        n_t = int(self.pos[live].max())  # positions < pos hold cached keys and values
+        if n_t == 0:
+            return 0
+        _, (keys, values) = self.model.forward_kv(self.tokens[live, :n_t])
+        self.cache[0][:, live, :, :n_t] = keys
+        self.cache[1][:, live, :, :n_t] = values
+        return int(self.pos[live].sum())
 
 
 def sample_problems(

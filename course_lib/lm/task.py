@@ -10,6 +10,12 @@ a power law, ``P(L) ~ L^-alpha`` on ``1..max_quotient``: most answers are short,
 very long, as the reasoning traces of an LLM are. The reward is exact: 1 if the sampled
 answer equals the scratchpad token for token (ending with ``<eos>``), else 0.
 
+**Held-out problems by construction.** ``CountdownTask(split="train")`` never draws one
+``(n, k)`` pair per quotient (a fixed draw, :func:`held_out_pairs`), and
+``CountdownTask(split="held_out")`` draws only those pairs, with the same power law over
+quotients: a policy measured on the held-out split has never trained on its problems. The
+default, ``split=None``, draws from every pair.
+
 Token ids: 0 pad, 1 ``<bos>``, 2 ``<sep>``, 3 ``<eos>``, then the numbers ``0..max_number``.
 """
 
@@ -75,21 +81,58 @@ class Problem:
         return [num(self.n - i * self.k) for i in range(1, self.n // self.k + 1)] + [EOS]
 
 
-class CountdownTask:
-    """Samples problems, renders and verifies answers (see the module docstring)."""
+SPLITS = (None, "train", "held_out")
+HOLDOUT_SEED = 2025
 
-    def __init__(self, config: TaskConfig = TaskConfig()) -> None:
+
+def held_out_pairs(config: TaskConfig) -> dict[int, tuple[int, int]]:
+    """Quotient ``q`` -> the one ``(k, r)`` (step, remainder) held out of training for it:
+    a fixed uniform draw among the ``(k, r)`` pairs of that quotient (seed ``HOLDOUT_SEED``).
+    The problem ``n = q k + r, k`` is then never drawn by ``split="train"``."""
+    rng = np.random.default_rng(HOLDOUT_SEED)
+    pairs = [(k, r) for k in config.steps for r in range(k)]
+    if len(pairs) < 2:
+        raise ValueError(f"a held-out split needs at least 2 (step, remainder) pairs per quotient, got {pairs}")
+    return {q: pairs[int(rng.integers(len(pairs)))] for q in range(1, config.max_quotient + 1)}
+
+
+class CountdownTask:
+    """Samples problems, renders and verifies answers (see the module docstring).
+
+    ``split``: ``None`` (every problem), ``"train"`` (never a held-out pair) or
+    ``"held_out"`` (only held-out pairs, one per quotient)."""
+
+    def __init__(self, config: TaskConfig = TaskConfig(), split: str | None = None) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         self.config = config
+        self.split = split
         lengths = np.arange(1, config.max_quotient + 1)
         p = lengths.astype(np.float64) ** -config.alpha
         self.quotient_probs = p / p.sum()
+        self.held_out = held_out_pairs(config) if split is not None else {}
+
+    def is_held_out(self, problem: Problem) -> bool:
+        """True if ``problem`` is one of the held-out pairs (never drawn by ``split="train"``)."""
+        q, r = divmod(problem.n, problem.k)
+        return self.held_out.get(q) == (problem.k, r) if self.held_out else False
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Problem]:
-        """``n`` problems: a power-law quotient, a step, a remainder below the step."""
+        """``n`` problems: a power-law quotient, a step, a remainder below the step (within
+        the split: see the class docstring)."""
         cfg = self.config
         q = rng.choice(cfg.max_quotient, size=n, p=self.quotient_probs) + 1
         k = rng.choice(np.array(cfg.steps), size=n)
         r = (rng.random(n) * k).astype(np.int64)
+        if self.split == "held_out":
+            kr = np.array([self.held_out[int(qi)] for qi in q]).reshape(n, 2)
+            k, r = kr[:, 0], kr[:, 1]
+        elif self.split == "train":
+            bad = np.array([self.held_out[int(qi)] == (int(ki), int(ri)) for qi, ki, ri in zip(q, k, r)], bool)
+            while bad.any():  # draw the step and remainder again for those, as the default split would
+                k[bad] = rng.choice(np.array(cfg.steps), size=int(bad.sum()))
+                r[bad] = (rng.random(int(bad.sum())) * k[bad]).astype(np.int64)
+                bad = np.array([self.held_out[int(qi)] == (int(ki), int(ri)) for qi, ki, ri in zip(q, k, r)], bool)
         return [Problem(int(qi * ki + ri), int(ki)) for qi, ki, ri in zip(q, k, r)]
 
     @staticmethod

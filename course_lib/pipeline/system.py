@@ -21,7 +21,18 @@ Regimes (``PipelineConfig.regime``):
   ``j``, with the weights of one update ago. Lag <= 1.
 * ``"pipeline"``: the generator never stops: it pulls new weights between two decoding
   steps (keeping the KV cache, or recomputing it), and refills a finished slot at once
-  (continuous batching). Lag <= ``max_lag``.
+  (continuous batching). Lag <= ``max_lag``. With ``inflight=False`` (**drain-then-swap**)
+  it takes newer weights only once its live sequences have finished: when a newer version
+  is waiting it starts nothing new, lets the slots drain, then swaps and refills.
+* ``"conventional"`` (PipelineRL's baseline, Piche et al. 2025): a round generates
+  ``steps_per_round`` batches with one version of the weights (continuous batching inside
+  the round), then the trainer takes ``steps_per_round`` optimizer steps on them, so the
+  round's batches lag ``0 .. steps_per_round - 1``; the next round starts when the last
+  batch is consumed. ``colocated=True`` runs it as the paper does, alternating generation
+  and training on all the hardware: in this process, with every core, no child process
+  (each batch of a round is trained on as soon as it is complete, between decoding steps of
+  the round's other batches: the same serial work as generating the whole round first, and
+  the same lags). ``steps_per_round=1`` is then the colocated synchronous loop.
 
 **Lag bound by backpressure.** Groups are numbered in the order they start; update ``u``
 consumes groups ``u B .. (u + 1) B - 1`` (``B = groups_per_batch``). The generator may
@@ -44,6 +55,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -74,8 +86,8 @@ from course_lib.runtime.processes import (
 )
 from course_lib.runtime.weights import SharedWeights, load_flat_parameters
 
-Regime = Literal["sync", "one_step", "pipeline"]
-REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline")
+Regime = Literal["sync", "one_step", "pipeline", "conventional"]
+REGIMES: tuple[Regime, ...] = ("sync", "one_step", "pipeline", "conventional")
 TASK = TaskConfig()
 LM = LMConfig(vocab=TASK.vocab, max_len=TASK.max_len)
 
@@ -84,7 +96,7 @@ LM = LMConfig(vocab=TASK.vocab, max_len=TASK.max_len)
 class PipelineConfig:
     """Everything one run of a regime depends on."""
 
-    regime: Regime = field(default="pipeline", metadata={"help": "'sync', 'one_step' or 'pipeline'"})
+    regime: Regime = field(default="pipeline", metadata={"help": "'sync', 'one_step', 'pipeline' or 'conventional'"})
     n_slots: int = field(
         default=32, metadata={"help": "decoding slots of the generator (= G x groups_per_batch for sync/one_step)"}
     )
@@ -103,6 +115,28 @@ class PipelineConfig:
     )
     recompute_cache: bool = field(
         default=False, metadata={"help": "pipeline: rebuild the KV cache after an in-flight update"}
+    )
+    inflight: bool = field(
+        default=True,
+        metadata={"help": "pipeline: swap weights between decoding steps; False: drain the slots first"},
+    )
+    steps_per_round: int = field(
+        default=4, metadata={"help": "conventional: optimizer steps (batches) per generation round"}
+    )
+    colocated: bool = field(
+        default=False,
+        metadata={"help": "conventional: generate and train in turn in this process, on every core"},
+    )
+    split: str | None = field(
+        default=None,
+        metadata={"help": "prompts drawn from: None (every problem) or 'train' (never a held-out pair)"},
+    )
+    gap_probe_every: int = field(
+        default=0,
+        metadata={
+            "help": "generator: every this many answers that saw a swap, measure log mu against a "
+            "same-version recompute (0: never)"
+        },
     )
     seed: int = field(default=0, metadata={"help": "seeds the prompts, the sampler and the trainer"})
     poll_s: float = field(default=0.05, metadata={"help": "longest single wait before checking on the other process"})
@@ -123,7 +157,7 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.regime not in REGIMES:
             raise ValueError(f"regime must be one of {REGIMES}, got {self.regime!r}")
-        if self.regime != "pipeline" and self.n_slots != self.batch_sequences:
+        if self.regime in ("sync", "one_step") and self.n_slots != self.batch_sequences:
             raise ValueError(
                 f"regime {self.regime!r} generates whole batches: n_slots must equal group_size x "
                 f"groups_per_batch = {self.batch_sequences}, got {self.n_slots}"
@@ -132,8 +166,17 @@ class PipelineConfig:
             raise ValueError(
                 f"pipeline needs max_lag >= 1 (a token sampled during an update is 1 behind), got {self.max_lag}"
             )
+        if self.regime == "conventional" and self.steps_per_round < 1:
+            raise ValueError(f"conventional needs steps_per_round >= 1, got {self.steps_per_round}")
+        if self.colocated and self.regime != "conventional":
+            raise ValueError(
+                f"colocated=True alternates generation and training, which only regime 'conventional' does "
+                f"(steps_per_round=1 is the colocated synchronous loop); regime {self.regime!r} overlaps them"
+            )
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {self.group_size}")
+        if self.gap_probe_every < 0:
+            raise ValueError(f"gap_probe_every must be >= 0 (0: never), got {self.gap_probe_every}")
         if self.snapshot_every < 0:
             raise ValueError(f"snapshot_every must be >= 0 (0: no snapshots), got {self.snapshot_every}")
 
@@ -143,8 +186,22 @@ class PipelineConfig:
 
     @property
     def lag_bound(self) -> int:
-        """The most updates any consumed token may lag: 0, 1 or ``max_lag``."""
-        return {"sync": 0, "one_step": 1, "pipeline": self.max_lag}[self.regime]
+        """The most updates any consumed token may lag: 0, 1, ``max_lag`` or ``steps_per_round - 1``."""
+        return {"sync": 0, "one_step": 1, "pipeline": self.max_lag, "conventional": self.steps_per_round - 1}[
+            self.regime
+        ]
+
+    @property
+    def arm(self) -> str:
+        """The arm's name: the regime, or a variant of it (see :attr:`RegimeReport.arm`)."""
+        if self.regime == "conventional":
+            where = "colocated" if self.colocated else "split"
+            return f"{where}_sync" if self.steps_per_round == 1 else f"conventional{'' if self.colocated else '_split'}"
+        if not self.correction:
+            return f"{self.regime}_no_is"
+        if self.regime == "pipeline" and not self.inflight:
+            return "pipeline_drain"
+        return f"{self.regime}_recompute" if self.recompute_cache and self.regime == "pipeline" else self.regime
 
     @property
     def capacity_groups(self) -> int:
@@ -175,6 +232,21 @@ def swap_in_newer_weights(weights: SharedWeights, sampler: SlotSampler, recomput
     return in_flight
 
 
+def probe_cache_gap(sampler: SlotSampler, slot: int, since: int) -> np.ndarray:
+    """``|log mu - log pi_v|`` of the tokens of ``slot``'s finished answer that the current
+    version ``v`` sampled after position ``since`` (the first position it sampled), where
+    ``log pi_v`` is a fresh forward pass of the same weights: zero up to rounding unless
+    the keys and values the sampler read were written by older weights (a kept cache)."""
+    res = sampler.result(slot)
+    versions = res["versions"]
+    mine = (versions == sampler.version) & (torch.arange(len(versions)) >= since)
+    if not bool(mine.any()):
+        return np.zeros(0)
+    with torch.no_grad():
+        fresh = sequence_logprobs(sampler.model, res["tokens"][None].to(sampler.device))[0].cpu()
+    return (fresh - res["logp"])[mine].abs().numpy()
+
+
 class PipelineFault(RuntimeError):
     """The run could not go on (the generator died or stalled); everything was shut down."""
 
@@ -202,6 +274,8 @@ class _Timeline:
         self.steps = 0
         self.swaps: list[tuple[float, int]] = []
         self.swap_seconds = 0.0
+        self.recomputed_tokens = 0
+        self.gap = [0.0, 0.0, 0.0]  # sum, tokens, max of the probed |log mu - log pi_v|
 
     def busy(self, t0: float, t1: float) -> None:
         """Computing, but not a decoding step (an in-flight swap, a cache rebuild)."""
@@ -223,9 +297,12 @@ class _Timeline:
             "steps": self.steps,
             "swaps": self.swaps,
             "swap_seconds": self.swap_seconds,
+            "recomputed_tokens": self.recomputed_tokens,
+            "gap": list(self.gap),
         }
         self.intervals = self.intervals[-1:]  # the last one may still grow
         self.busy_slot_steps, self.steps, self.swaps, self.swap_seconds = 0, 0, [], 0.0
+        self.recomputed_tokens, self.gap = 0, [0.0, 0.0, 0.0]
         return out
 
 
@@ -237,7 +314,9 @@ class GroupGenerator:
     Groups are numbered in the order they start; each is ``G`` answers to one prompt. In
     ``sync`` and ``one_step`` a whole batch (``B`` groups, every slot) starts once all slots
     are idle; in ``pipeline`` a slot that finishes is refilled at once, and newer weights
-    are swapped in between two decoding steps. Either way no group starts before
+    are swapped in between two decoding steps (or, drain-then-swap, once the slots are
+    empty); in ``conventional`` a round of ``steps_per_round`` batches starts once the last
+    round is consumed, with one version of the weights. Either way no group starts before
     backpressure (:func:`may_start_group`) allows it.
 
     :func:`generator_main` runs one in its own process; ``conn`` is anything with ``send``.
@@ -258,6 +337,9 @@ class GroupGenerator:
         self.next_group = 0
         self.sent = 0
         self.issuing, self.left = -1, 0  # the group whose answers are being started, and how many are left to start
+        self.round_left = 0  # conventional: groups of the current round not started yet
+        self.slot_since: dict[int, int] = {}  # slot -> the sampler's swap count when its answer started
+        self.probed = 0  # answers that saw a swap (gap probe)
         self.timeline = _Timeline()
 
     def start_groups(self, consumed: int) -> None:
@@ -265,7 +347,13 @@ class GroupGenerator:
         ``consumed`` (read *before* any weights are pulled: see "lag bound" in the module docstring)."""
         B = self.cfg.groups_per_batch
         if self.cfg.regime == "pipeline":
-            self._refill_free_slots(consumed)
+            if self.cfg.inflight:
+                self._refill_free_slots(consumed)
+            elif self.sampler.n_active == 0 or self.weights.version == self.sampler.version:
+                self._refill_free_slots(consumed, pull=self.sampler.n_active == 0)
+            # else drain-then-swap: newer weights wait, so nothing starts until the live answers end
+        elif self.cfg.regime == "conventional":
+            self._refill_round(consumed)
         elif self.sampler.n_active == 0 and may_start_group(self.next_group + B - 1, consumed, self.cfg.lag_bound, B):
             self._start_batch()
 
@@ -281,7 +369,10 @@ class GroupGenerator:
     def _pull(self) -> None:
         """Swap in newer weights, if any (between two decoding steps), and time the swap."""
         t0 = time.perf_counter()
+        live = int(self.sampler.pos[self.sampler.active].sum())
         if swap_in_newer_weights(self.weights, self.sampler, self.cfg.recompute_cache):
+            if self.cfg.recompute_cache:
+                self.timeline.recomputed_tokens += live
             t1 = time.perf_counter()
             self.timeline.busy(t0, t1)
             self.timeline.swap_seconds += t1 - t0
@@ -297,16 +388,39 @@ class GroupGenerator:
     def _start(self, slot: int, k: int) -> None:
         self.sampler.start(slot, self.groups[k].problem.prompt)
         self.owner[slot] = k
+        self.slot_since[slot] = self.sampler.swaps
 
-    def _refill_free_slots(self, consumed: int) -> None:
+    def _refill_free_slots(self, consumed: int, pull: bool = True) -> None:
         """``pipeline``: pull newer weights, then start an answer in every free slot, group after
         group, until backpressure holds the next group back."""
-        self._pull()
+        if pull:
+            self._pull()
         for slot in self.sampler.free_slots():
             if self.left == 0:
                 if not may_start_group(self.next_group, consumed, self.cfg.lag_bound, self.cfg.groups_per_batch):
                     break  # backpressure
                 self.issuing, self.left = self._new_group(), self.cfg.group_size
+            self._start(slot, self.issuing)
+            self.left -= 1
+
+    def _refill_round(self, consumed: int) -> None:
+        """``conventional``: once every group started so far is consumed, pull the newest
+        weights and open a round of ``steps_per_round`` batches; fill free slots with the
+        round's groups (continuous batching inside the round, no weight swap)."""
+        cfg = self.cfg
+        if self.round_left == 0 and self.left == 0:
+            if self.sampler.n_active or consumed < self.next_group:
+                return  # the trainer has not consumed the last round yet
+            self._pull()
+            self.round_left = cfg.steps_per_round * cfg.groups_per_batch
+        for slot in self.sampler.free_slots():
+            if self.left == 0:
+                if self.round_left == 0:
+                    break
+                if not may_start_group(self.next_group, consumed, cfg.lag_bound, cfg.groups_per_batch):
+                    break  # cannot happen inside a round; kept so that the bound is checked the same way
+                self.issuing, self.left = self._new_group(), cfg.group_size
+                self.round_left -= 1
             self._start(slot, self.issuing)
             self.left -= 1
 
@@ -322,6 +436,14 @@ class GroupGenerator:
     def _finish_answer(self, slot: int) -> None:
         """Verify the answer that ended in ``slot``; send its group if that completes it."""
         k = self.owner.pop(slot)
+        swaps_then = self.slot_since.pop(slot)
+        if self.cfg.gap_probe_every and self.sampler.swaps > swaps_then:  # weights changed during this answer
+            self.probed += 1
+            if self.probed % self.cfg.gap_probe_every == 0:
+                gap = probe_cache_gap(self.sampler, slot, int(self.sampler.prompt_len[slot]))
+                if gap.size:
+                    g = self.timeline.gap
+                    g[0], g[1], g[2] = g[0] + float(gap.sum()), g[1] + gap.size, max(g[2], float(gap.max()))
         res = self.sampler.result(slot)
         p = int(res["prompt_len"])
         answer = res["tokens"][p:].tolist()
@@ -354,7 +476,7 @@ def generator_main(
     and :class:`GroupGenerator`)."""
     child_setup(seed)
     _pin(cfg, 0)
-    task = CountdownTask(cfg.task)
+    task = CountdownTask(cfg.task, split=cfg.split)
     rng = np.random.default_rng(seed)
     model = TinyLM(cfg.lm)
     sampler = SlotSampler(model, cfg.n_slots, EOS, torch.Generator().manual_seed(seed))
@@ -409,6 +531,9 @@ class RegimeReport:
     swap_seconds: float = 0.0
     correction: bool = True
     recompute_cache: bool = False
+    arm_name: str = ""
+    recomputed_tokens: int = 0
+    gap: tuple[float, float, float] = (0.0, 0.0, 0.0)
     final_state: dict[str, torch.Tensor] = field(default_factory=dict)
     snapshots: list[tuple[int, float, dict[str, torch.Tensor]]] = field(default_factory=list)
 
@@ -432,6 +557,22 @@ class RegimeReport:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds
 
+    @property
+    def answers_per_second(self) -> float:
+        """Answers the trainer consumed per second: unlike tokens/s, not inflated by longer answers."""
+        return self.samples / self.seconds
+
+    @property
+    def answer_tokens(self) -> float:
+        """Mean tokens per consumed answer (``<eos>`` included)."""
+        return self.tokens / self.samples
+
+    @property
+    def generator_gap(self) -> float:
+        """Mean ``|log mu - log pi_v|`` the generator's probe measured (``gap_probe_every``): the
+        kept cache's error against a same-version recompute; NaN if nothing was probed."""
+        return self.gap[0] / self.gap[1] if self.gap[1] else float("nan")
+
     def busy_fraction(self, who: str) -> float:
         """Fraction of the run's wall time ``who`` (``generator`` or ``trainer``) was computing."""
         spans = getattr(self, who)
@@ -447,8 +588,12 @@ class RegimeReport:
 
     @property
     def arm(self) -> str:
-        """``sync``, ``one_step``, ``pipeline``, ``pipeline_no_is`` (no correction) or
-        ``pipeline_recompute`` (KV cache rebuilt after every in-flight update)."""
+        """``sync``, ``one_step``, ``pipeline``, ``pipeline_no_is`` (no correction),
+        ``pipeline_recompute`` (KV cache rebuilt after every in-flight update),
+        ``pipeline_drain`` (drain-then-swap), ``conventional`` or ``colocated_sync``
+        (:attr:`PipelineConfig.arm`)."""
+        if self.arm_name:
+            return self.arm_name
         if not self.correction:
             return f"{self.regime}_no_is"
         return f"{self.regime}_recompute" if self.recompute_cache and self.regime == "pipeline" else self.regime
@@ -478,6 +623,8 @@ class _TrainerRun:
     generator: list[tuple[float, float]] = field(default_factory=list)
     swaps: list[tuple[float, int]] = field(default_factory=list)
     swap_seconds: float = 0.0
+    recomputed_tokens: int = 0
+    gap: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     busy_slot_steps: int = 0
     steps: int = 0
     snapshots: list[tuple[int, float, dict[str, torch.Tensor]]] = field(default_factory=list)
@@ -487,12 +634,31 @@ class _TrainerRun:
         self.generator += [(a - self.t0, b - self.t0) for a, b in timeline["intervals"]]
         self.swaps += [(t - self.t0, v) for t, v in timeline["swaps"]]
         self.swap_seconds += timeline["swap_seconds"]
+        self.recomputed_tokens += timeline["recomputed_tokens"]
+        g = timeline["gap"]
+        self.gap = [self.gap[0] + g[0], self.gap[1] + g[1], max(self.gap[2], g[2])]
         self.busy_slot_steps += timeline["busy_slot_steps"]
         self.steps += timeline["steps"]
 
 
+class _LocalPipe:
+    """The colocated generator's outbox: what a pipe would carry, kept in this process."""
+
+    def __init__(self) -> None:
+        self.messages: deque[tuple[Any, ...]] = deque()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.messages.append(message)
+
+    def close(self) -> None:
+        self.messages.clear()
+
+
 class PipelineSystem(ChildProcessSystem):
-    """A generator process and this process's trainer for one regime; see the module docstring."""
+    """A generator process and this process's trainer for one regime (or, ``colocated``, both
+    in this process, taking turns); see the module docstring."""
+
+    conn: Any  # the pipe from the generator process, or the colocated generator's _LocalPipe
 
     def __init__(self, config: PipelineConfig, init_flat: torch.Tensor) -> None:
         self.config = config
@@ -502,8 +668,21 @@ class PipelineSystem(ChildProcessSystem):
         self.process: Any = None
 
     def start(self) -> None:
-        """Share the weights, start the generator and wait until it is ready."""
+        """Share the weights, start the generator and wait until it is ready (colocated: make
+        the generator here; it samples with its own copy of the weights, as an engine does)."""
         cfg = self.config
+        if cfg.colocated:
+            self._begin("spawn", __name__)  # marks the system started; no child process
+            self.weights = SharedWeights(self.model)
+            self.counters = torch.zeros(1, dtype=torch.int64)
+            self.conn = _LocalPipe()
+            seed = cfg.seed * 1000 + 1
+            sampler = SlotSampler(TinyLM(cfg.lm), cfg.n_slots, EOS, torch.Generator().manual_seed(seed))
+            sampler.version = self.weights.pull(sampler.model, -1)
+            task = CountdownTask(cfg.task, split=cfg.split)
+            self.local = GroupGenerator(cfg, self.weights, sampler, task, np.random.default_rng(seed), self.conn)
+            atexit.register(self.stop)
+            return
         ctx = self._begin(cfg.start_method, __name__)
         self.weights = SharedWeights(self.model)
         self.counters = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -532,6 +711,10 @@ class PipelineSystem(ChildProcessSystem):
     def stop(self) -> None:
         """Stop event, join with a timeout, then terminate, then kill. Idempotent."""
         if not self._stopping():
+            return
+        if self.config.colocated:
+            self.conn.close()
+            self.events.append("stop: colocated, no process to stop")
             return
         # a flag without a lock (SharedFlag): a generator SIGKILLed while reading it cannot wedge
         # set(); an mp.Event's lock could (a clean-clone CI run once hung so)
@@ -572,11 +755,16 @@ class PipelineSystem(ChildProcessSystem):
         """
         cfg = self.config
         previous_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        previous_cores = _pin(cfg, 1)
+        if cfg.colocated:  # generation and training take turns on every core
+            torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+            previous_cores = None
+        else:
+            torch.set_num_threads(1)
+            previous_cores = _pin(cfg, 1)
         torch.manual_seed(cfg.seed)
         opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
-        self._go.set()
+        if not cfg.colocated:
+            self._go.set()
         run = _TrainerRun(t0=time.perf_counter())
         if cfg.snapshot_every:
             run.snapshots.append((0, 0.0, _state_copy(self.model)))
@@ -609,10 +797,26 @@ class PipelineSystem(ChildProcessSystem):
         wanted = range(u * B, (u + 1) * B)
         while any(k not in run.received for k in wanted):
             missing = min(set(wanted) - set(run.received))
-            _kind, k, payload, timeline = self._recv(self.config.stall_timeout_s, f"group {missing}")
+            if self.config.colocated:
+                _kind, k, payload, timeline = self._generate_here(f"group {missing}")
+            else:
+                _kind, k, payload, timeline = self._recv(self.config.stall_timeout_s, f"group {missing}")
             run.received[k] = payload
             run.add_timeline(timeline)
         return [run.received.pop(k) for k in wanted]
+
+    def _generate_here(self, what: str) -> tuple[Any, ...]:
+        """Colocated: decode in this process until the generator sends a group; the trainer
+        waits meanwhile, as conventional RL's training does while all the hardware generates."""
+        deadline = time.monotonic() + self.config.stall_timeout_s
+        while not self.conn.messages:
+            self.local.start_groups(int(self.counters[CONSUMED]))
+            if self.local.sampler.n_active == 0:
+                raise PipelineFault(f"the colocated generator has nothing to decode while the trainer waits for {what}")
+            self.local.decode_step()
+            if time.monotonic() > deadline:
+                raise PipelineFault(f"waited {self.config.stall_timeout_s:g} s for {what}")
+        return self.conn.messages.popleft()
 
     def _report(self, run: _TrainerRun, seconds: float) -> RegimeReport:
         """The :class:`RegimeReport` of ``run``, which took ``seconds``."""
@@ -633,6 +837,9 @@ class PipelineSystem(ChildProcessSystem):
             swap_seconds=run.swap_seconds,
             correction=cfg.correction,
             recompute_cache=cfg.recompute_cache,
+            arm_name=cfg.arm,
+            recomputed_tokens=run.recomputed_tokens,
+            gap=(run.gap[0], run.gap[1], run.gap[2]),
             final_state=_state_copy(self.model),
             snapshots=run.snapshots,
         )

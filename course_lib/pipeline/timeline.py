@@ -13,14 +13,24 @@ from numpy.typing import ArrayLike
 from course_lib.pipeline.system import RegimeReport
 
 COLOURS = {
-    "sync": "tab:red",
+    "colocated_sync": "tab:brown",
+    "conventional": "tab:red",
+    "pipeline_drain": "tab:purple",
+    "conventional_split": "tab:olive",
+    "split_sync": "tab:pink",
+    "sync": "tab:pink",
     "one_step": "tab:orange",
     "pipeline": "tab:blue",
     "pipeline_no_is": "tab:gray",
     "pipeline_recompute": "tab:cyan",
 }
 LABELS = {
-    "sync": "synchronous",
+    "colocated_sync": "colocated synchronous",
+    "conventional": "conventional RL (k steps/round)",
+    "pipeline_drain": "pipeline, drain-then-swap",
+    "conventional_split": "conventional, split cores",
+    "split_sync": "synchronous, split cores",
+    "sync": "synchronous, split cores",
     "one_step": "one-step async",
     "pipeline": "pipeline RL",
     "pipeline_no_is": "pipeline, no IS correction",

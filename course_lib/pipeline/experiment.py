@@ -1,0 +1,328 @@
+"""Lesson 07's fair comparison: the arms PipelineRL is measured against, over seeds.
+
+PipelineRL (Piche et al. 2025) compares itself with **conventional RL**, which alternates
+between generating with all the hardware and training on all of it, taking ``k``
+optimizer steps per generation round (lags ``0 .. k - 1``). The arms here
+(:data:`ARMS`), all from the same warm-started weights, the same prompts per seed, the same
+batch (4 prompts x 8 answers) and the same number of updates:
+
+=================== ============================================================= ==========
+arm                 what runs                                                      lag bound
+=================== ============================================================= ==========
+``colocated_sync``  generate one batch, train one step, in turn, every core        0
+``conventional``    generate ``k`` batches, take ``k`` steps, in turn, every core  ``k - 1``
+``one_step``        generator (core 0) one batch ahead of the trainer (core 1)     1
+``pipeline``        in-flight weight updates, continuous batching, cores 0 and 1   ``max_lag``
+``pipeline_drain``  the same without the in-flight swap: drain, then swap          ``max_lag``
+``pipeline_no_is``  pipeline RL without the truncated-IS correction                ``max_lag``
+``pipeline_recompute`` pipeline RL rebuilding the live prefixes' KV cache at a swap ``max_lag``
+=================== ============================================================= ==========
+
+``k`` is matched to the pipeline's lag bound (``k = max_lag + 1``: both arms' tokens lag
+at most ``max_lag``). The arms of one seed run back to back (seed 0: every arm, then seed
+1, ...), so that they share the machine's load. Each run records its throughput (answers/s
+and tokens/s, which longer answers inflate), the lag of every consumed token, the busy
+fractions, and the reward of its final policy on two fixed evaluation sets: fresh draws of
+the **training problems**, and the **held-out pairs** that no training prompt is
+(:class:`~course_lib.lm.task.CountdownTask` ``split="held_out"``). The synchronous arms
+keep snapshots, so that their reward *at the moment pipeline RL finished* can be measured
+(equal wall-clock).
+
+Run from the command line (prints progress, writes JSON that :func:`load` reads)::
+
+    python -m course_lib.pipeline.experiment --seeds 5 --out course_lib/pipeline/recorded/arms_cpu.json
+
+The committed record (:data:`RECORDED`) is what lesson 07 reads beside the one seed it
+runs live; ``BENCHMARKS.md`` says when and where it was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from course_lib.lm.model import TinyLM
+from course_lib.lm.task import CountdownTask, evaluate, warm_start
+from course_lib.pipeline.system import LM, PipelineConfig, PipelineSystem, RegimeReport
+from course_lib.runtime.weights import flat_parameters
+
+RECORDED = Path(__file__).parent / "recorded" / "arms_cpu.json"
+MAX_LAG = 3
+ARMS: dict[str, dict[str, Any]] = {
+    "colocated_sync": {"regime": "conventional", "colocated": True, "steps_per_round": 1, "snapshot_every": 1},
+    "conventional": {
+        "regime": "conventional",
+        "colocated": True,
+        "steps_per_round": MAX_LAG + 1,
+        "snapshot_every": 1,
+    },
+    "one_step": {"regime": "one_step"},
+    "pipeline": {"regime": "pipeline", "gap_probe_every": 4},
+    "pipeline_drain": {"regime": "pipeline", "inflight": False},
+    "pipeline_no_is": {"regime": "pipeline", "correction": False},
+    "pipeline_recompute": {"regime": "pipeline", "recompute_cache": True, "gap_probe_every": 4},
+}
+SWEEP_LAGS = (1, 2, 5, 8)  # and MAX_LAG, the pipeline arm itself
+EVAL_PROMPTS, EVAL_SEED = 1024, 123
+WARM_STEPS = 30
+N_UPDATES = 150
+
+
+def base_config(n_updates: int = N_UPDATES, max_lag: int = MAX_LAG) -> PipelineConfig:
+    """The configuration every arm starts from: training prompts only (``split="train"``)."""
+    return PipelineConfig(n_updates=n_updates, max_lag=max_lag, split="train")
+
+
+def warm_policy(steps: int = WARM_STEPS) -> tuple[TinyLM, torch.Tensor, list[float]]:
+    """The lesson's supervised warm start on the training problems: ``(model, the weights
+    10 steps before the end, the loss of every step)``; deterministic (seeded)."""
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    task = CountdownTask(split="train")
+    losses = warm_start(model, task, steps=steps - 10)
+    before = flat_parameters(model)
+    losses += warm_start(model, task, steps=10, seed=1)
+    return model, before, losses
+
+
+def policy_from(state: dict[str, torch.Tensor]) -> TinyLM:
+    model = TinyLM(LM)
+    model.load_state_dict(state)
+    return model
+
+
+def rewards_of(model: TinyLM) -> dict[str, float]:
+    """Exact-match reward on the two fixed evaluation sets (same prompts and sampling noise for every policy)."""
+    return {
+        "train": evaluate(model, CountdownTask(split="train"), n=EVAL_PROMPTS, seed=EVAL_SEED),
+        "held_out": evaluate(model, CountdownTask(split="held_out"), n=EVAL_PROMPTS, seed=EVAL_SEED),
+    }
+
+
+def summary(report: RegimeReport) -> dict[str, Any]:
+    """What one run measured, as plain numbers (JSON-able)."""
+    lags = report.token_lags.astype(int)
+    return {
+        "arm": report.arm,
+        "lag_bound": report.lag_bound,
+        "seconds": report.seconds,
+        "answers_per_s": report.answers_per_second,
+        "tokens_per_s": report.tokens_per_second,
+        "answer_tokens": report.answer_tokens,
+        "lag_mean": float(lags.mean()),
+        "lag_max": int(lags.max()),
+        "lag_counts": np.bincount(lags, minlength=report.lag_bound + 1).tolist(),
+        "gen_busy": report.busy_fraction("generator"),
+        "train_busy": report.busy_fraction("trainer"),
+        "slots_useful": report.slot_occupancy,
+        "swap_seconds": report.swap_seconds,
+        "recomputed_tokens": report.recomputed_tokens,
+        "generator_gap": None if not report.gap[1] else report.generator_gap,
+        "generator_gap_tokens": int(report.gap[1]),
+        "ess": float(report.series("ess").mean()),
+        "batch_reward": report.series("reward").round(4).tolist(),
+        "time": report.series("time").round(4).tolist(),
+        "events": [e for e in report.events if "lags" in e],
+    }
+
+
+def run_seed(
+    seed: int,
+    init_flat: torch.Tensor,
+    arms: dict[str, dict[str, Any]],
+    base: PipelineConfig,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every arm of ``arms`` for one seed, back to back; then the final policies' rewards, and
+    the synchronous arms' reward at the moment ``pipeline`` finished (if both ran)."""
+    out: dict[str, dict[str, Any]] = {}
+    reports: dict[str, RegimeReport] = {}
+    for arm, extra in arms.items():
+        cfg = replace(base, seed=seed, **extra)
+        with PipelineSystem(cfg, init_flat) as system:
+            report = system.train()
+        reports[arm] = report
+        out[arm] = summary(report) | {"reward": rewards_of(policy_from(report.final_state))}
+        if progress is not None:
+            progress(f"seed {seed} {arm}: {report.seconds:.1f} s")
+    if "pipeline" in reports:
+        finish = reports["pipeline"].seconds
+        for arm, report in reports.items():
+            if report.snapshots and arm != "pipeline":
+                updates, _, state = report.state_at(finish)
+                out[arm]["at_pipeline_finish"] = {"updates": updates, "reward": rewards_of(policy_from(state))}
+    return out
+
+
+def run_grid(
+    seeds: Sequence[int],
+    arms: dict[str, dict[str, Any]] | None = None,
+    sweep_lags: Sequence[int] = (),
+    n_updates: int = N_UPDATES,
+    progress: Callable[[str], None] | None = print,
+    warm_steps: int = WARM_STEPS,
+) -> dict[str, Any]:
+    """The whole experiment: ``runs[arm][i]`` for seed ``seeds[i]``, and the ``max_lag`` sweep
+    of the pipeline arm (``sweep[str(max_lag)][i]``), each seed's arms back to back."""
+    arms = ARMS if arms is None else arms
+    model, _, _ = warm_policy(warm_steps)
+    init = flat_parameters(model)
+    warm = rewards_of(model)
+    base = base_config(n_updates)
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    sweep: dict[str, list[dict[str, Any]]] = {str(lag): [] for lag in sweep_lags}
+    loads = []
+    t0 = time.perf_counter()
+    for seed in seeds:
+        for arm, result in run_seed(seed, init, arms, base, progress).items():
+            runs[arm].append(result)
+        for lag in sweep_lags:
+            cfg = replace(base, seed=seed, max_lag=lag, regime="pipeline")
+            with PipelineSystem(cfg, init) as system:
+                report = system.train()
+            sweep[str(lag)].append(summary(report) | {"reward": rewards_of(policy_from(report.final_state))})
+            if progress is not None:
+                progress(f"seed {seed} pipeline max_lag {lag}: {report.seconds:.1f} s")
+        loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
+    return {
+        "meta": {
+            "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "torch": torch.__version__,
+            "command": " ".join(["python -m course_lib.pipeline.experiment", *sys.argv[1:]]),
+            "seeds": list(seeds),
+            "n_updates": n_updates,
+            "warm_steps": warm_steps,
+            "config": {k: v for k, v in asdict(base).items() if k not in ("lm", "task")},
+            "arms": arms,
+            "loads": loads,
+            "seconds": time.perf_counter() - t0,
+        },
+        "warm_reward": warm,
+        "runs": runs,
+        "sweep": sweep,
+    }
+
+
+def two_thread_speedups(model: TinyLM, repeats: int = 5) -> dict[str, float]:
+    """How much faster two torch threads make one decoding step of 32 slots and one training
+    step on 32 answers (4 chunks of 8, as the trainer does), than one thread: the median
+    over ``repeats`` interleaved pairs. What a colocated loop gains from the second core."""
+    from course_lib.lm.model import sequence_logprobs
+    from course_lib.lm.sampler import SlotSampler
+    from course_lib.lm.task import EOS
+
+    work = TinyLM(model.cfg)
+    work.load_state_dict(model.state_dict())
+    problems = CountdownTask(split="train").sample(np.random.default_rng(0), 32)
+    tokens = torch.randint(4, model.cfg.vocab, (32, 24), generator=torch.Generator().manual_seed(0))
+    opt = torch.optim.SGD(work.parameters(), lr=0.0)  # the step's work, without changing the weights
+
+    def decode() -> None:
+        sampler = SlotSampler(work, 32, EOS, torch.Generator().manual_seed(0))
+        for slot, problem in enumerate(problems):
+            sampler.start(slot, problem.prompt)
+        for _ in range(20):
+            sampler.step()
+
+    def train() -> None:
+        for chunk in tokens.split(8):
+            loss = sequence_logprobs(work, chunk).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    previous = torch.get_num_threads()
+    times: dict[str, dict[int, list[float]]] = {"decode": {1: [], 2: []}, "train": {1: [], 2: []}}
+    try:
+        for _ in range(repeats):
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                for name, fn in (("decode", decode), ("train", train)):
+                    t0 = time.perf_counter()
+                    fn()
+                    times[name][threads].append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(previous)
+    return {name: float(np.median(t[1]) / np.median(t[2])) for name, t in times.items()}
+
+
+def merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Two results of :func:`run_grid` over different seeds (same arms and configuration) as one."""
+    if first["meta"]["config"] != second["meta"]["config"] or first["runs"].keys() != second["runs"].keys():
+        raise ValueError("merge needs two runs of the same arms and configuration")
+    if set(first["meta"]["seeds"]) & set(second["meta"]["seeds"]):
+        raise ValueError(f"the seeds overlap: {first['meta']['seeds']} and {second['meta']['seeds']}")
+    meta = dict(first["meta"])
+    meta["seeds"] = first["meta"]["seeds"] + second["meta"]["seeds"]
+    meta["loads"] = first["meta"]["loads"] + second["meta"]["loads"]
+    meta["seconds"] = first["meta"]["seconds"] + second["meta"]["seconds"]
+    return {
+        "meta": meta,
+        "warm_reward": first["warm_reward"],
+        "runs": {arm: first["runs"][arm] + second["runs"][arm] for arm in first["runs"]},
+        "sweep": {lag: first["sweep"][lag] + second["sweep"].get(lag, []) for lag in first["sweep"]},
+    }
+
+
+def save(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+
+
+def load(path: Path = RECORDED) -> dict[str, Any]:
+    """A result written by :func:`save` (the command line), e.g. the committed :data:`RECORDED`."""
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} does not exist: run `python -m course_lib.pipeline.experiment --out {path}` to record it"
+        )
+    return dict(json.loads(path.read_text()))
+
+
+def mean_se(x: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error over seeds."""
+    a = np.asarray(x, dtype=np.float64)
+    return float(a.mean()), float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else float("nan")
+
+
+def separated(differences: Sequence[float]) -> str:
+    """The verdict on paired per-seed differences ``a - b``: ``"a > b"`` if mean - 2 s.e. > 0,
+    ``"a < b"`` if mean + 2 s.e. < 0, else ``"not separated"``."""
+    m, se = mean_se(differences)
+    if m - 2 * se > 0:
+        return "a > b"
+    if m + 2 * se < 0:
+        return "a < b"
+    return "not separated"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
+    parser.add_argument("--updates", type=int, default=N_UPDATES, help=f"updates per run (default {N_UPDATES})")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the max_lag sweep")
+    parser.add_argument("--out", type=Path, default=RECORDED, help=f"JSON to write (default {RECORDED})")
+    args = parser.parse_args(argv)
+    if args.seeds < 2:
+        parser.error(f"--seeds must be >= 2 to estimate a spread over seeds, got {args.seeds}")
+    lags = () if args.no_sweep else SWEEP_LAGS
+    result = run_grid(range(args.seeds), sweep_lags=lags, n_updates=args.updates)
+    save(result, args.out)
+    print(f"wrote {args.out} ({result['meta']['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
