@@ -34,6 +34,7 @@ class _LibrarySampler:
     def __init__(self, fake: l07.FakeSampler) -> None:
         self.fake = fake
         self.version = 0
+        self.swaps = 0  # weight swaps so far (the generator stamps each slot's start with it)
 
     def free_slots(self):
         return self.fake.free_slots()
@@ -110,6 +111,52 @@ def test_a_sampler_drawing_through_the_softmax_passes_the_decoding_checks():
 
     outcome = run_exercise(l07.INFLIGHT_DECODE, decode)
     assert outcome.passed, outcome.message
+
+
+def _decode_with_cache(cache_of, recompute=False):
+    """The solution's decoding loop, decoding into ``cache_of(cache)`` (the cache given, or a copy)
+    and, with ``recompute``, re-encoding the steps fed so far with the new weights at a swap."""
+    import torch
+
+    from course_lib.runtime.weights import load_flat_parameters
+
+    def decode(model, cache, tokens, pos, n_steps, poll, version, generator):
+        tokens, pos, cache, fed = tokens.clone(), pos.clone(), cache_of(cache), []
+        out_tokens, out_logp, out_versions = [], [], []
+        with torch.no_grad():
+            for _ in range(n_steps):
+                update = poll()
+                if update is not None and update[0] > version:
+                    version = update[0]
+                    load_flat_parameters(model, update[1])
+                    for token, p in fed if recompute else ():
+                        model.step(token, p, cache)
+                fed.append((tokens, pos))
+                logp = torch.log_softmax(model.step(tokens, pos, cache), dim=-1)
+                tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+                out_tokens.append(tokens)
+                out_logp.append(logp.gather(1, tokens[:, None]).squeeze(1))
+                out_versions.append(torch.full_like(tokens, version))
+                pos = pos + 1
+        return torch.stack(out_tokens, 1), torch.stack(out_logp, 1), torch.stack(out_versions, 1)
+
+    return decode
+
+
+def test_the_decoding_checks_read_the_cache_given_after_the_call():
+    """Right tokens and log-probs are not enough: the steps must write the KV cache given (not a
+    copy, which the generator would never see), and a swap must not rewrite what the old weights
+    wrote. The teacher-forced check rejects each wrong cache and names it."""
+    right = _decode_with_cache(lambda cache: cache)
+    assert run_exercise(l07.INFLIGHT_DECODE, right).passed
+    for wrong, expected in (
+        (_decode_with_cache(lambda cache: (cache[0].clone(), cache[1].clone())), "wrote into a copy"),
+        (_decode_with_cache(lambda cache: cache, recompute=True), "before the swap, were rewritten"),
+    ):
+        outcome = run_exercise(l07.INFLIGHT_DECODE, wrong)
+        assert not outcome.passed and expected in outcome.message, outcome.message
+        check = next(r for r in outcome.results if not r.passed)
+        assert check.description == l07._dec_teacher_forced.description
 
 
 def test_the_loss_slips_differ_on_the_graders_batches():

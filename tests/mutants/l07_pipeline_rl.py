@@ -23,6 +23,8 @@ DECODE_LOOP = (
     "            logps.append(logp.gather(1, tokens[:, None]).squeeze(1))\n"
     "            versions.append(torch.full_like(tokens, version))\n"
 )
+CLONE = "    tokens, pos = tokens.clone(), pos.clone()\n"
+STEP = "            logp = torch.log_softmax(model.step(tokens, pos, cache), dim=-1)\n"
 BOUND = "            if k >= consumed + (max_lag + 1) * groups_per_batch:\n"
 ADMIT = "            state.update(group=k, prompt=next(prompts), left=group_size, next_group=k + 1)\n"
 
@@ -130,6 +132,44 @@ MUTANTS: list[Mutant] = [
         "    tokens, pos = tokens.clone(), pos.clone()\n" + DECODE_LOOP + "            pos = pos + 1\n",
         "    tokens = tokens.clone()\n" + DECODE_LOOP + "            pos += 1  # the caller's tensor, in place\n",
         "changed the `pos` tensor",
+    ),
+    # wrong mechanism (lesson-07 review): right tokens and log-probs, but the steps decode into a
+    # copy of the KV cache, so the cache the generator carries on from is never written
+    Mutant(
+        DEC,
+        "decodes_into_a_cache_copy",
+        CLONE,
+        CLONE + "    cache = (cache[0].clone(), cache[1].clone())  # leave the caller's cache alone\n",
+        "wrote into a copy",
+    ),
+    Mutant(
+        DEC,
+        "fresh_cache_copy_at_the_swap",
+        LOAD,
+        LOAD + "                cache = (cache[0].clone(), cache[1].clone())  # a new cache\n",
+        "wrote into a copy",
+    ),
+    # wrong mechanism (lesson-07 review): at the swap, the steps of this call are re-encoded with
+    # the new weights (a recompute), instead of keeping the cache as the old weights wrote it
+    Mutant(
+        DEC,
+        "recomputes_the_cache_at_the_swap",
+        CLONE + DECODE_LOOP,
+        CLONE
+        + "    fed = []  # (token, position) of every step, to re-encode them at a swap\n"
+        + DECODE_LOOP.replace(
+            LOAD,
+            LOAD + "                for token, p in fed:\n                    model.step(token, p, cache)\n",
+        ).replace(STEP, "            fed.append((tokens, pos))\n" + STEP),
+        "were rewritten",
+    ),
+    # wrong mechanism (lesson-07 review): a version equal to the one held is loaded too (>=)
+    Mutant(
+        DEC,
+        "loads_an_equal_version",
+        "if update is not None and update[0] > version:",
+        "if update is not None and update[0] >= version:",
+        "not >=",
     ),
     # refill_free_slots: the bound, the prompts, the started group, the state
     Mutant(RF, "window_off_by_one", BOUND, BOUND.replace(">=", ">"), "off by one"),

@@ -29,8 +29,10 @@ What each exercise teaches, and how its checks observe it:
   stamp each token with the version that sampled it; observed by the poll count, a full
   forward pass without updates, a teacher-forced replay through ``TinyLM.step`` (the old
   weights before the swap, the new ones after, and the generator's multinomial draws), the
-  model's parameters after the call, the cache written before the swap, an older version
-  ignored, dtypes, and the input tensors left unchanged.
+  model's parameters after the call, the cache written before the swap, the cache given
+  after the call against the replay's (every step written into it, in place, none rewritten
+  at the swap), an older or equal version ignored, dtypes, and the input tensors left
+  unchanged.
 * refill_free_slots: mechanism: continuous batching under backpressure: every free slot, in
   order, takes the next answer owed (the rest of the current group first, whatever the bound),
   and a new group (one prompt, taken only once admitted) starts only while its number is below
@@ -696,21 +698,59 @@ def _dec_keeps_cache(fn: Callable[..., Any]) -> None:
 
 @check_case("an older or equal version is ignored; nothing requires grad")
 def _dec_older(fn: Callable[..., Any]) -> None:
+    import torch
+
     from course_lib.runtime.weights import flat_parameters
 
-    _, newer = _lm_pair()
-    _, _, _, _, (tokens, logp, versions), _ = _decode(fn, {SWAP_AT: (2, flat_parameters(newer))}, version=3)
+    old, newer = _lm_pair()
     _, _, _, _, (plain, _, _), _ = _decode(fn, {}, version=3)
-    assert_true(
-        bool((versions == 3).all()) and bool((tokens == plain).all()),
-        f"{DEC} loaded version 2 while holding version 3: load only versions newer than the one held",
-    )
-    assert_true(not logp.requires_grad, f"{DEC}'s logp requires grad: decode under torch.no_grad()")
+    for offered, slip in ((2, ""), (3, " (compare with >, not >=: version 3 is the one held)")):
+        model, _, _, _, (tokens, logp, versions), _ = _decode(
+            fn, {SWAP_AT: (offered, flat_parameters(newer))}, version=3
+        )
+        assert_true(
+            bool((versions == 3).all())
+            and bool((tokens == plain).all())
+            and torch.equal(flat_parameters(model), flat_parameters(old)),
+            f"{DEC} loaded version {offered} while holding version 3: load only versions newer than the one held{slip}",
+        )
+        assert_true(not logp.requires_grad, f"{DEC}'s logp requires grad: decode under torch.no_grad()")
+
+
+def _dec_cache_compare(after: tuple[Any, Any], ref: tuple[Any, Any], first: int, stop: int) -> None:
+    """The learner's KV cache after the call against the teacher-forced replay's, at the positions
+    ``first .. stop - 1`` that decoding steps ``0 .. stop - first - 1`` wrote (the swap at step
+    ``SWAP_AT``): the steps must have written the cache given, each with the weights held then."""
+    import torch
+
+    for p in range(first, stop):
+        t = p - first
+        for name, got, want in (("keys", after[0], ref[0]), ("values", after[1], ref[1])):
+            got_p, want_p = got[:, :, :, p], want[:, :, :, p]
+            if torch.allclose(got_p.float(), want_p.float(), atol=1e-5):
+                continue
+            if not bool(got_p.any()):
+                fail(
+                    f"after the call, the KV cache you were given holds no {name} at the position of step {t}: the "
+                    "steps wrote into a copy of it; decode with the cache given, in place (model.step writes it), "
+                    "for the generator carries on from it with the next answers' steps"
+                )
+            if t < SWAP_AT:
+                fail(
+                    f"the KV cache's {name} written at step {t}, before the swap, were rewritten (recomputed with the "
+                    "new weights?): an in-flight update keeps the cache as the old weights wrote it; only the steps "
+                    "after the swap write with the new weights"
+                )
+            fail(
+                f"the KV cache's {name} written at step {t} are not those the model's own step writes with the "
+                "weights held at that step: feed each sampled token at the next position, into the cache given"
+            )
 
 
 @check_case(
     "teacher-forced through TinyLM.step: every step's log-probs are those of the weights held (the new ones from "
-    "the swap on, loaded into the model given) and its tokens are torch.multinomial's draws with the generator"
+    "the swap on, loaded into the model given) and its tokens are torch.multinomial's draws with the generator; "
+    "the steps wrote the KV cache given"
 )
 def _dec_teacher_forced(fn: Callable[..., Any]) -> None:
     import torch
@@ -719,7 +759,7 @@ def _dec_teacher_forced(fn: Callable[..., Any]) -> None:
 
     _, newer = _lm_pair()
     new_flat = flat_parameters(newer)
-    model, _, _, prefix, (tokens, logp, _), _ = _decode(fn, {SWAP_AT: (4, new_flat)})
+    model, _, after, prefix, (tokens, logp, _), _ = _decode(fn, {SWAP_AT: (4, new_flat)})
     swapped, kept = _lm_pair()[0], _lm_pair()[0]  # the old weights; `swapped` takes the new ones at the swap
     caches = (swapped.new_cache(3), kept.new_cache(3))
     generator = torch.Generator().manual_seed(0)
@@ -742,6 +782,8 @@ def _dec_teacher_forced(fn: Callable[..., Any]) -> None:
                         "the new version but sampled by the old weights; load them into the model "
                         "(load_flat_parameters(model, flat))"
                     )
+                if t >= SWAP_AT:
+                    _dec_cache_compare(after, caches[0], N_PREFIX - 1, N_PREFIX - 1 + SWAP_AT)
                 fail(
                     f"step {t}: the log-probs differ from the model's own step with the weights held (kept KV cache): "
                     "record log_softmax(model.step(...)) at the sampled token"
@@ -758,6 +800,7 @@ def _dec_teacher_forced(fn: Callable[..., Any]) -> None:
             "after the swap, the model you were given still holds the old weights: the new ones were loaded into a "
             "copy; load them into `model` in place (the generator decodes its next answers with it)"
         )
+    _dec_cache_compare(after, caches[0], N_PREFIX - 1, N_PREFIX - 1 + N_STEPS)
 
 
 INFLIGHT_DECODE = Exercise(
