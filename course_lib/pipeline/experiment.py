@@ -9,8 +9,8 @@ batch (4 prompts x 8 answers) and the same number of updates:
 =================== ============================================================= ==========
 arm                 what runs                                                      lag bound
 =================== ============================================================= ==========
-``colocated_sync``  generate one batch, train one step, in turn, every core        0
-``conventional``    generate ``k`` batches, take ``k`` steps, in turn, every core  ``k - 1``
+``colocated_sync``  generate one batch, train one step, in turn, on both cores     0
+``conventional``    generate ``k`` batches, take ``k`` steps, in turn, both cores  ``k - 1``
 ``one_step``        generator (core 0) one batch ahead of the trainer (core 1)     1
 ``pipeline``        in-flight weight updates, continuous batching, cores 0 and 1   ``max_lag``
 ``pipeline_drain``  the same without the in-flight swap: drain, then swap          ``max_lag``
@@ -69,10 +69,10 @@ ARMS: dict[str, dict[str, Any]] = {
         "snapshot_every": 1,
     },
     "one_step": {"regime": "one_step"},
-    "pipeline": {"regime": "pipeline", "gap_probe_every": 4},
+    "pipeline": {"regime": "pipeline"},
     "pipeline_drain": {"regime": "pipeline", "inflight": False},
     "pipeline_no_is": {"regime": "pipeline", "correction": False},
-    "pipeline_recompute": {"regime": "pipeline", "recompute_cache": True, "gap_probe_every": 4},
+    "pipeline_recompute": {"regime": "pipeline", "recompute_cache": True},
 }
 SWEEP_LAGS = (1, 2, 5, 8)  # and MAX_LAG, the pipeline arm itself
 EVAL_PROMPTS, EVAL_SEED = 1024, 123
@@ -257,24 +257,6 @@ def two_thread_speedups(model: TinyLM, repeats: int = 5) -> dict[str, float]:
     finally:
         torch.set_num_threads(previous)
     return {name: float(np.median(t[1]) / np.median(t[2])) for name, t in times.items()}
-
-
-def merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """Two results of :func:`run_grid` over different seeds (same arms and configuration) as one."""
-    if first["meta"]["config"] != second["meta"]["config"] or first["runs"].keys() != second["runs"].keys():
-        raise ValueError("merge needs two runs of the same arms and configuration")
-    if set(first["meta"]["seeds"]) & set(second["meta"]["seeds"]):
-        raise ValueError(f"the seeds overlap: {first['meta']['seeds']} and {second['meta']['seeds']}")
-    meta = dict(first["meta"])
-    meta["seeds"] = first["meta"]["seeds"] + second["meta"]["seeds"]
-    meta["loads"] = first["meta"]["loads"] + second["meta"]["loads"]
-    meta["seconds"] = first["meta"]["seconds"] + second["meta"]["seconds"]
-    return {
-        "meta": meta,
-        "warm_reward": first["warm_reward"],
-        "runs": {arm: first["runs"][arm] + second["runs"][arm] for arm in first["runs"]},
-        "sweep": {lag: first["sweep"][lag] + second["sweep"].get(lag, []) for lag in first["sweep"]},
-    }
 
 
 def save(result: dict[str, Any], path: Path) -> None:

@@ -29,7 +29,8 @@ Regimes (``PipelineConfig.regime``):
   the round), then the trainer takes ``steps_per_round`` optimizer steps on them, so the
   round's batches lag ``0 .. steps_per_round - 1``; the next round starts when the last
   batch is consumed. ``colocated=True`` runs it as the paper does, alternating generation
-  and training on all the hardware: in this process, with every core, no child process
+  and training on all the hardware: in this process, on the two cores the split arms use
+  (two torch threads), no child process
   (each batch of a round is trained on as soon as it is complete, between decoding steps of
   the round's other batches: the same serial work as generating the whole round first, and
   the same lags). ``steps_per_round=1`` is then the colocated synchronous loop.
@@ -125,7 +126,7 @@ class PipelineConfig:
     )
     colocated: bool = field(
         default=False,
-        metadata={"help": "conventional: generate and train in turn in this process, on every core"},
+        metadata={"help": "conventional: generate and train in turn in this process, on two cores"},
     )
     split: str | None = field(
         default=None,
@@ -216,6 +217,16 @@ def _pin(cfg: PipelineConfig, core: int) -> set[int] | None:
         return None
     previous = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {sorted(previous)[core]})
+    return previous
+
+
+def _pin_two(cfg: PipelineConfig) -> set[int] | None:
+    """Colocated arms: this process on the two cores the split arms' processes use (cores 0
+    and 1, if ``cfg.pin_cores`` and there are two); returns the previous affinity, to restore."""
+    if not cfg.pin_cores or not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(sorted(previous)[:2]))
     return previous
 
 
@@ -755,9 +766,9 @@ class PipelineSystem(ChildProcessSystem):
         """
         cfg = self.config
         previous_threads = torch.get_num_threads()
-        if cfg.colocated:  # generation and training take turns on every core
-            torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-            previous_cores = None
+        if cfg.colocated:  # generation and training take turns on the two cores the split arms use
+            previous_cores = _pin_two(cfg)
+            torch.set_num_threads(2)
         else:
             torch.set_num_threads(1)
             previous_cores = _pin(cfg, 1)

@@ -140,7 +140,8 @@ check("07_pipeline_rl", "token_lags", token_lags)
 # %% [markdown]
 # ## Exercise 3 · Time to a reward level, from a reward-vs-wall-clock curve (★★☆, 15 min, 10 points)
 #
-# The point of pipeline RL is to reach a given reward in less wall-clock time. A run logs,
+# The lesson compares runs at equal wall-clock; PipelineRL's paper reads its learning
+# curves the other way: how long a run takes to reach a reward level. A run logs,
 # for every update `i`, the wall-clock time `times[i]` (seconds since the start) and the
 # mean reward of the batch it trained on, `rewards[i]`. One batch is noisy, so the run is
 # judged on the trailing mean over the last `window` batches,
