@@ -221,7 +221,7 @@ show_source(SlotSampler.recompute_cache)
 
 # %% [markdown]
 # Four slots decode the same long problem with the older weights (version 0); after 8
-# steps the newer ones (version 1) are swapped in. With the cache kept, the later tokens'
+# decoding steps (3 of them read the prompt) the newer ones (version 1) are swapped in. With the cache kept, the later tokens'
 # log-probs come from the new weights reading keys and values the old weights wrote; with
 # the cache recomputed they equal a fresh forward pass of the new weights:
 
@@ -346,7 +346,7 @@ print("live: every consumed token within its arm's bound; conventional RL's last
 # %% [markdown]
 # **Throughput.** Answers per second is the measure; tokens per second would reward an
 # arm whose policy writes longer answers. "x conv." is the median over seeds of each
-# seed's ratio (the arms of a seed ran minutes apart, under the same load); "live" is the
+# seed's ratio (the arms of a seed ran back to back, seconds apart); "live" is the
 # same ratio in this notebook's run of seed 0:
 
 # %%
@@ -538,12 +538,12 @@ plt.show()
 # %% [markdown]
 # **Takeaway:** every arm learns, and per update the corrected arms learn alike: a lag of
 # up to 3, corrected per token, costs no reward twelve seeds can see. Without the
-# correction pipeline RL gains less (-0.015 +- 0.007 against conventional RL; section 6).
+# correction pipeline RL gains less, marginally (-0.015 +- 0.007 against conventional RL).
 # Pipeline RL's advantage is time: when it had finished, the colocated synchronous loop
 # had done about a third of its updates and conventional RL half, and pipeline RL was
 # ahead of both (+0.031 +- 0.006 and +0.021 +- 0.007), by a third of the gain itself. On
-# the held-out pairs RL made every policy worse (0.013 at the warm start, 0.001 on
-# average after): this model memorises the problems it trains on, so every reward claim
+# the held-out pairs (64 problems) RL lowered the reward on average (0.013 at the warm
+# start, 0.001 after): this model memorises the problems it trains on, so every reward claim
 # here is about the training problems.
 
 # %% [markdown]
@@ -588,10 +588,10 @@ print("keeping vs recomputing the cache: speed and reward not separated over the
 
 # %% [markdown]
 # **Takeaway:** the in-flight swap buys speed (1.27x over drain-then-swap, section 4) and
-# costs no reward the seeds can see. The correction buys reward: without it pipeline RL
-# gained 0.019 +- 0.008 less, although its batches' ESS/N is 0.97: small mismatches at a
-# lag of 2 to 3 add up over 150 updates (its answers also grew shorter, which is why it
-# is slightly faster). Keeping or recomputing the cache is not separated: re-prefilling
+# costs no reward the seeds can see. Without the correction pipeline RL gained 0.019 +-
+# 0.008 less, past two standard errors by a hair among a dozen comparisons: a marginal
+# result, not an established one, with ESS/N 0.96 in its batches (its answers also grew
+# shorter, which is why it is slightly faster). Keeping or recomputing the cache is not separated: re-prefilling
 # the live prefixes costs about 60 tokens per update on a generator with slack, while a
 # large model with long answers in flight pays a prefill of all of them at every swap,
 # which is why PipelineRL and SkyRL keep the cache (AReaL recomputes after an
@@ -667,15 +667,16 @@ print(f"bound 8 against bound 3: {rate[8] / rate[3]:.2f}x the answers/s, a mean 
 #   1.4x had conventional RL decoded on both cores).
 # - Per update the corrected arms learned alike over twelve seeds; at equal wall-clock
 #   pipeline RL was ahead of both synchronous arms.
-# - The in-flight swap bought 1.27x in speed over drain-then-swap; the correction bought
-#   reward; keeping or recomputing the cache was not separated (gap of order 1e-2).
+# - The in-flight swap bought 1.27x in speed over drain-then-swap; dropping the correction
+#   cost reward, marginally; keeping or recomputing the cache was not separated (gap of
+#   order 1e-2).
 # - The per-token weight (07.1) handles sequences that mix versions, with a bias that
 #   grows with the lag. Backpressure bounds the lag; a larger bound buys speed only until
 #   the trainer saturates.
 #
 # **Full scale.** This lesson's experiment is the recorded one at both scales; to measure
 # it again, run `python -m course_lib.pipeline.experiment --seeds 12 --out my_run.json`
-# (about 13 minutes on two cores) and load it with `experiment.load(Path("my_run.json"))`.
+# (about 11 minutes on two cores) and load it with `experiment.load(Path("my_run.json"))`.
 # No device path is implemented: the sampler and the trainer run on the CPU (lesson 11's
 # capstone runs on GPUs).
 #
