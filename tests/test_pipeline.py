@@ -210,6 +210,16 @@ def generator_here(cfg: PipelineConfig) -> tuple[GroupGenerator, TinyLM, SharedW
     )
 
 
+def run_until_idle(generator: GroupGenerator, consumed: int, max_steps: int = 10_000) -> None:
+    """Start what backpressure allows and decode until every slot is idle (the trainer consumes nothing)."""
+    for _ in range(max_steps):
+        generator.start_groups(consumed=consumed)
+        if generator.sampler.n_active == 0:
+            return
+        generator.decode_step()
+    raise AssertionError(f"the generator was still decoding after {max_steps} steps")
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("regime", ["sync", "one_step", "pipeline"])
 def test_the_generator_fills_exactly_the_backpressure_window_and_sends_whole_groups(regime):
@@ -217,11 +227,7 @@ def test_the_generator_fills_exactly_the_backpressure_window_and_sends_whole_gro
     is sent once, with G verified answers sampled by version 0."""
     cfg = replace(FAST, regime=regime, n_slots=8 if regime != "pipeline" else 6)
     generator, _, _, sent = generator_here(cfg)
-    for _ in range(10_000):
-        generator.start_groups(consumed=0)
-        if generator.sampler.n_active == 0:
-            break
-        generator.decode_step()
+    run_until_idle(generator, consumed=0)
     assert generator.next_group == cfg.capacity_groups and not generator.groups
     assert sorted(k for _, k, _, _ in sent) == list(range(cfg.capacity_groups))
     for kind, _, group, timeline in sent:
@@ -482,11 +488,7 @@ def test_recompute_rebuilds_the_live_prefixes_as_a_fresh_pass_would() -> None:
 def test_a_conventional_round_uses_one_version_and_waits_for_its_last_batch() -> None:
     cfg = replace(FAST, regime="conventional", steps_per_round=3, n_slots=4)
     generator, trainer_model, weights, sent = generator_here(cfg)
-    for _ in range(10_000):
-        generator.start_groups(consumed=0)
-        if generator.sampler.n_active == 0:
-            break
-        generator.decode_step()
+    run_until_idle(generator, consumed=0)
     assert generator.next_group == 3 * cfg.groups_per_batch  # the whole round, with 4 slots refilled
     weights.publish(trainer_model, 1)
     generator.start_groups(consumed=2 * cfg.groups_per_batch)  # two of its three batches consumed: wait
