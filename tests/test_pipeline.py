@@ -561,3 +561,47 @@ def test_the_experiment_judges_differences_over_seeds_and_names_a_missing_record
     with pytest.raises(FileNotFoundError, match=r"python -m course_lib\.pipeline\.experiment"):
         experiment.load(tmp_path / "none.json")
     assert experiment.load()["meta"]["seeds"] == list(range(len(experiment.load()["meta"]["seeds"])))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_two_engines_split_each_conventional_round_between_them() -> None:
+    cfg = replace(FAST, regime="conventional", steps_per_round=2, n_slots=4, n_generators=2)
+    engines = []
+    for index in range(2):
+        generator, trainer_model, weights, sent = generator_here(replace(cfg, n_slots=4))
+        engines.append((GroupGenerator(cfg, weights, generator.sampler, generator.task, generator.rng,
+                                       generator.conn, offset=index, stride=2), sent))
+    for generator, _ in engines:
+        for _ in range(10_000):
+            generator.start_groups(consumed=0)
+            if generator.sampler.n_active == 0:
+                break
+            generator.decode_step()
+    kb = 2 * cfg.groups_per_batch
+    started = [sorted(k for _, k, _, _ in sent) for _, sent in engines]
+    assert started == [list(range(0, kb, 2)), list(range(1, kb, 2))]  # the round, split between the engines
+    generator, sent = engines[0]
+    generator.start_groups(consumed=kb - 1)  # the round not consumed yet: nothing starts
+    assert generator.sampler.n_active == 0
+    generator.start_groups(consumed=kb)  # consumed: the next round's even groups
+    assert generator.sampler.n_active > 0 and sorted(generator.groups) == [kb, kb + 2]
+
+
+def test_engine_configurations_are_checked() -> None:
+    with pytest.raises(ValueError, match="n_generators > 1 is conventional RL"):
+        PipelineConfig(regime="pipeline", n_generators=2)
+    with pytest.raises(ValueError, match="divide n_slots"):
+        PipelineConfig(regime="conventional", n_generators=3, n_slots=32)
+    assert PipelineConfig(regime="conventional", n_generators=2).arm == "conventional_engines"
+
+
+@pytest.mark.timeout(120)
+def test_conventional_with_an_engine_per_core_trains_within_its_bound(no_orphans):
+    cfg = replace(FAST, regime="conventional", steps_per_round=3, n_slots=8, n_generators=2, n_updates=9)
+    with PipelineSystem(cfg, warm_flat()) as system:
+        pids = [p.pid for p in system.processes]
+        report = system.train()
+    assert len(pids) == 2 and len(report.metrics) == cfg.n_updates
+    assert report.series("lag_max").max() == 2 and report.token_lags.max() <= cfg.lag_bound
+    assert 0 < report.busy_fraction("generator") <= 1 and report.arm == "conventional_engines"
+    assert gone(pids) and not live_children()

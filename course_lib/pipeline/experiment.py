@@ -68,6 +68,12 @@ ARMS: dict[str, dict[str, Any]] = {
         "steps_per_round": MAX_LAG + 1,
         "snapshot_every": 1,
     },
+    "conventional_engines": {
+        "regime": "conventional",
+        "steps_per_round": MAX_LAG + 1,
+        "n_generators": 2,
+        "snapshot_every": 1,
+    },
     "one_step": {"regime": "one_step"},
     "pipeline": {"regime": "pipeline"},
     "pipeline_drain": {"regime": "pipeline", "inflight": False},

@@ -59,7 +59,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
 import numpy as np
@@ -124,6 +124,13 @@ class PipelineConfig:
     steps_per_round: int = field(
         default=4, metadata={"help": "conventional: optimizer steps (batches) per generation round"}
     )
+    n_generators: int = field(
+        default=1,
+        metadata={
+            "help": "conventional (not colocated): generator processes, one per core, each with n_slots / "
+            "n_generators slots; the trainer waits for each whole round, then trains on the cores they used"
+        },
+    )
     colocated: bool = field(
         default=False,
         metadata={"help": "conventional: generate and train in turn in this process, on two cores"},
@@ -169,6 +176,13 @@ class PipelineConfig:
             )
         if self.regime == "conventional" and self.steps_per_round < 1:
             raise ValueError(f"conventional needs steps_per_round >= 1, got {self.steps_per_round}")
+        if self.n_generators < 1 or self.n_slots % self.n_generators:
+            raise ValueError(f"n_generators must be >= 1 and divide n_slots = {self.n_slots}, got {self.n_generators}")
+        if self.n_generators > 1 and (self.regime != "conventional" or self.colocated):
+            raise ValueError(
+                "n_generators > 1 is conventional RL with an inference engine per core (regime 'conventional', "
+                f"colocated=False); got regime {self.regime!r}, colocated={self.colocated}"
+            )
         if self.colocated and self.regime != "conventional":
             raise ValueError(
                 f"colocated=True alternates generation and training, which only regime 'conventional' does "
@@ -195,6 +209,8 @@ class PipelineConfig:
     @property
     def arm(self) -> str:
         """The arm's name: the regime, or a variant of it (see :attr:`RegimeReport.arm`)."""
+        if self.regime == "conventional" and self.n_generators > 1:
+            return "sync_engines" if self.steps_per_round == 1 else "conventional_engines"
         if self.regime == "conventional":
             where = "colocated" if self.colocated else "split"
             return f"{where}_sync" if self.steps_per_round == 1 else f"conventional{'' if self.colocated else '_split'}"
@@ -341,11 +357,15 @@ class GroupGenerator:
         task: CountdownTask,
         rng: np.random.Generator,
         conn: Any,
+        offset: int = 0,
+        stride: int = 1,
     ) -> None:
         self.cfg, self.weights, self.sampler, self.task, self.rng, self.conn = cfg, weights, sampler, task, rng, conn
         self.groups: dict[int, _Group] = {}
         self.owner: dict[int, int] = {}  # slot -> the group its answer belongs to
-        self.next_group = 0
+        self.offset, self.stride = offset, stride  # this generator starts groups offset, offset + stride, ...
+        self.next_group = offset
+        self.rounds = 0  # conventional: rounds opened so far
         self.sent = 0
         self.issuing, self.left = -1, 0  # the group whose answers are being started, and how many are left to start
         self.round_left = 0  # conventional: groups of the current round not started yet
@@ -393,7 +413,7 @@ class GroupGenerator:
         """Draw the next group's prompt; it starts with the sampler's current version."""
         k = self.next_group
         self.groups[k] = _Group(self.task.sample(self.rng, 1)[0], self.sampler.version)
-        self.next_group += 1
+        self.next_group += self.stride
         return k
 
     def _start(self, slot: int, k: int) -> None:
@@ -420,10 +440,15 @@ class GroupGenerator:
         round's groups (continuous batching inside the round, no weight swap)."""
         cfg = self.cfg
         if self.round_left == 0 and self.left == 0:
-            if self.sampler.n_active or consumed < self.next_group:
+            start = self.rounds * cfg.steps_per_round * cfg.groups_per_batch  # the round's first group
+            if self.sampler.n_active or consumed < start:
                 return  # the trainer has not consumed the last round yet
             self._pull()
-            self.round_left = cfg.steps_per_round * cfg.groups_per_batch
+            self.next_group = start + self.offset
+            self.round_left = len(
+                range(start + self.offset, start + cfg.steps_per_round * cfg.groups_per_batch, self.stride)
+            )
+            self.rounds += 1
         for slot in self.sampler.free_slots():
             if self.left == 0:
                 if self.round_left == 0:
@@ -481,22 +506,29 @@ class GroupGenerator:
 
 
 def generator_main(
-    cfg: PipelineConfig, weights: SharedWeights, counters: torch.Tensor, conn: Connection, stop: Any, go: Any, seed: int
+    cfg: PipelineConfig,
+    weights: SharedWeights,
+    counters: torch.Tensor,
+    conn: Connection,
+    stop: Any,
+    go: Any,
+    seed: int,
+    index: int = 0,
 ) -> None:
-    """The generator process: decode, verify, send finished groups (see the module docstring
-    and :class:`GroupGenerator`)."""
+    """The generator process ``index`` (of ``cfg.n_generators``, on core ``index``): decode,
+    verify, send finished groups (see the module docstring and :class:`GroupGenerator`)."""
     child_setup(seed)
-    _pin(cfg, 0)
+    _pin(cfg, index)
     task = CountdownTask(cfg.task, split=cfg.split)
     rng = np.random.default_rng(seed)
     model = TinyLM(cfg.lm)
-    sampler = SlotSampler(model, cfg.n_slots, EOS, torch.Generator().manual_seed(seed))
+    sampler = SlotSampler(model, cfg.n_slots // cfg.n_generators, EOS, torch.Generator().manual_seed(seed))
     sampler.version = weights.pull(model, -1)
     conn.send(("ready", os.getpid()))
     while not go.wait(cfg.poll_s):
         if stop.is_set():
             return
-    generator = GroupGenerator(cfg, weights, sampler, task, rng, conn)
+    generator = GroupGenerator(cfg, weights, sampler, task, rng, conn, offset=index, stride=cfg.n_generators)
     try:
         while not stop.is_set():
             generator.start_groups(int(counters[CONSUMED]))  # read before any pull: see "lag bound"
@@ -543,6 +575,7 @@ class RegimeReport:
     correction: bool = True
     recompute_cache: bool = False
     arm_name: str = ""
+    n_generators: int = 1
     recomputed_tokens: int = 0
     gap: tuple[float, float, float] = (0.0, 0.0, 0.0)
     final_state: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -585,9 +618,11 @@ class RegimeReport:
         return self.gap[0] / self.gap[1] if self.gap[1] else float("nan")
 
     def busy_fraction(self, who: str) -> float:
-        """Fraction of the run's wall time ``who`` (``generator`` or ``trainer``) was computing."""
+        """Fraction of the run's wall time ``who`` (``generator`` or ``trainer``) was computing
+        (with several generators: the mean over them)."""
         spans = getattr(self, who)
-        return sum(min(b, self.seconds) - a for a, b in spans if a < self.seconds) / self.seconds
+        share = self.n_generators if who == "generator" else 1
+        return sum(min(b, self.seconds) - a for a, b in spans if a < self.seconds) / self.seconds / share
 
     @property
     def generation_utilisation(self) -> float:
@@ -677,6 +712,8 @@ class PipelineSystem(ChildProcessSystem):
         self.model = TinyLM(config.lm)
         load_flat_parameters(self.model, init_flat)
         self.process: Any = None
+        self.processes: list[Any] = []
+        self.conns: list[Any] = []
 
     def start(self) -> None:
         """Share the weights, start the generator and wait until it is ready (colocated: make
@@ -698,19 +735,37 @@ class PipelineSystem(ChildProcessSystem):
         self.weights = SharedWeights(self.model)
         self.counters = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._stop, self._go = SharedFlag(ctx), SharedFlag(ctx)
-        self.conn, child_end = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(
-            target=generator_main,
-            name="generator",
-            daemon=True,
-            args=(cfg, self.weights, self.counters, child_end, self._stop, self._go, cfg.seed * 1000 + 1),
-        )
+        self.conns, self.processes, child_ends = [], [], []
+        for i in range(cfg.n_generators):
+            conn, child_end = ctx.Pipe(duplex=False)
+            self.conns.append(conn)
+            child_ends.append(child_end)
+            self.processes.append(
+                ctx.Process(
+                    target=generator_main,
+                    name=f"generator-{i}" if cfg.n_generators > 1 else "generator",
+                    daemon=True,
+                    args=(
+                        cfg,
+                        self.weights,
+                        self.counters,
+                        child_end,
+                        self._stop,
+                        self._go,
+                        cfg.seed * 1000 + 1 + i,
+                        i,
+                    ),
+                )
+            )
+        self.conn, self.process = self.conns[0], self.processes[0]
         atexit.register(self.stop)
         try:
-            self.process.start()
-            child_end.close()
-            message = self._recv(cfg.stall_timeout_s, "the generator to start")
-            assert message[0] == "ready"
+            for process, child_end in zip(self.processes, child_ends):
+                process.start()
+                child_end.close()
+            for _ in self.processes:
+                message = self._recv(cfg.stall_timeout_s, "the generator to start")
+                assert message[0] == "ready"
         except BaseException:
             self.stop()
             raise
@@ -730,27 +785,33 @@ class PipelineSystem(ChildProcessSystem):
         # a flag without a lock (SharedFlag): a generator SIGKILLed while reading it cannot wedge
         # set(); an mp.Event's lock could (a clean-clone CI run once hung so)
         self._stop.set()
-        if self.process is not None and self.process.pid is not None:
-            self.events += stop_processes([("the generator", self.process)], self.config.join_timeout_s)
-            self.process.close()
-        self.conn.close()
+        started = [p for p in getattr(self, "processes", []) if p.pid is not None]
+        if started:
+            names = ["the generator"] if len(started) == 1 else [f"generator {i}" for i in range(len(started))]
+            self.events += stop_processes(list(zip(names, started)), self.config.join_timeout_s)
+            for process in started:
+                process.close()
+        for conn in getattr(self, "conns", []):
+            conn.close()
         self.events.append("stop: the generator process exited")
 
     def _recv(self, timeout: float, what: str) -> tuple[Any, ...]:
         """The next message, waiting at most ``timeout`` s in ``poll_s`` slices, checking the generator."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.conn.poll(self.config.poll_s):
+            ready: list[Any] = wait(self.conns, self.config.poll_s)
+            for conn in ready:
                 try:
-                    return self.conn.recv()
+                    return tuple(conn.recv())
                 except (EOFError, OSError):
                     pass
-            if not self.process.is_alive():
-                self.process.join()
-                message = f"generator (pid {self.process.pid}) died: {exit_reason(self.process.exitcode)}"
-                self.events.append(message + "; shutting down")
-                self.stop()
-                raise PipelineFault(message + " (clean shutdown)")
+            for process in self.processes:
+                if not process.is_alive():
+                    process.join()
+                    message = f"generator (pid {process.pid}) died: {exit_reason(process.exitcode)}"
+                    self.events.append(message + "; shutting down")
+                    self.stop()
+                    raise PipelineFault(message + " (clean shutdown)")
         self.events.append(f"trainer: waited {timeout:g} s for {what}: shutting down")
         self.stop()
         raise PipelineFault(f"waited {timeout:g} s for {what} (clean shutdown)")
@@ -766,7 +827,7 @@ class PipelineSystem(ChildProcessSystem):
         """
         cfg = self.config
         previous_threads = torch.get_num_threads()
-        if cfg.colocated:  # generation and training take turns on the two cores the split arms use
+        if cfg.colocated or cfg.n_generators > 1:  # generation and training take turns on the two cores
             previous_cores = _pin_two(cfg)
             torch.set_num_threads(2)
         else:
@@ -804,8 +865,11 @@ class PipelineSystem(ChildProcessSystem):
     def _receive_groups(self, u: int, run: _TrainerRun) -> list[dict[str, Any]]:
         """The groups update ``u`` consumes, ``u B .. (u + 1) B - 1``, waiting for those that
         have not arrived; groups that arrive early wait in ``run.received``."""
-        B = self.config.groups_per_batch
+        cfg = self.config
+        B = cfg.groups_per_batch
         wanted = range(u * B, (u + 1) * B)
+        if cfg.n_generators > 1 and u % cfg.steps_per_round == 0:  # wait for the whole round: the
+            wanted = range(u * B, (u + cfg.steps_per_round) * B)  # engines' cores train only after it
         while any(k not in run.received for k in wanted):
             missing = min(set(wanted) - set(run.received))
             if self.config.colocated:
@@ -814,7 +878,7 @@ class PipelineSystem(ChildProcessSystem):
                 _kind, k, payload, timeline = self._recv(self.config.stall_timeout_s, f"group {missing}")
             run.received[k] = payload
             run.add_timeline(timeline)
-        return [run.received.pop(k) for k in wanted]
+        return [run.received.pop(k) for k in range(u * B, (u + 1) * B)]
 
     def _generate_here(self, what: str) -> tuple[Any, ...]:
         """Colocated: decode in this process until the generator sends a group; the trainer
@@ -843,7 +907,8 @@ class PipelineSystem(ChildProcessSystem):
             generator=run.generator,
             trainer=run.trainer,
             swaps=run.swaps,
-            slot_occupancy=run.busy_slot_steps / max(run.steps * cfg.n_slots, 1),
+            slot_occupancy=run.busy_slot_steps / max(run.steps * (cfg.n_slots // cfg.n_generators), 1),
+            n_generators=cfg.n_generators,
             events=list(self.events),
             swap_seconds=run.swap_seconds,
             correction=cfg.correction,
