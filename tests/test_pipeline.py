@@ -568,9 +568,22 @@ def test_two_engines_split_each_conventional_round_between_them() -> None:
     cfg = replace(FAST, regime="conventional", steps_per_round=2, n_slots=4, n_generators=2)
     engines = []
     for index in range(2):
-        generator, trainer_model, weights, sent = generator_here(replace(cfg, n_slots=4))
-        engines.append((GroupGenerator(cfg, weights, generator.sampler, generator.task, generator.rng,
-                                       generator.conn, offset=index, stride=2), sent))
+        generator, _, weights, sent = generator_here(replace(cfg, n_slots=4))
+        engines.append(
+            (
+                GroupGenerator(
+                    cfg,
+                    weights,
+                    generator.sampler,
+                    generator.task,
+                    generator.rng,
+                    generator.conn,
+                    offset=index,
+                    stride=2,
+                ),
+                sent,
+            )
+        )
     for generator, _ in engines:
         for _ in range(10_000):
             generator.start_groups(consumed=0)
