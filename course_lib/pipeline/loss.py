@@ -87,7 +87,12 @@ def pipeline_loss(
     """Eq. 07.1-07.2, all inputs ``[N, T]``: one truncated importance weight per token, a
     constant (no gradient through it), the mean over the real tokens. ``correct=False``
     drops the correction (every weight 1: plain REINFORCE on whatever the sampler produced).
-    Equals ``course_lib.rl.importance.truncated_is_loss(..., level="token")``."""
+    Equals ``course_lib.rl.importance.truncated_is_loss(..., level="token")``. The padding
+    (mask 0) may hold any log-prob, even -inf: the real tokens are selected before any
+    arithmetic (a mask applied by multiplication alone would turn -inf * 0 into nan)."""
+    real = mask.bool()
+    logp_new = torch.where(real, logp_new, 0.0)
+    logp_behaviour = torch.where(real, logp_behaviour, 0.0)
     log_ratio = logp_new.detach() - logp_behaviour  # log pi_u - log mu, per token
     w = torch.clamp(torch.exp(log_ratio), max=c) if correct else torch.ones_like(log_ratio)
     m = mask.to(logp_new.dtype)

@@ -57,15 +57,19 @@ from course_lib import check
 # $$L = -\frac{1}{N_{tok}}\sum_{i,t:\ \text{mask}_{it}} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_{it}. \qquad (07.2)$$
 #
 # Inputs: `logp_new`, `logp_behaviour` `[N, T]` float tensors, `advantages` `[N]` (one
-# per answer), `mask` `[N, T]` bool, `c` a float. Return a scalar tensor.
+# per answer), `mask` `[N, T]` bool, `c` a float. Return a scalar tensor. Padding
+# positions (mask False) may hold any value, even -inf, and must affect neither the loss
+# nor its gradient.
 #
 # **How it is graded:** against a term-by-term loop over the real tokens, on batches whose
 # ratios cross `c` (from 1 to 5) and whose padding holds garbage; the gradient with respect
 # to `logp_new` is compared with the oracle's (the weight must be a constant); properties:
-# on-policy tokens weigh 1, padding changes nothing. A missing truncation, a truncation
-# level written as a number instead of `c`, a gradient through the weight, a ratio per
-# sequence instead of per token, $\mu/\pi$ instead of $\pi/\mu$, a mean over all positions,
-# or a mean per answer then over the answers are named in the message.
+# on-policy tokens weigh 1, padding changes nothing, padding holding -inf (in `logp_new`,
+# in `logp_behaviour`, in both) leaves the loss and its gradient finite and right. A
+# missing truncation, a truncation level written as a number instead of `c`, a gradient
+# through the weight, a ratio per sequence instead of per token, $\mu/\pi$ instead of
+# $\pi/\mu$, a mean over all positions, a mean per answer then over the answers, or a mask
+# applied by multiplication (-inf * 0 is nan) are named in the message.
 
 # %% tags=["exercise"]
 def token_is_loss(logp_new, logp_behaviour, advantages, mask, c):
@@ -82,10 +86,12 @@ def token_is_loss(logp_new, logp_behaviour, advantages, mask, c):
         a scalar torch tensor.
     """
     ### BEGIN SOLUTION
+    # select the real tokens before computing with them: padding may hold -inf, and -inf * 0 is nan
+    logp_new = torch.where(mask, logp_new, 0.0)  # the padding's terms are then w * A * 0 = 0
+    logp_behaviour = torch.where(mask, logp_behaviour, 0.0)
     log_ratio = logp_new.detach() - logp_behaviour
     w = torch.clamp(torch.exp(log_ratio), max=c)
-    m = mask.to(logp_new.dtype)
-    return -(w * advantages[:, None] * logp_new * m).sum() / m.sum()
+    return -(w * advantages[:, None] * logp_new).sum() / mask.sum()
     ### END SOLUTION
 
 
@@ -195,9 +201,11 @@ check("07_pipeline_rl", "time_to_target", time_to_target)
 #
 # Inputs: `model`, a `course_lib.lm.TinyLM`; `cache`, its KV cache (from
 # `model.new_cache(B)`), filled for the positions before `pos`; `tokens` `[B]` the last
-# token of each sequence (not yet fed) at positions `pos` `[B]`; `n_steps`; `poll()`,
-# which returns `None` or `(new_version, flat_weights)`; `version`, the version the model
-# holds now; `generator`, a `torch.Generator` for sampling. One decoding step is
+# token of each sequence (not yet fed) at positions `pos` `[B]`, one per row (the slots of
+# a continuous batch started their answers at different times, so each row decodes at its
+# own position); `n_steps`; `poll()`, which returns `None` or `(new_version,
+# flat_weights)`; `version`, the version the model holds now; `generator`, a
+# `torch.Generator` for sampling. One decoding step is
 # `logits = model.step(tokens, pos, cache)` (it writes the cache at `pos`); sample the next
 # token with `torch.multinomial(probs, 1, generator=generator)`; feed it at `pos + 1`.
 # Load weights with `load_flat_parameters(model, flat)` (imported above) into `model`
@@ -213,9 +221,11 @@ check("07_pipeline_rl", "time_to_target", time_to_target)
 # weights afterwards; the tokens before the update equal those of a run without it, the
 # cache written before it is left as it was, later tokens carry the new version, and an
 # older version is ignored; nothing requires grad; dtypes, and `tokens` and `pos`
-# unchanged. Clearing the cache, stamping the old version, stamping the new version
-# without loading its weights, loading them into a copy of the model, sampling greedily,
-# from another distribution or from the global random state are named in the message.
+# unchanged; rows at different positions, each replayed at its own. Clearing the cache,
+# stamping the old version, stamping the new version without loading its weights, loading
+# them into a copy of the model, sampling greedily, from another distribution or from the
+# global random state, and one position counter shared by every row are named in the
+# message.
 
 # %% tags=["exercise"]
 def inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator):

@@ -6,6 +6,11 @@ from conftest import Mutant
 LOSS, LAG, TTT, DEC, RF = "token_is_loss", "token_lags", "time_to_target", "inflight_decode", "refill_free_slots"
 RATIO = "log_ratio = logp_new.detach() - logp_behaviour"
 WEIGHT = "w = torch.clamp(torch.exp(log_ratio), max=c)"
+SELECT = (
+    "    logp_new = torch.where(mask, logp_new, 0.0)  # the padding's terms are then w * A * 0 = 0\n"
+    "    logp_behaviour = torch.where(mask, logp_behaviour, 0.0)\n"
+)
+LOSS_RETURN = "    return -(w * advantages[:, None] * logp_new).sum() / mask.sum()"  # the cell's last line
 RETURN = "return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1])"
 SAMPLE = "tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)"
 LOAD = "                load_flat_parameters(model, flat)\n"
@@ -40,8 +45,8 @@ MUTANTS: list[Mutant] = [
         "one per sequence",
     ),
     Mutant(LOSS, "inverted_ratio", RATIO, "log_ratio = logp_behaviour - logp_new.detach()", "inverted"),
-    Mutant(LOSS, "mean_over_all_positions", "/ m.sum()", "/ m.numel()", "number of real tokens"),
-    Mutant(LOSS, "padding_not_masked", "* logp_new * m).sum()", "* logp_new).sum()", "padding"),
+    Mutant(LOSS, "mean_over_all_positions", "/ mask.sum()", "/ mask.numel()", "number of real tokens"),
+    Mutant(LOSS, "padding_not_masked", SELECT, "", "padding"),
     # token_lags
     Mutant(LAG, "counts_padding", "np.where(m, trainer_version - v, 0)", "(trainer_version - v)", "at the padding"),
     Mutant(
@@ -96,9 +101,32 @@ MUTANTS: list[Mutant] = [
     Mutant(
         LOSS,
         "mean_per_answer",
-        "    return -(w * advantages[:, None] * logp_new * m).sum() / m.sum()",
-        "    return -((w * advantages[:, None] * logp_new * m).sum(1) / m.sum(1)).mean()",
+        LOSS_RETURN,
+        "    return -((w * advantages[:, None] * logp_new).sum(1) / mask.sum(1)).mean()",
         "per answer",
+    ),
+    # padding that holds -inf (lesson-07 review): a mask applied by multiplication turns -inf * 0
+    # into nan (this was the solution before), and a torch.where on the finished product keeps the
+    # loss right but sends nan back through backward where both log-probs are -inf (-inf - -inf)
+    Mutant(
+        LOSS,
+        "multiplies_by_the_mask",
+        SELECT + "    log_ratio = logp_new.detach() - logp_behaviour\n    " + WEIGHT + "\n" + LOSS_RETURN,
+        "    log_ratio = logp_new.detach() - logp_behaviour\n    "
+        + WEIGHT
+        + "\n    m = mask.to(logp_new.dtype)\n"
+        + "    return -(w * advantages[:, None] * logp_new * m).sum() / m.sum()",
+        "-inf * 0",
+    ),
+    Mutant(
+        LOSS,
+        "where_on_the_product",
+        SELECT + "    log_ratio = logp_new.detach() - logp_behaviour\n    " + WEIGHT + "\n" + LOSS_RETURN,
+        "    log_ratio = logp_new.detach() - logp_behaviour\n    "
+        + WEIGHT
+        + "\n    terms = torch.where(mask, w * advantages[:, None] * logp_new, 0.0)  # selected after computing\n"
+        + "    return -terms.sum() / mask.sum()",
+        "sends nan back through backward",
     ),
     # wrong mechanism (issue 45): the new version stamped, its weights never loaded
     Mutant(
@@ -170,6 +198,16 @@ MUTANTS: list[Mutant] = [
         "if update is not None and update[0] > version:",
         "if update is not None and update[0] >= version:",
         "not >=",
+    ),
+    # wrong mechanism (lesson-07 review): one position counter for the whole batch (row 0's,
+    # advanced each step): right when every row sits at the same position, wrong for the slots
+    # of a continuous batch, which sit at different positions
+    Mutant(
+        DEC,
+        "shared_position_counter",
+        STEP,
+        STEP.replace("model.step(tokens, pos, cache)", "model.step(tokens, torch.full_like(pos, int(pos[0])), cache)"),
+        "a shared counter",
     ),
     # refill_free_slots: the bound, the prompts, the started group, the state
     Mutant(RF, "window_off_by_one", BOUND, BOUND.replace(">=", ">"), "off by one"),

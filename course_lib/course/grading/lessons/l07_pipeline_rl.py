@@ -15,7 +15,8 @@ What each exercise teaches, and how its checks observe it:
 * token_is_loss: mechanism: one truncated weight min(c, pi/mu) per token, held constant, times
   the answer's advantage and log pi, averaged over the batch's real tokens; observed by random
   batches whose ratios cross c (c from 1 to 5), garbage padding, the gradient against the
-  stop-gradient oracle's, on-policy tokens weighing 1.
+  stop-gradient oracle's, on-policy tokens weighing 1, padding holding -inf (in logp_new, in
+  logp_behaviour, in both) changing neither the loss nor its gradient.
 * token_lags: mechanism: trainer version minus each real token's own version, 0 at padding, a
   future version refused; observed by versions changing inside sequences, garbage padding
   (a future version there is no error), tensors and lists, int64, inputs unchanged.
@@ -31,8 +32,8 @@ What each exercise teaches, and how its checks observe it:
   weights before the swap, the new ones after, and the generator's multinomial draws), the
   model's parameters after the call, the cache written before the swap, the cache given
   after the call against the replay's (every step written into it, in place, none rewritten
-  at the swap), an older or equal version ignored, dtypes, and the input tensors left
-  unchanged.
+  at the swap), an older or equal version ignored, dtypes, the input tensors left
+  unchanged, and rows at different positions (a continuous batch) each decoded at its own.
 * refill_free_slots: mechanism: continuous batching under backpressure: every free slot, in
   order, takes the next answer owed (the rest of the current group first, whatever the bound),
   and a new group (one prompt, taken only once admitted) starts only while its number is below
@@ -262,20 +263,75 @@ def _loss_properties(fn: Callable[..., Any]) -> None:
     )
 
 
+def inf_padding_batch(seed: int) -> dict[str, Any]:
+    """A random batch whose padding holds -inf, cycling through three patterns: in logp_new
+    only, in logp_behaviour only, in both at once (where log pi - log mu is -inf - -inf = nan)."""
+    import torch
+
+    data = loss_batch(seed)
+    pad = ~data["mask"]
+    kind = torch.arange(pad.numel()).reshape(pad.shape) % 3
+    assert all(bool((pad & (kind == k)).any()) for k in range(3)), "a batch with every pattern of -inf padding"
+    inf = torch.tensor(-math.inf, dtype=torch.float64)
+    logp_new = torch.where(pad & (kind != 1), inf, data["logp_new"].detach()).requires_grad_(True)
+    logp_behaviour = torch.where(pad & (kind != 0), inf, data["logp_behaviour"])
+    return dict(data, logp_new=logp_new, logp_behaviour=logp_behaviour)
+
+
+#: The seeds of :func:`inf_padding_batch` that the -inf check grades (each has every pattern)
+INF_PADDING_SEEDS = (2, 5)
+
+SELECT_THE_REAL_TOKENS = (
+    "select the real tokens first: torch.where(mask, logp_new, 0.0) (and logp_behaviour), or logp_new[mask]"
+)
+
+
+@check_case("padding holding -inf (in logp_new, in logp_behaviour, in both) changes neither the loss nor its gradient")
+def _loss_inf_padding(fn: Callable[..., Any]) -> None:
+    for seed in INF_PADDING_SEEDS:
+        data = inf_padding_batch(seed)
+        value, (loss, logp_new) = _loss_value(fn, data, 1.5)
+        if not math.isfinite(value):
+            fail(
+                f"{LOSS} = {value} with -inf at the padding: padding may hold any value, and multiplying by the mask "
+                f"turns -inf * 0 into nan; {SELECT_THE_REAL_TOKENS}"
+            )
+        _loss_compare(fn, data, 1.5)
+        loss.backward()
+        got = logp_new.grad
+        if got is None:
+            fail(f"{LOSS}'s result has no gradient with respect to logp_new")
+        if not bool(got.isfinite().all()):
+            fail(
+                "the loss is right but its gradient is nan at padding holding -inf: a term computed there and "
+                "discarded later (a torch.where on the product) still sends nan back through backward; "
+                f"{SELECT_THE_REAL_TOKENS}"
+            )
+        expected = naive_token_weights(
+            data["logp_new"].detach(), data["logp_behaviour"], data["advantages"], data["mask"], 1.5
+        )
+        if not np.allclose(got.numpy(), expected, atol=1e-9):
+            fail(
+                "with -inf at the padding, the gradient differs from that of sum sg[w] A log pi over the real tokens: "
+                "the padding must get no gradient"
+            )
+
+
 TOKEN_IS_LOSS = Exercise(
     name=LOSS,
     points=15,
     title="per-token truncated-IS loss for sequences with mixed versions (eq. 07.1-07.2)",
-    checks=(_loss_shape, _loss_known, _loss_oracle, _loss_gradient, _loss_properties),
+    checks=(_loss_shape, _loss_known, _loss_oracle, _loss_gradient, _loss_properties, _loss_inf_padding),
     hints=(
         "One weight per token, that token's truncated importance ratio min(c, pi/mu), treated as a constant; the loss "
         "is minus the mean, over the real tokens of the batch, of weight times advantage times log-probability.",
         "Compute the log-ratio from `logp_new.detach()`, so that the weight carries no gradient, exponentiate it, and "
         "truncate from above only (`torch.clamp` with `max=`). The advantages are per answer: give them a token axis "
         "(`[:, None]`) so that they broadcast over the answer's tokens.",
-        "Mask by multiplying with the mask as floats (in `logp_new`'s dtype), sum over every token of the batch, and "
-        "divide by the number of real tokens (the mask's sum), not by B * L and not per answer. Return a scalar "
-        "tensor, negated.",
+        "Select the real tokens with the mask before computing anything with them: `torch.where(mask, x, 0.0)` on "
+        "`logp_new` and `logp_behaviour` (padding may hold -inf, and multiplying by the mask gives -inf * 0 = nan). "
+        "Sum over every token of the batch and divide by the number of real tokens (the mask's sum), not by B * L and "
+        "not per answer. Return a scalar tensor, negated.",
     ),
 )
 
@@ -583,19 +639,43 @@ def _lm_pair() -> tuple[Any, Any]:
     return TinyLM(cfg), TinyLM(cfg)
 
 
+#: Every row's position in the checks (the token at it not yet fed), and in the ragged check
+#: (a continuous batch: its slots started their answers at different times)
+UNIFORM, RAGGED = (N_PREFIX - 1,) * 3, (3, 1, 2)
+
+
+def _prefill(model: Any, prefix: Any, starts: tuple[int, ...]) -> Any:
+    """A KV cache holding row i's prefix tokens at positions ``0 .. starts[i] - 1``, written by
+    ``model.step`` for the rows together; a row already at its position feeds its last prefix
+    token there again, which writes the same keys and values."""
+    import torch
+
+    assert min(starts) >= 1 and max(starts) < N_PREFIX, "every row has a prefix to prefill, and a token to feed"
+    last = torch.tensor(starts) - 1
+    rows = torch.arange(len(starts))
+    cache = model.new_cache(len(starts))
+    with torch.no_grad():
+        for p in range(max(starts)):
+            at = torch.clamp(last, max=p)
+            model.step(prefix[rows, at], at, cache)
+    return cache
+
+
 def _decode(
-    fn: Callable[..., Any], schedule: dict[int, tuple[int, Any]], version: int = 0, seed: int = 0, global_seed: int = 0
+    fn: Callable[..., Any],
+    schedule: dict[int, tuple[int, Any]],
+    version: int = 0,
+    seed: int = 0,
+    global_seed: int = 0,
+    starts: tuple[int, ...] = UNIFORM,
 ) -> tuple[Any, ...]:
-    """Prefill 3 sequences, run the learner's loop with ``poll`` returning ``schedule[call]``;
-    returns (model, cache before, cache after, prefix, outputs, poll calls)."""
+    """Prefill 3 sequences up to their positions ``starts``, run the learner's loop with ``poll``
+    returning ``schedule[call]``; returns (model, cache before, cache after, prefix, outputs, poll calls)."""
     import torch
 
     model, _ = _lm_pair()
     prefix = torch.randint(0, 11, (3, N_PREFIX), generator=torch.Generator().manual_seed(seed))
-    cache = model.new_cache(3)
-    with torch.no_grad():
-        for p in range(N_PREFIX - 1):
-            model.step(prefix[:, p], torch.full((3,), p), cache)
+    cache = _prefill(model, prefix, starts)
     before = (cache[0].clone(), cache[1].clone())
     torch.manual_seed(global_seed)  # torch's global random state must not matter: `generator` decides
     calls: list[int] = []
@@ -604,7 +684,8 @@ def _decode(
         calls.append(len(calls))
         return schedule.get(len(calls) - 1)
 
-    tokens, pos = prefix[:, -1].clone(), torch.full((3,), N_PREFIX - 1)
+    pos = torch.tensor(starts)
+    tokens = prefix[torch.arange(3), pos].clone()
     given = (tokens.clone(), pos.clone())
     out = call(fn, model, cache, tokens, pos, N_STEPS, poll, version, torch.Generator().manual_seed(seed))
     for name, now, then in (("tokens", tokens, given[0]), ("pos", pos, given[1])):
@@ -803,12 +884,57 @@ def _dec_teacher_forced(fn: Callable[..., Any]) -> None:
     _dec_cache_compare(after, caches[0], N_PREFIX - 1, N_PREFIX - 1 + N_STEPS)
 
 
+def _dec_replay(prefix: Any, tokens: Any, first: Any) -> Any:
+    """The log-probs of ``tokens`` teacher-forced through ``TinyLM.step`` from the ragged
+    prefill, step t feeding its rows at positions ``first + t`` (``first`` ``[3]``); ``[3, N_STEPS]``."""
+    import torch
+
+    model = _lm_pair()[0]
+    cache = _prefill(model, prefix, RAGGED)
+    fed, out = prefix[torch.arange(3), torch.tensor(RAGGED)], []
+    with torch.no_grad():
+        for t in range(N_STEPS):
+            lp = torch.log_softmax(model.step(fed, first + t, cache), dim=-1)
+            fed = tokens[:, t].long()
+            out.append(lp.gather(1, fed[:, None]).squeeze(1))
+    return torch.stack(out, 1)
+
+
+@check_case(
+    f"slots at different positions (pos = {list(RAGGED)}, as in a continuous batch): every row decodes at its own "
+    "position, teacher-forced through TinyLM.step"
+)
+def _dec_ragged(fn: Callable[..., Any]) -> None:
+    import torch
+
+    _, _, _, prefix, (tokens, logp, _), _ = _decode(fn, {}, starts=RAGGED)
+    want = _dec_replay(prefix, tokens, torch.tensor(RAGGED))
+    got = logp.float()
+    if torch.allclose(got, want, atol=1e-4):
+        return
+    for shared in sorted(set(RAGGED)):  # one counter for the whole batch: pos[0], the largest, the smallest
+        if torch.allclose(got, _dec_replay(prefix, tokens, torch.full((3,), shared)), atol=1e-4):
+            fail(
+                f"with the slots at positions pos = {list(RAGGED)}, every row was decoded at position {shared} + t: "
+                "every slot decodes at its own position pos[i]; a shared counter (one position for the whole batch, "
+                "e.g. int(pos[0]) + t) corrupts a continuous batch, whose slots sit at different positions; "
+                "advance pos itself"
+            )
+    bad = ~torch.isclose(got, want, atol=1e-4)
+    row, t = (int(i) for i in torch.nonzero(bad)[0])
+    fail(
+        f"with the slots at positions pos = {list(RAGGED)}: at step {t}, row {row}'s log-prob differs from the model's "
+        f"own step at that row's position pos[{row}] + {t} = {RAGGED[row] + t}: every slot decodes at its own "
+        "position pos[i], advancing by one each step"
+    )
+
+
 INFLIGHT_DECODE = Exercise(
     name=DEC,
     allowed=("course_lib.lm.model.TinyLM", "course_lib.runtime.weights.load_flat_parameters"),
     points=15,
     title="a decoding loop that swaps in new weights between steps, keeping the KV cache",
-    checks=(_dec_no_update, _dec_versions, _dec_keeps_cache, _dec_teacher_forced, _dec_older),
+    checks=(_dec_no_update, _dec_versions, _dec_keeps_cache, _dec_teacher_forced, _dec_older, _dec_ragged),
     hints=(
         "Decode `n_steps` tokens one step at a time; before each step, ask `poll()` whether newer weights arrived "
         "and, if so, load them into the model and remember their version, without touching the KV cache. Every token "
@@ -816,7 +942,8 @@ INFLIGHT_DECODE = Exercise(
         "`poll()` returns None or a pair (version, flat weights): take it only when its version is newer than the one "
         "you hold, and load it with `load_flat_parameters`. Each step: the log-softmax of `model.step(tokens, pos, "
         "cache)`, a sample with `torch.multinomial` and the given generator, then record the token, its "
-        "log-probability (`gather`) and the current version, and advance the position.",
+        "log-probability (`gather`) and the current version, and advance every row's position (`pos + 1`: the rows "
+        "of a continuous batch sit at different positions).",
         "Run under `torch.no_grad()`, copy `tokens` and `pos` before changing them (the caller's tensors must stay as "
         "they were), collect each step's `[B]` tensors in lists and `torch.stack` them along dim 1 at the end. Trap: "
         "resetting or rebuilding the cache at a swap: the in-flight update keeps it.",
