@@ -1,13 +1,13 @@
 """Lesson 07's fair comparison, side by side in one run: conventional RL (k optimizer steps per
-generation round, as PipelineRL measures against), a colocated synchronous loop, one-step
-async, pipeline RL with in-flight weight updates, drain-then-swap, pipeline RL without the
+generation round, as PipelineRL measures against) and the synchronous loop (k = 1), both with an
+inference engine and a data-parallel trainer rank per core, one-step async, pipeline RL with in-flight weight updates, drain-then-swap, pipeline RL without the
 IS correction and with the KV cache recomputed (`course_lib.pipeline.experiment.ARMS`).
 
 Every arm starts from the lesson's warm start and trains `N_UPDATES` updates of 4 prompts x 8
 answers on the training problems; the arms of one seed run back to back, `SEEDS` seeds. Each
 cell is the median over the seeds; ratios are medians of the per-seed ratios (each seed's
-arms ran minutes apart, under the same load). The lesson's recorded run with more seeds and
-the max_lag sweep: `python -m course_lib.pipeline.experiment --seeds 8`
+arms ran seconds apart, under the same load, in an order drawn from the seed). The lesson's recorded run with more seeds
+and the sweeps: `python -m course_lib.pipeline.experiment --seeds 12`
 (`course_lib/pipeline/recorded/arms_cpu.json`).
 """
 
@@ -61,7 +61,7 @@ def rows_of(result: dict[str, Any]) -> tuple[list[list[str]], dict[str, float]]:
                 arm,
                 str(rs[0]["lag_bound"]),
                 f"{med(arm, 'answers_per_s'):,.0f}",
-                f"{paired(arm, 'conventional'):.2f}",
+                f"{paired(arm, 'conventional_dp'):.2f}",
                 f"{med(arm, 'tokens_per_s'):,.0f}",
                 f"{med(arm, 'answer_tokens'):.1f}",
                 f"{med(arm, 'lag_mean'):.2f}",
@@ -72,8 +72,8 @@ def rows_of(result: dict[str, Any]) -> tuple[list[list[str]], dict[str, float]]:
             ]
         )
     ratios = {
-        "pipeline / conventional": paired("pipeline", "conventional"),
-        "pipeline / colocated sync": paired("pipeline", "colocated_sync"),
+        "pipeline / conventional": paired("pipeline", "conventional_dp"),
+        "pipeline / synchronous": paired("pipeline", "sync_dp"),
         "in-flight / drain-then-swap": paired("pipeline", "pipeline_drain"),
         "keep / recompute": paired("pipeline", "pipeline_recompute"),
     }
@@ -91,9 +91,9 @@ def run() -> Result:
         rows=rows,
         notes=[
             f"{N_UPDATES} updates of 4 prompts x 8 answers per run from the lesson's {experiment.WARM_STEPS}-step warm "
-            f"start; seeds {', '.join(map(str, SEEDS))}, each seed's arms back to back; colocated arms alternate "
-            "generation and training in one process with every core (torch threads = cores); the others run a "
-            "generator process (core 0) beside the trainer (core 1), one thread each. "
+            f"start; seeds {', '.join(map(str, SEEDS))}, each seed's arms back to back; the synchronous arms alternate "
+            "generation (an engine process per core) and training (a data-parallel trainer rank per core); the "
+            "others run a generator process (core 0) beside the trainer (core 1), one thread each. "
             f"Load average (1 min) after each seed: {', '.join(f'{x:.1f}' for x in loads)}.",
             "x conventional: median over seeds of the per-seed answers/s ratio. Reward gain: final policy on 1024 "
             "fresh draws of the training problems minus the warm start's, mean +- s.e. over the seeds.",
@@ -109,7 +109,7 @@ def run() -> Result:
 
 
 def recorded_markdown(path: Path = experiment.RECORDED) -> str:
-    """The recorded grid (lesson 07's eight seeds and the max_lag sweep) as the markdown that
+    """The recorded grid (lesson 07's seeds and the sweeps) as the markdown that
     BENCHMARKS.md holds: `python bench/bench_pipeline_rl.py --recorded`."""
     result = experiment.load(path)
     meta, warm = result["meta"], result["warm_reward"]["train"]
@@ -128,11 +128,18 @@ def recorded_markdown(path: Path = experiment.RECORDED) -> str:
         + "; ".join(f"{k} {v:.2f}" for k, v in ratios.items())
         + ".",
     ]
-    for lag, runs in sorted(result["sweep"].items(), key=lambda kv: int(kv[0])):
+    for name, runs in result["sweep"].items():
         gains = [r["reward"]["train"] - warm for r in runs]
         m, se = experiment.mean_se(gains)
+        what = (
+            f"conventional RL with k = {name[1:]}"
+            if name.startswith("k")
+            else f"pipeline without the correction at max_lag {name[6:]}"
+            if name.startswith("no_is_")
+            else f"pipeline at max_lag {name}"
+        )
         lines.append(
-            f"- pipeline at max_lag {lag}: {statistics.median(r['answers_per_s'] for r in runs):,.0f} answers/s, "
+            f"- {what}: {statistics.median(r['answers_per_s'] for r in runs):,.0f} answers/s, "
             f"mean lag {statistics.median(r['lag_mean'] for r in runs):.2f}, train busy "
             f"{statistics.median(r['train_busy'] for r in runs):.2f}, reward gain {m:+.3f} +- {se:.3f}"
         )

@@ -606,6 +606,87 @@ def test_engine_configurations_are_checked() -> None:
     with pytest.raises(ValueError, match="divide n_slots"):
         PipelineConfig(regime="conventional", n_generators=3, n_slots=32)
     assert PipelineConfig(regime="conventional", n_generators=2).arm == "conventional_engines"
+    with pytest.raises(ValueError, match="dp_trainers must be >= 1 and, above 1, at most n_generators"):
+        PipelineConfig(regime="conventional", dp_trainers=2)
+    with pytest.raises(ValueError, match="dp_trainers must be >= 1"):
+        PipelineConfig(regime="conventional", n_generators=2, dp_trainers=0)
+    dp = PipelineConfig(regime="conventional", n_generators=2, dp_trainers=2)
+    assert (dp.arm, replace(dp, steps_per_round=1).arm) == ("conventional_dp", "sync_dp")
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_shares_gradients_sum_to_the_whole_batchs() -> None:
+    torch.manual_seed(0)
+    model = TinyLM(LM)
+    g, t = 16, 12
+    mask = torch.zeros(g, t, dtype=torch.bool)
+    for i, n in enumerate(torch.randint(2, 9, (g,)).tolist()):
+        mask[i, 3 : 3 + n] = True  # ragged answers after a 3-token prompt
+    part = {
+        "tokens": torch.randint(4, LM.vocab, (g, t)),
+        "logp": -torch.rand(g, t) - 1.0,
+        "adv": torch.randn(g, t),
+        "mask": mask,
+        "fresh": mask & (torch.rand(g, t) < 0.5),
+    }
+    n_real = float(mask.sum())
+
+    def grads(rows_list):
+        model.zero_grad()
+        losses = [
+            pipeline_system.batch_share_loss(model, {k: v[rows] for k, v in part.items()}, n_real, FAST)[0]
+            for rows in rows_list
+        ]
+        return torch.cat([p.grad.flatten() for p in model.parameters()]), sum(losses)
+
+    whole, loss = grads([torch.arange(g)])
+    halves, loss_halves = grads([torch.arange(0, g, 2), torch.arange(1, g, 2)])
+    torch.testing.assert_close(halves, whole, rtol=1e-4, atol=1e-6)
+    assert abs(loss_halves - loss) < 1e-5 and whole.abs().sum() > 0
+    one_half, _ = grads([torch.arange(0, g, 2)])
+    assert (one_half - whole).abs().max() > 1e-4  # half the batch alone is not the batch's gradient
+    shares = pipeline_system.balanced_shares(mask, 4, 2)  # 4 chunks, longest first: ranks 0, 1, 1, 0
+    assert sorted(torch.cat(shares).tolist()) == list(range(g)) and [len(x) for x in shares] == [8, 8]
+    ends = mask.sum(1) + 3
+    longest = set(torch.argsort(ends, stable=True)[-4:].tolist())
+    assert longest <= set(shares[0].tolist())  # the long tail's chunk, with the shortest chunk
+    again, _ = grads(shares)
+    torch.testing.assert_close(again, whole, rtol=1e-4, atol=1e-6)
+    assert [len(x) for x in pipeline_system.balanced_shares(mask[:4], 4, 2)] == [4, 0]  # one chunk: rank 1 idles
+    model.zero_grad()
+    assert pipeline_system.batch_share_loss(model, {k: v[:0] for k, v in part.items()}, n_real, FAST)[0] == 0.0
+
+
+@pytest.mark.timeout(120)
+def test_the_data_parallel_trainer_takes_the_steps_one_trainer_takes(no_orphans):
+    cfg = replace(FAST, regime="conventional", steps_per_round=3, n_slots=8, n_generators=2, n_updates=3, train_chunk=2)
+    reports = {}
+    for ranks in (1, 2):
+        with PipelineSystem(replace(cfg, dp_trainers=ranks), warm_flat()) as system:
+            pids = [p.pid for p in system.processes]
+            reports[ranks] = system.train()
+        assert len(pids) == 1 + ranks and gone(pids) and not live_children()  # two engines, ranks - 1 helpers
+    one, dp = reports[1], reports[2]
+    assert dp.arm == "conventional_dp" and len(dp.metrics) == 3
+    # one round, sampled by version 0 in both runs: the same answers, so the same three steps
+    np.testing.assert_allclose(dp.series("loss"), one.series("loss"), rtol=1e-4, atol=1e-6)
+    for k, v in one.final_state.items():  # Adam turns rounding in near-zero gradients into ~1e-5;
+        torch.testing.assert_close(dp.final_state[k], v, rtol=1e-3, atol=2e-4)  # a lost share moves ~lr = 1e-3
+    assert dp.series("ess").min() > 0 and dp.series("tokens").sum() == one.series("tokens").sum()
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_trainer_rank_is_reported_and_nothing_hangs(no_orphans):
+    cfg = replace(FAST, regime="conventional", steps_per_round=2, n_slots=8, n_generators=2, dp_trainers=2)
+    with PipelineSystem(replace(cfg, n_updates=10_000), warm_flat()) as system:
+        rank = system.processes[-1]
+        pids = [p.pid for p in system.processes]
+        kill = lambda u, m: os.kill(rank.pid, signal.SIGKILL) if u == 2 else None  # noqa: E731
+        start = time.monotonic()
+        with pytest.raises(PipelineFault, match=r"trainer rank .* killed by SIGKILL"):
+            system.train(progress=kill)
+        assert time.monotonic() - start < 30
+    assert gone(pids) and not live_children()
 
 
 @pytest.mark.timeout(120)

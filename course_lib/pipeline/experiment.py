@@ -6,21 +6,26 @@ optimizer steps per generation round (lags ``0 .. k - 1``). The arms here
 (:data:`ARMS`), all from the same warm-started weights, the same prompts per seed, the same
 batch (4 prompts x 8 answers) and the same number of updates:
 
-=================== ============================================================= ==========
-arm                 what runs                                                      lag bound
-=================== ============================================================= ==========
-``colocated_sync``  generate one batch, train one step, in turn, on both cores     0
-``conventional``    generate ``k`` batches, take ``k`` steps, in turn, both cores  ``k - 1``
-``one_step``        generator (core 0) one batch ahead of the trainer (core 1)     1
-``pipeline``        in-flight weight updates, continuous batching, cores 0 and 1   ``max_lag``
-``pipeline_drain``  the same without the in-flight swap: drain, then swap          ``max_lag``
-``pipeline_no_is``  pipeline RL without the truncated-IS correction                ``max_lag``
+===================== =========================================================== ==========
+arm                   what runs                                                    lag bound
+===================== =========================================================== ==========
+``sync_dp``           generate one batch on both cores, train one step on both     0
+``conventional_dp``   generate ``k`` batches, then take ``k`` steps, both cores    ``k - 1``
+``one_step``          generator (core 0) one batch ahead of the trainer (core 1)   1
+``pipeline``          in-flight weight updates, continuous batching, cores 0 and 1 ``max_lag``
+``pipeline_drain``    the same without the in-flight swap: drain, then swap        ``max_lag``
+``pipeline_no_is``    pipeline RL without the truncated-IS correction              ``max_lag``
 ``pipeline_recompute`` pipeline RL rebuilding the live prefixes' KV cache at a swap ``max_lag``
-=================== ============================================================= ==========
+===================== =========================================================== ==========
 
+The synchronous arms run as conventional RL runs on a cluster: an inference engine per
+core (``n_generators=2``, each with half the slots) generates the round, then a
+data-parallel trainer, a rank per core (``dp_trainers=2``), trains on it; the cores
+alternate between the two jobs.
 ``k`` is matched to the pipeline's lag bound (``k = max_lag + 1``: both arms' tokens lag
-at most ``max_lag``). The arms of one seed run back to back (seed 0: every arm, then seed
-1, ...), so that they share the machine's load. Each run records its throughput (answers/s
+at most ``max_lag``). The arms of one seed run back to back, in an order drawn from the
+seed (seed 0: every arm, then seed 1, ...), so that they share the machine's load and no
+arm always runs first. Each run records its throughput (answers/s
 and tokens/s, which longer answers inflate), the lag of every consumed token, the busy
 fractions, and the reward of its final policy on two fixed evaluation sets: fresh draws of
 the **training problems**, and the **held-out pairs** that no training prompt is
@@ -30,7 +35,7 @@ keep snapshots, so that their reward *at the moment pipeline RL finished* can be
 
 Run from the command line (prints progress, writes JSON that :func:`load` reads)::
 
-    python -m course_lib.pipeline.experiment --seeds 5 --out course_lib/pipeline/recorded/arms_cpu.json
+    python -m course_lib.pipeline.experiment --seeds 12 --out course_lib/pipeline/recorded/arms_cpu.json
 
 The committed record (:data:`RECORDED`) is what lesson 07 reads beside the one seed it
 runs live; ``BENCHMARKS.md`` says when and where it was measured.
@@ -60,20 +65,10 @@ from course_lib.runtime.weights import flat_parameters
 
 RECORDED = Path(__file__).parent / "recorded" / "arms_cpu.json"
 MAX_LAG = 3
+ENGINES = {"n_generators": 2, "dp_trainers": 2, "snapshot_every": 1}  # an engine and a trainer rank per core
 ARMS: dict[str, dict[str, Any]] = {
-    "colocated_sync": {"regime": "conventional", "colocated": True, "steps_per_round": 1, "snapshot_every": 1},
-    "conventional": {
-        "regime": "conventional",
-        "colocated": True,
-        "steps_per_round": MAX_LAG + 1,
-        "snapshot_every": 1,
-    },
-    "conventional_engines": {
-        "regime": "conventional",
-        "steps_per_round": MAX_LAG + 1,
-        "n_generators": 2,
-        "snapshot_every": 1,
-    },
+    "sync_dp": {"regime": "conventional", "steps_per_round": 1, **ENGINES},
+    "conventional_dp": {"regime": "conventional", "steps_per_round": MAX_LAG + 1, **ENGINES},
     "one_step": {"regime": "one_step"},
     "pipeline": {"regime": "pipeline"},
     "pipeline_drain": {"regime": "pipeline", "inflight": False},
@@ -81,6 +76,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "pipeline_recompute": {"regime": "pipeline", "recompute_cache": True},
 }
 SWEEP_LAGS = (1, 2, 5, 8)  # and MAX_LAG, the pipeline arm itself
+SWEEP_K = (2, 8)  # conventional RL's steps per round, besides 1 (sync_dp) and MAX_LAG + 1
+SWEEP_NO_IS = 8  # pipeline RL without the correction at this bound too, where the lag is largest
 EVAL_PROMPTS, EVAL_SEED = 1024, 123
 WARM_STEPS = 30
 N_UPDATES = 150
@@ -155,12 +152,13 @@ def run_seed(
     the synchronous arms' reward at the moment ``pipeline`` finished (if both ran)."""
     out: dict[str, dict[str, Any]] = {}
     reports: dict[str, RegimeReport] = {}
-    for arm, extra in arms.items():
-        cfg = replace(base, seed=seed, **extra)
+    order = [list(arms)[i] for i in np.random.default_rng(seed).permutation(len(arms))]
+    for position, arm in enumerate(order):
+        cfg = replace(base, seed=seed, **arms[arm])
         with PipelineSystem(cfg, init_flat) as system:
             report = system.train()
         reports[arm] = report
-        out[arm] = summary(report) | {"reward": rewards_of(policy_from(report.final_state))}
+        out[arm] = summary(report) | {"reward": rewards_of(policy_from(report.final_state)), "position": position}
         if progress is not None:
             progress(f"seed {seed} {arm}: {report.seconds:.1f} s")
     if "pipeline" in reports:
@@ -176,31 +174,39 @@ def run_grid(
     seeds: Sequence[int],
     arms: dict[str, dict[str, Any]] | None = None,
     sweep_lags: Sequence[int] = (),
+    sweep_k: Sequence[int] = (),
+    no_is_lag: int | None = None,
     n_updates: int = N_UPDATES,
     progress: Callable[[str], None] | None = print,
     warm_steps: int = WARM_STEPS,
 ) -> dict[str, Any]:
-    """The whole experiment: ``runs[arm][i]`` for seed ``seeds[i]``, and the ``max_lag`` sweep
-    of the pipeline arm (``sweep[str(max_lag)][i]``), each seed's arms back to back."""
+    """The whole experiment: ``runs[arm][i]`` for seed ``seeds[i]``; the ``max_lag`` sweep of
+    the pipeline arm (``sweep[str(max_lag)][i]``), the ``k`` sweep of conventional RL
+    (``sweep_k[str(k)][i]``) and pipeline RL without the correction at ``no_is_lag``
+    (``sweep["no_is_<lag>"]``); each seed's runs back to back."""
     arms = ARMS if arms is None else arms
     model, _, _ = warm_policy(warm_steps)
     init = flat_parameters(model)
     warm = rewards_of(model)
     base = base_config(n_updates)
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
-    sweep: dict[str, list[dict[str, Any]]] = {str(lag): [] for lag in sweep_lags}
+    extra: dict[str, dict[str, Any]] = {str(lag): {"regime": "pipeline", "max_lag": lag} for lag in sweep_lags}
+    if no_is_lag is not None:
+        extra[f"no_is_{no_is_lag}"] = {"regime": "pipeline", "max_lag": no_is_lag, "correction": False}
+    extra |= {f"k{k}": {"regime": "conventional", "steps_per_round": k, **ENGINES} for k in sweep_k}
+    sweep: dict[str, list[dict[str, Any]]] = {name: [] for name in extra}
     loads = []
     t0 = time.perf_counter()
     for seed in seeds:
         for arm, result in run_seed(seed, init, arms, base, progress).items():
             runs[arm].append(result)
-        for lag in sweep_lags:
-            cfg = replace(base, seed=seed, max_lag=lag, regime="pipeline")
+        for name, kw in extra.items():
+            cfg = replace(base, seed=seed, **kw)
             with PipelineSystem(cfg, init) as system:
                 report = system.train()
-            sweep[str(lag)].append(summary(report) | {"reward": rewards_of(policy_from(report.final_state))})
+            sweep[name].append(summary(report) | {"reward": rewards_of(policy_from(report.final_state))})
             if progress is not None:
-                progress(f"seed {seed} pipeline max_lag {lag}: {report.seconds:.1f} s")
+                progress(f"seed {seed} sweep {name}: {report.seconds:.1f} s")
         loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
     return {
         "meta": {
@@ -213,6 +219,7 @@ def run_grid(
             "warm_steps": warm_steps,
             "config": {k: v for k, v in asdict(base).items() if k not in ("lm", "task")},
             "arms": arms,
+            "sweep": extra,
             "loads": loads,
             "seconds": time.perf_counter() - t0,
         },
@@ -220,49 +227,6 @@ def run_grid(
         "runs": runs,
         "sweep": sweep,
     }
-
-
-def two_thread_speedups(model: TinyLM, repeats: int = 5) -> dict[str, float]:
-    """How much faster two torch threads make one decoding step of 32 slots and one training
-    step on 32 answers (4 chunks of 8, as the trainer does), than one thread: the median
-    over ``repeats`` interleaved pairs. What a colocated loop gains from the second core."""
-    from course_lib.lm.model import sequence_logprobs
-    from course_lib.lm.sampler import SlotSampler
-    from course_lib.lm.task import EOS
-
-    work = TinyLM(model.cfg)
-    work.load_state_dict(model.state_dict())
-    problems = CountdownTask(split="train").sample(np.random.default_rng(0), 32)
-    tokens = torch.randint(4, model.cfg.vocab, (32, 24), generator=torch.Generator().manual_seed(0))
-    opt = torch.optim.SGD(work.parameters(), lr=0.0)  # the step's work, without changing the weights
-
-    def decode() -> None:
-        sampler = SlotSampler(work, 32, EOS, torch.Generator().manual_seed(0))
-        for slot, problem in enumerate(problems):
-            sampler.start(slot, problem.prompt)
-        for _ in range(20):
-            sampler.step()
-
-    def train() -> None:
-        for chunk in tokens.split(8):
-            loss = sequence_logprobs(work, chunk).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-
-    previous = torch.get_num_threads()
-    times: dict[str, dict[int, list[float]]] = {"decode": {1: [], 2: []}, "train": {1: [], 2: []}}
-    try:
-        for _ in range(repeats):
-            for threads in (1, 2):
-                torch.set_num_threads(threads)
-                for name, fn in (("decode", decode), ("train", train)):
-                    t0 = time.perf_counter()
-                    fn()
-                    times[name][threads].append(time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(previous)
-    return {name: float(np.median(t[1]) / np.median(t[2])) for name, t in times.items()}
 
 
 def save(result: dict[str, Any], path: Path) -> None:
@@ -305,8 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 2:
         parser.error(f"--seeds must be >= 2 to estimate a spread over seeds, got {args.seeds}")
-    lags = () if args.no_sweep else SWEEP_LAGS
-    result = run_grid(range(args.seeds), sweep_lags=lags, n_updates=args.updates)
+    if args.no_sweep:
+        result = run_grid(range(args.seeds), n_updates=args.updates)
+    else:
+        result = run_grid(
+            range(args.seeds), sweep_lags=SWEEP_LAGS, sweep_k=SWEEP_K, no_is_lag=SWEEP_NO_IS, n_updates=args.updates
+        )
     save(result, args.out)
     print(f"wrote {args.out} ({result['meta']['seconds']:.0f} s)")
     return 0

@@ -34,6 +34,10 @@ Regimes (``PipelineConfig.regime``):
   (each batch of a round is trained on as soon as it is complete, between decoding steps of
   the round's other batches: the same serial work as generating the whole round first, and
   the same lags). ``steps_per_round=1`` is then the colocated synchronous loop.
+  ``n_generators=2`` instead runs an inference engine process per core (half the slots
+  each), and ``dp_trainers=2`` a data-parallel trainer: a second process on the other core
+  computes the gradient of half of each batch, summed into the trainer's before the step
+  (:func:`balanced_shares`, :func:`dp_trainer_main`); lesson 07's synchronous arms.
 
 **Lag bound by backpressure.** Groups are numbered in the order they start; update ``u``
 consumes groups ``u B .. (u + 1) B - 1`` (``B = groups_per_batch``). The generator may
@@ -131,6 +135,13 @@ class PipelineConfig:
             "n_generators slots; the trainer waits for each whole round, then trains on the cores they used"
         },
     )
+    dp_trainers: int = field(
+        default=1,
+        metadata={
+            "help": "conventional with n_generators > 1: trainer ranks, one process per core; each computes "
+            "the gradient of its share of every batch and the shares are summed (data parallel)"
+        },
+    )
     colocated: bool = field(
         default=False,
         metadata={"help": "conventional: generate and train in turn in this process, on two cores"},
@@ -183,6 +194,12 @@ class PipelineConfig:
                 "n_generators > 1 is conventional RL with an inference engine per core (regime 'conventional', "
                 f"colocated=False); got regime {self.regime!r}, colocated={self.colocated}"
             )
+        if self.dp_trainers < 1 or (self.dp_trainers > 1 and self.n_generators < self.dp_trainers):
+            raise ValueError(
+                f"dp_trainers must be >= 1 and, above 1, at most n_generators (one trainer rank per engine's "
+                f"core, trained on after the round): got dp_trainers={self.dp_trainers}, "
+                f"n_generators={self.n_generators}"
+            )
         if self.colocated and self.regime != "conventional":
             raise ValueError(
                 f"colocated=True alternates generation and training, which only regime 'conventional' does "
@@ -210,7 +227,8 @@ class PipelineConfig:
     def arm(self) -> str:
         """The arm's name: the regime, or a variant of it (see :attr:`RegimeReport.arm`)."""
         if self.regime == "conventional" and self.n_generators > 1:
-            return "sync_engines" if self.steps_per_round == 1 else "conventional_engines"
+            kind = "dp" if self.dp_trainers > 1 else "engines"
+            return f"sync_{kind}" if self.steps_per_round == 1 else f"conventional_{kind}"
         if self.regime == "conventional":
             where = "colocated" if self.colocated else "split"
             return f"{where}_sync" if self.steps_per_round == 1 else f"conventional{'' if self.colocated else '_split'}"
@@ -529,11 +547,15 @@ def generator_main(
         if stop.is_set():
             return
     generator = GroupGenerator(cfg, weights, sampler, task, rng, conn, offset=index, stride=cfg.n_generators)
+    # conventional RL's engines wait out the trainer's whole turn on the cores it trains on:
+    # poll gently there (a wake-up every 0.5 ms slowed its trainer); elsewhere the generator
+    # has its core to itself and resumes within 0.5 ms of the trainer consuming
+    idle = 0.002 if cfg.regime == "conventional" else 0.0005
     try:
         while not stop.is_set():
             generator.start_groups(int(counters[CONSUMED]))  # read before any pull: see "lag bound"
             if sampler.n_active == 0:
-                time.sleep(0.0005)  # backpressure: nothing may start yet
+                time.sleep(idle)  # backpressure, or the trainer's turn: nothing may start yet
                 continue
             generator.decode_step()
     except QUIET_EXIT:
@@ -714,6 +736,7 @@ class PipelineSystem(ChildProcessSystem):
         self.process: Any = None
         self.processes: list[Any] = []
         self.conns: list[Any] = []
+        self.dp_conns: list[Any] = []  # to trainer ranks 1 .. dp_trainers - 1
 
     def start(self) -> None:
         """Share the weights, start the generator and wait until it is ready (colocated: make
@@ -757,14 +780,31 @@ class PipelineSystem(ChildProcessSystem):
                     ),
                 )
             )
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.dp_grad = torch.zeros(max(cfg.dp_trainers - 1, 1), n_params).share_memory_()
+        for rank in range(1, cfg.dp_trainers):
+            conn, child_end = ctx.Pipe(duplex=True)
+            self.dp_conns.append(conn)
+            child_ends.append(child_end)
+            self.processes.append(
+                ctx.Process(
+                    target=dp_trainer_main,
+                    name=f"trainer-{rank}",
+                    daemon=True,
+                    args=(cfg, self.weights, self.dp_grad[rank - 1], child_end, self._stop, rank),
+                )
+            )
         self.conn, self.process = self.conns[0], self.processes[0]
         atexit.register(self.stop)
         try:
             for process, child_end in zip(self.processes, child_ends):
                 process.start()
                 child_end.close()
-            for _ in self.processes:
+            for _ in range(cfg.n_generators):
                 message = self._recv(cfg.stall_timeout_s, "the generator to start")
+                assert message[0] == "ready"
+            for conn in self.dp_conns:
+                message = self._recv(cfg.stall_timeout_s, "a trainer rank to start", [conn])
                 assert message[0] == "ready"
         except BaseException:
             self.stop()
@@ -787,31 +827,37 @@ class PipelineSystem(ChildProcessSystem):
         self._stop.set()
         started = [p for p in getattr(self, "processes", []) if p.pid is not None]
         if started:
-            names = ["the generator"] if len(started) == 1 else [f"generator {i}" for i in range(len(started))]
+            names = ["the generator"] if len(started) == 1 else [p.name.replace("-", " ") for p in started]
             self.events += stop_processes(list(zip(names, started)), self.config.join_timeout_s)
             for process in started:
                 process.close()
-        for conn in getattr(self, "conns", []):
+        for conn in getattr(self, "conns", []) + getattr(self, "dp_conns", []):
             conn.close()
         self.events.append("stop: the generator process exited")
 
-    def _recv(self, timeout: float, what: str) -> tuple[Any, ...]:
-        """The next message, waiting at most ``timeout`` s in ``poll_s`` slices, checking the generator."""
+    def _check_children(self) -> None:
+        """Raise :class:`PipelineFault` (after a clean shutdown) if a child process has died."""
+        for process in self.processes:
+            if not process.is_alive():
+                process.join()
+                who = "trainer rank" if process.name.startswith("trainer") else "generator"
+                message = f"{who} (pid {process.pid}) died: {exit_reason(process.exitcode)}"
+                self.events.append(message + "; shutting down")
+                self.stop()
+                raise PipelineFault(message + " (clean shutdown)")
+
+    def _recv(self, timeout: float, what: str, conns: list[Any] | None = None) -> tuple[Any, ...]:
+        """The next message on ``conns`` (default: the generators'), waiting at most ``timeout`` s
+        in ``poll_s`` slices, checking every child process."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ready: list[Any] = wait(self.conns, self.config.poll_s)
+            ready: list[Any] = wait(self.conns if conns is None else conns, self.config.poll_s)
             for conn in ready:
                 try:
                     return tuple(conn.recv())
                 except (EOFError, OSError):
                     pass
-            for process in self.processes:
-                if not process.is_alive():
-                    process.join()
-                    message = f"generator (pid {process.pid}) died: {exit_reason(process.exitcode)}"
-                    self.events.append(message + "; shutting down")
-                    self.stop()
-                    raise PipelineFault(message + " (clean shutdown)")
+            self._check_children()
         self.events.append(f"trainer: waited {timeout:g} s for {what}: shutting down")
         self.stop()
         raise PipelineFault(f"waited {timeout:g} s for {what} (clean shutdown)")
@@ -827,7 +873,10 @@ class PipelineSystem(ChildProcessSystem):
         """
         cfg = self.config
         previous_threads = torch.get_num_threads()
-        if cfg.colocated or cfg.n_generators > 1:  # generation and training take turns on the two cores
+        if cfg.dp_trainers > 1:  # rank 0 of the data-parallel trainer: core 0, one thread
+            torch.set_num_threads(1)
+            previous_cores = _pin(cfg, 0)
+        elif cfg.colocated or cfg.n_generators > 1:  # generation and training take turns on the two cores
             previous_cores = _pin_two(cfg)
             torch.set_num_threads(2)
         else:
@@ -920,10 +969,42 @@ class PipelineSystem(ChildProcessSystem):
             snapshots=run.snapshots,
         )
 
+    def _send_shares(self, u: int, part: dict[str, torch.Tensor], shares: list[torch.Tensor], n_real: float) -> None:
+        """Send trainer ranks 1, 2, .. their ``shares`` of update ``u``'s batch ``part``."""
+        for r, (conn, rows) in enumerate(zip(self.dp_conns, shares), start=1):
+            try:
+                conn.send(("batch", u, {k: v[rows].numpy() for k, v in part.items()}, n_real))
+            except OSError:  # a dead rank's pipe; name it (BrokenPipeError is an OSError)
+                deadline = time.monotonic() + self.config.join_timeout_s
+                while time.monotonic() < deadline:
+                    self._check_children()
+                    time.sleep(self.config.poll_s)
+                self.stop()
+                raise PipelineFault(f"could not send update {u}'s share to trainer rank {r} (clean shutdown)") from None
+
+    def _add_shares(self, log_ratio: np.ndarray, gaps: np.ndarray, loss: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Wait for every other trainer rank's gradient and add it to this model's (an all-reduce
+        of the ranks, through shared memory); returns the metrics with theirs added."""
+        for r, conn in enumerate(self.dp_conns, start=1):
+            _kind, ratio_r, gaps_r, loss_r = self._recv(self.config.stall_timeout_s, f"trainer rank {r}", [conn])
+            offset = 0
+            for p in self.model.parameters():
+                size = p.numel()
+                theirs = self.dp_grad[r - 1, offset : offset + size].view_as(p)
+                p.grad = theirs.clone() if p.grad is None else p.grad + theirs
+                offset += size
+            log_ratio, gaps = np.concatenate([log_ratio, ratio_r]), np.concatenate([gaps, gaps_r])
+            loss += loss_r
+        return log_ratio, gaps, loss
+
     def _update(
         self, u: int, groups: list[dict[str, Any]], opt: torch.optim.Optimizer, lags: list[np.ndarray]
     ) -> dict[str, float]:
-        """One trainer step at version ``u`` on ``groups`` (07.1-07.4); publishes version ``u + 1``."""
+        """One trainer step at version ``u`` on ``groups`` (07.1-07.4); publishes version ``u + 1``.
+
+        With ``dp_trainers`` ranks, each rank takes a share of the batch's length-sorted chunks
+        (:func:`balanced_shares`); the other ranks' gradients are added to this one's before the
+        step (:func:`dp_trainer_main`)."""
         cfg = self.config
         batch = pad_groups(groups)
         mask = batch["mask"]
@@ -931,30 +1012,23 @@ class PipelineSystem(ChildProcessSystem):
         if lag.max() > cfg.lag_bound:
             self.events.append(f"update {u}: a token lags {int(lag.max())} > bound {cfg.lag_bound}")
         lags.append(lag[mask.numpy()])
-        adv = group_token_advantages(batch["rewards"], mask)
-        # (07.2) over chunks of similar length, each padded only to its own longest: the same
-        # loss (chunk means weighted by their token counts), without computing the long tail's padding
-        ends = mask.shape[1] - mask.flip(1).float().argmax(1)
-        n_real = mask.sum()
-        fresh = torch.as_tensor(lag == 0) & mask  # sampled by exactly the weights the trainer holds
-        loss = torch.zeros(())
-        ratios, fresh_gaps = [], []
-        for rows in torch.argsort(ends, stable=True).split(cfg.train_chunk):
-            n_t = int(ends[rows].max())
-            m = mask[rows, :n_t]
-            logp_new = sequence_logprobs(self.model, batch["tokens"][rows, :n_t])
-            chunk = pipeline_loss(logp_new, batch["logp"][rows, :n_t], adv[rows, :n_t], m, cfg.clip_c, cfg.correction)
-            loss = loss + chunk * m.sum() / n_real
-            log_ratio = logp_new.detach() - batch["logp"][rows, :n_t]
-            ratios.append(log_ratio[m])
-            fresh_gaps.append(log_ratio[fresh[rows, :n_t]].abs())
+        part = {
+            "tokens": batch["tokens"],
+            "logp": batch["logp"],
+            "adv": group_token_advantages(batch["rewards"], mask),
+            "mask": mask,
+            "fresh": torch.as_tensor(lag == 0) & mask,  # sampled by exactly the weights the trainer holds
+        }
+        n_real = float(mask.sum())
+        shares = balanced_shares(mask, cfg.train_chunk, cfg.dp_trainers)
+        self._send_shares(u, part, shares[1:], n_real)  # data parallel: the other ranks compute meanwhile
+        mine = shares[0]
         opt.zero_grad()
-        loss.backward()
+        loss, log_ratio, gaps = batch_share_loss(self.model, {k: v[mine] for k, v in part.items()}, n_real, cfg)
+        log_ratio, gaps, loss = self._add_shares(log_ratio, gaps, loss)  # their gradients, summed into ours
         opt.step()
         self.weights.publish(self.model, u + 1)
         self.counters[CONSUMED] = (u + 1) * cfg.groups_per_batch  # after publishing: see "lag bound"
-        log_ratio = torch.cat(ratios).numpy()
-        gaps = torch.cat(fresh_gaps).numpy()
         real = mask.numpy()
         return {
             "reward": float(batch["rewards"].mean()),
@@ -968,5 +1042,82 @@ class PipelineSystem(ChildProcessSystem):
             "fresh_gap_max": float(gaps.max()) if gaps.size else 0.0,
             "fresh_tokens": float(gaps.size),
             "tokens": float(real.sum()),
-            "loss": loss.item(),
+            "loss": float(loss),
         }
+
+
+def balanced_shares(mask: torch.Tensor, chunk: int, n: int) -> list[torch.Tensor]:
+    """The rows of a batch for each of ``n`` trainer ranks: the rows sorted by answer length,
+    cut into chunks of ``chunk`` (as :func:`batch_share_loss` cuts them), the chunks dealt
+    out longest first in a snake order (ranks 0, 1, .., n - 1, n - 1, .., 0, 0, ..), so that
+    every rank gets as many chunks as the others, give or take one, and its share of the
+    long tail. (A chunk's cost is mostly per forward pass at this size, so rows dealt out one
+    by one, or chunks weighed by their padded tokens alone, leave one rank the slower.)"""
+    ends = mask.shape[1] - mask.flip(1).float().argmax(1)
+    chunks = sorted(torch.argsort(ends, stable=True).split(chunk), key=lambda c: -int(ends[c].max()))
+    shares: list[list[torch.Tensor]] = [[] for _ in range(n)]
+    for i, c in enumerate(chunks):
+        r = i % n if (i // n) % 2 == 0 else n - 1 - i % n
+        shares[r].append(c)
+    return [torch.cat(s) if s else torch.zeros(0, dtype=torch.long) for s in shares]
+
+
+def batch_share_loss(
+    model: TinyLM, part: dict[str, torch.Tensor], n_real: float, cfg: PipelineConfig
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """Backpropagate the loss of a share of a batch (rows ``tokens``, ``logp``, ``adv``,
+    ``mask``, ``fresh``), over chunks of similar length, each padded only to its own longest
+    (07.2): the same gradient as the whole batch's loss restricted to these rows, without
+    computing the long tail's padding. Token means are over ``n_real``, the *whole* batch's
+    tokens, so that the shares' gradients sum to the batch's. Returns ``(this share's loss,
+    its log-ratios log pi - log mu, |log-ratio| of its lag-0 tokens)``."""
+    mask = part["mask"]
+    if len(mask) == 0:  # a rank with no share this update (fewer chunks than ranks)
+        return 0.0, np.zeros(0, np.float32), np.zeros(0, np.float32)
+    ends = mask.shape[1] - mask.flip(1).float().argmax(1)
+    loss, ratios, fresh_gaps = 0.0, [], []
+    for rows in torch.argsort(ends, stable=True).split(cfg.train_chunk):
+        n_t = int(ends[rows].max())
+        m = mask[rows, :n_t]
+        logp_new = sequence_logprobs(model, part["tokens"][rows, :n_t])
+        behaviour = part["logp"][rows, :n_t]
+        chunk = pipeline_loss(logp_new, behaviour, part["adv"][rows, :n_t], m, cfg.clip_c, cfg.correction)
+        chunk = chunk * m.sum() / n_real
+        chunk.backward()  # per chunk: only one chunk's activations are alive at a time
+        loss += float(chunk.detach())
+        log_ratio = logp_new.detach() - behaviour
+        ratios.append(log_ratio[m])
+        fresh_gaps.append(log_ratio[part["fresh"][rows, :n_t]].abs())
+    return loss, torch.cat(ratios).numpy(), torch.cat(fresh_gaps).numpy()
+
+
+def dp_trainer_main(
+    cfg: PipelineConfig, weights: SharedWeights, grad: torch.Tensor, conn: Connection, stop: Any, rank: int
+) -> None:
+    """Trainer rank ``rank`` of ``cfg.dp_trainers`` (conventional RL with engines; core
+    ``rank``, one torch thread): for each batch share it is sent, load the weights of the
+    update it belongs to, backpropagate the share's loss (:func:`batch_share_loss`), write the
+    gradient into ``grad`` (shared memory) and reply; rank 0 adds it and steps."""
+    child_setup(cfg.seed * 1000 + 500 + rank)
+    _pin(cfg, rank)
+    model = TinyLM(cfg.lm)
+    params = list(model.parameters())
+    version = weights.pull(model, -1)
+    conn.send(("ready", os.getpid()))
+    try:
+        while not stop.is_set():
+            if not conn.poll(cfg.poll_s):
+                continue
+            _kind, u, part, n_real = conn.recv()
+            deadline = time.monotonic() + cfg.stall_timeout_s
+            while version < u:  # rank 0 published version u before sending update u's share
+                version = weights.pull(model, version)
+                if version < u and time.monotonic() > deadline:
+                    return
+            for p in params:
+                p.grad = None
+            loss, ratios, gaps = batch_share_loss(model, {k: torch.from_numpy(v) for k, v in part.items()}, n_real, cfg)
+            torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).flatten() for p in params], out=grad)
+            conn.send(("grad", ratios, gaps, loss))
+    except QUIET_EXIT:
+        pass

@@ -18,6 +18,8 @@ COLOURS = {
     "pipeline_drain": "tab:purple",
     "conventional_split": "tab:olive",
     "conventional_engines": "tab:orange",
+    "sync_dp": "tab:brown",
+    "conventional_dp": "tab:red",
     "split_sync": "tab:pink",
     "sync": "tab:pink",
     "one_step": "tab:orange",
@@ -31,6 +33,8 @@ LABELS = {
     "pipeline_drain": "pipeline, drain-then-swap",
     "conventional_split": "conventional, split cores",
     "conventional_engines": "conventional RL, an engine per core",
+    "sync_dp": "synchronous (k = 1)",
+    "conventional_dp": "conventional RL (k = 4)",
     "split_sync": "synchronous, split cores",
     "sync": "synchronous, split cores",
     "one_step": "one-step async",
@@ -42,7 +46,9 @@ LABELS = {
 
 def gantt(ax: Axes, report: RegimeReport, window: tuple[float, float]) -> None:
     """Busy intervals of the generator and the trainer in ``window`` (seconds); white is idle.
-    In-flight weight updates are ticks on the generator's row."""
+    In-flight weight updates are ticks on the generator's row. With an engine per core
+    (``n_generators > 1``) the generator row is the engines together (busy when any is) and
+    the trainer row is rank 0 of the data-parallel trainer (the other ranks work at the same time)."""
     lo, hi = window
     for row, (who, colour) in enumerate((("trainer", "tab:green"), ("generator", "tab:purple"))):
         spans = [(max(a, lo), min(b, hi) - max(a, lo)) for a, b in getattr(report, who) if b > lo and a < hi]
@@ -51,7 +57,10 @@ def gantt(ax: Axes, report: RegimeReport, window: tuple[float, float]) -> None:
     if swaps:
         ax.vlines(swaps, 0.65, 1.35, color="k", lw=0.6, label="in-flight weight update")
         ax.legend(loc="upper right", fontsize=7)
-    ax.set_yticks([0, 1], ["trainer", "generator"])
+    engines = getattr(report, "n_generators", 1) > 1
+    ax.set_yticks(
+        [0, 1], ["trainer (both cores)" if engines else "trainer", "engines (both cores)" if engines else "generator"]
+    )
     ax.set_xlim(lo, hi)
     ax.set_xlabel("wall-clock time since the start (s)")
     ax.set_title(

@@ -44,6 +44,14 @@ class SharedWeights:
     was odd or changed meanwhile. No reader can block the writer, so an actor killed in
     the middle of a read cannot wedge the learner (a killed lock holder would).
     ``version`` counts the learner updates the weights reflect.
+
+    Memory order: there are no explicit fences. The sequence number and the weights are
+    separate stores through torch, each a C call that returns before the next begins. x86-64
+    keeps stores in order, so a reader there sees the odd number before any new weight; on
+    a weakly ordered CPU (arm64) a torn read would need the writer's stores to become
+    visible out of order across a whole ``copy_`` call. A production seqlock (the Linux
+    kernel's, for one) puts release/acquire barriers around the copy instead of relying on
+    that.
     """
 
     def __init__(self, model: nn.Module) -> None:

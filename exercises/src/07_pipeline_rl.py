@@ -306,10 +306,7 @@ check("07_pipeline_rl", "inflight_decode", inflight_decode)
 #   `{"next_group": 0, "group": -1, "prompt": None, "left": 0}`.
 # * `consumed`, `max_lag`, `group_size` and `groups_per_batch` are ints (`max_lag >= 0`).
 #
-# For each free slot: if the current group still has answers to start, start one;
-# otherwise admit the next group if backpressure allows (take its prompt, make it current
-# with all its `G` answers to start, and start its first one), else stop. Return the number
-# of answers started.
+# Return the number of answers started.
 #
 # **How it is graded:** a fake sampler (it refuses a slot that is not free) and a queue of
 # prompts that counts what is taken. Hand-computed refills (a fresh generator filling six
