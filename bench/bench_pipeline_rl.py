@@ -128,6 +128,18 @@ def recorded_markdown(path: Path = experiment.RECORDED) -> str:
         + "; ".join(f"{k} {v:.2f}" for k, v in ratios.items())
         + ".",
     ]
+    for arm, runs in result.get("throughput", {}).items():
+        ratio = statistics.median(
+            x["answers_per_s"] / y["answers_per_s"] for x, y in zip(runs, result["throughput"]["conventional_dp"])
+        )
+        lines.append(
+            f"- policy frozen (lr = 0, {meta.get('throughput_updates', '?')} updates), {arm}: "
+            f"{statistics.median(r['answers_per_s'] for r in runs):,.0f} answers/s, x conventional {ratio:.2f}, "
+            f"{statistics.median(r['answer_tokens'] for r in runs):.1f} tokens/answer, gen busy "
+            f"{statistics.median(r['gen_busy'] for r in runs):.2f}, train busy "
+            f"{statistics.median(r['train_busy'] for r in runs):.2f}, slots useful "
+            f"{statistics.median(r['slots_useful'] for r in runs):.2f}"
+        )
     for name, runs in result["sweep"].items():
         gains = [r["reward"]["train"] - warm for r in runs]
         m, se = experiment.mean_se(gains)

@@ -65,7 +65,8 @@ from course_lib.runtime.weights import flat_parameters
 
 RECORDED = Path(__file__).parent / "recorded" / "arms_cpu.json"
 MAX_LAG = 3
-ENGINES = {"n_generators": 2, "dp_trainers": 2, "snapshot_every": 1}  # an engine and a trainer rank per core
+# an engine (32 slots, what the pipeline's one generator holds) and a trainer rank per core
+ENGINES = {"n_generators": 2, "dp_trainers": 2, "n_slots": 64, "snapshot_every": 1}
 ARMS: dict[str, dict[str, Any]] = {
     "sync_dp": {"regime": "conventional", "steps_per_round": 1, **ENGINES},
     "conventional_dp": {"regime": "conventional", "steps_per_round": MAX_LAG + 1, **ENGINES},
@@ -78,6 +79,10 @@ ARMS: dict[str, dict[str, Any]] = {
 SWEEP_LAGS = (1, 2, 5, 8)  # and MAX_LAG, the pipeline arm itself
 SWEEP_K = (2, 8)  # conventional RL's steps per round, besides 1 (sync_dp) and MAX_LAG + 1
 SWEEP_NO_IS = 8  # pipeline RL without the correction at this bound too, where the lag is largest
+# throughput with the policy frozen (lr = 0): every arm decodes the warm start's answers, so
+# answers/s compares the systems alone, not the answer lengths their policies drift to
+THROUGHPUT_ARMS = ("sync_dp", "conventional_dp", "one_step", "pipeline", "pipeline_drain", "pipeline_recompute")
+THROUGHPUT_UPDATES = 60
 EVAL_PROMPTS, EVAL_SEED = 1024, 123
 WARM_STEPS = 30
 N_UPDATES = 150
@@ -147,27 +152,40 @@ def run_seed(
     arms: dict[str, dict[str, Any]],
     base: PipelineConfig,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Every arm of ``arms`` for one seed, back to back; then the final policies' rewards, and
-    the synchronous arms' reward at the moment ``pipeline`` finished (if both ran)."""
-    out: dict[str, dict[str, Any]] = {}
+    extra: dict[str, dict[str, Any]] | None = None,
+    frozen: Sequence[str] = (),
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Every run of one seed, back to back in an order drawn from the seed: the ``arms``, the
+    ``extra`` (sweep) configurations, and the ``frozen`` arms again with the policy frozen
+    (``lr = 0``, :data:`THROUGHPUT_UPDATES` updates, timed only). Then the final policies'
+    rewards, and the synchronous arms' reward at the moment ``pipeline`` finished (if both
+    ran). Returns ``(arms, extra, frozen)`` results by name."""
+    extra = extra or {}
+    runs = [("arm", name, kw) for name, kw in arms.items()] + [("extra", name, kw) for name, kw in extra.items()]
+    frozen_kw = {"lr": 0.0, "n_updates": THROUGHPUT_UPDATES, "snapshot_every": 0}
+    runs += [("frozen", name, {**arms[name], **frozen_kw}) for name in frozen]
+    out: dict[str, dict[str, dict[str, Any]]] = {"arm": {}, "extra": {}, "frozen": {}}
     reports: dict[str, RegimeReport] = {}
-    order = [list(arms)[i] for i in np.random.default_rng(seed).permutation(len(arms))]
-    for position, arm in enumerate(order):
-        cfg = replace(base, seed=seed, **arms[arm])
+    for position, i in enumerate(np.random.default_rng(seed).permutation(len(runs))):
+        kind, name, kw = runs[i]
+        cfg = replace(base, seed=seed, **kw)
         with PipelineSystem(cfg, init_flat) as system:
             report = system.train()
-        reports[arm] = report
-        out[arm] = summary(report) | {"reward": rewards_of(policy_from(report.final_state)), "position": position}
+        result = summary(report) | {"position": position}
+        if kind != "frozen":
+            result["reward"] = rewards_of(policy_from(report.final_state))
+        if kind == "arm":
+            reports[name] = report
+        out[kind][name] = result
         if progress is not None:
-            progress(f"seed {seed} {arm}: {report.seconds:.1f} s")
+            progress(f"seed {seed} {kind} {name}: {report.seconds:.1f} s")
     if "pipeline" in reports:
         finish = reports["pipeline"].seconds
         for arm, report in reports.items():
             if report.snapshots and arm != "pipeline":
                 updates, _, state = report.state_at(finish)
-                out[arm]["at_pipeline_finish"] = {"updates": updates, "reward": rewards_of(policy_from(state))}
-    return out
+                out["arm"][arm]["at_pipeline_finish"] = {"updates": updates, "reward": rewards_of(policy_from(state))}
+    return out["arm"], out["extra"], out["frozen"]
 
 
 def run_grid(
@@ -176,6 +194,7 @@ def run_grid(
     sweep_lags: Sequence[int] = (),
     sweep_k: Sequence[int] = (),
     no_is_lag: int | None = None,
+    frozen: Sequence[str] = (),
     n_updates: int = N_UPDATES,
     progress: Callable[[str], None] | None = print,
     warm_steps: int = WARM_STEPS,
@@ -183,7 +202,8 @@ def run_grid(
     """The whole experiment: ``runs[arm][i]`` for seed ``seeds[i]``; the ``max_lag`` sweep of
     the pipeline arm (``sweep[str(max_lag)][i]``), the ``k`` sweep of conventional RL
     (``sweep_k[str(k)][i]``) and pipeline RL without the correction at ``no_is_lag``
-    (``sweep["no_is_<lag>"]``); each seed's runs back to back."""
+    (``sweep["no_is_<lag>"]``), and the ``frozen`` arms' throughput with the policy frozen
+    (``throughput[arm][i]``); each seed's runs back to back, in an order drawn from the seed."""
     arms = ARMS if arms is None else arms
     model, _, _ = warm_policy(warm_steps)
     init = flat_parameters(model)
@@ -197,16 +217,12 @@ def run_grid(
     sweep: dict[str, list[dict[str, Any]]] = {name: [] for name in extra}
     loads = []
     t0 = time.perf_counter()
+    throughput: dict[str, list[dict[str, Any]]] = {name: [] for name in frozen}
     for seed in seeds:
-        for arm, result in run_seed(seed, init, arms, base, progress).items():
-            runs[arm].append(result)
-        for name, kw in extra.items():
-            cfg = replace(base, seed=seed, **kw)
-            with PipelineSystem(cfg, init) as system:
-                report = system.train()
-            sweep[name].append(summary(report) | {"reward": rewards_of(policy_from(report.final_state))})
-            if progress is not None:
-                progress(f"seed {seed} sweep {name}: {report.seconds:.1f} s")
+        by_arm, by_extra, by_frozen = run_seed(seed, init, arms, base, progress, extra, frozen)
+        for store, results in ((runs, by_arm), (sweep, by_extra), (throughput, by_frozen)):
+            for name, result in results.items():
+                store[name].append(result)
         loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
     return {
         "meta": {
@@ -220,12 +236,14 @@ def run_grid(
             "config": {k: v for k, v in asdict(base).items() if k not in ("lm", "task")},
             "arms": arms,
             "sweep": extra,
+            "throughput_updates": THROUGHPUT_UPDATES,
             "loads": loads,
             "seconds": time.perf_counter() - t0,
         },
         "warm_reward": warm,
         "runs": runs,
         "sweep": sweep,
+        "throughput": throughput,
     }
 
 
@@ -273,7 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_grid(range(args.seeds), n_updates=args.updates)
     else:
         result = run_grid(
-            range(args.seeds), sweep_lags=SWEEP_LAGS, sweep_k=SWEEP_K, no_is_lag=SWEEP_NO_IS, n_updates=args.updates
+            range(args.seeds),
+            sweep_lags=SWEEP_LAGS,
+            sweep_k=SWEEP_K,
+            no_is_lag=SWEEP_NO_IS,
+            frozen=THROUGHPUT_ARMS,
+            n_updates=args.updates,
         )
     save(result, args.out)
     print(f"wrote {args.out} ({result['meta']['seconds']:.0f} s)")

@@ -428,9 +428,12 @@ class GroupGenerator:
             self.timeline.swaps.append((t1, self.sampler.version))
 
     def _new_group(self) -> int:
-        """Draw the next group's prompt; it starts with the sampler's current version."""
+        """Draw the next group's prompt; it starts with the sampler's current version. Group
+        ``k``'s prompt depends on the seed and ``k`` alone, so every arm (one generator or
+        several) trains on the same prompts in the same order."""
         k = self.next_group
-        self.groups[k] = _Group(self.task.sample(self.rng, 1)[0], self.sampler.version)
+        problem = self.task.sample(np.random.default_rng((self.cfg.seed, k)), 1)[0]
+        self.groups[k] = _Group(problem, self.sampler.version)
         self.next_group += self.stride
         return k
 
@@ -1006,6 +1009,7 @@ class PipelineSystem(ChildProcessSystem):
         (:func:`balanced_shares`); the other ranks' gradients are added to this one's before the
         step (:func:`dp_trainer_main`)."""
         cfg = self.config
+        t0 = time.perf_counter()
         batch = pad_groups(groups)
         mask = batch["mask"]
         lag = token_lags(u, batch["versions"].numpy(), mask.numpy())
@@ -1024,11 +1028,15 @@ class PipelineSystem(ChildProcessSystem):
         self._send_shares(u, part, shares[1:], n_real)  # data parallel: the other ranks compute meanwhile
         mine = shares[0]
         opt.zero_grad()
+        t1 = time.perf_counter()
         loss, log_ratio, gaps = batch_share_loss(self.model, {k: v[mine] for k, v in part.items()}, n_real, cfg)
+        t2 = time.perf_counter()
         log_ratio, gaps, loss = self._add_shares(log_ratio, gaps, loss)  # their gradients, summed into ours
+        t3 = time.perf_counter()
         opt.step()
         self.weights.publish(self.model, u + 1)
         self.counters[CONSUMED] = (u + 1) * cfg.groups_per_batch  # after publishing: see "lag bound"
+        t4 = time.perf_counter()
         real = mask.numpy()
         return {
             "reward": float(batch["rewards"].mean()),
@@ -1043,6 +1051,12 @@ class PipelineSystem(ChildProcessSystem):
             "fresh_tokens": float(gaps.size),
             "tokens": float(real.sum()),
             "loss": float(loss),
+            # seconds of this step: preparing the batch (and sending the other ranks' shares),
+            # this rank's share, waiting for and adding the others', the optimizer step and publish
+            "t_prepare": t1 - t0,
+            "t_share": t2 - t1,
+            "t_others": t3 - t2,
+            "t_step": t4 - t3,
         }
 
 
@@ -1112,7 +1126,7 @@ def dp_trainer_main(
             deadline = time.monotonic() + cfg.stall_timeout_s
             while version < u:  # rank 0 published version u before sending update u's share
                 version = weights.pull(model, version)
-                if version < u and time.monotonic() > deadline:
+                if version < u and (stop.is_set() or time.monotonic() > deadline):
                     return
             for p in params:
                 p.grad = None
