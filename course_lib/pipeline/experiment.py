@@ -83,6 +83,11 @@ SWEEP_NO_IS = 8  # pipeline RL without the correction at this bound too, where t
 # answers/s compares the systems alone, not the answer lengths their policies drift to
 THROUGHPUT_ARMS = ("sync_dp", "conventional_dp", "one_step", "pipeline", "pipeline_drain", "pipeline_recompute")
 THROUGHPUT_UPDATES = 60
+# and, frozen too, the sweeps' configurations: conventional RL's k and pipeline RL's bound
+THROUGHPUT_SWEEP: dict[str, dict[str, Any]] = {
+    **{f"k{k}": {"regime": "conventional", "steps_per_round": k, **ENGINES} for k in (2, 8)},
+    **{f"lag{b}": {"regime": "pipeline", "max_lag": b} for b in (1, 2, 5, 8)},
+}
 EVAL_PROMPTS, EVAL_SEED = 1024, 123
 WARM_STEPS = 30
 N_UPDATES = 150
@@ -247,6 +252,41 @@ def run_grid(
     }
 
 
+def run_throughput(
+    seeds: Sequence[int],
+    configs: dict[str, dict[str, Any]],
+    progress: Callable[[str], None] | None = print,
+    warm_steps: int = WARM_STEPS,
+) -> dict[str, Any]:
+    """Throughput alone, with the policy frozen (``lr = 0``, :data:`THROUGHPUT_UPDATES`
+    updates, no snapshots): every configuration of ``configs`` for each seed, back to back in
+    an order drawn from the seed. Returns ``{"meta": ..., "throughput": {name: [summary per seed]}}``."""
+    model, _, _ = warm_policy(warm_steps)
+    init = flat_parameters(model)
+    base = replace(base_config(THROUGHPUT_UPDATES), lr=0.0, snapshot_every=0)
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    loads, t0 = [], time.perf_counter()
+    for seed in seeds:
+        names = list(configs)
+        for position, i in enumerate(np.random.default_rng(seed).permutation(len(names))):
+            kw = {k: v for k, v in configs[names[i]].items() if k != "snapshot_every"}
+            with PipelineSystem(replace(base, seed=seed, **kw), init) as system:
+                report = system.train()
+            out[names[i]].append(summary(report) | {"position": position})
+            if progress is not None:
+                progress(f"seed {seed} frozen {names[i]}: {report.seconds:.1f} s")
+        loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"))
+    meta = {
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m course_lib.pipeline.experiment", *sys.argv[1:]]),
+        "seeds": list(seeds),
+        "updates": THROUGHPUT_UPDATES,
+        "loads": loads,
+        "seconds": time.perf_counter() - t0,
+    }
+    return {"meta": meta, "throughput": out}
+
+
 def save(result: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
@@ -284,7 +324,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=N_UPDATES, help=f"updates per run (default {N_UPDATES})")
     parser.add_argument("--no-sweep", action="store_true", help="skip the max_lag sweep")
     parser.add_argument("--out", type=Path, default=RECORDED, help=f"JSON to write (default {RECORDED})")
+    parser.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="measure only the policy-frozen throughput of every arm and sweep configuration, and store it "
+        "in the record at --out (which must exist) in place of its throughput runs",
+    )
     args = parser.parse_args(argv)
+    if args.throughput_only:
+        record = load(args.out)
+        frozen = run_throughput(range(args.seeds), {name: ARMS[name] for name in THROUGHPUT_ARMS} | THROUGHPUT_SWEEP)
+        record["throughput"], record["meta"]["throughput_run"] = frozen["throughput"], frozen["meta"]
+        save(record, args.out)
+        print(f"updated the throughput runs of {args.out} ({frozen['meta']['seconds']:.0f} s)")
+        return 0
     if args.seeds < 2:
         parser.error(f"--seeds must be >= 2 to estimate a spread over seeds, got {args.seeds}")
     if args.no_sweep:
