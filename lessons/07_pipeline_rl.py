@@ -283,11 +283,10 @@ show_source(GroupGenerator.start_groups)
 # loss (07.2) is computed over chunks of similar length (`batch_share_loss`; the
 # conventional arms' data-parallel trainer splits those chunks between its ranks), and
 # only after publishing the new weights does it raise `consumed`, which is what makes the
-# bound hold. Below it, the rule by which conventional RL's engines open a round:
+# bound hold:
 
 # %%
 show_source(PipelineSystem._update)
-show_source(GroupGenerator._refill_round)
 
 # %% [markdown]
 # ## 4. The fair comparison: seven arms on the same two cores
@@ -476,8 +475,8 @@ print("learning runs, mean lag: " + ", ".join(f"{LABELS[a]} {med(a, 'lag_mean'):
 # round's batches are trained on one after another). Pipeline RL runs with its queue
 # nearly full, most of its tokens at lag 3 (mean 2.7), because here the trainer is the
 # bottleneck: the generator fills the window backpressure allows, then waits.
-# PipelineRL's "faster *and* fresher" rests on generation being the bottleneck; on this machine pipeline RL is faster and
-# *staler*.
+# Against $k$ = 4 pipeline RL is faster and *staler*; against $k$ = 8 it is faster and
+# fresher (section 7), as PipelineRL reports at $k$ = 32.
 
 # %% [markdown]
 # ## 5. Learning, over seeds
@@ -692,8 +691,8 @@ print(f"policy frozen: bound 8 {rate[8] / rate[1]:.1f}x the answers/s of bound 1
 #   and its own analytic model gives at most 1.57x at 128 GPUs.) Here, against
 #   conventional RL run the same way (an engine and a trainer rank on every core), with
 #   the policy frozen: 1.3x the answers per second at $k$ = 4 and 1.14x at $k$ = 8; no
-#   reward lead separated at equal wall-clock; and staler, not
-#   fresher, data, because this trainer is the bottleneck (sections 4 and 7). What would
+#   reward lead separated at equal wall-clock; staler data than $k$ = 4 and fresher than
+#   $k$ = 8 (sections 4 and 7). What would
 #   remain with a trainer that split perfectly (section 4's estimate) is the paper's own
 #   argument in small: a round's last answers leave conventional RL's slots idle (46%
 #   useful, the pipeline's 68%). The paper truncates its weights at 5; here $c$ = 2.
@@ -725,7 +724,8 @@ print(f"policy frozen: bound 8 {rate[8] / rate[1]:.1f}x the answers/s of bound 1
 #
 # **Full scale.** This lesson's experiment is the recorded one at both scales; to measure
 # it again, run `python -m course_lib.pipeline.experiment --seeds 12 --out my_run.json`
-# (about 18 minutes on two cores) and load it with `experiment.load(pathlib.Path("my_run.json"))`.
+# (about 25 minutes on two cores: the learning runs, then every configuration with the
+# policy frozen) and load it with `experiment.load(pathlib.Path("my_run.json"))`.
 # No device path is implemented: the sampler and the trainer run on the CPU (lesson 11's
 # capstone runs on GPUs).
 #

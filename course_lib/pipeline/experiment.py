@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
     parser.add_argument("--updates", type=int, default=N_UPDATES, help=f"updates per run (default {N_UPDATES})")
-    parser.add_argument("--no-sweep", action="store_true", help="skip the max_lag sweep")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the sweeps (and their frozen-policy runs)")
     parser.add_argument("--out", type=Path, default=RECORDED, help=f"JSON to write (default {RECORDED})")
     parser.add_argument(
         "--throughput-only",
@@ -340,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.seeds < 2:
         parser.error(f"--seeds must be >= 2 to estimate a spread over seeds, got {args.seeds}")
+    configs = {name: ARMS[name] for name in THROUGHPUT_ARMS}
     if args.no_sweep:
         result = run_grid(range(args.seeds), n_updates=args.updates)
     else:
@@ -348,9 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sweep_lags=SWEEP_LAGS,
             sweep_k=SWEEP_K,
             no_is_lag=SWEEP_NO_IS,
-            frozen=THROUGHPUT_ARMS,
             n_updates=args.updates,
         )
+        configs |= THROUGHPUT_SWEEP
+    frozen = run_throughput(range(args.seeds), configs)  # then the throughput, with the policy frozen
+    result["throughput"], result["meta"]["throughput_run"] = frozen["throughput"], frozen["meta"]
     save(result, args.out)
     print(f"wrote {args.out} ({result['meta']['seconds']:.0f} s)")
     return 0
