@@ -13,7 +13,8 @@
 # %% [markdown]
 # # 08 · Laying out the cluster: throughput, split and staleness on paper
 #
-# Lesson 07 ran RL with one generator and one trainer. A real run has $N$ GPUs and one
+# Lesson 07 ran RL on two cores, as a pipeline (a generator core, a trainer core) and as
+# conventional RL (both phases on both cores). A real run has $N$ GPUs and one
 # question before anything else: **how many should generate and how many should train,
 # and in which layout** (synchronous, one-step off-policy, or a pipeline with in-flight
 # updates), to get the most RL tokens per second while **no sample** is staler than the

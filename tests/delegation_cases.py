@@ -373,11 +373,21 @@ return w * (n_stored * jnp.min(p)) ** (-jnp.asarray(beta, w.dtype))""",
     ),
     Delegation(
         lesson="07_pipeline_rl",
-        name="time_to_target",
-        module="course_lib.pipeline.timeline",
-        attr="time_to_target",
-        params="times, rewards, target, window",
-        body="return lib(times, rewards, target, window)",
+        name="share_loss",
+        module="course_lib.pipeline.system",
+        attr="batch_share_loss",
+        params="logp_new, logp_behaviour, advantages, mask, rows, n_real, c",
+        # The library's share loss runs the model over the share's token rows; here a stand-in
+        # config, and the share's rows as the library's `part`.
+        body="""\
+m = mask[rows]
+part = {"logp": logp_behaviour[rows], "adv": advantages[rows][:, None].expand_as(m), "mask": m, "fresh": m}
+cfg = SimpleNamespace(train_chunk=max(len(rows), 1), clip_c=c, correction=True)
+return torch.as_tensor(lib(None, part, n_real, cfg)[0])""",
+        setup="import torch\nfrom types import SimpleNamespace",
+        passes_unguarded=False,
+        why="batch_share_loss runs the model over the share's token rows and backpropagates each chunk itself, "
+        "returning a float; the exercise is given the log-probs and returns the share's loss tensor",
     ),
     Delegation(
         lesson="07_pipeline_rl",

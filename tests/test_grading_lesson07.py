@@ -1,23 +1,24 @@
 """Lesson 07's graders beyond what tests/test_exercises.py checks for every lesson: the slot
 refill's oracle agrees with the generator the lesson runs (``GroupGenerator._refill_free_slots``
 with ``may_start_group``), the loss's new slips change the answer on the grader's batches,
+the share loss's wrong routes are named and the guard refuses the library's own share loss,
 the teacher-forced decoding check accepts another natural sampler, and misused fakes are
 reported.
 """
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import solution_function
 
 from course_lib.course.grading.checks import run_exercise
 from course_lib.course.grading.lessons import l07_pipeline_rl as l07
 
 LESSON = "07_pipeline_rl"
-NAMES = ("token_is_loss", "token_lags", "time_to_target", "inflight_decode", "refill_free_slots")
+NAMES = ("token_is_loss", "token_lags", "share_loss", "inflight_decode", "refill_free_slots")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -169,65 +170,145 @@ def test_the_loss_slips_differ_on_the_graders_batches():
             assert l07.naive_token_loss(*args, 1.5) != pytest.approx(right)
 
 
-def _ttt_running_sum(times, rewards, target, window):
-    """time_to_target from differences of a running sum: a window whose mean is the target (to
-    two decimals) can land an ulp below it."""
-    c = np.concatenate([[0.0], np.cumsum(np.asarray(rewards, dtype=np.float64))])
-    hits = np.flatnonzero((c[window:] - c[:-window]) / window >= target)
-    return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1]) if hits.size else math.inf
+def test_the_reference_share_loss_passes_and_its_shares_sum_to_the_batch():
+    import torch
+
+    solution = solution_function(LESSON, "share_loss")
+    outcome = run_exercise(l07.SHARE_LOSS, solution)
+    assert outcome.passed and outcome.n_passed == len(l07.SHARE_LOSS.checks), outcome.message
+    data = l07.loss_batch(5, n=8)
+    n_real = int(data["mask"].sum())
+    args = (data["logp_behaviour"], data["advantages"], data["mask"])
+    whole = data["logp_new"].detach().clone().requires_grad_(True)
+    batch_loss = solution(whole, *args, torch.arange(8), n_real, 1.5)
+    batch_loss.backward()
+    leaf = data["logp_new"].detach().clone().requires_grad_(True)
+    shares = l07.random_shares(np.random.default_rng(0), 8, 3)
+    total = sum(solution(leaf, *args, rows, n_real, 1.5) for rows in shares)
+    total.backward()
+    assert total.item() == pytest.approx(batch_loss.item(), rel=1e-12)
+    assert total.item() == pytest.approx(l07.naive_token_loss(data["logp_new"].detach(), *args, 1.5), rel=1e-9)
+    torch.testing.assert_close(leaf.grad, whole.grad, rtol=1e-12, atol=1e-15)
 
 
-def _ttt_rolling_mean(times, rewards, target, window):
-    """time_to_target from a rolling mean kept up to date (add the new reward, drop the oldest)."""
-    r, total = [float(x) for x in rewards], 0.0
-    for i, x in enumerate(r):
-        total += x - (r[i - window] if i >= window else 0.0)
-        if i >= window - 1 and total / window >= target:
-            return float(times[i])
-    return math.inf
+def _share_terms(logp_new, logp_behaviour, advantages, mask, rows, c, *, detach=True):
+    """The weighted terms sg[w] A log pi of the share's rows (padding selected away first) and their mask."""
+    import torch
+
+    m = mask[rows]
+    lp = torch.where(m, logp_new[rows], 0.0)
+    lm = torch.where(m, logp_behaviour[rows], 0.0)
+    w = torch.clamp(torch.exp((lp.detach() if detach else lp) - lm), max=c)
+    return w * advantages[rows][:, None] * lp, m
 
 
-def _ttt_cases():
-    """Every (times, rewards, target, window) the oracle check grades, read off a recording fake."""
-    seen = []
-
-    def record(times, rewards, target, window):
-        seen.append((list(times), list(rewards), target, window))
-        return l07.naive_time_to_target(times, rewards, target, window)
-
-    l07._ttt_oracle.fn(record)
-    return seen
+def _own_count(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    terms, m = _share_terms(logp_new, logp_behaviour, advantages, mask, rows, c)
+    return -terms.sum() / m.sum()
 
 
-@pytest.mark.parametrize("fn", [_ttt_running_sum, _ttt_rolling_mean])
-def test_time_to_target_accepts_either_side_of_a_tie_within_rounding(fn):
-    outcome = run_exercise(l07.TIME_TO_TARGET, fn)
-    assert outcome.passed, outcome.message
+def _per_rank_mean(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    """Each rank's own token mean, the ranks' gradients then averaged (DDP's default): / n_shares."""
+    terms, m = _share_terms(logp_new, logp_behaviour, advantages, mask, rows, c)
+    return -terms.sum() / m.sum() * len(rows) / len(mask)
 
 
-def test_time_to_target_ties_exist_and_exact_ones_name_the_strict_slip():
-    cases = _ttt_cases()
-    fuzzy = [c for c in cases if len(l07.accepted_times(*c)) > 1]
-    exact = [c for c in cases if l07.exact_ties(c[1], c[2], c[3])]
-    assert fuzzy and exact
-    assert any(l07.naive_time_to_target(*c, strict=True) != l07.naive_time_to_target(*c) for c in exact)
-
-    def strict(times, rewards, target, window):
-        means = [sum(rewards[i - window + 1 : i + 1]) / window for i in range(window - 1, len(rewards))]
-        hits = [i for i, m in enumerate(means) if m > target]
-        return float(times[hits[0] + window - 1]) if hits else math.inf
-
-    outcome = run_exercise(l07.TIME_TO_TARGET, strict)
-    assert not outcome.passed and "use >=" in outcome.message
+def _n_real_and_ranks(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    terms, _ = _share_terms(logp_new, logp_behaviour, advantages, mask, rows, c)
+    return -terms.sum() / n_real / (len(mask) / len(rows))
 
 
-def test_the_librarys_time_to_target_agrees_with_the_oracle():
-    from course_lib.pipeline.timeline import time_to_target
+def _per_answer(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    terms, m = _share_terms(logp_new, logp_behaviour, advantages, mask, rows, c)
+    return -(terms.sum(1) / m.sum(1)).sum() / len(mask)
 
-    for case in _ttt_cases():
-        assert time_to_target(*case) in l07.accepted_times(*case), case
-    for check in l07.TIME_TO_TARGET.checks:  # the checks themselves, without the runner's guard
-        check.fn(time_to_target)
+
+def _through_the_weight(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    terms, _ = _share_terms(logp_new, logp_behaviour, advantages, mask, rows, c, detach=False)
+    return -terms.sum() / n_real
+
+
+def _every_row(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    import torch
+
+    terms, _ = _share_terms(logp_new, logp_behaviour, advantages, mask, torch.arange(len(mask)), c)
+    return -terms.sum() / n_real
+
+
+def _multiplies_by_the_mask(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    m = mask[rows].to(logp_new.dtype)
+    w = (logp_new[rows].detach() - logp_behaviour[rows]).exp().clamp(max=c)
+    return -(w * advantages[rows][:, None] * logp_new[rows] * m).sum() / n_real
+
+
+@pytest.mark.parametrize(
+    ("route", "named"),
+    [
+        (_own_count, "its own real-token count"),
+        (_per_rank_mean, "divided by the number of shares"),
+        (_n_real_and_ranks, "divided by the number of shares"),
+        (_per_answer, "the mean is taken per answer"),
+        (_through_the_weight, "flows through the importance weight"),
+        (_every_row, "every row of the batch"),
+        (_multiplies_by_the_mask, "-inf * 0"),
+    ],
+    ids=lambda x: getattr(x, "__name__", "")[:24],
+)
+def test_each_wrong_share_route_fails_and_is_named(route, named):
+    route.__name__ = "share_loss"
+    outcome = run_exercise(l07.SHARE_LOSS, route)
+    assert not outcome.passed and named in outcome.message, outcome.message
+
+
+def test_the_share_slips_differ_on_the_graders_batches():
+    """Each slip the messages name gives another answer than the oracle on the random batches
+    the grader splits into two shares or more (else the check could not tell it apart)."""
+    rng = np.random.default_rng(0)
+    seen = {message: False for message, _ in l07.SHARE_SLIPS}
+    for seed, c in enumerate(l07.LOSS_LEVELS):
+        data = l07.loss_batch(20 + seed, n=8)
+        args = (data["logp_new"].detach(), data["logp_behaviour"], data["advantages"], data["mask"])
+        n_real = int(data["mask"].sum())
+        for k in (1 + seed % 4, 2 + (seed + 1) % 3):
+            shares = l07.random_shares(rng, 8, k)
+            right = [l07.naive_share_loss(*args, rows, n_real, c) for rows in shares]
+            assert sum(right) == pytest.approx(l07.naive_token_loss(*args, c), rel=1e-12)
+            for message, slip in l07.SHARE_SLIPS:
+                wrong = [l07.naive_share_loss(*args, rows, n_real, c, **slip) for rows in shares]
+                seen[message] |= not np.allclose(wrong, right, rtol=1e-6)
+    assert all(seen.values()), seen
+
+
+def test_the_guard_refuses_the_librarys_share_loss():
+    """`batch_share_loss` (the lesson's trainer) and exercise 1's library loss scaled to a share
+    are refused by the runner-wide guard; the scaled library loss is otherwise right."""
+    import torch
+
+    from course_lib.course.grading.checks import run_check
+    from course_lib.course.grading.guard import GUARD_DESCRIPTION
+
+    def library_share(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+        from course_lib.pipeline.loss import pipeline_loss
+
+        m = mask[rows]
+        if not len(rows):
+            return torch.zeros((), dtype=logp_new.dtype)
+        a = advantages[rows][:, None].expand_as(m)
+        return pipeline_loss(logp_new[rows], logp_behaviour[rows], a, m, c) * m.sum() / n_real
+
+    assert all(run_check(check, library_share).passed for check in l07.SHARE_LOSS.checks)
+    outcome = run_exercise(l07.SHARE_LOSS, library_share)
+    assert not outcome.passed and outcome.results[0].description == GUARD_DESCRIPTION
+    assert "course_lib.pipeline.loss.pipeline_loss" in outcome.message, outcome.message
+
+    def trainer_share(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+        from course_lib.pipeline.system import batch_share_loss
+
+        return torch.as_tensor(batch_share_loss(None, {"mask": mask[rows][:0]}, n_real, None)[0])
+
+    outcome = run_exercise(l07.SHARE_LOSS, trainer_share)
+    assert not outcome.passed and outcome.results[0].description == GUARD_DESCRIPTION
+    assert "course_lib.pipeline.system.batch_share_loss, the library's own implementation" in outcome.message
 
 
 def test_bad_refills_are_reported():

@@ -24,7 +24,6 @@ from course_lib.pipeline.system import (
     PipelineFault,
     PipelineSystem,
 )
-from course_lib.pipeline.timeline import time_to_target
 from course_lib.rl.importance import truncated_is_loss
 from course_lib.rl.staleness import may_start_group
 from course_lib.runtime.processes import SharedFlag, live_children
@@ -152,20 +151,6 @@ def test_backpressure_rule_bounds_the_lag_of_every_group():
                     worst = max(worst, update - started_at[k])
                 consumed += groups_per_batch
             assert worst == bound
-
-
-def test_time_to_target_takes_the_first_full_window_reaching_the_target():
-    times = np.arange(1, 9) * 10.0
-    rewards = np.array([1.0, 0, 0, 0, 1.0, 1.0, 1.0, 1.0])
-    assert time_to_target(times, rewards, 0.75, window=2) == 60.0  # not 10: the first window is not full
-    assert time_to_target(times, rewards, 0.5, window=2) == 20.0  # >= counts
-    assert time_to_target(times, rewards, 1.0, window=1) == 10.0
-    assert time_to_target(times, rewards, 1.5, window=2) == np.inf
-    # a window whose mean is exactly the target reaches it (a running-sum difference rounds it below)
-    assert time_to_target([1.0, 2.0], [0.3, 0.4], 0.4, window=1) == 2.0  # 0.7 - 0.3 < 0.4 in floats
-    assert time_to_target([1.0, 2.0], [0.5, 0.5], 0.5, window=3) == np.inf  # no full window
-    with pytest.raises(ValueError, match="window"):
-        time_to_target(times, rewards, 0.5, window=0)
 
 
 def test_bad_configurations_are_named() -> None:

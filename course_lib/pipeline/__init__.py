@@ -5,5 +5,5 @@
 * :mod:`.system`: :class:`~.system.PipelineSystem`, a generator process and the trainer, in
   the ``sync``, ``one_step`` or ``pipeline`` regime, with backpressure that bounds the lag,
   and clean shutdown on faults;
-* :mod:`.timeline`: timelines (Gantt), learning curves, lag histograms, time to a reward level.
+* :mod:`.timeline`: timelines (Gantt), learning curves, lag histograms.
 """

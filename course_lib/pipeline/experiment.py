@@ -77,7 +77,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "pipeline_recompute": {"regime": "pipeline", "recompute_cache": True},
 }
 SWEEP_LAGS = (1, 2, 5, 8)  # and MAX_LAG, the pipeline arm itself
-SWEEP_K = (2, 8)  # conventional RL's steps per round, besides 1 (sync_dp) and MAX_LAG + 1
+SWEEP_K = (2, 8, 16)  # conventional RL's steps per round, besides 1 (sync_dp) and MAX_LAG + 1
 SWEEP_NO_IS = 8  # pipeline RL without the correction at this bound too, where the lag is largest
 # throughput with the policy frozen (lr = 0): every arm decodes the warm start's answers, so
 # answers/s compares the systems alone, not the answer lengths their policies drift to
@@ -85,7 +85,7 @@ THROUGHPUT_ARMS = ("sync_dp", "conventional_dp", "one_step", "pipeline", "pipeli
 THROUGHPUT_UPDATES = 60
 # and, frozen too, the sweeps' configurations: conventional RL's k and pipeline RL's bound
 THROUGHPUT_SWEEP: dict[str, dict[str, Any]] = {
-    **{f"k{k}": {"regime": "conventional", "steps_per_round": k, **ENGINES} for k in (2, 8)},
+    **{f"k{k}": {"regime": "conventional", "steps_per_round": k, **ENGINES} for k in SWEEP_K},
     **{f"lag{b}": {"regime": "pipeline", "max_lag": b} for b in (1, 2, 5, 8)},
 }
 EVAL_PROMPTS, EVAL_SEED = 1024, 123
@@ -145,6 +145,11 @@ def summary(report: RegimeReport) -> dict[str, Any]:
         "generator_gap": None if not report.gap[1] else report.generator_gap,
         "generator_gap_tokens": int(report.gap[1]),
         "ess": float(report.series("ess").mean()),
+        # one training step's phases (rank 0, median ms): batch preparation, its own share of
+        # the gradient, waiting for the other ranks' shares, optimizer step and publish
+        "step_ms": {
+            k: 1000 * float(np.median(report.series(k))) for k in ("t_prepare", "t_share", "t_others", "t_step")
+        },
         "batch_reward": report.series("reward").round(4).tolist(),
         "time": report.series("time").round(4).tolist(),
         "events": [e for e in report.events if "lags" in e],

@@ -45,7 +45,12 @@ start group ``k`` only when ``k < consumed + (bound + 1) B``, reading ``consumed
 the trainer raises after publishing) *before* it pulls the weights. Then group ``k``
 starts with a version ``>= consumed / B`` and is consumed by update ``<= consumed / B +
 bound``: no token is ever more than ``bound`` updates old (``bound`` = 0, 1 or
-``max_lag``). The trainer checks it on every batch. The rule,
+``max_lag``). The trainer checks it on every batch (a violation goes to ``events``; the tests
+and lesson 07 assert that none occurs). The argument needs the read of ``consumed`` to come
+before the weights' read and the trainer's publish before its store of ``consumed``: x86-64
+keeps both orders; on arm64 nothing in Python fences these plain shared-memory accesses
+(see :class:`~course_lib.runtime.weights.SharedWeights`), and the check is what would catch
+a reordering. The rule,
 :func:`~course_lib.rl.staleness.may_start_group`, lives with the other staleness maths (the
 capstone's generators use it too); it is importable from here as well.
 

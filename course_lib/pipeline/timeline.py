@@ -1,14 +1,11 @@
-"""Plots of lesson 07's runs: per-worker timelines (Gantt), learning curves, lags, and the
-time a run takes to reach a reward level."""
+"""Plots of lesson 07's runs: per-worker timelines (Gantt), learning curves and lags."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
-from numpy.typing import ArrayLike
 
 from course_lib.pipeline.system import RegimeReport
 
@@ -77,23 +74,6 @@ def smoothed(x: np.ndarray, window: int) -> np.ndarray:
     n = np.arange(1, len(x) + 1)
     lo = np.maximum(n - window, 0)
     return (c[n] - c[lo]) / (n - lo)
-
-
-def time_to_target(times: ArrayLike, rewards: ArrayLike, target: float, window: int) -> float:
-    """Wall-clock time at which a run first reaches ``target``: the first update ``i`` whose
-    trailing mean over a *full* window, ``mean(rewards[i - window + 1 : i + 1]) >= target``,
-    gives ``times[i]``; ``math.inf`` if it never does."""
-    t = np.asarray(times, dtype=np.float64)
-    r = np.asarray(rewards, dtype=np.float64)
-    if window < 1 or t.shape != r.shape:
-        raise ValueError(f"need window >= 1 and times, rewards of one shape, got {window}, {t.shape}, {r.shape}")
-    if len(r) < window:
-        return math.inf
-    # each full window's own mean (differences of a running sum would round a window whose
-    # mean is exactly the target to just below it)
-    means = np.lib.stride_tricks.sliding_window_view(r, window).mean(axis=1)
-    hits = np.flatnonzero(means >= target)
-    return float(t[window - 1 + hits[0]]) if hits.size else math.inf
 
 
 def mean_curve(reports: Sequence[RegimeReport], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -29,13 +29,11 @@
 # |---|---|---|---|
 # | 1. `token_is_loss` | 15 | ★★☆ | 15 min |
 # | 2. `token_lags` | 10 | ★☆☆ | 10 min |
-# | 3. `time_to_target` | 10 | ★★☆ | 15 min |
+# | 3. `share_loss` | 10 | ★★☆ | 15 min |
 # | 4. `inflight_decode` | 15 | ★★☆ | 20 min |
 # | 5. `refill_free_slots` | 15 | ★★☆ | 20 min |
 
 # %%
-import math
-
 import numpy as np
 import torch
 
@@ -144,52 +142,84 @@ print(token_lags(7, np.array([[-1, 5, 6, 7]]), np.array([[False, True, True, Tru
 check("07_pipeline_rl", "token_lags", token_lags)
 
 # %% [markdown]
-# ## Exercise 3 · Time to a reward level, from a reward-vs-wall-clock curve (★★☆, 15 min, 10 points)
+# ## Exercise 3 · Data-parallel shares whose gradients sum to the batch's (★★☆, 15 min, 10 points)
 #
-# The lesson compares runs at equal wall-clock; PipelineRL's paper reads its learning
-# curves the other way: how long a run takes to reach a reward level. A run logs,
-# for every update `i`, the wall-clock time `times[i]` (seconds since the start) and the
-# mean reward of the batch it trained on, `rewards[i]`. One batch is noisy, so the run is
-# judged on the trailing mean over the last `window` batches,
+# The lesson's conventional arms train **data-parallel**: each of the $n$ trainer ranks
+# computes the loss of its *share* of the batch's rows and backpropagates it, and the
+# ranks' gradients are **summed** before the optimizer step. That step must be the one a
+# single process would take on the whole batch, the gradient of (07.2). The loss (07.2) is a
+# mean over the *whole batch's* $N_{tok}$ real tokens, so the loss of a share $S$ (a set of
+# rows) is its rows' terms divided by that same count:
 #
-# $$\bar r_i = \frac{1}{\text{window}} \sum_{j=i-\text{window}+1}^{i} r_j \qquad \text{(full windows only: } i \ge \text{window} - 1\text{)},$$
+# $$L_S = -\frac{1}{N_{tok}} \sum_{i \in S,\ t:\ \text{mask}_{it}} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_{it},
+#   \qquad \sum_S L_S = L, \quad \sum_S \nabla L_S = \nabla L$$
 #
-# and its **time to target** is `times[i]` at the first `i` with $\bar r_i \ge$ `target`,
-# or `math.inf` if that never happens. Inputs: `times`, `rewards`, 1-D arrays or lists of
-# the same length; `target` a float; `window` an integer >= 1. Return a float.
+# for any partition of the rows into shares, with $w_{it}$ exercise 1's truncated weight
+# (07.1). Dividing by the share's **own** token count instead is the classic data-parallel
+# pitfall with token-mean losses: answers are ragged, so shares hold different numbers of
+# tokens. With shares of 3 and 9 tokens ($N_{tok} = 12$), the own counts weigh each token of
+# the first share by 1/3 and each of the second by 1/9 instead of 1/12 for all: the short
+# share's tokens count 3x as much, and the summed gradient is not the batch's.
 #
-# **How it is graded:** against a loop that averages each full window from scratch, on
-# random curves at several targets and windows; hand-computed values; properties: a target
-# never reached gives `math.inf`, a higher target is never reached sooner, shifting every
-# time by a constant shifts the answer by it. Counting the partial windows at the start
-# (one lucky first batch), a centred window, returning the update index instead of the
-# time, the last crossing instead of the first, a strict `>`, or `None` for "never" are
+# Inputs: as in exercise 1, the **whole batch's** `logp_new`, `logp_behaviour` `[N, T]`
+# (`logp_new` requires grad), `advantages` `[N]`, `mask` `[N, T]` bool and `c`; `rows`, a
+# 1-D `torch.long` tensor of the share's row indices (in any order; empty for a rank with no
+# rows this update); `n_real`, the whole batch's real-token count $N_{tok}$ (an int: the one
+# number the ranks agree on). Return $L_S$, a scalar tensor. Padding positions may hold any
+# value, even -inf, and must affect neither the loss nor its gradient. (The lesson's trainer
+# does this in `course_lib.pipeline.system.batch_share_loss`, which also cuts the share into
+# chunks of similar length; write yours from its terms.)
+#
+# **How it is graded:** hand-computed values (the example below, and three answers with a
+# truncated ratio); random batches split into 1 to 4 shares of random rows, `c` from 1 to 5,
+# against a term-by-term loop: each share's loss, so that the shares sum to the batch's
+# (07.2), and each share's gradient with respect to `logp_new`, so that they sum to its
+# gradient (the weight a constant); an empty share gives 0 without error; the inputs are left
+# unchanged; padding holding -inf gives no nan and no gradient at the padding. Dividing by
+# the share's own real-token count, dividing by the number of shares (averaging the ranks'
+# gradients), a mean per answer, a gradient through the importance weight, a loss over every
+# row instead of the share's, and a mask applied by multiplication (-inf * 0 is nan) are
 # named in the message.
 
 # %% tags=["exercise"]
-def time_to_target(times, rewards, target, window):
-    """Wall-clock time at which the trailing mean of `window` batch rewards first reaches `target`.
+def share_loss(logp_new, logp_behaviour, advantages, mask, rows, n_real, c):
+    """The loss (07.2) of the batch rows `rows` alone, over the whole batch's real-token count,
+    so that the shares of any partition of the rows sum to the batch's loss and gradient.
+
+    Args:
+        logp_new: [N, T] log pi of the whole batch's tokens under the current policy (requires grad).
+        logp_behaviour: [N, T] log mu, as the sampler recorded it.
+        advantages: [N] one advantage per answer.
+        mask: [N, T] bool, the real answer tokens.
+        rows: 1-D torch.long tensor, the share's rows (any order, possibly empty).
+        n_real: the whole batch's number of real tokens.
+        c: truncation level of the weights.
 
     Returns:
-        a float: times[i] of the first full window ending at i with mean >= target; math.inf if none.
+        a scalar torch tensor.
     """
     ### BEGIN SOLUTION
-    r = np.asarray(rewards, dtype=np.float64)
-    means = np.convolve(r, np.ones(window) / window, mode="valid")
-    hits = np.flatnonzero(means >= target)
-    if hits.size == 0:
-        return math.inf
-    return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1])
+    m = mask[rows]
+    # the share's rows, their padding selected away before any arithmetic (it may hold -inf)
+    logp_new = torch.where(m, logp_new[rows], 0.0)
+    logp_behaviour = torch.where(m, logp_behaviour[rows], 0.0)
+    w = torch.clamp(torch.exp(logp_new.detach() - logp_behaviour), max=c)
+    return -(w * advantages[rows][:, None] * logp_new).sum() / n_real  # the batch's count, not the share's
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-# updates every 10 s; one lucky first batch, then a real rise
-print(time_to_target([10, 20, 30, 40, 50, 60], [1.0, 0.0, 0.0, 0.0, 1.0, 1.0], 0.75, 2),
-      " (by hand: 60.0; the window [1.0, 0.0] ending at 20 s has mean 0.5)")
+# answer 0 has 1 real token (log 0.5), answer 1 has 3 (log 0.25 each); the padding holds -inf (log 0);
+# on-policy (every weight 1), advantages 1: n_real = 4
+logp = torch.log(torch.tensor([[0.5, 0.0, 0.0], [0.25, 0.25, 0.25]], dtype=torch.float64))
+example = dict(logp_new=logp, logp_behaviour=logp.clone(), advantages=torch.tensor([1.0, 1.0], dtype=torch.float64),
+               mask=torch.tensor([[True, False, False], [True, True, True]]), n_real=4, c=1.5)
+shares = [share_loss(rows=torch.tensor([0]), **example), share_loss(rows=torch.tensor([1]), **example)]
+print(f"L_0 + L_1 = {shares[0].item():.4f} + {shares[1].item():.4f} = {(shares[0] + shares[1]).item():.4f}",
+      " (by hand: -log 0.5 / 4 = 0.1733 and -3 log 0.25 / 4 = 1.0397, which sum to the batch's loss 1.2130)")
 
 # %% tags=["exercise-check"]
-check("07_pipeline_rl", "time_to_target", time_to_target)
+check("07_pipeline_rl", "share_loss", share_loss)
 
 # %% [markdown]
 # ## Exercise 4 · The in-flight weight swap in a decoding loop (★★☆, 20 min, 15 points)

@@ -3,7 +3,7 @@
 
 from conftest import Mutant
 
-LOSS, LAG, TTT, DEC, RF = "token_is_loss", "token_lags", "time_to_target", "inflight_decode", "refill_free_slots"
+LOSS, LAG, SHARE, DEC, RF = "token_is_loss", "token_lags", "share_loss", "inflight_decode", "refill_free_slots"
 RATIO = "log_ratio = logp_new.detach() - logp_behaviour"
 WEIGHT = "w = torch.clamp(torch.exp(log_ratio), max=c)"
 SELECT = (
@@ -11,7 +11,12 @@ SELECT = (
     "    logp_behaviour = torch.where(mask, logp_behaviour, 0.0)\n"
 )
 LOSS_RETURN = "    return -(w * advantages[:, None] * logp_new).sum() / mask.sum()"  # the cell's last line
-RETURN = "return float(np.asarray(times, dtype=np.float64)[hits[0] + window - 1])"
+SHARE_SELECT = (
+    "    logp_new = torch.where(m, logp_new[rows], 0.0)\n"
+    "    logp_behaviour = torch.where(m, logp_behaviour[rows], 0.0)\n"
+)
+SHARE_WEIGHT = "    w = torch.clamp(torch.exp(logp_new.detach() - logp_behaviour), max=c)\n"
+SHARE_SUM = "(w * advantages[rows][:, None] * logp_new).sum() / n_real"
 SAMPLE = "tokens = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)"
 LOAD = "                load_flat_parameters(model, flat)\n"
 DECODE_LOOP = (
@@ -61,12 +66,39 @@ MUTANTS: list[Mutant] = [
         "np.where(m, (trainer_version - np.where(m, v, trainer_version).min(axis=1))[:, None], 0)",
         "one lag per sequence",
     ),
-    # time_to_target
-    Mutant(TTT, "update_index", RETURN, "return float(hits[0] + window - 1)", "update index"),
-    Mutant(TTT, "strict_inequality", "means >= target", "means > target", "use >="),
-    Mutant(TTT, "last_crossing", "[hits[0] + window - 1]", "[hits[-1] + window - 1]", "is the first"),
-    Mutant(TTT, "none_for_never", "return math.inf", "return None", "math.inf"),
-    Mutant(TTT, "window_start_time", "[hits[0] + window - 1]", "[hits[0]]", "window's first update"),
+    # share_loss: a data-parallel rank's share of the loss
+    Mutant(SHARE, "own_count", "/ n_real", "/ m.sum()", "its own real-token count"),
+    Mutant(SHARE, "divided_by_the_shares", "/ n_real", "/ m.sum() * len(rows) / len(mask)", "number of shares"),
+    Mutant(
+        SHARE,
+        "per_answer",
+        SHARE_SUM,
+        "((w * advantages[rows][:, None] * logp_new).sum(1) / m.sum(1)).sum() / len(mask)",
+        "per answer",
+    ),
+    Mutant(
+        SHARE,
+        "gradient_through_weight",
+        "logp_new.detach() - logp_behaviour",
+        "logp_new - logp_behaviour",
+        "through the importance weight",
+    ),
+    Mutant(
+        SHARE,
+        "every_row",
+        "    m = mask[rows]\n",
+        "    rows = torch.arange(len(mask))\n    m = mask[rows]\n",
+        "every row",
+    ),
+    Mutant(
+        SHARE,
+        "multiplies_by_the_mask",
+        SHARE_SELECT + SHARE_WEIGHT,
+        "    logp_new, logp_behaviour = logp_new[rows], logp_behaviour[rows]\n"
+        + SHARE_WEIGHT
+        + "    w = w * m  # the mask applied by multiplication\n",
+        "-inf * 0",
+    ),
     # inflight_decode
     Mutant(
         DEC,

@@ -1,12 +1,12 @@
-"""Lesson 07's graded exercises: the per-token truncated-IS loss, per-token lags, the time a
-run takes to reach a reward level, the in-flight weight swap in a decoding loop, and the
+"""Lesson 07's graded exercises: the per-token truncated-IS loss, per-token lags, a
+data-parallel rank's share of that loss, the in-flight weight swap in a decoding loop, and the
 generator's slot refill under backpressure.
 
 The learner writes:
 
 * ``token_is_loss(logp_new, logp_behaviour, advantages, mask, c) -> scalar tensor``  (07.1-07.2)
 * ``token_lags(trainer_version, versions, mask) -> [N, T] int64``  (07.4)
-* ``time_to_target(times, rewards, target, window) -> float`` (seconds, ``math.inf`` if never)
+* ``share_loss(logp_new, logp_behaviour, advantages, mask, rows, n_real, c) -> scalar tensor``  (07.2, data-parallel)
 * ``inflight_decode(model, cache, tokens, pos, n_steps, poll, version, generator) -> (tokens, logp, versions)``
 * ``refill_free_slots(sampler, prompts, state, consumed, max_lag, group_size, groups_per_batch) -> int``
 
@@ -20,11 +20,11 @@ What each exercise teaches, and how its checks observe it:
 * token_lags: mechanism: trainer version minus each real token's own version, 0 at padding, a
   future version refused; observed by versions changing inside sequences, garbage padding
   (a future version there is no error), tensors and lists, int64, inputs unchanged.
-* time_to_target: mechanism: the trailing mean over full windows only, and the wall-clock time
-  of the first update where it reaches the target; observed by random curves at several
-  windows and targets, uneven times, ties (exact ones, in eighths over windows of 1, 2, 4, must
-  count; a mean within 1e-12 of the target may fall either side, as a running sum or a box
-  filter rounds it), and shifts of the clock.
+* share_loss: mechanism: a rank's share of the rows contributes exercise 1's terms over its
+  real tokens divided by the WHOLE batch's real-token count n_real, so that the shares' losses
+  and gradients sum to the batch's (07.2); observed by hand-computed shares, random batches
+  split into 1 to 4 shares of random rows (each share's value and gradient against the
+  term-by-term oracle), empty shares, the inputs left unchanged, and padding holding -inf.
 * inflight_decode: mechanism: poll before every decoding step, load a newer version in place
   into the model given, keep the KV cache, sample with torch.multinomial and the generator,
   stamp each token with the version that sampled it; observed by the poll count, a full
@@ -42,7 +42,7 @@ What each exercise teaches, and how its checks observe it:
   and on the state kept between calls.
 
 The checks never call ``course_lib.pipeline`` or ``course_lib.rl.staleness``: they compare
-with the naive loops below (one term per token, one window at a time, the answers owed one
+with the naive loops below (one term per token, one share at a time, the answers owed one
 at a time), hand-computed values and properties. The decoding checks use only ``TinyLM``
 (its full forward pass and its own ``step``) and the weight plumbing
 (``course_lib.runtime.weights``) as references, never the sampler.
@@ -62,10 +62,12 @@ from course_lib.course.grading.checks import (
     LearnerError,
     assert_allclose,
     assert_array,
+    assert_inputs_unchanged,
     assert_true,
     call,
     check_case,
     fail,
+    fmt_number,
 )
 from course_lib.course.grading.helpers import assert_numpy_result, fail_if_known_mistake
 from course_lib.course.grading.vocab import assert_value_error
@@ -328,10 +330,9 @@ TOKEN_IS_LOSS = Exercise(
         "Compute the log-ratio from `logp_new.detach()`, so that the weight carries no gradient, exponentiate it, and "
         "truncate from above only (`torch.clamp` with `max=`). The advantages are per answer: give them a token axis "
         "(`[:, None]`) so that they broadcast over the answer's tokens.",
-        "Select the real tokens with the mask before computing anything with them: `torch.where(mask, x, 0.0)` on "
-        "`logp_new` and `logp_behaviour` (padding may hold -inf, and multiplying by the mask gives -inf * 0 = nan). "
-        "Sum over every token of the batch and divide by the number of real tokens (the mask's sum), not by B * L and "
-        "not per answer. Return a scalar tensor, negated.",
+        "Traps: padding may hold -inf, and -inf * 0 is nan, so the mask must keep the padding out of every "
+        "computation, not multiply a finished product (a nan there also comes back through backward); and (07.2) "
+        "is one mean over the batch's real tokens, not over every position, nor per answer.",
     ),
 )
 
@@ -424,200 +425,323 @@ TOKEN_LAGS = Exercise(
         "Convert the versions to an int64 array and the mask to a boolean one. Check first that no real token's "
         "version is newer than the trainer's (`ValueError`), looking only at the tokens the mask keeps: padding may "
         "hold anything, -1 for instance.",
-        "`np.where` with the mask picks the lag at real tokens and 0 at the padding; return it as int64. Trap: "
-        "checking or subtracting over the padding as well.",
+        "Trap: computing or checking lags at the padding as well: whatever it holds (-1 here) is no version, so it "
+        "must neither get a lag nor raise. Lags count updates: the result is an integer array.",
     ),
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 3: time_to_target
+# Exercise 3: share_loss, a data-parallel rank's share of the batch's loss
 # ---------------------------------------------------------------------------------------
 
-TTT = "time_to_target"
+SHARE = "share_loss"
 
 
-def naive_time_to_target(
-    times: Any,
-    rewards: Any,
-    target: float,
-    window: int,
+def naive_share_loss(
+    logp_new: Any,
+    logp_behaviour: Any,
+    advantages: Any,
+    mask: Any,
+    rows: Any,
+    n_real: float,
+    c: float,
     *,
-    partial: bool = False,
-    centred: bool = False,
-    last: bool = False,
-    strict: bool = False,
-    index: bool = False,
-    start: bool = False,
+    own_count: bool = False,
+    per_rank: str | None = None,
+    per_answer: str | None = None,
+    whole_batch: bool = False,
 ) -> float:
-    """Every window averaged from scratch, one update at a time; the keyword switches compute
-    known slips (partial windows at the start, a centred window, the last crossing, ``>``,
-    the index instead of the time), to name them in messages. A mean within
-    :func:`ttt_tolerance` of the target is a tie: it counts as reaching it (``>=``), and not
-    with ``strict``."""
-    tol = ttt_tolerance(target)
-    t = [float(x) for x in times]
-    r = [float(x) for x in rewards]
-    found = math.inf
-    for i in range(len(r)):
-        if centred:
-            lo, hi = i - window // 2, i - window // 2 + window
-            if lo < 0 or hi > len(r):
-                continue
-        else:
-            lo, hi = i - window + 1, i + 1
-            if lo < 0:
-                if not partial:
-                    continue
-                lo = 0
-        mean = sum(r[lo:hi]) / (hi - lo)
-        if mean > target + tol if strict else mean >= target - tol:
-            found = float(i) if index else t[lo] if start else t[i]
-            if not last:
-                return found
-    return found
+    """``-(1/n_real) sum_{i in rows, real t} min(c, pi/mu) A_i log pi``, one term at a time
+    (floats; 0 for an empty share).
+
+    The keyword switches compute known slips, to name them in messages: ``own_count`` (the
+    share's own real tokens as the denominator; nan for an empty share); ``per_rank``
+    (``"own"`` or ``"n_real"``: that mean, or the right one, scaled by ``len(rows) / N``, the
+    share's part of the rows, which is dividing by the number of equal shares, as averaging
+    the ranks' gradients does); ``per_answer`` (``"batch"`` or ``"share"``: each answer's mean
+    over its real tokens, summed over the share's answers and divided by the batch's number
+    of answers or the share's); ``whole_batch`` (every row of the batch, ``rows`` ignored).
+    """
+    lp, lm, a, m = (np.asarray(x, dtype=np.float64) for x in (logp_new, logp_behaviour, advantages, mask))
+    n, t = lp.shape
+    picked = list(range(n)) if whole_batch else [int(i) for i in np.asarray(rows).reshape(-1)]
+    total, count, answer_means = 0.0, 0, []
+    for i in picked:
+        answer_total, answer_count = 0.0, 0
+        for s in range(t):
+            if m[i, s]:
+                answer_total += min(c, math.exp(lp[i, s] - lm[i, s])) * a[i] * lp[i, s]
+                answer_count += 1
+        total, count = total + answer_total, count + answer_count
+        if answer_count:
+            answer_means.append(answer_total / answer_count)
+    if per_answer is not None:
+        answers = n if per_answer == "batch" else len(picked)
+        return -sum(answer_means) / answers if answers else math.nan
+    own = own_count or per_rank == "own"
+    value = (-total / count if count else math.nan) if own else -total / n_real
+    return value * len(picked) / n if per_rank is not None else value
 
 
-def ttt_tolerance(target: float) -> float:
-    """How close to the target a window's mean is a tie: rounding (a running sum's differences,
-    a box filter's 1/window weights, one sum or another) moves a mean by a few ulps."""
-    return 1e-12 * max(1.0, abs(target))
+def naive_share_weights(
+    logp_new: Any,
+    logp_behaviour: Any,
+    advantages: Any,
+    mask: Any,
+    rows: Any,
+    n_real: float,
+    c: float,
+    *,
+    through_weight: bool = False,
+) -> NDArray[np.float64]:
+    """``dL_share/dlogp_new``: ``-min(c, pi/mu) A_i / n_real`` at the share's real tokens, 0
+    elsewhere. ``through_weight`` computes the slip's: the weight differentiated too, so
+    ``-(pi/mu)(1 + log pi) A_i / n_real`` where the ratio is below c."""
+    lp, lm, a, m = (np.asarray(x, dtype=np.float64) for x in (logp_new, logp_behaviour, advantages, mask))
+    out = np.zeros_like(lp)
+    for i in (int(r) for r in np.asarray(rows).reshape(-1)):
+        for s in range(lp.shape[1]):
+            if m[i, s]:
+                ratio = math.exp(lp[i, s] - lm[i, s])
+                slope = ratio * (1.0 + lp[i, s]) if through_weight and ratio < c else min(c, ratio)
+                out[i, s] = -slope * a[i] / n_real
+    return out
 
 
-def exact_ties(rewards: Any, target: float, window: int) -> bool:
-    """Whether every way of averaging a window computes its mean exactly: the window a power of
-    two, the rewards and the target multiples of 1/256 and small. Then a tie is real, and only
-    ``>=`` counts it; otherwise a tie within :func:`ttt_tolerance` may land on either side."""
-    scaled = np.append(np.asarray(rewards, dtype=np.float64), target) * 256.0
-    power_of_two = (window & (window - 1)) == 0
-    return power_of_two and bool(np.all(scaled == np.round(scaled)) and np.all(np.abs(scaled) < 2**20))
+def random_shares(rng: np.random.Generator, n: int, k: int) -> list[Any]:
+    """A random partition of the rows ``0 .. n-1`` into ``k`` non-empty shares, each a 1-D
+    ``torch.long`` tensor of rows in shuffled order (a rank's rows need not be contiguous)."""
+    import torch
+
+    order = rng.permutation(n)
+    cuts = np.sort(rng.choice(np.arange(1, n), size=k - 1, replace=False))
+    return [torch.as_tensor(part, dtype=torch.long) for part in np.split(order, cuts)]
 
 
-def accepted_times(times: Any, rewards: Any, target: float, window: int) -> list[float]:
-    """The answers a correct function may give: the first full window whose mean reaches the
-    target beyond the tolerance, or any tie before it (its mean within the tolerance, rounded
-    to either side by the function's arithmetic); one answer where the ties are exact."""
-    expected = naive_time_to_target(times, rewards, target, window)
-    if exact_ties(rewards, target, window):
-        return [expected]
-    tol, t, r = ttt_tolerance(target), [float(x) for x in times], [float(x) for x in rewards]
-    answers = []
-    for i in range(window - 1, len(r)):
-        mean = sum(r[i - window + 1 : i + 1]) / window
-        if mean >= target - tol:
-            answers.append(t[i])
-            if mean > target + tol:
-                return answers
-    return [*answers, math.inf]
+#: Known slips of a share's loss: (message, the switches of :func:`naive_share_loss` that compute it)
+SHARE_OWN_COUNT = (
+    "each share divides by its own real-token count, not by n_real: the summed gradient then weighs the tokens of "
+    "a share holding fewer of them more; divide by the whole batch's count n_real"
+)
+SHARE_RANKS = (
+    "the share's loss is divided by the number of shares (scaled by len(rows) / N, as averaging the ranks' "
+    "gradients does): the gradients are summed, and n_real alone makes their sum the batch's (07.2)"
+)
+SHARE_PER_ANSWER = (
+    "the mean is taken per answer, then over the answers; (07.2) averages over the batch's n_real real tokens, "
+    "so a long answer weighs more"
+)
+SHARE_SLIPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    (SHARE_OWN_COUNT, dict(own_count=True)),
+    (SHARE_RANKS, dict(per_rank="own")),
+    (SHARE_RANKS, dict(per_rank="n_real")),
+    (SHARE_PER_ANSWER, dict(per_answer="batch")),
+    (SHARE_PER_ANSWER, dict(per_answer="share")),
+    (
+        "the loss covers every row of the batch, not only the share's `rows`: summed over the shares, it counts the "
+        "batch once per share",
+        dict(whole_batch=True),
+    ),
+)
+SHARE_THROUGH_WEIGHT = (
+    "the values are right but the gradient flows through the importance weight: the weight is a constant (sg), "
+    "compute the ratio from logp_new.detach()"
+)
 
 
-def _ttt_compare(fn: Callable[..., Any], times: Any, rewards: Any, target: float, window: int) -> None:
-    expected = naive_time_to_target(times, rewards, target, window)
-    accepted = accepted_times(times, rewards, target, window)
-    what = f"{TTT}(times, rewards of {len(rewards)} updates, target={target:g}, window={window})"
-    got = call(fn, list(times) if isinstance(times, list) else np.array(times), np.array(rewards), target, window)
-    if got is None:
-        fail(f"{what} returned None; a target never reached is math.inf (a time that never comes)")
-    try:
-        value = float(got)
-    except (TypeError, ValueError):
-        fail(f"{what} returned {type(got).__name__}; expected a float (seconds)")
-    if value in accepted or (math.isinf(value) and math.inf in accepted):
-        return
-    bugs = {
-        "partial windows at the start are counted: one lucky first batch is not a trailing mean over "
-        "`window` batches; start at i = window - 1": dict(partial=True),
-        "the window is centred on the update; the trailing mean looks only backwards (batches i - window + 1 .. i)": dict(
-            centred=True
-        ),
-        "this is the last time the mean is at or above the target; the time to target is the first": dict(last=True),
-        "a mean equal to the target counts as reaching it: use >= (this window's mean is exactly the target)": dict(
-            strict=True
-        ),
-        "this is the update index; return the wall-clock time of that update, times[i]": dict(index=True),
-        "this is the time of the window's first update; its trailing mean is known at its last update, times[i]": dict(
-            start=True
-        ),
+def _share_text(rows: Any, n_real: float, c: float) -> str:
+    return f"{SHARE}(rows={rows.tolist()}, n_real={fmt_number(n_real)}, c={fmt_number(c)})"
+
+
+def _share_call(fn: Callable[..., Any], data: dict[str, Any], rows: Any, n_real: float, c: float) -> tuple[Any, Any]:
+    """The learner's loss of the share ``rows``, on copies of ``data`` with a fresh ``logp_new``
+    leaf: (the loss, the leaf)."""
+    import torch
+
+    logp_new = data["logp_new"].detach().clone().requires_grad_(True)
+    given = (data["logp_behaviour"].clone(), data["advantages"].clone(), data["mask"].clone(), rows.clone())
+    got = call(fn, logp_new, *given, n_real, c)
+    what = _share_text(rows, n_real, c)
+    if not isinstance(got, torch.Tensor) or got.numel() != 1:
+        fail(f"{what} returned {type(got).__name__}; expected a scalar torch tensor (keep the graph for backward)")
+    if len(rows) and not got.requires_grad:
+        fail(f"{what}'s result does not require grad: compute it from logp_new (not from a detached copy or numpy)")
+    return got, logp_new
+
+
+def _share_compare(fn: Callable[..., Any], data: dict[str, Any], shares: list[Any], c: float) -> None:
+    """Each share's loss and gradient against the term-by-term oracle's (so that they sum to the
+    batch's loss (07.2) and its gradient); a known slip is named."""
+    import torch
+
+    n_real = int(data["mask"].sum())
+    args = (data["logp_new"].detach(), data["logp_behaviour"], data["advantages"], data["mask"])
+    answers = [_share_call(fn, data, rows, n_real, c) for rows in shares]
+    values = np.array([float(loss.detach()) for loss, _ in answers])
+    expected = np.array([naive_share_loss(*args, rows, n_real, c) for rows in shares])
+    where = f"shares {[r.tolist() for r in shares]} of {len(data['mask'])} answers, n_real = {n_real}"
+
+    def close(a: Any, b: Any) -> bool:
+        return bool(np.allclose(a, b, rtol=1e-6, atol=1e-9, equal_nan=True))
+
+    if not close(values, expected):
+        named = []  # the slips that give these values; named only when they tell one story
+        for message, slip in SHARE_SLIPS:
+            wrong = np.array([naive_share_loss(*args, rows, n_real, c, **slip) for rows in shares])
+            if not close(wrong, expected) and close(values, wrong) and message not in named:
+                named.append(message)
+        if len(named) == 1:
+            fail(f"{where}: {named[0]}")
+        if any(not len(rows) and not math.isfinite(v) for rows, v in zip(shares, values)):
+            fail(
+                f"{where}: the empty share's loss is nan, not 0: dividing by its own real-token count divides 0 by 0; "
+                "a rank with no rows adds nothing, divide by n_real"
+            )
+        if not np.isfinite(values).all():
+            fail(
+                f"{where}: a share's loss is {values[~np.isfinite(values)][0]}: the padding may hold -inf, and "
+                "multiplying by the mask turns -inf * 0 into nan; select the share's real tokens first (torch.where)"
+            )
+        k = int(np.flatnonzero(~np.isclose(values, expected, rtol=1e-6, atol=1e-9))[0])
+        fail(
+            f"{where}: share {k}'s loss is {values[k]:.6g}; expected {expected[k]:.6g}, -(sum of sg[w] A log pi over "
+            f"its real tokens) / n_real (so that the shares sum to the batch's {naive_token_loss(*args, c):.6g})"
+        )
+    for k, ((loss, leaf), rows) in enumerate(zip(answers, shares)):
+        if not loss.requires_grad:
+            continue  # an empty share may return a constant 0
+        (grad,) = torch.autograd.grad(loss, leaf, allow_unused=True)
+        got = np.zeros(leaf.shape) if grad is None else grad.numpy()
+        if not np.isfinite(got).all():
+            fail(
+                f"{where}: share {k}'s loss is right but its gradient is nan at padding holding -inf: a term computed "
+                "there and discarded later (a torch.where on the product) still sends nan back through backward"
+            )
+        want = naive_share_weights(*args, rows, n_real, c)
+        if np.allclose(got, want, atol=1e-9):
+            continue
+        if np.allclose(got, naive_share_weights(*args, rows, n_real, c, through_weight=True), atol=1e-9):
+            fail(f"{where}: {SHARE_THROUGH_WEIGHT}")
+        outside = np.ones(len(got), dtype=bool)
+        outside[rows.numpy()] = False
+        if np.abs(got[outside]).max(initial=0.0) > 0:
+            fail(f"{where}: share {k}'s loss has a gradient at rows outside its `rows`: a rank has its own rows only")
+        fail(
+            f"{where}: share {k}'s gradient with respect to logp_new is not -sg[w] A / n_real at its real tokens (0 "
+            "elsewhere): the shares' gradients do not sum to the batch's"
+        )
+
+
+def share_example() -> tuple[dict[str, Any], list[Any]]:
+    """The statement's example: answer 0 has 1 real token (log 0.5), answer 1 has 3 (log 0.25
+    each), the padding holds -inf (log 0); on-policy, advantages 1; the shares [0] and [1]."""
+    import torch
+
+    logp = torch.log(torch.tensor([[0.5, 0.0, 0.0], [0.25, 0.25, 0.25]], dtype=torch.float64))
+    data = {
+        "logp_new": logp,
+        "logp_behaviour": logp.clone(),
+        "advantages": torch.tensor([1.0, 1.0], dtype=torch.float64),
+        "mask": torch.tensor([[True, False, False], [True, True, True]]),
     }
-    for message, slip in bugs.items():
-        wrong = naive_time_to_target(times, rewards, target, window, **slip)
-        if wrong not in accepted and (value == wrong or (math.isinf(value) and math.isinf(wrong))):
-            fail(message)
-    fail(f"{what} = {value:g}; expected {expected:g}")
+    return data, [torch.tensor([0]), torch.tensor([1])]
 
 
-@check_case("hand-computed: a lucky first batch does not count, a rise does")
-def _ttt_known(fn: Callable[..., Any]) -> None:
-    times = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
-    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
-    _ttt_compare(fn, times, rewards, 0.75, 2)  # 60
-    _ttt_compare(fn, [10.0, 20.0, 30.0, 40.0], [0.5, 0.5, 0.0, 1.0], 0.5, 2)  # 20: equal counts
-    _ttt_compare(fn, times, rewards, 1.0, 1)  # 10: a window of one batch
-    _ttt_compare(fn, [1.5, 2.0, 4.5, 7.0], [0.2, 0.4, 0.6, 0.6], 0.5, 2)  # 4.5: uneven times
+@check_case("returns a scalar tensor that requires grad")
+def _share_shape(fn: Callable[..., Any]) -> None:
+    import torch
+
+    data = loss_batch(0, n=6)
+    _share_call(fn, data, torch.tensor([4, 1, 2]), int(data["mask"].sum()), 1.5)
+
+
+@check_case("hand-computed values: three answers with a truncated ratio; the statement's shares of 1 and 3 tokens")
+def _share_known(fn: Callable[..., Any]) -> None:
+    import torch
+
+    # answers of 1, 3 and 2 real tokens (n_real = 6), padding -inf; answer 2's first ratio is 2, truncated to 1.5,
+    # and its advantage -1; shares [2, 0]: -(log 0.5 - (1.5 + 1) log 0.8) / 6 = 0.0225, and [1]: -3 log 0.25 / 6 = 0.6931
+    logp = torch.log(torch.tensor([[0.5, 0.0, 0.0], [0.25, 0.25, 0.25], [0.8, 0.8, 0.0]], dtype=torch.float64))
+    three = {
+        "logp_new": logp,
+        "logp_behaviour": torch.where(
+            torch.tensor([[False] * 3, [False] * 3, [True, False, False]]), math.log(0.4), logp
+        ),
+        "advantages": torch.tensor([1.0, 1.0, -1.0], dtype=torch.float64),
+        "mask": torch.isfinite(logp),
+    }
+    shares = [torch.tensor([2, 0]), torch.tensor([1])]
+    args = (three["logp_new"], three["logp_behaviour"], three["advantages"], three["mask"])
+    by_hand = (-(math.log(0.5) - 2.5 * math.log(0.8)) / 6, -3 * math.log(0.25) / 6)
+    assert all(math.isclose(naive_share_loss(*args, r, 6, 1.5), v) for r, v in zip(shares, by_hand))
+    _share_compare(fn, three, shares, 1.5)
+    data, shares = share_example()
+    args = (data["logp_new"], data["logp_behaviour"], data["advantages"], data["mask"])
+    by_hand = (-math.log(0.5) / 4, -3 * math.log(0.25) / 4)  # 0.1733 and 1.0397: they sum to 1.2130, the batch's
+    assert all(math.isclose(naive_share_loss(*args, r, 4, 1.5), v) for r, v in zip(shares, by_hand))
+    _share_compare(fn, data, shares, 1.5)
+    _share_compare(fn, data, [torch.tensor([1, 0])], 1.5)  # one share: the batch's loss itself
 
 
 @check_case(
-    "random reward curves at several targets and windows, against a loop over full windows (a mean within "
-    "rounding of the target may fall either side; an exact tie counts)"
+    "random batches split into 1 to 4 shares of random rows, c from 1 to 5: each share's loss and gradient, so "
+    "that the shares sum to the batch's loss (07.2) and to its gradient (the weight a constant)"
 )
-def _ttt_oracle(fn: Callable[..., Any]) -> None:
+def _share_oracle(fn: Callable[..., Any]) -> None:
     rng = np.random.default_rng(0)
-    for _ in range(12):
-        n = int(rng.integers(8, 40))
-        times = np.cumsum(rng.uniform(0.1, 2.0, size=n)).round(3)
-        rewards = (np.linspace(0.1, 0.6, n) + rng.normal(0, 0.15, size=n)).round(2)
-        for window in (1, 3, 5):
-            for target in (0.2, 0.4, float(rewards[window - 1 :].max()) - 0.01):
-                _ttt_compare(fn, times, rewards, target, window)
-    for _ in range(4):  # rewards in eighths, windows of 1, 2, 4: every mean exact, the target one of them
-        n = int(rng.integers(10, 30))
-        times = np.cumsum(rng.uniform(0.1, 2.0, size=n)).round(3)
-        rewards = rng.integers(0, 9, size=n) / 8.0
-        for window in (1, 2, 4):
-            means = [float(rewards[i - window + 1 : i + 1].mean()) for i in range(window - 1, n)]
-            _ttt_compare(fn, times, rewards, means[int(rng.integers(1, len(means)))], window)
+    for seed, c in enumerate(LOSS_LEVELS):
+        for k in (1 + seed % 4, 2 + (seed + 1) % 3):
+            _share_compare(fn, loss_batch(20 + seed, n=8), random_shares(rng, 8, k), c)
 
 
-@check_case("never reached gives math.inf; a higher target is never reached sooner; a time shift shifts it")
-def _ttt_properties(fn: Callable[..., Any]) -> None:
+@check_case("an empty share (a rank with no rows this update) gives 0, without error")
+def _share_empty(fn: Callable[..., Any]) -> None:
+    import torch
+
+    data = loss_batch(4, n=5)
+    empty = torch.zeros(0, dtype=torch.long)
+    _share_compare(fn, data, [torch.tensor([2, 0]), empty, torch.tensor([1, 3, 4])], 2.0)
+    _share_compare(fn, data, [empty, torch.tensor([3, 0, 4, 1, 2])], 1.5)
+
+
+@check_case("leaves its inputs unchanged")
+def _share_inputs(fn: Callable[..., Any]) -> None:
+    import torch
+
+    data = inf_padding_batch(INF_PADDING_SEEDS[0])
+    assert_inputs_unchanged(
+        fn,
+        SHARE,
+        int(data["mask"].sum()),
+        1.5,
+        logp_new=data["logp_new"],
+        logp_behaviour=data["logp_behaviour"],
+        advantages=data["advantages"],
+        mask=data["mask"],
+        rows=torch.tensor([2, 0]),
+    )
+
+
+@check_case("padding holding -inf (in logp_new, in logp_behaviour, in both): no nan, and no gradient at the padding")
+def _share_inf_padding(fn: Callable[..., Any]) -> None:
     rng = np.random.default_rng(1)
-    times = np.cumsum(rng.uniform(0.5, 1.5, size=30))
-    rewards = np.clip(np.linspace(0.0, 0.8, 30) + rng.normal(0, 0.1, size=30), 0, 1)
-    got = call(fn, times.copy(), rewards.copy(), 2.0, 4)
-    assert_true(
-        got is not None and math.isinf(float(got)) and float(got) > 0,
-        f"{TTT} returned {got!r} for a target above every reward; expected math.inf",
-    )
-    previous = -math.inf
-    for target in np.linspace(0.0, 0.7, 8):
-        value = float(call(fn, times.copy(), rewards.copy(), float(target), 4))
-        assert_true(
-            value >= previous,
-            f"{TTT} reached target {target:.2f} at {value:g} s, before a lower target ({previous:g} s)",
-        )
-        previous = value
-    base = float(call(fn, times.copy(), rewards.copy(), 0.4, 3))
-    shifted = float(call(fn, times + 100.0, rewards.copy(), 0.4, 3))
-    assert_true(
-        math.isclose(shifted, base + 100.0),
-        f"{TTT}: adding 100 s to every time moved the answer from {base:g} to {shifted:g}; "
-        "return the time of the update, times[i]",
-    )
+    for seed in INF_PADDING_SEEDS:
+        _share_compare(fn, inf_padding_batch(seed), random_shares(rng, 4, 2), 1.5)
 
 
-TIME_TO_TARGET = Exercise(
-    name=TTT,
+SHARE_LOSS = Exercise(
+    name=SHARE,
     points=10,
-    title="wall-clock time to a reward level, from a run's reward-vs-time curve",
-    checks=(_ttt_known, _ttt_oracle, _ttt_properties),
+    title="a data-parallel rank's share of the loss (07.2): the shares' gradients sum to the batch's",
+    checks=(_share_shape, _share_known, _share_oracle, _share_empty, _share_inputs, _share_inf_padding),
     hints=(
-        "Smooth the noisy curve with a moving average over `window` consecutive batch rewards, and report the time of "
-        "the first update at which a full window's mean reaches the target; `math.inf` if none does.",
-        "Only full windows count: the first ends at update `window - 1`. `np.convolve` with a box kernel of `window` "
-        "equal weights, in mode 'valid', gives the mean of every full window; its entry j is the window that ends at "
-        "update j + window - 1.",
-        "`np.flatnonzero` on the comparison with the target (`>=`) finds the windows that reach it; with none the "
-        "answer is `math.inf`, else the time of the update at which the first of them ENDS, as a float. Trap: the "
-        "time at which that window starts.",
+        "A share's loss is the part of (07.2) that its rows contribute: exercise 1's terms over the share's real "
+        "tokens only, divided by the same count as the whole batch's loss, so that the shares add up to it.",
+        "Pick the share's rows out of every per-row input with `rows` (an empty `rows` picks none), then weigh their "
+        "real tokens as in exercise 1. `n_real` is the one number the ranks agree on before their backward passes.",
+        "Traps: dividing by the share's own token count, averaging per answer, or dividing by the number of shares "
+        "each weigh some tokens wrongly in the summed gradient; a weight that carries gradient changes the gradient "
+        "but not the value; padding that holds -inf must be left out before any arithmetic touches it.",
     ),
 )
 
@@ -939,14 +1063,13 @@ INFLIGHT_DECODE = Exercise(
         "Decode `n_steps` tokens one step at a time; before each step, ask `poll()` whether newer weights arrived "
         "and, if so, load them into the model and remember their version, without touching the KV cache. Every token "
         "records the version that generated it.",
-        "`poll()` returns None or a pair (version, flat weights): take it only when its version is newer than the one "
-        "you hold, and load it with `load_flat_parameters`. Each step: the log-softmax of `model.step(tokens, pos, "
-        "cache)`, a sample with `torch.multinomial` and the given generator, then record the token, its "
-        "log-probability (`gather`) and the current version, and advance every row's position (`pos + 1`: the rows "
-        "of a continuous batch sit at different positions).",
-        "Run under `torch.no_grad()`, copy `tokens` and `pos` before changing them (the caller's tensors must stay as "
-        "they were), collect each step's `[B]` tensors in lists and `torch.stack` them along dim 1 at the end. Trap: "
-        "resetting or rebuilding the cache at a swap: the in-flight update keeps it.",
+        "`poll()` returns None or a pair (version, flat weights): only a version newer than the one you hold counts, "
+        "and its weights go into the model you were given. Each step samples from the model's own distribution with "
+        "the given generator and records the token, its log-probability and the version held; every row then moves "
+        "on by one position (the rows of a continuous batch sit at different positions).",
+        "Traps: changing the caller's `tokens` or `pos` in place, recording gradients while decoding, and clearing, "
+        "copying or recomputing the KV cache at a swap: the in-flight update keeps the cache as the old weights "
+        "wrote it.",
     ),
 )
 
@@ -1230,9 +1353,9 @@ RF_HINTS = (
     "The dict `state` carries everything between calls: which group is being started, its prompt, how many of its "
     "answers are left, and the number the next group will get. Admitting a group means: test the bound, take one "
     "prompt, then set those four entries.",
-    "Count the answers you start and return that count. Traps: testing the bound before every answer (a started "
-    "group must finish), taking the prompt before the test, and rebinding `state` to a new dict instead of "
-    "changing the one you were given.",
+    "Traps: testing the bound before every answer (backpressure gates new groups only: a started group must "
+    "finish), taking a prompt before the group is admitted (a group held back would lose it), and a state that "
+    "does not outlive the call (the generator keeps the dict it gave you).",
 )
 
 REFILL_FREE_SLOTS = Exercise(
@@ -1243,4 +1366,4 @@ REFILL_FREE_SLOTS = Exercise(
     hints=RF_HINTS,
 )
 
-EXERCISES: tuple[Exercise, ...] = (TOKEN_IS_LOSS, TOKEN_LAGS, TIME_TO_TARGET, INFLIGHT_DECODE, REFILL_FREE_SLOTS)
+EXERCISES: tuple[Exercise, ...] = (TOKEN_IS_LOSS, TOKEN_LAGS, SHARE_LOSS, INFLIGHT_DECODE, REFILL_FREE_SLOTS)
