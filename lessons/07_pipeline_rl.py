@@ -465,8 +465,8 @@ plt.show()
 # against 18.1 ms for the whole batch on one core, and rank 0 prepares and steps alone).
 # Credit conventional RL with a perfect split and the lead is 1.2x at $k$ = 4, gone at
 # $k$ = 8 (1.0x) and reversed at $k$ = 16 (0.9x). So at the same bound (maximum lag)
-# pipeline RL is faster, and conventional RL matches it only with a larger bound, 7 or
-# 15 updates against 3: PipelineRL's claim in small. Its queue runs nearly full, though:
+# pipeline RL is faster, and a perfectly split conventional RL matches it only with a
+# larger bound, 7 or 15 updates against 3: PipelineRL's claim in small. Its queue runs nearly full:
 # at about the same *mean* lag (bound 2 against $k$ = 4) the lead is 1.1x, and a perfect
 # split would erase it. The in-flight swap is worth about 1.4x over drain-then-swap, which
 # stops admitting answers as soon as newer weights exist and idles until its slots empty.
@@ -584,9 +584,10 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway:** every arm learns, and per update the arms' gains lie within 0.03 of each
-# other. Staleness cost progress per update in this record: pipeline RL, with and without
-# the correction, gained less than conventional RL (by 0.015 and 0.024, separated, near
-# the line), as did conventional RL at $k$ = 8 and 16 (section 7). At
+# other. Pipeline RL, with and without the correction, gained less than conventional RL
+# (by 0.015 and 0.024, separated, near the line); its lag explains about 0.003 of that
+# (section 7's slope), and bound 2 lost more at nearly conventional RL's lag: the cause
+# is not shown. At
 # equal wall-clock, when pipeline RL had finished, conventional RL had done about 100 of
 # its 150 updates and the synchronous loop about 50, and neither difference is separated
 # (left panel: the seeds' lines cross both ways). On the 64 held-out pairs every final
@@ -727,7 +728,7 @@ print(f"policy frozen: bound 8 {rate[8] / rate[1]:.1f}x the answers/s of bound 1
 #   conventional RL run the same way, with the policy frozen: 1.3x the answers per second
 #   at $k$ = 4 and 1.10x at $k$ = 16; with a perfectly split trainer conventional RL ties
 #   at $k$ = 8 and leads at $k$ = 16, on data up to 15 updates old; no reward lead
-#   separated at equal wall-clock. The direction agrees (faster at equal freshness); the
+#   separated at equal wall-clock. The direction agrees (faster at equal bound); the
 #   size does not carry over. A cluster's data-parallel trainer splits closer to perfectly
 #   than two CPU processes, and answers of thousands of tokens leave a round's slots idle
 #   far longer than these answers (mean 3 to 19 tokens) do ($k$ = 16 already keeps 77% of its
@@ -739,7 +740,8 @@ print(f"policy frozen: bound 8 {rate[8] / rate[1]:.1f}x the answers/s of bound 1
 #   oldest data (`pop_old_data`). prime-rl bounds how far inference runs ahead with
 #   `max_async_level` (the role of `max_lag` here) and discards rollouts older than
 #   `max_off_policy_steps`.
-# - **Keep or recompute.** PipelineRL and SkyRL keep the cache (vLLM's pause "keep" mode);
+# - **Keep or recompute.** PipelineRL and SkyRL keep the cache (what vLLM's pause "keep"
+#   mode offers);
 #   AReaL recomputes after an interrupt; NeMo-RL exposes both
 #   (`recompute_kv_cache_after_weight_updates`).
 
@@ -749,8 +751,8 @@ print(f"policy frozen: bound 8 {rate[8] / rate[1]:.1f}x the answers/s of bound 1
 # - On two CPU cores, with the policy frozen, pipeline RL consumed 1.3x the answers per
 #   second of conventional RL at the same lag bound ($k$ = 4), and less as $k$ grows; with
 #   a perfectly split trainer, conventional RL matches it only from $k$ = 8, on staler data.
-# - Staler data cost progress per update, by about 0.015 (separated, near the line), and
-#   at equal wall-clock that cancelled pipeline RL's speed: no reward difference.
+# - Pipeline RL gained 0.015 less per update (separated, near the line, cause not shown);
+#   at equal wall-clock no reward difference is separated.
 # - The in-flight swap bought about 1.4x over drain-then-swap; keeping vs recomputing the cache
 #   and dropping the correction were not separated.
 # - Backpressure bounds the lag; a larger bound buys speed only until the trainer saturates.
