@@ -13,36 +13,25 @@
 # %% [markdown]
 # # 08 · Laying out the cluster: throughput, split and staleness on paper
 #
-# Lesson 07 ran RL on two cores, as a pipeline (a generator core, a trainer core) and as
-# conventional RL (both phases on both cores). A real run has $N$ GPUs and one
-# question before anything else: **how many should generate and how many should train,
+# A real RL run has $N$ GPUs and one question first: **how many generate, how many train,
 # and in which layout** (synchronous, one-step off-policy, or a pipeline with in-flight
-# updates), to get the most RL tokens per second while **no sample** is staler than the
-# learning algorithm tolerates? (Applied Compute's talk "Efficient RL" frames it this way.)
-# This lesson answers it with pen and paper: what one GPU can generate and train, two
-# invariants, and the best split that keeps them. Then it holds the model against three
-# things: a discrete-event simulator of the same system, lesson 07's real processes
-# measured here, and the speedups that verl and PipelineRL published.
+# updates), for the most tokens per second while **no sample** is staler than learning
+# tolerates? (Applied Compute's talk "Efficient RL" frames it so.) This lesson answers it on
+# paper, then tests the model: against lesson 07's processes measured here, a simulator,
+# and what verl and PipelineRL published.
 #
 # **Learning goals**
-# 1. Derive what bounds a sampler GPU (a paged KV cache caps the batch; the step is the
-#    longer of its memory time and its compute time) and a trainer GPU (FLOPs over prompt
-#    and answer, the extra forward passes, and the memory of sharded Adam), from a model's
-#    shape and a GPU's datasheet (H100 and H20; an H800 has the H100's figures here).
-# 2. State the two invariants of an asynchronous RL cluster, production = consumption and
-#    **every sample's** lag within the bound, and find the best split that keeps both.
-# 3. Tell apart what an admission rule bounds: AReaL's rule bounds what *starts*; whether
-#    a straggler's lag stays bounded depends on what the trainer does with it (take it
-#    late, wait for it, or drop it), and each choice has a price in tokens/s.
-# 4. Calibrate the model on measured parts (lesson 07's sampler and trainer) and compare
-#    its predictions with measured runs, with the errors stated.
-# 5. Hold the model against published systems (verl, PipelineRL): where it agrees, where
-#    it does not, and what it lacks.
-# 6. Size a real run with a calculator that prints the maximum lag and refuses a layout
-#    that breaks a constraint.
+# 1. Derive what bounds a sampler GPU and a trainer GPU from a model's shape and a GPU's
+#    datasheet.
+# 2. State the two invariants, production = consumption and **every sample's** lag within
+#    the bound, and find the best split that keeps both.
+# 3. Tell what an admission rule bounds (what *starts*) from what the trainer does with a
+#    straggler (take it late, wait for it, drop it), and what each costs.
+# 4. Validate the model: calibrate it on a baseline's measured stage times, predict the
+#    other system, and name what it lacks where it misses.
+# 5. Size a run with a calculator that prints a range, not a point, with its sensitivity.
 #
-# Builds on lesson 07 (the three regimes, backpressure, per-token lag) and lesson 02
-# (why staleness costs: importance weights).
+# Builds on lessons 07 (the regimes, per-token lag) and 02 (why staleness costs).
 
 # %%
 import os
@@ -53,184 +42,129 @@ import numpy as np
 import course_lib
 from course_lib import current_scale, pick, progress, show_source
 
-print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
+print(f"course_lib {course_lib.__version__} | scale: {current_scale()} | {os.cpu_count()} CPU cores")
 
 # %% [markdown]
 # ## Key equations
 #
-# **One sampler GPU** (an inference engine with a *paged* KV cache, as vLLM and SGLang).
-# Each generated token leaves a key and a value vector per layer and KV head. A paged
-# engine holds only the tokens a sequence has written so far: a sequence of $L$ answer
-# tokens after $P$ prompt tokens holds $P + j$ tokens at its $j$-th step, so the mean it
-# holds while it runs (longer sequences run longer) is $R$, and the sequences that fit
-# beside the weights ($M$ memory, fraction $f$ usable, $W$ weight bytes) number
+# **One sampler GPU** (a *paged* KV cache, as vLLM and SGLang). A sequence of $L$ answer
+# tokens after $P$ prompt tokens holds $P + j$ tokens of KV at its $j$-th step, $R$ on
+# average. With $M$ memory, a usable fraction $f$ and $W$ bytes of weights, the sequences
+# that fit are
 #
 # $$\text{kv} = 2\, n_{layers}\, n_{kv}\, d_{head}\, \text{bytes}_{kv} \qquad (08.1)$$
 #
 # $$R = P + \frac{E[L^2] - E[L]}{2 E[L]}, \qquad B_{max} = \Big\lfloor \frac{f M - W}{\text{kv} \cdot R} \Big\rfloor \qquad (08.2)$$
 #
-# (the pessimistic engine reserves the whole context $P + L_{limit}$ per sequence instead of $R$).
-# One decode step advances every running sequence by one token. It reads the weights once
-# and the resident cache ($R_t$ tokens), and computes $2 n_{params}$ FLOPs per token it
-# processes: the $B$ answer tokens and the prompts of the $S_t$ sequences starting now
-# (chunked prefill). It takes the longer of its memory time and its compute time (a
-# roofline at an efficiency $\eta$ of peak bandwidth $\beta$ and peak FLOP/s $F$):
+# A decode step reads the weights and the resident cache ($R_t$ tokens) and computes
+# $2 n_{params}$ FLOPs per token processed ($B$ answer tokens, the prompts of $S_t$
+# starters): the longer of the two times, at an efficiency $\eta$ of peak bandwidth $\beta$
+# and FLOP/s $F$:
 #
 # $$l = \max\big(a_s + b_s B + r_s R_t,\ \ f_s (B + P S_t)\big), \quad a_s = \frac{W}{\eta\beta},\ r_s = \frac{\text{kv}}{\eta\beta},\ f_s = \frac{2 n_{params}}{\eta F} \qquad (08.3)$$
 #
-# ($b_s$: a per-sequence cost; 0 for the roofline, fitted for a measured engine.) In steady
-# state $R_t = B R$ and $S_t = B / E[L]$, and a full engine makes
+# ($b_s$: a per-sequence cost, fitted for a measured engine.) A full engine makes
+# $p = B_{max} / l(B_{max})$ answer tokens/s (08.4).
 #
-# $$p = \frac{B_{max}}{l(B_{max})} \quad \text{answer tokens/s} \qquad (08.4)$$
+# **One trainer GPU.** $6 n_{params}$ FLOPs per token, $2 n_{params}$ per extra forward pass
+# ($k$: recomputed log-probs, a reference model), at an MFU $u$; Adam keeps 16 bytes per
+# parameter, sharded over $N_t$ trainers:
 #
-# **One trainer GPU.** A sample of $P + L$ tokens costs $6 n_{params}$ FLOPs per token for the
-# update and $2 n_{params}$ per extra forward pass ($k$ of them: old-policy log-probs when they
-# are recomputed, a reference model for a KL term), at a model-FLOPs utilisation $u$; in
-# answer tokens per second:
+# $$c = \frac{u F\, E[L]}{(6 + 2k)\, n_{params}\, (P + E[L])} \qquad (08.5) \qquad\qquad \frac{16\, n_{params}}{N_t} \le f M \qquad (08.5b)$$
 #
-# $$c = \frac{u F\, E[L]}{(6 + 2k)\, n_{params}\, (P + E[L])} \qquad (08.5)$$
-#
-# Its memory: mixed-precision Adam keeps 16 bytes per parameter (ZeRO), sharded over the
-# $N_t$ trainers:
-#
-# $$\frac{16\, n_{params}}{N_t} \le f M \quad\Longrightarrow\quad N_t \ge N_t^{min} \qquad (08.5b)$$
-#
-# **The balance.** $N_s$ samplers produce $P_{rod} = N_s p$, $N_t = N - N_s$ trainers consume
-# $C = N_t c$; the cluster runs at $\min(P_{rod}, C)$, and the split that wastes neither is
+# **The balance.** $N_s$ samplers produce $N_s p$, $N - N_s$ trainers consume $N_t c$; the
+# split that wastes neither is
 #
 # $$N_s^* = \frac{N c}{p + c} \qquad (08.6)$$
 #
-# **The straggler.** A synchronous layout waits for the batch's last answer. Each engine
-# runs continuous batching; summing (08.3) over the steps of its schedule gives its phase
-# exactly, and the batch is done when the slowest engine is:
+# **The straggler.** A synchronous layout waits for the batch's last answer; (08.3) summed
+# over each engine's continuous-batching schedule:
 #
 # $$T_{gen} = \max_e \sum_t l(B_{e,t}, R_{e,t}, S_{e,t}) \qquad (08.7)$$
 #
-# **The layouts** ($G$ answer tokens per batch, $K$ batches generated per weight version,
-# $T_{train} = K G / (N_t c)$, $d$ the weight sync):
+# **The layouts** ($G$ answer tokens per batch, $K$ independently drawn batches per weight
+# version, $T_{train} = K G / (N_t c)$, $d$ the weight sync), tokens/s $= K G / t$:
 #
-# $$\text{sync\_colocated:}\ \ t = T_{gen}(N) + \frac{K G}{N c} + d \qquad (08.8)$$
+# $$\text{sync\_colocated: } t = T_{gen}(N) + \tfrac{K G}{N c} + d \quad (08.8) \qquad \text{sync\_split: } t = T_{gen}(N_s) + T_{train} + d \quad (08.9)$$
 #
-# $$\text{sync\_split:}\ \ t = T_{gen}(N_s) + T_{train} + d \qquad (08.9)$$
+# $$\text{one\_step: } t = \max\big(T_{gen}(N_s),\ T_{train} + d\big) \qquad (08.10)$$
 #
-# $$\text{one\_step:}\ \ t = \max\big(T_{gen}(N_s),\ T_{train} + d\big) \qquad (08.10)$$
+# **The pipeline** (in-flight weight updates). AReaL's admission rule with bound $k_{max}$
+# (`max_lag`): a sample may start only while fewer than $(k_{max} + 1) B_{batch}$ are
+# *held* (started, not yet consumed by an update whose weights reached the samplers). The
+# queue, the batch in training and the one in transit take their share of the window:
 #
-# and tokens/s $= K G / t$, with lags $0 .. K-1$ (one_step: $1 .. K$).
+# $$I = (k_{max} + 1) B_{batch} - B_{batch}\Big(\tfrac12 + \tfrac{T_{train} + d}{t_{step}}\Big),\quad B_{eff} = \min\Big(B_{max}, \frac{I}{N_s}\Big),\quad \text{tokens/s} = \min\Big(\frac{N_s B_{eff}}{l(B_{eff})}, C\Big) \qquad (08.11)$$
 #
-# **The pipeline** (in-flight weight updates; a sample's lag counts from the weights its
-# first token used). AReaL's admission rule with staleness $k_{max}$ (`max_lag`): a sample
-# may start only while fewer than $(k_{max} + 1) B_{batch}$ samples are *held* (started,
-# and not consumed by an update whose weights have reached the samplers). Held are the
-# samples in flight, the finished ones queued (half a batch on average), the batch being
-# trained (for the share $T_{train} / t_{step}$ of the time) and the one whose weights are on
-# their way ($d / t_{step}$), so at most $I$ sequences are in flight:
+# a fixed point ($t_{step}$ depends on tokens/s); $C = N_t c$, or $G / (G / (N_t c) + d)$
+# when sending the weights stops the trainers. The mean lag is Little's law on what the
+# window holds (in flight and queued); the longest answer runs $(L_{max} - E[L])\, l(B_{eff})$
+# seconds behind the mean one:
 #
-# $$I = (k_{max} + 1) B_{batch} - B_{batch}\Big(\tfrac12 + \tfrac{T_{train} + d}{t_{step}}\Big),\quad B_{eff} = \min\Big(B_{max}, \frac{I}{N_s}\Big),\quad \text{tokens/s} = \min\Big(\frac{N_s B_{eff}}{l(B_{eff})}, N_t c\Big) \qquad (08.11)$$
+# $$\overline{\text{lag}} = \min\Big(k_{max},\ \frac{\text{held} - B_{batch}/2}{B_{batch}} + \frac{d}{t_{step}}\Big) \qquad (08.12) \qquad\qquad \text{lag}_{max} = \Big\lceil \overline{\text{lag}} + \frac{(L_{max} - E[L])\, l(B_{eff})}{t_{step}} \Big\rceil \qquad (08.13)$$
 #
-# (solved as a fixed point: $t_{step}$ depends on tokens/s). The mean lag by Little's law
-# (samples in the system = rate $\times$ time in the system), and the lag of the longest
-# answer, $(L_{max} - E[L])\, l(B_{eff})$ seconds behind the mean one, if nothing stops it:
+# A sample's lag counts from its *first* token; with in-flight updates a token decoded a
+# fraction $x$ through an answer is about $x L\, l / t_{step}$ steps fresher (`calc.token_lag`).
 #
-# $$\overline{\text{lag}} = \min\Big(k_{max},\ \frac{N_s B_{eff} + B_{batch}/2}{B_{batch}} + \frac{d}{t_{step}}\Big) \qquad (08.12)$$
+# **What keeps the maximum within the bound.** The admission rule bounds what *starts*;
+# what the trainer does with a straggler decides the rest:
 #
-# $$\text{lag}_{max} = \Big\lceil \overline{\text{lag}} + \frac{(L_{max} - E[L])\, l(B_{eff})}{t_{step}} \Big\rceil \qquad (08.13)$$
-#
-# **What keeps the maximum within the bound.** AReaL's rule bounds what *starts*. It bounds
-# every sample's lag only if samples are consumed in the order they started; what the
-# trainer does with a straggler decides:
-#
-# - **FIFO**: finished samples are consumed first come, first served; a straggler is taken
-#   late, with the lag (08.13), past the bound when answers have a long tail.
-# - **wait** (a hard bound by waiting): the trainer takes the oldest sample first when a
-#   deadline forces it, and waits for it. A straggler started at version $s$ must be done
-#   before update $s + k_{max}$ starts, so the step can be no shorter than
+# - **FIFO**: finished samples are consumed in order; a straggler is taken late, with the
+#   lag (08.13), past the bound when answers have a long tail.
+# - **wait**: the trainer waits for a straggler at its deadline: started at version $s$,
+#   it must be done before update $s + k_{max}$, so
 #
 # $$t_{step} \ge \frac{L_{max}\, l(B_w) + d}{\lfloor k_{max} \rfloor} \qquad (08.14)$$
 #
-#   While it waits, the window fills with finished samples and the engines run only what is
-#   consumed: $B_w$ is the batch at which $N_s B_w / l(B_w)$ equals the throughput, so the
-#   straggler decodes faster than in a full engine. $L_{max}$ is the generation limit: any
-#   batch may hold an answer that reaches it, so a bound that must hold plans for it.
+#   where $B_w$ is the lighter batch at which the engines make only what is consumed.
+# - **drop**: answers longer than $L_{cut} = (\lfloor k_{max}\rfloor t_{step} - d) / l(B_{eff})$
+#   are aborted, their tokens wasted, and the trainer gets the kept ones:
 #
-# - **drop** (a hard bound by refusing): a sample that cannot be consumed in time is
-#   aborted and its tokens wasted; answers longer than
-#   $L_{cut} = (\lfloor k_{max}\rfloor t_{step} - d) / l(B_{eff})$ are dropped, and the trainer
-#   gets the kept ones:
+# $$\text{useful tokens/s} = \min\Big(\text{production} \cdot \frac{E[L;\ L \le L_{cut}]}{E[\min(L, L_{cut})]},\ C\Big) \qquad (08.15)$$
 #
-# $$\text{useful tokens/s} = \min\Big(\text{production} \cdot \frac{E[L;\ L \le L_{cut}]}{E[\min(L, L_{cut})]},\ N_t c\Big) \qquad (08.15)$$
+#   This biases training to short answers, unpriced: a split dropping over 2% is infeasible.
 #
-#   Dropping the long answers biases the training sample towards short ones, a cost this
-#   model does not price: it calls a split that drops more than 2% infeasible (a straggler
-#   tail of about 1%, the talk's, may go whole).
+# **The two invariants.** (1) Production = consumption: throughput is the lower of the
+# two, highest where they cross (08.6). (2) Every sample's lag within the bound, a
+# constraint on the **maximum**: a split past `max_lag`, or whose trainers cannot hold the
+# model (08.5b), is infeasible.
 #
-# ### The two invariants, and where the best split comes from
-#
-# 1. **Production = consumption.** In steady state the trainers consume exactly what the
-#    samplers produce: if $P_{rod} > C$ finished samples pile up (or the admission rule
-#    idles the samplers); if $P_{rod} < C$ the trainers wait. Throughput is $\min(P_{rod}, C)$,
-#    rising in $N_s$ on one side and in $N - N_s$ on the other, so its maximum is where the
-#    two cross, (08.6).
-# 2. **Every sample's lag within the bound.** A sample started with weights $v$ and consumed
-#    by update $u$ has lag $u - v$; the bound is on the **maximum**, not the mean. It is a
-#    constraint: a split whose maximum lag (08.13, or the hard rule's cap) exceeds
-#    `max_lag` is infeasible, and so is one whose trainers cannot hold the model (08.5b).
-#    The best split is the fastest *feasible* one, which the bound can move away from (08.6).
-#
-# **Pseudocode** (what `layout.model.best_split` does)
+# **Pseudocode** (`layout.model.best_split`, `layout.calc.near_optimal_splits`)
 # ```
 # for each layout in (sync_colocated, sync_split, one_step, pipeline):
-#     for N_s in 1 .. N-1:                              # sync_colocated: no split
-#         tokens/s from (08.8)-(08.11), under the rule (08.14)/(08.15)
-#         max lag from (08.13), capped by a hard rule
+#     for N_s in 1 .. N-1:                                  # sync_colocated: no split
+#         tokens/s from (08.8)-(08.11) under the rule (08.14)/(08.15); max lag (08.13)
 #         feasible if N - N_s >= N_t_min (08.5b) and max lag <= max_lag
-#     best[layout] = the feasible N_s with the most tokens/s, else the constraint that failed
-# recommend the layout with the most tokens/s
+#     near-optimal[layout] = feasible N_s within 5% of the fastest, else why none is feasible
 # ```
 #
 # | equation | function in `course_lib.layout` |
 # |---|---|
-# | (08.1) KV bytes per token | `model.kv_bytes_per_token` |
-# | (08.2) resident tokens, largest batch | `model.resident_tokens`, `model.max_batch` |
-# | (08.3) the decode step | `model.step_costs`, `SystemSpec.latency_s`; a measured engine: `model.fit_decode_latency` |
-# | (08.4) engine tokens/s | `SystemSpec.engine_full_tokens_per_s` |
-# | (08.5), (08.5b) trainer tokens/s and memory | `model.train_tokens_per_s_per_gpu`, `model.min_trainers` |
-# | (08.6) balanced split | `model.balanced_samplers` |
-# | (08.7) the straggler, exactly | `model.generation_time_s` (`engine_schedule`) |
-# | (08.8)-(08.15) the layouts, lags, admission rules | `model.predict`; best split: `model.sweep`, `model.best_split` |
+# | (08.1)-(08.2) | `model.kv_bytes_per_token`, `model.resident_tokens`, `model.max_batch` |
+# | (08.3)-(08.5b) | `model.step_costs`, `SystemSpec.latency_s`, `model.train_tokens_per_s_per_gpu`, `model.min_trainers` |
+# | (08.6), (08.7) | `model.balanced_samplers`, `model.generation_time_s` |
+# | (08.8)-(08.15) | `model.predict`, `model.sweep`, `model.best_split` |
+# | per-token lag | `calc.token_lag` |
 # | the same system, event by event | `sim.simulate`, `sim.gantt` |
-# | lesson 07 as a 2-GPU cluster | `calibrate` (`Rates`, `lesson07_spec`, `measure_round`, `compare_regimes`) |
-# | published systems | `published.CASES`, `published.predicted_speedup` |
-# | the calculator | `calc.recommend`, `calc.recommendation_text` |
+# | lesson 07 as a 2-GPU cluster | `calibrate.measure_round`, `calibrate.compare_regimes` |
+# | published systems | `published.CASES`, `published.calibrated_table`, `published.held_out_checks` |
+# | the calculator | `calc.recommend`, `calc.near_optimal_splits`, `calc.sensitivity`, `calc.compare_admissions` |
 #
-# The heart of the pipeline's throughput, (08.11): the sequences the window leaves in
-# flight at a given throughput, and what the engines make with them (the fixed point and
-# the lags are in `_pipeline`; its maximum-lag rule is exercise 3's to write):
+# The core of (08.7): $B_t$, $R_t$ and $S_t$ of one engine's schedule by difference arrays:
 
 # %%
-from course_lib.layout.model import _flow, _step_clock_s
+from course_lib.layout.model import _step_clock_s
 
-show_source(_flow)
-
-# %% [markdown]
-# And (08.3) summed over one engine's continuous-batching schedule, the core of (08.7):
-# $B_t$, the resident tokens $R_t$ and the starters $S_t$ come from the schedule by
-# difference arrays, one step at a time:
-
-# %%
 show_source(_step_clock_s)
 
 # %% [markdown]
 # ## 1. What one GPU can do: Qwen2.5-7B and 32B on an H100 and an H20
 #
-# The shapes come from the models' published `config.json` (Hugging Face); the GPUs from
-# NVIDIA's datasheets: the H100 SXM has 80 GB of HBM3 at 3.35 TB/s and 989 TFLOP/s dense
-# bf16; the H20 (the export Hopper verl's runs used) 96 GB at 4.0 TB/s but only 148 TFLOP/s
-# (the H800 is the H100 with a slower NVLink: the same here). Stated assumptions, used
-# throughout: answers log-normal with a mean of 2,000 tokens and a 99th percentile 8x the
-# median, capped at 16,384; 1,024 prompt tokens; decode at 70% of peak bandwidth and FLOP/s;
-# training at 40% MFU (large dense runs report 38-43% on H100s: Llama 3, arXiv 2407.21783);
-# 90% of memory usable.
-
+# Shapes from the models' `config.json`, GPUs from NVIDIA's datasheets: the H100 SXM has
+# 80 GB at 3.35 TB/s and 989 dense bf16 TFLOP/s; the H20 (verl's runs) 96 GB at 4.0 TB/s
+# but 148 TFLOP/s. Assumptions used throughout: answers log-normal, mean 2,000 tokens,
+# 99th percentile 8x the median, capped at 16,384; 1,024 prompt tokens; decode at 70% of
+# peak; training at 40% MFU (Llama 3 reports 38-43% on H100s); 90% of memory usable.
 # %%
 from course_lib.layout.model import (
     H20,
@@ -299,48 +233,33 @@ for ax, (spec, name) in zip(axes, ((s7h, "H100 SXM"), (s7z, "H20"))):
 fig.tight_layout()
 plt.show()
 
-# %% [markdown]
-# **Takeaway:** on an H100 the 7B step stays memory-bound up to a full paged cache: its
-# floor is the weight read and each sequence adds its resident KV, so a bigger batch
-# amortises the weight read and tokens/s climbs until memory runs out. On the H20, with
-# 6.7x less compute and more bandwidth, the compute line overtakes the memory line at a
-# few dozen sequences: the engine is compute-bound at $B_{max}$, and a trainer (pure
-# FLOPs) is more than five times slower than on an H100. Reserving the whole context per
-# sequence would cut the batch by more than 3x (table). The 32B model's 65.5 GB of weights
-# leave room for few sequences on one 80 GB GPU, and its Adam state needs at least 8
-# trainer GPUs (08.5b): it runs on tensor-parallel groups (section 5).
 
 # %% [markdown]
-# ## 2. The lesson 07 cluster, measured: calibrate, predict, compare
+# **Takeaway:** on an H100 the 7B step is memory-bound up to a full cache: a bigger batch
+# amortises the weight read, so tokens/s climbs until memory runs out. The H20, with 6.7x
+# less compute, turns compute-bound at a few dozen sequences, and trains five times slower.
+# Reserving the whole context per sequence would cut the batch by 3x. The 32B model's
+# weights leave room for few sequences on one GPU and its Adam state needs 8 trainer GPUs:
+# it runs on tensor-parallel groups (section 5).
+
+# %% [markdown]
+# ## 2. The first test: lesson 07's cluster, measured
 #
-# Lesson 07's generator process (pinned to core 0) and trainer (core 1) are, for the model,
-# a cluster of **2 GPUs: 1 sampler, 1 trainer**. The mapping, part by part
-# (`course_lib.layout.calibrate`):
-#
-# | lesson 07 | model input | how it is measured here |
-# |---|---|---|
-# | `SlotSampler.step` computes all 32 slots, busy or not | $a_s = l(32)$, $B_{max}$ = 32 slots | the bare step, timed in this process (`time_decode_steps`) |
-# | the generator loop: start, verify, pickle answers | $b_s$ per live slot step | the loop, timed in this process (`time_generator_steps`) minus the bare step |
-# | a sequence: 3 prompt steps + its answer | lengths in slot steps | 1,024 answers of the warm-started policy (`sample_answer_tokens`) |
-# | the trainer's update (loss, backward, Adam, publish) | $c$ in slot steps per second | the trainer's own busy intervals in the runs (`trainer_timing`) |
-# | publishing is inside the update | $d = 0$ | |
-# | `sync` / `one_step` / `pipeline` (`max_lag` 8) | `sync_split` / `one_step` / `pipeline` | |
-#
-# To keep the model's inputs still, the validation runs use **`lr = 0`**: the trainer does
-# all its work (loss, backward, Adam step, publish) but the policy, hence the answer lengths,
-# stay those of the warm start. With learning on, lengths drift within a run, and the model
-# would need the current lengths, which it cannot predict (section 4 meets the same drift
-# in published runs). The engine here is lesson 07's slot sampler, a *linear* engine
-# ($r_s = f_s = 0$ in (08.3)): its step is measured and fitted, not derived from a datasheet.
-#
-# First the warm start (lesson 07's, same seeds), the sampler's step against the number of
-# slots (08.3) and the policy's answer lengths:
+# Lesson 07's generator (one core) and trainer (another) are, for the model, a cluster of
+# **2 GPUs: 1 sampler, 1 trainer**. Its inputs, measured here (`course_lib.layout.calibrate`):
+# $a_s$ is the slot sampler's bare step at 32 slots, $b_s$ what the generator loop adds per
+# live slot, the lengths are 1,024 answers of the warm-started policy, and $c$ is each
+# run's own trainer rate (its busy intervals); $d = 0$ (publishing is inside the update).
+# The runs use `lr = 0`: the trainer does all its work but the policy, hence the lengths,
+# stay still, so the model's inputs hold for the whole run.
 
 # %%
+from dataclasses import replace
+
 import torch
 
-from course_lib.layout.model import LengthDist, fit_decode_latency
 from course_lib.layout.calibrate import sample_answer_tokens, sequence_steps, time_decode_steps
+from course_lib.layout.model import LengthDist, fit_decode_latency
 from course_lib.lm import TinyLM
 from course_lib.lm.task import CountdownTask, warm_start
 from course_lib.pipeline.system import LM
@@ -355,74 +274,53 @@ warm_start(model, task, steps=10, seed=1)
 init_flat = flat_parameters(model)
 answers = sample_answer_tokens(model, task, 1024, seed=7)
 lengths07 = LengthDist.from_samples(sequence_steps(answers))
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"warm-started policy, 1024 answers: mean {answers.mean():.1f} tokens, median {np.median(answers):.0f}, "
-      f"99th percentile {np.percentile(answers, 99):.0f}, longest {answers.max()} (the limit: {LM.max_len - 4})")
-
-# %%
-assert np.median(answers) < answers.mean() < np.percentile(answers, 99) <= LM.max_len - 4
-assert np.percentile(answers, 99) > 3 * answers.mean()
-print("a long tail: the mean answer is above the median, the 99th percentile more than 3x the mean")
-
-# %%
-# NBVAL_IGNORE_OUTPUT
 SLOTS = [8, 16, 32, 48, 64]
 step_s = time_decode_steps(model, task, SLOTS, n_steps=40)
 a07, b07 = fit_decode_latency(SLOTS, step_s)
-print("bare decode step (ms) at " + ", ".join(f"{s} slots {1e3 * t:.2f}" for s, t in zip(SLOTS, step_s)))
-print(f"fit (08.3): l(B) = {1e3 * a07:.3f} ms + {1e3 * b07:.4f} ms x B; the weight-read-like floor is "
-      f"{100 * a07 / (a07 + 32 * b07):.0f}% of l(32)")
-
-# %%
-assert a07 > 0 and b07 > 0 and a07 > 32 * b07, (a07, b07)
-print("the sampler's step has a fixed part larger than what 32 slots add (a_s > 32 b_s): as with a GPU's "
-      "weight read, more slots amortise it, so tokens/s rises with the batch")
+assert np.percentile(answers, 99) > 3 * answers.mean() and a07 > 32 * b07 > 0, (a07, b07)
+print("answers have a long tail (99th percentile > 3x the mean); the sampler's step has a fixed part larger than "
+      "what 32 slots add (a_s > 32 b_s), like a GPU's weight read")
 
 # %% [markdown]
-# **The runs.** Three rounds; each round times the generator's parts in this process, then
-# runs `sync`, `one_step` and `pipeline` back to back (50 updates each, `lr = 0`), so the
-# calibration and the runs it predicts share the machine's load of the moment. A run's
-# **steady state** leaves out its first 10 updates (the pipeline's queue fills up there).
+# Three rounds; each times the generator's parts, then runs `sync`, `one_step` and
+# `pipeline` (`max_lag` 8) back to back, 50 updates each, so calibration and runs share
+# the machine's load. The first 10 updates (the queue filling) are left out.
 
 # %%
-from dataclasses import replace
-
-from course_lib.layout.calibrate import REGIMES, compare_regimes, lesson07_spec, measure_round, relative_error
+from course_lib.layout.calc import token_lag
+from course_lib.layout.calibrate import REGIMES, compare_regimes, lesson07_spec, measure_round
+from course_lib.layout.model import predict
 from course_lib.pipeline.system import PipelineConfig
 from course_lib.runtime.processes import live_children
 
-show_source(measure_round)
 base07 = PipelineConfig(n_updates=pick(cpu=50, full=200), max_lag=8, lr=0.0)
 SKIP, ROUNDS = 10, 3
-rates_by_round, reports_by_round, loads = [], [], []
+rates_by_round, reports_by_round = [], []
 for i in range(ROUNDS):
     with progress(len(REGIMES) * base07.n_updates, f"round {i}: {', '.join(REGIMES)}", unit="update") as bar:
         rates, reports = measure_round(model, task, base07, init_flat, seed=i, skip=SKIP,
                                        on_update=lambda u, m: bar.update())
     rates_by_round.append(rates)
     reports_by_round.append(reports)
-    loads.append(os.getloadavg()[0])
+cmp = compare_regimes(base07, rates_by_round, reports_by_round, answers, SKIP)
+pipe_spec07 = lesson07_spec(base07, rates_by_round[0].for_regime("pipeline"), lengths07.batch(base07.batch_sequences))
+lag07 = {}  # the model's pipeline lag, per sample and per token, with the trainer 10% slower, as measured, 10% faster
+for scale in (0.9, 1.0, 1.1):
+    spec_c = replace(pipe_spec07, train_tokens_per_s_per_gpu=scale * pipe_spec07.train_tokens_per_s_per_gpu)
+    lag07[scale] = token_lag(predict("pipeline", spec_c), spec_c)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"load average (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)} (2 cores, shared)")
-for i, r in enumerate(rates_by_round):
-    production = base07.n_slots / (r.step_s + base07.n_slots * r.per_slot_step_s)
-    print(f"round {i}: l(32) {1e3 * r.step_s:.2f} ms, loop adds {1e6 * r.per_slot_step_s:.1f} us per live slot step: "
-          f"production {production:,.0f} vs consumption {r.trainer_steps_per_s:,.0f} slot steps/s")
-cmp = compare_regimes(base07, rates_by_round, reports_by_round, answers, SKIP)
-print(f"\n{'regime':<9} {'measured tok/s':>14} {'model':>7} {'sim':>7} {'model err per round':>22} "
-      f"{'median err':>10} | {'lag: measured':>13} {'model':>6} {'sim':>5} | {'trainer busy':>12}")
+print(f"load average (1 min): {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+print(f"{'regime':<9} {'measured tok/s':>14} {'model':>7} {'model error, round by round':>28} | {'lag: runs (per token)':>21}")
 for regime, row in cmp.items():
     errs = ", ".join(f"{100 * e:+.0f}%" for e in row.model_errors)
-    print(f"{regime:<9} {row.measured_tokens_per_s:>14,.0f} {row.model_tokens_per_s:>7,.0f} {row.sim_tokens_per_s:>7,.0f} "
-          f"{errs:>22} {100 * row.model_error:>+9.0f}% | {row.measured_lag:>13.2f} {row.model_lag:>6.2f} "
-          f"{row.sim_lag:>5.2f} | {100 * row.trainer_busy:>11.0f}%")
+    print(f"{regime:<9} {row.measured_tokens_per_s:>14,.0f} {row.model_tokens_per_s:>7,.0f} {errs:>28} | "
+          f"{row.measured_lag:>21.1f}")
+print("pipeline's mean lag in the model (round 0), per sample / per token, with its trainer's c x 0.9, 1.0, 1.1: "
+      + ", ".join(f"{t.sample_mean:.1f} / {t.token_mean:.1f}" for t in lag07.values()))
 
 # %%
-med_err = {regime: cmp[regime].model_error for regime in REGIMES}
 measured = {regime: cmp[regime].measured_tokens_per_s for regime in REGIMES}
 assert not live_children()
 assert all(reports["sync"].token_lags.max() == 0 for reports in reports_by_round)
@@ -430,73 +328,43 @@ assert cmp["sync"].model_lag == 0.0 and cmp["one_step"].model_lag == 1.0
 assert abs(cmp["one_step"].measured_lag - 1.0) < 0.05, cmp["one_step"].measured_lag
 assert cmp["sync"].model_tokens_per_s < cmp["one_step"].model_tokens_per_s < cmp["pipeline"].model_tokens_per_s
 assert measured["sync"] < measured["pipeline"] and measured["one_step"] < measured["pipeline"], measured
-assert abs(med_err["pipeline"]) < 0.35, med_err
-print("asserted: the lags of sync (0) and one_step (1) are what the model says; model and runs rank the "
-      "regimes alike (the pipeline fastest); the model's pipeline tokens/s is within 35% of the measured "
-      "(median over rounds)")
+assert all(r["pipeline"].token_lags.max() <= base07.max_lag for r in reports_by_round)
+assert lag07[1.1].sample_mean <= lag07[1.0].sample_mean <= lag07[0.9].sample_mean <= base07.max_lag
+print("asserted: the lags of sync (0) and one_step (1) are what the model says; model and runs rank the regimes "
+      "alike (the pipeline fastest); no run's token lag passed the bound; in the model a faster trainer never "
+      "raises the lag")
 
 # %% [markdown]
-# **What holds, what does not.** The table varies from run to run of this notebook (the
-# processes share two cores with whatever else runs); the assertions above are the claims
-# this lesson makes about it. The verdict for this run, against a 15% goal:
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-for regime in REGIMES:
-    e = med_err[regime]
-    print(f"{regime:<9} median model error {100 * e:+.0f}%: " + ("within 15%" if abs(e) <= 0.15 else "NOT within 15%")
-          + f" (rounds: {', '.join(f'{100 * x:+.0f}%' for x in cmp[regime].model_errors)})")
-print(f"pipeline lag: model {cmp['pipeline'].model_lag:.2f} (per sample, median over rounds), simulator "
-      f"{cmp['pipeline'].sim_lag:.2f} (per sample), runs {cmp['pipeline'].measured_lag:.2f} (per token)")
-
-# %% [markdown]
-# How to read it:
+# **What it shows.** The synchronous lags are exact by construction. The pipeline is
+# trainer-bound, so calibrated on its own trainer it is a consistency check: the model
+# counts that trainer busy all the time and errs high by the share it waited on the pipe.
+# `sync` and `one_step` are the real test: their generation phase (08.7) comes from the
+# separately timed sampler step, with hand-offs (a batch through the pipe, waking a
+# process) the model leaves out. The errors are printed round by round, as they are, on
+# shared cores. The pipeline's **lag** the model cannot forecast here: this cluster sits
+# at the balance, where 10% on the trainer's rate moves the model's mean lag between about
+# 1.5 and the bound (printed): the queue either stays short or fills the window. The runs,
+# per token, land in between. Near the balance (08.12) brackets the lag; it does not
+# predict it.
 #
-# - **Lag of the synchronous layouts**: exact. `sync` has lag 0 and `one_step` lag 1 (after
-#   the first update) in the model, the simulator and every run (asserted).
-# - **Pipeline tokens/s: a consistency check, not a forecast.** $c$ is measured from the
-#   same runs' trainer busy intervals, and when production exceeds consumption (the lines
-#   above) the model's pipeline is trainer-bound, tokens/s = $c$: it can only be off by the
-#   share of time the runs' trainer was not busy (the last column: it waits for groups to
-#   come through the pipe). Asserted within 35% (median over rounds): the two shared cores
-#   drift, and a round whose trainer waited on the pipe more falls short of c.
-# - **`sync` and `one_step` tokens/s: the real test.** Here the generation phase (08.7),
-#   predicted from the separately timed sampler step, is on the critical path, with the
-#   hand-offs the model leaves out (a batch through the pipe, a weight pull, waking a
-#   process); the verdict above says how far off it was in this run, round by round. A
-#   round whose calibration or runs were preempted mid-step can err either way, and the
-#   generator loop's extra cost per slot, when it is below the timing noise, can come out
-#   as 0 (it is clamped: it cannot be negative).
-# - **Pipeline lag: not a forecast here.** (08.12) has two branches: a round whose
-#   production exceeds its consumption is trainer-bound, its window fills and the model says
-#   the bound, $k_{max} = 8$; a round just below the balance gets Little's law, a lag of one
-#   or two. Lesson 07's cluster sits near the balance (the rounds' lines above), so the
-#   model's median over rounds jumps between the two, while the runs (per *token*: tokens
-#   sampled after an in-flight update carry the newer version) and the simulator (per
-#   sample) land in between. Applied Compute's post on staleness in fully asynchronous RL
-#   derives the mean lag smoothly from utilisation and the length tail; (08.12) does not.
-# - **The simulator** agrees with the model on `sync` and `pipeline` tokens/s (the same
-#   assumptions, played out; asserted within 10% below). On `one_step` it can be faster: its
-#   engines start the next batch in the slots the current batch's short answers free while
-#   the long ones finish; lesson 07's generator, like (08.10), waits until every slot is free.
-
-# %%
-for regime in ("sync", "pipeline"):
-    assert abs(relative_error(cmp[regime].sim_tokens_per_s, cmp[regime].model_tokens_per_s)) < 0.10, cmp[regime]
-print("asserted: from the same measured rates, the simulator is within 10% of the model for sync and pipeline")
+# **On a GPU.** Lesson 11's capstone ran on one H200 with its layout from this model,
+# calibrated on that GPU (BENCHMARKS, 2026-11-27). The asynchronous runs came within 20%:
+# 2,125 tokens/s predicted, 1,944 measured, and 20% and 6% low at the full sizes. The
+# synchronous run missed by 2x (1,971 predicted, 1,003 measured): its three trainers'
+# all-reduce went through host memory (gloo), about 90 ms per update, a cost the model
+# does not count.
 
 # %% [markdown]
-# ## 3. Simulator and model at full scale: the admission rules and the maximum lag
+# ## 3. Model and simulator at full scale: the admission rules
 #
-# From here on the hardware is the H100 of section 1 and the model Qwen2.5-7B. First the
-# model's home ground: answers of mixed but not heavy-tailed lengths (log-normal, 99th
-# percentile 2x the median), 16 GPUs, an admission window of 4 batches beyond the one in
-# training, FIFO, every layout at its fastest split (feasible or not: the lag constraint
-# comes next), the simulator (`layout.sim`, SimPy) running 24 optimizer steps of the same
-# system, decode step (08.3) and all (the first 8 steps not measured).
+# From here on: Qwen2.5-7B on the H100s of section 1. The simulator (`layout.sim`, SimPy)
+# plays the same system event by event. First the model's home ground: lengths with a mild
+# tail (99th percentile 2x the median), 16 GPUs, `max_lag` 4, FIFO, each layout at its
+# fastest split (24 simulated steps, the first 8 not measured):
 
 # %%
-from course_lib.layout.model import SystemSpec, best_split, predict, sweep
+from course_lib.layout.calibrate import relative_error
+from course_lib.layout.model import SystemSpec, best_split, sweep
 from course_lib.layout.sim import sim_config, simulate
 
 
@@ -526,47 +394,23 @@ for layout in ("sync_colocated", "sync_split", "one_step", "pipeline"):
 # %%
 assert all(abs(agree[k]) < 0.025 for k in ("sync_colocated", "sync_split", "pipeline")), agree
 assert 0 <= agree["one_step"] < 0.06, agree
-print("where its assumptions hold (no heavy tail), the model is within 2.5% of the simulator for sync_colocated, "
-      "sync_split and pipeline; for one_step the simulator is faster by design (its engines start the next batch in "
-      "the slots the current batch frees; (08.10) waits for the whole batch), by less than 6%")
 pipe16 = fastest("pipeline", spec16)
 assert pipe16.max_lag_steps > spec16.max_lag
-print(f"but the pipeline's maximum lag, {pipe16.max_lag_steps} in the model, is past its window of {spec16.max_lag:g}: "
-      "even a mild tail puts the longest answers of a full window over the bound (the subject of the next part)")
+print(f"asserted: with a mild tail the model is within 2.5% of the simulator for sync_colocated, sync_split and "
+      f"pipeline, and one_step's simulator is faster by under 6%; but the pipeline's maximum lag, "
+      f"{pipe16.max_lag_steps}, is past its bound of {spec16.max_lag:g}")
 
 # %% [markdown]
-# The same cluster with a tighter bound, `max_lag` = 2. Now the window, not the KV cache,
-# limits what is in flight: of the 3 batches it holds, the queue, the batch in training
-# and the one whose weights are on their way take their share (08.11), and the engines run
-# below $B_{max}$:
-
-# %%
-spec16_2 = replace(spec16, max_lag=2)
-p2 = fastest("pipeline", spec16_2)
-s2 = simulate(sim_config(replace(spec16_2, n_samplers=p2.n_samplers), "pipeline", n_steps=24, warmup_steps=8,
-                         lengths=mild.tokens, seed=1))
-tight = relative_error(s2.tokens_per_s, p2.tokens_per_s)
-print(f"pipeline, max_lag 2, {p2.n_samplers} samplers: model {p2.tokens_per_s:,.0f} tokens/s with {p2.engine_batch:.0f} "
-      f"sequences per engine (B_max {spec16_2.max_batch}); simulator {s2.tokens_per_s:,.0f} tokens/s ({100 * tight:+.0f}%) "
-      f"with {s2.sampler_mean_in_flight:.0f} per engine")
-assert p2.cap_binds and abs(tight) < 0.10, (p2, tight)
-
-# %% [markdown]
-# **Takeaway:** where its assumptions hold the model is within a few percent of the
-# simulator (asserted above, and 10% with the window binding). Read the rows with
-# care: a trainer-bound row (here the open-window pipeline) agrees by construction, both
-# give $N_t c$; the tests of the engine model are the synchronous rows and the sampler-bound
-# pipeline with the tight window. Counting everything the window holds, not only the
-# sequences in flight, is what keeps a tight bound honest: a model that gave the whole
-# window to generation would overstate the engines' batch.
+# The simulator's `one_step` is faster by design: its engines start the next batch in the
+# slots that short answers free, while (08.10) waits for the whole batch. And even a mild
+# tail puts the longest answers of a full window past the bound.
 #
 # ### The straggler
 #
-# The talk's example: 99% of the samples are done in about 40 s, the last 1% need about
-# 80 s more. Here: 8 GPUs (4 samplers, 4 trainers), batches of 400 answers, 100 per engine;
-# the body's lengths are evenly spread from 200 to 3,000 tokens and 1% of the answers are
-# long enough to keep an engine busy 80 s after its body is done
-# (`model.tail_tokens_for_extra_s`, at the step of a batch of one). One engine's schedule (08.7):
+# The talk's example: 99% of the samples done in about 40 s, the last 1% needing about 80 s
+# more. Here: 8 GPUs (4 samplers, 4 trainers), batches of 400, the body's lengths spread
+# from 200 to 3,000 tokens, and 1% of answers made long enough to keep an engine busy 80 s
+# after its body is done (that 80 s is built into the lengths). One engine's schedule (08.7):
 
 # %%
 from course_lib.layout.model import body_tail_lengths, deal_to_engines, engine_finish_times_s, tail_tokens_for_extra_s
@@ -585,34 +429,27 @@ spec8 = straggler_spec(straggly, max_lag=2)
 share = deal_to_engines(spec8.lengths_tokens, 4)[0]
 finish = np.sort(engine_finish_times_s(share, spec8.max_batch, spec8.a_s, spec8.b_s, r_s=spec8.r_s, f_s=spec8.f_s,
                                        prompt_tokens=PROMPT))
-print(f"lengths: body 200..{BODY_MAX} tokens, tail {tail:,} tokens (1%); mean {straggly.mean_tokens:,.0f}")
-print(f"engine 0: {len(share)} answers, 99% done at {finish[int(0.99 * len(share)) - 1]:.0f} s, "
-      f"the last at {finish[-1]:.0f} s")
+body_done = finish[int(0.99 * len(share)) - 1]
+print(f"lengths: body 200..{BODY_MAX} tokens, tail {tail:,} tokens (1%); engine 0: {len(share)} answers, 99% done at "
+      f"{body_done:.0f} s, the last at {finish[-1]:.0f} s")
+assert body_done < 40
 
-# %%
-fig, ax = plt.subplots(figsize=(7.5, 3.4))
+fig, ax = plt.subplots(figsize=(7.5, 3.2))
 ax.step(finish, np.arange(1, len(finish) + 1) / len(finish), where="post", color="tab:blue")
-ax.axvline(finish[-2], color="tab:gray", ls=":", label="99% of the answers done")
+ax.axvline(body_done, color="tab:gray", ls=":", label="99% of the answers done")
 ax.set_xlabel("time since the batch started (s)")
 ax.set_ylabel("fraction of engine 0's answers done")
 ax.set_title("One engine's batch with a 1% tail: the last answer alone takes the rest")
 ax.legend(loc="lower right")
 plt.show()
 
-# %%
-assert finish[int(0.99 * len(share)) - 1] < 40 and abs(finish[-1] - finish[-2] - 80) < 8
-print("asserted: 99% of the engine's answers are done in under 40 s, the last one about 80 s later (within 10%)")
-
 # %% [markdown]
-# **Takeaway:** the body is done in under 40 s; the one long answer keeps the engine (and,
-# in a synchronous layout, the whole cluster) busy for about 80 s more, running a batch of
-# one: every step pays the full weight read ($a_s$) for a single token.
+# The last answer runs alone, paying the full weight read ($a_s$) for one token per step.
 #
 # ### Three ways to treat a straggler, with `max_lag` = 2
 #
-# The synchronous layouts pay for the straggler in every step (08.7). The pipeline hides
-# it, but the straggler's lag is then what (08.13) says. What each admission rule makes of
-# it, model against simulator:
+# The synchronous layouts pay for the straggler in every step (08.7); the pipeline hides
+# it, and the rule decides its lag. Model against simulator:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -626,13 +463,13 @@ with progress(5, "straggler: 5 simulations", unit="run") as bar:
         rules[(layout, admission)] = (p, s)
         bar.update()
 print(f"{'layout':<10} {'rule':<5} {'model tok/s':>11} {'sim tok/s':>10} {'model lag mean/max':>19} "
-      f"{'sim lag mean/max':>17} {'dropped model/sim':>18} {'sim trainer busy':>17}")
+      f"{'sim lag mean/max':>17} {'dropped model/sim':>18}")
 for (layout, admission), (p, s) in rules.items():
     rule = admission if layout == "pipeline" else "-"
     sim_drop = s.n_dropped / max(1, s.n_started)
     print(f"{layout:<10} {rule:<5} {p.tokens_per_s:>11,.0f} {s.tokens_per_s:>10,.0f} {p.mean_lag_steps:>12.2f} / "
           f"{p.max_lag_steps:<4} {s.lag_mean:>11.2f} / {s.lag_max:<4} {100 * p.dropped_fraction:>8.1f}% / "
-          f"{100 * sim_drop:>4.1f}% {100 * s.trainer_busy_frac:>16.0f}%")
+          f"{100 * sim_drop:>4.1f}%")
 
 # %%
 (ps, ss), (pf, sf) = rules[("sync_split", "fifo")], rules[("pipeline", "fifo")]
@@ -646,28 +483,31 @@ assert abs(relative_error(sf.tokens_per_s, pf.tokens_per_s)) < 0.10
 assert abs(relative_error(sw_.tokens_per_s, pw.tokens_per_s)) < 0.25
 assert sd.n_dropped > 0 and pd.dropped_fraction > 0
 assert min(pw.tokens_per_s, sw_.tokens_per_s) > 1.5 * max(ps.tokens_per_s, ss.tokens_per_s)
-print("asserted: sync_split, model = simulator within 5% (08.7 is exact for the straggler); FIFO lets the "
-      "stragglers' lag run past the bound in both; waiting and dropping keep every lag within it in both; waiting "
-      "costs tokens/s against FIFO (model within 25% of the simulator there); dropping aborts samples; even the "
-      "waiting pipeline is more than 1.5x the synchronous split")
+print("asserted: sync_split, model = simulator within 5%; FIFO lets the stragglers' lag pass the bound in both; "
+      "waiting and dropping keep it in both; waiting costs tokens/s against FIFO "
+      "(model within 25% of the simulator); even the waiting pipeline is over 1.5x the synchronous split")
 
 # %% [markdown]
-# **Takeaway:** this is the invariant as a constraint. Under FIFO the pipeline's throughput
-# holds, but the stragglers are consumed with a lag past the bound (the model's (08.13) and
-# the simulator's maximum, printed; (08.13) is the more conservative of the two). The two
-# hard rules keep every lag within it, at a price: **waiting** lets a straggler set the
-# trainer's pace (08.14), **dropping** wastes the tokens of what it aborts and trains on
-# shorter answers (08.15): here the 1% tail, and a little more in the simulator, whose
-# batches draw their own stragglers (printed). The FIFO and drop rows are trainer-bound, so
-# their tokens/s agree by construction; the waiting row is the test of (08.14). A layout is
-# only as good as the rule that keeps its staleness honest.
-#
-# **The best split under each rule.** The model's sweep of a bigger cluster (24 GPUs,
-# batches of 1,024, the same straggly lengths): throughput at every split, the infeasible
-# splits (a lag past the bound, or trainers that cannot hold the model) hollow.
+# **Takeaway:** under FIFO the pipeline's throughput holds but the stragglers arrive past
+# the bound. The hard rules keep every lag within it, at a price: **waiting** lets the
+# straggler set the trainer's pace (08.14), **dropping** wastes what it aborts and trains
+# on shorter answers (08.15). The FIFO and drop rows are trainer-bound, so they agree by
+# construction; the waiting row is the test of (08.14). `one_step`'s simulator is again
+# faster, for the reason above. The model's two hard rules, the code behind the
+# calculator's default (the rest of `_pipeline`, with the maximum-lag rule, is exercise 3):
 
 # %%
-from course_lib.layout.model import ADMISSIONS, balanced_samplers, sweep
+from course_lib.layout.model import _drop_rule, _wait_rule
+
+show_source(_wait_rule)
+show_source(_drop_rule)
+
+# %% [markdown]
+# **The best split under each rule.** A bigger cluster (24 GPUs, batches of 1,024, the same
+# lengths): throughput at every split, infeasible splits hollow.
+
+# %%
+from course_lib.layout.model import ADMISSIONS, balanced_samplers
 
 spec24 = spec_from_hardware(QWEN25_7B, H100_SXM, n_gpus=24, batch_samples=1024, prompt_tokens=PROMPT,
                             answer_tokens=straggly.batch(1024, seed=0), max_lag=2)
@@ -690,7 +530,6 @@ ax.set_ylabel("generated tokens/s (thousands)")
 ax.set_title("Pipeline, max_lag 2, 1% stragglers: throughput against the split, by rule")
 ax.legend(fontsize=8, ncol=3)
 plt.show()
-print(f"balance with full engines (08.6): N_s* = {n_bal:.1f}")
 for admission, b in best_by_rule.items():
     if isinstance(b, str):
         print(f"{admission:<5}: {b}")
@@ -705,63 +544,38 @@ for admission in ("wait", "drop"):
     assert not isinstance(b, str) and b.feasible and b.max_lag_steps <= spec24.max_lag
 assert best_by_rule["wait"].n_samplers > best_by_rule["drop"].n_samplers
 assert best_by_rule["wait"].tokens_per_s < best_by_rule["drop"].tokens_per_s
-print("asserted: under FIFO no split of this cluster keeps every lag within 2 (the error says which constraint "
-      "failed); under waiting and dropping the best split keeps it; waiting puts more GPUs on sampling than "
-      "dropping, and makes fewer tokens/s")
+print("asserted: no FIFO split keeps every lag within 2 (the error names the constraint); waiting and dropping "
+      "do; waiting puts more GPUs on sampling than dropping, and makes fewer tokens/s")
 
 # %% [markdown]
-# **Takeaway:** with a 1% tail no FIFO split keeps the stragglers within the bound: a
-# calculator that checked only the mean lag would have recommended one anyway. The hard
-# rules keep the bound, and their best splits differ (printed): a waiting trainer idles
-# while a straggler finishes, and a straggler decodes faster on a lightly loaded engine,
-# so more GPUs go to sampling; dropping never waits and its trainers stay busy: its best
-# split is the one closer to the balance of full engines (08.6, printed). The simulator's
-# side of the rules, the trainer's pick when a deadline forces it (wait) and the sweep that
-# aborts what can no longer make its deadline (drop):
-
-# %%
-from course_lib.layout.sim import _Sim
-
-show_source(_Sim.forced_oldest)
-show_source(_Sim.drop_stale)
-
-# %% [markdown]
-# **Bursty weight updates.** The model's pipeline overlaps the weight sync $d$ with
-# generation (it only enters the window, (08.11)). If sending the weights blocks the
-# trainer GPUs (no double buffer), each step pays it. The FIFO straggler cluster, whose
-# trainers are its bottleneck (busy 100% in the table above):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-burst = {}
-for d in (0.0, 5.0, 15.0):
-    spec_d = replace(spec8, weight_sync_s=d)
-    p = predict("pipeline", spec_d)
-    s_free = simulate(sim_config(spec_d, "pipeline", n_steps=30, warmup_steps=8, lengths=straggly.tokens, seed=0))
-    s_block = simulate(sim_config(spec_d, "pipeline", n_steps=30, warmup_steps=8, lengths=straggly.tokens, seed=0,
-                                  sync_blocks_trainer=True))
-    burst[d] = (p.tokens_per_s, s_free.tokens_per_s, s_block.tokens_per_s, p.step_s)
-    print(f"weight sync {d:>4.0f} s (model step {p.step_s:.0f} s): model {p.tokens_per_s:,.0f} tok/s, simulator "
-          f"{s_free.tokens_per_s:,.0f} overlapped, {s_block.tokens_per_s:,.0f} when the sync blocks the trainers")
-
-# %%
-assert all(abs(relative_error(sim_free, model)) < 0.10 for model, sim_free, _, _ in burst.values())
-assert burst[15.0][2] < 0.8 * burst[15.0][1]
-print("overlapped, the sync costs the trainer-bound pipeline nothing the model does not see (model within 10% of the "
-      "simulator at every d); blocking the trainers for 15 s costs more than a fifth of the tokens/s")
-
-# %% [markdown]
-# **Takeaway:** an overlapped sync hides behind the trainers' work: it only holds part of
-# the window (08.11). One that blocks the trainer GPUs comes straight off a trainer-bound
-# pipeline's throughput (the simulator's third column), and the model, which has no term
-# for blocking, cannot see it: one reason production systems overlap or double-buffer the
-# sync (lesson 09). Under the hard bound of waiting, even an overlapped sync costs
-# something: a straggler's deadline counts from when the new weights *arrive* (08.14).
+# **Takeaway:** a calculator that checked only the mean lag would have recommended a FIFO
+# split anyway. A waiting trainer idles while a straggler finishes, and a straggler
+# decodes faster on a lightly loaded engine, so waiting moves GPUs to sampling; dropping
+# never waits and stays nearer the balance (08.6).
 #
+# **Blocking weight sync.** If sending the weights stops the trainers (no double buffer),
+# a trainer-bound pipeline pays it every step ($C$ in (08.11)). FIFO on the straggler
+# cluster, with a 15 s sync:
+
+# %%
+d15 = replace(spec8, weight_sync_s=15.0)
+sync_rows = {}
+for blocks in (False, True):
+    p = predict("pipeline", replace(d15, sync_blocks_trainer=blocks))
+    s = simulate(sim_config(d15, "pipeline", n_steps=30, warmup_steps=8, lengths=straggly.tokens, seed=0,
+                            sync_blocks_trainer=blocks))
+    sync_rows[blocks] = (p.tokens_per_s, s.tokens_per_s)
+    print(f"sync {'blocks the trainers' if blocks else 'overlapped':<20}: model {p.tokens_per_s:,.0f} tokens/s, "
+          f"simulator {s.tokens_per_s:,.0f}")
+assert all(abs(relative_error(s, m)) < 0.10 for m, s in sync_rows.values())
+assert sync_rows[True][0] < 0.85 * sync_rows[False][0]
+print("asserted: model within 10% of the simulator either way; blocking costs more than 15% of the tokens/s")
+
+# %% [markdown]
 # ### The timeline
 #
-# The straggler system, synchronous and pipelined (FIFO); bars: what each GPU is doing;
-# thin lines: new weights reaching the samplers.
+# The straggler system, synchronous and pipelined (FIFO): what each GPU does; thin lines
+# mark new weights reaching the samplers.
 
 # %%
 from course_lib.layout.sim import gantt
@@ -777,187 +591,137 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Takeaway:** in the synchronous layout an engine that drew a straggler decodes until it
-# is done, most of that time as a batch of one (the bar does not show how full an engine
-# is); an engine that drew none idles once its body is done; every GPU waits for the slowest
-# engine, and the trainers work only between batches. In the pipeline the samplers' bars
-# are broken only by the admission window, and the trainers train back to back: under FIFO
-# this cluster's trainers are its bottleneck.
-#
-# ### Per-token lag: lesson 07's runs against the simulator
-
-# %%
-fig, ax = plt.subplots(figsize=(7.5, 3.4))
-measured_lags = np.concatenate([reports["pipeline"].token_lags for reports in reports_by_round])
-spec07 = lesson07_spec(base07, rates_by_round[0], lengths07.batch(base07.batch_sequences))
-sim07 = simulate(sim_config(replace(spec07, admission="wait"), "pipeline", n_steps=60, warmup_steps=10, lengths=lengths07.tokens, seed=0))
-bins = np.arange(base07.max_lag + 2) - 0.5
-ax.hist(measured_lags, bins=bins, density=True, alpha=0.6, label="lesson 07 runs (per token, all updates)")
-ax.hist(sim07.lags, bins=bins, density=True, alpha=0.6, label="simulator, hard bound (per sample, steady state)")
-ax.set_xlabel("lag (updates)")
-ax.set_ylabel("fraction")
-ax.set_title(f"Pipeline lag, max_lag = {base07.max_lag}: measured vs simulated")
-ax.legend(fontsize=8)
-plt.show()
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-print(f"lesson 07 runs: mean {measured_lags.mean():.2f}, at the bound {100 * (measured_lags == base07.max_lag).mean():.0f}% "
-      f"of tokens | simulator: mean {sim07.lags.mean():.2f}, at the bound {100 * (sim07.lags == base07.max_lag).mean():.0f}% "
-      f"of samples | model (08.12): {predict('pipeline', spec07).mean_lag_steps:.2f}")
-assert measured_lags.max() <= base07.max_lag and sim07.lag_max <= base07.max_lag
-assert measured_lags.mean() < base07.max_lag  # a full window is the most the mean can reach
-
-# %% [markdown]
-# **Takeaway:** a trainer-bound pipeline fills its window, so the model puts the mean lag
-# at the bound (08.12). The runs and the simulator (round 0's measured rates, the hard
-# bound) put fewer samples there (printed above): the runs' lag is per token (a token
-# sampled after an in-flight update carries the newer version) and their histogram
-# includes each run's start, when the queue fills (so its mean is not section 2's median of
-# the steady state; the simulator here runs round 0's rates under the hard bound, section 2's
-# each round's under FIFO). For the mean lag the model is an upper
-# bound here, not a forecast; the *maximum*, which is what the bound constrains, stays within
-# it in the runs and in the simulator (asserted).
+# **Takeaway:** synchronously, every GPU waits for the engine that drew a straggler, and
+# the trainers work only between batches. In the pipeline the samplers pause only for the
+# admission window and the trainers train back to back: they are this cluster's bottleneck.
 
 # %% [markdown]
 # ## 4. The model against published systems
 #
-# The question a production engineer asks first: does the model predict what others
-# measured? `layout.published` holds each comparison as data: the setting the source
-# states (model, GPU kind and count, the split, the batch, the generation limit, the
-# staleness knob, whether the trainer recomputes the old log-probs) and the published
-# speedup over its baseline. What the sources do not state is chosen **once** and shared
-# by all cases (`published.SHARED`: the answer-length distribution of section 1 with the
-# case's own generation limit, 256 prompt tokens, 40% MFU, decode at 70% of peak, the
-# weight sync at 125 GB/s); nothing is fitted to a case.
+# `layout.published` holds each comparison as data: the setting the source states (model,
+# GPUs, split, batch, generation limit, staleness knob, recomputed log-probs) and the
+# published speedup. Two predictions per case:
+#
+# - **datasheet**: what the sources do not state is chosen once for all cases (answer
+#   lengths with a 2,000-token mean and the case's own limit, 256 prompt tokens, 40% MFU,
+#   decode at 70% of peak, the sync at 125 GB/s), and each round's batches are drawn
+#   independently. The 2,000-token mean was picked against verl's colocated 128-GPU update
+#   time, so that case's datasheet agreement is partly built in.
+# - **calibrated**: decode and training rates each rescaled by one factor so the model
+#   reproduces the *baseline* arm's published generation and training seconds per step;
+#   then the *system* arm is predicted. Nothing is fitted to the system.
+#
+# A hit is the same side of 1 and within 25% (calibrated: speedup and system step); a
+# predicted slowdown against a measured speedup is a miss.
 
 # %%
-from course_lib.layout.published import CASES, predicted_speedup
+from course_lib.layout.published import CASES, calibrated_table, held_out_checks
 
-show_source(predicted_speedup)
-comparisons = [predicted_speedup(case) for case in CASES]
-print(f"\n{'case':<28} {'system':<18} {'baseline':<22} {'published':>9} {'model':>6} {'model/pub':>9}  verdict")
-for r in comparisons:
-    c = r.case
-    verdict = "within 25%" if r.within_25_percent else "MISSES"
-    print(f"{c.name:<28} {c.system.label():<18} {c.baseline.label():<22} {c.published_speedup:>8.2f}x "
-          f"{r.predicted_speedup:>5.2f}x {r.ratio:>9.2f}  {verdict}")
+table = calibrated_table()
+print(f"{'case':<26} {'published':>9} {'datasheet':>9} {'calibrated':>10} {'system step s pub/cal':>21}  "
+      f"{'verdict':<13} {'faster per GPU than calibrated: trainer, engine':>12}")
+for r in table:
+    cal = "-" if r.calibrated_speedup is None else f"{r.calibrated_speedup:.1f}x"
+    steps = "-" if r.calibrated_step_s is None else f"{r.published_step_s:.0f} / {r.calibrated_step_s:.0f}"
+    verdict = ("hit" if r.datasheet_hit else "miss") + " / " + ("-" if r.calibrated_hit is None else
+                                                               "hit" if r.calibrated_hit else "miss")
+    factors = ", ".join("-" if f is None else f"{f:.1f}x" for f in (r.trainer_factor, r.engine_factor))
+    print(f"{r.name:<26} {r.published_speedup:>8.1f}x {r.datasheet_speedup:>8.1f}x {cal:>10} {steps:>21}  "
+          f"{verdict:<13} {factors}")
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 4.2))
-pub = np.array([r.case.published_speedup for r in comparisons])
-mod = np.array([r.predicted_speedup for r in comparisons])
-top = 1.1 * max(pub.max(), mod.max())
+top = 3.0
 xs = np.linspace(0, top, 2)
 ax.plot(xs, xs, "k-", lw=1, label="model = published")
 ax.fill_between(xs, 0.75 * xs, 1.25 * xs, color="k", alpha=0.08, label="within 25%")
-for r, marker in zip(comparisons, "os^vDP"):
-    ax.plot(r.case.published_speedup, r.predicted_speedup, marker, ms=8, label=r.case.name)
+ax.axhline(1.0, color="tab:gray", ls=":", lw=1, label="no speedup")
+for r, colour in zip(table, plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+    ax.plot(r.published_speedup, r.datasheet_speedup, "o", color=colour, ms=7, label=r.name)
+    if r.calibrated_speedup is not None:
+        ax.plot(r.published_speedup, r.calibrated_speedup, "s", mfc="none", color=colour, ms=9)
 ax.set_xlim(0, top)
 ax.set_ylim(0, top)
 ax.set_xlabel("published speedup (x)")
-ax.set_ylabel("model's speedup, same setting (x)")
+ax.set_ylabel("model's speedup (x): datasheet o, calibrated □")
 ax.set_title("The layout model against published async-vs-sync speedups")
 ax.legend(fontsize=7, loc="upper left")
 plt.show()
 
 # %%
-hits = [r.case.name for r in comparisons if r.within_25_percent]
-misses = [r for r in comparisons if not r.within_25_percent]
-assert "PipelineRL, 128 H100" in hits
-assert all(r.case.known_gap for r in misses)
-assert all(r.predicted_speedup < r.case.published_speedup for r in misses)
-slower = [r.case.name for r in comparisons if r.predicted_speedup < 1]
-print(f"within 25%: {len(hits)} of {len(comparisons)} ({', '.join(hits)}); every miss predicts less than was published, "
-      f"and names what the model lacks (below); the model even predicts a slowdown for {len(slower)}: "
-      + ", ".join(slower))
+rows = {r.name: r for r in table}
+assert rows["PipelineRL, 128 H100"].datasheet_hit and rows["PipelineRL, 128 H100"].calibrated_hit is None
+assert all(r.mechanism for r in table if not r.hit)
+verl = [r for r in table if r.name.startswith("verl")]
+assert all(not r.calibrated_hit and r.calibrated_speedup < r.published_speedup for r in verl)
+assert all(r.trainer_factor > 1.0 for r in verl) and all(r.engine_factor > 1.0 for r in verl if "one-step" in r.name)
+assert not rows["verl one-step-off, FSDP2"].datasheet_hit  # a predicted slowdown is not a hit
+print("asserted: PipelineRL's ratio is a datasheet hit (no stage times to calibrate on); every verl case misses "
+      "calibrated, always predicting less speedup than published; in every one the separated trainer, and in the "
+      "one-step cases the dedicated engines, ran faster per GPU than the colocated ones the model was calibrated on")
 
 # %% [markdown]
-# The stage times the verl documents publish say where the misses come from. The model's
-# trainer seconds per step beside the published ones, and the MFU at which the model's
-# trainer, with the shared lengths, would take the published time (`implied_mfu`: above 1
-# is impossible, so the published run processed fewer tokens than the shared lengths give):
+# **What the misses say.** One mechanism explains them, and the last columns size it:
+# calibrated on a **colocated** baseline, the model carries the colocated GPU's rates over
+# to the separated system, while verl's own stage times show the separated trainer 1.1-2.3x
+# faster per GPU and the dedicated one-step engines at least 1.4-1.9x faster. A colocated
+# GPU shares its memory between engine and training state: it offloads, runs smaller
+# micro-batches, switches context every step. A FLOP-charging model cannot see that. Two
+# smaller gaps: partial rollouts (at most 3-5% here: the model's trainers are already busy
+# 95-97% of the time) and lengths drifting over training (verl's 128-GPU ratio is 2.65x at
+# 100-300 steps, 2.35x at 400). PipelineRL, the one separated baseline, lands within 25%.
+#
+# **What else the model lacks:** prefix sharing across a group's samples (GRPO's 16
+# samples per prompt share the prompt's KV and prefill), attention FLOPs at long contexts
+# (08.3 and 08.5 count $2 n_{params}$ and $6 n_{params}$ per token), activation memory in
+# the trainer's minimum (08.5b), and tensor-parallel overheads.
+#
+# **Held out.** Results kept out of the cases, checked after the fact, nothing tuned:
 
 # %%
-print(f"{'case':<28} {'model step s sys/base':>22} {'published':>16} {'model train s sys/base':>23} {'published':>16} "
-      f"{'implied MFU sys/base':>21}")
-for r in comparisons:
-    c = r.case
-    if c.published_train_s == (None, None):
-        continue
-    mfu_s, mfu_b = r.implied_mfu()
-    print(f"{c.name:<28} {r.system.step_s:>10.0f} / {r.baseline.step_s:<9.0f} {c.published_step_s[0]:>6.0f} / "
-          f"{c.published_step_s[1]:<7.0f} {r.system.train_s:>11.0f} / {r.baseline.train_s:<9.0f} "
-          f"{c.published_train_s[0]:>6.0f} / {c.published_train_s[1]:<7.0f} {mfu_s:>9.2f} / {mfu_b:<9.2f}")
-for r in misses:
-    print(f"\n{r.case.name}: {r.case.known_gap}")
-
-# %%
-v128 = next(r for r in comparisons if r.case.name == "verl fully-async, 128 H20")
-assert abs(relative_error(v128.baseline.step_s, v128.case.published_step_s[1])) < 0.25
-assert all(r.implied_mfu()[0] > r.implied_mfu()[1] for r in comparisons if r.case.name.startswith("verl fully"))
-assert any(r.implied_mfu()[0] > 1 for r in comparisons)
-print("asserted: the model's colocated 128-GPU step is within 25% of verl's published one; in every verl "
-      "fully-async case the separated trainer needs a higher MFU than the colocated one to match its published "
-      "time, and in at least one an impossible MFU above 1")
+for name, pub, pred, ok, _why in held_out_checks():
+    print(f"{name:<58} published {pub:.2f}, model {pred:.2f}: {'agrees' if ok else 'DISAGREES'}")
 
 # %% [markdown]
-# **Takeaway, held against the world.**
-#
-# - **Where it agrees.** PipelineRL's comparison is a pipeline at its published split
-#   (48 generating, 80 training, 64 sequences per engine) against the conventional
-#   baseline that generates 32 batches per weight version on half the GPUs, then trains:
-#   the model's ratio lands on the published ~2x, for the paper's own reason (the
-#   conventional layout leaves each half of the cluster idle while the other works). And
-#   the model's colocated verl step at 128 GPUs is close to the published one (asserted):
-#   generation there is the straggler's (08.7), training is FLOPs.
-# - **Where it does not.** The other verl cases miss (the FSDP2 one-step case is just
-#   inside 25%, though the model predicts a slight slowdown where verl measured a gain), all
-#   in the same direction: the model predicts *less* speedup, and for
-#   some a slowdown (printed). The stage times say why: verl's separated trainers
-#   updated as fast on half the GPUs as the colocated ones on all of them, which needs an
-#   MFU above what the colocated runs show, and at 16 and 32 trainers an impossible one.
-#   So those runs processed fewer tokens per step than the shared lengths give, or their
-#   trainers ran far more efficiently than their colocated baselines' (verl's own notes say
-#   response lengths changed with the asynchrony settings). Either way the published ratio
-#   holds something a fixed-workload, FLOP-charged model does not. On the compute-poor H20
-#   the model's trainer is the bottleneck of both one-step arms, so moving 4 GPUs to
-#   generation buys nothing in the model; the published stage times show generation and
-#   training of similar length.
-# - **What the model lacks**, then: the workload's drift over a run (lengths grow or shrink
-#   with the policy); a trainer whose efficiency depends on where it runs (a colocated one
-#   shares its memory with the engine's weights and cache, offloads, and pays the switch
-#   between generating and training every step); the engine-side pause while in-flight
-#   weights are loaded; a paged engine that runs out of blocks and preempts when long
-#   answers cluster; the start-up and evaluation time of a real run. Most of these cost the
-#   colocated baselines more than the separated systems, the direction of the misses.
-#
-# PipelineRL's own analytic estimate (its appendix A.4) gives up to 1.57x at 128 GPUs with
-# a batch of 128 and 44 generating GPUs, a different setting from its measured run; the
-# model's figure above is for the measured one, against its conventional baseline.
-#
-# Not listed above, so not modelled here: AReaL's up to 2.77x (its setting is in the paper,
-# not in our references), ROLL Flash's 2.24-2.72x, LlamaRL's 10.7x at 405B (an MoE or
-# 405B model needs tensor and pipeline parallelism the model only approximates, section 5).
+# None agrees. Streaming without staleness (verl's 1.6x) is synchronous in the model, which
+# does not overlap one batch's generation with its training; partial rollouts keep verl's
+# engines busy at staleness 0.1, so the model overstates what a small window costs; and at
+# 40% MFU on H800s its trainer is the scarcer side, so it prefers 50/50 where AReaL found
+# 75/25 better (with the shared assumptions: AReaL's setting is not in our references).
+# The model reasons about a layout you can measure; it does not forecast another team's
+# run. Calibrate it on the layout you will run.
 
 # %% [markdown]
-# ## 5. A full-scale worked example: Qwen2.5-7B and 32B on 64-256 H100s
+# ## 5. Sizing a run: Qwen2.5-7B and 32B on 64-256 H100s
 #
-# The assumptions of section 1, batches of 1,024 answers, the weights synchronised at
-# 125 GB/s (the rate behind verl's 0.12 s for a 7B model), `max_lag` 2 enforced by waiting
-# (the calculator's default rule). The 32B model runs on tensor-parallel pairs (2 GPUs as
-# one unit with twice the memory, bandwidth and FLOP/s: ideal scaling, an optimistic
-# assumption), the smallest group that leaves half its memory for the KV cache.
+# The assumptions of section 1, batches of 1,024, the weights synchronised at 125 GB/s
+# (verl's 0.12 s for a 7B model), `max_lag` 2 held by waiting for stragglers (the
+# calculator's default). The 32B model runs on tensor-parallel pairs (ideal scaling, an
+# optimistic assumption). The calculator prints every layout's best feasible split, the
+# range of splits within 5% of it, tokens/s per GPU, and the lag per sample and per token:
 
 # %%
-from course_lib.layout.calc import best_tokens_per_s_vs_lag, recommend, recommendation_text
+from course_lib.layout.calc import (
+    admissions_text,
+    best_tokens_per_s_vs_lag,
+    compare_admissions,
+    fmt_sig,
+    recommend,
+    recommendation_text,
+    robust_splits,
+    sensitivity,
+    sensitivity_text,
+)
 
 CASES_FULL = [(128, QWEN25_7B.name), (64, QWEN25_32B.name), (256, QWEN25_32B.name)]
-recs = {}
-for n, name in CASES_FULL:
-    recs[(n, name)] = recommend(n, name, max_lag=2)
-    print(f"== {name} on {n} H100s, max_lag 2, stragglers waited for")
-    print(recommendation_text(recs[(n, name)]) + "\n")
+recs = {case: recommend(case[0], case[1], max_lag=2) for case in CASES_FULL}
+rec7 = recs[(128, QWEN25_7B.name)]
+print(f"== {QWEN25_7B.name} on 128 H100s, max_lag 2, stragglers waited for")
+print(recommendation_text(rec7))
+for (n, name), rec in recs.items():
+    if rec is not rec7:
+        print(f"== {name} on {n} H100s (tensor-parallel pairs): {rec.layout}, {rec.split_range.samplers_text()} "
+              f"sampler GPUs, {fmt_sig(rec.prediction.tokens_per_s)} tokens/s")
 
 # %%
 ratios = {}
@@ -966,74 +730,57 @@ for case, rec in recs.items():
     assert rec.layout == "pipeline" and p.admission == "wait" and p.max_lag_steps <= 2 and p.feasible
     sync_best = max(q.tokens_per_s for k, q in rec.best.items() if k != "pipeline" and q is not None)
     ratios[case] = p.tokens_per_s / sync_best
+rng7 = rec7.split_range
 assert all(1.2 < r < 3.0 for r in ratios.values()), ratios
-print("pipeline over the best synchronous or one-step layout: "
-      + ", ".join(f"{name} on {n}: {r:.1f}x" for (n, name), r in ratios.items())
-      + " (asserted: between 1.2x and 3x, every recommended split within the lag bound)")
+assert rng7.lo <= rng7.best <= rng7.hi and rng7.width > 0.3 * 128, rng7
+print("asserted: the pipeline is 1.2-3x the best synchronous layout in all three clusters "
+      + f"({', '.join(f'{r:.1f}x' for r in ratios.values())}); for the 7B run the splits within 5% of the best span "
+      + "more than 30% of the cluster")
 
 # %% [markdown]
-# **Takeaway:** with a long tail the synchronous layouts are bound by their stragglers (a
-# step of over a minute for the 7B model, most of it the engine that drew the answer at the
-# generation limit); the pipeline overlaps generation and training, and with every lag held
-# within 2 by waiting for stragglers it is faster by the ratios printed above. Do not read them as a match for the
-# published ~2x: under waiting the pipeline's step is the straggler's time over the bound
-# (08.14), so the ratio is set by the bound and grows with it (the sensitivity curve
-# below), and PipelineRL ran with no bound at all. Each table prints the maximum lag beside
-# the mean: the bound is on the maximum.
-#
-# **The split.** For the 7B case the pipeline's tokens/s at every split, with the balance
-# point (08.6):
+# **The optimum is flat.** With every lag held by waiting, the step is the straggler's
+# time over the bound (08.14), and any split in the range makes nearly the same tokens/s:
+# the single argmax is an artefact of the inputs' last digits. And the inputs are
+# uncertain: MFU, decode bandwidth and mean answer length each by ±30%. How the range moves:
 
 # %%
-from course_lib.layout.model import balanced_samplers
-
-rec7 = recs[(128, QWEN25_7B.name)]
-s7 = rec7.spec
-sw7 = sweep("pipeline", s7)
-n_star = balanced_samplers(s7.n_gpus, s7.engine_full_tokens_per_s, s7.train_tokens_per_s_per_gpu)
-best7 = rec7.prediction
-ok = sw7.feasible
-fig, ax = plt.subplots(figsize=(7.5, 3.6))
-ax.plot(sw7.n_samplers[ok], sw7.tokens_per_s[ok] / 1e3, ".", color="tab:blue", label="pipeline (wait), feasible")
-ax.plot(sw7.n_samplers[~ok], sw7.tokens_per_s[~ok] / 1e3, ".", mfc="none", color="tab:gray",
-        label="infeasible (trainer memory)")
-ax.plot(sw7.n_samplers, sw7.n_samplers * s7.engine_full_tokens_per_s / 1e3, ":", color="tab:green",
-        label="production, full engines N_s p")
-ax.plot(sw7.n_samplers, (s7.n_gpus - sw7.n_samplers) * s7.train_tokens_per_s_per_gpu / 1e3, "--", color="tab:orange",
-        label="consumption (N - N_s) c")
-ax.axvline(n_star, color="k", ls=":", lw=1, label=f"balance (08.6): N_s* = {n_star:.1f}")
-ax.set_ylim(0, 1.5 * best7.tokens_per_s / 1e3)
-ax.set_xlabel("sampler GPUs N_s (of 128)")
-ax.set_ylabel("generated tokens/s (thousands)")
-ax.set_title("Qwen2.5-7B on 128 H100s, max_lag 2 (wait): throughput against the split")
-ax.legend(fontsize=8)
-plt.show()
-print(f"balance with full engines (08.6): N_s* = {n_star:.1f}; best feasible split: {best7.n_samplers} samplers / "
-      f"{best7.n_trainers} trainers, {best7.tokens_per_s:,.0f} tokens/s, {best7.engine_batch:.0f} sequences per engine "
-      f"(B_max {s7.max_batch}); stragglers set the pace: {best7.wait_binds}; trainers idle "
-      f"{100 * best7.trainer_idle_fraction:.0f}%")
+args7 = dict(n_gpus=128, model=QWEN25_7B.name, max_lag=2)
+sens7 = sensitivity(**args7)
+print(sensitivity_text(sens7))
 
 # %%
-assert best7.wait_binds and best7.n_samplers > n_star
-print("asserted: the straggler, not production = consumption, sets the best split here: waiting for it, the "
-      "trainers have time to spare, so the best split moves GPUs from training to sampling, past the balance")
+robust = robust_splits(sens7)
+tps = [row.best_tokens_per_s for row in sens7]
+assert robust and min(tps) < 0.8 * tps[0] < tps[0] < 1.2 * tps[0] < max(tps)
+print(f"asserted: {len(robust)} splits stay within 5% of the best under every ±30% change, while the predicted "
+      "tokens/s moves by more than 20% either way: the split is more certain than the throughput")
 
 # %% [markdown]
-# **Takeaway:** throughput is the lower of production and consumption only while nothing
-# else binds. Here the hard bound binds first: the step is the straggler's generation over
-# the bound (08.14), and a straggler decodes faster on a lightly loaded engine, so the best
-# split spreads sampling over most of the GPUs, each running only a few sequences, with
-# just enough trainers for the pace the straggler sets (printed). Read as an engineer would:
-# with a 1% tail and a hard bound of 2, most of the cluster waits for one answer per
-# batch; cap the answer length, loosen the bound, or drop stragglers (section 3's drop
-# rule). AReaL found a 75/25 inference/training split better than 50/50 (arXiv 2505.24298,
-# sec. 6.1), verl's fully-async recipe uses 96:32 on 128 GPUs for Qwen3-30B-A3B, and
-# PipelineRL 48:80: the split moves with the workload and the rule, which is the point of
-# computing it.
+# The three admission rules side by side, lag per sample (first token) and per token:
+
+# %%
+rows7 = compare_admissions(rec7.spec)
+print(admissions_text(rows7, max_lag=2))
+
+# %%
+by_rule = {row.admission: row for row in rows7}
+assert not by_rule["fifo"].feasible and by_rule["wait"].feasible and by_rule["drop"].feasible
+assert by_rule["drop"].tokens_per_s > by_rule["wait"].tokens_per_s
+assert by_rule["fifo"].token_lag.token_share_over_bound > 0.05
+assert by_rule["wait"].token_lag.token_mean < by_rule["wait"].token_lag.sample_mean
+print("asserted: FIFO breaks the bound (and a share of its tokens lag past it, not only first tokens); dropping "
+      "makes more tokens/s than waiting, at the cost of a sample biased to short answers; under waiting the "
+      "per-token lag is below the per-sample lag")
+
+# %% [markdown]
+# **Takeaway:** with a 1% tail and a hard bound of 2, most of the cluster waits for one
+# answer per batch (2 sequences per engine); dropping stragglers, capping the length or
+# loosening the bound are the levers. Per token the lag is lower than per sample: tokens
+# decoded after an in-flight swap come from newer weights. Published splits (AReaL 75/25,
+# verl 96:32, PipelineRL 48:80) move with the workload and the rule, as here.
 #
-# **Sensitivity to the staleness bound.** The best feasible pipeline throughput at each
-# `max_lag` (0 is synchronous: the pipeline with one batch admitted at a time is
-# `sync_split`), for the three clusters:
+# **The staleness bound.** The best feasible pipeline throughput at each `max_lag` (0 is
+# synchronous), for the three clusters:
 
 # %%
 LAGS = np.arange(0, 9)
@@ -1046,35 +793,24 @@ ax.set_ylabel("best generated tokens/s (thousands)")
 ax.set_title("Best feasible pipeline throughput against the staleness bound (wait)")
 ax.legend(fontsize=8)
 plt.show()
-for (n, name), t in curves.items():
-    print(f"{name} on {n:>3} H100s: " + ", ".join(f"lag {k}: {v / 1e3:,.0f}k" for k, v in zip(LAGS, t)))
 
 # %%
 for t in curves.values():
     assert np.all(np.isfinite(t)) and np.all(np.diff(t) >= -1e-6 * t[:-1])
     assert t[2] - t[1] > t[1] - t[0] and t[8] > 2 * t[2]
-print("more staleness never lowers the best throughput; with stragglers waited for, going from a bound of 1 to 2 "
-      "gains more than going from 0 to 1, and a bound of 8 more than doubles a bound of 2, in all three clusters")
+print("asserted: more staleness never lowers the best throughput; a bound of 1 gains less over 0 than 2 over 1, and "
+      "a bound of 8 more than doubles a bound of 2, in all three clusters")
 
 # %% [markdown]
-# **Takeaway:** when every lag is held by waiting, the bound sets the pace: a straggler
-# must finish within $k_{max}$ steps, so the step is about its generation time over
-# $k_{max}$ (08.14) and throughput grows almost in proportion to the bound (printed), until
-# production or consumption binds instead. A bound of 1 is one-step off-policy with a
-# straggler in every step: it buys little. This is the staleness-throughput trade in one
-# curve: the throughput the bound buys is paid in learning (lesson 02), and a rule that
-# drops stragglers instead pays in a biased sample.
-
-# %% [markdown]
+# **Takeaway:** when every lag is held by waiting, the step is about the straggler's
+# generation time over $k_{max}$ (08.14), so throughput grows almost in proportion to the
+# bound until production or consumption binds. A bound of 1 is one-step off-policy with a
+# straggler in every step. The throughput the bound buys is paid in learning (lesson 02).
+#
 # ## 6. The calculator
 #
-# The widgets only call `layout.calc.recommend` and print its table (the logic is in
-# `course_lib`, tested): every layout's best feasible split with its mean and maximum lag,
-# the admission rule, and for a layout with no feasible split the constraint that failed.
-# Without a kernel, the static figure below shows the answer for a grid of cluster sizes.
-
-# %%
-show_source(recommend)
+# The widgets call `calc.recommend` and print its table (the logic is in `course_lib`,
+# tested). Without a kernel, the cell after them shows a refusal.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1106,118 +842,56 @@ widgets.interactive(
 )
 
 # %% [markdown]
-# A layout the constraints refuse, with the reason: FIFO on the 7B cluster, whose 1%
-# stragglers run past a bound of 2 at every split:
+# A split the constraints refuse, with the reason and what to change: the 7B cluster with
+# a single trainer.
 
 # %%
-print(recommendation_text(recommend(128, QWEN25_7B.name, max_lag=2, admission="fifo")))
+from course_lib.layout.calc import check_split
 
-# %%
-SIZES = [32, 64, 128, 256]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-grid = {}
-for ax, name in zip(axes, (QWEN25_7B.name, QWEN25_32B.name)):
-    for lag, style in ((1, "^-"), (4, "s-")):
-        grid[(name, lag)] = [recommend(n, name, max_lag=lag) for n in SIZES]
-        ax.plot(SIZES, [r.prediction.tokens_per_s / 1e3 for r in grid[(name, lag)]], style, label=f"max_lag {lag}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("H100 GPUs")
-    ax.set_title(f"{name}: recommended layout's throughput (wait)")
-axes[0].set_ylabel("generated tokens/s (thousands)")
-axes[0].legend(fontsize=8)
-fig.tight_layout()
-plt.show()
-for (name, lag), rs in grid.items():
-    print(f"{name}, max_lag {lag}: " + ", ".join(f"{n} GPUs {r.prediction.tokens_per_s / 1e3:,.0f}k ({r.layout})"
-                                                for n, r in zip(SIZES, rs)))
-
-# %%
-for name in (QWEN25_7B.name, QWEN25_32B.name):
-    tight = [r.prediction.tokens_per_s for r in grid[(name, 1)]]
-    loose = [r.prediction.tokens_per_s for r in grid[(name, 4)]]
-    assert tight[-1] < 1.15 * tight[0] and loose[-1] / loose[0] > tight[-1] / tight[0] and min(loose) > 2 * max(tight)
-print("asserted: at a bound of 1, 8x the GPUs buy less than 15% more tokens/s; at a bound of 4 they buy more than "
-      "at 1, and every cluster size is more than twice as fast as any at 1")
-
-# %% [markdown]
-# **Takeaway:** with stragglers waited for, the bound matters more than the cluster: at a
-# bound of 1 the straggler sets every step and more GPUs buy almost nothing; at 4 they buy
-# more, still far less than their number (the batch of 1,024 answers is fixed, and each
-# step still waits for its straggler). The layout the calculator picks is printed with
-# each figure.
+try:
+    check_split("pipeline", replace(rec7.spec, n_samplers=127))
+except ValueError as exc:
+    refusal = str(exc)
+print(refusal)
+assert "trainer memory" in refusal and "Feasible instead" in refusal
 
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
 #
 # | metric | meaning |
 # |---|---|
-# | tokens/s | generated answer tokens trained on per second (model: steady state; simulator: over its measured steps; runs: answer tokens of the updates after the first 10, over their wall time; drop: the kept ones) |
-# | R, resident tokens | KV tokens a sequence holds on average while it runs in a paged cache (08.2) |
-# | B_max | sequences one engine can hold: their resident KV fits beside the weights (08.2) |
-# | sequences per engine (B_eff) | sequences an engine runs at once in steady state: B_max, or fewer when the admission window caps what is in flight (08.11) |
-# | l(B), a_s, r_s, f_s, b_s | seconds of one decode step; its weight read, KV read per resident token, compute per token, and per-sequence cost (08.3) |
-# | memory- / compute-bound | which side of the max in (08.3) sets the step |
-# | p, c | answer tokens/s of one full sampler engine (08.4); of one trainer GPU (08.5) |
-# | N_t min | the fewest trainer GPUs whose sharded Adam state fits (08.5b) |
-# | production, consumption | N_s p and N_t c: what the samplers can make and the trainers can use (08.6) |
-# | samplers, trainers | GPUs (or tensor-parallel units x their size) per role |
-# | step s | seconds per optimizer step |
-# | lag mean / max | optimizer steps between the weights a sample's first token (model, simulator) or a token (lesson 07's runs) was generated with and the update that trains on it (08.12, 08.13) |
-# | admission rule: fifo, wait, drop | what the trainer does with a sample that would break the bound: take it late, wait for it, abort it (08.14, 08.15) |
-# | dropped | the share of started samples a drop pipeline aborts |
-# | feasible | trainers hold the model (08.5b), every lag within max_lag, at most 2% dropped |
-# | model err | (model - measured) / measured tokens/s of a run, per round of lesson 07 runs |
-# | trainer busy | fraction of wall time the trainer spends in updates (runs) or training (simulator) |
-# | l(32), loop per live slot step | lesson 07's bare sampler step at 32 slots; what the generator loop adds per live slot step |
-# | slot steps | decoding steps a sequence holds a slot: 3 prompt steps + its answer tokens (lesson 07's unit of work) |
-# | load average | the machine's 1-minute load average (2 cores, shared with other jobs): above 2, timings drift |
-# | published / model speedup | a system's tokens/s over its baseline's, as published and as the model predicts for the same setting |
-# | implied MFU | the MFU at which the model's trainer would take a published trainer time per step |
+# | tokens/s | generated answer tokens trained on per second (drop: the kept ones) |
+# | tokens/s per GPU | tokens/s over all GPUs of the cluster, samplers and trainers |
+# | B_max, sequences per engine | what one engine can hold (08.2); what it runs (08.11) |
+# | p, c | answer tokens/s of one full engine (08.4), of one trainer GPU (08.5) |
+# | lag per sample / per token | optimizer steps from the weights a sample's first token (or each token) was generated with to the update that trains on it |
+# | fifo, wait, drop | what the trainer does with a sample that would break the bound: take it late, wait for it, abort it |
+# | feasible | trainers hold the model, every lag within max_lag, at most 2% dropped |
+# | near-optimal range | every feasible split within 5% of the fastest |
+# | model error | (model - measured) / measured tokens/s |
+# | datasheet / calibrated prediction | from datasheets and the shared assumptions / with decode and training rescaled to a baseline's published stage times |
 #
 # ## Summary
 #
-# - A sampler GPU is bounded by memory twice: a paged KV cache caps the batch at what the
-#   sequences hold so far, and the weight read sets the step's floor; the step is the longer
-#   of its memory and compute time, so on a compute-poor GPU (H20) it turns compute-bound
-#   early. A trainer GPU is bounded by FLOPs over prompt and answer plus the extra forward
-#   passes, and a split is only possible if its trainers hold the sharded Adam state.
-# - Two invariants set the layout: production = consumption gives the balance (08.6); every
-#   sample's lag within the bound is a constraint, and it binds on the maximum, which a
-#   straggler sets. AReaL's admission rule bounds what starts; the trainer must also wait for
-#   or drop what would exceed the bound, and both cost tokens/s (08.14, 08.15).
-# - The model agrees with the simulator where its assumptions hold (section 3), predicted
-#   the lags of lesson 07's synchronous regimes exactly (section 2; its pipeline tokens/s
-#   there is a consistency check, not a forecast), and lands on PipelineRL's published ~2x;
-#   it predicts less than verl published, and the published stage times show those runs'
-#   separated trainers did a step's work in less time than FLOPs at the shared lengths allow
-#   (section 4).
-# - At full scale, with every lag held within the bound by waiting for stragglers, the
-#   bound sets the pipeline's pace (08.14): its gain over the best synchronous layout grows
-#   with the bound, and with a 1% tail most of the cluster waits for one answer per batch
-#   (section 5). Capping the answer length, loosening the bound or dropping stragglers are
-#   the levers.
+# - A sampler GPU is bounded by memory twice (the KV cache caps the batch, the weight read
+#   floors the step); a trainer GPU by FLOPs and by holding the sharded Adam state.
+# - Production = consumption gives the balance (08.6); the lag bound constrains the
+#   maximum, which stragglers set. Waiting for or dropping them keeps it, at a price.
+# - Tested: right lags and ranking on lesson 07's cluster, within a few percent of the
+#   simulator where its assumptions hold, and against published systems a colocation gap
+#   of up to 2x per GPU that a FLOP-charging model cannot see.
+# - Sizing: a range of near-optimal splits, per-GPU throughput and its sensitivity.
 #
-# **Full scale.** `COURSE_SCALE=full` runs 200 updates per lesson 07 run; nothing in this
-# lesson uses a GPU (the analytic and simulated sections do not change with the scale, and
-# lesson 07's processes are CPU processes). Calibrating the model on a real inference engine
-# is not part of the course code: it means timing the engine's decode step at several batch
-# sizes and resident lengths (with the device synchronised around each timing) and the
-# trainer's tokens/s, fitting $a_s$, $r_s$ and $f_s$ (`model.fit_decode_latency` fits the
-# linear part), and handing a `SystemSpec` to `model.best_split`.
+# **Full scale.** `COURSE_SCALE=full` runs 200 updates per lesson 07 run; the rest does
+# not change. On a GPU, time the engine's step at several batch sizes and the trainer's
+# tokens/s, and hand a `SystemSpec` to `model.best_split`, as lesson 11's capstone does.
 #
-# **References.** Applied Compute, "Efficient RL" (talk: throughput under a compute budget
-# and a staleness bound, production = consumption, the straggler example). W. Kwon et al.,
-# *Efficient memory management for LLM serving with PagedAttention*, SOSP 2023 (the paged
-# KV cache). S. Rajbhandari et al., *ZeRO*, SC 2020 (16 bytes per parameter of
-# mixed-precision Adam, sharded). W. Fu et al., *AReaL*, arXiv 2505.24298, 2025 (the
-# admission rule; the 75/25 split). verl documentation: fully-async and one-step-off
-# recipes (settings, per-stage times and speedups). A. Piché et al., *PipelineRL*,
-# arXiv 2509.19128, 2025 (sec. 5: 128 H100s, 48 generating and 80 training, ~2x over
-# conventional RL) and its repository's `conf/base.yaml`. A. Grattafiori et al., *The
-# Llama 3 herd of models*, arXiv 2407.21783 (38-43% MFU). Qwen2.5 model cards and
-# config.json (shapes); NVIDIA H100 and H20 datasheets. J. D. C. Little, "A proof for the
-# queuing formula L = lambda W", 1961. Q. Ho et al., *More effective distributed ML via a
-# stale synchronous parallel parameter server*, NIPS 2013.
+# **References.** Applied Compute, "Efficient RL" (talk). Kwon et al., PagedAttention,
+# SOSP 2023. Rajbhandari et al., ZeRO, SC 2020. Fu et al., AReaL, arXiv 2505.24298. verl
+# documentation: fully-async and one-step-off recipes. Piché et al., PipelineRL, arXiv
+# 2509.19128, and its `conf/base.yaml`. Grattafiori et al., The Llama 3 herd of models,
+# arXiv 2407.21783. Qwen2.5 model cards; NVIDIA H100 and H20 datasheets. Little, "A proof
+# for the queuing formula L = lambda W", 1961.
 #
 # **Exercises:** `exercises/08_cluster_layout.ipynb`. Grade with
 # `course grade exercises/08_cluster_layout.ipynb`.

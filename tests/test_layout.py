@@ -351,17 +351,26 @@ def _tiny_pipeline(**kw):
 def test_pipeline_fifo_by_hand():
     # At throughput X: step 16/X, held window (2 + 1) * 4 = 12 samples, of which half a batch queued,
     # the batch training for X/4 of the time and the one syncing for 0.5 X / 16:
-    # in flight I = 12 - 4 (1/2 + X/4 + X/32) = 10 - 1.125 X. At X = C = 4: I = 5.5, B_eff = 2.75,
-    # production 2 * 2.75 / 1.275 = 4.31 > 4: trainer-bound.
-    p = predict("pipeline", _tiny_pipeline())
+    # in flight I = 12 - 4 (1/2 + X/4 + X/32) = 10 - 1.125 X. With a sync that overlaps the next
+    # step, C = 4: at X = 4, I = 5.5, B_eff = 2.75, production 2 * 2.75 / 1.275 = 4.31 > 4: trainer-bound.
+    p = predict("pipeline", _tiny_pipeline(sync_blocks_trainer=False))
     assert p.tokens_per_s == pytest.approx(4.0) and p.step_s == pytest.approx(4.0)
     assert p.engine_batch == pytest.approx(2.75) and p.cap_binds
     assert p.mean_lag_steps == 2.0  # trainer-bound: the window is full
     assert p.max_lag_steps == math.ceil(2 + (10 - 4) * 1.275 / 4)  # the 10-token straggler: 4
     assert p.infeasible == "max lag 4 > max_lag 2" and not p.feasible and p.admission == "fifo"
 
+    # the trainer stops for the sync (the default): C_d = 16 / (16 / 4 + 0.5) = 32 / 9, step 4.5 s;
+    # I = 10 - 1.125 * 32 / 9 = 6, B_eff = 3, l = 1.3, production 2 * 3 / 1.3 = 4.6 > C_d: trainer-bound.
+    # Held before the update: 12 - 4 (X/4 + 0.5/4.5) = 8, lag 8/4 + 0.5/4.5 = 2.11, capped at 2.
+    blocked = predict("pipeline", _tiny_pipeline())
+    assert blocked.tokens_per_s == pytest.approx(32 / 9) and blocked.step_s == pytest.approx(4.5)
+    assert blocked.engine_batch == pytest.approx(3.0) and blocked.train_s == pytest.approx(4.0)
+    assert blocked.mean_lag_steps == 2.0
+    assert blocked.max_lag_steps == math.ceil(2 + (10 - 4) * 1.3 / 4.5)  # 4
+
     # a fast trainer: sampler-bound; X solves X = 2 B/(1 + 0.1 B) with B = (10 - X/4 ... ) / 2
-    fast = predict("pipeline", _tiny_pipeline(train_tokens_per_s_per_gpu=100.0, max_lag=3))
+    fast = predict("pipeline", _tiny_pipeline(train_tokens_per_s_per_gpu=100.0, max_lag=3, sync_blocks_trainer=False))
     x = fast.tokens_per_s
     in_flight = min(8.0, 16 - 4 * (0.5 + x / 100 + 0.5 * x / 16))
     assert x == pytest.approx(in_flight / (1 + 0.1 * in_flight / 2), rel=1e-6)
@@ -410,8 +419,11 @@ def test_spec_formulas_hold_without_a_tail():
     assert colo.step_s == pytest.approx(8000 / (10 * p_engine) + 8000 / (10 * 300.0) + 2.0)
     one = predict("one_step", spec)
     assert one.step_s == pytest.approx(max(g / (4 * p_engine), g / (6 * 300.0) + 2.0))
-    pipe = predict("pipeline", spec)  # 4 * 8 = 32 in flight, far inside the window of 5 batches
+    pipe = predict("pipeline", replace(spec, sync_blocks_trainer=False))  # 32 in flight, inside 5 batches
     assert pipe.tokens_per_s == pytest.approx(min(4 * p_engine, 6 * 300.0)) and not pipe.cap_binds
+    blocked = predict("pipeline", spec)  # the trainers also stop 2 s a step for the sync: trainer-bound
+    assert blocked.tokens_per_s == pytest.approx(min(4 * p_engine, g / (g / (6 * 300.0) + 2.0)))
+    assert blocked.tokens_per_s < 4 * p_engine
 
 
 def test_tail_slows_the_sync_layouts_and_the_hard_bounds_but_not_the_fifo_pipeline():

@@ -225,6 +225,10 @@ def test_a_validation_round_measures_every_regime_and_compares() -> None:
     rates, reports = measure_round(model, task, base, init, seed=0, skip=3, on_update=lambda u, m: updates.append(u))
     assert set(reports) == set(REGIMES) and len(updates) == 3 * base.n_updates
     assert rates.step_s > 0 and rates.per_slot_step_s >= 0 and rates.trainer_steps_per_s > 0
+    own = dict(rates.trainer_by_regime)
+    assert set(own) == set(REGIMES) and all(c > 0 for c in own.values())
+    assert rates.trainer_steps_per_s == pytest.approx(float(np.median(list(own.values()))))
+    assert all(rates.for_regime(r).trainer_steps_per_s == own[r] for r in REGIMES)
     answers = sample_answer_tokens(model, task, 64, seed=1)
     cmp = compare_regimes(base, [rates], [reports], answers, skip=3)
     assert cmp["sync"].measured_lag == 0.0 == cmp["sync"].model_lag
@@ -233,3 +237,20 @@ def test_a_validation_round_measures_every_regime_and_compares() -> None:
     assert not live_children()
     with pytest.raises(ValueError, match="one Rates per round"):
         compare_regimes(base, [], [reports], answers, skip=3)
+
+
+def test_each_regime_is_predicted_from_its_own_trainer_rate() -> None:
+    """A run's trainer is predicted from its own busy intervals, not the round's median: a
+    regime whose own c is halved is predicted slower, the others unchanged."""
+    fast = Rates(L32, 0.0, C, trainer_by_regime=(("sync", C), ("one_step", C), ("pipeline", C)))
+    slow = Rates(L32, 0.0, C, trainer_by_regime=(("sync", C), ("one_step", C), ("pipeline", C / 2)))
+    assert slow.for_regime("pipeline").trainer_steps_per_s == C / 2
+    assert slow.for_regime("sync") == slow.for_regime("sync").for_regime("sync")
+    assert Rates(L32, 0.0, C).for_regime("pipeline").trainer_steps_per_s == C  # nothing per regime: the median
+    lengths = np.full(256, 12)
+    pipe_fast = predict_regime(_cfg("pipeline"), fast.for_regime("pipeline"), lengths, n_batches=5)
+    pipe_slow = predict_regime(_cfg("pipeline"), slow.for_regime("pipeline"), lengths, n_batches=5)
+    sync_slow = predict_regime(_cfg("sync"), slow.for_regime("sync"), lengths, n_batches=5)
+    sync_fast = predict_regime(_cfg("sync"), fast.for_regime("sync"), lengths, n_batches=5)
+    assert pipe_slow.tokens_per_s < pipe_fast.tokens_per_s
+    assert sync_slow.tokens_per_s == sync_fast.tokens_per_s

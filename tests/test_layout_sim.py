@@ -516,6 +516,9 @@ def test_sim_config_copies_the_spec():
     assert (c.r_s, c.f_s, c.prompt_tokens, c.admission, c.max_lag) == (R_S, F_S, P, "drop", 1.5)
     assert (c.n_samplers, c.n_trainers, c.lengths, c.n_steps) == (2, 2, (L,), 6)
     assert sim_config(spec, "pipeline", admission="wait", max_lag=2).admission == "wait"  # the caller overrides
+    assert c.sync_blocks_trainer is True  # the model's default: sending the weights stops the trainers
+    assert sim_config(replace(spec, sync_blocks_trainer=False), "pipeline").sync_blocks_trainer is False
+    assert sim_config(spec, "one_step").sync_blocks_trainer is True  # (08.10) counts d on the trainer's side
     several = replace(spec, batches_per_generation=2)
     with pytest.raises(ValueError, match=r"spec\.batches_per_generation=2: the simulator generates one batch"):
         sim_config(several, "sync_split")

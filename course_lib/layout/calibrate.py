@@ -224,12 +224,24 @@ class Rates:
     Attributes:
         step_s: ``a_s``: the sampler's bare step at ``n_slots`` slots, ``l(n_slots)`` (s).
         per_slot_step_s: ``b_s``: the generator loop's extra cost per live slot step (s).
-        trainer_steps_per_s: ``c``: sequence steps the trainer consumes per busy second.
+        trainer_steps_per_s: ``c``: sequence steps the trainer consumes per busy second
+            (the median over the round's runs).
+        trainer_by_regime: ``(regime, c)`` of each run of the round, measured on its own
+            trainer's busy intervals (:meth:`for_regime`).
     """
 
     step_s: float
     per_slot_step_s: float
     trainer_steps_per_s: float
+    trainer_by_regime: tuple[tuple[str, float], ...] = ()
+
+    def for_regime(self, regime: str) -> Rates:
+        """These rates with ``c`` taken from ``regime``'s own run, where it was measured (a
+        run's trainer is predicted from its own busy intervals, not another run's)."""
+        own = dict(self.trainer_by_regime)
+        if regime not in own:
+            return self
+        return replace(self, trainer_steps_per_s=own[regime])
 
 
 def lesson07_spec(
@@ -322,22 +334,28 @@ def measure_round(
     """One round of the validation: time the generator's parts in this process (the bare
     step at ``base.n_slots`` slots, the loop), then run every regime of :data:`REGIMES` from
     ``init_flat`` with ``seed``, back to back, so that the calibration and the runs share the
-    machine's load. ``c`` is the median of the three runs' trainer rates (their own busy
-    intervals, the first ``skip`` updates left out). ``on_update`` is passed to ``train``."""
+    machine's load. Each run's ``c`` is measured on its own trainer's busy intervals (the
+    first ``skip`` updates left out) and kept per regime (``Rates.for_regime``); the
+    median of the three is ``trainer_steps_per_s``. ``on_update`` is passed to ``train``."""
     bare = float(time_decode_steps(model, task, [base.n_slots], n_steps=60, seed=seed)[0])
     loop = time_generator_steps(model, task, replace(base, regime="pipeline", seed=seed), n_steps=200)
     reports: dict[str, RegimeReport] = {}
     for regime in REGIMES:
         with PipelineSystem(replace(base, regime=regime, seed=seed), init_flat) as system:
             reports[regime] = system.train(progress=on_update)
-    c = float(np.median([trainer_timing(r, base.batch_sequences, skip=skip).steps_per_s for r in reports.values()]))
-    return Rates(step_s=bare, per_slot_step_s=loop.per_slot_step_s(bare), trainer_steps_per_s=c), reports
+    own = tuple(
+        (regime, trainer_timing(r, base.batch_sequences, skip=skip).steps_per_s) for regime, r in reports.items()
+    )
+    c = float(np.median([rate for _, rate in own]))
+    rates = Rates(step_s=bare, per_slot_step_s=loop.per_slot_step_s(bare), trainer_steps_per_s=c, trainer_by_regime=own)
+    return rates, reports
 
 
 @dataclass(frozen=True)
 class RegimeComparison:
     """One regime over the rounds: measured steady state, the model's and the simulator's
-    predictions from each round's rates (medians over rounds), and the per-round errors."""
+    predictions from each round's rates (medians over rounds), and the per-round errors
+    (read them as they are: :attr:`error_range` is their spread, not a confidence interval)."""
 
     regime: str
     measured_tokens_per_s: float
@@ -359,6 +377,11 @@ class RegimeComparison:
     def sim_error(self) -> float:
         return float(np.median(self.sim_errors))
 
+    @property
+    def error_range(self) -> tuple[float, float]:
+        """The lowest and highest per-round model error."""
+        return float(min(self.model_errors)), float(max(self.model_errors))
+
 
 def compare_regimes(
     base: PipelineConfig,
@@ -368,18 +391,17 @@ def compare_regimes(
     skip: int,
 ) -> dict[str, RegimeComparison]:
     """Model and simulator against the measured rounds of :func:`measure_round`, per regime
-    (round ``i`` is predicted from its own rates, seed ``i``)."""
+    (round ``i`` is predicted from its own rates, seed ``i``, and each run's trainer from its
+    own measured ``c``: ``Rates.for_regime``)."""
     if len(rates_by_round) != len(reports_by_round) or not rates_by_round:
         raise ValueError("need one Rates per round of reports, and at least one round")
     out: dict[str, RegimeComparison] = {}
     for regime in REGIMES:
         cfg = replace(base, regime=regime)
         meas = [steady_state(reports[regime], skip) for reports in reports_by_round]
-        pred = [predict_regime(cfg, r, answer_tokens, n_batches=200, seed=i) for i, r in enumerate(rates_by_round)]
-        sim = [
-            simulate_regime(cfg, r, answer_tokens, n_steps=60, warmup_steps=20, seed=i)
-            for i, r in enumerate(rates_by_round)
-        ]
+        own = [r.for_regime(regime) for r in rates_by_round]
+        pred = [predict_regime(cfg, r, answer_tokens, n_batches=200, seed=i) for i, r in enumerate(own)]
+        sim = [simulate_regime(cfg, r, answer_tokens, n_steps=60, warmup_steps=20, seed=i) for i, r in enumerate(own)]
         out[regime] = RegimeComparison(
             regime=regime,
             measured_tokens_per_s=float(np.median([m.tokens_per_s for m in meas])),

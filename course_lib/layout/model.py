@@ -89,10 +89,18 @@ share ``T_train / step`` of the time) and the one whose weights are on their way
     I = (eta_s + 1) B - B (1/2 + (T_train + d) / step)
     B_eff = min(B_max, I / N_s),  tokens/s = min(N_s B_eff / l(B_eff), N_t c)     (08.11)
 
-(``step`` depends on tokens/s: (08.11) is solved as a fixed point.) The mean lag, by
-Little's law (samples in the system = rate x time in the system)::
+(``step`` depends on tokens/s: (08.11) is solved as a fixed point.) When the trainers also
+stop for the sync (``SystemSpec.sync_blocks_trainer``, the default), they consume
+``C_d = G / (G / (N_t c) + d)`` instead of ``N_t c``. The mean lag, by Little's law (samples
+held = rate x time held) on the samples held before their update, in flight and queued
+(half a batch while sampler-bound; the rest of the full window while trainer-bound)::
 
-    mean_lag = min(eta_s, (N_s B_eff + B/2) / B + d / step)                       (08.12)
+    mean_lag = min(eta_s, (N_s B_eff + B/2) / B + d / step)       sampler-bound   (08.12)
+    mean_lag = min(eta_s, eta_s + 1 - (T_train + d) / step + d / step)  trainer-bound
+
+(both give ``eta_s`` at the balance when the window sets what is in flight; when ``N_s B_max``
+does, the queue fills past the balance and the lag steps up to ``eta_s``; with no bound,
+``eta_s = inf``, a trainer-bound lag is ``inf`` and its maximum :data:`UNBOUNDED_LAG`.)
 
 A sample's lag grows with its length: the longest answer (``L_max``; a planner's batch holds
 one at the generation limit, :func:`spec_from_hardware`) is ``(L_max - E[L]) l(B_eff)``
@@ -710,6 +718,16 @@ class SystemSpec:
         batches_per_generation: ``K``, batches a synchronous layout generates per weight version
             (PipelineRL's conventional baseline takes several optimizer steps per round).
         min_trainers: ``N_t_min`` of (08.5b): fewer trainers cannot hold the training state.
+        round_answer_tokens: all ``K * batch_samples`` answer lengths of one generation round of
+            a synchronous layout, batch after batch, each batch drawn independently (e.g.
+            ``LengthDist.batch(K * batch_samples, seed)``). ``None`` (the default): the round is
+            ``answer_tokens`` repeated ``K`` times, so every engine gets the same answers ``K``
+            times -- a too-even load whenever ``K > 1``; give the round to avoid it.
+        sync_blocks_trainer: whether the trainer GPUs stop for the weight sync ``d`` after
+            every step (they send the weights). ``True`` (the default): a trainer-bound
+            pipeline consumes ``C_d = G / (G / (N_t c) + d)`` tokens/s instead of ``N_t c``
+            (08.11). ``False``: the sync overlaps the next step (the samplers still wait ``d``).
+            The synchronous layouts always count ``d`` in their step (08.8-08.10).
     """
 
     n_gpus: int
@@ -728,6 +746,8 @@ class SystemSpec:
     prompt_tokens: float = 0.0
     batches_per_generation: int = 1
     min_trainers: int = 1
+    round_answer_tokens: tuple[int, ...] | None = None
+    sync_blocks_trainer: bool = True
 
     def __post_init__(self) -> None:
         if self.n_gpus < 1:
@@ -774,6 +794,17 @@ class SystemSpec:
                     "give one length per sample of the batch (LengthDist.batch) or a single int"
                 )
             _as_lengths(self.answer_tokens)
+        if self.round_answer_tokens is not None:
+            k, b = self.batches_per_generation, self.batch_samples
+            if len(self.round_answer_tokens) != k * b:
+                raise ValueError(
+                    f"round_answer_tokens has {len(self.round_answer_tokens)} lengths but one generation round holds "
+                    f"batches_per_generation * batch_samples = {k} * {b} = {k * b}: give every answer of the round "
+                    f"(LengthDist.batch({k * b}, seed)), or None to repeat answer_tokens {k} times"
+                )
+            _as_lengths(self.round_answer_tokens)
+        if not isinstance(self.sync_blocks_trainer, bool):
+            raise ValueError(f"sync_blocks_trainer must be True or False, got {self.sync_blocks_trainer!r}")
         if self.n_samplers is not None and not 1 <= self.n_samplers <= self.n_gpus - 1:
             raise ValueError(
                 f"n_samplers={self.n_samplers} is out of range: a split layout needs 1 <= n_samplers <= "
@@ -788,6 +819,17 @@ class SystemSpec:
             out = np.full(self.batch_samples, self.answer_tokens, dtype=np.int64)
         else:
             out = np.asarray(self.answer_tokens, dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def round_lengths_tokens(self) -> NDArray[np.int64]:
+        """``[K * batch_samples]`` answer lengths of one synchronous generation round (read-only):
+        ``round_answer_tokens`` when given, else ``answer_tokens`` tiled ``K`` times."""
+        if self.round_answer_tokens is None:
+            out = np.tile(self.lengths_tokens, self.batches_per_generation)
+        else:
+            out = np.asarray(self.round_answer_tokens, dtype=np.int64)
         out.setflags(write=False)
         return out
 
@@ -855,6 +897,8 @@ def spec_from_hardware(
     admission: Admission = "fifo",
     batches_per_generation: int = 1,
     n_samplers: int | None = None,
+    round_answer_tokens: tuple[int, ...] | None = None,
+    sync_blocks_trainer: bool = True,
 ) -> SystemSpec:
     """A :class:`SystemSpec` from first principles: (08.2) ``B_max`` from the paged resident tokens
     (or, ``kv="reserve"``, the full context ``prompt_tokens + generation_limit``), capped at
@@ -863,14 +907,27 @@ def spec_from_hardware(
 
     With a ``generation_limit`` and a batch of lengths, the batch's longest answer is raised to
     the limit: a planner sizes a layout for the batch that holds an answer at the limit, which
-    any batch may (with a tail that reaches the limit, a large batch nearly always does).
+    any batch may (with a tail that reaches the limit, a large batch nearly always does). A
+    ``round_answer_tokens`` (``K`` batches of a synchronous round, see :class:`SystemSpec`) gets
+    the same treatment batch by batch.
     """
-    if generation_limit is not None and not isinstance(answer_tokens, int):
-        raised = list(answer_tokens)
+
+    def raise_longest(batch: Sequence[int]) -> tuple[int, ...]:
+        raised = list(batch)
+        if generation_limit is None:
+            return tuple(int(t) for t in raised)
         if max(raised) > generation_limit:
             raise ValueError(f"an answer of {max(raised)} tokens is past generation_limit={generation_limit}")
         raised[int(np.argmax(raised))] = generation_limit
-        answer_tokens = tuple(int(t) for t in raised)
+        return tuple(int(t) for t in raised)
+
+    if generation_limit is not None and not isinstance(answer_tokens, int):
+        answer_tokens = raise_longest(answer_tokens)
+    if round_answer_tokens is not None and generation_limit is not None:
+        b = batch_samples
+        round_answer_tokens = tuple(
+            t for i in range(0, len(round_answer_tokens), b) for t in raise_longest(round_answer_tokens[i : i + b])
+        )
     probe = SystemSpec(
         n_gpus=n_gpus, batch_samples=batch_samples, max_batch=1, a_s=1.0, b_s=0.0,
         train_tokens_per_s_per_gpu=1.0, answer_tokens=answer_tokens,
@@ -908,6 +965,8 @@ def spec_from_hardware(
         admission=admission,
         batches_per_generation=batches_per_generation,
         min_trainers=min_trainers(shape, gpu, memory_fraction),
+        round_answer_tokens=round_answer_tokens,
+        sync_blocks_trainer=sync_blocks_trainer,
     )
 
 
@@ -975,6 +1034,12 @@ def _split(spec: SystemSpec, layout: Layout) -> tuple[int, int]:
     return spec.n_samplers, spec.n_gpus - spec.n_samplers
 
 
+#: ``Prediction.max_lag_steps`` of a pipeline whose lag grows without bound (``max_lag = math.inf``
+#: and trainer-bound: finished samples queue up forever); its ``mean_lag_steps`` is ``math.inf``.
+#: The largest int64, so that it fits :class:`SplitSweep`'s integer array; feasible only under
+#: ``max_lag = math.inf`` (no bound to break).
+UNBOUNDED_LAG = sys.maxsize
+
 #: The most a "drop" pipeline may abort: past it, it trains on a sample biased towards short answers
 #: (2%: a straggler tail of about 1%, the talk's, may be dropped whole, with room for the variation).
 MAX_DROPPED_FRACTION = 0.02
@@ -991,19 +1056,26 @@ def _infeasible(spec: SystemSpec, n_trainers: int, max_lag_steps: int, dropped: 
 
 
 def _synchronous(layout: Layout, spec: SystemSpec, n_samplers: int, n_trainers: int) -> Prediction:
-    """sync_colocated (08.8), sync_split (08.9), one_step (08.10): ``K`` batches per generation round."""
+    """sync_colocated (08.8), sync_split (08.9), one_step (08.10): ``K`` batches per generation round.
+
+    The round's answers are ``spec.round_answer_tokens`` when given (``K`` batches drawn
+    independently); otherwise the one batch ``answer_tokens`` repeated ``K`` times, which deals
+    every engine the same answers ``K`` times (an evener load than independent batches give).
+    ``G_r`` is the round's answer tokens (``K G`` when tiled); ``train_s`` is one step's share.
+    """
     k = spec.batches_per_generation
-    lengths = np.tile(spec.lengths_tokens, k)
+    lengths = spec.round_lengths_tokens
+    round_tokens = float(lengths.sum())
     gen_s = generation_time_s(
         lengths, n_samplers, spec.max_batch, spec.a_s, spec.b_s, r_s=spec.r_s, f_s=spec.f_s,
         prompt_tokens=spec.prompt_tokens,
     )  # fmt: skip
-    train_s = spec.batch_tokens / (n_trainers * spec.train_tokens_per_s_per_gpu)
+    train_s = round_tokens / k / (n_trainers * spec.train_tokens_per_s_per_gpu)
     if layout == "one_step":
         round_s, lag_lo = max(gen_s, k * train_s + spec.weight_sync_s), 1
     else:
         round_s, lag_lo = gen_s + k * train_s + spec.weight_sync_s, 0
-    tokens_per_s = k * spec.batch_tokens / round_s
+    tokens_per_s = round_tokens / round_s
     max_lag = lag_lo + k - 1
     return Prediction(
         layout=layout,
@@ -1063,89 +1135,156 @@ def _flow(spec: SystemSpec, n_samplers: int, tokens_per_s: float, consumption: f
     return _Flow(in_flight, engine_batch, production, lat)
 
 
+def _mean_lag(
+    spec: SystemSpec, flow: _Flow, rate: float, consumption: float, train_rate: float, step_s: float
+) -> float:
+    """(08.12): Little's law on the samples the window holds before their update starts.
+
+    A sample is held from its first token until the update that trains on it: in flight, then
+    queued. Held samples leave at ``B`` per step, so the mean time from first token to update is
+    ``(in_flight + queued) / B`` steps, and its weights were already ``d / step`` old:
+
+    * sampler-bound (``rate < consumption``): the trainer takes each batch as soon as it is
+      complete, so on average half a batch is queued: ``queued = B / 2``;
+    * trainer-bound: finished samples pile up until the window is full; what the window does
+      not spend on the batch being trained and the one being synced is in flight or queued:
+      ``in_flight + queued = (max_lag + 1) B - B (T_train + d) / step``. Unbounded
+      (``max_lag = inf``): the queue grows without end and so does the lag (``math.inf``).
+
+    The two agree at the balance point whenever the window, not the engines' ``B_max``, sets
+    what is in flight there. Where ``N_s B_max`` is smaller than the window, the queue
+    jumps from half a batch to the rest of the window as production passes consumption: a
+    real step in the steady state (a critically loaded queue), which the simulator
+    (:mod:`course_lib.layout.sim`) shows too. Capped at ``max_lag``.
+    """
+    b, d = spec.batch_samples, spec.weight_sync_s
+    if rate >= consumption * (1 - 1e-9):  # trainer-bound
+        if math.isinf(spec.max_lag):
+            return math.inf
+        busy = rate / train_rate + d / step_s  # the training batch and the syncing one, in batches
+        held = (spec.max_lag + 1.0) * b - b * busy
+    else:
+        held = flow.in_flight + b / 2  # in flight (at most N_s B_max) and half a batch queued
+    return min(float(spec.max_lag), held / b + d / step_s)
+
+
+def _deadline_rate(
+    batch_tokens: float, longest_tokens: float, latency_s: float, weight_sync_s: float, bound: int
+) -> float:
+    """The most tokens/s a waiting trainer allows: (08.14) turned into a rate (exercise 3)."""
+    return batch_tokens * bound / (longest_tokens * latency_s + weight_sync_s)
+
+
+def _wait_rule(
+    spec: SystemSpec, n_samplers: int, fifo_rate: float, train_rate: float, lengths: NDArray[np.float64]
+) -> tuple[float, float | None]:
+    """(08.14), the "wait" rule: the trainer waits for a straggler when its deadline comes, so
+    the step is at least the longest answer's generation (plus the sync) over the bound.
+
+    While the trainer waits, the window fills with finished samples and the engines run only
+    what is consumed: the straggler decodes in a lighter engine, which shortens the wait. The
+    rate is the fixed point of the two. Returns the rate and, where waiting binds, the engine
+    batch it runs at (``None`` where the FIFO pace already meets every deadline)."""
+    g, d, bound = spec.batch_tokens, spec.weight_sync_s, spec.lag_bound
+    l_max = float(lengths.max())
+    cap_batch = _flow(spec, n_samplers, fifo_rate, train_rate, g).engine_batch
+
+    def batch_for(x: float) -> float:
+        """The smallest engine batch B with N_s B / l(B) >= x: what the engines run to make x."""
+        lo, hi = 0.0, max(cap_batch, 1e-9)
+        if n_samplers * spec.engine_tokens_per_s(hi) <= x:
+            return hi
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            if n_samplers * spec.engine_tokens_per_s(max(mid, 1e-12)) >= x:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def wait_rate(x: float) -> float:
+        lat = spec.latency_s(max(batch_for(x), 1.0))  # the straggler runs in a batch of at least itself
+        return min(fifo_rate, _deadline_rate(g, l_max, lat, d, bound))
+
+    waited = _bisect_rate(wait_rate, fifo_rate)
+    if waited < fifo_rate * (1 - 1e-9):
+        return waited, max(batch_for(waited), 1.0)
+    return waited, None
+
+
+def _drop_rule(
+    spec: SystemSpec,
+    n_samplers: int,
+    fifo_rate: float,
+    train_rate: float,
+    consumption: float,
+    lengths: NDArray[np.float64],
+) -> tuple[float, float, float]:
+    """(08.15), the "drop" rule: answers that cannot finish within the bound's deadline are
+    aborted; the trainer gets the kept ones, and the engines' work on the dropped is wasted.
+
+    Starts from the FIFO pace and lets the cut tighten the step until it settles: the first
+    fixed point below the FIFO step (the low-drop one; a system that drops hard can also
+    settle into training on short answers only, which this model does not pick). Returns the
+    useful rate, the kept tokens per batch and the dropped fraction (rate 0: nothing kept)."""
+    g, b, d, bound = spec.batch_tokens, spec.batch_samples, spec.weight_sync_s, spec.lag_bound
+    rate, kept_tokens, dropped = fifo_rate, g, 0.0
+    step_s = g / rate
+    for _ in range(200):
+        flow = _flow(spec, n_samplers, kept_tokens / step_s, train_rate, kept_tokens)
+        cut = max(0.0, (bound * step_s - d) / flow.latency_s)  # the longest answer that makes its deadline
+        keep = lengths <= cut
+        if not keep.any():
+            return 0.0, kept_tokens, 1.0
+        useful = flow.production * float(np.sum(lengths[keep])) / float(np.sum(np.minimum(lengths, cut)))
+        rate = min(useful, consumption)
+        kept_tokens = float(lengths[keep].mean()) * b
+        dropped = float(1.0 - keep.mean())
+        new_step = kept_tokens / rate
+        if abs(new_step - step_s) <= 1e-9 * step_s:
+            break
+        step_s = new_step
+    return rate, kept_tokens, dropped
+
+
 def _pipeline(spec: SystemSpec, n_samplers: int, n_trainers: int) -> Prediction:
     """pipeline: (08.11) throughput, (08.12) mean lag, (08.13) max lag, (08.14)/(08.15) the hard rules."""
     if spec.max_lag == 0:  # one batch admitted at a time, released when its weights arrive: sync_split
-        sync = _synchronous("sync_split", replace(spec, batches_per_generation=1), n_samplers, n_trainers)
+        one_batch = replace(spec, batches_per_generation=1, round_answer_tokens=None)
+        sync = _synchronous("sync_split", one_batch, n_samplers, n_trainers)
         return replace(sync, layout="pipeline", admission=spec.admission)
     lengths = spec.lengths_tokens.astype(np.float64)
-    g, b, d = spec.batch_tokens, spec.batch_samples, spec.weight_sync_s
-    consumption = consumption_tokens_per_s(n_trainers, spec.train_tokens_per_s_per_gpu)
+    g, d = spec.batch_tokens, spec.weight_sync_s
+    train_rate = consumption_tokens_per_s(n_trainers, spec.train_tokens_per_s_per_gpu)  # N_t c
+    # what the trainers consume when they are the bottleneck: they also stop for the sync (08.11)
+    consumption = g / (g / train_rate + d) if spec.sync_blocks_trainer else train_rate
     full = n_samplers * spec.engine_full_tokens_per_s
     bound = spec.lag_bound
     dropped, wait_binds, kept_tokens = 0.0, False, g
 
     def fifo_rate(x: float) -> float:
-        return min(_flow(spec, n_samplers, x, consumption, g).production, consumption)
+        return min(_flow(spec, n_samplers, x, train_rate, g).production, consumption)
 
     rate = _bisect_rate(fifo_rate, min(full, consumption))
     engine_batch_override: float | None = None
     if spec.admission == "wait":
-        l_max = float(lengths.max())
-        cap_batch = _flow(spec, n_samplers, rate, consumption, g).engine_batch
-
-        def batch_for(x: float) -> float:
-            """The engine batch that produces x: a waiting trainer lets the window fill with finished
-            samples, so the engines run only what is consumed (the smallest B with N_s B / l(B) >= x)."""
-            lo, hi = 0.0, max(cap_batch, 1e-9)
-            if n_samplers * spec.engine_tokens_per_s(hi) <= x:
-                return hi
-            for _ in range(40):
-                mid = 0.5 * (lo + hi)
-                if n_samplers * spec.engine_tokens_per_s(max(mid, 1e-12)) >= x:
-                    hi = mid
-                else:
-                    lo = mid
-            return hi
-
-        def wait_rate(x: float) -> float:
-            lat = spec.latency_s(max(batch_for(x), 1.0))  # the straggler runs in a batch of at least itself
-            return min(rate, g * bound / (l_max * lat + d))
-
-        waited = _bisect_rate(wait_rate, rate)
-        wait_binds = waited < rate * (1 - 1e-9)
-        if wait_binds:
-            engine_batch_override = max(batch_for(waited), 1.0)
-        rate = waited
+        rate, engine_batch_override = _wait_rule(spec, n_samplers, rate, train_rate, lengths)
+        wait_binds = engine_batch_override is not None
     elif spec.admission == "drop":
-        # Start from the FIFO pace and let the cut tighten the step until it settles: the
-        # first fixed point below the FIFO step (the low-drop one; a system that drops hard
-        # can also settle into training on short answers only, which this model does not pick).
-        step_s = g / rate
-        for _ in range(200):
-            flow = _flow(spec, n_samplers, kept_tokens / step_s, consumption, kept_tokens)
-            cut = max(0.0, (bound * step_s - d) / flow.latency_s)
-            keep = lengths <= cut
-            if not keep.any():
-                rate = 0.0
-                break
-            useful = flow.production * float(np.sum(lengths[keep])) / float(np.sum(np.minimum(lengths, cut)))
-            rate = min(useful, consumption)
-            kept_tokens = float(lengths[keep].mean()) * b
-            dropped = float(1.0 - keep.mean())
-            new_step = kept_tokens / rate
-            if abs(new_step - step_s) <= 1e-9 * step_s:
-                break
-            step_s = new_step
+        rate, kept_tokens, dropped = _drop_rule(spec, n_samplers, rate, train_rate, consumption, lengths)
     if rate <= 0:
         raise ValueError(
             f"the pipeline on {n_samplers} samplers makes no progress under admission={spec.admission!r}: "
             "no answer finishes within the lag bound; raise max_lag or use admission='fifo'"
         )
-    flow = _flow(spec, n_samplers, rate, consumption, kept_tokens)
+    flow = _flow(spec, n_samplers, rate, train_rate, kept_tokens)
     if engine_batch_override is not None:  # "wait": the engines run what is consumed (08.14)
         flow = _Flow(flow.in_flight, engine_batch_override, rate, spec.latency_s(engine_batch_override))
     step_s = kept_tokens / rate
-    trainer_bound = rate >= consumption * (1 - 1e-9)
-    if trainer_bound:  # the window is full: (max_lag + 1) batches held, one training
-        mean_lag = float(spec.max_lag)
-        in_flight = flow.in_flight
-    else:
-        in_flight = min(flow.in_flight, n_samplers * spec.max_batch)
-        little = (in_flight + b / 2) / b + d / step_s
-        mean_lag = min(float(spec.max_lag), little)
+    mean_lag = _mean_lag(spec, flow, rate, consumption, train_rate, step_s)
     extra_s = (float(lengths.max()) - float(lengths.mean())) * flow.latency_s
-    max_lag = math.ceil(mean_lag + extra_s / step_s - 1e-9)
+    # unbounded window, trainer-bound: the queue grows without end
+    max_lag = UNBOUNDED_LAG if math.isinf(mean_lag) else math.ceil(mean_lag + extra_s / step_s - 1e-9)
     if spec.admission != "fifo":
         max_lag = min(max_lag, bound)
     return Prediction(
@@ -1155,9 +1294,9 @@ def _pipeline(spec: SystemSpec, n_samplers: int, n_trainers: int) -> Prediction:
         tokens_per_s=rate,
         step_s=step_s,
         generation_s=float(lengths.mean()) * flow.latency_s,
-        train_s=kept_tokens / consumption,
+        train_s=kept_tokens / train_rate,
         sampler_idle_fraction=1.0 - rate / full,
-        trainer_idle_fraction=1.0 - rate / consumption,
+        trainer_idle_fraction=1.0 - rate / train_rate,
         mean_lag_steps=mean_lag,
         max_lag_steps=max_lag,
         engine_batch=flow.engine_batch,
@@ -1283,3 +1422,63 @@ def best_split(layout: str, spec: SystemSpec) -> SplitResult:
     below = float(s.tokens_per_s[i - 1]) if i > 0 else None
     above = float(s.tokens_per_s[i + 1]) if i + 1 < s.n_samplers.size else None
     return SplitResult(best, below, above)
+
+
+# --------------------------------------------------------------------------------------
+# 7. Calibrating on measured stage times
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Two factors that make the model's stage times match measured ones (:func:`calibrate`).
+
+    Attributes:
+        decode_scale: multiplies every decode-step cost (``a_s``, ``b_s``, ``r_s``, ``f_s``):
+            measured generation seconds over the model's (above 1: the engines ran slower than
+            the roofline at ``efficiency``).
+        train_scale: multiplies the trainer's seconds, i.e. divides ``c``: measured training
+            seconds over the model's (above 1: the trainer ran below the assumed MFU).
+    """
+
+    decode_scale: float
+    train_scale: float
+
+    def apply(self, spec: SystemSpec) -> SystemSpec:
+        """``spec`` with the decode costs times ``decode_scale`` and ``c`` over ``train_scale``.
+
+        Scaling all four step terms by one factor scales every decode step (08.3) and so every
+        generation time (08.7) by that factor; ``B_max`` (memory) is unchanged."""
+        d = self.decode_scale
+        return replace(
+            spec,
+            a_s=spec.a_s * d,
+            b_s=spec.b_s * d,
+            r_s=spec.r_s * d,
+            f_s=spec.f_s * d,
+            train_tokens_per_s_per_gpu=spec.train_tokens_per_s_per_gpu / self.train_scale,
+        )
+
+
+def calibrate(spec: SystemSpec, layout: str, generation_s: float, train_s: float) -> Calibration:
+    """The two factors that make ``predict(layout, spec)`` take the measured stage times.
+
+    ``layout`` must be synchronous (``sync_colocated``, ``sync_split``, ``one_step``): its
+    generation phase (08.7, one round of ``K`` batches) and its training (one optimizer step,
+    old log-probs and reference passes included) are separate, so each measured time pins one
+    factor: ``decode_scale = generation_s / predicted generation_s`` and ``train_scale =
+    train_s / predicted train_s``. After :meth:`Calibration.apply` the prediction reproduces
+    both times exactly; nothing else is fitted. Use the factors on another layout of the same
+    hardware and model to predict it from a measured baseline.
+    """
+    name = _check_layout(layout)
+    if name == "pipeline":
+        raise ValueError(
+            "calibrate needs a synchronous layout (sync_colocated, sync_split, one_step), whose generation and "
+            "training are separate phases; a pipeline overlaps them, so its stage times do not pin the two factors"
+        )
+    for label, value in (("generation_s", generation_s), ("train_s", train_s)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{label} must be a finite number of seconds > 0 (a measured stage time), got {value!r}")
+    p = predict(name, spec)
+    return Calibration(decode_scale=float(generation_s / p.generation_s), train_scale=float(train_s / p.train_s))

@@ -815,7 +815,8 @@ class _Sim:
 def sim_config(spec: SystemSpec, layout: Layout, **sim: Any) -> SimConfig:
     """The simulator's twin of the model's ``spec``: the same GPUs, split, batch, engine
     (08.3: ``a_s``, ``b_s``, ``r_s``, ``f_s``, ``prompt_tokens``), trainer rate, weight sync,
-    lag bound and admission rule, for ``layout``. ``sim`` sets the simulator's own fields
+    lag bound, admission rule and (pipeline) whether the weight sync blocks the trainers,
+    for ``layout``. ``sim`` sets the simulator's own fields
     (``n_steps``, ``warmup_steps``, ``seed``, ...) and may replace any copied one, ``lengths``
     included (default: the spec's one batch of answer lengths, drawn from uniformly).
 
@@ -847,6 +848,8 @@ def sim_config(spec: SystemSpec, layout: Layout, **sim: Any) -> SimConfig:
         admission=spec.admission,
         lengths=(answer,) if isinstance(answer, int) else answer,
     )
+    if layout == "pipeline":  # the synchronous layouts' formulas always count d in series
+        fields["sync_blocks_trainer"] = spec.sync_blocks_trainer
     fields.update(sim)
     return SimConfig(layout=layout, **fields)
 
