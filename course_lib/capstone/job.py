@@ -357,6 +357,15 @@ def make_channel(
     )
 
 
+def subgroups(trainers: list[int], sync_ranks: list[int], timeout_s: float) -> tuple[Any, Any]:
+    """The trainers' group (their all-reduce) and the sync group (trainer 0 + generators: the
+    weights), every rank calling it in the same order. Each gets the job's timeout: a subgroup
+    does not inherit the world's (``new_group``'s default is the backend's, 30 min for gloo and
+    10 for NCCL), and every collective of the job must fail after ``timeout_s``, not hang."""
+    timeout = dt.timedelta(seconds=timeout_s)
+    return dist.new_group(trainers, timeout=timeout), dist.new_group(sync_ranks, timeout=timeout)
+
+
 def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.device) -> None:
     """Everything one rank does (see the module docstring)."""
     state: TrainerState | None = None
@@ -396,8 +405,7 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
         setup = Setup.from_json(data)
     roles = assign_roles(env.world_size, setup.plan.n_trainers, cfg.groups_per_batch)
     role = roles.role(env.rank)
-    trainer_group = dist.new_group(roles.trainers)
-    sync_group = dist.new_group(roles.sync_ranks)
+    trainer_group, sync_group = subgroups(roles.trainers, roles.sync_ranks, cfg.timeout_s)
     metrics = MetricsWriter(cfg.run_dir, env.rank, role, setup.attempt)
     start = {
         "restart_count": launch.restarts,  # this launch's restarts, the same on every node
