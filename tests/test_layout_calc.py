@@ -134,11 +134,13 @@ def test_no_feasible_split_raises_naming_the_constraint() -> None:
 
 
 def test_recommendation_has_ranges_per_gpu_throughput_and_rounded_text() -> None:
-    rec = recommend(32, max_lag=2)
+    rec = recommend(32, max_lag=8)  # a loose bound: the pipeline wins, over a range of splits
+    assert rec.layout == "pipeline"
     for layout, p in rec.best.items():
         if p is None:
             continue
-        assert best_split(layout, rec.spec).n_samplers == p.n_samplers  # the same best split as the model
+        spec_k = rec.round_spec(rec.batches_per_generation[layout])  # the K it was best at
+        assert best_split(layout, spec_k).n_samplers == p.n_samplers  # the same best split as the model
         assert rec.ranges[layout].best == p.n_samplers
     assert rec.n_gpus == 32 and rec.tokens_per_s_per_gpu == pytest.approx(rec.prediction.tokens_per_s / 32)
     assert rec.split_range is not None and rec.split_range.lo <= rec.prediction.n_samplers <= rec.split_range.hi
@@ -167,7 +169,7 @@ def test_recommendation_in_tensor_parallel_units_prints_gpus() -> None:
 
 
 def test_sensitivity_moves_the_split_the_physical_way() -> None:
-    args: dict[str, Any] = {"n_gpus": 32, "max_lag": 2}
+    args: dict[str, Any] = {"n_gpus": 32, "max_lag": 8}  # the pipeline wins at every row
     rows = sensitivity(**args)
     assert isinstance(rows[0], SensitivityRow) and rows[0].input == "baseline"
     assert [(r.input, r.factor) for r in rows[1:]] == [
@@ -230,7 +232,8 @@ def test_token_lag_is_below_the_sample_lag_for_long_answers_and_equal_when_decod
 
 def test_token_lag_follows_the_brief_formula_when_the_window_is_full() -> None:
     rec = recommend(32, max_lag=2)  # "wait", the window full: every first token at the bound
-    p, spec = rec.prediction, rec.spec
+    p, spec = rec.best["pipeline"], rec.spec
+    assert p is not None
     assert p.mean_lag_steps == pytest.approx(2.0)
     tl = token_lag(p, spec)
     lengths = spec.lengths_tokens.astype(float)
@@ -313,3 +316,34 @@ def test_an_unbounded_pipeline_never_crashes_the_calculator() -> None:
     toy = replace(PEAKED, max_lag=math.inf)
     for n in (5, 30):  # a sampler-bound and a trainer-bound split
         assert check_split("pipeline", replace(toy, n_samplers=n)).tokens_per_s > 0
+
+
+def test_synchronous_layouts_get_as_many_batches_per_weight_version_as_the_bound_allows() -> None:
+    """A fair synchronous baseline: K batches per weight version (lags 0 .. K - 1; one_step
+    1 .. K) up to the bound, each round's batches drawn independently, the fastest K kept."""
+    rec = recommend(128, max_lag=2)
+    k = rec.batches_per_generation
+    assert k["pipeline"] == 1 and 1 <= k["one_step"] <= 2 and 1 <= k["sync_colocated"] <= 3 and k["sync_split"] <= 3
+    for layout in ("sync_colocated", "sync_split", "one_step"):
+        p = rec.best[layout]
+        assert p is not None and p.max_lag_steps <= 2
+        spec_k = rec.round_spec(k[layout])
+        assert spec_k.batches_per_generation == k[layout] and len(spec_k.round_lengths_tokens) == k[layout] * 1024
+        one = best_split(layout, rec.round_spec(1)).prediction if layout != "sync_colocated" else None
+        if one is not None:
+            assert p.tokens_per_s >= one.tokens_per_s  # the kept K is at least as fast as one batch
+    # with a 1% tail at the limit and every lag held by waiting, three batches per round beat the pipeline
+    assert rec.layout == "sync_colocated" and k["sync_colocated"] == 3
+    assert "sync_colocated x3" in recommendation_text(rec)
+    # an unbounded lag tries up to the cap, a zero bound only one batch
+    assert recommend(16, max_lag=0).batches_per_generation["sync_colocated"] == 1
+
+
+def test_an_infeasible_rules_row_shows_its_fastest_split_and_the_span_of_lags() -> None:
+    spec = recommend(128, max_lag=2).spec
+    fifo = {r.admission: r for r in compare_admissions(spec)}["fifo"]
+    assert not fifo.feasible and fifo.prediction is not None
+    sweep_fifo = [predict("pipeline", replace(spec, admission="fifo", n_samplers=n)) for n in range(1, 127)]
+    assert fifo.prediction.tokens_per_s == pytest.approx(max(p.tokens_per_s for p in sweep_fifo))
+    lags = [p.max_lag_steps for p in sweep_fifo]
+    assert f"max lag {min(lags)}-{max(lags)} > max_lag 2" in (fifo.reason or "")

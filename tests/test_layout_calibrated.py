@@ -222,4 +222,6 @@ def test_the_table_sizes_the_colocation_gap_per_gpu():
     # the factors are what the calibrated step misses by: remove the trainer's and the step follows
     fsdp = calibrated_speedup(next(c for c in CASES if "FSDP2" in c.name))
     assert fsdp is not None
-    assert rows[fsdp.case.name].trainer_factor == pytest.approx(fsdp.system.train_s / fsdp.case.stages("system").train_s)
+    assert rows[fsdp.case.name].trainer_factor == pytest.approx(
+        fsdp.system.train_s / fsdp.case.stages("system").train_s
+    )

@@ -39,7 +39,7 @@ from __future__ import annotations
 import inspect
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -199,10 +199,14 @@ def _why_none(layout: Layout, spec: SystemSpec, preds: list[Prediction | str]) -
         key = "drops" if reason.startswith("drops") else key
         by_reason.setdefault(key, []).append((n, reason))
     parts = []
-    for found in by_reason.values():
+    for key, found in by_reason.items():
         first, last = found[0][0], found[-1][0]
         span = f"N_s={first}" if len(found) == 1 else f"N_s={first}..{last}"
-        parts.append(f"{span}: {found[0][1]}")
+        lags = [p.max_lag_steps for n, _ in found if isinstance(p := preds[n - 1], Prediction)]
+        if key == "max lag" and lags and min(lags) != max(lags):  # the span's own maxima, not the first split's
+            parts.append(f"{span}: max lag {fmt_lag(min(lags))}-{fmt_lag(max(lags))} > max_lag {spec.max_lag:g}")
+        else:
+            parts.append(f"{span}: {found[0][1]}")
     rule = f" under admission={spec.admission!r}" if layout == "pipeline" else ""
     return f"no split of {spec.n_gpus} GPUs makes {layout} feasible{rule}: " + "; ".join(parts)
 
@@ -444,6 +448,10 @@ def token_lag(prediction: Prediction, spec: SystemSpec) -> TokenLag:
 # --------------------------------------------------------------------------------------
 
 
+def _no_round_spec(k: int) -> SystemSpec:
+    raise ValueError(f"this Recommendation was built without its systems: make it with recommend() to get K={k}")
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """Every layout's best split on one system, and the winner.
@@ -457,6 +465,14 @@ class Recommendation:
         layout: the layout with the most tokens/s among the feasible ones.
         ranges: each feasible layout's near-optimal splits (:func:`near_optimal_splits`).
         within: the tolerance of ``ranges``.
+        round_spec: ``round_spec(k)`` is ``spec`` generating ``k`` batches per weight version
+            (the first batch is ``spec``'s, the others drawn independently), as the synchronous
+            layouts were tried.
+        batches_per_generation: for each synchronous layout, the ``K`` batches per weight
+            version of its best row (1 for the pipeline): a synchronous layout may generate
+            several batches per round and train on them in turn, as PipelineRL's and verl's
+            baselines do, as long as its lags ``0 .. K - 1`` (one_step: ``1 .. K``) stay
+            within ``max_lag``.
     """
 
     spec: SystemSpec
@@ -467,6 +483,8 @@ class Recommendation:
     layout: Layout
     ranges: dict[Layout, SplitRange] = field(default_factory=dict)
     within: float = NEAR_OPTIMAL_WITHIN
+    batches_per_generation: dict[Layout, int] = field(default_factory=dict)
+    round_spec: Callable[[int], SystemSpec] = field(default=lambda k: _no_round_spec(k), repr=False, compare=False)
 
     @property
     def prediction(self) -> Prediction:
@@ -518,7 +536,10 @@ def recommend(
     Lengths are log-normal (:func:`~course_lib.layout.model.lognormal_lengths`) with
     ``mean_tokens`` and ``p99_over_median``, capped at ``max_tokens``; the KV cache is paged
     (08.2); ``admission`` decides how the pipeline keeps every lag within ``max_lag``
-    (``math.inf``: unbounded, FIFO only). Each feasible layout also gets its splits within
+    (``math.inf``: unbounded, FIFO only). The synchronous layouts are also tried with
+    ``K = 2 .. `` :data:`MAX_BATCHES_PER_GENERATION` batches per weight version, as far as
+    their lags stay within ``max_lag`` (each round's batches drawn independently); each
+    layout keeps its fastest ``K``. Each feasible layout also gets its splits within
     ``within`` of its best (``Recommendation.ranges``). Raises ValueError naming every
     layout's failed constraint if no layout is feasible.
     """
@@ -532,39 +553,68 @@ def recommend(
     if units < 2:
         raise ValueError(f"{n_gpus} GPUs make {units} unit(s) of TP{tp} for {model}: need at least 2 units")
     lengths = lognormal_lengths(mean_tokens, p99_over_median, seed=seed, max_tokens=max_tokens)
-    spec = spec_from_hardware(
-        shape,
-        tensor_parallel(gpu, tp),
-        n_gpus=units,
-        batch_samples=batch_samples,
-        answer_tokens=lengths.batch(batch_samples, seed=seed),
-        prompt_tokens=prompt_tokens,
-        generation_limit=max_tokens,
-        mfu=mfu,
-        efficiency=efficiency,
-        extra_forward_passes=extra_forward_passes,
-        weight_sync_s=shape.weight_bytes / sync_bytes_per_s,
-        max_lag=max_lag,
-        admission=admission,
-    )
+    first = lengths.batch(batch_samples, seed=seed)
+
+    def spec_for(k: int) -> SystemSpec:
+        """The system generating ``k`` batches per weight version (the first is every layout's)."""
+        more = lengths.batch((k - 1) * batch_samples, seed=seed + 1) if k > 1 else ()
+        return spec_from_hardware(
+            shape,
+            tensor_parallel(gpu, tp),
+            n_gpus=units,
+            batch_samples=batch_samples,
+            answer_tokens=first,
+            prompt_tokens=prompt_tokens,
+            generation_limit=max_tokens,
+            mfu=mfu,
+            efficiency=efficiency,
+            extra_forward_passes=extra_forward_passes,
+            weight_sync_s=shape.weight_bytes / sync_bytes_per_s,
+            max_lag=max_lag,
+            admission=admission,
+            batches_per_generation=k,
+            round_answer_tokens=(*first, *more) if k > 1 else None,
+        )
+
+    spec = spec_for(1)
     best: dict[Layout, Prediction | None] = {}
     why_not: dict[Layout, str] = {}
     ranges: dict[Layout, SplitRange] = {}
+    batches: dict[Layout, int] = {}
     for layout in LAYOUTS:
-        preds = _sweep(layout, spec)
-        r = _range(layout, spec, preds, within, tp)
-        if r is None:  # no split keeps this layout feasible
-            best[layout] = None
-            why_not[layout] = _why_none(layout, spec, preds)
-        else:
-            best[layout], ranges[layout] = r.prediction, r
+        for k in range(1, _max_batches(layout, max_lag) + 1):
+            spec_k = spec if k == 1 else spec_for(k)
+            preds = _sweep(layout, spec_k)
+            r = _range(layout, spec_k, preds, within, tp)
+            if r is None:  # no split keeps this layout feasible
+                if k == 1:
+                    best[layout] = None
+                    why_not[layout] = _why_none(layout, spec_k, preds)
+            elif best.get(layout) is None or r.prediction.tokens_per_s > best[layout].tokens_per_s:  # type: ignore[union-attr]
+                best[layout], ranges[layout], batches[layout] = r.prediction, r, k
+                why_not.pop(layout, None)
     feasible = {k: p for k, p in best.items() if p is not None and p.feasible}
     if not feasible:
         raise ValueError("no layout is feasible: " + " | ".join(f"{k}: {v}" for k, v in why_not.items()))
     winner = max(feasible, key=lambda k: feasible[k].tokens_per_s)
     return Recommendation(
-        spec=spec, tp=tp, lengths=lengths, best=best, why_not=why_not, layout=winner, ranges=ranges, within=within
-    )
+        spec=spec, tp=tp, lengths=lengths, best=best, why_not=why_not, layout=winner, ranges=ranges, within=within,
+        batches_per_generation={k: batches.get(k, 1) for k in LAYOUTS}, round_spec=spec_for,
+    )  # fmt: skip
+
+
+#: The most batches per weight version :func:`recommend` tries for a synchronous layout.
+MAX_BATCHES_PER_GENERATION = 8
+
+
+def _max_batches(layout: Layout, max_lag: float) -> int:
+    """The largest ``K`` whose lags stay within ``max_lag``: ``0 .. K - 1`` for the synchronous
+    layouts, ``1 .. K`` for one_step; 1 for the pipeline (its window is ``max_lag``)."""
+    if layout == "pipeline":
+        return 1
+    bound = MAX_BATCHES_PER_GENERATION if math.isinf(max_lag) else math.floor(max_lag + 1e-9)
+    k = bound if layout == "one_step" else bound + 1
+    return max(1, min(MAX_BATCHES_PER_GENERATION, k))
 
 
 def recommendation_text(rec: Recommendation) -> str:
@@ -589,7 +639,7 @@ def recommendation_text(rec: Recommendation) -> str:
     pct = f"{100 * rec.within:g}"
     lines = [
         head,
-        f"{'layout':<15} {'samplers (' + pct + '%)':>18} {'trainers':>9} {'tokens/s':>9} {'per GPU':>8} "
+        f"{'layout (x K batches)':<18} {'samplers (' + pct + '%)':>15} {'trainers':>9} {'tokens/s':>9} {'per GPU':>8} "
         f"{'step s':>7} {'lag mean':>10} {'lag max':>10} {'token lag':>10}",
     ]
     for layout in LAYOUTS:
@@ -602,14 +652,18 @@ def recommendation_text(rec: Recommendation) -> str:
         samplers = r.samplers_text() if r is not None else f"{p.n_samplers * tp}"
         tl = token_lag(p, s)
         mark = "  <- recommended" if layout == rec.layout else ""
+        k = rec.batches_per_generation.get(layout, 1)
+        label = layout if k == 1 else f"{layout} x{k}"
         lines.append(
-            f"{layout:<15} {samplers:>18} {p.n_trainers * tp:>9} {fmt_sig(p.tokens_per_s):>9} "
+            f"{label:<18} {samplers:>15} {p.n_trainers * tp:>9} {fmt_sig(p.tokens_per_s):>9} "
             f"{fmt_sig(p.tokens_per_s / rec.n_gpus):>8} {fmt_sig(p.step_s):>7} {fmt_lag(p.mean_lag_steps):>10} "
             f"{fmt_lag(p.max_lag_steps):>10} {fmt_lag(tl.token_mean):>10}{mark}"
         )
     p, r, tl = rec.prediction, rec.split_range, rec.token_lag
+    k = rec.batches_per_generation.get(rec.layout, 1)
+    rounds = f" generating {k} batches per weight version," if k > 1 else ""
     lines.append(
-        f"recommended: {rec.layout}, {p.n_samplers * tp} samplers : {p.n_trainers * tp} trainers, "
+        f"recommended: {rec.layout},{rounds} {p.n_samplers * tp} samplers : {p.n_trainers * tp} trainers, "
         f"{fmt_sig(p.engine_batch)} sequences per engine, {fmt_sig(p.tokens_per_s)} tokens/s "
         f"({fmt_sig(rec.tokens_per_s_per_gpu)} per GPU)."
     )
@@ -720,9 +774,8 @@ class AdmissionRow:
             trainer memory, and drops within the limit).
         reason: why no split is feasible (the model's message), ``None`` if one is.
         range: the near-optimal splits, ``None`` if none is feasible.
-        prediction: the best feasible split; if none is, the least stale split whose trainers
-            hold the model (the smallest maximum lag, then the most tokens/s: what the rule
-            comes closest with), or ``None``.
+        prediction: the best feasible split; if none is, the fastest split whose trainers hold
+            the model, whatever its lag (what the rule would give without the bound), or ``None``.
         token_lag: ``prediction``'s lag per sample and per token.
     """
 
@@ -747,7 +800,8 @@ def compare_admissions(
 ) -> tuple[AdmissionRow, ...]:
     """The pipeline under each admission rule (``"fifo"``, ``"wait"``, ``"drop"``) on ``spec``:
     best split and near-optimal range, tokens/s, lag per sample and per token, dropped share,
-    and for a rule with no feasible split the reason and its least stale split that holds the model.
+    and for a rule with no feasible split the reason and its fastest split that holds the model
+    (marked infeasible: what the bound costs is the gap to the feasible rules)
     A rule the spec cannot take (``"wait"`` or ``"drop"`` with ``max_lag = inf``) is a row with the reason."""
     rows = []
     for rule in ADMISSIONS:
@@ -762,7 +816,7 @@ def compare_admissions(
             rows.append(AdmissionRow(rule, True, None, r, r.prediction, token_lag(r.prediction, s)))
             continue
         held = [p for p in preds if isinstance(p, Prediction) and p.n_trainers >= s.min_trainers]
-        closest = min(held, key=lambda p: (p.max_lag_steps, -p.tokens_per_s)) if held else None
+        closest = max(held, key=lambda p: (p.tokens_per_s, -p.max_lag_steps)) if held else None
         tl = token_lag(closest, s) if closest is not None else None
         rows.append(AdmissionRow(rule, False, _why_none("pipeline", s, preds), None, closest, tl))
     return tuple(rows)
@@ -770,7 +824,7 @@ def compare_admissions(
 
 def admissions_text(rows: Sequence[AdmissionRow], max_lag: float | None = None) -> str:
     """A fixed-width table of :func:`compare_admissions`: a rule without a feasible split shows
-    its least stale split (marked ``x``) and, below, why it is refused."""
+    its fastest split whatever its lag (marked ``x``) and, below, why it is refused."""
     tp = next((r.range.tp for r in rows if r.range is not None), 1)
     head = "admission rules" + (f" at max_lag {_fmt_max_lag(max_lag)}" if max_lag is not None else "")
     lines = [

@@ -1391,9 +1391,14 @@ def _why_none(s: SplitSweep) -> str:
             key = reason.split(":")[0] if reason.startswith("trainer memory") else "max lag"
             by_reason.setdefault(key, []).append(n)
     parts = []
-    for ns in by_reason.values():
+    for key, ns in by_reason.items():
         span = f"N_s={ns[0]}" if len(ns) == 1 else f"N_s={ns[0]}..{ns[-1]}"
         example = next(r for n, r in zip(s.n_samplers.tolist(), s.infeasible) if n == ns[0])
+        assert example is not None  # ns lists infeasible splits only
+        lags = [int(s.max_lag_steps[n - 1]) for n in ns]
+        if key == "max lag" and example.startswith("max lag") and min(lags) != max(lags):
+            bound = example.split("> ", 1)[1]  # "max_lag <bound>", as the first split's reason has it
+            example = f"max lag {min(lags)}-{max(lags)} > {bound}"  # the span's own maxima
         parts.append(f"{span}: {example}")
     return "; ".join(parts)
 
