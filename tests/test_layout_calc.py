@@ -347,3 +347,15 @@ def test_an_infeasible_rules_row_shows_its_fastest_split_and_the_span_of_lags() 
     assert fifo.prediction.tokens_per_s == pytest.approx(max(p.tokens_per_s for p in sweep_fifo))
     lags = [p.max_lag_steps for p in sweep_fifo]
     assert f"max lag {min(lags)}-{max(lags)} > max_lag 2" in (fifo.reason or "")
+
+
+def test_a_colocation_penalty_slows_only_the_colocated_layout() -> None:
+    free, slowed = recommend(128, max_lag=2), recommend(128, max_lag=2, colocated_slowdown=1.4)
+    a, b = free.best["sync_colocated"], slowed.best["sync_colocated"]
+    assert a is not None and b is not None and b.tokens_per_s < a.tokens_per_s / 1.2
+    for layout in ("sync_split", "one_step", "pipeline"):  # dedicated GPUs: unchanged
+        p, q = free.best[layout], slowed.best[layout]
+        assert p is not None and q is not None and q.tokens_per_s == pytest.approx(p.tokens_per_s)
+    assert free.layout == "sync_colocated" and slowed.layout == "sync_split"
+    with pytest.raises(ValueError, match="colocated_slowdown must be >= 1"):
+        recommend(16, colocated_slowdown=0.5)

@@ -530,6 +530,7 @@ def recommend(
     sync_bytes_per_s: float = 125e9,
     seed: int = 0,
     within: float = NEAR_OPTIMAL_WITHIN,
+    colocated_slowdown: float = 1.0,
 ) -> Recommendation:
     """The best feasible layout and split for ``n_gpus`` GPUs training ``model`` (module docstring).
 
@@ -539,12 +540,19 @@ def recommend(
     (``math.inf``: unbounded, FIFO only). The synchronous layouts are also tried with
     ``K = 2 .. `` :data:`MAX_BATCHES_PER_GENERATION` batches per weight version, as far as
     their lags stay within ``max_lag`` (each round's batches drawn independently); each
-    layout keeps its fastest ``K``. Each feasible layout also gets its splits within
+    layout keeps its fastest ``K``. ``colocated_slowdown`` charges ``sync_colocated`` for sharing
+    each GPU between engine and trainer: its decode step is that much longer and its trainer
+    that much slower (1: no penalty; lesson 08's section 4 sizes it in verl's runs at 1.1-2.3x
+    for the trainer and at least 1.4x for the engines). Each feasible layout also gets its splits within
     ``within`` of its best (``Recommendation.ranges``). Raises ValueError naming every
     layout's failed constraint if no layout is feasible.
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
+    if not colocated_slowdown >= 1.0:
+        raise ValueError(
+            f"colocated_slowdown must be >= 1 (1: a colocated GPU as fast as a dedicated one), got {colocated_slowdown}"
+        )
     shape = MODELS[model]
     tp = smallest_tp(shape, gpu)
     units = n_gpus // tp
@@ -584,6 +592,8 @@ def recommend(
     for layout in LAYOUTS:
         for k in range(1, _max_batches(layout, max_lag) + 1):
             spec_k = spec if k == 1 else spec_for(k)
+            if layout == "sync_colocated" and colocated_slowdown != 1.0:
+                spec_k = _slowed(spec_k, colocated_slowdown)
             preds = _sweep(layout, spec_k)
             r = _range(layout, spec_k, preds, within, tp)
             if r is None:  # no split keeps this layout feasible
@@ -600,6 +610,14 @@ def recommend(
     return Recommendation(
         spec=spec, tp=tp, lengths=lengths, best=best, why_not=why_not, layout=winner, ranges=ranges, within=within,
         batches_per_generation={k: batches.get(k, 1) for k in LAYOUTS}, round_spec=spec_for,
+    )  # fmt: skip
+
+
+def _slowed(spec: SystemSpec, factor: float) -> SystemSpec:
+    """``spec`` with every GPU ``factor`` times slower at decoding and at training."""
+    return replace(
+        spec, a_s=spec.a_s * factor, b_s=spec.b_s * factor, r_s=spec.r_s * factor, f_s=spec.f_s * factor,
+        train_tokens_per_s_per_gpu=spec.train_tokens_per_s_per_gpu / factor,
     )  # fmt: skip
 
 
@@ -950,16 +968,16 @@ def sensitivity_text(rows: Sequence[SensitivityRow]) -> str:
     within = f"{100 * base.range.within:g}" if base.range is not None else "?"
     lines = [
         f"sensitivity of the {layout} split (samplers: best (all within {within}%), in GPUs)",
-        f"{'input':<12} {'x':>4} {'value':>7} {'samplers':>14} {'tokens/s':>9} {'per GPU':>8}  recommended layout",
+        f"{'input':<15} {'x':>4} {'value':>7} {'samplers':>14} {'tokens/s':>9} {'per GPU':>8}  recommended layout",
     ]
     for row in rows:
         value = "" if row.input == "baseline" else fmt_sig(row.value)
         if row.range is None:
-            lines.append(f"{row.input:<12} {row.factor:>4g} {value:>7} {'-':>14}  {row.error}")
+            lines.append(f"{row.input:<15} {row.factor:>4g} {value:>7} {'-':>14}  {row.error}")
             continue
         r = row.range
         lines.append(
-            f"{row.input:<12} {row.factor:>4g} {value:>7} {r.samplers_text():>14} {fmt_sig(r.best_tokens_per_s):>9} "
+            f"{row.input:<15} {row.factor:>4g} {value:>7} {r.samplers_text():>14} {fmt_sig(r.best_tokens_per_s):>9} "
             f"{fmt_sig(r.best_tokens_per_s_per_gpu):>8}  {row.layout}"
         )
     robust = robust_splits(rows)

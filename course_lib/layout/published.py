@@ -680,7 +680,7 @@ HELD_OUT: tuple[HeldOut, ...] = (
         "400 steps take 19h59m at staleness_threshold 0.1 and 17h22m at 0.5 (0.3: 17h20m): 0.5 is 1.15x faster",
     ),
     HeldOut(
-        "AReaL 75/25 vs 50/50 split",
+        "AReaL: best share of GPUs sampling (75/25 beat 50/50)",
         "AReaL, arXiv 2505.24298, sec. 6.1",
         0.75,
         "a 75/25 inference/training GPU split beat 50/50",
