@@ -359,3 +359,16 @@ def test_a_colocation_penalty_slows_only_the_colocated_layout() -> None:
     assert free.layout == "sync_colocated" and slowed.layout == "sync_split"
     with pytest.raises(ValueError, match="colocated_slowdown must be >= 1"):
         recommend(16, colocated_slowdown=0.5)
+
+
+def test_the_drop_limit_is_an_input() -> None:
+    tight, loose = (
+        recommend(128, admission="drop", max_dropped=0.01),
+        recommend(128, admission="drop", max_dropped=0.05),
+    )
+    t, lo = tight.best["pipeline"], loose.best["pipeline"]
+    assert t is not None and lo is not None
+    assert t.dropped_fraction <= 0.01 < lo.dropped_fraction <= 0.05 and lo.tokens_per_s > t.tokens_per_s
+    assert tight.spec.max_dropped_fraction == 0.01
+    with pytest.raises(ValueError, match="max_dropped_fraction must be in"):
+        recommend(16, max_dropped=1.5)

@@ -531,6 +531,7 @@ def recommend(
     seed: int = 0,
     within: float = NEAR_OPTIMAL_WITHIN,
     colocated_slowdown: float = 1.0,
+    max_dropped: float = 0.02,
 ) -> Recommendation:
     """The best feasible layout and split for ``n_gpus`` GPUs training ``model`` (module docstring).
 
@@ -543,7 +544,8 @@ def recommend(
     layout keeps its fastest ``K``. ``colocated_slowdown`` charges ``sync_colocated`` for sharing
     each GPU between engine and trainer: its decode step is that much longer and its trainer
     that much slower (1: no penalty; lesson 08's section 4 sizes it in verl's runs at 1.1-2.3x
-    for the trainer and at least 1.4x for the engines). Each feasible layout also gets its splits within
+    for the trainer and at least 1.4x for the engines). ``max_dropped`` is the most a "drop"
+    pipeline may abort (``SystemSpec.max_dropped_fraction``). Each feasible layout also gets its splits within
     ``within`` of its best (``Recommendation.ranges``). Raises ValueError naming every
     layout's failed constraint if no layout is feasible.
     """
@@ -566,7 +568,7 @@ def recommend(
     def spec_for(k: int) -> SystemSpec:
         """The system generating ``k`` batches per weight version (the first is every layout's)."""
         more = lengths.batch((k - 1) * batch_samples, seed=seed + 1) if k > 1 else ()
-        return spec_from_hardware(
+        spec_k = spec_from_hardware(
             shape,
             tensor_parallel(gpu, tp),
             n_gpus=units,
@@ -583,6 +585,7 @@ def recommend(
             batches_per_generation=k,
             round_answer_tokens=(*first, *more) if k > 1 else None,
         )
+        return replace(spec_k, max_dropped_fraction=max_dropped)
 
     spec = spec_for(1)
     best: dict[Layout, Prediction | None] = {}
@@ -650,7 +653,7 @@ def recommendation_text(rec: Recommendation) -> str:
         f"{s.n_gpus * tp} GPUs = {s.n_gpus} units of TP{tp} | batch {s.batch_samples} samples, "
         f"mean answer {fmt_sig(s.mean_answer_tokens)} tokens (longest {_fmt_tokens(int(s.lengths_tokens.max()))}), "
         f"prompt {s.prompt_tokens:,.0f} | max_lag {_fmt_max_lag(s.max_lag)}, pipeline admission '{s.admission}' | "
-        f"engine: B_max {fmt_sig(s.max_batch)} (paged KV), {fmt_sig(s.engine_full_tokens_per_s)} tokens/s full | "
+        f"engine: B_max {s.max_batch} (paged KV), {fmt_sig(s.engine_full_tokens_per_s)} tokens/s full | "
         f"trainer {fmt_sig(s.train_tokens_per_s_per_gpu)} tokens/s per unit, >= {s.min_trainers} unit(s) to hold "
         "the model"
     )

@@ -718,6 +718,8 @@ class SystemSpec:
         batches_per_generation: ``K``, batches a synchronous layout generates per weight version
             (PipelineRL's conventional baseline takes several optimizer steps per round).
         min_trainers: ``N_t_min`` of (08.5b): fewer trainers cannot hold the training state.
+        max_dropped_fraction: the most a "drop" pipeline may abort (:data:`MAX_DROPPED_FRACTION`
+            by default): past it, it trains on a sample biased towards short answers.
         round_answer_tokens: all ``K * batch_samples`` answer lengths of one generation round of
             a synchronous layout, batch after batch, each batch drawn independently (e.g.
             ``LengthDist.batch(K * batch_samples, seed)``). ``None`` (the default): the round is
@@ -746,6 +748,7 @@ class SystemSpec:
     prompt_tokens: float = 0.0
     batches_per_generation: int = 1
     min_trainers: int = 1
+    max_dropped_fraction: float = 0.02
     round_answer_tokens: tuple[int, ...] | None = None
     sync_blocks_trainer: bool = True
 
@@ -784,6 +787,8 @@ class SystemSpec:
             raise ValueError(f"batches_per_generation must be >= 1, got {self.batches_per_generation}")
         if self.min_trainers < 1:
             raise ValueError(f"min_trainers must be >= 1, got {self.min_trainers}")
+        if not 0.0 <= self.max_dropped_fraction < 1.0:
+            raise ValueError(f"max_dropped_fraction must be in [0, 1), got {self.max_dropped_fraction}")
         if isinstance(self.answer_tokens, int):
             if self.answer_tokens < 1:
                 raise ValueError(f"answer_tokens must be >= 1, got {self.answer_tokens}")
@@ -1050,8 +1055,10 @@ def _infeasible(spec: SystemSpec, n_trainers: int, max_lag_steps: int, dropped: 
         return f"trainer memory: {n_trainers} trainer(s) cannot hold the training state (needs >= {spec.min_trainers}, 08.5b)"
     if max_lag_steps > spec.max_lag + 1e-9:
         return f"max lag {max_lag_steps} > max_lag {spec.max_lag:g}"
-    if dropped > MAX_DROPPED_FRACTION:
-        return f"drops {dropped:.1%} of its samples (> {MAX_DROPPED_FRACTION:.0%}: a sample biased to short answers)"
+    if dropped > spec.max_dropped_fraction:
+        return (
+            f"drops {dropped:.1%} of its samples (> {spec.max_dropped_fraction:.0%}: a sample biased to short answers)"
+        )
     return None
 
 
