@@ -372,3 +372,12 @@ def test_the_drop_limit_is_an_input() -> None:
     assert tight.spec.max_dropped_fraction == 0.01
     with pytest.raises(ValueError, match="max_dropped_fraction must be in"):
         recommend(16, max_dropped=1.5)
+
+
+def test_planning_for_the_cap_raises_each_batchs_longest_answer() -> None:
+    planned, drawn = recommend(64, max_lag=2), recommend(64, max_lag=2, plan_for_cap=False)
+    assert int(planned.spec.lengths_tokens.max()) == 16384 > int(drawn.spec.lengths_tokens.max())
+    p, d = planned.best["pipeline"], drawn.best["pipeline"]
+    assert (
+        p is not None and d is not None and d.tokens_per_s > p.tokens_per_s
+    )  # a waiting pipeline's straggler is shorter

@@ -532,6 +532,7 @@ def recommend(
     within: float = NEAR_OPTIMAL_WITHIN,
     colocated_slowdown: float = 1.0,
     max_dropped: float = 0.02,
+    plan_for_cap: bool = True,
 ) -> Recommendation:
     """The best feasible layout and split for ``n_gpus`` GPUs training ``model`` (module docstring).
 
@@ -545,7 +546,10 @@ def recommend(
     each GPU between engine and trainer: its decode step is that much longer and its trainer
     that much slower (1: no penalty; lesson 08's section 4 sizes it in verl's runs at 1.1-2.3x
     for the trainer and at least 1.4x for the engines). ``max_dropped`` is the most a "drop"
-    pipeline may abort (``SystemSpec.max_dropped_fraction``). Each feasible layout also gets its splits within
+    pipeline may abort (``SystemSpec.max_dropped_fraction``). ``plan_for_cap`` plans every batch with
+    one answer at the cap ``max_tokens`` (its longest answer raised to it: a bound that must hold
+    plans for the worst answer the engine allows); ``False`` takes each batch as drawn, its longest
+    answer the tail's. Each feasible layout also gets its splits within
     ``within`` of its best (``Recommendation.ranges``). Raises ValueError naming every
     layout's failed constraint if no layout is feasible.
     """
@@ -575,7 +579,7 @@ def recommend(
             batch_samples=batch_samples,
             answer_tokens=first,
             prompt_tokens=prompt_tokens,
-            generation_limit=max_tokens,
+            generation_limit=max_tokens if plan_for_cap else None,
             mfu=mfu,
             efficiency=efficiency,
             extra_forward_passes=extra_forward_passes,
