@@ -318,6 +318,7 @@ for _ in range(40):
     lo, hi = (lo, mid) if lag_at(mid).sample_mean < base07.max_lag - 1e-6 else (mid, hi)
 balance = hi  # c at the balance / this run's c
 below, above = lag_at(balance * 0.98), lag_at(balance * 1.02)  # trainer-bound just below it, sampler-bound above
+at_c = lag_at(1.0)  # the model's lag at this run's own trainer rate
 measured_lag = cmp["pipeline"].measured_lag
 
 # %%
@@ -332,8 +333,8 @@ for regime, row in cmp.items():
     print(f"{regime:<9} {row.measured_tokens_per_s:>14,.0f} {row.model_tokens_per_s:>7,.0f} {errs:>28} | "
           f"{row.measured_lag:>21.1f}")
 print(f"pipeline (round 0): its trainer runs at {1 / balance:.2f}x the model's balance rate; mean lag per token in "
-      f"the model 2% either side of the balance: {below.token_mean:.1f} (trainer-bound) and {above.token_mean:.1f}; "
-      f"the runs: {measured_lag:.1f}")
+      f"the model 2% either side of the balance: {below.token_mean:.1f} (trainer-bound) and {above.token_mean:.1f}, "
+      f"at the run's own c {at_c.token_mean:.1f}; the runs: {measured_lag:.1f}")
 
 # %%
 measured = {regime: cmp[regime].measured_tokens_per_s for regime in REGIMES}
@@ -345,11 +346,9 @@ assert cmp["sync"].model_tokens_per_s < cmp["one_step"].model_tokens_per_s < cmp
 assert measured["sync"] < measured["pipeline"] and measured["one_step"] < measured["pipeline"], measured
 assert all(r["pipeline"].token_lags.max() <= base07.max_lag for r in reports_by_round)
 assert all(abs(cmp[r].model_error) < 0.25 for r in ("sync", "one_step")), cmp  # median over rounds
-assert abs(np.log(balance)) < np.log(1.5), balance  # this cluster sits within 1.5x of the balance
-assert above.token_mean < measured_lag < below.token_mean, (above, measured_lag, below)
+assert above.token_mean < measured_lag <= base07.max_lag, (above, measured_lag)
 print("sync and one_step: the model within 25% of the runs (median over rounds), their lags exact by construction; "
-      "the pipeline fastest in model and runs; no run's token lag past the bound; the runs' pipeline lag between "
-      "the model's two sides of the balance")
+      "the pipeline fastest in model and runs; no run's token lag past the bound")
 
 # %% [markdown]
 # **What it shows.** The synchronous lags are exact by construction. The pipeline,
@@ -357,19 +356,19 @@ print("sync and one_step: the model within 25% of the runs (median over rounds),
 # always busy. `sync` and `one_step` are the test, of the generation phase (08.7): their
 # training time is the run's own, their generation comes from the separately timed
 # sampler step, without the hand-offs (a batch through the pipe, waking a process). The
-# median over rounds is within 25%; each round's error is printed as it came. (The
+# median over rounds is within 25%, each round's error printed beside it. (The
 # pipeline is fastest here at a bound of 8 against one batch per round; the fair
 # comparison at equal bound is section 5's.) The pipeline's **lag** the model cannot
 # forecast: this cluster runs near the balance, where the model's mean lag steps from
 # Little's law to the bound (the queue stays short or fills the window). The runs land
-# between the two: a bracket, not a prediction.
+# between the two, away from the model's figure at their own trainer rate: a miss.
 #
 # **On a GPU.** Lesson 11's capstone (a tiny model, four ranks time-slicing one H200) ran
-# on a layout from this model calibrated on that GPU (BENCHMARKS; tokens/s at the
-# calibration's answer lengths). The three healthy asynchronous runs came within 20%
-# (2,125 predicted, 1,944 measured, 9% high; 20% and 6% low at full size). The synchronous run
-# missed by 2x (1,971 vs 1,003): the model gave its lone generator the whole GPU and does
-# not count its trainers' all-reduce through host memory, about 90 ms per update.
+# on a layout from this model calibrated on that GPU. Its predictions, in tokens/s at the
+# calibration's answer lengths, came within 20% of the three healthy asynchronous runs,
+# but those runs made shorter answers and two shared the GPU: lengths cancelling, not a
+# verified forecast. The synchronous run missed by 2x: the model gave its lone generator
+# the whole GPU and does not count the trainers' all-reduce through host memory.
 
 # %% [markdown]
 # ## 3. Model and simulator at full scale: the admission rules
@@ -515,7 +514,7 @@ print(f"one_step: simulator / model = {so.tokens_per_s / po.tokens_per_s:.1f}x. 
 # **Takeaway:** under FIFO the pipeline's throughput holds but the stragglers arrive past
 # the bound. The hard rules keep every lag within it, at a price: **waiting** lets the
 # straggler set the trainer's pace (08.14), and a synchronous layout training three
-# batches per weight version at the same bound beats it colocated, not split (printed);
+# batches per weight version at the same bound beats it colocated, not split;
 # **dropping** wastes what it aborts and trains on shorter answers (08.15; the
 # simulator's batches draw their own stragglers, so it drops a little more). The FIFO and drop rows are trainer-bound, so they agree by construction;
 # the waiting row tests (08.14). `one_step` differs most, 1.4x: with a long tail the
@@ -561,7 +560,7 @@ for admission, b in best_by_rule.items():
     if isinstance(b, str):
         print(f"{admission:<5}: {b}")
     else:
-        print(f"{admission:<5}: best split {b.n_samplers} samplers / {b.n_trainers} trainers, {b.tokens_per_s:,.0f} "
+        print(f"{admission:<5}: best split {b.n_samplers} samplers / {b.n_trainers} trainers, {fmt_sig(b.tokens_per_s)} "
               f"tokens/s, max lag {b.max_lag_steps}, dropped {100 * b.dropped_fraction:.1f}%")
 
 # %%
@@ -575,9 +574,8 @@ print("no FIFO split keeps every lag within 2 (the error names the constraint); 
       "do; waiting puts more GPUs on sampling than dropping, and makes fewer tokens/s")
 
 # %% [markdown]
-# **Takeaway:** a calculator that checked only the mean lag would have recommended a FIFO
-# split. A waiting trainer idles while a straggler finishes, which decodes faster on a
-# lightly loaded engine, so waiting moves GPUs to sampling; dropping never waits.
+# **Takeaway:** checking only the mean lag would have passed a FIFO split. A waiting
+# trainer idles while a straggler finishes, so waiting moves GPUs to sampling.
 
 # %% [markdown]
 # ## 4. The model against published systems
@@ -684,11 +682,9 @@ for name, pub, pred, ok, _why in held_out_checks():
     print(f"{name:<58} published {pub:.2f}, model {pred:.2f}: {'agrees' if ok else 'DISAGREES'}")
 
 # %% [markdown]
-# None agrees. Streaming without staleness is synchronous in the model (no overlap of a
-# batch's generation with its training); partial rollouts keep verl's engines busy at a
-# small window, which the model lacks; at 40% MFU its trainer is the scarcer side, so it
-# prefers 50/50 to AReaL's 75/25. The model reasons about a layout you can measure; it
-# does not forecast another team's run.
+# None agrees: the model has no overlap of a batch's generation with its training, no
+# partial rollouts, and at 40% MFU prefers about 45% sampling to AReaL's 75%. It reasons
+# about a layout you can measure; it does not forecast another team's run.
 
 # %% [markdown]
 # ## 5. Sizing a run: Qwen2.5-7B on 128 H100s
@@ -725,10 +721,14 @@ p, c = spec7.engine_full_tokens_per_s, spec7.train_tokens_per_s_per_gpu
 capacity = p * c / (p + c)  # tokens/s per GPU at the balance (08.6), with full engines and busy trainers
 penalised = recommend(128, QWEN25_7B.name, max_lag=2, colocated_slowdown=1.4)
 assert penalised.layout != "pipeline" and penalised.prediction.tokens_per_s > 1.2 * pipe7.tokens_per_s
+bigger = recommend(128, QWEN25_7B.name, max_lag=2, batch_samples=4096)
+assert bigger.prediction.tokens_per_s > 2.5 * rec7.prediction.tokens_per_s
 print(f"the waiting pipeline: {pipe7.engine_batch:.0f} sequences per engine (B_max {spec7.max_batch}); a GPU at the "
       f"balance with full engines: {fmt_sig(capacity)} tokens/s")
 print(f"colocated GPUs 1.4x slower (section 4's engine factor): {penalised.layout} "
       f"x{penalised.batches_per_generation[penalised.layout]} wins, {fmt_sig(penalised.prediction.tokens_per_s)} tokens/s")
+print(f"batches of 4,096: {bigger.layout} x{bigger.batches_per_generation[bigger.layout]} "
+      f"{fmt_sig(bigger.prediction.tokens_per_s)} tokens/s, the waiting pipeline {fmt_sig(bigger.best['pipeline'].tokens_per_s)}")
 
 # %% [markdown]
 # (`*`: the near-optimal splits are not contiguous. B_max is 335 here, 318 in section 1:
@@ -739,9 +739,11 @@ print(f"colocated GPUs 1.4x slower (section 4's engine factor): {penalised.layou
 # the straggler's time over the bound, so its engines hold 2 and any split from 36
 # samplers up makes about the same tokens/s. Section 4's colocation penalty hands the win
 # to `sync_split`, not to the pipeline. And every bounded layout makes 290-390 tokens/s per
-# GPU against the 3,700 a balanced GPU could: one 16k-token answer per batch costs 90% of
-# the cluster. The tail, the cap and the bound are the levers, not the split. What each
-# admission rule costs (`x`: its fastest split, infeasible):
+# GPU against the 3,700 a balanced GPU could: at batches of 1,024, one 16k-token answer per
+# batch costs 90% of the cluster. The batch, the cap, the tail and the bound are the
+# levers, not the split: batches of 4,096 share each straggler among four times the work
+# and triple the throughput. What each admission rule costs (`x`: its fastest split,
+# infeasible):
 
 # %%
 rows7 = compare_admissions(rec7.spec)
@@ -750,7 +752,7 @@ print(admissions_text(rows7, max_lag=2))
 # %%
 by_rule = {row.admission: row for row in rows7}
 assert not by_rule["fifo"].feasible and by_rule["wait"].feasible and by_rule["drop"].feasible
-assert by_rule["fifo"].tokens_per_s > 3 * by_rule["drop"].tokens_per_s > 3 * by_rule["wait"].tokens_per_s
+assert by_rule["fifo"].tokens_per_s > 3.8 * by_rule["drop"].tokens_per_s > 3.8 * by_rule["wait"].tokens_per_s
 assert by_rule["wait"].token_lag.token_mean < by_rule["wait"].token_lag.sample_mean
 drop7 = by_rule["drop"].prediction
 kept = np.sort(rec7.spec.lengths_tokens)[: int(round((1 - drop7.dropped_fraction) * rec7.spec.batch_samples))]
@@ -761,9 +763,9 @@ print(f"dropping aborts the answers past {fmt_sig(kept.max())} tokens; with that
       f"the waiting pipeline {fmt_sig(capped.best['pipeline'].tokens_per_s)} tokens/s")
 
 # %% [markdown]
-# **Takeaway:** FIFO at this window makes 4-6x what the hard rules make, with lags up to
-# 16 steps. Dropping is a lower cap in disguise: it aborts the answers past about 9,000
-# tokens. Given that cap, every layout gains and the synchronous one still leads (printed):
+# **Takeaway:** FIFO at this window makes about 4-6x what the hard rules make, with lags
+# up to 16 steps. Dropping is a lower cap in disguise: it aborts the answers past about
+# 9,000 tokens. Given that cap, both layouts gain and the synchronous one still leads:
 # at equal bound and equal cap, with this tail, a synchronous layout training three
 # batches per weight version beats the pipeline. Per token the pipeline's lag is lower
 # than per sample: tokens decoded after an in-flight swap come from newer weights.
@@ -773,7 +775,7 @@ print(f"dropping aborts the answers past {fmt_sig(kept.max())} tokens; with that
 
 # %%
 sens7 = sensitivity(n_gpus=128, model=QWEN25_7B.name, max_lag=2,
-                    inputs=("mfu", "efficiency", "mean_tokens", "p99_over_median", "max_tokens"))
+                    inputs=("mfu", "efficiency", "mean_tokens", "p99_over_median", "max_tokens", "batch_samples"))
 print(sensitivity_text(sens7))
 
 # %%
@@ -782,12 +784,12 @@ base_tps = sens7[0].best_tokens_per_s
 assert {row.layout for row in sens7} == {rec7.layout}
 assert all(abs(by_input[("mfu", f)].best_tokens_per_s / base_tps - 1) < 0.05 for f in (0.7, 1.3))
 assert all(abs(by_input[(name, f)].best_tokens_per_s / base_tps - 1) > 0.2
-           for name in ("efficiency", "mean_tokens", "max_tokens") for f in (0.7, 1.3))
+           for name in ("efficiency", "mean_tokens", "max_tokens", "batch_samples") for f in (0.7, 1.3))
 assert all(abs(by_input[("p99_over_median", f)].best_tokens_per_s / base_tps - 1) < 0.1 for f in (0.7, 1.3))
 
 # %% [markdown]
 # **Takeaway:** the layout holds under every change; the throughput does not. Decode
-# bandwidth, the mean answer and the cap each move it by 20-35%; MFU by 2%, since the
+# bandwidth, the mean answer, the cap and the batch each move it by 20-35%; MFU by 2%, since the
 # straggler's decode, not the trainers, sets the pace. The tail's shape barely matters
 # here because every batch is planned with one answer at the cap (`plan_for_cap`: a
 # bound that must hold plans for the worst answer the engine allows; `False` takes each
@@ -824,7 +826,8 @@ print(f"the waiting pipeline passes sync_colocated from max_lag {wait_wins}; at 
 # %% [markdown]
 # **Takeaway:** both buy throughput with staleness: the synchronous layout by training on
 # more batches per weight version, the waiting pipeline almost in proportion to the bound,
-# since its step is the straggler's time over the bound (08.14). With a heavy tail and a
+# since its step is the straggler's time over the bound (08.14). At a bound of $k$ the
+# synchronous layout's straggler has $k + 1$ steps' worth of time, the pipeline's $k$. With a heavy tail and a
 # hard bound the pipeline needs a loose bound to beat a well-configured synchronous
 # layout. The staleness it buys is paid in learning (lesson 02).
 #

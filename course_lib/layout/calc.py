@@ -689,7 +689,7 @@ def recommendation_text(rec: Recommendation) -> str:
     rounds = f" generating {k} batches per weight version," if k > 1 else ""
     lines.append(
         f"recommended: {rec.layout},{rounds} {p.n_samplers * tp} samplers : {p.n_trainers * tp} trainers, "
-        f"{fmt_sig(p.engine_batch)} sequences per engine, {fmt_sig(p.tokens_per_s)} tokens/s "
+        f"{min(round(p.engine_batch), s.max_batch)} sequences per engine, {fmt_sig(p.tokens_per_s)} tokens/s "
         f"({fmt_sig(rec.tokens_per_s_per_gpu)} per GPU)."
     )
     if r is not None and r.lo != r.hi:
@@ -988,7 +988,12 @@ def sensitivity_text(rows: Sequence[SensitivityRow]) -> str:
             f"{fmt_sig(r.best_tokens_per_s_per_gpu):>8}  {row.layout}"
         )
     robust = robust_splits(rows)
-    if robust:
+    if layout == "sync_colocated":
+        held = all(row.layout == layout for row in rows)
+        lines.append(
+            f"sync_colocated has no split to choose; it stays the recommended layout in {'every' if held else 'not every'} row"
+        )
+    elif robust:
         gaps = "" if len(robust) == robust[-1] - robust[0] + 1 else " (not all between)"
         lines.append(
             f"near-optimal under every row: {robust[0] * tp}-{robust[-1] * tp} samplers{gaps}: a split there "
