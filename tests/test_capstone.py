@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +20,14 @@ import pytest
 import torch
 
 from course_lib.capstone.colocated import SharedBuffer, remove_buffers, run_key
-from course_lib.capstone.config import CapstoneConfig, add_arguments, from_args, to_argv
+from course_lib.capstone.config import CapstoneConfig, add_arguments, from_args, parse_arm, to_argv
 from course_lib.capstone.job import SetupError, resolve_backend
 from course_lib.capstone.launch import check_before_launch, run, torchrun_command
-from course_lib.capstone.ledger import Generated, SampleLedger, audit
+from course_lib.capstone.ledger import Generated, SampleLedger, Trained, answers_digest, audit
 from course_lib.capstone.metrics import MetricsWriter
 from course_lib.capstone.report import generated_records, load
 from course_lib.capstone.roles import assign_roles
-from course_lib.capstone.trainer import shard_loss, state_digest
+from course_lib.capstone.trainer import loss_rows, shard_loss, state_digest
 from course_lib.lm.model import TinyLM, sequence_logprobs
 from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss
 from course_lib.runtime.processes import live_children
@@ -162,6 +163,37 @@ def test_audit_fails_when_a_dead_attempt_s_group_is_also_consumed():
     led.finish(1, generated)
     result = audit(led, generated)
     assert not result["ok"] and result["in_two_classes"] == [(0, 2), (0, 3)]
+
+
+def test_audit_holds_what_entered_each_loss_against_what_the_generator_made():
+    """The content check: a group's rows, tokens under the mask and token digest, as the trainer
+    read them from its padded batch, must be the generator's; a token altered on the way, an
+    answer masked out, or a consumed group that entered no loss, fails the audit."""
+    rng = np.random.default_rng(0)
+    groups = _groups(rng, 2)
+    for g in groups:
+        g["attempt"] = 0
+    gen = [
+        Generated(0, g["k"], len(g["answers"]), 2, sum(len(a["answer"]) for a in g["answers"]),
+                  answers_digest(a["answer"] for a in g["answers"]))
+        for g in groups
+    ]  # fmt: skip
+    led = SampleLedger(group_size=4, groups_per_batch=2)
+    led.consume(0, 0, [(0, 0, 4), (0, 1, 4)], 10)
+    led.finish(0, gen)
+    rows = loss_rows(groups, pad_groups(groups))
+    trained = [Trained(*r) for r in rows]
+    assert audit(led, gen, trained)["ok"]
+    altered = [dict(g, answers=[dict(a) for a in g["answers"]]) for g in groups]
+    altered[1]["answers"][2]["answer"] = [t + 1 for t in altered[1]["answers"][2]["answer"]]
+    bad = audit(led, gen, [Trained(*r) for r in loss_rows(altered, pad_groups(altered))])
+    assert not bad["ok"] and bad["content_differs"] == [(0, 1)]
+    batch = pad_groups(groups)
+    batch["mask"][0] = False  # an answer masked out of the loss
+    masked = audit(led, gen, [Trained(*r) for r in loss_rows(groups, batch)])
+    assert not masked["ok"] and masked["content_differs"] == [(0, 0)]
+    missing = audit(led, gen, trained[:1])
+    assert not missing["ok"] and missing["not_in_a_loss"] == [(0, 1)]
 
 
 # ---- the data-parallel loss ----------------------------------------------------------------------
@@ -353,7 +385,7 @@ def test_report_reads_every_rank_into_tables(tmp_path):
     decode = rep.phases["phase"] == "decode"
     assert decode.sum() == 2 and rep.phases["end"][decode][0] == pytest.approx(1.002)
     assert generated_records(rep.lines) == [Generated(0, 0, 8, 2)]
-    assert rep.tokens_per_s > 0 and "held-out reward: 0.100" in rep.summary()
+    assert rep.tokens_per_s > 0 and "evaluation reward: 0.100" in rep.summary()
     with pytest.raises(FileNotFoundError, match="no capstone metrics"):
         load(tmp_path / "empty")
 
@@ -384,6 +416,9 @@ def _check_run(rep, n_updates):
     assert rep.result["updates"] == n_updates
     lags = rep.lag_histogram()
     assert lags[-1] == 0  # no token lagged more than max_lag
+    if rep.layout["n_trainers"] == rep.layout["world_size"]:  # sync-colocated: every rank samples and trains
+        assert set(np.unique(rep.phases["phase"])) >= {"decode", "train", "eval", "checkpoint"}
+        return
     assert set(np.unique(rep.phases["phase"])) >= {"decode", "train", "wait", "sync", "eval", "checkpoint"}
     sends = rep.syncs["side"] == "send"
     assert sends.any() and (rep.syncs["total"][sends] > 0).all()
@@ -431,29 +466,66 @@ def test_a_killed_rank_restarts_the_job_from_its_checkpoint_and_the_ledger_balan
 
 
 def test_arms_run_in_turn_in_one_launch_each_a_run_of_its_own(tmp_path):
-    """async, sync, colocated in one torchrun launch: each arm its directory, store keys and ledger."""
+    """Every arm in one torchrun launch: each its directory, store keys and ledger; sync-colocated
+    trains on every rank with no generator and no weight transfer; an arm may pin its layout."""
     from course_lib.capstone.launch import run_arms
 
+    names = ["async", "sync", "async-shm", "sync-colocated", "async@3x8"]
     arms = run_arms(
-        tmp_path / "arms", ["async", "sync", "colocated"], deadline_s=DEADLINE_S, show_progress=False, echo=None,
+        tmp_path / "arms", names, deadline_s=DEADLINE_S, show_progress=False, echo=None,
         calibrate=False, n_trainers=2, n_slots=16, **dict(SHORT, n_updates=6),
     )  # fmt: skip
     _no_orphans()
-    assert [name for name, _ in arms] == ["async", "sync", "colocated"]
+    assert [name for name, _ in arms] == names
     for name, rep in arms:
         _check_run(rep, 6)
-        assert rep.run_dir.name.endswith(name) and rep.result["attempts"] == 1
+        assert rep.run_dir.name.endswith(name.replace("@", "-")) and rep.result["attempts"] == 1
         assert rep.answer_lengths().size == rep.result["audit"]["generated_samples"]
-    assert int(np.nanmax(arms[1][1].updates["lag_max"])) == 0  # sync: every token sampled by the version it trains
+    for i in (1, 3):  # synchronous: every token sampled by the version it trains
+        assert int(np.nanmax(arms[i][1].updates["lag_max"])) == 0
     assert not remove_buffers(run_key(arms[2][1].run_dir))
-    with pytest.raises(ValueError, match="--arms takes async, sync, colocated"):
+    colocated = arms[3][1]
+    assert colocated.layout["n_trainers"] == 4 and colocated.syncs["side"].size == 0  # no generator, no transfer
+    assert set(colocated.phases["phase"][colocated.phases["rank"] == 3]) >= {"decode", "train"}
+    assert colocated.result["audit"]["leftover_samples"] == 0  # nothing generated ahead of the trainers
+    assert (arms[4][1].layout["n_trainers"], arms[4][1].layout["n_slots"]) == (3, 8)
+    with pytest.raises(ValueError, match="--arms takes async, async-shm, sync, sync-colocated"):
         CapstoneConfig(run_dir="x", arms="async,fast")
+    with pytest.raises(ValueError, match="--arms takes"):
+        CapstoneConfig(run_dir="x", arms="async@1x8")
     with pytest.raises(ValueError, match="give the async arms --max-lag >= 1"):
         CapstoneConfig(run_dir="x", arms="async,sync", max_lag=0)
     with pytest.raises(ValueError, match="already holds a run"):
         run_arms(tmp_path / "arms", ["async"], echo=None, show_progress=False)
     with pytest.raises(ValueError, match=r"use capstone\.launch\.run_arms"):
         run(tmp_path / "x", arms="async")
+
+
+def test_arm_labels_parse_to_a_regime_and_an_optional_layout():
+    assert parse_arm("sync-colocated") == ("sync-colocated", None)
+    assert parse_arm("async@3x16") == ("async", (3, 16))
+    for bad in ("colocated", "async@3", "async@1x16", "async@3x0", "async@x16"):
+        with pytest.raises(ValueError):
+            parse_arm(bad)
+    arm = CapstoneConfig(run_dir="r", arms="sync-colocated,async-shm,async@3x16")
+    assert (arm.arm(0).colocated_sync, arm.arm(0).max_lag, arm.arm(0).colocated) == (True, 0, False)
+    assert (arm.arm(1).colocated, arm.arm(1).max_lag) == (True, 4)
+    assert (arm.arm(2).n_trainers, arm.arm(2).n_slots, arm.arm(2).run_dir) == (3, 16, "r/02-async-3x16")
+
+
+def test_colocated_sync_needs_a_group_per_rank_and_max_lag_0(tmp_path):
+    from course_lib.capstone.job import roles_of
+
+    with pytest.raises(ValueError, match="--colocated-sync is synchronous RL"):
+        CapstoneConfig(run_dir="r", colocated_sync=True)
+    cfg = CapstoneConfig(run_dir="r", colocated_sync=True, max_lag=0)
+    roles = roles_of(cfg, 4, 0)
+    assert roles.trainers == [0, 1, 2, 3] and roles.generators == []
+    assert sorted(k for r in range(4) for k in roles.groups_for(r, 5, 4)) == [20, 21, 22, 23]
+    with pytest.raises(ValueError, match="raise --groups-per-batch to at least 8"):
+        roles_of(cfg, 8, 0)
+    with pytest.raises(ValueError, match="raise --groups-per-batch"):
+        check_before_launch(replace(cfg, run_dir=str(tmp_path / "c")), 8)
 
 
 def test_two_torchrun_agents_meet_through_a_c10d_rendezvous(tmp_path):
@@ -477,3 +549,18 @@ def test_the_job_refuses_to_start_with_too_few_ranks(tmp_path):
     assert "at least 3 ranks" in done.stdout + done.stderr
     assert sys.executable in cmd[0]
     _no_orphans()
+
+
+def test_a_pinned_job_runs_on_its_cores_and_calibrates_for_them(tmp_path):
+    """``cores=1`` pins the agent and every rank to one core: the calibration sees 1 unit, so each
+    of the 4 ranks gets a quarter of it, whatever the machine."""
+    from course_lib.capstone.launch import pinned_cores
+
+    assert pinned_cores(None) is None and len(pinned_cores(1)) == 1
+    for bad in (0, len(os.sched_getaffinity(0)) + 1):
+        with pytest.raises(ValueError, match="this process may use"):
+            pinned_cores(bad)
+    rep = _run(tmp_path / "pinned", cores=1, **dict(SHORT, n_updates=4))
+    _check_run(rep, 4)
+    rates = rep.layout["rates"]
+    assert rates["units"] == 1 and rates["cpu_share"] == 0.25

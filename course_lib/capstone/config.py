@@ -26,10 +26,30 @@ if TYPE_CHECKING:
     from course_lib.lm.model import LMConfig
 
 BACKENDS = ("auto", "gloo", "nccl")
-#: Arms one launch may run in turn (``--arms``): the config as given, synchronous, colocated.
-ARMS = ("async", "sync", "colocated")
+#: Arms one launch may run in turn (``--arms``): the pipeline as configured (weights by broadcast), the same
+#: pipeline with its weights through shared memory, synchronous RL on the same split (generators wait while the
+#: trainers train), and synchronous RL colocated (every rank generates its share, then trains on it). An arm may
+#: pin its own layout: ``async@3x16`` is the pipeline on 3 trainers and generators of 16 slots.
+ARMS = ("async", "async-shm", "sync", "sync-colocated")
 #: Decoding slots per generator the layout model chooses among (``--n-slots 0``).
 SLOT_CHOICES = (16, 32, 64)
+
+
+def parse_arm(label: str) -> tuple[str, tuple[int, int] | None]:
+    """``"async@3x16"`` -> ``("async", (3, 16))``; ``"sync"`` -> ``("sync", None)``.
+
+    Raises:
+        ValueError: an unknown arm, or a layout that is not ``TxS`` with T >= 2 and S >= 1.
+    """
+    name, _, layout = label.partition("@")
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}: one of {', '.join(ARMS)}")
+    if not layout:
+        return name, None
+    t, _, slots = layout.partition("x")
+    if not (t.isdigit() and slots.isdigit()) or int(t) < 2 or int(slots) < 1:
+        raise ValueError(f"arm {label!r}: the layout after @ is TxS, T >= 2 trainers and S >= 1 slots, e.g. async@3x16")
+    return name, (int(t), int(slots))
 
 
 def _f(default: Any, help: str) -> Any:
@@ -49,15 +69,14 @@ class CapstoneConfig:
     max_lag: int = _f(4, "most updates a consumed token may lag (backpressure); 0 = synchronous RL")
     n_trainers: int = _f(0, "trainer ranks (>= 2); 0 = chosen by lesson 08's layout model")
     n_slots: int = _f(0, f"decoding slots per generator; 0 = chosen by the layout model among {SLOT_CHOICES}")
-    lr: float = _f(
-        pick(cpu=1e-3, full=1e-4),
-        "Adam learning rate (cpu: lesson 07's; full, a 4-layer 256-wide TinyLM on an H200: 1e-3 collapsed, "
-        "3e-4 held still, 1e-4 learned; BENCHMARKS.md)",
-    )
+    lr: float = _f(pick(cpu=3e-4, full=1e-4), "Adam learning rate of the RL updates (BENCHMARKS.md: how it was chosen)")
     clip_c: float = _f(2.0, "truncation level c of the per-token importance weights (eq. 07.1)")
     train_chunk: int = _f(8, "trainer: sequences per forward pass, sorted by length")
-    warm_steps: int = _f(pick(cpu=30, full=60), "supervised warm-start steps before RL (lesson 07's)")
-    eval_prompts: int = _f(pick(cpu=512, full=2048), "held-out prompts scored by the trainers at start and end")
+    warm_steps: int = _f(60, "supervised warm-start steps before RL (training prompts only)")
+    eval_prompts: int = _f(
+        pick(cpu=512, full=2048),
+        "fixed evaluation prompts (drawn as the training prompts are) scored by the trainers at start and end",
+    )
     eval_seed: int = _f(123, "seed of the held-out prompts (lesson 07's)")
     checkpoint_every: int = _f(pick(cpu=40, full=200), "updates between checkpoints (and one at the end)")
     keep_checkpoints: int = _f(3, "committed checkpoints kept (the newest that verifies is always kept)")
@@ -67,7 +86,14 @@ class CapstoneConfig:
         "there is a GPU per rank and not --colocated)",
     )
     colocated: bool = _f(
-        False, "weights to the generators through a shared buffer on the host, not the broadcast (GPUs: all on one)"
+        False,
+        "the pipeline's weights to the generators through a shared buffer on the host, not the broadcast (GPUs: "
+        "every rank on one GPU, CUDA IPC)",
+    )
+    colocated_sync: bool = _f(
+        False,
+        "synchronous RL on the same ranks: every rank generates its share of the batch with the current weights, "
+        "then trains on it (no generator ranks, no weight transfer; needs --max-lag 0)",
     )
     sync_method: str = _f("pipelined", "lesson 09's method for the broadcast ('bucketed' or 'pipelined')")
     bucket_mb: float = _f(0.25, "bucket size of the weight broadcast in MiB")
@@ -82,8 +108,9 @@ class CapstoneConfig:
     arms: str = _f(
         "",
         "run these arms one after another in this one launch (one start-up), each in run_dir/NN-ARM: "
-        "'async' (as configured, the broadcast), 'sync' (--max-lag 0), 'colocated' (the shared buffer); "
-        "comma-separated, e.g. async,sync,colocated,async,sync,colocated (interleaved rounds)",
+        "'async' (as configured, the broadcast), 'async-shm' (the shared buffer), 'sync' (--max-lag 0, same "
+        "split), 'sync-colocated' (--colocated-sync); NAME@TxS pins T trainers and S slots; comma-separated, e.g. "
+        "async,sync-colocated,async,sync-colocated (interleaved rounds)",
     )
 
     def __post_init__(self) -> None:
@@ -111,12 +138,24 @@ class CapstoneConfig:
             problems.append("--timeout-s, --lr, --clip-c and --bucket-mb must be > 0")
         if (self.kill_rank >= 0) != (self.kill_at_update >= 0):
             problems.append("fault injection needs both --kill-rank and --kill-at-update (or neither)")
+        if self.colocated_sync and (self.max_lag != 0 or self.colocated):
+            problems.append("--colocated-sync is synchronous RL on every rank: give --max-lag 0, without --colocated")
         if self.arms:
-            unknown = [a for a in self.arm_list if a not in ARMS]
+            unknown = []
+            for a in self.arm_list:
+                try:
+                    parse_arm(a)
+                except ValueError:
+                    unknown.append(a)
             if unknown:
-                problems.append(f"--arms takes {', '.join(ARMS)} (comma-separated), got {', '.join(unknown)}")
-            if self.resume or self.kill_rank >= 0 or self.colocated:
-                problems.append("--arms runs fresh arms without faults: leave out --resume, --kill-rank, --colocated")
+                problems.append(
+                    f"--arms takes {', '.join(ARMS)}, each optionally @TxS (comma-separated), got {', '.join(unknown)}"
+                )
+            if self.resume or self.kill_rank >= 0 or self.colocated or self.colocated_sync:
+                problems.append(
+                    "--arms runs fresh arms without faults: leave out --resume, --kill-rank, --colocated, "
+                    "--colocated-sync"
+                )
             if self.max_lag < 1:
                 problems.append("--arms compares against synchronous RL: give the async arms --max-lag >= 1")
         if problems:
@@ -145,13 +184,18 @@ class CapstoneConfig:
 
     def arm(self, index: int) -> CapstoneConfig:
         """The config of arm ``index`` of ``--arms``: its own run directory ``run_dir/NN-ARM``."""
-        name = self.arm_list[index]
+        label = self.arm_list[index]
+        name, layout = parse_arm(label)
+        n_trainers, n_slots = layout if layout else (self.n_trainers, self.n_slots)
         return dataclasses.replace(
             self,
             arms="",
-            run_dir=str(Path(self.run_dir) / f"{index:02d}-{name}"),
-            max_lag=0 if name == "sync" else self.max_lag,
-            colocated=name == "colocated",
+            run_dir=str(Path(self.run_dir) / f"{index:02d}-{label.replace('@', '-')}"),
+            max_lag=0 if name.startswith("sync") else self.max_lag,
+            colocated=name == "async-shm",
+            colocated_sync=name == "sync-colocated",
+            n_trainers=n_trainers,
+            n_slots=n_slots,
         )
 
     @property

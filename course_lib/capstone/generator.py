@@ -35,6 +35,7 @@ from course_lib.capstone.channels import WeightChannel
 from course_lib.capstone.config import CapstoneConfig
 from course_lib.capstone.context import RunStore
 from course_lib.capstone.faults import kill_once
+from course_lib.capstone.ledger import answers_digest
 from course_lib.capstone.metrics import MetricsWriter
 from course_lib.lm.model import TinyLM
 from course_lib.lm.sampler import SlotSampler, generator_for
@@ -48,6 +49,36 @@ IDLE_POLL_S = 0.002
 def problem_for(task: CountdownTask, seed: int, k: int) -> Problem:
     """Group ``k``'s prompt: a function of ``(seed, k)`` only."""
     return task.sample(np.random.default_rng([seed, k]), 1)[0]
+
+
+def completed_group(
+    metrics: MetricsWriter,
+    k: int,
+    rank: int,
+    attempt: int,
+    start_version: int,
+    problem: Problem,
+    answers: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Group ``k``'s ``generated`` line (the ledger's evidence: its answers' lengths and a digest of
+    their tokens) written first, then the group itself, as its trainer receives it."""
+    metrics.log(
+        "generated",
+        k=k,
+        samples=len(answers),
+        tokens=sum(len(a["answer"]) for a in answers),
+        lengths=[len(a["answer"]) for a in answers],
+        digest=answers_digest(a["answer"] for a in answers),
+        start_version=start_version,
+    )
+    return {
+        "k": k,
+        "rank": rank,
+        "attempt": attempt,
+        "start_version": start_version,
+        "prompt": problem.prompt,
+        "answers": answers,
+    }
 
 
 class Generator:
@@ -125,23 +156,9 @@ class Generator:
 
     def hand_over(self, k: int) -> None:
         g = self.groups.pop(k)
-        n_tokens = sum(len(a["answer"]) for a in g["answers"])
-        self.metrics.log(
-            "generated",
-            k=k,
-            samples=len(g["answers"]),
-            tokens=n_tokens,
-            lengths=[len(a["answer"]) for a in g["answers"]],
-            start_version=g["start_version"],
+        payload = completed_group(
+            self.metrics, k, self.rank, self.attempt, g["start_version"], g["problem"], g["answers"]
         )
-        payload = {
-            "k": k,
-            "rank": self.rank,
-            "attempt": self.attempt,
-            "start_version": g["start_version"],
-            "prompt": g["problem"].prompt,
-            "answers": g["answers"],
-        }
         self.store.set(f"g/{k}", json.dumps(payload))
         self.handed += 1
 

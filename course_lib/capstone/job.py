@@ -64,7 +64,7 @@ from course_lib.capstone.generator import Generator
 from course_lib.capstone.ledger import SampleLedger, audit
 from course_lib.capstone.metrics import MetricsWriter
 from course_lib.capstone.plan import Plan, calibrate, choose_layout, given_layout
-from course_lib.capstone.report import RESULT, all_lines, generated_records
+from course_lib.capstone.report import RESULT, all_lines, generated_records, trained_records
 from course_lib.capstone.roles import Roles, assign_roles
 from course_lib.capstone.trainer import Trainer, TrainerState, checkpoint_root, state_digest
 from course_lib.lm.model import TinyLM
@@ -266,6 +266,8 @@ def prepare_rank0(
         plan_file = run_dir / PLAN
         if plan_file.exists():  # a restart before the first checkpoint keeps the run's layout
             plan = Plan.from_json(json.loads(plan_file.read_text()))
+        elif cfg.colocated_sync:  # every rank trains and samples: no split to choose
+            plan = colocated_layout(cfg, env.world_size)
         elif cfg.calibrate:
             t0 = time.time()
             with device:  # timed where the ranks will run (a GPU's decode step is not a CPU's)
@@ -279,7 +281,7 @@ def prepare_rank0(
         info.update(resumed_step=0 if restoring else None)
     if restoring:
         info["discarded_groups"] = ledger.resume(attempt, step, generated_records(all_lines(run_dir)))
-    assign_roles(env.world_size, plan.n_trainers, cfg.groups_per_batch)  # fail here, with a clear message
+    roles_of(cfg, env.world_size, plan.n_trainers)  # fail here, with a clear message
     if not (run_dir / PLAN).exists():
         (run_dir / PLAN).write_text(json.dumps(plan.to_json(), indent=1))
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
@@ -366,6 +368,30 @@ def subgroups(trainers: list[int], sync_ranks: list[int], timeout_s: float) -> t
     return dist.new_group(trainers, timeout=timeout), dist.new_group(sync_ranks, timeout=timeout)
 
 
+def colocated_layout(cfg: CapstoneConfig, world_size: int) -> Plan:
+    """``--colocated-sync``: every rank a trainer that samples its own share of the batch (its
+    slots: every answer of its groups at once)."""
+    per_rank = -(-cfg.groups_per_batch // world_size)
+    return Plan(world_size=world_size, n_trainers=world_size, n_slots=per_rank * cfg.group_size)
+
+
+def roles_of(cfg: CapstoneConfig, world_size: int, n_trainers: int) -> Roles:
+    """The roles of a run: lesson 08's split (:func:`~.roles.assign_roles`), or, with
+    ``--colocated-sync``, every rank a trainer (it needs a group per rank in each batch).
+
+    Raises:
+        ValueError: the split cannot run (the message says what to change).
+    """
+    if not cfg.colocated_sync:
+        return assign_roles(world_size, n_trainers, cfg.groups_per_batch)
+    if cfg.groups_per_batch < world_size:
+        raise ValueError(
+            f"--colocated-sync gives each of the {world_size} ranks its share of a batch of "
+            f"{cfg.groups_per_batch} groups: raise --groups-per-batch to at least {world_size}"
+        )
+    return Roles(world_size, world_size)
+
+
 def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.device) -> None:
     """Everything one rank does (see the module docstring)."""
     state: TrainerState | None = None
@@ -403,7 +429,7 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
         if "error" in data:
             raise SetupError(f"rank 0 could not start the run: {data['error']}")
         setup = Setup.from_json(data)
-    roles = assign_roles(env.world_size, setup.plan.n_trainers, cfg.groups_per_batch)
+    roles = roles_of(cfg, env.world_size, setup.plan.n_trainers)
     role = roles.role(env.rank)
     trainer_group, sync_group = subgroups(roles.trainers, roles.sync_ranks, cfg.timeout_s)
     metrics = MetricsWriter(cfg.run_dir, env.rank, role, setup.attempt)
@@ -435,7 +461,9 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
         if role == "trainer":
             state = share_state(state, cfg, trainer_group, device)
             channel = (
-                make_channel(cfg, env, roles, setup, sync_group, state.model, store, device) if env.rank == 0 else None
+                make_channel(cfg, env, roles, setup, sync_group, state.model, store, device)
+                if env.rank == 0 and roles.n_generators
+                else None
             )
             trainer = Trainer(
                 cfg, roles, env.rank, setup.attempt, state, store, metrics, trainer_group, channel, device
@@ -473,7 +501,7 @@ def finish(cfg: CapstoneConfig, setup: Setup, state: TrainerState, metrics: Metr
     lines = all_lines(cfg.run_dir)
     generated = generated_records(lines)
     state.ledger.finish(setup.attempt, generated)
-    checks = audit(state.ledger, generated)
+    checks = audit(state.ledger, generated, trained_records(lines))
     ends = [x["reward"] for x in lines if x.get("kind") == "eval" and x.get("when") == "end"]
     result = {
         "updates": state.step,
@@ -487,7 +515,7 @@ def finish(cfg: CapstoneConfig, setup: Setup, state: TrainerState, metrics: Metr
     if setup.shm:
         SharedBuffer(setup.shm, sum(p.numel() for p in state.model.parameters())).unlink()
     metrics.event(
-        f"finished {state.step} updates in {setup.attempt + 1} attempt(s): held-out reward {state.eval_start:.3f} -> "
+        f"finished {state.step} updates in {setup.attempt + 1} attempt(s): evaluation reward {state.eval_start:.3f} -> "
         f"{result['eval_end']:.3f}; ledger {'exact' if checks['ok'] else 'MISMATCH'} (generated "
         f"{checks['generated_samples']} = consumed {checks['consumed_samples']} + discarded "
         f"{checks['discarded_samples']} + left over {checks['leftover_samples']})",

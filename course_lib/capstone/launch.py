@@ -75,6 +75,23 @@ def torchrun_command(
     return cmd + ["-m", "course_lib.capstone.job", *to_argv(config)]
 
 
+def pinned_cores(cores: int | None) -> set[int] | None:
+    """The first ``cores`` of the cores this process may use (``None``: no pinning).
+
+    Raises:
+        ValueError: ``cores`` < 1, more cores than this process may use, or a system without
+            CPU affinity (the message says what to pass instead).
+    """
+    if cores is None:
+        return None
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError("this system cannot pin processes to cores (no sched_setaffinity): pass cores=None")
+    mine = sorted(os.sched_getaffinity(0))
+    if not 1 <= cores <= len(mine):
+        raise ValueError(f"cores={cores}: this process may use {len(mine)} core(s); pass 1 .. {len(mine)} or None")
+    return set(mine[:cores])
+
+
 def check_before_launch(config: CapstoneConfig, world_size: int) -> None:
     """Refuse bad input before starting anything (the job checks again, rank 0 first).
 
@@ -82,14 +99,14 @@ def check_before_launch(config: CapstoneConfig, world_size: int) -> None:
         ValueError: too few ranks, ``--resume`` without a run or checkpoint, or a fresh start
             in a directory that already holds a run; the message says what to do.
     """
-    from course_lib.capstone.job import ATTEMPTS
-    from course_lib.capstone.roles import assign_roles
+    from course_lib.capstone.job import ATTEMPTS, roles_of
     from course_lib.capstone.trainer import checkpoint_root
 
     if world_size < 3:
         raise ValueError(f"the capstone needs at least 3 ranks (1 generator + 2 trainers), got {world_size}")
-    if config.n_trainers:
-        assign_roles(world_size, config.n_trainers, config.groups_per_batch)
+    for arm in [config.arm(i) for i in range(len(config.arm_list))] if config.arms else [config]:
+        if arm.n_trainers or arm.colocated_sync:
+            roles_of(arm, world_size, arm.n_trainers)
     run_dir = Path(config.run_dir)
     if not config.run_dir:
         raise ValueError("run_dir is required (where the run writes metrics and checkpoints)")
@@ -166,6 +183,7 @@ def run(
     deadline_s: float = 600.0,
     show_progress: bool = True,
     echo: Callable[[str], None] | None = print,
+    cores: int | None = None,
     **overrides: Any,
 ) -> CapstoneReport:
     """Run the capstone job under torchrun and return its report (see the module docstring).
@@ -173,7 +191,9 @@ def run(
     ``run_dir`` is the run directory (or a whole :class:`CapstoneConfig`); ``overrides`` set
     config fields (``n_updates=60``, ``max_lag=0``, ``resume=True``, ``kill_rank=3``, ...).
     ``agents`` torchrun agents share the ``nproc_per_node x agents`` ranks (c10d rendezvous on
-    127.0.0.1 when more than one). The job's output goes to ``run_dir/torchrun.log``; the
+    127.0.0.1 when more than one). ``cores`` pins the whole job (agents and ranks) to that many
+    of this process's cores (:func:`pinned_cores`): the same share of a core per rank on any
+    machine; ``None`` leaves it on every core. The job's output goes to ``run_dir/torchrun.log``; the
     lines that matter (layout, restarts, the end) are passed to ``echo`` (``None``: silent).
 
     Raises:
@@ -185,7 +205,7 @@ def run(
     config = replace(base, **overrides)
     if config.arms:
         raise ValueError("a config with arms runs several jobs: use capstone.launch.run_arms")
-    _launch(config, nproc_per_node, agents, max_restarts, deadline_s, show_progress, echo)
+    _launch(config, nproc_per_node, agents, max_restarts, deadline_s, show_progress, echo, cores)
     report = load(config.run_dir)
     if echo is not None:
         echo(report.summary())
@@ -200,18 +220,20 @@ def run_arms(
     deadline_s: float = 600.0,
     show_progress: bool = True,
     echo: Callable[[str], None] | None = print,
+    cores: int | None = None,
     **overrides: Any,
 ) -> list[tuple[str, CapstoneReport]]:
-    """Run ``arms`` (``"async"``, ``"sync"``, ``"colocated"``; e.g. two rounds of the three,
-    interleaved) one after another in **one** torchrun launch (``--arms``): one start-up for
-    all, each arm a fresh run in ``run_dir/NN-ARM`` from the same seed and warm start.
-    Returns ``(arm, report)`` in the order run. No restarts: a failure fails the launch.
+    """Run ``arms`` (:data:`~.config.ARMS`, each optionally ``@TxS``; e.g. three rounds of
+    them, interleaved) one after another in **one** torchrun launch (``--arms``): one start-up
+    for all, each arm a fresh run in ``run_dir/NN-ARM`` from the same seed and warm start.
+    ``cores`` as in :func:`run`. Returns ``(arm, report)`` in the order run. No restarts: a
+    failure fails the launch.
 
     Raises:
         ValueError, CapstoneFailed: as :func:`run`.
     """
     config = replace(CapstoneConfig(run_dir=str(run_dir)), arms=",".join(arms), **overrides)
-    _launch(config, nproc_per_node, 1, 0, deadline_s, show_progress, echo)
+    _launch(config, nproc_per_node, 1, 0, deadline_s, show_progress, echo, cores)
     return [(name, load(config.arm(i).run_dir)) for i, name in enumerate(config.arm_list)]
 
 
@@ -223,10 +245,12 @@ def _launch(
     deadline_s: float,
     show_progress: bool,
     echo: Callable[[str], None] | None,
+    cores: int | None = None,
 ) -> None:
     """Start the torchrun agent(s), wait (progress bar, deadline), leave no process; raise on failure."""
     world = nproc_per_node * agents
     check_before_launch(config, world)
+    pin = pinned_cores(cores)
     path = Path(config.run_dir)
     path.mkdir(parents=True, exist_ok=True)
     endpoint = f"127.0.0.1:{free_port()}" if agents > 1 else None
@@ -244,7 +268,12 @@ def _launch(
             for cmd in commands:
                 procs.append(
                     subprocess.Popen(
-                        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                        cmd,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        env=env,
+                        preexec_fn=None if pin is None else lambda: os.sched_setaffinity(0, pin),
                     )
                 )
             pumps = [threading.Thread(target=_pump, args=(p.stdout, log, echo), daemon=True) for p in procs]

@@ -20,22 +20,36 @@ written by attempt ``w`` adds to ``discarded`` every group that attempts ``w .. 
 generated with ``k >= s B`` (:meth:`SampleLedger.resume`).
 
 :func:`audit` holds the consumption the trainers *recorded* against the generators' own
-``generated`` lines (two independent sources: a trainer that dropped an answer, trained on
-a group twice, or on one nobody generated, makes it fail):
+``generated`` lines (a trainer that dropped an answer, trained on a group twice, or on one
+nobody generated, makes it fail), and what entered each trainer's loss (``trained`` lines:
+rows, tokens under the mask and a digest of them, read from the padded batch) against what
+the generator made (its line's token count and digest): an answer lost or altered between
+the two, or masked out, fails it too:
 
 * every ``generated`` line is unique; every consumed ``(attempt, k)`` was generated, with
   the same number of samples, and consumed once; the consumed ``k`` are ``0 .. n - 1``;
 * the generated groups split exactly into consumed, discarded (recomputed from the resume
   records) and left over: none in two of them, none in none;
-* ``generated == consumed + discarded + leftover`` in groups and in samples.
+* ``generated == consumed + discarded + leftover`` in groups and in samples;
+* every consumed group entered a loss with its generator's rows, tokens and digest.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+def answers_digest(answers: Iterable[Iterable[int]]) -> str:
+    """A short digest of a group's answers, token by token in order (16 hex digits of sha256):
+    what a generator made and what a trainer put in its loss must give the same one."""
+    h = hashlib.sha256()
+    for answer in answers:
+        h.update(b"|" + ",".join(str(int(t)) for t in answer).encode())
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,21 @@ class Generated:
     k: int
     samples: int
     rank: int = -1
+    tokens: int = -1  # answer tokens of the group (-1: not recorded)
+    digest: str = ""  # answers_digest of its answers ("": not recorded)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """One trainer's record of group ``k`` of ``attempt`` as it entered the loss: ``rows`` answers,
+    ``tokens`` answer tokens under the mask, their ``digest``; ``by_attempt``: the trainer's attempt."""
+
+    attempt: int
+    k: int
+    rows: int
+    tokens: int
+    digest: str
+    by_attempt: int = 0
 
 
 @dataclass
@@ -166,9 +195,13 @@ def leftover_keys(attempt: int, first_k: int, generated: Iterable[Generated]) ->
     return {(g.attempt, g.k) for g in generated if g.attempt == attempt and g.k >= first_k}
 
 
-def audit(ledger: SampleLedger, generated: Iterable[Generated]) -> dict[str, Any]:
+def audit(
+    ledger: SampleLedger, generated: Iterable[Generated], trained: Iterable[Trained] | None = None
+) -> dict[str, Any]:
     """Check the trainers' recorded consumption against the generators' ``generated`` lines of a
-    finished run (:meth:`SampleLedger.finish` called); see the module docstring.
+    finished run (:meth:`SampleLedger.finish` called); see the module docstring. With ``trained``
+    (the trainers' records of what entered their losses), every consumed group must also have
+    entered a loss with the rows, tokens and token digest its generator recorded.
 
     Returns the counts, what failed (up to 10 keys each) and ``ok``.
     """
@@ -205,6 +238,21 @@ def audit(ledger: SampleLedger, generated: Iterable[Generated]) -> dict[str, Any
         "unaccounted": [key for key, n in sorted(classes.items()) if n == 0][:10],
         "in_two_classes": [key for key, n in sorted(classes.items()) if n > 1][:10],
     }
+    content_ok = True
+    if trained is not None:
+        entered: dict[tuple[int, int], list[Trained]] = {}
+        for t in trained:
+            entered.setdefault((t.attempt, t.k), []).append(t)
+        gen = {(g.attempt, g.k): g for g in records}
+        out["not_in_a_loss"] = [key for key in keys if key not in entered][:10]
+        out["content_differs"] = [
+            key
+            for key in keys
+            if key in gen and key in entered
+            and any((t.rows, t.tokens, t.digest) != (gen[key].samples, gen[key].tokens, gen[key].digest)
+                    for t in entered[key])
+        ][:10]  # fmt: skip
+        content_ok = not out["not_in_a_loss"] and not out["content_differs"]
     balance = out["consumed_samples"] + out["discarded_samples"] + out["leftover_samples"]
     out["ok"] = bool(
         out["duplicate_lines"] == 0
@@ -218,5 +266,6 @@ def audit(ledger: SampleLedger, generated: Iterable[Generated]) -> dict[str, Any
         and len(leftover) == ledger.leftover_groups
         and len(made) == ledger.consumed_groups + ledger.discarded_groups + ledger.leftover_groups
         and samples == balance
+        and content_ok
     )
     return out

@@ -11,7 +11,7 @@ reads them back):
 ``update``      trainer 0, per update: reward, tokens, lag histogram, ESS, loss
 ``sync``        a weight update: sender or receiver side, seconds per step
 ``generated``   a generator handed group ``k`` over (the ledger's evidence)
-``eval``        held-out reward (trainer 0: ``when`` = ``start`` or ``end``)
+``eval``        evaluation reward on fixed prompts (trainer 0: ``when`` = ``start`` or ``end``)
 ``event``       something a human should read: a restart, a kill, the end
 ``layout``      rank 0: the calibrated rates, the chosen split, the prediction
 ==============  =================================================================

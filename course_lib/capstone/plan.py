@@ -99,10 +99,14 @@ class Plan:
 
     def text(self, cfg: CapstoneConfig) -> str:
         """What rank 0 prints at the start."""
+        split = (
+            f"{self.n_trainers} trainers (data parallel) + {self.n_generators} generator(s) x {self.n_slots} slots"
+            if self.n_generators
+            else f"{self.n_trainers} ranks that each sample their share ({self.n_slots} slots), then train on it"
+        )
         head = (
-            f"layout: {self.world_size} ranks = {self.n_trainers} trainers (data parallel) + {self.n_generators} "
-            f"generator(s) x {self.n_slots} slots; batch {cfg.groups_per_batch} prompts x {cfg.group_size} answers; "
-            f"max_lag {cfg.max_lag}"
+            f"layout: {self.world_size} ranks = {split}; batch {cfg.groups_per_batch} prompts x {cfg.group_size} "
+            f"answers; max_lag {cfg.max_lag}"
         )
         if self.predicted_tokens_per_s is None or self.rates is None:
             return head + " (given, not calibrated)"
@@ -271,6 +275,37 @@ def answer_rate(
     answers = batch_of(answer_tokens or rates.answer_tokens, cfg)
     spec = spec_for(rates, cfg, world_size, n_trainers, n_slots, max_lag=max_lag, answer_tokens=answers)
     p = predict("pipeline", spec)
+    to_answer = float(np.sum(answers) / sequence_steps(answers).sum())
+    return replace(p, tokens_per_s=p.tokens_per_s * to_answer)
+
+
+def colocated_sync_rate(
+    rates: Rates, cfg: CapstoneConfig, world_size: int, *, answer_tokens: tuple[int, ...] | None = None
+) -> Prediction:
+    """Lesson 08's ``sync_colocated`` prediction (08.8) for ``--colocated-sync``: every rank
+    decodes its share of the batch, then every rank trains; all ranks busy in both phases.
+
+    A rank decodes ``ceil(B / W) G`` answers at once; the calibration times 16 slots and up, so
+    the step of the smallest timed slot count stands in for it (on these tiny models a step is
+    launch-bound, nearly independent of the slots). ``tokens_per_s`` in answer tokens/s."""
+    answers = batch_of(answer_tokens or rates.answer_tokens, cfg)
+    share = rates.share(rates.local_ranks)
+    per_rank = math.ceil(cfg.groups_per_batch / world_size) * cfg.group_size
+    smallest = min(rates.decode_step_s)
+    spec = SystemSpec(
+        n_gpus=world_size,
+        batch_samples=cfg.batch_sequences,
+        max_batch=per_rank,
+        a_s=rates.decode_step_s[smallest] / share,
+        b_s=0.0,
+        train_tokens_per_s_per_gpu=rates.train_steps_per_s
+        * share
+        * trainer_capacity(world_size, cfg.groups_per_batch)
+        / world_size,
+        answer_tokens=tuple(int(x) for x in sequence_steps(answers)),
+        max_lag=0,
+    )
+    p = predict("sync_colocated", spec)
     to_answer = float(np.sum(answers) / sequence_steps(answers).sum())
     return replace(p, tokens_per_s=p.tokens_per_s * to_answer)
 

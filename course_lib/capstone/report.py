@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from course_lib.capstone.ledger import Generated
+from course_lib.capstone.ledger import Generated, Trained
 from course_lib.capstone.metrics import METRICS_DIR, read_lines
 
 Table = dict[str, NDArray[Any]]
@@ -58,9 +58,22 @@ def all_lines(run_dir: str | Path) -> list[dict[str, Any]]:
 def generated_records(lines: Iterable[dict[str, Any]]) -> list[Generated]:
     """The generators' ``generated`` lines as ledger records."""
     return [
-        Generated(int(x["attempt"]), int(x["k"]), int(x["samples"]), int(x["rank"]))
+        Generated(
+            int(x["attempt"]), int(x["k"]), int(x["samples"]), int(x["rank"]), int(x.get("tokens", -1)),
+            str(x.get("digest", "")),
+        )
         for x in lines
         if x.get("kind") == "generated"
+    ]  # fmt: skip
+
+
+def trained_records(lines: Iterable[dict[str, Any]]) -> list[Trained]:
+    """The trainers' ``trained`` lines (what entered their losses) as ledger records."""
+    return [
+        Trained(int(a), int(k), int(rows), int(tokens), str(digest), int(x["attempt"]))
+        for x in lines
+        if x.get("kind") == "trained"
+        for a, k, rows, tokens, digest in x["groups"]
     ]
 
 
@@ -160,7 +173,7 @@ class CapstoneReport:
 
     @property
     def evals(self) -> Table:
-        """Held-out rewards: when (start/end), reward, prompts, step, attempt."""
+        """Evaluation rewards: when (start/end), reward, prompts, step, attempt."""
         return table(self._of("eval"), ("when", "reward", "prompts", "step", "attempt", "t"))
 
     @property
@@ -190,12 +203,19 @@ class CapstoneReport:
         return np.asarray(lengths, dtype=np.int64)
 
     def held_out(self) -> tuple[float, float]:
-        """(held-out reward at the start, at the end); ``nan`` where missing."""
+        """(evaluation reward at the start, at the end); ``nan`` where missing."""
         e = self.evals
         whens = list(e.get("when", []))
         start = e["reward"][whens.index("start")] if "start" in whens else np.nan
         end = e["reward"][len(whens) - 1 - whens[::-1].index("end")] if "end" in whens else np.nan
         return float(start), float(end)
+
+    def by_class(self, when: str) -> list[dict[str, Any]]:
+        """The evaluation ``when`` ("start" or "end", the last of its kind) per quotient class:
+        ``quotients`` [lo, hi], ``prompts``, ``reward`` and mean ``answer_tokens`` (``None`` for a
+        class without prompts); empty if that evaluation is missing."""
+        rows = [x for x in self._of("eval") if x.get("when") == when and "by_class" in x]
+        return list(rows[-1]["by_class"]) if rows else []
 
     def summary(self) -> str:
         """A few lines: learning, throughput, lag, weight sync, restarts, the ledger's audit."""
@@ -205,7 +225,7 @@ class CapstoneReport:
         lines = [
             f"run {self.run_dir}: {n} updates ({len(u.get('update', []))} logged, counting those redone after a restart)"
         ]
-        lines.append(f"held-out reward: {start:.3f} at the start -> {end:.3f} at the end")
+        lines.append(f"evaluation reward: {start:.3f} at the start -> {end:.3f} at the end")
         if len(u.get("update", [])):
             lines.append(
                 f"throughput: {self.tokens_per_s:,.0f} answer tokens/s; lag: mean {np.nanmean(u['lag_mean']):.2f}, "

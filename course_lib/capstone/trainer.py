@@ -18,7 +18,7 @@ needs one forward per step (the trainer runs one forward per chunk of similar le
 
 **Checkpoint** (trainer 0, :func:`~course_lib.checkpoint.torch_state.save_torch_state`, atomic):
 model weights, Adam moments and step counts, the update count, the sample ledger, the layout,
-the config and the held-out reward at the start. **Resume** restores these bit-exactly
+the config and the evaluation reward at the start. **Resume** restores these bit-exactly
 (trainer 0 loads, the others receive them by broadcast); the groups after the checkpoint are
 sampled again, from the same prompts (a group's prompt depends only on ``(seed, k)``) but
 with other sampling noise and other in-flight timing, so the continuation is not bitwise the
@@ -42,12 +42,12 @@ from course_lib.capstone.channels import WeightChannel
 from course_lib.capstone.config import CapstoneConfig
 from course_lib.capstone.context import RunStore
 from course_lib.capstone.faults import kill_once
-from course_lib.capstone.ledger import SampleLedger
+from course_lib.capstone.ledger import SampleLedger, answers_digest
 from course_lib.capstone.metrics import MetricsWriter
 from course_lib.capstone.roles import Roles
 from course_lib.lm.model import TinyLM, sequence_logprobs
 from course_lib.lm.sampler import generator_for, sample_problems
-from course_lib.lm.task import EOS, PROMPT_LEN, CountdownTask
+from course_lib.lm.task import EOS, PROMPT_LEN, QUOTIENT_CLASSES, CountdownTask, quotient_class
 from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss, token_lags
 
 #: The checkpoints of a run, below its run directory.
@@ -81,21 +81,43 @@ def shard_loss(
     return loss, torch.cat(log_ratios)
 
 
-def heldout_reward(
-    model: TinyLM, task: CountdownTask, n: int, seed: int, shard: int, n_shards: int
-) -> tuple[float, int]:
-    """(sum of rewards, count) of this shard's share of ``n`` fixed held-out prompts (every
-    ``n_shards``-th, from ``shard``), one answer each at temperature 1: lesson 07's measure,
-    split over the trainers."""
+def loss_rows(groups: list[dict[str, Any]], batch: dict[str, Any]) -> list[list[Any]]:
+    """``[attempt, k, rows, tokens, digest]`` per group of ``batch`` (:func:`pad_groups` of ``groups``):
+    the rows and answer tokens that enter the loss (under the mask), and a digest of those tokens
+    (:func:`~course_lib.capstone.ledger.answers_digest`), to be held against the generator's."""
+    tokens, mask = batch["tokens"], batch["mask"]
+    out, row = [], 0
+    for g in groups:
+        answers = [tokens[i][mask[i]].tolist() for i in range(row, row + len(g["answers"]))]
+        row += len(g["answers"])
+        out.append([g["attempt"], g["k"], len(answers), sum(len(a) for a in answers), answers_digest(answers)])
+    return out
+
+
+def heldout_by_class(model: TinyLM, task: CountdownTask, n: int, seed: int, shard: int, n_shards: int) -> np.ndarray:
+    """This shard's share of ``n`` fixed prompts of ``task`` (every ``n_shards``-th, from
+    ``shard``), one answer each at temperature 1 (lesson 07's measure, split over the
+    trainers), per class of :data:`~course_lib.lm.task.QUOTIENT_CLASSES`: an array
+    ``[class, (sum of rewards, prompts, sum of answer tokens)]``, to be summed over shards."""
+    out = np.zeros((len(QUOTIENT_CLASSES), 3))
     problems = task.sample(np.random.default_rng(seed), n)[shard::n_shards]
     if not problems:
-        return 0.0, 0
+        return out
     gen = generator_for(model, seed * 1000 + shard)  # on the model's device, as the sampler's tensors
     with torch.no_grad():
         results = sample_problems(model, [p.prompt for p in problems], 128, EOS, gen)
-    return float(sum(task.reward(p, r["tokens"][PROMPT_LEN:].tolist()) for p, r in zip(problems, results))), len(
-        problems
-    )
+    for p, r in zip(problems, results):
+        answer = r["tokens"][PROMPT_LEN:].tolist()
+        out[quotient_class(p.n // p.k)] += (task.reward(p, answer), 1, len(answer))
+    return out
+
+
+def heldout_reward(
+    model: TinyLM, task: CountdownTask, n: int, seed: int, shard: int, n_shards: int
+) -> tuple[float, int]:
+    """(sum of rewards, count) of this shard's share (:func:`heldout_by_class`, all classes)."""
+    per_class = heldout_by_class(model, task, n, seed, shard, n_shards)
+    return float(per_class[:, 0].sum()), int(per_class[:, 1].sum())
 
 
 @dataclass
@@ -106,7 +128,7 @@ class TrainerState:
     optimizer: torch.optim.Optimizer
     step: int  # updates already done
     ledger: SampleLedger
-    eval_start: float | None  # held-out reward before any RL update (None until measured)
+    eval_start: float | None  # evaluation reward before any RL update (None until measured)
     resumed_from: Path | None = None
 
 
@@ -142,8 +164,10 @@ class Trainer:
         self.cfg, self.roles, self.rank, self.attempt = cfg, roles, rank, attempt
         self.state, self.store, self.metrics = state, store, metrics
         self.group, self.channel, self.device = trainer_group, channel, device
-        self.task = CountdownTask()
+        self.task = CountdownTask()  # the evaluation draws its fixed prompts from the training distribution
         self.index = roles.trainers.index(rank)
+        if cfg.colocated_sync:  # this rank also samples its share of every batch
+            self.sampler_gen = generator_for(state.model, cfg.seed * 1_000_003 + rank * 1009 + attempt)
         self._spans: list[tuple[str, float, float]] = []  # this update's all-reduces (name, start, end)
 
     # ---- collectives of the trainer group ------------------------------------------------
@@ -176,9 +200,12 @@ class Trainer:
             offset += n
 
     def evaluate(self, when: str) -> float:
-        """Held-out reward, the prompts split over the trainers; trainer 0 logs it."""
+        """Evaluation reward on ``eval_prompts`` fixed prompts (drawn as the training prompts are: the
+        task has a few hundred problems, so this measures what the policy learned, not how it
+        generalises), split over the trainers; trainer 0 logs it, with the reward, prompts and mean
+        answer length per quotient class."""
         with self.metrics.phase("eval"), self.device:  # the sampler's tensors beside the model
-            local_total, local_count = heldout_reward(
+            local = heldout_by_class(
                 self.state.model,
                 self.task,
                 self.cfg.eval_prompts,
@@ -186,13 +213,54 @@ class Trainer:
                 self.index,
                 self.roles.n_trainers,
             )
-            total, count = self._sum([local_total, float(local_count)])
+            per_class = np.reshape(self._sum(local.reshape(-1).tolist()), local.shape)
+        total, count = float(per_class[:, 0].sum()), float(per_class[:, 1].sum())
         reward = total / max(count, 1.0)
         if self.rank == 0:
-            self.metrics.log("eval", when=when, reward=reward, prompts=int(count), step=self.state.step)
+            by_class = [
+                {
+                    "quotients": [lo, hi],
+                    "prompts": int(n),
+                    "reward": r / n if n else None,
+                    "answer_tokens": t / n if n else None,
+                }
+                for (lo, hi), (r, n, t) in zip(QUOTIENT_CLASSES, per_class.tolist())
+            ]
+            self.metrics.log(
+                "eval", when=when, reward=reward, prompts=int(count), step=self.state.step, by_class=by_class
+            )
         return reward
 
     # ---- one update ----------------------------------------------------------------------
+
+    def _generate_groups(self, u: int) -> list[dict[str, Any]]:
+        """Synchronous RL on the same ranks (``--colocated-sync``): sample my groups of update ``u``
+        with my own weights, the version ``u`` every trainer holds (no transfer: the trainer's model
+        is the sampler's), all at once, until the longest answer ends."""
+        from course_lib.capstone.generator import completed_group, problem_for
+
+        cfg, model = self.cfg, self.state.model
+        ks = self.roles.groups_for(self.rank, u, cfg.groups_per_batch)
+        problems = [problem_for(self.task, cfg.seed, k) for k in ks]
+        prompts = [p.prompt for p in problems for _ in range(cfg.group_size)]
+        with self.metrics.phase("decode", update=u), self.device, torch.no_grad():
+            results = sample_problems(model, prompts, len(prompts), EOS, self.sampler_gen)
+        groups = []
+        for i, (k, problem) in enumerate(zip(ks, problems)):
+            answers = []
+            for r in results[i * cfg.group_size : (i + 1) * cfg.group_size]:
+                p = int(r["prompt_len"])
+                answer = r["tokens"][p:].tolist()
+                answers.append(
+                    {
+                        "answer": answer,
+                        "logp": r["logp"][p:].tolist(),
+                        "versions": [u] * len(answer),
+                        "reward": self.task.reward(problem, answer),
+                    }
+                )
+            groups.append(completed_group(self.metrics, k, self.rank, self.attempt, u, problem, answers))
+        return groups
 
     def _wait_groups(self, u: int) -> list[dict[str, Any]]:
         """My groups of update ``u`` from the store (deleted once read), in ``k`` order."""
@@ -237,6 +305,8 @@ class Trainer:
             *hist.astype(float).tolist(),
             *ids.reshape(-1).tolist(),
         ]
+        # what entered this shard's loss, group by group, read back from the padded batch: the ledger's content check
+        self.metrics.log("trained", update=u, groups=loss_rows(groups, batch))
         r_sum, n_seq, w_sum, w2_sum, clipped, loss_sum, lag_sum, *rest = self._sum(local)
         hist_all = [int(h) for h in rest[:bins]]
         consumed = [(int(a) - 1, int(k) - 1, int(n)) for a, k, n in np.reshape(rest[bins:], (-1, 3)) if a > 0]
@@ -298,16 +368,17 @@ class Trainer:
     def run(self, plan: dict[str, Any]) -> None:
         """Updates ``state.step .. n_updates - 1``; trainer 0 publishes and checkpoints; then stop and evaluate."""
         cfg, st = self.cfg, self.state
-        if self.rank == 0:
+        if self.channel is not None:
             self.publish(st.step)  # the generators start from the trainer's weights
         for u in range(st.step, cfg.n_updates):
             t0 = time.time()
-            groups = self._wait_groups(u)
+            groups = self._generate_groups(u) if cfg.colocated_sync else self._wait_groups(u)
             t1 = time.time()
             self._spans.clear()
             m = self.update(u, groups, st.optimizer)
             t2 = time.time()
-            self.metrics.span("wait", t0, t1, update=u)
+            if not cfg.colocated_sync:  # (sampling its own groups is the "decode" phase, logged by itself)
+                self.metrics.span("wait", t0, t1, update=u)
             # train = the update minus its all-reduces (where a trainer also waits for the others)
             start = t1
             for name, a, b in self._spans:
@@ -319,7 +390,7 @@ class Trainer:
             st.ledger.consume(self.attempt, u, m.pop("consumed"), m["tokens"])
             st.step = u + 1
             if self.rank == 0:
-                if u + 1 < cfg.n_updates:
+                if u + 1 < cfg.n_updates and self.channel is not None:
                     self.publish(u + 1)
                 self.metrics.log(
                     "update",

@@ -82,6 +82,23 @@ class Problem:
 
 
 SPLITS = (None, "train", "held_out")
+#: Classes of problems by quotient (answer length - 1) for reporting what a policy learned: short,
+#: middle and long answers, each class about twice the one before (``quotient_class``).
+QUOTIENT_CLASSES: tuple[tuple[int, int], ...] = ((1, 1), (2, 3), (4, 7), (8, 15), (16, 64))
+
+
+def quotient_class(quotient: int, classes: tuple[tuple[int, int], ...] = QUOTIENT_CLASSES) -> int:
+    """Index of the class of ``classes`` (inclusive ranges) that holds ``quotient``.
+
+    Raises:
+        ValueError: no class holds it.
+    """
+    for i, (lo, hi) in enumerate(classes):
+        if lo <= quotient <= hi:
+            return i
+    raise ValueError(f"quotient {quotient} is in no class of {classes}")
+
+
 HOLDOUT_SEED = 2025
 
 
