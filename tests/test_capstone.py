@@ -384,7 +384,8 @@ def test_report_reads_every_rank_into_tables(tmp_path):
     assert rep.held_out() == (0.1, 0.3)
     decode = rep.phases["phase"] == "decode"
     assert decode.sum() == 2 and rep.phases["end"][decode][0] == pytest.approx(1.002)
-    assert generated_records(rep.lines) == [Generated(0, 0, 8, 2)]
+    (gen,) = generated_records(rep.lines)
+    assert (gen.attempt, gen.k, gen.samples, gen.rank) == (0, 0, 8, 2)
     assert rep.tokens_per_s > 0 and "evaluation reward: 0.100" in rep.summary()
     with pytest.raises(FileNotFoundError, match="no capstone metrics"):
         load(tmp_path / "empty")
@@ -560,6 +561,9 @@ def test_a_pinned_job_runs_on_its_cores_and_calibrates_for_them(tmp_path):
     for bad in (0, len(os.sched_getaffinity(0)) + 1):
         with pytest.raises(ValueError, match="this process may use"):
             pinned_cores(bad)
+    with pytest.MonkeyPatch.context() as mp:  # macOS: no affinity, the job runs unpinned and says so
+        mp.delattr(os, "sched_setaffinity")
+        assert pinned_cores(2) is None
     rep = _run(tmp_path / "pinned", cores=1, **dict(SHORT, n_updates=4))
     _check_run(rep, 4)
     rates = rep.layout["rates"]

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from course_lib.capstone.config import SLOT_CHOICES, CapstoneConfig
 from course_lib.capstone.job import SetupError, rank_device, resolve_backend
-from course_lib.capstone.ledger import SampleLedger
+from course_lib.capstone.ledger import SampleLedger, answers_digest
 from course_lib.capstone.plan import (
     Rates,
     answer_rate,
@@ -246,7 +246,11 @@ def test_sampler_and_heldout_reward_run_on_a_gpu():
 
 
 def _trainer_update(device: torch.device) -> dict:
-    """One Trainer.update on a one-rank gloo group, the model on ``device``."""
+    """One Trainer.update on a one-rank gloo group, the model on ``device``; ``trained``: what its
+    metrics recorded as entering the loss."""
+    import tempfile
+
+    from course_lib.capstone.metrics import MetricsWriter, metrics_path, read_lines
     from course_lib.capstone.roles import Roles
 
     cfg = CapstoneConfig(run_dir="x", groups_per_batch=2, group_size=4)
@@ -265,10 +269,18 @@ def _trainer_update(device: torch.device) -> dict:
     store = dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        trainer = Trainer(cfg, Roles(3, 1), 0, 0, state, None, None, dist.group.WORLD, None, device)  # type: ignore[arg-type]
+        run_dir = tempfile.mkdtemp(prefix="capstone-update-")
+        metrics = MetricsWriter(run_dir, 0, "trainer", 0)
+        trainer = Trainer(cfg, Roles(3, 1), 0, 0, state, None, metrics, dist.group.WORLD, None, device)  # type: ignore[arg-type]
         m = trainer.update(0, groups, state.optimizer)
+        metrics.close()
     finally:
         dist.destroy_process_group()
+    (line,) = [x for x in read_lines(metrics_path(run_dir, 0)) if x["kind"] == "trained"]
+    m["trained"] = line["groups"]
+    for (attempt, k, rows, tokens, digest), g in zip(line["groups"], groups):
+        assert (attempt, k, rows, tokens) == (0, g["k"], 4, 12)
+        assert digest == answers_digest(a["answer"] for a in g["answers"])
     assert next(model.parameters()).device.type == device.type
     return m
 

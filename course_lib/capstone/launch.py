@@ -78,14 +78,18 @@ def torchrun_command(
 def pinned_cores(cores: int | None) -> set[int] | None:
     """The first ``cores`` of the cores this process may use (``None``: no pinning).
 
+    Where the system has no CPU affinity (macOS) it says so and returns ``None``: the job
+    runs on every core.
+
     Raises:
-        ValueError: ``cores`` < 1, more cores than this process may use, or a system without
-            CPU affinity (the message says what to pass instead).
+        ValueError: ``cores`` < 1, or more cores than this process may use.
     """
     if cores is None:
         return None
-    if not hasattr(os, "sched_setaffinity"):
-        raise ValueError("this system cannot pin processes to cores (no sched_setaffinity): pass cores=None")
+    if not hasattr(os, "sched_setaffinity"):  # macOS: no CPU affinity; run unpinned and say so
+        print(f"capstone: this system cannot pin processes to cores; the job runs on all {os.cpu_count()} of them, "
+              f"not {cores}", flush=True)  # fmt: skip
+        return None
     mine = sorted(os.sched_getaffinity(0))
     if not 1 <= cores <= len(mine):
         raise ValueError(f"cores={cores}: this process may use {len(mine)} core(s); pass 1 .. {len(mine)} or None")

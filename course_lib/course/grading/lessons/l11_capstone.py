@@ -272,9 +272,9 @@ ASSIGN_ROLES = Exercise(
     hints=(
         "Check the three impossible cases first; then one comparison, rank < n_trainers, decides the role.",
         "A generator's index is its distance from the first generator: rank - n_trainers.",
-        "Build both groups from `range`, without `rank`: the trainer group is ranks 0 .. n_trainers - 1, the sync "
-        "group is trainer 0 followed by every generator. Every rank must build the very same lists (a collective "
-        "whose ranks disagree on the group hangs). Return the four keys the statement names.",
+        "Every rank must build the very same group lists, whatever its own rank (a collective whose ranks disagree "
+        "on the group hangs): which ranks exchange gradients, and which need the new weights and from whom? Return "
+        "the four keys the statement names.",
     ),
 )
 
@@ -558,10 +558,9 @@ SYNC_AND_ADMIT = Exercise(
         "version you will hold after the pull.",
         "With max_lag = 0 and B = 4, after one update (consumed = 4) groups 4..7 may start and group 8 may not: it "
         "would be trained on by update 2, two versions after the one the generator holds.",
-        "Pull only forwards: take `announced` when it is newer than what you hold, never go back. A group may start "
-        "only with weights at all (a negative version means none yet) and an index below the end of the window: the "
-        "groups of the next max_lag + 1 updates after the `consumed` ones, B per update. Validate `max_lag` and `B` "
-        "first.",
+        "Versions only move forwards, and a generator holding no weights yet may start nothing. For admission, "
+        "write (11.2) for one group index: which update will train on it, and how many updates past the consumed "
+        "ones may that be? Validate `max_lag` and `B` first.",
     ),
 )
 
@@ -796,8 +795,8 @@ RESTART_ACCOUNTING = Exercise(
     hints=(
         "each update u of the final run counts once, done by one attempt: of the attempts that could have "
         "done it (those that resumed at or before u), which one's work survived the restarts that followed?",
-        "for each line, u = k // B: if u >= final_step the line is leftover (last attempt) or discarded (any other); "
-        "otherwise it is consumed exactly when its attempt is the one that did update u",
+        "each line belongs to one update, the one that would train on its group; ask whether the final run still "
+        "counts that update, and if so, whether this line's attempt is the one whose work on it survived",
         'collect (attempt, k) into three lists, add samples to the line\'s total and to "generated"; sort at the end',
     ),
 )
@@ -1179,9 +1178,9 @@ DATA_PARALLEL_LOSSES = Exercise(
         "The weight is lesson 07's truncated ratio of each token, computed from `logp_new.detach()` (that is the "
         "sg[]) and truncated from above at `clip_c`. The advantage is per answer: give it a token axis so that it "
         "broadcasts over the answer's tokens.",
-        "Multiply by the mask as floats and divide every shard by the SAME global count, not by its own mask's sum: "
-        "the all-reduce then sums the trainers' gradients into the single-process loss's gradient. Count the tokens "
-        "as Python ints (`int(...)` of each mask's sum). Return one scalar tensor per shard, in order.",
+        "Ask what the all-reduce computes: a plain sum of the shards' gradients. Which denominator makes that sum "
+        "equal the single-process loss's gradient, and which tokens may enter each numerator? Counts as Python ints; "
+        "one scalar tensor per shard, in order.",
     ),
 )
 
