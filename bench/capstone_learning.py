@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=defaults.n_updates)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--warm-steps", type=int, default=defaults.warm_steps)
-    parser.add_argument("--arms", nargs="+", default=["async", "sync-colocated"])
+    parser.add_argument("--arms", nargs="+", default=["async", "sync-colocated"])  # sync-colocated: on all 4 ranks
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}

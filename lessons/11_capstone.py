@@ -100,9 +100,10 @@ CORES = 2
 # steps per second) scaled by the share of a core each rank gets, $\sigma$ (4 ranks on 2
 # cores: 0.5), in answer tokens per second ($\bar L$ answer tokens plus $P = 3$ prompt steps):
 #
-# $$\widehat{T} = \frac{\bar L}{\bar L + P}\,\min\Big(\frac{N_s\, S\, \sigma}{l_1(S)},\ N_t\, c_1\, \sigma\Big) \qquad (11.3)$$
+# $$\widehat{T} = \frac{\bar L}{\bar L + P}\,\min\Big(\frac{N_s\, S\, \sigma}{l_1(S)},\ \frac{B}{\lceil B/N_t \rceil}\, c_1\, \sigma\Big) \qquad (11.3)$$
 #
-# unless the admission window or the straggler rule (08.14: the trainer waits for the
+# (the update waits for the trainer with the most groups, so 3 trainers of $B = 4$ consume
+# like 2) unless the admission window or the straggler rule (08.14: the trainer waits for the
 # batch's longest answer) binds first; the table in section 1 says which.
 #
 # **What an update costs, measured.** Trainer 0 does everything in series:
@@ -320,15 +321,14 @@ print("on quotients 1 and 2-3 the reward rose and the answers ended closer to a 
 
 # %% [markdown]
 # **Takeaway:** the policy learned to stop where a correct answer stops on the problems it
-# could already sometimes solve: on quotients 1 and 2-3 the reward rose and the answers came
-# down to the correct length; the middle class (4-7) gains in some runs and not in others
+# could already sometimes solve: on quotients 1 and 2-3 the reward rose and the answers moved
+# toward the correct length; the middle class (4-7) gains in some runs and not in others
 # (over three seeds, not separated from zero). Problems with a quotient of 8 or more almost
 # never earn a reward in 8 samples, so their groups have zero advantage (11.1) and nothing is
-# learned there; their answers still get shorter, away from the correct length, pulled
-# along by what the short problems teach. Three seeds of this run and of section 8's synchronous
-# baseline show the same pattern (`bench/capstone_learning.py`, `BENCHMARKS.md`). At the old
-# learning rate (1e-3) every answer collapsed to 2-3 tokens, long problems abandoned: the
-# rate is 3e-4 now.
+# learned there; on quotients 16 and up the answers still get shorter, away from the correct
+# length, pulled along by what the short problems teach. Three seeds of this run and of
+# section 8's colocated baseline agree on quotients 1-3; on 4-7 only the baseline's gain
+# is separated from zero (`bench/capstone_learning.py`, `BENCHMARKS.md`).
 
 # %% [markdown]
 # ## 3. Throughput: measured against lesson 08's prediction
@@ -404,11 +404,11 @@ print(f"the model said the run is bounded by {model_bound}; trainer 0 waited for
 covered0 = sum(rows[0].values()) / span_s
 assert 0.9 < covered0 < 1.02, covered0
 assert rates.cpu_share == 0.5, rates.cpu_share  # 4 ranks pinned to 2 cores
-assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.05 * span_s, rows[0]
+assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.25 * span_s, rows[0]
 assert c_model > 1.5 * c_with_reduce, (c_model, c_with_reduce, c_run)
 assert rows[0]["wait"] < 0.3 * span_s, rows[0]
 assert all(rows[r]["allreduce"] > rows[0]["allreduce"] for r in range(1, n_t)), rows
-print("trainer 0: phases cover its time; over 5% in all-reduces and over 5% sending; compute and all-reduces "
+print("trainer 0: phases cover its time; over 25% in all-reduces and over 5% sending; compute and all-reduces "
       "over 1.5x below c1 x sigma; under 30% waiting for data (trainer-bound); trainer 1 longer in all-reduces")
 
 # %% [markdown]
@@ -425,9 +425,9 @@ print("trainer 0: phases cover its time; over 5% in all-reduces and over 5% send
 #
 # The model may also name another bound (the straggler wait) than the run shows: trainer 0
 # seldom waits for a group, because the trainers are slower than the model assumed. The
-# all-reduces of half a megabyte take a third of trainer 0's time here because of the shared
-# cores (a rank waits to be scheduled), not the bytes: on GPUs with a link each they would
-# be a small share. Section 8 calibrates $c$ from these real updates.
+# all-reduces of half a megabyte take over a quarter of trainer 0's time here, waiting
+# included (for the other trainer, and to be scheduled on the shared cores); on GPUs with a
+# fast link each they would be a small share. Section 8 calibrates $c$ from these updates.
 
 # %% [markdown]
 # ## 4. The lag of every consumed token
@@ -460,10 +460,12 @@ print(f"mean lag {float((lags[:-1] * hist[:-1]).sum() / hist.sum()):.2f} updates
 # %%
 assert hist.sum() == int(u["tokens"].sum())
 assert hist[-1] == 0 and int(np.nanmax(u["lag_max"])) <= cfg.max_lag
-assert hist[cfg.max_lag] > 0 and hist[2:].sum() > hist.sum() / 2  # trainer-bound: answers wait in the window
+assert hist[cfg.max_lag - 1 :].sum() > hist.sum() / 2  # trainer-bound: most answers wait in the window
+assert float((lags[:-1] * hist[:-1]).sum() / hist.sum()) > plan["predicted_mean_lag"]
 assert np.nanmean(u["ess"]) > 0.95
 print(f"every one of the consumed tokens lagged at most max_lag = {cfg.max_lag} updates (11.2), and most of "
-      "them lagged 2 or more: the pipeline uses its window; ESS/N above 0.95")
+      f"them {cfg.max_lag - 1} or {cfg.max_lag}: the pipeline uses its window; the mean lag above the model's; ESS/N "
+      "above 0.95")
 
 # %% [markdown]
 # **Takeaway:** the bound holds on every token, across processes, and the distribution piles
@@ -686,18 +688,19 @@ plt.show()
 # Five **arms** of the same script, from the same seed and warm start:
 #
 # - **async**: the pipeline as above, on section 1's layout;
-# - **sync-colocated**: synchronous RL as verl runs it by default, and as the published
-#   speedups are measured against: every rank samples its share of the batch with the current
-#   weights, then every rank trains on it (no generator ranks, no weight transfer);
-# - **sync**: `max_lag 0` on section 1's split: generators wait while trainers train, and
-#   the other way round;
+# - **sync-colocated**: synchronous RL as verl runs it by default and as verl's and AReaL's
+#   speedups are measured against: one rank per core (two; the other two idle) samples its
+#   share of the batch with the current weights, then trains on it (no weight transfer);
+# - **sync**: `max_lag 0` on section 1's split, its generators with slots for their share of
+#   a batch: generators wait while trainers train, and the other way round;
 # - **runner-up**: the pipeline on the model's best layout with the other number of trainers;
 # - **async-shm**: the pipeline with its weights written into a shared buffer instead of
 #   broadcast (left out on a GPU host, where it needs another backend).
 #
 # One torchrun launch runs them in turn (`run_arms`), each a fresh run with its own ledger,
-# in interleaved rounds, so a change in the machine's load hits every arm alike; ratios are
-# taken per round, then their median. Every update is one batch of 32 answers.
+# in interleaved rounds (each round starting with another arm), so a change in the machine's
+# load hits every arm alike; ratios are taken per round, then their median. Every update is
+# one batch of 32 answers.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -705,18 +708,29 @@ from course_lib.capstone.launch import run_arms
 
 import torch
 
+from course_lib.capstone.config import parse_arm
+
 # the runner-up arm: the model's best layout with the other number of trainers (the split is what the choice decides)
 runner_up = max((k for k in table if k[0] != plan["n_trainers"]), key=table.get)
-RUNNER_UP = f"async@{runner_up[0]}x{runner_up[1]}"
+B_G = cfg.batch_sequences  # answers per batch
+LABELS = {  # each arm's name and what the job runs (NAME@TxS: T trainers, S slots)
+    "async": "async",
+    "sync-colocated": f"sync-colocated@{CORES}x{B_G // CORES}",  # one rank per core samples, then trains; 2 idle
+    "sync": f"sync@{n_t}x{B_G // (4 - n_t)}",  # the split's generators, slots for their share of a batch
+    "runner-up": f"async@{runner_up[0]}x{runner_up[1]}",
+}
 # On a GPU host the shared-buffer arm (every rank on GPU 0) and the others (the CPUs, or a GPU per rank) need different
 # devices and backends, which one launch cannot mix (the job refuses): there it is left out.
-ARMS = ("async", "sync-colocated", "sync", RUNNER_UP) + (() if torch.cuda.is_available() else ("async-shm",))
+if not torch.cuda.is_available():
+    LABELS["async-shm"] = "async-shm"
+ARMS = tuple(LABELS)
 ROUNDS = 3
-COMPARE = dict(n_updates=pick(cpu=30, full=200), eval_prompts=pick(cpu=32, full=512), calibrate=False,
+COMPARE = dict(n_updates=pick(cpu=30, full=100), eval_prompts=pick(cpu=32, full=256), calibrate=False,
                n_trainers=plan["n_trainers"], n_slots=plan["n_slots"])
-arm_runs = run_arms(WORK / "arms", list(ARMS) * ROUNDS, deadline_s=DEADLINE_S, echo=None, cores=CORES, **COMPARE)
-print(f"{len(arm_runs)} runs of {COMPARE['n_updates']} updates; runner-up {runner_up[0]} trainers x "
-      f"{runner_up[1]} slots")
+order = [ARMS[(i + r) % len(ARMS)] for r in range(ROUNDS) for i in range(len(ARMS))]  # each round starts elsewhere
+runs = run_arms(WORK / "arms", [LABELS[a] for a in order], deadline_s=DEADLINE_S, echo=None, cores=CORES, **COMPARE)
+arm_runs = [(name, r) for name, (_, r) in zip(order, runs)]
+print(f"{len(arm_runs)} runs of {COMPARE['n_updates']} updates: " + ", ".join(f"{a} = {LABELS[a]}" for a in ARMS))
 
 
 def arm_figures(report) -> dict[str, float]:
@@ -743,7 +757,7 @@ pair = {
     "async / sync-colocated": per_round("async", "sync-colocated"),
     "async / sync": per_round("async", "sync"),
     "async / sync-colocated, answer tokens/s": per_round("async", "sync-colocated", "answer tokens/s"),
-    "async / runner-up": per_round("async", RUNNER_UP),
+    "async / runner-up": per_round("async", "runner-up"),
 }
 if "async-shm" in ARMS:
     pair["async-shm / async"] = per_round("async-shm", "async")
@@ -754,7 +768,7 @@ for name, values in pair.items():
 
 # %%
 fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [2, 1]})
-ARM_COLOURS = {"async": "tab:blue", "sync-colocated": "black", "sync": "tab:gray", RUNNER_UP: "tab:green",
+ARM_COLOURS = {"async": "tab:blue", "sync-colocated": "black", "sync": "tab:gray", "runner-up": "tab:green",
                "async-shm": "tab:orange"}
 labelled: set[str] = set()
 for name, r in arm_runs:
@@ -770,7 +784,7 @@ for i, arm in enumerate(ARMS):
     vals = [f["updates/s"] for f in figs[arm]]
     ax_r.bar(i, np.median(vals), color=ARM_COLOURS[arm], alpha=0.6)
     ax_r.plot([i] * len(vals), vals, "k.", ms=6)
-ax_r.set_xticks(range(len(ARMS)), [a.replace("@", "\n") for a in ARMS], fontsize=8)
+ax_r.set_xticks(range(len(ARMS)), ARMS, fontsize=8)
 ax_r.set_ylabel("updates per second (bar: median; dots: rounds)")
 ax_r.set_title("Throughput per arm")
 fig.tight_layout()
@@ -790,20 +804,20 @@ for name, r in arm_runs:
     assert r.result["audit"]["ok"] and r.result["updates"] == COMPARE["n_updates"], name
 assert all(f["max lag"] == 0 for arm in ("sync", "sync-colocated") for f in figs[arm])
 assert all(f["max lag"] <= cfg.max_lag for f in figs["async"])
-BAND = (1.4, 2.8)  # the speed-up over either synchronous baseline: 1.58-2.13 in the re-executions (BENCHMARKS.md)
-for name in ("async / sync-colocated", "async / sync"):
-    assert BAND[0] < np.median(pair[name]) < BAND[1], (name, pair[name])
+# the speed-ups, with room for the machine's load (the re-executions: BENCHMARKS.md)
+BANDS = {"async / sync-colocated": (1.05, 1.7), "async / sync": (1.2, 2.4)}
+for name, (lo, hi) in BANDS.items():
+    assert lo < np.median(pair[name]) < hi, (name, pair[name])
 if "async-shm" in ARMS:
     assert med["async-shm"]["send ms"] < 0.5 * med["async"]["send ms"], (med["async-shm"], med["async"])
 print("every ledger exact, every lag within its bound (0 for both synchronous arms); the pipeline ran "
-      f"{BAND[0]}-{BAND[1]}x the updates/s of either synchronous arm (medians of per-round ratios)"
+      "1.05-1.7x the updates/s of sync-colocated and 1.2-2.4x those of sync (medians of per-round ratios)"
       + ("; the shared-buffer write under half the broadcast's time" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
-# **What the model says for each arm.** Lesson 08's model with section 1's calibration, each
-# arm's own answer lengths, and each regime's share of the cores: 4 busy ranks in the
-# pipeline and sync-colocated, each side alone in the synchronous split. The last prediction
-# replaces $c_1\sigma$ with the rate of the run's real updates (section 3).
+# **What the model says for each arm**, with section 1's calibration, each arm's answer
+# lengths and its share of the cores; the last prediction takes $c$ from the run's real
+# updates (section 3).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -815,22 +829,24 @@ print(f"{'arm':<14} {'share (gen, train)':>19} {'predicted, calibration lengths'
 
 
 def arm_layout(arm: str) -> tuple[int, int, int]:
-    """(trainers, slots, max_lag) an arm of the split kind ran with."""
-    trainers, slots = runner_up if arm == RUNNER_UP else (n_t, plan["n_slots"])
-    return trainers, slots, 0 if arm == "sync" else cfg.max_lag
+    """(trainers, slots, max_lag) arm ran with."""
+    name, layout = parse_arm(LABELS[arm])
+    trainers, slots = layout or (n_t, plan["n_slots"])
+    return trainers, slots, 0 if name.startswith("sync") else cfg.max_lag
 
 
 predicted_ups, calibrated_ups = {}, {}
 for arm in ARMS:
     lengths = tuple(int(x) for r in (rr for nn, rr in arm_runs if nn == arm) for x in r.answer_lengths())
-    if arm == "sync-colocated":  # every rank decodes, then every rank trains: all 4 busy in each phase
-        p_cal = 1 / colocated_sync_rate(rates, cfg, 4).step_s
-        p_arm = 1 / colocated_sync_rate(rates, cfg, 4, answer_tokens=lengths).step_s
-        p_run = 1 / colocated_sync_rate(rates_run, cfg, 4, answer_tokens=lengths).step_s
-        gen_share = train_share = rates.cpu_share
+    if arm == "sync-colocated":  # one rank per core decodes, then trains: a whole core each in each phase
+        ranks = arm_layout(arm)[0]
+        p_cal = 1 / colocated_sync_rate(rates, cfg, ranks).step_s
+        p_arm = 1 / colocated_sync_rate(rates, cfg, ranks, answer_tokens=lengths).step_s
+        p_run = 1 / colocated_sync_rate(rates_run, cfg, ranks, answer_tokens=lengths).step_s
+        gen_share = train_share = rates.share(ranks)
     else:
         trainers, slots, lag = arm_layout(arm)
-        spec_arm = spec_for(rates, cfg, 4, trainers, slots, max_lag=lag)
+        spec_arm = spec_for(rates, cfg, 4, trainers, slots, max_lag=lag)  # slots beyond the timed: not asked
         p_cal = 1 / answer_rate(rates, cfg, 4, trainers, slots, max_lag=lag).step_s
         p_arm = 1 / answer_rate(rates, cfg, 4, trainers, slots, max_lag=lag, answer_tokens=lengths).step_s
         p_run = 1 / answer_rate(rates_run, cfg, 4, trainers, slots, max_lag=lag, answer_tokens=lengths).step_s
@@ -846,8 +862,9 @@ ratio_measured = float(np.median(pair["async / sync"]))
 ratio_colocated_model = predicted_ups["async"][1] / predicted_ups["sync-colocated"][1]
 ratio_colocated = float(np.median(pair["async / sync-colocated"]))
 sync_lengths = tuple(int(x) for r in (rr for nn, rr in arm_runs if nn == "sync") for x in r.answer_lengths())
-one_share = replace(spec_for(rates, cfg, 4, n_t, plan["n_slots"], max_lag=0, answer_tokens=sync_lengths),
-                    a_s=rates.decode_step_s[plan["n_slots"]] / rates.cpu_share,
+sync_slots = arm_layout("sync")[1]
+one_share = replace(spec_for(rates, cfg, 4, n_t, sync_slots, max_lag=0, answer_tokens=sync_lengths),
+                    a_s=rates.decode_step_s[sync_slots] / rates.cpu_share,
                     train_tokens_per_s_per_gpu=rates.train_steps_per_s * rates.cpu_share
                     * trainer_capacity(n_t, cfg.groups_per_batch) / n_t)
 ratio_one_share = predicted_ups["async"][1] * predict("pipeline", one_share).step_s
@@ -857,56 +874,55 @@ print(f"\nasync / sync-colocated in updates/s: measured (median per round) {rati
 print(f"async / sync in updates/s: measured (median per round) {ratio_measured:.2f}; the model (each arm's "
       f"lengths) {ratio_model:.2f}; the model with the pipeline's share for synchronous RL too: {ratio_one_share:.2f}")
 print(f"the model ranked section 1's layout above the runner-up ({runner_up[0]} trainers x {runner_up[1]} slots) by "
-      f"{predicted_ups['async'][1] / predicted_ups[RUNNER_UP][1]:.2f}x; measured (median per round) "
+      f"{predicted_ups['async'][1] / predicted_ups['runner-up'][1]:.2f}x; measured (median per round) "
       f"{np.median(pair['async / runner-up']):.2f}x")
 
 # %%
 # (ratios of two arms measured in the same rounds, and the model's, which does not depend on the load)
 miss = abs(np.log(ratio_model / ratio_measured))
-assert miss < np.log(1.5), (ratio_model, ratio_measured)
+assert miss < np.log(1.6), (ratio_model, ratio_measured)
 # where ranks share cores the regimes' shares differ, and a single share misses by far more
 assert abs(np.log(ratio_one_share / ratio_measured)) > miss + np.log(1.5), (ratio_one_share, ratio_measured)
 assert ratio_colocated_model > 1 and ratio_colocated_run > 1  # the direction, against the colocated baseline
 error = {arm: predicted_ups[arm][1] / med[arm]["updates/s"] for arm in ("async", "sync-colocated")}
-assert error["async"] > 1.4 * error["sync-colocated"], error  # the costs (11.3) leaves out are the pipeline's
+assert 0.7 < error["sync-colocated"] < 1.5, error  # colocated synchronous RL: near what the model says
+assert error["async"] > 1.25 * error["sync-colocated"], error  # the costs (11.3) leaves out are the pipeline's
 m_async = med["async"]["updates/s"]
 assert abs(np.log(calibrated_ups["async"] / m_async)) < abs(np.log(predicted_ups["async"][1] / m_async))
 if "async-shm" in ARMS:  # no broadcast to join: faster in the median round
     assert np.median(pair["async-shm / async"]) > 1, pair["async-shm / async"]
-margin = predicted_ups["async"][1] / predicted_ups[RUNNER_UP][1]  # how far ahead the model put its choice
+margin = predicted_ups["async"][1] / predicted_ups["runner-up"][1]  # how far ahead the model put its choice
 assert abs(np.log(np.median(pair["async / runner-up"]))) < np.log(1.35), pair["async / runner-up"]
 assert np.median(pair["async / runner-up"]) < margin, (pair["async / runner-up"], margin)
-print("the model: the pipeline faster than either baseline; over 1.4x further off on the pipeline than on "
-      "sync-colocated; its async/sync ratio within 1.5x (one share for both regimes: 1.5x further off); c from real "
+print("the model: the pipeline faster than either baseline; sync-colocated within 1.5x, the pipeline over 1.25x "
+      "further off; its async/sync ratio within 1.6x (one share for both regimes: 1.5x further off); c from real "
       "updates closer. The runner-up ran within 1.35x of the chosen layout, the chosen one's lead short of the "
       "model's margin" + ("; async-shm faster than async" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
-# **Takeaway.** Measured side by side, the pipeline ran about twice the updates per second
-# of either synchronous baseline (the per-round ratios above; asserted within 1.4-2.8x), with
-# every token within its lag bound. Synchronous RL pays the **tail** and the **turns**: a
-# batch keeps decoding until its longest answer ends, most slots empty (08.7), then nothing is generated while the
-# trainers train; the pipeline refills a freed slot at once and overlaps the two. The
-# published systems report gains in the same direction: about 2x for PipelineRL (against a
-# split baseline it estimated from 2 + 2 nodes), up to 2.77x for AReaL and 1.92-2.66x for
-# verl's fully-async trainer on 32-128 GPUs (against colocated synchronous RL), with answers of thousands of
-# tokens where the tail and partial rollouts do much of the work.
+# **Takeaway.** Against colocated synchronous RL run as verl runs it (a worker per core),
+# the pipeline ran about 1.2-1.4x the updates per second here; against the split synchronous
+# baseline, about 1.6-1.8x (the per-round ratios above), with every token within its lag bound.
+# In sync-colocated no core waits for the other side: each alternates between decoding and
+# training. What it pays is the **tail**: a synchronous batch keeps decoding until its
+# longest answer ends, slots emptying (08.7), while the pipeline refills a freed slot at once.
+# The split baseline pays the **turns** as well: half the ranks wait while the other half
+# works. The published gains are larger (about 2x for PipelineRL, against a split baseline;
+# up to 2.77x for AReaL and 1.92-2.66x for verl's fully-async trainer on 32-128 GPUs,
+# against colocated ones): their answers run to thousands of tokens; ours average about 8.
 #
-# The model gets the direction and misses the size: it predicts sync-colocated closely but
-# the pipeline about 2x too fast, so its async/sync-colocated ratio is about twice the
-# measured one. Calibrating $c$ from real updates (compute and all-reduces) closes part of
-# the gap; the rest is what else trainer 0 does in series: the weight send, its wait for
-# groups and the checkpoints (11.4).
-# Its choice of layout is not confirmed: the model put the chosen split 10-20% ahead of the
-# runner-up (the other number of trainers), and the runner-up ran about as fast or faster.
-# The model gives every rank the same half core, whatever it does; with 3 trainers and
-# $B = 4$, two of them train one group and wait for the third's two, and while they idle
-# the busy ranks get more of the two cores: a sharing the model does not see.
+# The model predicts sync-colocated within about a third but the pipeline 1.5-2x too fast,
+# so it overstates the pipeline's gain. Calibrating $c$ from real updates (compute and
+# all-reduces) closes part of the gap; the rest is what else trainer 0 does in series: the
+# weight send, its wait for groups and the checkpoints (11.4). Its choice of layout is not
+# confirmed: the model put the chosen split ahead of the runner-up by the margin printed
+# above, and the runner-up ran as fast or faster. The model gives every rank the same half
+# core; with 3 trainers and $B = 4$, two of them train one group and wait for the third's
+# two, and while they idle the busy ranks get more of the two cores.
 #
-# The shared-buffer arm ran faster than the broadcast in the median round (asserted); the
-# print below sets that beside what taking the send off the update alone would give (the
-# generators also stop decoding while they join a broadcast). Its heart, the write into the idle slot and the
-# generators' parameters re-pointed at it (no copy):
+# The shared-buffer arm ran faster than the broadcast (asserted; beside it below, what
+# taking the send off the update would give). Its heart: a write into the idle slot, and
+# the generators' parameters re-pointed at it, no copy:
 
 # %%
 from course_lib.capstone.colocated import SharedBuffer
@@ -960,8 +976,9 @@ else:
 # - The model's prediction misses by what it leaves out (all-reduces, the weight send in
 #   series, uneven sharing of the cores); its choice of layout is not confirmed against
 #   the runner-up: at this batch the two are within tens of percent.
-# - The pipeline ran 1.4-2.8x the updates per second of synchronous RL, colocated or split
-#   (about 2x in the medians above), with no token past its lag bound.
+# - The pipeline ran about 1.2-1.4x the updates per second of colocated synchronous RL and
+#   about 1.6-1.8x those of split synchronous RL here, with no token past its lag bound: with
+#   answers of about 8 tokens the tail it saves is short.
 # - A generator killed under one of two agents cost a restart of every rank and the updates
 #   since the last checkpoint; the ledger balanced down to the tokens in each loss.
 #

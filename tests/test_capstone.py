@@ -417,7 +417,7 @@ def _check_run(rep, n_updates):
     assert rep.result["updates"] == n_updates
     lags = rep.lag_histogram()
     assert lags[-1] == 0  # no token lagged more than max_lag
-    if rep.layout["n_trainers"] == rep.layout["world_size"]:  # sync-colocated: every rank samples and trains
+    if "generator" not in {x["role"] for x in rep.lines if x["kind"] == "start"}:  # sync-colocated: no generator
         assert set(np.unique(rep.phases["phase"])) >= {"decode", "train", "eval", "checkpoint"}
         return
     assert set(np.unique(rep.phases["phase"])) >= {"decode", "train", "wait", "sync", "eval", "checkpoint"}
@@ -471,7 +471,7 @@ def test_arms_run_in_turn_in_one_launch_each_a_run_of_its_own(tmp_path):
     trains on every rank with no generator and no weight transfer; an arm may pin its layout."""
     from course_lib.capstone.launch import run_arms
 
-    names = ["async", "sync", "async-shm", "sync-colocated", "async@3x8"]
+    names = ["async", "sync", "async-shm", "sync-colocated", "async@3x8", "sync-colocated@2x16"]
     arms = run_arms(
         tmp_path / "arms", names, deadline_s=DEADLINE_S, show_progress=False, echo=None,
         calibrate=False, n_trainers=2, n_slots=16, **dict(SHORT, n_updates=6),
@@ -490,6 +490,15 @@ def test_arms_run_in_turn_in_one_launch_each_a_run_of_its_own(tmp_path):
     assert set(colocated.phases["phase"][colocated.phases["rank"] == 3]) >= {"decode", "train"}
     assert colocated.result["audit"]["leftover_samples"] == 0  # nothing generated ahead of the trainers
     assert (arms[4][1].layout["n_trainers"], arms[4][1].layout["n_slots"]) == (3, 8)
+    two = arms[5][1]  # one rank per core: ranks 0-1 sample and train, ranks 2-3 idle
+    assert (two.layout["n_trainers"], two.layout["n_slots"]) == (2, 16)
+    assert {x["rank"]: x["role"] for x in two.lines if x["kind"] == "start"} == {
+        0: "trainer",
+        1: "trainer",
+        2: "idle",
+        3: "idle",
+    }
+    assert not two.phases["rank"][two.phases["rank"] >= 2].size  # the idle ranks did no work
     with pytest.raises(ValueError, match="--arms takes async, async-shm, sync, sync-colocated"):
         CapstoneConfig(run_dir="x", arms="async,fast")
     with pytest.raises(ValueError, match="--arms takes"):
@@ -522,6 +531,9 @@ def test_colocated_sync_needs_a_group_per_rank_and_max_lag_0(tmp_path):
     cfg = CapstoneConfig(run_dir="r", colocated_sync=True, max_lag=0)
     roles = roles_of(cfg, 4, 0)
     assert roles.trainers == [0, 1, 2, 3] and roles.generators == []
+    assert roles_of(cfg, 4, 2).trainers == [0, 1]  # two ranks sample and train, two idle
+    with pytest.raises(ValueError, match=r"trains on 2 \.\. 4 ranks"):
+        roles_of(cfg, 4, 5)
     assert sorted(k for r in range(4) for k in roles.groups_for(r, 5, 4)) == [20, 21, 22, 23]
     with pytest.raises(ValueError, match="raise --groups-per-batch to at least 8"):
         roles_of(cfg, 8, 0)

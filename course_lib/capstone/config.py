@@ -186,7 +186,10 @@ class CapstoneConfig:
         """The config of arm ``index`` of ``--arms``: its own run directory ``run_dir/NN-ARM``."""
         label = self.arm_list[index]
         name, layout = parse_arm(label)
-        n_trainers, n_slots = layout if layout else (self.n_trainers, self.n_slots)
+        # without @TxS an arm keeps the launch's layout; sync-colocated then trains on every rank
+        n_trainers, n_slots = (
+            layout if layout else (0, 0) if name == "sync-colocated" else (self.n_trainers, self.n_slots)
+        )
         return dataclasses.replace(
             self,
             arms="",

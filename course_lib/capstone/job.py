@@ -369,27 +369,33 @@ def subgroups(trainers: list[int], sync_ranks: list[int], timeout_s: float) -> t
 
 
 def colocated_layout(cfg: CapstoneConfig, world_size: int) -> Plan:
-    """``--colocated-sync``: every rank a trainer that samples its own share of the batch (its
-    slots: every answer of its groups at once)."""
-    per_rank = -(-cfg.groups_per_batch // world_size)
-    return Plan(world_size=world_size, n_trainers=world_size, n_slots=per_rank * cfg.group_size)
+    """``--colocated-sync``: ``--n-trainers`` ranks (default: all) each sample their own share of
+    the batch (their slots: every answer of their groups at once), then train on it; the other
+    ranks idle (one rank per core or GPU, as verl's colocated workers)."""
+    ranks = cfg.n_trainers or world_size
+    per_rank = -(-cfg.groups_per_batch // ranks)
+    return Plan(world_size=world_size, n_trainers=ranks, n_slots=per_rank * cfg.group_size)
 
 
 def roles_of(cfg: CapstoneConfig, world_size: int, n_trainers: int) -> Roles:
     """The roles of a run: lesson 08's split (:func:`~.roles.assign_roles`), or, with
-    ``--colocated-sync``, every rank a trainer (it needs a group per rank in each batch).
+    ``--colocated-sync``, ranks ``0 .. n_trainers - 1`` (0: all) that sample and train, each
+    with a group of every batch, and the rest idle.
 
     Raises:
         ValueError: the split cannot run (the message says what to change).
     """
     if not cfg.colocated_sync:
         return assign_roles(world_size, n_trainers, cfg.groups_per_batch)
-    if cfg.groups_per_batch < world_size:
+    ranks = n_trainers or world_size
+    if not 2 <= ranks <= world_size:
+        raise ValueError(f"--colocated-sync trains on 2 .. {world_size} ranks (--n-trainers), got {ranks}")
+    if cfg.groups_per_batch < ranks:
         raise ValueError(
-            f"--colocated-sync gives each of the {world_size} ranks its share of a batch of "
-            f"{cfg.groups_per_batch} groups: raise --groups-per-batch to at least {world_size}"
+            f"--colocated-sync gives each of the {ranks} ranks its share of a batch of "
+            f"{cfg.groups_per_batch} groups: raise --groups-per-batch to at least {ranks}"
         )
-    return Roles(world_size, world_size)
+    return Roles(world_size, ranks)
 
 
 def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.device) -> None:
@@ -431,8 +437,9 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
         setup = Setup.from_json(data)
     roles = roles_of(cfg, env.world_size, setup.plan.n_trainers)
     role = roles.role(env.rank)
+    idle = cfg.colocated_sync and role == "generator"  # a rank colocated synchronous RL does not use
     trainer_group, sync_group = subgroups(roles.trainers, roles.sync_ranks, cfg.timeout_s)
-    metrics = MetricsWriter(cfg.run_dir, env.rank, role, setup.attempt)
+    metrics = MetricsWriter(cfg.run_dir, env.rank, "idle" if idle else role, setup.attempt)
     start = {
         "restart_count": launch.restarts,  # this launch's restarts, the same on every node
         "torchelastic_restart_count": env.restart_count,  # this rank's agent's own count
@@ -462,7 +469,7 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
             state = share_state(state, cfg, trainer_group, device)
             channel = (
                 make_channel(cfg, env, roles, setup, sync_group, state.model, store, device)
-                if env.rank == 0 and roles.n_generators
+                if env.rank == 0 and roles.n_generators and not cfg.colocated_sync
                 else None
             )
             trainer = Trainer(
@@ -471,6 +478,8 @@ def run_rank(cfg: CapstoneConfig, env: RankEnv, store: RunStore, device: torch.d
             if state.eval_start is None:
                 state.eval_start = trainer.evaluate("start")
             trainer.run(setup.plan.to_json())
+        elif idle:
+            pass  # it waits for the trainers' evaluation below, then meets every rank at the barrier
         else:
             with device:  # on a GPU the sampler's tensors live on this rank's GPU (not run here: no GPU)
                 model = new_model(cfg, device)

@@ -280,18 +280,20 @@ def answer_rate(
 
 
 def colocated_sync_rate(
-    rates: Rates, cfg: CapstoneConfig, world_size: int, *, answer_tokens: tuple[int, ...] | None = None
+    rates: Rates, cfg: CapstoneConfig, n_ranks: int, *, answer_tokens: tuple[int, ...] | None = None
 ) -> Prediction:
-    """Lesson 08's ``sync_colocated`` prediction (08.8) for ``--colocated-sync``: every rank
-    decodes its share of the batch, then every rank trains; all ranks busy in both phases.
+    """Lesson 08's ``sync_colocated`` prediction (08.8) for ``--colocated-sync`` on ``n_ranks``
+    ranks: each decodes its share of the batch, then each trains; those ranks busy in both
+    phases, any other rank of the host idle.
 
-    A rank decodes ``ceil(B / W) G`` answers at once; the calibration times 16 slots and up, so
-    the step of the smallest timed slot count stands in for it (on these tiny models a step is
-    launch-bound, nearly independent of the slots). ``tokens_per_s`` in answer tokens/s."""
+    A rank decodes ``ceil(B / n_ranks) G`` answers at once: the step of the timed slot count
+    that holds them (or the smallest timed one; on these tiny models a step is launch-bound,
+    nearly independent of the slots). ``tokens_per_s`` in answer tokens/s."""
     answers = batch_of(answer_tokens or rates.answer_tokens, cfg)
-    share = rates.share(rates.local_ranks)
-    per_rank = math.ceil(cfg.groups_per_batch / world_size) * cfg.group_size
-    smallest = min(rates.decode_step_s)
+    share = rates.share(min(n_ranks, rates.local_ranks))
+    world_size = n_ranks
+    per_rank = math.ceil(cfg.groups_per_batch / n_ranks) * cfg.group_size
+    smallest = min((s for s in rates.decode_step_s if s >= per_rank), default=max(rates.decode_step_s))
     spec = SystemSpec(
         n_gpus=world_size,
         batch_samples=cfg.batch_sequences,
