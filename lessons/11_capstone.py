@@ -170,10 +170,9 @@ print(describe(CapstoneConfig(), exclude=tuple(
                                                        "warm_steps", "checkpoint_every", "seed"))))
 
 # %% [markdown]
-# `capstone.run` starts torchrun in a process group of its own, pinned to 2 cores whatever
-# the machine (`cores=2`: half a core per rank on a laptop or a server; pinning caps the job
-# at two cores, it does not give it their exclusive use), shows a progress bar, echoes the
-# lines that matter, kills everything if a deadline passes, and returns the run's report.
+# `capstone.run` starts torchrun in a process group of its own, pinned to 2 cores (half a
+# core per rank on any machine; pinning caps the job's cores, it does not reserve them),
+# with a progress bar and a deadline, and returns the run's report.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -326,9 +325,9 @@ print("on quotients 1 and 2-3 the reward rose and the answers ended closer to a 
 # (over three seeds, not separated from zero). Problems with a quotient of 8 or more almost
 # never earn a reward in 8 samples, so their groups have zero advantage (11.1) and nothing is
 # learned there; on quotients 16 and up the answers still get shorter, away from the correct
-# length, pulled along by what the short problems teach. Three seeds of this run and of
-# section 8's colocated baseline agree on quotients 1-3; on 4-7 only the baseline's gain
-# is separated from zero (`bench/capstone_learning.py`, `BENCHMARKS.md`).
+# length, pulled along by what the short problems teach. Three seeds of this run and of a
+# colocated synchronous run (on 4 ranks) agree on quotients 1-3; on 4-7 only the latter's
+# gain is separated from zero (`bench/capstone_learning.py`, `BENCHMARKS.md`).
 
 # %% [markdown]
 # ## 3. Throughput: measured against lesson 08's prediction
@@ -403,13 +402,16 @@ print(f"the model said the run is bounded by {model_bound}; trainer 0 waited for
 # %%
 covered0 = sum(rows[0].values()) / span_s
 assert 0.9 < covered0 < 1.02, covered0
-assert rates.cpu_share == 0.5, rates.cpu_share  # 4 ranks pinned to 2 cores
-assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.25 * span_s, rows[0]
-assert c_model > 1.5 * c_with_reduce, (c_model, c_with_reduce, c_run)
-assert rows[0]["wait"] < 0.3 * span_s, rows[0]
-assert all(rows[r]["allreduce"] > rows[0]["allreduce"] for r in range(1, n_t)), rows
-print("trainer 0: phases cover its time; over 25% in all-reduces and over 5% sending; compute and all-reduces "
-      "over 1.5x below c1 x sigma; under 30% waiting for data (trainer-bound); trainer 1 longer in all-reduces")
+# the regime this lesson's timing claims describe: the cpu scale's TinyLM, 4 ranks on 2 pinned cores
+TWO_CORES = current_scale() == "cpu" and rates.device == "cpu" and rates.cpu_share == 0.5
+if TWO_CORES:
+    assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.25 * span_s, rows[0]
+    assert c_model > 1.5 * c_with_reduce, (c_model, c_with_reduce, c_run)
+    assert rows[0]["wait"] < 0.3 * span_s, rows[0]
+    assert all(rows[r]["allreduce"] > rows[0]["allreduce"] for r in range(1, n_t)), rows
+print("trainer 0's phases cover its time" + ("; over 25% in all-reduces and over 5% sending; compute and "
+      "all-reduces over 1.5x below c1 x sigma; under 30% waiting for data (trainer-bound); trainer 1 longer in "
+      "all-reduces" if TWO_CORES else " (the two-core timing claims are printed above, not asserted, here)"))
 
 # %% [markdown]
 # **Reading the error.** Two things separate prediction from measurement:
@@ -460,24 +462,26 @@ print(f"mean lag {float((lags[:-1] * hist[:-1]).sum() / hist.sum()):.2f} updates
 # %%
 assert hist.sum() == int(u["tokens"].sum())
 assert hist[-1] == 0 and int(np.nanmax(u["lag_max"])) <= cfg.max_lag
-assert hist[cfg.max_lag - 1 :].sum() > hist.sum() / 2  # trainer-bound: most answers wait in the window
-assert float((lags[:-1] * hist[:-1]).sum() / hist.sum()) > plan["predicted_mean_lag"]
+if TWO_CORES:  # trainer-bound: most answers wait in the window
+    assert hist[cfg.max_lag - 1 :].sum() > hist.sum() / 2
+    assert float((lags[:-1] * hist[:-1]).sum() / hist.sum()) > plan["predicted_mean_lag"]
 assert np.nanmean(u["ess"]) > 0.95
-print(f"every one of the consumed tokens lagged at most max_lag = {cfg.max_lag} updates (11.2), and most of "
-      f"them {cfg.max_lag - 1} or {cfg.max_lag}: the pipeline uses its window; the mean lag above the model's; ESS/N "
-      "above 0.95")
+print(f"every one of the consumed tokens lagged at most max_lag = {cfg.max_lag} updates (11.2); ESS/N above 0.95"
+      + (f"; most of them {cfg.max_lag - 1} or {cfg.max_lag}: the pipeline uses its window; the mean lag above the "
+         "model's" if TWO_CORES else ""))
 
 # %% [markdown]
 # **Takeaway:** the bound holds on every token, across processes, and the distribution piles
 # up near it: the generators fill the window faster than the trainers empty it. The model's
-# mean lag (08.12) is lower because it thinks the straggler wait sets the pace. A token
+# mean lag (08.12) is lower: its verdict in section 1 was the straggler wait, under which the
+# window is not full. A token
 # decoded after an in-flight swap carries the new version but attends to a KV cache the old
 # weights computed, so its lag understates its staleness (lesson 07 measured the cost).
 
 # %% [markdown]
 # ## 5. The timeline of every rank
 #
-# Each rank logged every span of work. The whole run first, then one second from its middle:
+# Every rank's logged spans: the whole run, then one second from its middle:
 
 # %%
 PHASE_COLOURS = {
@@ -523,9 +527,8 @@ plt.show()
 # %% [markdown]
 # ## 6. Weight-sync latency, bytes and bandwidth
 #
-# Every update trainer 0 sends the policy with lesson 09's pipelined, checksummed engine
-# (0.25 MiB buckets); every generator receives it between two decoding steps, verifies every
-# bucket, commits all-or-nothing and loads it, keeping its KV cache.
+# Trainer 0 sends every policy with lesson 09's pipelined, checksummed engine (0.25 MiB
+# buckets); each generator receives it between two decoding steps, keeping its KV cache.
 
 # %%
 s = rep.syncs
@@ -570,20 +573,18 @@ for r in range(n_t, 4):
     assert sorted(s["version"][mine].astype(int)) == sorted(s["version"][send].astype(int)), r
 assert int(send.sum()) == cfg.n_updates and (s["nbytes"] == nbytes).all()
 bw_send = nbytes / np.median(s["transfer"][send])
-# on shared cores a broadcast waits for every member to be scheduled: latency, not bandwidth
-assert bw_send < 5e8, bw_send  # gloo moved large tensors at 1.2-2 GB/s in lesson 09's benchmark
-assert (in_flight > 0).any()  # how often depends on the layout: generators at the window's bound swap idle
-print(f"all {cfg.n_updates} versions reached every generator (a broadcast, no version skipped); the effective "
-      "bandwidth of a half-megabyte update is below 0.5 GB/s, a fraction of what gloo reaches on large tensors: "
-      "latency-bound; generators swapped weights with answers in flight (how often is printed above)")
+if TWO_CORES:  # on shared cores a broadcast waits for every member to be scheduled: latency, not bandwidth
+    assert bw_send < 5e8, bw_send  # gloo moved large tensors at 1.2-2 GB/s in lesson 09's benchmark
+    assert (in_flight > 0).any()  # how often depends on the layout: generators at the window's bound swap idle
+print(f"all {cfg.n_updates} versions reached every generator (a broadcast, no version skipped)" + (
+    "; the effective bandwidth of a half-megabyte update is below 0.5 GB/s, a fraction of what gloo reaches on "
+    "large tensors; generators swapped weights with answers in flight" if TWO_CORES else ""))
 
 # %% [markdown]
-# **Takeaway:** a weight update here is a few milliseconds for half a megabyte, so (11.5)
-# is of the order of a hundred MB/s, not the GB/s gloo reaches on large tensors: at this size
-# (09.1) is all latency, and on shared cores that includes waiting for every generator to
-# finish its step and be scheduled (a broadcast starts when its last member joins). With a
-# 1T-parameter model the bandwidth term dominates, which is what checkpoint-engine's buckets,
-# double buffer and broadcast are built for.
+# **Takeaway:** a weight update here is a few milliseconds for half a megabyte, about a
+# hundred MB/s (11.5), far below what gloo reaches on large tensors: a broadcast starts when
+# its last member joins, after its decoding step. With a 1T-parameter model the bandwidth
+# term of (09.1) dominates, which checkpoint-engine's buckets and double buffer are built for.
 
 # %% [markdown]
 # ## 7. Kill a rank, recover, audit
@@ -807,11 +808,12 @@ assert all(f["max lag"] <= cfg.max_lag for f in figs["async"])
 # the speed-ups, with room for the machine's load (the re-executions: BENCHMARKS.md)
 BANDS = {"async / sync-colocated": (1.05, 1.7), "async / sync": (1.2, 2.4)}
 for name, (lo, hi) in BANDS.items():
-    assert lo < np.median(pair[name]) < hi, (name, pair[name])
+    assert lo < np.median(pair[name]) < hi or not TWO_CORES, (name, pair[name])  # this regime's speed-ups
 if "async-shm" in ARMS:
     assert med["async-shm"]["send ms"] < 0.5 * med["async"]["send ms"], (med["async-shm"], med["async"])
-print("every ledger exact, every lag within its bound (0 for both synchronous arms); the pipeline ran "
-      "1.05-1.7x the updates/s of sync-colocated and 1.2-2.4x those of sync (medians of per-round ratios)"
+print("every ledger exact, every lag within its bound (0 for both synchronous arms)" + (
+      "; the pipeline ran 1.05-1.7x the updates/s of sync-colocated and 1.2-2.4x those of sync (medians of "
+      "per-round ratios)" if TWO_CORES else "")
       + ("; the shared-buffer write under half the broadcast's time" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
@@ -879,40 +881,46 @@ print(f"the model ranked section 1's layout above the runner-up ({runner_up[0]} 
 
 # %%
 # (ratios of two arms measured in the same rounds, and the model's, which does not depend on the load)
-miss = abs(np.log(ratio_model / ratio_measured))
-assert miss < np.log(1.6), (ratio_model, ratio_measured)
-# where ranks share cores the regimes' shares differ, and a single share misses by far more
-assert abs(np.log(ratio_one_share / ratio_measured)) > miss + np.log(1.5), (ratio_one_share, ratio_measured)
-assert ratio_colocated_model > 1 and ratio_colocated_run > 1  # the direction, against the colocated baseline
-error = {arm: predicted_ups[arm][1] / med[arm]["updates/s"] for arm in ("async", "sync-colocated")}
-assert 0.7 < error["sync-colocated"] < 1.5, error  # colocated synchronous RL: near what the model says
-assert error["async"] > 1.25 * error["sync-colocated"], error  # the costs (11.3) leaves out are the pipeline's
-m_async = med["async"]["updates/s"]
-assert abs(np.log(calibrated_ups["async"] / m_async)) < abs(np.log(predicted_ups["async"][1] / m_async))
-if "async-shm" in ARMS:  # no broadcast to join: faster in the median round
-    assert np.median(pair["async-shm / async"]) > 1, pair["async-shm / async"]
-margin = predicted_ups["async"][1] / predicted_ups["runner-up"][1]  # how far ahead the model put its choice
-assert abs(np.log(np.median(pair["async / runner-up"]))) < np.log(1.35), pair["async / runner-up"]
-assert np.median(pair["async / runner-up"]) < margin, (pair["async / runner-up"], margin)
-print("the model: the pipeline faster than either baseline; sync-colocated within 1.5x, the pipeline over 1.25x "
-      "further off; its async/sync ratio within 1.6x (one share for both regimes: 1.5x further off); c from real "
-      "updates closer. The runner-up ran within 1.35x of the chosen layout, the chosen one's lead short of the "
-      "model's margin" + ("; async-shm faster than async" if "async-shm" in ARMS else ""))
+if TWO_CORES:  # the model's account of this regime (printed above either way)
+    miss = abs(np.log(ratio_model / ratio_measured))
+    assert miss < np.log(1.6), (ratio_model, ratio_measured)
+    # where ranks share cores the regimes' shares differ, and a single share misses by far more
+    assert abs(np.log(ratio_one_share / ratio_measured)) > miss + np.log(1.5), (ratio_one_share, ratio_measured)
+    assert ratio_colocated_model > 1 and ratio_colocated_run > 1  # the direction, against the colocated baseline
+    error = {arm: predicted_ups[arm][1] / med[arm]["updates/s"] for arm in ("async", "sync-colocated")}
+    assert error["async"] > 1.25 * error["sync-colocated"], error  # the costs (11.3) leaves out are the pipeline's
+    m_async = med["async"]["updates/s"]
+    assert abs(np.log(calibrated_ups["async"] / m_async)) < abs(np.log(predicted_ups["async"][1] / m_async))
+    if "async-shm" in ARMS:  # no broadcast to join: faster in the median round
+        assert np.median(pair["async-shm / async"]) > 1, pair["async-shm / async"]
+    margin = predicted_ups["async"][1] / predicted_ups["runner-up"][1]  # how far ahead the model put its choice
+    assert abs(np.log(np.median(pair["async / runner-up"]))) < np.log(1.35), pair["async / runner-up"]
+    assert np.median(pair["async / runner-up"]) < margin, (pair["async / runner-up"], margin)
+print(("the model: the pipeline faster than either baseline; over 1.25x further off on the pipeline than on "
+       "sync-colocated; its async/sync ratio within 1.6x (one share for both regimes: 1.5x further off); c from real "
+       "updates closer. The runner-up ran within 1.35x of the chosen layout, the chosen one's lead short of the "
+       "model's margin" + ("; async-shm faster than async" if "async-shm" in ARMS else ""))
+      if TWO_CORES else "the model's account: printed above, not asserted, outside the two-core regime")
 
 # %% [markdown]
 # **Takeaway.** Against colocated synchronous RL run as verl runs it (a worker per core),
 # the pipeline ran about 1.2-1.4x the updates per second here; against the split synchronous
 # baseline, about 1.6-1.8x (the per-round ratios above), with every token within its lag bound.
-# In sync-colocated no core waits for the other side: each alternates between decoding and
-# training. What it pays is the **tail**: a synchronous batch keeps decoding until its
-# longest answer ends, slots emptying (08.7), while the pipeline refills a freed slot at once.
-# The split baseline pays the **turns** as well: half the ranks wait while the other half
-# works. The published gains are larger (about 2x for PipelineRL, against a split baseline;
-# up to 2.77x for AReaL and 1.92-2.66x for verl's fully-async trainer on 32-128 GPUs,
-# against colocated ones): their answers run to thousands of tokens; ours average about 8.
+# In sync-colocated each core alternates between decoding and training. What it pays is
+# the **tail**: a batch keeps decoding until its longest answer ends (several times the mean),
+# slots emptying (08.7), while the pipeline refills a freed slot at once. On pinned cores
+# the split baseline's waiting side gives its core to the working side (the model's shares
+# of 1.00), so its extra cost is not idle hardware but the hand-offs the model leaves out
+# (its miss on sync, the model/measured column): groups through the store, the weights
+# broadcast in series.
+# The published gains are larger (about 2x faster learning for PipelineRL, against a split
+# baseline taking 32 optimizer steps per batch; up to 2.77x for AReaL and 1.92-2.66x for
+# verl's fully-async trainer on 32-128 GPUs, against colocated ones). Their tails are long
+# too; what holds ours back is the pipeline's trainer, which pays in series what section 3
+# measured: over a quarter of its time in all-reduces, a seventh sending weights.
 #
-# The model predicts sync-colocated within about a third but the pipeline 1.5-2x too fast,
-# so it overstates the pipeline's gain. Calibrating $c$ from real updates (compute and
+# The model is further off on the pipeline than on sync-colocated (the model/measured
+# column), so it overstates the pipeline's gain. Calibrating $c$ from real updates (compute and
 # all-reduces) closes part of the gap; the rest is what else trainer 0 does in series: the
 # weight send, its wait for groups and the checkpoints (11.4). Its choice of layout is not
 # confirmed: the model put the chosen split ahead of the runner-up by the margin printed
@@ -950,9 +958,7 @@ else:
 # | staleness bound | `max_lag` = 4 (0: synchronous) | PipelineRL `max_lag`; AReaL `max_head_offpolicyness`; verl `staleness_threshold`; prime-rl `max_async_level` |
 # | weight update | lesson 09's engine, 0.25 MiB buckets | **checkpoint-engine**: buckets, a double buffer, broadcast or P2P; Qwen3-235B on 8xH800 in 6.22 s; about 20 s for Kimi-K2 across thousands of GPUs |
 # | synchronous baseline | sync-colocated | verl's default: one engine and trainer time-sliced on the same GPUs |
-#
-# Overlap buys little when generation far outlasts training, and verl's headline speedup
-# needs partial rollouts.
+
 
 # %% [markdown]
 # ## Glossary
@@ -965,28 +971,28 @@ else:
 # | lag | trainer version minus the version that sampled a token (11.2) |
 # | ESS/N | effective sample size of an update's token weights over its tokens (07.4) |
 # | $\beta_{eff}$ | the model's bytes over the median transfer time (11.5) |
-# | attempt | one start of the job; a restart begins the next |
 # | consumed, discarded, left over | samples trained on; made by a dead attempt after the checkpoint resumed from; never trained on at the end (11.6) |
 #
 # ## Summary
 #
-# - The policy learned to end its answers at the right length on the problems it could
-#   sometimes solve (quotients 1-3); long problems almost never earn a reward in 8 samples and teach
-#   nothing.
+# - The policy learned to end its answers closer to the right length on the problems it
+#   could sometimes solve (quotients 1-3); long problems almost never earn a reward in 8
+#   samples and teach nothing.
 # - The model's prediction misses by what it leaves out (all-reduces, the weight send in
 #   series, uneven sharing of the cores); its choice of layout is not confirmed against
 #   the runner-up: at this batch the two are within tens of percent.
 # - The pipeline ran about 1.2-1.4x the updates per second of colocated synchronous RL and
-#   about 1.6-1.8x those of split synchronous RL here, with no token past its lag bound: with
-#   answers of about 8 tokens the tail it saves is short.
+#   about 1.6-1.8x those of split synchronous RL here, with no token past its lag bound; its
+#   own trainer's costs in series hold the gain back.
 # - A generator killed under one of two agents cost a restart of every rank and the updates
 #   since the last checkpoint; the ledger balanced down to the tokens in each loss.
 #
 # **Full scale.** `COURSE_SCALE=full`: 2000 updates of a 4-layer, 256-wide TinyLM at a
-# learning rate of 1e-4, arms of 200 updates, still pinned to 2 cores. With fewer GPUs than
+# learning rate of 1e-4, arms of 100 updates, still pinned to 2 cores. With fewer GPUs than
 # ranks the job runs on the CPUs (it says so); with a GPU per rank `--backend auto` picks
-# NCCL, a path that has never run, where the timing asserts (two cores) do not apply. Every
-# rank on one GPU (`--colocated`, CUDA IPC) ran on an H200 (`BENCHMARKS.md`).
+# NCCL, a path that has never run. The timing claims of sections 3-8 are asserted only at
+# the cpu scale on two pinned cores (elsewhere, and where pinning is impossible, printed).
+# Every rank on one GPU (`--colocated`, CUDA IPC) ran on an H200 (`BENCHMARKS.md`).
 #
 # **References.** Piché et al., *PipelineRL*, arXiv 2509.19128 (2025). AReaL, arXiv
 # 2505.24298. verl documentation (fully-async trainer, checkpoint-engine). MoonshotAI
