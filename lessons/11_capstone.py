@@ -293,7 +293,9 @@ print("the evaluation reward rose by more than two standard errors from the warm
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.lm.task import QUOTIENT_CLASSES
+from course_lib.lm.task import QUOTIENT_CLASSES, CountdownTask
+
+TASK = CountdownTask()
 
 
 def class_table(report) -> list[tuple[str, float, float, float, float, float]]:
@@ -301,7 +303,7 @@ def class_table(report) -> list[tuple[str, float, float, float, float, float]]:
     rows = []
     for (lo, hi), a, b in zip(QUOTIENT_CLASSES, report.by_class("start"), report.by_class("end")):
         q = np.arange(lo, hi + 1)
-        p = q ** -1.2  # the task's power law over quotients, within the class
+        p = TASK.quotient_probs[lo - 1 : hi]  # the task's power law over quotients, within the class
         correct = float((p * (q + 1)).sum() / p.sum())
         name = f"{lo}" if lo == hi else f"{lo}-{hi}"
         rows.append((name, a["reward"], b["reward"], a["answer_tokens"], b["answer_tokens"], correct))
