@@ -639,15 +639,25 @@ return {"role": role, "index": members.index(rank), "trainer_group": roles.train
     ),
     Delegation(
         lesson="11_capstone",
-        name="sync_and_admit",
-        module="course_lib.rl.staleness",
-        attr="may_start_group",
-        params="announced, consumed, version, k, max_lag, B",
+        name="colocated_sync_update",
+        module="course_lib.layout.model",
+        attr="generation_time_s",
+        params="shares, prompt_steps, a_s, b_s, train_steps_per_s",
+        # (08.7) for one linear engine that holds every answer of the rank at once (its sequences
+        # P + L_i steps long); the training time, the max and the slot use around it.
         body="""\
-if max_lag < 0 or B < 1:
-    raise ValueError(f"need max_lag >= 0 and B >= 1, got max_lag={max_lag}, B={B}")
-version = max(version, announced)
-return version, version >= 0 and lib(k, consumed, max_lag, B)""",
+if not shares or any(n < 1 for share in shares for n in share):
+    raise ValueError(f"need at least one rank and answers of >= 1 token, got {shares}")
+if prompt_steps < 0 or a_s < 0 or b_s < 0 or train_steps_per_s <= 0:
+    raise ValueError("need prompt_steps >= 0, a_s >= 0, b_s >= 0 and train_steps_per_s > 0")
+decode_s, train_s, live, held = [], [], 0, 0
+for share in shares:
+    steps = [prompt_steps + n for n in share]
+    decode_s.append(lib(steps, 1, len(steps), a_s, b_s) if steps else 0.0)
+    train_s.append(sum(steps) / train_steps_per_s)
+    live, held = live + sum(steps), held + len(steps) * max(steps, default=0)
+update_s = max(d + t for d, t in zip(decode_s, train_s))
+return {"update_s": update_s, "decode_s": decode_s, "train_s": train_s, "slot_use": live / held if held else 1.0}""",
     ),
     Delegation(
         lesson="11_capstone",
@@ -674,20 +684,19 @@ return {**{kind: sorted(keys) for kind, keys in kinds.items()}, "samples": sampl
     ),
     Delegation(
         lesson="11_capstone",
-        name="data_parallel_losses",
-        module="course_lib.pipeline.loss",
-        attr="pipeline_loss",
-        params="shards, clip_c",
-        # shard_loss's own recipe: the shard's mean loss, rescaled from its token count to the
-        # whole batch's.
+        name="trainers_finish",
+        module="course_lib.capstone.plan",
+        attr="rank_share",
+        params="work, cores, background",
         body="""\
-n_tokens = sum(int(s["mask"].sum()) for s in shards)
-losses = []
-for s in shards:
-    adv = s["adv"][:, None].expand_as(s["logp_new"]).to(s["logp_new"].dtype)
-    mean = lib(s["logp_new"], s["logp_behaviour"], adv, s["mask"], clip_c)
-    losses.append(mean * s["mask"].sum() / n_tokens)
-return losses""",
+if not work or any(w < 0 for w in work) or cores <= 0 or background < 0:
+    raise ValueError("need work >= 0 for at least one trainer, cores > 0, background >= 0")
+share = lib("cpu", cores, len(work) + background, False)
+finish = [w / share for w in work]
+return {"finish_s": finish, "update_s": max(finish), "fixed_share_s": max(work) / share}""",
+        passes_unguarded=False,
+        why="rank_share is the fixed share min(1, cores / busy ranks) that lesson 08's model gives every rank the "
+        "whole time (fixed_share_s); the exercise's finish times need the share recomputed as trainers finish",
     ),
     Delegation(
         lesson="11_capstone",

@@ -150,6 +150,19 @@ def test_synchronous_rl_gives_each_side_the_cores_the_other_leaves():
     assert spec_for(gpu, cfg, 4, 3, 16).a_s == pytest.approx(4e-3)
 
 
+def test_a_measured_weight_send_slows_a_trainer_bound_prediction_and_a_negative_one_is_refused():
+    """``weight_sync_s`` is lesson 08's d: trainer 0 sends in series, so a trainer-bound layout
+    consumes less; the plan itself uses 0 (nothing to time before the run)."""
+    cfg = CapstoneConfig(run_dir="x")
+    rates = _rates("cuda", units=8, local_ranks=8, step_s=1e-4, c=2e3)  # trainer-bound
+    assert spec_for(rates, cfg, 8, 2, 16).weight_sync_s == 0.0
+    assert spec_for(rates, cfg, 8, 2, 16, weight_sync_s=0.01).weight_sync_s == 0.01
+    free, sent = answer_rate(rates, cfg, 8, 2, 16), answer_rate(rates, cfg, 8, 2, 16, weight_sync_s=0.05)
+    assert sent.step_s > free.step_s and sent.tokens_per_s < free.tokens_per_s
+    with pytest.raises(ValueError, match="weight_sync_s"):
+        spec_for(rates, cfg, 8, 2, 16, weight_sync_s=-1.0)
+
+
 # ---- trainers: capped at the batch, groups routed evenly -----------------------------------------------
 
 

@@ -1,40 +1,35 @@
 """Lesson 11's graders: the solutions pass, the stubs are "not implemented yet", every planted
 bug is rejected with its message (tests/test_exercises.py, for every lesson; the first two
-are here too so they run where lessons/11_capstone.py is absent); the
-graders' oracles agree with the library (`course_lib.capstone.roles`, `.ledger`,
-`course_lib.rl.staleness.may_start_group`, `course_lib.pipeline.loss.pipeline_loss` rescaled
-as `capstone.trainer.shard_loss` does) and with hand-made cases; the handshake
-simulation catches a trainer that raises `consumed` before it announces; bad submissions
-get a report, never a crash; an answer that calls course_lib's loss is named however it
-imports it, and the library is restored afterwards; one planted bug per exercise is caught end to end through
-`course grade`.
+are here too so they run where lessons/11_capstone.py is absent); the graders' oracles agree
+with the library (`course_lib.capstone.roles`, `.ledger`, lesson 08's
+`course_lib.layout.model.generation_time_s` for the colocated decoding, `capstone.plan.rank_share`
+for the fixed share), with the statements' worked examples and with hand-made cases; the
+sharing oracle gives each trainer its work in core time; each known slip shows on the checks'
+cases; bad submissions get a report, never a crash; one planted bug per exercise is caught end
+to end through `course grade`.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import grading_helpers as gh
 import grading_outcomes as go
-import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 from conftest import solution_function
 from mutants.l11_capstone import MUTANTS
 
 from course_lib.capstone.ledger import Generated, SampleLedger, audit
+from course_lib.capstone.plan import rank_share
 from course_lib.capstone.roles import Roles
 from course_lib.course.grading.checks import run_exercise
-from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l11_capstone as l11
-from course_lib.pipeline.loss import pipeline_loss
-from course_lib.rl.staleness import may_start_group
+from course_lib.layout.model import generation_time_s
 
 LESSON = "11_capstone"
-NAMES = ("assign_roles", "sync_and_admit", "restart_accounting", "data_parallel_losses", "join_step")
+NAMES = ("assign_roles", "colocated_sync_update", "restart_accounting", "trainers_finish", "join_step")
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,18 +51,23 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "assign_roles-boundary_off_by_one",
         "assign_roles-generators_from_the_end",
         "assign_roles-no_rank_check",
-        "sync_and_admit-pulls_older_version",
-        "sync_and_admit-bound_one_group_over",
+        "colocated_sync_update-decodes_for_the_mean_length",
+        "colocated_sync_update-full_live_count_every_step",
+        "colocated_sync_update-prompt_left_out_of_decoding",
+        "colocated_sync_update-prompt_left_out_of_training",
+        "colocated_sync_update-update_is_the_sum",
+        "colocated_sync_update-update_is_the_mean",
+        "colocated_sync_update-slot_use_averaged_over_ranks",
+        "colocated_sync_update-no_length_check",
         "restart_accounting-keeps_groups_after_checkpoint",
         "restart_accounting-first_attempts_copy",
         "restart_accounting-step_boundary_off_by_one",
-        "data_parallel_losses-local_token_count",
-        "data_parallel_losses-per_rank_mean",
-        "data_parallel_losses-no_stop_gradient",
-        "data_parallel_losses-padding_in_the_count",
-        "data_parallel_losses-calls_the_library",
-        "data_parallel_losses-truncates_at_a_constant",
-        "data_parallel_losses-skips_zero_advantage_tokens",
+        "trainers_finish-fixed_share_throughout",
+        "trainers_finish-finished_trainers_still_runnable",
+        "trainers_finish-share_not_capped",
+        "trainers_finish-background_forgotten",
+        "trainers_finish-mean_finish",
+        "trainers_finish-no_negative_work_check",
         "join_step-number_from_the_counter",
         "join_step-nonce_from_the_rank",
         "join_step-trusts_any_welcome",
@@ -104,65 +104,108 @@ def test_each_roles_slip_differs_from_the_right_answer():
         assert l11.naive_roles(4, 2, **slip) != l11.naive_roles(4, 2), slip
 
 
-def test_handshake_oracle_and_solution_equal_the_library_bound():
-    solve = solution_function(LESSON, "sync_and_admit")
-    for B in (1, 2, 4):
-        for max_lag in (0, 1, 3):
-            for updates in range(4):
-                consumed = updates * B
-                for k in range(consumed, consumed + (max_lag + 3) * B):
-                    for announced, version in ((updates, updates), (updates + 1, updates - 1), (updates, updates + 1)):
-                        want = may_start_group(k, consumed, max_lag, B)
-                        hold = max(announced, version)
-                        assert l11.naive_handshake(announced, consumed, version, k, max_lag, B) == (hold, want)
-                        assert solve(announced, consumed, version, k, max_lag, B) == (hold, want)
+COLOCATED = (l11.WORKED_COLOCATED, *l11.KNOWN_COLOCATED, *l11.RANDOM_COLOCATED)
 
 
-def test_each_handshake_slip_differs_somewhere_on_the_grid():
-    grid = [
-        (a, c * B, v, k, L, B)
-        for B in (1, 2)
-        for L in (0, 1)
-        for c in (0, 1)
-        for a in range(-1, 3)
-        for v in range(-1, 3)
-        for k in range(c * B, (c + L + 2) * B + 1)
-    ]
-    for slip in l11.SA_SLIPS.values():
-        assert any(l11.naive_handshake(*args, **slip) != l11.naive_handshake(*args) for args in grid), slip
+def _close_answers(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return not l11._differing(a, b)
 
 
-def _right(announced: int, consumed: int, version: int, k: int, max_lag: int, B: int) -> tuple[int, bool]:
-    return l11.naive_handshake(announced, consumed, version, k, max_lag, B)
+def test_colocated_oracle_and_solution_agree_with_lesson_08s_generation_time():
+    """The step-by-step oracle, the closed-form solution and the library's (08.7) for one linear
+    engine holding every answer of the rank at once agree on every case the checks use."""
+    solve = solution_function(LESSON, "colocated_sync_update")
+    for case in COLOCATED:
+        want = l11.naive_colocated(case)
+        assert _close_answers(solve(*case.args()), want), case
+        for share, decode in zip(case.shares, want["decode_s"], strict=True):
+            steps = [case.prompt_steps + n for n in share]
+            lib = generation_time_s(steps, 1, len(steps), case.a_s, case.b_s) if steps else 0.0
+            assert decode == pytest.approx(lib, rel=1e-12, abs=1e-15)
 
 
-@pytest.mark.parametrize("channel", sorted(l11.TRAINER_ORDERS))
-def test_the_simulation_finishes_within_the_bound_with_the_right_order(channel):
-    for seed in range(10):
-        run = l11.simulate_handshake(_right, seed=seed, max_lag=1, B=2, channel=channel)
-        assert run.finished and not run.violation
-        assert len(run.start_version) >= 12
+def test_the_worked_colocated_example_has_the_statements_numbers():
+    got = l11.naive_colocated(l11.WORKED_COLOCATED)
+    assert got["decode_s"] == pytest.approx([0.136, 0.072])
+    assert got["train_s"] == pytest.approx([0.16, 0.12])
+    assert got["update_s"] == pytest.approx(0.296)
+    assert got["slot_use"] == pytest.approx(28 / 36)
+    rank_1 = got["decode_s"][1] + got["train_s"][1]
+    assert got["update_s"] - rank_1 == pytest.approx(0.104)  # rank 1's wait in the all-reduce
 
 
-@pytest.mark.parametrize("channel", sorted(l11.TRAINER_ORDERS))
-def test_a_trainer_raising_consumed_first_breaks_the_lag_bound(channel):
-    """Why the trainer raises ``consumed`` last: the right generator, the wrong trainer order."""
-    order = ("consumed", *(m for m in l11.TRAINER_ORDERS[channel] if m != "consumed"))
-    runs = [l11.simulate_handshake(_right, seed=s, max_lag=0, B=2, channel=channel, order=order) for s in range(30)]
-    assert any("lags" in r.violation for r in runs)
+def test_the_hand_made_colocated_cases_show_what_they_say():
+    empty_rank, one_each, equal, nothing = (l11.naive_colocated(c) for c in l11.KNOWN_COLOCATED)
+    assert empty_rank["decode_s"][1] == 0.0 and empty_rank["train_s"][1] == 0.0
+    assert one_each["slot_use"] == 1.0 and equal["slot_use"] == 1.0
+    assert nothing == {"update_s": 0.0, "decode_s": [0.0, 0.0], "train_s": [0.0, 0.0], "slot_use": 1.0}
+    assert sum(1 for c in l11.RANDOM_COLOCATED if any(not s for s in c.shares)) >= 5  # empty ranks, at random too
+    assert sum(1 for c in l11.RANDOM_COLOCATED if c.b_s == 0.0) >= 5
 
 
-def test_the_shared_buffer_shows_a_version_newer_than_announced():
-    """The case that catches a generator pulling an older version: it happens in the simulation."""
-    seen = []
+def test_each_colocated_slip_differs_from_the_right_answer_on_the_checks_cases():
+    for message, slip in l11.CS_SLIPS.items():
+        assert any(
+            not _close_answers(l11.naive_colocated(c, **slip), l11.naive_colocated(c))
+            for c in (l11.WORKED_COLOCATED, *l11.KNOWN_COLOCATED)
+        ), message
 
-    def spy(announced: int, consumed: int, version: int, k: int, max_lag: int, B: int) -> tuple[int, bool]:
-        seen.append(version > announced)
-        return _right(announced, consumed, version, k, max_lag, B)
 
-    for seed in range(4):
-        l11.simulate_handshake(spy, seed=seed, max_lag=1, B=2, channel="shared_buffer")
-    assert any(seen)
+SHARING = (*l11.WORKED_SHARING, *l11.KNOWN_SHARING, *l11.RANDOM_SHARING)
+
+
+def test_sharing_oracle_agrees_with_the_solution_and_the_fixed_share_with_the_library():
+    """The solution (sorted, floats) equals the oracle (each finish found afresh, fractions);
+    fixed_share_s is max(work) over the library's rank_share (whole cores)."""
+    solve = solution_function(LESSON, "trainers_finish")
+    for case in SHARING:
+        want = l11.naive_sharing(case)
+        assert _close_answers(solve(*case.args()), want), case
+        if float(case.cores).is_integer():
+            share = rank_share("cpu", int(case.cores), len(case.work) + case.background, False)
+            assert want["fixed_share_s"] == pytest.approx(max(case.work) / share, rel=1e-12)
+
+
+def test_sharing_gives_every_trainer_its_work_in_core_time():
+    """Each trainer's core time, summed over the intervals between finishes, is its work; no
+    process ever gets more than a core, and the cores are never oversubscribed."""
+    for case in SHARING:
+        finish = l11.naive_sharing(case)["finish_s"]
+        events = sorted({0.0, *finish})
+        for i, w in enumerate(case.work):
+            got = 0.0
+            for lo, hi in itertools.pairwise(events):
+                if hi <= finish[i]:
+                    runnable = sum(1 for f in finish if f >= hi) + case.background
+                    rate = min(1.0, case.cores / runnable)
+                    assert rate * runnable <= case.cores + 1e-12 and rate <= 1.0
+                    got += (hi - lo) * rate
+            assert got == pytest.approx(w, rel=1e-9, abs=1e-12), (case, i)
+
+
+def test_the_worked_sharing_example_has_the_statements_numbers():
+    three, two = (l11.naive_sharing(c) for c in l11.WORKED_SHARING)
+    assert (three, two) == l11.WORKED_SHARING_ANSWERS
+    assert three["fixed_share_s"] == two["fixed_share_s"] == two["update_s"] == 4.0  # the model: level
+    assert three["update_s"] / two["update_s"] == pytest.approx(0.75)  # shared cores: 25% shorter
+
+
+def test_each_sharing_slip_differs_from_the_right_answer_on_the_checks_cases():
+    for message, slip in l11.TF_SLIPS.items():
+        assert any(
+            not _close_answers(l11.naive_sharing(c, **slip), l11.naive_sharing(c))
+            for c in (*l11.WORKED_SHARING, *l11.KNOWN_SHARING)
+        ), message
+
+
+def test_the_fixed_share_and_finished_trainers_counted_differ_only_with_idle_trainers():
+    """Both keep one share the whole time; they part where a trainer has no work at all, which
+    the probes hold, so each is named with its own message."""
+    fixed, kept = (dict(fixed_share=True), dict(keep_finished=True))
+    for case in l11.WORKED_SHARING:
+        assert l11.naive_sharing(case, **fixed) == l11.naive_sharing(case, **kept)
+    idle = [c for c in l11.TF_PROBES if 0 in c.work]
+    assert idle and all(l11.naive_sharing(c, **fixed) != l11.naive_sharing(c, **kept) for c in idle)
 
 
 def _ledger_of(sc: l11.Scenario, group_size: int = 1) -> tuple[SampleLedger, list[Generated]]:
@@ -234,143 +277,6 @@ def test_no_attempt_generates_below_its_resume_step_so_the_newest_copy_is_the_co
         assert _newest_copy(*sc.args()) == l11.naive_accounting(sc)
     outcome = run_exercise(l11.RESTART_ACCOUNTING, _newest_copy)
     assert outcome.passed, outcome.message
-
-
-def _pad(shards: list[dict[str, Any]], key: str) -> torch.Tensor:
-    """The shards' ``key`` tensors as one batch, right-padded to the widest shard."""
-    width = max(s["mask"].shape[1] for s in shards)
-    return torch.cat([F.pad(s[key], (0, width - s[key].shape[1])) for s in shards])
-
-
-def _split_rows(grad: torch.Tensor, shards: list[dict[str, Any]]) -> list[np.ndarray]:
-    out, row = [], 0
-    for s in shards:
-        n, t = s["mask"].shape
-        out.append(grad[row : row + n, :t].detach().numpy())
-        row += n
-    return out
-
-
-@pytest.mark.parametrize("n_shards", [1, 2, 3, 4])
-def test_loss_oracles_agree_with_pipeline_loss_and_the_solution(n_shards):
-    """The whole-batch reference is `pipeline_loss` on the padded batch; the shard-by-shard
-    oracle and the solution equal it summed, and equal the library's rescaled shard terms."""
-    solve = solution_function(LESSON, "data_parallel_losses")
-    for seed in range(4):
-        shards = l11.dp_batch(seed, n_shards)
-        leaf = _pad(shards, "logp_new").requires_grad_(True)
-        mask = _pad(shards, "mask")
-        adv = torch.cat([s["adv"] for s in shards])[:, None] * mask
-        lib = pipeline_loss(leaf, _pad(shards, "logp_behaviour"), adv, mask, l11.CLIP_C)
-        lib_grads = _split_rows(torch.autograd.grad(lib, leaf)[0], shards)
-        value, grads = l11.whole_batch_loss(shards, l11.CLIP_C)
-        assert value == pytest.approx(float(lib.detach()), rel=1e-12)
-        assert all(np.allclose(g, h, rtol=1e-12) for g, h in zip(grads, lib_grads, strict=True))
-        values, naive_grads = l11.naive_shard_losses(shards, l11.CLIP_C)
-        assert sum(values) == pytest.approx(value, rel=1e-12)
-        assert all(np.allclose(g, h, rtol=1e-12) for g, h in zip(naive_grads, grads, strict=True))
-        n_tokens = sum(int(s["mask"].sum()) for s in shards)
-        got = solve([dict(s, logp_new=s["logp_new"].clone().requires_grad_(True)) for s in shards], l11.CLIP_C)
-        for s, loss in zip(shards, got, strict=True):
-            m = s["mask"]
-            part = pipeline_loss(s["logp_new"], s["logp_behaviour"], s["adv"][:, None] * m, m, l11.CLIP_C)
-            assert float(loss.detach()) == pytest.approx(float(part * m.sum() / n_tokens), rel=1e-12)  # as shard_loss
-
-
-def _differs(shards: list[dict[str, Any]], slip: dict[str, Any], c: float = l11.CLIP_C) -> bool:
-    (a, ga), (b, gb) = l11.naive_shard_losses(shards, c, **slip), l11.naive_shard_losses(shards, c)
-    return not np.isclose(sum(a), sum(b)) or not all(np.allclose(g, h) for g, h in zip(ga, gb, strict=True))
-
-
-def test_each_loss_slip_differs_from_the_right_answer_on_the_checks_shards():
-    cases = [
-        (l11.worked_shards(), l11.CLIP_C),
-        *((l11.dp_batch(seed, 2 + seed % 3), l11.CLIPS[seed]) for seed in range(6)),
-    ]
-    for name, slip in l11.DP_SLIPS.items():
-        assert any(_differs(shards, slip, c) for shards, c in cases), name
-    values, _ = l11.naive_shard_losses(l11.worked_shards(), l11.CLIP_C)
-    assert values[0] == pytest.approx(-3 * math.log(0.5) / 12)
-
-
-def test_the_worked_example_gives_the_short_shard_three_times_the_weight_locally():
-    """The statement's numbers: 3 and 9 tokens, local counts weigh shard 0's tokens 3x."""
-    shards = l11.worked_shards()
-    _, right = l11.naive_shard_losses(shards, l11.CLIP_C)
-    for slip in ("local", "per_rank_mean"):
-        _, grads = l11.naive_shard_losses(shards, l11.CLIP_C, **{slip: True})
-        token0 = grads[0][0, l11.PROMPT] / right[0][0, l11.PROMPT]
-        token1 = grads[1][0, l11.PROMPT] / right[1][0, l11.PROMPT]
-        assert token0 / token1 == pytest.approx(3.0)
-    assert right[0][0, l11.PROMPT] == pytest.approx(-1 / 12)
-
-
-def test_ragged_batches_are_ragged_and_equal_ones_equal():
-    for seed in range(6):
-        counts = [int(s["mask"].sum()) for s in l11.dp_batch(seed, 2 + seed % 3)]
-        assert len(set(counts)) == len(counts)
-    assert len({int(s["mask"].sum()) for s in l11.dp_batch(11, 3, ragged=False)}) == 1
-
-
-def _shard_terms(shards: list[dict[str, Any]], clip_c: float, lib: Callable[..., Any]) -> list[torch.Tensor]:
-    n_tokens = sum(int(s["mask"].sum()) for s in shards)
-    return [
-        lib(s["logp_new"], s["logp_behaviour"], s["adv"][:, None] * s["mask"], s["mask"], clip_c)
-        * s["mask"].sum()
-        / n_tokens
-        for s in shards
-    ]
-
-
-def test_calling_the_library_is_refused_however_it_is_reached():
-    """Imports, module attributes and a swallowed call are refused by the runner-wide guard
-    (`grading.guard`, before any check); a loss fetched by a computed name and called on the
-    learner's behalf by torch's own Python code (which the runner-wide tracer attributes to
-    torch) is named by lesson 11's tripwires."""
-    from course_lib.pipeline import loss as loss_module
-    from course_lib.rl import importance
-
-    exercise = get_exercise(LESSON, "data_parallel_losses")
-    namespace: dict[str, Any] = {"_shard_terms": _shard_terms, "pipeline_loss": loss_module.pipeline_loss}
-    exec(
-        "def from_globals(shards, clip_c):\n    return _shard_terms(shards, clip_c, pipeline_loss)\n"
-        "def via_module(shards, clip_c):\n"
-        "    import course_lib.pipeline.loss as L\n    return _shard_terms(shards, clip_c, L.pipeline_loss)\n"
-        "def swallowed(shards, clip_c):\n"
-        "    try:\n        pipeline_loss(None, None, None, None, clip_c)\n    except Exception:\n        pass\n"
-        "    return [s['logp_new'].sum() * 0 for s in shards]\n"
-        "def routed(shards, clip_c):\n"
-        "    import sys, torch.utils.checkpoint as ck\n"
-        "    name = ''.join(map(chr, [99, 111, 117, 114, 115, 101, 95, 108, 105, 98])) + '.pipeline.lo' + 'ss'\n"
-        "    f = getattr(sys.modules[name], 'pipeline_' + 'loss')\n"
-        "    n = sum(int(s['mask'].sum()) for s in shards)\n"
-        "    return [ck.checkpoint(f, s['logp_new'], s['logp_behaviour'], s['adv'][:, None] * s['mask'], s['mask'],\n"
-        "                          clip_c, use_reentrant=False) * s['mask'].sum() / n for s in shards]\n",
-        namespace,
-    )
-
-    def truncated(shards, clip_c):
-        n_tokens = sum(int(s["mask"].sum()) for s in shards)
-        return [
-            importance.truncated_is_loss(s["logp_new"], s["logp_behaviour"], s["adv"][:, None], clip_c, s["mask"])
-            * s["mask"].sum()
-            / n_tokens
-            for s in shards
-        ]
-
-    for fn, fragment in (
-        (namespace["from_globals"], "uses course_lib.pipeline.loss.pipeline_loss"),
-        (namespace["via_module"], "uses course_lib.pipeline"),
-        (namespace["swallowed"], "uses course_lib.pipeline.loss.pipeline_loss"),
-        (truncated, "uses course_lib.rl.importance"),
-        (namespace["routed"], "calls course_lib's pipeline_loss"),
-    ):
-        outcome = run_exercise(exercise, fn)
-        assert not outcome.passed and fragment in outcome.message, outcome.message
-    # the tripwires are gone afterwards
-    assert namespace["pipeline_loss"] is loss_module.pipeline_loss
-    assert loss_module.pipeline_loss.__module__ == "course_lib.pipeline.loss"
-    assert importance.truncated_is_loss.__name__ == "truncated_is_loss"
 
 
 # ---------------------------------------------------------------------------------------
@@ -456,10 +362,20 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
             "expected 'trainer' or 'generator'",
         ),
     ],
-    "sync_and_admit": [
-        (lambda *args: True, "expected a tuple (version, may_start)"),
-        (lambda *args: (0.5, True), "expected an int"),
-        (lambda *args: (0, "yes"), "expected a bool"),
+    "colocated_sync_update": [
+        (lambda *args: None, "expected a dict with keys update_s, decode_s, train_s, slot_use"),
+        (
+            lambda *args: {"update_s": 1.0, "decode_s": [1.0], "train_s": [1.0, 1.0], "slot_use": 1.0},
+            "expected a list of 2 numbers, one a rank",
+        ),
+        (
+            lambda *args: {"update_s": "fast", "decode_s": [0.0, 0.0], "train_s": [0.0, 0.0], "slot_use": 1.0},
+            "update_s is a str; expected a (finite) number",
+        ),
+        (
+            lambda *args: {"update_s": 1.0, "decode_s": [None, 0.0], "train_s": [0.0, 0.0], "slot_use": 1.0},
+            "expected (finite) numbers",
+        ),
     ],
     "restart_accounting": [
         (lambda *args: [], "expected a dict"),
@@ -469,15 +385,18 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
             "expected a dict of int totals",
         ),
     ],
-    "data_parallel_losses": [
-        (lambda shards, clip_c: None, "expected a list of"),
-        (lambda shards, clip_c: [torch.zeros(())], "expected a list of 3 losses"),
-        (lambda shards, clip_c: [1.0 for _ in shards], "expected a torch tensor"),
-        (lambda shards, clip_c: [s["logp_new"].sum(1) for s in shards], "expected a scalar"),
-        (lambda shards, clip_c: [s["logp_new"].detach().sum() for s in shards], "does not require grad"),
+    "trainers_finish": [
         (
-            lambda shards, clip_c: [sum(t["logp_new"].sum() for t in shards) for _ in shards],
-            "depends on shard 1's log-probs",
+            lambda work, cores, background: [3.0, 2.0, 2.0],
+            "expected a dict with keys finish_s, update_s, fixed_share_s",
+        ),
+        (
+            lambda work, cores, background: {"finish_s": 3.0, "update_s": 3.0, "fixed_share_s": 4.0},
+            "expected a list of 3 numbers, one a trainer",
+        ),
+        (
+            lambda work, cores, background: {"finish_s": list(work), "update_s": float("nan"), "fixed_share_s": 4.0},
+            "update_s is a float; expected a (finite) number",
         ),
     ],
     "join_step": [
@@ -499,7 +418,7 @@ def test_an_infinite_loop_times_out():
         while True:
             pass
 
-    gh.assert_infinite_loop_times_out(l11.SYNC_AND_ADMIT, forever)
+    gh.assert_infinite_loop_times_out(l11.COLOCATED_SYNC_UPDATE, forever)
 
 
 # ---------------------------------------------------------------------------------------
@@ -512,9 +431,9 @@ def test_course_grade_catches_one_planted_bug_per_exercise(tmp_path):
     """The solution notebook with each exercise's function cell replaced by a planted bug."""
     picked = (
         "boundary_off_by_one",
-        "pulls_older_version",
+        "decodes_for_the_mean_length",
         "keeps_groups_after_checkpoint",
-        "local_token_count",
+        "fixed_share_throughout",
         "number_from_the_counter",
     )
     gh.assert_planted_bugs_caught_end_to_end(LESSON, MUTANTS, picked, tmp_path)

@@ -211,14 +211,19 @@ def spec_for(
     *,
     max_lag: int | None = None,
     answer_tokens: tuple[int, ...] | None = None,
+    weight_sync_s: float = 0.0,
 ) -> SystemSpec:
     """Lesson 08's :class:`~course_lib.layout.SystemSpec` of one candidate layout (see the module docstring).
 
     ``max_lag`` (default ``cfg.max_lag``) 0 is synchronous RL: generators and trainers take
     turns, so each side's rate is scaled by its share with its own side's ranks busy;
     otherwise every local rank is busy. ``answer_tokens`` replaces the calibration's answer
-    lengths (to re-predict with the lengths a run really produced).
+    lengths (to re-predict with the lengths a run really produced). ``weight_sync_s`` is lesson
+    08's ``d``: the calibration cannot time a send before the run, so the plan uses 0; give a
+    run's measured send to re-predict with it (trainer 0 sends in series: it blocks the trainer).
     """
+    if weight_sync_s < 0:
+        raise ValueError(f"weight_sync_s must be >= 0 (seconds of trainer 0's send), got {weight_sync_s}")
     lag = cfg.max_lag if max_lag is None else max_lag
     local = rates.local_ranks
     n_generators = world_size - n_trainers
@@ -242,6 +247,7 @@ def spec_for(
         # The capstone's trainer takes groups in ticket order and waits for a straggler: lesson
         # 08's "wait" rule (08.14), which also charges the wait for the longest answer.
         admission="wait" if lag >= 1 else "fifo",
+        weight_sync_s=weight_sync_s,
     )
 
 
@@ -269,11 +275,15 @@ def answer_rate(
     *,
     max_lag: int | None = None,
     answer_tokens: tuple[int, ...] | None = None,
+    weight_sync_s: float = 0.0,
 ) -> Prediction:
     """Lesson 08's prediction for one layout, its ``tokens_per_s`` in *answer* tokens/s (the unit
-    the run reports; the model counts sequence steps, prompt included)."""
+    the run reports; the model counts sequence steps, prompt included); ``weight_sync_s``: ``d``
+    (:func:`spec_for`)."""
     answers = batch_of(answer_tokens or rates.answer_tokens, cfg)
-    spec = spec_for(rates, cfg, world_size, n_trainers, n_slots, max_lag=max_lag, answer_tokens=answers)
+    spec = spec_for(
+        rates, cfg, world_size, n_trainers, n_slots, max_lag=max_lag, answer_tokens=answers, weight_sync_s=weight_sync_s
+    )
     p = predict("pipeline", spec)
     to_answer = float(np.sum(answers) / sequence_steps(answers).sum())
     return replace(p, tokens_per_s=p.tokens_per_s * to_answer)

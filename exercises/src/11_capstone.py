@@ -25,26 +25,24 @@
 # The equations are numbered as in `lessons/11_capstone.ipynb`. The capstone job
 # (`course_lib/capstone/`, run by `course capstone`) is one script that torchrun starts
 # on every rank. Three small decisions hold it together, and each is a pure function you
-# can write and test without a cluster: which rank does what, when a generator may take
-# new weights and start a new group, and, after a crash and a restore, which generated
-# samples count. A fourth exercise is the one equation that makes the trainers' data
-# parallelism exact: each trainer's share of the loss (11.1). The fifth is what makes a
-# restart safe across agents: how the ranks of a new start agree on their attempt, played
-# against a store that still holds everything the dead attempt wrote.
+# can write and test without a cluster: which rank does what, which generated samples
+# count after a crash and a restore, and how the ranks of a new start agree on their
+# attempt, played against a store that still holds everything the dead attempt wrote. Two
+# more exercises explain what section 8 measured: what an update of the colocated
+# synchronous baseline costs (its tail), and why the runner-up layout ran faster than the
+# model said (trainers that wait give their share of the cores away).
 #
 # | exercise | points | difficulty | time |
 # |---|---|---|---|
 # | 1. `assign_roles`: a rank's role and its process groups | 10 | ★☆☆ | 10 min |
-# | 2. `sync_and_admit`: the weight-version handshake | 15 | ★★☆ | 20 min |
+# | 2. `colocated_sync_update`: what a colocated synchronous update costs, the tail | 15 | ★★☆ | 20 min |
 # | 3. `restart_accounting`: which samples count after a restore | 20 | ★★☆ | 25 min |
-# | 4. `data_parallel_losses`: each trainer's loss, over the global token count (11.1) | 15 | ★★☆ | 20 min |
+# | 4. `trainers_finish`: sharing cores, why the runner-up ran faster than the model said | 15 | ★★★ | 25 min |
 # | 5. `join_step`: agreeing on the attempt after a restart | 20 | ★★★ | 35 min |
 
 # %%
 import itertools
 import random
-
-import torch
 
 from course_lib import check
 
@@ -125,83 +123,103 @@ for rank in range(5):
 check("11_capstone", "assign_roles", assign_roles)
 
 # %% [markdown]
-# ## Exercise 2 · The weight-version handshake (★★☆, 20 min, 15 points)
+# ## Exercise 2 · What a colocated synchronous update costs: the tail (★★☆, 20 min, 15 points)
 #
-# Trainer 0 publishes version `v` (the weights after `v` updates) in three moves, in this
-# order: it **announces** `v` in the rendezvous store, **sends** the weights, and only then
-# raises **`consumed`** to `v * B` (the groups its `v` updates trained on; `B` groups an
-# update). A generator, between two decoding steps, reads `announced` and `consumed`
-# together (one consistent snapshot) and decides two things:
+# Section 8's baseline **sync-colocated** runs synchronous RL as verl does: each of the `n`
+# ranks samples its share of the batch with the current weights, then trains on it. The
+# ranks meet at the gradient all-reduce, so an update lasts as long as the slowest rank's
+# decoding and training together:
 #
-# 1. **Pull?** If `announced` is newer than the version it holds, it loads that version
-#    before the next decoding step (the in-flight update: the KV cache is kept). It never
-#    goes back to an older one: with the shared-buffer channel a generator reads whatever
-#    the buffer holds, which can be newer than the announcement it saw.
-# 2. **Start group `k`?** Groups are numbered `k = 0, 1, ...` as they start, and update `u`
-#    trains on `k = uB .. (u+1)B - 1`. Group `k` may start only with weights in hand
-#    (version `-1` means none yet) and under the backpressure bound
+# $$t_{update} = \max_r \big(t^{decode}_r + t^{train}_r\big)$$
 #
-# $$k < \mathrm{consumed} + (\mathrm{max\_lag} + 1)\, B$$
+# A rank starts all its answers at once: each is fed its prompt, `P` steps, then decodes its
+# answer, one token a step, so answer `i` of `L_i` tokens is **live** for `P + L_i` steps. A
+# decoding step with `m` live answers costs `a_s + b_s m` seconds (lesson 08's linear engine),
+# and the rank decodes until its longest answer is done (steps `0 .. P + max L - 1`), the live
+# count shrinking as answers finish. That is the **tail** (08.7): slots emptying while the
+# longest answer goes on, every step still paying `a_s`. The pipeline refills a freed slot at
+# once, which is where its speed-up over this baseline comes from. Training a rank's share
+# costs `sum_i (P + L_i) / train_steps_per_s` seconds. The **slot use** says what the tail
+# wastes: the live answer-steps over the slot-steps the decoding held, pooled over the ranks,
 #
-# Why that bound gives the lag guarantee: a snapshot that shows `consumed = vB` also shows
-# `announced >= v` (the trainer raised `consumed` last), so after step 1 the generator holds
-# a version `>= v`; group `k < (v + max_lag + 1) B` is trained on by update `floor(k / B) <=
-# v + max_lag`, so none of its tokens is more than `max_lag` updates stale. With `max_lag =
-# 0` this is synchronous RL (the lag bound, eq. 11.2).
+# $$\text{slot use} = \frac{\sum_r \sum_{i \in r} (P + L_i)}{\sum_r n_r\,(P + \max_{i \in r} L_i)}$$
 #
-# Write `sync_and_admit(announced, consumed, version, k, max_lag, B)` returning `(version
-# after this step's pull, may_start)`, an int and a bool. Raise `ValueError` if `max_lag <
-# 0` or `B < 1`.
+# with `n_r` the answers of rank `r` (1.0 when there is no answer at all).
 #
-# **How it is graded:** hand-made snapshots, every combination of small values against an
-# oracle that writes the bound as a lag (`floor(k / B) - consumed / B <= max_lag`), a
-# simulated run (a trainer publishing in the right order, two generators, both channels,
-# random interleavings) in which no group may lag more than `max_lag` updates, no
-# generator may go back a version and the run must finish, and `ValueError` on bad
-# arguments. Pulling an older version, never pulling, an off-by-one in the bound either
-# way, starting without weights, admitting with the version held before the pull and
+# Write `colocated_sync_update(shares, prompt_steps, a_s, b_s, train_steps_per_s)`. `shares`
+# holds one list per rank, its answers' lengths in tokens (each >= 1); a rank may hold none:
+# it decodes and trains nothing, but still takes part in the all-reduce. Return a dict:
+# `"update_s"`, `"decode_s"` and `"train_s"` (lists, one value per rank) and `"slot_use"`.
+# Raise `ValueError`, with a message naming the argument, on an empty `shares`, a length < 1,
+# `prompt_steps < 0`, `a_s < 0` or `b_s < 0`, and `train_steps_per_s <= 0`.
+#
+# A worked example: 2 ranks, `P = 3`, `a_s = 0.01` s, `b_s = 0.001` s, 100 steps trained per
+# second. Rank 0 holds answers of 1 and 9 tokens (live 4 and 12 steps), rank 1 two answers of
+# 3 tokens (6 steps each). Rank 0 decodes 12 steps, 4 with two answers and 8 with one: 4 x
+# 0.012 + 8 x 0.011 = 0.136 s, then trains 16 steps, 0.16 s: 0.296 s. Rank 1 decodes 6 steps
+# with two answers, 0.072 s, and trains 12 steps, 0.12 s: 0.192 s. The update takes 0.296 s
+# (rank 1 waits 0.104 s in the all-reduce), and the slot use is 28 / (2 x 12 + 2 x 6) = 0.778:
+# one of rank 0's two slots sat empty for 8 of its 12 steps.
+#
+# **How it is graded:** the worked example, a rank with no answers, one answer per rank and
+# equal lengths (a slot use of 1), random batches against an oracle that plays the decoding
+# step by step (to 1e-9 relative), and `ValueError` on bad arguments. Decoding for the mean
+# length instead of the longest, every step costed at the full live count (no shrinking), the
+# prompt steps left out of decoding or of training, the update as the sum or the mean over the
+# ranks instead of the slowest, the slot use averaged over the ranks instead of pooled, and
 # missing validation are named in the message.
 #
-# (At full size: `course_lib.capstone.generator.Generator.run`, with
-# `course_lib.rl.staleness.may_start_group`.)
+# (At full size: `course_lib.capstone.plan.colocated_sync_rate`, section 8's prediction for this
+# arm, with lesson 08's `course_lib.layout.model.generation_time_s` for the tail.)
 
 
 # %% tags=["exercise"]
-def sync_and_admit(announced, consumed, version, k, max_lag, B):
-    """One generator step's handshake: the version to hold, and whether group ``k`` may start.
+def colocated_sync_update(shares, prompt_steps, a_s, b_s, train_steps_per_s):
+    """One synchronous update when every rank decodes its share, then trains on it.
 
     Args:
-        announced: the newest version trainer 0 announced (-1: none yet).
-        consumed: the groups the trainer has consumed (a multiple of B).
-        version: the version this generator holds (-1: no weights yet).
-        k: the group this generator would start next.
-        max_lag: the most updates a token may lag (>= 0).
-        B: groups per update (>= 1).
+        shares: one list per rank of its answers' lengths in tokens (each >= 1; may be empty).
+        prompt_steps: P, the steps that feed each answer's prompt before its first token.
+        a_s, b_s: a decoding step with m live answers costs a_s + b_s * m seconds.
+        train_steps_per_s: sequence steps a rank trains on per second.
 
     Returns:
-        (version after the pull, may_start).
+        {"update_s": float, "decode_s": [per rank], "train_s": [per rank], "slot_use": float}.
     """
     ### BEGIN SOLUTION
-    if max_lag < 0 or B < 1:
-        raise ValueError(f"need max_lag >= 0 and B >= 1, got max_lag={max_lag}, B={B}")
-    if announced > version:  # newer weights: load them before the next decoding step
-        version = announced
-    may_start = version >= 0 and k < consumed + (max_lag + 1) * B
-    return version, may_start
+    if not shares:
+        raise ValueError("shares is empty: the update needs at least one rank")
+    if any(n < 1 for share in shares for n in share):
+        raise ValueError(f"every answer length in shares must be >= 1 token, got {shares}")
+    if prompt_steps < 0:
+        raise ValueError(f"prompt_steps must be >= 0, got {prompt_steps}")
+    if a_s < 0 or b_s < 0:
+        raise ValueError(f"a_s and b_s must be >= 0, got a_s={a_s}, b_s={b_s}")
+    if train_steps_per_s <= 0:
+        raise ValueError(f"train_steps_per_s must be > 0, got {train_steps_per_s}")
+    decode_s, train_s = [], []
+    live, held = 0, 0  # answer-steps decoded, slot-steps held
+    for share in shares:
+        steps = [prompt_steps + n for n in share]  # each answer is live for its prompt, then its tokens
+        longest = max(steps, default=0)
+        # the sum over the steps of a_s + b_s * m: a_s once a step until the longest ends, b_s once a live answer-step
+        decode_s.append(a_s * longest + b_s * sum(steps))
+        train_s.append(sum(steps) / train_steps_per_s)
+        live += sum(steps)
+        held += len(steps) * longest
+    update_s = max(d + t for d, t in zip(decode_s, train_s))  # the all-reduce waits for the slowest rank
+    return {"update_s": update_s, "decode_s": decode_s, "train_s": train_s, "slot_use": live / held if held else 1.0}
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-B, max_lag = 4, 1
-print("fresh generator, nothing announced:", sync_and_admit(-1, 0, -1, 0, max_lag, B))
-print("version 0 announced:              ", sync_and_admit(0, 0, -1, 0, max_lag, B))
-print("group 7 after no update:          ", sync_and_admit(0, 0, 0, 7, max_lag, B))
-print("group 8 after no update:          ", sync_and_admit(0, 0, 0, 8, max_lag, B))
-print("group 8 after one update:         ", sync_and_admit(1, 4, 0, 8, max_lag, B))
-print("holding 3, the store says 2:      ", sync_and_admit(2, 8, 3, 12, max_lag, B))
+out = colocated_sync_update([[1, 9], [3, 3]], prompt_steps=3, a_s=0.01, b_s=0.001, train_steps_per_s=100)
+for r, (d, t) in enumerate(zip(out["decode_s"], out["train_s"])):
+    print(f"rank {r}: decode {d:.3f} s + train {t:.3f} s = {d + t:.3f} s")
+print(f"update {out['update_s']:.3f} s, slot use {out['slot_use']:.3f}")
 
 # %% tags=["exercise-check"]
-check("11_capstone", "sync_and_admit", sync_and_admit)
+check("11_capstone", "colocated_sync_update", colocated_sync_update)
 
 # %% [markdown]
 # ## Exercise 3 · Which samples count after a restore (★★☆, 25 min, 20 points)
@@ -303,105 +321,97 @@ print("samples:", out["samples"])
 check("11_capstone", "restart_accounting", restart_accounting)
 
 # %% [markdown]
-# ## Exercise 4 · Each trainer's loss: the global token count (★★☆, 20 min, 15 points)
+# ## Exercise 4 · Sharing cores: why the runner-up ran faster than the model said (★★★, 25 min, 15 points)
 #
-# The `n_trainers` trainers share an update data-parallel: trainer `r` takes its shard
-# $S_r$ of the update's groups, computes a loss $L_r$ on it, backpropagates, and an
-# all-reduce **sums** the trainers' gradients. The update must be the one a single process
-# would make on the whole batch: the gradient of lesson 07's loss (07.2), the mean over all
-# $N_{tok}$ real tokens of $-\mathrm{sg}[w_{it}]\, A_i \log\pi$. So each trainer divides its
-# sum by the token count of the **whole** batch, every shard's real tokens together (the
-# lesson's equation (11.1)):
+# Section 8 runs the four ranks pinned to 2 cores, and the model (11.3) gives every rank a
+# fixed share of a core, $\sigma$ = cores / ranks = 0.5, the whole time. With $B = 4$ groups an
+# update and 3 trainers, one trainer trains 2 groups and two train 1. Those two finish first and
+# wait in the gradient all-reduce, and waiting does not use the CPU: the operating system shares
+# the cores among the processes that still have work, so the busy trainer and the generator run
+# faster than $\sigma$. The lesson measured the runner-up layout (3 trainers) as fast as the chosen
+# one or faster, although the model ranked it lower; this exercise computes the part of that the
+# shares explain.
 #
-# $$L_r = -\frac{1}{N_{tok}} \sum_{(i,t) \in S_r} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_u(y_{it}\mid x, y_{i,<t}),
-#   \qquad \nabla L = \sum_{r=1}^{N_t} \nabla L_r$$
+# **Processor sharing.** At any moment, with `R` runnable processes (the trainers that still
+# have work, plus `background` processes that always have work: the generators), each runs at
+# `min(1, cores / R)` of a core (a process cannot use more than one core). A trainer that needs
+# `w` CPU-seconds at a full core finishes when the core time it has received reaches `w`.
 #
-# with $w_{it} = \min(c, \pi_u / \mu)$ the truncated per-token weight (07.1), a constant
-# for the gradient ($\mathrm{sg}$, stop-gradient). $N_{tok}$ costs the job one all-reduce
-# of a single number before the backward pass.
+# Write `trainers_finish(work, cores, background)`: `work` lists the CPU-seconds each trainer
+# needs for this update (each >= 0), `cores` is the cores the job is pinned to (> 0, maybe
+# fractional) and `background` the number of processes that are always runnable (>= 0). Return a
+# dict:
 #
-# **Why not each shard's own count?** Answers have ragged lengths, so shards hold different
-# numbers of tokens. Say shard 0 holds 3 tokens and shard 1 holds 9 ($N_{tok} = 12$). With
-# the global count every token's term is divided by 12 in both shards, exactly as in the
-# single-process loss. Dividing by the local count (shard 0 by 3, shard 1 by 9), the summed
-# gradient weighs each of shard 0's tokens by 1/3 and each of shard 1's by 1/9: the short
-# shard's tokens count **3x** as much, and the whole gradient is twice too large. Taking
-# each shard's mean and averaging over the ranks (what averaging the gradients, DDP's
-# default, does with per-shard means) fixes the scale, 1/6 and 1/18, but not the 3x. The
-# local answers agree with (07.2) only when every shard holds the same number of tokens,
-# which ragged answers never promise.
+# - `"finish_s"`: the time each trainer finishes, in the order of `work` (0 for no work);
+# - `"update_s"`: the last finish (the all-reduce waits for it);
+# - `"fixed_share_s"`: what the fixed-share model says, `max(work) / min(1, cores / (len(work) +
+#   background))`.
 #
-# Write `data_parallel_losses(shards, clip_c)`, playing every trainer in one process. Each
-# shard is a dict of tensors as one trainer holds them, its rows padded to its own longest
-# (prompt positions and padding have `mask` False):
+# Raise `ValueError` on an empty `work`, a negative work, `cores <= 0` or `background < 0`.
 #
-# - `"logp_new"` `[n_r, T_r]`: $\log\pi_u$ per position, requires grad;
-# - `"logp_behaviour"` `[n_r, T_r]`: $\log\mu$, the generator's log-probs (garbage outside the mask);
-# - `"adv"` `[n_r]`: $A_i$, one advantage per answer;
-# - `"mask"` `[n_r, T_r]` bool: True at the real answer tokens.
+# A worked example, on 2 cores with a group costing 1 CPU-second. **3 trainers, 1 generator**,
+# `work = [2, 1, 1]`, `background = 1`: 4 processes share 2 cores, half a core each, so the two
+# one-group trainers finish at 2 s, when the first has done 1 of its 2 CPU-seconds. From then on
+# it and the generator have a core each: it finishes 1 s later, `finish_s = [3, 2, 2]`, an update
+# of 3 s, where the fixed share says 2 / 0.5 = 4 s. **2 trainers, 2 generators**, `work = [2,
+# 2]`, `background = 2`: 4 processes runnable to the end, `finish_s = [4, 4]`, 4 s, as the fixed
+# share says. The fixed share puts the two layouts level, 4 s an update each; shared cores make
+# the 3-trainer layout's update 25% shorter (and its generator gets a whole core for its last
+# second).
 #
-# Return the list `[L_0, ..., L_{N_t - 1}]`, one scalar tensor per shard. Compute $L_r$ from
-# shard `r`'s tensors and $N_{tok}$ only (that number is all the trainers share), and write
-# it from its terms, without course_lib's `pipeline_loss`.
+# **How it is graded:** the worked example; hand-made cases (equal work, trainers with no work,
+# more cores than processes, where every process has a whole core, no background); random cases
+# against an oracle in exact fractions (to 1e-9 relative); `ValueError` on bad arguments. Every
+# trainer at the fixed share throughout, a share not capped at one core, the background
+# processes forgotten, the mean finish instead of the last, finished trainers still counted as
+# runnable, and missing validation are named in the message.
 #
-# **How it is graded:** random batches of 1 to 4 shards with ragged masks and token counts,
-# `clip_c` from 1 to 5, some answers with a zero advantage (a group whose rewards are all
-# alike): the sum of the shards' values must equal the whole batch's (07.2), computed in one
-# process, and the sum of the shards' gradients (each shard's `logp_new`, torch autograd)
-# its gradient; the worked example (3 and 9 tokens, every weight 1: each token's gradient
-# is $-A_i / 12$); equal shards; padding values changing nothing; each shard's loss
-# depending only on its own shard. Dividing by the local token count, averaging the
-# shards' means over the ranks, a weight without sg, padding counted in $N_{tok}$, the
-# tokens of zero-advantage answers left out of $N_{tok}$, an unmasked sum, untruncated
-# weights, a truncation fixed at 2 whatever `clip_c` is and calling course_lib's loss are
-# named in the message.
-#
-# (At full size: `course_lib.capstone.trainer.shard_loss` and `Trainer.update`, which
-# all-reduce the count first.)
+# (At full size: `course_lib.capstone.plan.rank_share` is the fixed share the model gives every
+# rank; the job itself leaves the sharing to the operating system.)
 
 
 # %% tags=["exercise"]
-def data_parallel_losses(shards, clip_c):
-    """Each trainer's term ``L_r`` of (11.1): its shard's sum of sg[w] A log pi over the
-    global token count, so that the sum of the shards' gradients is (07.2)'s on the whole batch.
+def trainers_finish(work, cores, background):
+    """When each trainer finishes its update's work under processor sharing (see the statement).
 
     Args:
-        shards: one dict per trainer: ``"logp_new"`` [n_r, T_r] (requires grad),
-            ``"logp_behaviour"`` [n_r, T_r], ``"adv"`` [n_r], ``"mask"`` [n_r, T_r] bool.
-        clip_c: the truncation c of the weight (07.1).
+        work: CPU-seconds each trainer needs at a full core (each >= 0).
+        cores: the cores the job is pinned to (> 0).
+        background: processes that are always runnable (the generators, >= 0).
 
     Returns:
-        [L_0, ..., L_{N_t - 1}]: one scalar tensor per shard.
+        {"finish_s": [per trainer], "update_s": float, "fixed_share_s": float}.
     """
     ### BEGIN SOLUTION
-    n_tokens = sum(int(s["mask"].sum()) for s in shards)  # the all-reduce of one number
-    losses = []
-    for s in shards:
-        logp_new, m = s["logp_new"], s["mask"].to(s["logp_new"].dtype)
-        w = torch.clamp(torch.exp(logp_new.detach() - s["logp_behaviour"]), max=clip_c)  # sg[w]
-        losses.append(-(w * s["adv"][:, None] * logp_new * m).sum() / n_tokens)
-    return losses
+    if not work:
+        raise ValueError("work is empty: the update needs at least one trainer")
+    if any(w < 0 for w in work):
+        raise ValueError(f"every work in work must be >= 0 CPU-seconds, got {work}")
+    if cores <= 0:
+        raise ValueError(f"cores must be > 0, got {cores}")
+    if background < 0:
+        raise ValueError(f"background must be >= 0, got {background}")
+    finish = [0.0] * len(work)
+    t, done = 0.0, 0.0  # the clock, and the core time every unfinished trainer has received so far
+    order = sorted(range(len(work)), key=lambda k: work[k])  # the least work finishes first
+    for j, i in enumerate(order):
+        runnable = len(work) - j + background  # the trainers with work left, and the background
+        rate = min(1.0, cores / runnable)  # each one's share of a core until the next finish
+        t += (work[i] - done) / rate
+        done = work[i]
+        finish[i] = t
+    fixed_share_s = max(work) / min(1.0, cores / (len(work) + background))
+    return {"finish_s": finish, "update_s": max(finish), "fixed_share_s": fixed_share_s}
     ### END SOLUTION
 
 
 # %% tags=["raises-in-stub"]
-def toy_shard(n_answers, n_tokens):
-    """n_answers answers of n_tokens tokens each, on-policy (every weight 1), advantage 1."""
-    logp = torch.full((n_answers, n_tokens), -0.5, dtype=torch.float64, requires_grad=True)
-    mask = torch.ones(n_answers, n_tokens, dtype=torch.bool)
-    adv = torch.ones(n_answers, dtype=torch.float64)
-    return {"logp_new": logp, "logp_behaviour": logp.detach().clone(), "adv": adv, "mask": mask}
-
-
-shards = [toy_shard(1, 3), toy_shard(3, 3)]  # 3 and 9 tokens
-losses = data_parallel_losses(shards, clip_c=2.0)
-sum(losses).backward()  # what the all-reduce adds up
-for r, s in enumerate(shards):
-    print(f"shard {r}: {int(s['mask'].sum())} tokens, gradient per token {s['logp_new'].grad[0, 0].item():+.4f}")
-print("each token's gradient in (07.2) over all 12 tokens: -A / 12 =", f"{-1 / 12:+.4f}")
+for label, work, background in (("3 trainers, 1 generator", [2, 1, 1], 1), ("2 trainers, 2 generators", [2, 2], 2)):
+    out = trainers_finish(work, cores=2, background=background)
+    print(f"{label}: finish {out['finish_s']}, update {out['update_s']:.2f} s, fixed share {out['fixed_share_s']:.2f} s")
 
 # %% tags=["exercise-check"]
-check("11_capstone", "data_parallel_losses", data_parallel_losses)
+check("11_capstone", "trainers_finish", trainers_finish)
 
 # %% [markdown]
 # ## Exercise 5 · Agreeing on the attempt after a restart (★★★, 35 min, 20 points)
@@ -413,8 +423,8 @@ check("11_capstone", "data_parallel_losses", data_parallel_losses)
 # number: each agent counts only the restarts *it* decided, so with two nodes the agent whose
 # rank died counts one and the other (which saw a membership change) does not. The launch's
 # store can, since it lives as long as the launch; but it still holds every key the dead
-# attempt wrote. Section 7 of the lesson describes the protocol the job runs; here it is as
-# rules, with the keys named:
+# attempt wrote. The job runs this protocol (`course_lib.capstone.context.join_attempt`,
+# blocking, on torch's TCP store); here it is as rules, with the keys named:
 #
 # - **rank 0** takes the next number once, at its first call: `n = attempts + 1`, stored back
 #   in the counter `attempts` (0 when absent). At every call it first compares `attempts` with

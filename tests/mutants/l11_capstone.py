@@ -3,19 +3,14 @@
 
 from conftest import Mutant
 
-AR, SA, RA = "assign_roles", "sync_and_admit", "restart_accounting"
-DP, JS = "data_parallel_losses", "join_step"
+AR, CS, RA = "assign_roles", "colocated_sync_update", "restart_accounting"
+TF, JS = "trainers_finish", "join_step"
 
 SYNC_GROUP = "sync_group = [0] + list(range(n_trainers, world_size))"
-BOUND = "k < consumed + (max_lag + 1) * B"
-NORM = "/ n_tokens)"
-LOSS_LINE = 'losses.append(-(w * s["adv"][:, None] * logp_new * m).sum() / n_tokens)'
 TOTALS = '        samples[kind] += n\n        samples["generated"] += n\n'
-PULL_THEN_ADMIT = (
-    "    if announced > version:  # newer weights: load them before the next decoding step\n"
-    "        version = announced\n"
-    "    may_start = version >= 0 and k < consumed + (max_lag + 1) * B\n"
-)
+DECODE = "decode_s.append(a_s * longest + b_s * sum(steps))"
+UPDATE = "update_s = max(d + t for d, t in zip(decode_s, train_s))"
+RUNNABLE = "runnable = len(work) - j + background"
 WELCOME = "    n = store.get(f\"welcome/{me['nonce']}\")\n    if n is None:\n        return None\n"
 
 MUTANTS: list[Mutant] = [
@@ -48,22 +43,59 @@ MUTANTS: list[Mutant] = [
     Mutant(
         AR, "no_generator_check", "if n_trainers >= world_size:", "if n_trainers > world_size:", "no generator left"
     ),
-    # sync_and_admit: the pull, the bound, the weights, the validation
-    Mutant(SA, "pulls_older_version", "if announced > version:", "if announced != version:", "an older version"),
-    Mutant(SA, "never_pulls", "        version = announced\n", "        pass\n", "never pulls"),
-    Mutant(SA, "bound_one_group_over", BOUND, "k <= consumed + (max_lag + 1) * B", "off by one in the backpressure"),
-    Mutant(SA, "bound_too_tight", BOUND, "k < consumed + max_lag * B", "too tight"),
-    Mutant(SA, "starts_without_weights", "version >= 0 and ", "", "no weights yet"),
-    Mutant(SA, "bound_from_announced", BOUND, "k < announced * B + (max_lag + 1) * B", "not from the announced"),
-    Mutant(SA, "no_validation", "if max_lag < 0 or B < 1:", "if B < 0:", "expected ValueError"),
+    # colocated_sync_update: the tail (longest, shrinking live count), the prompt steps, the max, the pooled use
     Mutant(
-        SA,
-        "admits_before_pulling",
-        PULL_THEN_ADMIT,
-        "    may_start = version >= 0 and k < consumed + (max_lag + 1) * B\n"
-        "    if announced > version:\n"
-        "        version = announced\n",
-        "with the version held before this step's pull",
+        CS,
+        "decodes_for_the_mean_length",
+        "a_s * longest + b_s",
+        "a_s * sum(steps) / max(len(steps), 1) + b_s",
+        "decoded for the mean answer's length",
+    ),
+    Mutant(
+        CS,
+        "full_live_count_every_step",
+        "+ b_s * sum(steps))",
+        "+ b_s * len(steps) * longest)",
+        "costed at the full live count",
+    ),
+    Mutant(
+        CS,
+        "prompt_left_out_of_decoding",
+        DECODE,
+        "decode_s.append(a_s * max(share, default=0) + b_s * sum(share))",
+        "left out of decoding",
+    ),
+    Mutant(
+        CS,
+        "prompt_left_out_of_training",
+        "train_s.append(sum(steps) / train_steps_per_s)",
+        "train_s.append(sum(share) / train_steps_per_s)",
+        "left out of training",
+    ),
+    Mutant(CS, "update_is_the_sum", UPDATE, UPDATE.replace("max(", "sum("), "the sum over the ranks"),
+    Mutant(
+        CS, "update_is_the_mean", UPDATE, UPDATE.replace("max(", "sum(") + " / len(shares)", "the mean over the ranks"
+    ),
+    Mutant(
+        CS,
+        "slot_use_averaged_over_ranks",
+        "        live += sum(steps)\n        held += len(steps) * longest\n",
+        "        if steps:\n            live += sum(steps) / (len(steps) * longest)\n            held += 1\n",
+        "averaged over the ranks",
+    ),
+    Mutant(
+        CS,
+        "no_length_check",
+        "if any(n < 1 for share in shares for n in share):",
+        "if False:",
+        "expected ValueError (an answer of 0 tokens)",
+    ),
+    Mutant(
+        CS,
+        "no_rate_check",
+        "if train_steps_per_s <= 0:",
+        "if False:",
+        "expected ValueError",
     ),
     # restart_accounting: which copy counts, the boundaries, the totals
     Mutant(
@@ -101,37 +133,42 @@ MUTANTS: list[Mutant] = [
         "    generated.sort()\n    for attempt, k, n in generated:\n",
         "changed its inputs",
     ),
-    # data_parallel_losses: the normaliser (local, per-rank mean, padding), sg[], the mask, the clip, the library
-    Mutant(DP, "local_token_count", NORM, "/ m.sum())", "its own (local) token count"),
-    Mutant(DP, "per_rank_mean", NORM, "/ (m.sum() * len(shards)))", "averaged over the ranks"),
-    Mutant(DP, "no_stop_gradient", "logp_new.detach() - ", "logp_new - ", "sg[w] is a constant"),
-    Mutant(DP, "padding_in_the_count", 'int(s["mask"].sum())', 's["mask"].numel()', "includes padding"),
-    Mutant(DP, "unmasked_sum", "* logp_new * m).sum()", "* logp_new).sum()", "multiply every term by the mask"),
+    # trainers_finish: the share recounted at each finish, capped at a core, with the background; the last finish
     Mutant(
-        DP,
-        "untruncated_weights",
-        'torch.clamp(torch.exp(logp_new.detach() - s["logp_behaviour"]), max=clip_c)',
-        'torch.exp(logp_new.detach() - s["logp_behaviour"])',
-        "not truncated",
+        TF,
+        "fixed_share_throughout",
+        RUNNABLE,
+        "runnable = len(work) + background",
+        "the fixed share min(1, cores / (trainers + background)) the whole time",
     ),
     Mutant(
-        DP,
-        "calls_the_library",
-        LOSS_LINE,
-        "from course_lib.pipeline.loss import pipeline_loss\n\n"
-        '        part = pipeline_loss(logp_new, s["logp_behaviour"], s["adv"][:, None] * m, m, clip_c)\n'
-        "        losses.append(part * m.sum() / n_tokens)",
-        "uses course_lib.pipeline.loss.pipeline_loss",  # the runner-wide guard, before any check
+        TF,
+        "finished_trainers_still_runnable",
+        RUNNABLE,
+        "runnable = sum(w > 0 for w in work) + background",
+        "a trainer that finished is still counted as runnable",
     ),
-    # wrong mechanism (issue 45): the lesson's c = 2 written in, right on every batch graded at c = 2
-    Mutant(DP, "truncates_at_a_constant", "max=clip_c)", "max=2.0)", "truncated at 2 whatever clip_c is"),
-    # wrong mechanism (issue 45): N_tok counts only the tokens that carry a signal (A != 0)
     Mutant(
-        DP,
-        "skips_zero_advantage_tokens",
-        'n_tokens = sum(int(s["mask"].sum()) for s in shards)',
-        'n_tokens = sum(int((s["mask"] & (s["adv"] != 0)[:, None]).sum()) for s in shards)',
-        "leaves out the answers with a zero advantage",
+        TF,
+        "share_not_capped",
+        "rate = min(1.0, cores / runnable)",
+        "rate = cores / runnable",
+        "not capped at one core",
+    ),
+    Mutant(TF, "background_forgotten", RUNNABLE, "runnable = len(work) - j", "background processes are forgotten"),
+    Mutant(
+        TF,
+        "mean_finish",
+        '"update_s": max(finish)',
+        '"update_s": sum(finish) / len(finish)',
+        "update_s is the mean finish",
+    ),
+    Mutant(
+        TF,
+        "no_negative_work_check",
+        "if any(w < 0 for w in work):",
+        "if False:",
+        "expected ValueError (a negative work)",
     ),
     # join_step: where the number comes from, the fresh key, the newest check, ready vs join, the
     # welcome per nonce, stepping aside, never waiting inside a call

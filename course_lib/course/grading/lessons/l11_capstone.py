@@ -1,12 +1,13 @@
-"""Lesson 11's graded exercises: the capstone job's three small decisions, its loss (11.1) and
-how the ranks of a restarted job agree on their attempt.
+"""Lesson 11's graded exercises: two of the capstone job's small decisions, how the ranks of a
+restarted job agree on their attempt, and two accounts of what section 8 measured (the
+colocated baseline's tail, and cores shared when trainers wait).
 
 The learner writes:
 
 * ``assign_roles(rank, world_size, n_trainers) -> dict``  (role, index within the role, process groups)
-* ``sync_and_admit(announced, consumed, version, k, max_lag, B) -> (version, may_start)``  (the handshake)
+* ``colocated_sync_update(shares, prompt_steps, a_s, b_s, train_steps_per_s) -> dict``  (the tail)
 * ``restart_accounting(generated, resumed_from, final_step, B) -> dict``  (the ledger after restores)
-* ``data_parallel_losses(shards, clip_c) -> [loss per shard]``  (11.1: the global token count)
+* ``trainers_finish(work, cores, background) -> dict``  (processor sharing against the fixed share)
 * ``join_step(store, me) -> None | ("joined", n) | ("superseded", newest)``  (one call of the attempt protocol)
 
 What each exercise teaches, and how its checks see that mechanism (not only its values):
@@ -14,9 +15,10 @@ What each exercise teaches, and how its checks see that mechanism (not only its 
 * assign_roles: mechanism: one comparison with n_trainers decides the role, the index counts within
   the role, and both groups are built without the rank (every rank passes new_group the same list);
   observed on every rank of every layout up to 10 ranks and by comparing the groups across ranks.
-* sync_and_admit: mechanism: pull only forwards, then admit with the version held after the pull
-  under k < consumed + (max_lag + 1) B; observed on every small snapshot and in an event simulation
-  (both channels, a buffer newer than the announcement) that checks the lag of every trained group.
+* colocated_sync_update: mechanism: a rank decodes until its longest answer is done, each step
+  paying a_s plus b_s per answer still live (the tail), then trains on its answer-steps; the
+  update waits for the slowest rank; the slot use pools live over held slot-steps. Observed on
+  batches with long tails, empty ranks and equal lengths, against the decoding played step by step.
 * restart_accounting: mechanism: update u's copy is the one of the last attempt that resumed at or
   before u; observed on runs simulated attempt by attempt (fallbacks to older checkpoints) whose
   true history the grader keeps, and on the audit identity (11.6). The rule checked is each line's
@@ -27,54 +29,37 @@ What each exercise teaches, and how its checks see that mechanism (not only its 
   is accepted; the statement says so. What the checks tell apart is the history itself (fallbacks
   to an older step than the attempt before, lines generated after a checkpoint and lost, in-flight
   groups of earlier attempts), not which of the two equivalent readings a function uses.
-* data_parallel_losses: mechanism: every shard divides its sum by the one global count of real
-  tokens, with sg[] on the truncated weight at the given c; observed through autograd (each shard's
-  gradient, and none through another shard) on ragged batches at several c, with answers whose
-  advantage is zero (they count in N_tok).
+* trainers_finish: mechanism: between two finishes every runnable process (the trainers with work
+  left and the background) gets min(1, cores / R) of a core, R dropping at each finish; observed
+  on trainers with no work, ties, more cores than processes and fractional cores, against the
+  fixed share the model uses.
 * join_step: mechanism: rank 0 takes the next number once and steps aside when a newer one exists;
   another rank waits at a key only it knows (a fresh nonce), checks the welcome against the newest
   number, and confirms at a key of its attempt; observed in launches played against a store that
   records who wrote each key (the dead attempt's keys, its lingering rank 0, its late welcomes).
 
-The checks never call ``course_lib.capstone``: they compare with the oracles below, each
-written a different way from the statement's rule. The roles oracle hands the ranks out
-one by one; the handshake oracle states the bound as a lag (``floor(k / B) - consumed / B <=
-max_lag``) and a small event simulation (trainer 0 publishing, two generators, random
-interleavings) checks the lag guarantee, monotone versions and progress on the learner's
-own decisions; the accounting oracle simulates runs attempt by attempt (checkpoints as
+The checks never call ``course_lib``'s implementations: they compare with the oracles below,
+each written a different way from the statement's rule. The roles oracle hands the ranks out
+one by one; the colocated oracle plays each rank's decoding step by step (the solution sums
+it in closed form); the accounting oracle simulates runs attempt by attempt (checkpoints as
 copies of the update history, a corrupt newest checkpoint sometimes skipped) and reads the
-truth off the final history; the data-parallel loss is checked against lesson 07's (07.2)
-written for the whole batch in one process (torch autograd), and its slips are computed
-shard by shard; the attempt protocol is checked by the truth of the simulated launch (which
-start each process belongs to), not by a reference implementation (``reference_join_step``,
-written as a table of phases, is for the tests). Each oracle takes keyword switches that
-compute a known slip, so a wrong answer that matches one is named.
-
-The runner-wide guard (``grading.guard``) refuses an answer that names course_lib's losses;
-lesson 11 keeps its own tripwires on ``pipeline_loss``, ``truncated_is_loss`` and
-``capstone.trainer.shard_loss`` for the one case that guard cannot see: a loss fetched without
-naming course_lib and called on the learner's behalf by another library's Python code (e.g.
-``torch.utils.checkpoint.checkpoint``), which its call tracer attributes to that library.
+truth off the final history; the sharing oracle runs processor sharing in exact fractions,
+finding each next finish afresh (the solution sorts); the attempt protocol is checked by the
+truth of the simulated launch (which start each process belongs to), not by a reference
+implementation (``reference_join_step``, written as a table of phases, is for the tests).
+Each oracle takes keyword switches that compute a known slip, so a wrong answer that matches
+one is named.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import itertools
 import math
-import os
 import random
-import sys
-import sysconfig
-import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from fractions import Fraction
 from typing import Any
-
-import numpy as np
-from numpy.typing import NDArray
 
 from course_lib.course.grading.checks import (
     Exercise,
@@ -86,11 +71,10 @@ from course_lib.course.grading.checks import (
     fmt_number,
     short_repr,
 )
-from course_lib.course.grading.helpers import assert_scalar_tensor
 from course_lib.course.grading.vocab import (
     as_int,
+    as_real,
     assert_value_error,
-    fail_on_violation,
     returned_instead_of_value_error,
 )
 
@@ -279,290 +263,259 @@ ASSIGN_ROLES = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 2: sync_and_admit
+# Exercise 2: colocated_sync_update
 # ---------------------------------------------------------------------------------------
 
-SA = "sync_and_admit"
+CS = "colocated_sync_update"
+CS_KEYS = ("update_s", "decode_s", "train_s", "slot_use")
+#: relative and absolute tolerance of every comparison of seconds and slot use
+REL, ABS = 1e-9, 1e-12
 
 
-def naive_handshake(
-    announced: int,
-    consumed: int,
-    version: int,
-    k: int,
-    max_lag: int,
-    B: int,
-    *,
-    pull_any: bool = False,
-    never_pull: bool = False,
-    one_group_over: bool = False,
-    one_update_short: bool = False,
-    from_announced: bool = False,
-    needs_weights: bool = True,
-    before_pull: bool = False,
-) -> tuple[int, bool]:
-    """The handshake written as a lag: hold the newest version seen; group ``k`` (trained on by
-    update ``k // B``) may start if that update is at most ``max_lag`` after the ``consumed / B``
-    updates already done. The switches compute known slips."""
-    newer = announced != version if pull_any else announced > version
-    hold = announced if newer and not never_pull else version
-    lag = k // B - (max(announced, -1) if from_announced else consumed // B)
-    admitted = lag <= max_lag - (1 if one_update_short else 0)
-    if one_group_over and k == consumed + (max_lag + 1) * B:
-        admitted = True
-    held = version if before_pull else hold  # the version admission looks at
-    return hold, bool(admitted and (held >= 0 or not needs_weights))
+@dataclass(frozen=True)
+class Colocated:
+    """One call of ``colocated_sync_update``: the answers' lengths per rank, and the rates."""
 
+    shares: tuple[tuple[int, ...], ...]
+    prompt_steps: int
+    a_s: float
+    b_s: float
+    train_steps_per_s: float
 
-SA_SLIPS: dict[str, dict[str, Any]] = {
-    "pulled an older version: pull only when announced > version (a generator may hold a newer one than "
-    "the announcement it read)": dict(pull_any=True),
-    "never pulls: when announced > version, load the announced version before the next decoding step": dict(
-        never_pull=True
-    ),
-    "off by one in the backpressure bound: k < consumed + (max_lag + 1) * B, strictly (group k = the bound "
-    "would lag max_lag + 1 updates)": dict(one_group_over=True),
-    "the backpressure bound is too tight: k < consumed + (max_lag + 1) * B (with max_lag = 0 nothing could "
-    "ever start)": dict(one_update_short=True),
-    "the backpressure bound counts from consumed (read in the same snapshot), not from the announced "
-    "version: k < consumed + (max_lag + 1) * B": dict(from_announced=True),
-    "started a group with no weights yet (version -1): wait for the first announced version": dict(needs_weights=False),
-    "decided may_start with the version held before this step's pull: pull first, then admit with the version "
-    "you will hold (a fresh generator pulls version 0 and starts at once)": dict(before_pull=True),
-}
+    def args(self) -> tuple[list[list[int]], int, float, float, float]:
+        return [list(s) for s in self.shares], self.prompt_steps, self.a_s, self.b_s, self.train_steps_per_s
 
-
-def _sa_answer(fn: Callable[..., Any], *args: int) -> tuple[int, bool]:
-    what = f"{SA}{args}"
-    got = call(fn, *args)
-    if not isinstance(got, tuple | list) or len(got) != 2:
-        fail(f"{what} returned {describe_type(got)}; expected a tuple (version, may_start)")
-    hold, start = as_int(got[0]), got[1]
-    if hold is None:
-        fail(f"{what}: the version is {describe_type(got[0])}; expected an int")
-    if not isinstance(start, bool | np.bool_):
-        fail(f"{what}: may_start is {describe_type(start)}; expected a bool")
-    assert hold is not None
-    return hold, bool(start)
-
-
-#: Small snapshots on which a wrong answer is matched against every slip as a whole.
-PROBES = tuple(
-    (announced, updates * B, version, k, max_lag, B)
-    for B in (1, 2)
-    for max_lag in (0, 1)
-    for updates in (0, 1, 2)
-    for announced in range(-1, 4)
-    for version in range(-1, 4)
-    for k in range(updates * B, (updates + max_lag + 2) * B + 1)
-)
-
-
-def _sa_compare(fn: Callable[..., Any], *args: int) -> None:
-    """The learner against the oracle at ``args``; a mismatch is named by the slip that agrees
-    with the learner on every probe (else the first that agrees here)."""
-    got, want = _sa_answer(fn, *args), naive_handshake(*args)
-    if got == want:
-        return
-    here = {m: s for m, s in SA_SLIPS.items() if naive_handshake(*args, **s) == got}
-    if here:
-        answers = {p: _sa_answer(fn, *p) for p in PROBES}
-        for message, slip in here.items():
-            if all(naive_handshake(*p, **slip) == answers[p] for p in PROBES):
-                fail(f"{SA}{args} = {got}: {message}")
-        fail(f"{SA}{args} = {got}: {next(iter(here))}")
-    fail(f"{SA}{args} = {got}; expected {want}")
-
-
-@check_case("hand-made snapshots: no weights yet, the first version, groups at the bound, a newer version held")
-def _sa_known(fn: Callable[..., Any]) -> None:
-    cases = {
-        (-1, 0, -1, 0, 1, 4): (-1, False),  # nothing announced: no weights, nothing starts
-        (0, 0, -1, 0, 1, 4): (0, True),  # the first version: pull it, start group 0
-        (0, 0, 0, 7, 1, 4): (0, True),  # the last group max_lag = 1 allows before any update
-        (0, 0, 0, 8, 1, 4): (0, False),  # group 8 is trained on by update 2
-        (1, 4, 0, 8, 1, 4): (1, True),  # one update later: pull 1, group 8 may start
-        (2, 8, 3, 12, 1, 4): (3, True),  # holding a newer version than announced: keep it
-        (3, 12, 3, 12, 0, 4): (3, True),  # synchronous: groups 12..15 with version 3
-        (3, 12, 3, 16, 0, 4): (3, False),
-        (5, 10, 2, 11, 0, 2): (5, True),
-    }
-    for args, want in cases.items():
-        _sa_compare(fn, *args)
-        got = _sa_answer(fn, *args)
-        if got != want:  # the oracle agrees with these by construction; this names them in order
-            fail(f"{SA}{args} = {got}; expected {want}")
-
-
-@check_case("every small snapshot against the bound written as a lag, floor(k/B) - consumed/B")
-def _sa_oracle(fn: Callable[..., Any]) -> None:
-    for B in (1, 2, 3):
-        for max_lag in (0, 1, 2):
-            for updates in (0, 1, 3):
-                consumed = updates * B
-                for announced in range(-1, 5):
-                    for version in range(-1, 5):
-                        for k in range(consumed, consumed + (max_lag + 2) * B + 1):
-                            _sa_compare(fn, announced, consumed, version, k, max_lag, B)
-
-
-@dataclass
-class _Gen:
-    version: int = -1
-    waiting_for: int | None = None  # a version being received (broadcast: until it is sent)
-    ticket: int | None = None
-    active: tuple[int, int, int] | None = None  # (k, start version, decode steps left)
-
-
-@dataclass
-class HandshakeRun:
-    """What :func:`simulate_handshake` saw: the first violation (or ""), and whether it finished."""
-
-    violation: str = ""
-    finished: bool = False
-    start_version: dict[int, int] = field(default_factory=dict)
-
-
-TRAINER_ORDERS = {
-    "broadcast": ("announce", "send", "consumed"),  # receivers must know to join the collective first
-    "shared_buffer": ("send", "announce", "consumed"),  # the weights are in the buffer when announced
-}
-
-
-def simulate_handshake(
-    decide: Callable[..., Any],
-    *,
-    seed: int,
-    max_lag: int,
-    B: int,
-    channel: str = "broadcast",
-    order: tuple[str, ...] | None = None,
-    n_updates: int = 6,
-    n_generators: int = 2,
-    max_events: int = 4000,
-) -> HandshakeRun:
-    """A tiny event simulation of trainer 0 and the generators, one random actor an event.
-
-    The trainer waits for update ``u``'s groups, trains, then publishes ``u + 1`` in
-    ``order`` (one move an event). A generator takes a snapshot ``(announced, consumed)``
-    and asks ``decide`` (the learner's function); a pull takes the generator's next event:
-    a broadcast blocks until that version is sent, a shared-buffer read gets whatever the
-    buffer holds by then (maybe newer than announced). Otherwise it starts its ticket's
-    group or decodes one step. Each group is
-    checked when trained on: its lag ``update - start version`` must not exceed ``max_lag``.
-    """
-    rng = random.Random(seed)
-    steps = order or TRAINER_ORDERS[channel]
-    store = {"announced": -1, "consumed": 0}
-    sent = -1
-    pending = [(move, 0) for move in steps]  # version 0: the warm start
-    next_k, trained = 0, 0
-    handed: dict[int, int] = {}  # k -> start version
-    gens = [_Gen() for _ in range(n_generators)]
-    run = HandshakeRun(start_version=handed)
-    for _ in range(max_events):
-        actor = rng.randrange(n_generators + 1)
-        if actor == n_generators:  # trainer 0
-            if pending:
-                move, v = pending.pop(0)
-                if move == "announce":
-                    store["announced"] = v
-                elif move == "send":
-                    sent = v
-                else:
-                    store["consumed"] = v * B
-            elif trained < n_updates and all(k in handed for k in range(trained * B, (trained + 1) * B)):
-                for k in range(trained * B, (trained + 1) * B):
-                    if trained - handed[k] > max_lag:
-                        run.violation = (
-                            f"group {k} was started with version {handed[k]} and trained on by update {trained}: "
-                            f"it lags {trained - handed[k]} > max_lag = {max_lag} updates"
-                        )
-                        return run
-                trained += 1
-                pending = [(move, trained) for move in steps]
-            elif trained == n_updates and not pending:
-                run.finished = True
-                return run
-            continue
-        g = gens[actor]
-        if g.waiting_for is not None:  # a pull takes an event of its own
-            if channel == "shared_buffer":  # whatever the buffer holds now: maybe newer than announced
-                g.version, g.waiting_for = max(sent, g.waiting_for), None
-            elif sent >= g.waiting_for:  # a broadcast: done once the trainer has sent that version
-                g.version, g.waiting_for = g.waiting_for, None
-            continue
-        if g.ticket is None:
-            g.ticket, next_k = next_k, next_k + 1
-        announced, consumed = store["announced"], store["consumed"]
-        hold, start = decide(announced, consumed, g.version, g.ticket, max_lag, B)
-        if hold < g.version:
-            run.violation = f"a generator holding version {g.version} went back to version {hold} (an older version)"
-            return run
-        if hold > max(announced, g.version):
-            run.violation = f"a generator took version {hold}, never announced (announced = {announced})"
-            return run
-        if hold > g.version:
-            g.waiting_for = hold
-            continue  # the transfer first; decoding resumes after it
-        if g.active is None and start:
-            if g.version < 0:
-                run.violation = f"a generator started group {g.ticket} with no weights (version -1)"
-                return run
-            g.active = (g.ticket, g.version, rng.randint(1, 3))
-            g.ticket = None
-        elif g.active is not None:
-            k, v0, left = g.active
-            g.active = (k, v0, left - 1) if left > 1 else None
-            if left == 1:
-                handed[k] = v0
-    return run
-
-
-def _learner_decide(fn: Callable[..., Any]) -> Callable[..., tuple[int, bool]]:
-    return lambda *args: _sa_answer(fn, *args)
-
-
-@check_case("a simulated run, both channels: no group lags more than max_lag, no version goes back, it finishes")
-def _sa_simulation(fn: Callable[..., Any]) -> None:
-    decide = _learner_decide(fn)
-    for channel in TRAINER_ORDERS:
-        for max_lag, B in ((0, 2), (1, 2), (2, 3)):
-            for seed in range(4):
-                run = simulate_handshake(decide, seed=seed, max_lag=max_lag, B=B, channel=channel)
-                where = f"simulated run ({channel} channel, max_lag = {max_lag}, B = {B}, seed {seed})"
-                fail_on_violation(where, run)
-                if not run.finished:
-                    fail(
-                        f"{where}: the run never finished (no group could start: the backpressure bound is too "
-                        "tight, or the generators never take the new weights)"
-                    )
-
-
-@check_case("raises ValueError when max_lag < 0 or B < 1")
-def _sa_bad(fn: Callable[..., Any]) -> None:
-    for args in ((0, 0, 0, 0, -1, 4), (0, 0, 0, 0, 1, 0), (0, 0, 0, 0, 0, -2)):
-        what = f"{SA}{args}"
-        assert_value_error(
-            fn, *args, what=what, no_error=returned_instead_of_value_error(what, "max_lag >= 0 and B >= 1")
+    def text(self) -> str:
+        shares = short_repr([list(s) for s in self.shares], max_chars=60)
+        return (
+            f"{CS}({shares}, prompt_steps={self.prompt_steps}, a_s={fmt_number(self.a_s)}, "
+            f"b_s={fmt_number(self.b_s)}, train_steps_per_s={fmt_number(self.train_steps_per_s)})"
         )
 
 
-SYNC_AND_ADMIT = Exercise(
-    name=SA,
+def naive_colocated(
+    case: Colocated,
+    *,
+    mean_length: bool = False,
+    full_live: bool = False,
+    decode_without_prompt: bool = False,
+    train_without_prompt: bool = False,
+    update: str = "max",
+    per_rank_use: bool = False,
+) -> dict[str, Any]:
+    """Each rank's decoding played step by step: at step ``t`` the answers with ``P + L_i > t``
+    are live and the step costs ``a_s + b_s * live``, until none is. The switches compute
+    known slips."""
+    decode, train, uses = [], [], []
+    used = held = 0
+    for share in case.shares:
+        live_for = [case.prompt_steps + n for n in share]
+        steps = max(live_for, default=0)
+        played = list(share) if decode_without_prompt else live_for
+        seconds = 0.0
+        for t in range(max(played, default=0)):
+            seconds += case.a_s + case.b_s * sum(1 for n in played if n > t)
+        if mean_length and share:  # the steps of the mean answer; the live answer-steps as they are
+            seconds = case.a_s * sum(live_for) / len(live_for) + case.b_s * sum(live_for)
+        if full_live:  # every step at the full live count
+            seconds = steps * (case.a_s + case.b_s * len(share))
+        decode.append(seconds)
+        train.append(sum(share if train_without_prompt else live_for) / case.train_steps_per_s)
+        used += sum(live_for)
+        held += len(share) * steps
+        if share:
+            uses.append(sum(live_for) / (len(share) * steps))
+    per_rank = [d + t for d, t in zip(decode, train, strict=True)]
+    update_s = {"max": max(per_rank), "sum": sum(per_rank), "mean": sum(per_rank) / len(per_rank)}[update]
+    pooled = used / held if held else 1.0
+    slot_use = (sum(uses) / len(uses) if uses else 1.0) if per_rank_use else pooled
+    return {"update_s": update_s, "decode_s": decode, "train_s": train, "slot_use": slot_use}
+
+
+CS_SLIPS: dict[str, dict[str, Any]] = {
+    "decoded for the mean answer's length: a rank decodes until its longest answer is done (P + max L steps), "
+    "paying a_s at every step of the tail": dict(mean_length=True),
+    "every decoding step costed at the full live count: answers finish and their slots empty, so step t costs "
+    "a_s + b_s * (the answers still live at t)": dict(full_live=True),
+    "the prompt steps are left out of decoding: answer i is live for P + L_i steps (its prompt, then its tokens)": dict(
+        decode_without_prompt=True
+    ),
+    "the prompt steps are left out of training: a rank trains on sum_i (P + L_i) sequence steps": dict(
+        train_without_prompt=True
+    ),
+    "the update is the sum over the ranks: they decode and train at the same time and meet at the all-reduce, "
+    "so the update is the slowest rank's decode + train (the max)": dict(update="sum"),
+    "the update is the mean over the ranks: every rank waits at the all-reduce for the slowest, so the update "
+    "is the max of decode + train": dict(update="mean"),
+    "the slot use is averaged over the ranks: pool the live answer-steps and the held slot-steps of every rank, "
+    "then divide once": dict(per_rank_use=True),
+}
+
+
+def _cs_answer(fn: Callable[..., Any], case: Colocated) -> dict[str, Any]:
+    """The learner's answer as floats, or a failure naming what is wrong with its shape."""
+    what = case.text()
+    got = call(fn, *case.args())
+    if not isinstance(got, dict) or not set(CS_KEYS) <= set(got):
+        fail(f"{what} returned {describe_type(got)}; expected a dict with keys {', '.join(CS_KEYS)}")
+    out: dict[str, Any] = {}
+    for key in ("update_s", "slot_use"):
+        value = as_real(got[key])
+        if value is None:
+            fail(f"{what}: {key} is {describe_type(got[key])}; expected a (finite) number")
+        out[key] = value
+    for key in ("decode_s", "train_s"):
+        values = got[key]
+        if not isinstance(values, list | tuple) or len(values) != len(case.shares):
+            fail(f"{what}: {key} is {describe_type(values)}; expected a list of {len(case.shares)} numbers, one a rank")
+        reals = [as_real(v) for v in values]
+        if any(v is None for v in reals):
+            fail(f"{what}: {key} holds {short_repr(values)}; expected (finite) numbers")
+        out[key] = reals
+    return out
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Numbers, or lists of numbers, equal to REL relative (ABS absolute near zero)."""
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return math.isclose(a, b, rel_tol=REL, abs_tol=ABS)
+
+
+def _differing(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    return [key for key in want if not _close(got[key], want[key])]
+
+
+def _named_slip(
+    got: dict[str, Any],
+    want: dict[str, Any],
+    wrongs: dict[str, dict[str, Any]],
+    probe: Callable[[str], bool],
+) -> str | None:
+    """The slip whose answer the learner's agrees with wherever the learner's is wrong (several
+    candidates: the one that agrees on every probe, else the first), or None."""
+    keys = _differing(got, want)
+    here = [
+        message
+        for message, wrong in wrongs.items()
+        if _differing(wrong, want) and all(_close(got[key], wrong[key]) for key in keys)
+    ]
+    if len(here) > 1:
+        return next((message for message in here if probe(message)), here[0])
+    return here[0] if here else None
+
+
+def _cs_compare(fn: Callable[..., Any], case: Colocated) -> None:
+    """The learner against the oracle on ``case``; a mismatch that agrees with a slip is named."""
+    got, want = _cs_answer(fn, case), naive_colocated(case)
+    if not _differing(got, want):
+        return
+
+    def probe(message: str) -> bool:
+        slip = CS_SLIPS[message]
+        return all(not _differing(_cs_answer(fn, p), naive_colocated(p, **slip)) for p in CS_PROBES)
+
+    message = _named_slip(got, want, {m: naive_colocated(case, **s) for m, s in CS_SLIPS.items()}, probe)
+    if message:
+        fail(f"{case.text()}: {message}")
+    key = _differing(got, want)[0]
+    fail(f"{case.text()}: {key} is {short_repr(got[key])}; expected {short_repr(want[key])}")
+
+
+#: The statement's worked example: rank 0's answers of 1 and 9 tokens, rank 1's of 3 and 3.
+WORKED_COLOCATED = Colocated(((1, 9), (3, 3)), 3, 0.01, 0.001, 100.0)
+
+#: Hand-made cases: a rank with no answers, one answer per rank, equal lengths, no answer at all.
+KNOWN_COLOCATED: tuple[Colocated, ...] = (
+    Colocated(((2, 5), ()), 1, 0.02, 0.004, 50.0),
+    Colocated(((4,), (1,), (7,)), 2, 0.01, 0.002, 80.0),
+    Colocated(((5, 5, 5), (5, 5, 5)), 3, 0.015, 0.001, 120.0),
+    Colocated(((), ()), 3, 0.01, 0.001, 100.0),
+)
+
+
+def random_colocated(seed: int) -> Colocated:
+    """1 to 4 ranks of 0 to 6 answers each (long tails: now and then one answer much longer)."""
+    rng = random.Random(seed)
+    shares = []
+    for _ in range(rng.randint(1, 4)):
+        share = [rng.randint(1, 12) for _ in range(rng.randint(0, 6))]
+        if share and rng.random() < 0.5:
+            share[rng.randrange(len(share))] = rng.randint(20, 60)  # the tail
+        shares.append(tuple(share))
+    if not any(shares):
+        shares[0] = (rng.randint(1, 30),)
+    return Colocated(
+        tuple(shares),
+        rng.randint(0, 5),
+        rng.uniform(0.001, 0.05),
+        rng.choice((0.0, rng.uniform(0.0, 0.005))),
+        rng.uniform(20.0, 500.0),
+    )
+
+
+RANDOM_COLOCATED = tuple(random_colocated(seed) for seed in range(40))
+#: Small cases on which a wrong answer is matched against each candidate slip as a whole.
+CS_PROBES = (WORKED_COLOCATED, *KNOWN_COLOCATED[:3], *RANDOM_COLOCATED[:4])
+
+
+@check_case("the worked example: 2 ranks, answers of 1 and 9 tokens against 3 and 3")
+def _cs_worked(fn: Callable[..., Any]) -> None:
+    _cs_compare(fn, WORKED_COLOCATED)
+    got = _cs_answer(fn, WORKED_COLOCATED)
+    want = {"update_s": 0.296, "decode_s": [0.136, 0.072], "train_s": [0.16, 0.12], "slot_use": 28 / 36}
+    key = next(iter(_differing(got, want)), None)
+    if key is not None:  # the oracle agrees with these by construction; this names them
+        fail(f"{WORKED_COLOCATED.text()}: {key} is {short_repr(got[key])}; expected {short_repr(want[key])}")
+
+
+@check_case("hand-made cases: a rank with no answers, one answer per rank, equal lengths (slot use 1), no answers")
+def _cs_known(fn: Callable[..., Any]) -> None:
+    for case in KNOWN_COLOCATED:
+        _cs_compare(fn, case)
+
+
+@check_case("random batches with long tails, 1 to 4 ranks, against the decoding played step by step")
+def _cs_oracle(fn: Callable[..., Any]) -> None:
+    for case in RANDOM_COLOCATED:
+        _cs_compare(fn, case)
+
+
+@check_case("raises ValueError on no rank, a length < 1, a negative P, a_s or b_s, and train_steps_per_s <= 0")
+def _cs_bad(fn: Callable[..., Any]) -> None:
+    cases = (
+        (Colocated((), 3, 0.01, 0.001, 100.0), "no rank at all"),
+        (Colocated(((2, 0),), 3, 0.01, 0.001, 100.0), "an answer of 0 tokens"),
+        (Colocated(((2,), (-1,)), 3, 0.01, 0.001, 100.0), "an answer of -1 tokens"),
+        (Colocated(((2,),), -1, 0.01, 0.001, 100.0), "prompt_steps < 0"),
+        (Colocated(((2,),), 3, -0.01, 0.001, 100.0), "a_s < 0"),
+        (Colocated(((2,),), 3, 0.01, -0.001, 100.0), "b_s < 0"),
+        (Colocated(((2,),), 3, 0.01, 0.001, 0.0), "train_steps_per_s = 0"),
+        (Colocated(((2,),), 3, 0.01, 0.001, -5.0), "train_steps_per_s < 0"),
+    )
+    for case, why in cases:
+        what = case.text()
+        no_error = returned_instead_of_value_error(what, why)
+        assert_value_error(fn, *case.args(), what=what, no_error=no_error)
+
+
+COLOCATED_SYNC_UPDATE = Exercise(
+    name=CS,
     points=15,
-    title="the weight-version handshake: pull a newer version, admit group k under the lag bound",
-    checks=(_sa_known, _sa_oracle, _sa_simulation, _sa_bad),
+    title="a colocated synchronous update: the slowest rank's decode (with its tail) and training, and the slot use",
+    checks=(_cs_worked, _cs_known, _cs_oracle, _cs_bad),
     hints=(
-        "Two independent decisions: first the version (compare announced with version), then admission, using the "
-        "version you will hold after the pull.",
-        "With max_lag = 0 and B = 4, after one update (consumed = 4) groups 4..7 may start and group 8 may not: it "
-        "would be trained on by update 2, two versions after the one the generator holds.",
-        "Versions only move forwards, and a generator holding no weights yet may start nothing. For admission, "
-        "write (11.2) for one group index: which update will train on it, and how many updates past the consumed "
-        "ones may that be? Validate `max_lag` and `B` first.",
+        "Work rank by rank. Answer i is live for P + L_i steps, the rank decodes until the longest is done, and "
+        "at each step the cost is a_s plus b_s for every answer still live at that step.",
+        "Summed over the steps, a_s is paid once a step (P + the longest length of them) and b_s once for each "
+        "live answer-step (sum_i (P + L_i) of them). Training runs over the same answer-steps at "
+        "train_steps_per_s.",
+        "The ranks work at the same time and meet at the all-reduce: which rank does the update wait for? Slot use "
+        "pools every rank's live answer-steps and held slot-steps before one division (a rank with no answers "
+        "adds nothing to either). Validate the arguments first.",
     ),
 )
+
 
 # ---------------------------------------------------------------------------------------
 # Exercise 3: restart_accounting
@@ -802,387 +755,214 @@ RESTART_ACCOUNTING = Exercise(
 )
 
 # ---------------------------------------------------------------------------------------
-# Exercise 4: data_parallel_losses
+# Exercise 4: trainers_finish
 # ---------------------------------------------------------------------------------------
 
-DP = "data_parallel_losses"
-CLIP_C = 2.0
-#: the truncations the random batches are checked at (the lesson's run uses CLIP_C)
-CLIPS = (1.0, 1.5, 3.0, 1.2, 5.0, 2.0)
-PROMPT = 2  # positions before each answer (mask False), as pad_groups lays a row out
-
-Shard = dict[str, Any]
+TF = "trainers_finish"
+TF_KEYS = ("finish_s", "update_s", "fixed_share_s")
 
 
-def dp_batch(seed: int, n_shards: int, *, ragged: bool = True) -> list[Shard]:
-    """Random shards (one per trainer), each padded to its own longest row: a prompt of
-    ``PROMPT`` positions, then an answer of 1-7 tokens, then padding; ratios crossing every
-    clip in ``CLIPS``; garbage behaviour log-probs outside the answers; about a third of the
-    answers (at least one) with a zero advantage, as GRPO gives every answer of a group whose
-    rewards are all alike. With ``ragged`` (retried until so) the shards hold different token
-    counts; else every shard holds the same."""
-    import torch
+@dataclass(frozen=True)
+class Sharing:
+    """One call of ``trainers_finish``: each trainer's CPU-seconds, the cores, the background."""
 
-    rng = np.random.default_rng(seed)
-    while True:
-        shards, counts = [], []
-        lengths_all = (
-            [rng.integers(1, 8, size=int(rng.integers(1, 4))) for _ in range(n_shards)]
-            if ragged
-            else [rng.permutation(np.array([2, 3, 5]))] * n_shards
-        )
-        for lengths in lengths_all:
-            n, t = len(lengths), PROMPT + int(max(lengths)) + int(rng.integers(0, 2))
-            logp_new = np.log(rng.uniform(0.05, 0.95, size=(n, t)))
-            logp_mu = logp_new + rng.normal(0.0, 0.8, size=(n, t))
-            mask = np.zeros((n, t), dtype=bool)
-            for i, length in enumerate(lengths):
-                mask[i, PROMPT : PROMPT + int(length)] = True
-            logp_mu[~mask] = -50.0  # garbage: a weight of c wherever the mask is not applied
-            counts.append(int(mask.sum()))
-            shards.append(
-                {
-                    "logp_new": torch.tensor(logp_new, dtype=torch.float64),
-                    "logp_behaviour": torch.tensor(logp_mu, dtype=torch.float64),
-                    "adv": torch.tensor(rng.normal(size=n), dtype=torch.float64),
-                    "mask": torch.tensor(mask),
-                }
-            )
-        if not ragged or len(set(counts)) == n_shards:
-            for s in shards:
-                s["adv"][torch.tensor(rng.random(len(s["adv"])) < 0.35)] = 0.0
-            if all(bool(s["adv"].all()) for s in shards):
-                shards[-1]["adv"][0] = 0.0  # an answer that carries no signal still counts in N_tok
-            return shards
+    work: tuple[float, ...]
+    cores: float
+    background: int
+
+    def args(self) -> tuple[list[float], float, int]:
+        return list(self.work), self.cores, self.background
+
+    def text(self) -> str:
+        return f"{TF}({short_repr(list(self.work))}, cores={fmt_number(self.cores)}, background={self.background})"
 
 
-def whole_batch_loss(shards: list[Shard], c: float) -> tuple[float, list[NDArray[np.float64]]]:
-    """The single-process reference: lesson 07's (07.2) on the whole batch (every shard's rows
-    padded to one width), its value and its gradient, split back into the shards' rows."""
-    import torch
-
-    width = max(s["mask"].shape[1] for s in shards)
-
-    def padded(key: str) -> Any:
-        return torch.cat([torch.nn.functional.pad(s[key], (0, width - s[key].shape[1])) for s in shards])
-
-    logp_new = padded("logp_new").detach().clone().requires_grad_(True)
-    mask = padded("mask").to(torch.float64)
-    adv = torch.cat([s["adv"] for s in shards])
-    w = torch.clamp(torch.exp(logp_new.detach() - padded("logp_behaviour")), max=c)
-    loss = -(w * adv[:, None] * logp_new * mask).sum() / mask.sum()
-    (grad,) = torch.autograd.grad(loss, logp_new)
-    out, row = [], 0
-    for s in shards:
-        n, t = s["mask"].shape
-        out.append(grad[row : row + n, :t].numpy())
-        row += n
-    return float(loss.detach()), out
-
-
-def naive_shard_losses(
-    shards: list[Shard],
-    c: float,
+def naive_sharing(
+    case: Sharing,
     *,
-    local: bool = False,
-    per_rank_mean: bool = False,
-    no_sg: bool = False,
-    padded_count: bool = False,
-    unmasked_sum: bool = False,
-    no_clip: bool = False,
-    clip_at: float | None = None,
-    signal_count: bool = False,
-) -> tuple[list[float], list[NDArray[np.float64]]]:
-    """Each shard's term of (11.1), computed shard by shard (one "rank" at a time): the values
-    and each shard's gradient with respect to its own ``logp_new``. The switches compute known
-    slips, to name them in messages."""
-    import torch
+    fixed_share: bool = False,
+    uncapped: bool = False,
+    no_background: bool = False,
+    mean_finish: bool = False,
+    keep_finished: bool = False,
+) -> dict[str, Any]:
+    """Processor sharing in exact fractions: from one finish to the next, every process still
+    runnable gets ``min(1, cores / R)`` of a core; the next finish is the unfinished trainer with
+    the least work left (each is found afresh, nothing sorted). The switches compute known slips."""
+    cores, work = Fraction(case.cores), [Fraction(w) for w in case.work]
+    background = 0 if no_background else case.background
 
-    def real(s: Shard) -> Any:  # the tokens N_tok counts
-        if padded_count:
-            return torch.ones_like(s["mask"])
-        return s["mask"] & (s["adv"] != 0)[:, None] if signal_count else s["mask"]
+    def share(runnable: int) -> Fraction:
+        return cores / runnable if uncapped else min(Fraction(1), cores / runnable)
 
-    global_count = sum(int(real(s).sum()) for s in shards)
-    values, grads = [], []
-    for s in shards:
-        logp_new = s["logp_new"].detach().clone().requires_grad_(True)
-        m = s["mask"].to(torch.float64)
-        ratio = torch.exp((logp_new if no_sg else logp_new.detach()) - s["logp_behaviour"])
-        w = ratio if no_clip else torch.clamp(ratio, max=c if clip_at is None else clip_at)
-        terms = w * s["adv"][:, None] * logp_new * (1.0 if unmasked_sum else m)
-        if local:
-            norm = m.sum()
-        elif per_rank_mean:
-            norm = m.sum() * len(shards)
-        else:
-            norm = torch.tensor(float(global_count), dtype=torch.float64)
-        loss = -terms.sum() / norm
-        (grad,) = torch.autograd.grad(loss, logp_new)
-        values.append(float(loss.detach()))
-        grads.append(grad.numpy())
-    return values, grads
+    finish = [Fraction(0)] * len(work)
+    left = {i: w for i, w in enumerate(work) if w > 0}
+    if fixed_share or keep_finished:  # one rate the whole time
+        rate = share(max((len(work) if fixed_share else len(left)) + background, 1))
+        finish = [w / rate for w in work]
+        left = {}
+    t = Fraction(0)
+    while left:
+        rate = share(len(left) + background)
+        first = min(left, key=left.__getitem__)
+        dt = left[first] / rate
+        t += dt
+        for i in list(left):
+            left[i] -= dt * rate
+            if left[i] == 0:
+                finish[i] = t
+                del left[i]
+    update = sum(finish) / len(finish) if mean_finish else max(finish)
+    fixed = max(work) / share(len(work) + background)
+    return {"finish_s": [float(f) for f in finish], "update_s": float(update), "fixed_share_s": float(fixed)}
 
 
-DP_SLIPS: dict[str, dict[str, Any]] = {
-    "each shard divides by its own (local) token count: after the all-reduce a short shard's tokens weigh more; "
-    "divide by the token count of the whole batch, all shards (11.1)": dict(local=True),
-    "each shard's mean averaged over the ranks (n_local * n_ranks): with ragged shards a short shard's tokens "
-    "still weigh more; divide by the whole batch's token count (11.1)": dict(per_rank_mean=True),
-    "the gradient flows through the weight: sg[w] is a constant, compute the ratio from logp_new.detach()": dict(
-        no_sg=True
+TF_SLIPS: dict[str, dict[str, Any]] = {
+    "every trainer ran at the fixed share min(1, cores / (trainers + background)) the whole time: that is the "
+    "model's fixed_share_s; a trainer that finished waits in the all-reduce without the CPU, so recount the "
+    "runnable processes at every finish": dict(fixed_share=True),
+    "a trainer that finished is still counted as runnable: once its work is done it waits in the all-reduce and "
+    "uses no CPU; R counts the trainers with work left (and the background) at each moment": dict(keep_finished=True),
+    "the share is not capped at one core: a process cannot use more than one, min(1, cores / R)": dict(uncapped=True),
+    "the background processes are forgotten: the generators are always runnable, R = the trainers with work left "
+    "+ background": dict(no_background=True),
+    "update_s is the mean finish: the all-reduce waits for the last trainer, update_s = max(finish_s)": dict(
+        mean_finish=True
     ),
-    "the token count includes padding (and prompt) positions: count the real tokens, mask.sum(), over all shards": dict(
-        padded_count=True
-    ),
-    "the sum runs over padded positions too: multiply every term by the mask": dict(unmasked_sum=True),
-    "the weights are not truncated: w = min(c, pi/mu), torch.clamp(..., max=clip_c)": dict(no_clip=True),
-    "the weights are truncated at 2 whatever clip_c is: truncate at the clip_c argument (2 is only the value "
-    "of the lesson's run)": dict(clip_at=CLIP_C),
-    "the token count leaves out the answers with a zero advantage: N_tok counts every real token (07.2), those "
-    "of answers that carry no signal too (a group whose rewards are all alike)": dict(signal_count=True),
 }
 
-#: course_lib's own implementations of the loss, which the learner's function must not call.
-LIBRARY_LOSSES = (
-    ("course_lib.pipeline.loss", "pipeline_loss"),
-    ("course_lib.rl.importance", "truncated_is_loss"),
-    ("course_lib.capstone.trainer", "shard_loss"),
-)
-LIBRARY_MESSAGE = (
-    "calls course_lib's {name} (the library's answer): write the shard's term of (11.1) from its pieces "
-    "(the weight, the advantage, the mask, the global count)"
-)
+
+def _tf_answer(fn: Callable[..., Any], case: Sharing) -> dict[str, Any]:
+    """The learner's answer as floats, or a failure naming what is wrong with its shape."""
+    what = case.text()
+    got = call(fn, *case.args())
+    if not isinstance(got, dict) or not set(TF_KEYS) <= set(got):
+        fail(f"{what} returned {describe_type(got)}; expected a dict with keys {', '.join(TF_KEYS)}")
+    out: dict[str, Any] = {}
+    finish = got["finish_s"]
+    if not isinstance(finish, list | tuple) or len(finish) != len(case.work):
+        fail(f"{what}: finish_s is {describe_type(finish)}; expected a list of {len(case.work)} numbers, one a trainer")
+    out["finish_s"] = [as_real(v) for v in finish]
+    if any(v is None for v in out["finish_s"]):
+        fail(f"{what}: finish_s holds {short_repr(finish)}; expected (finite) numbers")
+    for key in ("update_s", "fixed_share_s"):
+        value = as_real(got[key])
+        if value is None:
+            fail(f"{what}: {key} is {describe_type(got[key])}; expected a (finite) number")
+        out[key] = value
+    return out
 
 
-class _LibraryCalled(Exception):
-    pass
-
-
-_COURSE_LIB_DIR = str(Path(__file__).resolve().parents[3]) + os.sep
-_INSTALLED_DIRS = tuple(
-    sorted(
-        {
-            str(Path(path).resolve()) + os.sep
-            for key in ("stdlib", "platstdlib", "purelib", "platlib")
-            if (path := sysconfig.get_paths().get(key))
-        }
-    )
-)
-
-
-def _called_by_another_library() -> bool:
-    """Whether the nearest caller outside course_lib (above the tripwire) is installed code
-    (torch, the standard library): a call made on the learner's behalf, which the runner-wide
-    guard's tracer does not see. False for the learner's own code."""
-    frame: types.FrameType | None = sys._getframe(2)
-    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_COURSE_LIB_DIR):
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_filename.startswith("<"):
-        return False
-    return str(Path(frame.f_code.co_filename).resolve()).startswith(_INSTALLED_DIRS)
-
-
-@contextlib.contextmanager
-def _library_blocked(fn: Callable[..., Any]) -> Iterator[list[str]]:
-    """Replace course_lib's loss functions (in every loaded ``course_lib`` module and in
-    ``fn``'s globals) by tripwires while the block runs; yields the names that were called.
-
-    Kept beside the runner-wide guard for what it cannot see, and for that only: a loss the
-    learner fetched without naming course_lib and handed to another library's Python code to
-    call (the guard's tracer attributes that call to the library; see the module docstring). A
-    call from the learner's own code (directly, or through course_lib's own functions) goes
-    through to the original: the runner-wide guard refuses it, with its own message."""
-    originals = {}
-    for module, name in LIBRARY_LOSSES:
-        if module.startswith("course_lib.capstone") and module not in sys.modules:
-            continue  # heavy to import; a learner who imports it loads it inside the block, below
-        obj = getattr(importlib.import_module(module), name, None)
-        if obj is not None:
-            originals[id(obj)] = (obj, name)
-    called: list[str] = []
-
-    def tripwire(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        def blocked(*args: Any, **kwargs: Any) -> Any:
-            if not _called_by_another_library():
-                return original(*args, **kwargs)
-            called.append(name)
-            raise _LibraryCalled(name)
-
-        return blocked
-
-    spaces = [vars(m) for n, m in list(sys.modules.items()) if n.startswith("course_lib") and m is not None]
-    spaces.append(getattr(fn, "__globals__", {}))
-    patched = []
-    for space in spaces:
-        for key, value in list(space.items()):
-            if id(value) in originals and originals[id(value)][0] is value:
-                patched.append((space, key, value))
-                space[key] = tripwire(originals[id(value)][1], value)
-    try:
-        yield called
-    finally:
-        for space, key, value in patched:
-            space[key] = value
-
-
-def _dp_answer(fn: Callable[..., Any], shards: list[Shard], c: float) -> tuple[list[float], list[Any], list[Any]]:
-    """The learner's losses on copies of ``shards``: (values, the losses, the fresh leaves)."""
-    leaves = [s["logp_new"].detach().clone().requires_grad_(True) for s in shards]
-    given = [
-        {
-            "logp_new": leaf,
-            "logp_behaviour": s["logp_behaviour"].clone(),
-            "adv": s["adv"].clone(),
-            "mask": s["mask"].clone(),
-        }
-        for leaf, s in zip(leaves, shards, strict=True)
-    ]
-    what = f"{DP}({len(shards)} shards, clip_c={fmt_number(c)})"
-    with _library_blocked(fn) as called:
-        try:
-            got = call(fn, given, c)
-        except LearnerError:
-            if called:
-                fail(f"{what} {LIBRARY_MESSAGE.format(name=called[0])}")
-            raise
-    if called:
-        fail(f"{what} {LIBRARY_MESSAGE.format(name=called[0])}")
-    if not isinstance(got, list | tuple) or len(got) != len(shards):
-        fail(f"{what} returned {describe_type(got)}; expected a list of {len(shards)} losses, one per shard")
-    for r, loss in enumerate(got):
-        assert_scalar_tensor(loss, what=f"{what}[{r}]", advice="one scalar loss per shard, keep the graph")
-        if not loss.requires_grad:
-            fail(f"{what}[{r}] does not require grad: compute it from the shard's logp_new (not a detached copy)")
-    return [float(loss.detach()) for loss in got], list(got), leaves
-
-
-def _dp_compare(fn: Callable[..., Any], shards: list[Shard], c: float = CLIP_C) -> None:
-    """The learner's shard losses against the whole batch's (07.2): the values sum to its value,
-    each shard's gradient is its rows of the whole batch's gradient; a known slip is named."""
-    import torch
-
-    values, losses, leaves = _dp_answer(fn, shards, c)
-    counts = [int(s["mask"].sum()) for s in shards]
-    what = f"{DP}(shards of {', '.join(map(str, counts))} tokens, clip_c={fmt_number(c)})"
-    grads = []
-    for r, loss in enumerate(losses):
-        parts = torch.autograd.grad(loss, leaves, allow_unused=True, retain_graph=True)
-        for s, part in enumerate(parts):
-            if s != r and part is not None and bool(part.abs().max() > 0):
-                fail(
-                    f"{what}: shard {r}'s loss depends on shard {s}'s log-probs: a rank sees only its own shard "
-                    "(the token count is all it shares)"
-                )
-        grads.append(np.zeros(leaves[r].shape) if parts[r] is None else parts[r].detach().numpy())
-    want_value, want_grads = whole_batch_loss(shards, c)
-
-    def close(a: list[Any], b: list[Any]) -> bool:
-        return all(np.allclose(x, y, rtol=1e-7, atol=1e-10) for x, y in zip(a, b, strict=True))
-
-    def right(vals: list[float], grs: list[Any]) -> bool:
-        return math.isclose(sum(vals), want_value, rel_tol=1e-7, abs_tol=1e-10) and close(grs, want_grads)
-
-    if right(values, grads):
+def _tf_compare(fn: Callable[..., Any], case: Sharing) -> None:
+    """The learner against the oracle on ``case``; a mismatch that agrees with a slip is named."""
+    got, want = _tf_answer(fn, case), naive_sharing(case)
+    if not _differing(got, want):
         return
-    for message, slip in DP_SLIPS.items():
-        slip_values, slip_grads = naive_shard_losses(shards, c, **slip)
-        if not right(slip_values, slip_grads) and close(values, slip_values) and close(grads, slip_grads):
-            fail(f"{what}: {message}")
-    if not math.isclose(sum(values), want_value, rel_tol=1e-7, abs_tol=1e-10):
-        fail(
-            f"{what}: the shards' losses sum to {sum(values):.6g}; expected {want_value:.6g}, "
-            "the single-process loss (07.2) of the whole batch"
-        )
-    r = next(r for r, (g, h) in enumerate(zip(grads, want_grads, strict=True)) if not np.allclose(g, h, rtol=1e-7))
-    fail(
-        f"{what}: shard {r}'s gradient is not its rows of the whole batch's (07.2) gradient, "
-        "so the all-reduced sum is not that gradient"
-    )
+
+    def probe(message: str) -> bool:
+        slip = TF_SLIPS[message]
+        return all(not _differing(_tf_answer(fn, p), naive_sharing(p, **slip)) for p in TF_PROBES)
+
+    message = _named_slip(got, want, {m: naive_sharing(case, **s) for m, s in TF_SLIPS.items()}, probe)
+    if message:
+        fail(f"{case.text()}: {message}")
+    key = _differing(got, want)[0]
+    fail(f"{case.text()}: {key} is {short_repr(got[key])}; expected {short_repr(want[key])}")
 
 
-@check_case("returns one scalar loss per shard, each requiring grad, written without course_lib's loss")
-def _dp_shape(fn: Callable[..., Any]) -> None:
-    _dp_answer(fn, dp_batch(0, 3), CLIP_C)
-
-
-def worked_shards() -> list[Shard]:
-    """The statement's example: shard 0 holds one answer of 3 tokens, shard 1 three answers of
-    3 tokens (12 tokens in all); every weight 1 (on-policy)."""
-    import torch
-
-    def shard(advantages: list[float]) -> Shard:
-        n = len(advantages)
-        mask = torch.zeros(n, PROMPT + 3, dtype=torch.bool)
-        mask[:, PROMPT:] = True
-        logp = torch.log(torch.full((n, PROMPT + 3), 0.5, dtype=torch.float64))
-        return {
-            "logp_new": logp,
-            "logp_behaviour": logp.clone(),
-            "adv": torch.tensor(advantages, dtype=torch.float64),
-            "mask": mask,
-        }
-
-    return [shard([1.0]), shard([1.0, -1.0, 0.5])]
-
-
-@check_case("the worked example: shards of 3 and 9 tokens, every token's gradient -A / 12")
-def _dp_known(fn: Callable[..., Any]) -> None:
-    import torch
-
-    shards = worked_shards()
-    _dp_compare(fn, shards)
-    _, losses, leaves = _dp_answer(fn, shards, CLIP_C)
-    (grad,) = torch.autograd.grad(losses[0], leaves[0])
-    got = float(grad[0, PROMPT])
-    if not math.isclose(got, -1.0 / 12.0, rel_tol=1e-9):
-        fail(f"{DP}: the gradient at shard 0's first token is {got:.6g}; expected -A / N_tok = -1/12")
-
-
-@check_case(
-    "random ragged batches over 2, 3 and 4 shards, clip_c from 1 to 5, answers with a zero advantage among them: "
-    "the shards' gradients and values sum to (07.2)'s"
+#: The statement's worked example, on 2 cores: 3 trainers and 1 generator, 2 trainers and 2 generators.
+WORKED_SHARING = (Sharing((2, 1, 1), 2, 1), Sharing((2, 2), 2, 2))
+WORKED_SHARING_ANSWERS = (
+    {"finish_s": [3.0, 2.0, 2.0], "update_s": 3.0, "fixed_share_s": 4.0},
+    {"finish_s": [4.0, 4.0], "update_s": 4.0, "fixed_share_s": 4.0},
 )
-def _dp_oracle(fn: Callable[..., Any]) -> None:
-    for seed in range(6):
-        _dp_compare(fn, dp_batch(seed, 2 + seed % 3), CLIPS[seed])
+
+#: Hand-made cases: equal work, trainers with no work, more cores than processes, no background,
+#: a fractional number of cores, no work at all.
+KNOWN_SHARING: tuple[Sharing, ...] = (
+    Sharing((1.5, 1.5, 1.5), 2, 1),
+    Sharing((0, 3, 1, 0), 2, 1),
+    Sharing((3, 1), 8, 2),
+    Sharing((4, 2, 1), 2, 0),
+    Sharing((1, 2), 1.5, 1),
+    Sharing((0, 0), 2, 0),
+)
 
 
-@check_case("one shard is (07.2) itself; equal shards; padding values change nothing")
-def _dp_properties(fn: Callable[..., Any]) -> None:
-    import torch
+def random_sharing(seed: int) -> Sharing:
+    """1 to 6 trainers (whole groups, or any CPU-seconds; some with none, some tied), 0.5 to 8
+    cores, 0 to 4 background processes."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 6)
+    work: list[float] = []
+    for _ in range(n):
+        r = rng.random()
+        if seed % 2:  # whole groups of 1 CPU-second
+            work.append(float(rng.randint(0, 3)))
+        else:
+            work.append(0.0 if r < 0.15 else rng.choice(work) if work and r < 0.4 else rng.uniform(0.1, 5.0))
+    cores = rng.choice((0.5, 1, 1.5, 2, 3, 4, 8, rng.uniform(0.3, 6.0)))
+    return Sharing(tuple(work), cores, rng.randint(0, 4))
 
-    _dp_compare(fn, dp_batch(10, 1))
-    _dp_compare(fn, dp_batch(11, 3, ragged=False))
-    shards = dp_batch(12, 2)
-    values, _, _ = _dp_answer(fn, shards, CLIP_C)
-    moved = [
-        dict(s, logp_behaviour=torch.where(s["mask"], s["logp_behaviour"], torch.tensor(7.0, dtype=torch.float64)))
-        for s in shards
-    ]
-    again, _, _ = _dp_answer(fn, moved, CLIP_C)
-    if not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(values, again, strict=True)):
-        fail(f"{DP} changed when only the padding of logp_behaviour changed: apply the mask to every term")
+
+RANDOM_SHARING = tuple(random_sharing(seed) for seed in range(40))
+#: Small cases on which a wrong answer is matched against each candidate slip as a whole.
+TF_PROBES = (*WORKED_SHARING, *KNOWN_SHARING[:5])
 
 
-DATA_PARALLEL_LOSSES = Exercise(
-    name=DP,
+@check_case("the worked example on 2 cores: work [2, 1, 1] with 1 generator, [2, 2] with 2")
+def _tf_worked(fn: Callable[..., Any]) -> None:
+    for case, want in zip(WORKED_SHARING, WORKED_SHARING_ANSWERS, strict=True):
+        _tf_compare(fn, case)
+        got = _tf_answer(fn, case)
+        key = next(iter(_differing(got, want)), None)
+        if key is not None:  # the oracle agrees with these by construction; this names them
+            fail(f"{case.text()}: {key} is {short_repr(got[key])}; expected {short_repr(want[key])}")
+
+
+@check_case("hand-made cases: equal work, trainers with no work, more cores than processes, no background, 1.5 cores")
+def _tf_known(fn: Callable[..., Any]) -> None:
+    for case in KNOWN_SHARING:
+        _tf_compare(fn, case)
+
+
+@check_case("random trainers, cores and background against processor sharing in exact fractions")
+def _tf_oracle(fn: Callable[..., Any]) -> None:
+    for case in RANDOM_SHARING:
+        _tf_compare(fn, case)
+
+
+@check_case("raises ValueError on no trainer, a negative work, cores <= 0 and background < 0")
+def _tf_bad(fn: Callable[..., Any]) -> None:
+    cases = (
+        (Sharing((), 2, 1), "no trainer"),
+        (Sharing((1, -0.5), 2, 1), "a negative work"),
+        (Sharing((1,), 0, 1), "cores = 0"),
+        (Sharing((1,), -2, 1), "cores < 0"),
+        (Sharing((1,), 2, -1), "background < 0"),
+    )
+    for case, why in cases:
+        what = case.text()
+        no_error = returned_instead_of_value_error(what, why)
+        assert_value_error(fn, *case.args(), what=what, no_error=no_error)
+
+
+TRAINERS_FINISH = Exercise(
+    name=TF,
     points=15,
-    title="the data-parallel loss (11.1): each shard divides by the whole batch's token count",
-    checks=(_dp_shape, _dp_known, _dp_oracle, _dp_properties),
-    advice="from its terms: the truncated weight (sg), the advantage, the mask and the global token count",
+    title="processor sharing: when each trainer finishes once the trainers that wait give their cores away",
+    checks=(_tf_worked, _tf_known, _tf_oracle, _tf_bad),
     hints=(
-        "Two steps, as on the cluster: first the one number the trainers all-reduce, the count of real tokens over "
-        "every shard; then each shard's loss, minus the sum over its own real tokens of sg[w] A log pi, divided by "
-        "that global count.",
-        "The weight is lesson 07's truncated ratio of each token, computed from `logp_new.detach()` (that is the "
-        "sg[]) and truncated from above at `clip_c`. The advantage is per answer: give it a token axis so that it "
-        "broadcasts over the answer's tokens.",
-        "Ask what the all-reduce computes: a plain sum of the shards' gradients. Which denominator makes that sum "
-        "equal the single-process loss's gradient, and which tokens may enter each numerator? Counts as Python ints; "
-        "one scalar tensor per shard, in order.",
+        "Between two finishes nothing changes: the same processes are runnable and each gets the same share, "
+        "min(1, cores / R). So the next event is the trainer with the least work left.",
+        "Take the trainers in order of their work. Every unfinished trainer has received the same core time so "
+        "far (they all ran at the same share); the next one needs its work minus that, at the current share. Then "
+        "R drops by one.",
+        "R counts the background processes too, and never a finished trainer (nor one with no work to do). Which "
+        "finish does the all-reduce wait for? The fixed share is one share for everyone, the whole time.",
     ),
 )
+
 
 # ---------------------------------------------------------------------------------------
 # Exercise 5: join_step
@@ -1708,8 +1488,8 @@ JOIN_STEP = Exercise(
 
 EXERCISES: tuple[Exercise, ...] = (
     ASSIGN_ROLES,
-    SYNC_AND_ADMIT,
+    COLOCATED_SYNC_UPDATE,
     RESTART_ACCOUNTING,
-    DATA_PARALLEL_LOSSES,
+    TRAINERS_FINISH,
     JOIN_STEP,
 )
