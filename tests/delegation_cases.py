@@ -628,7 +628,8 @@ return {**checkpoint, "step": total_steps, "params": runner}""",
         attr="Roles",
         params="rank, world_size, n_trainers",
         # The library's assign_roles also insists on >= 3 ranks and >= 2 trainers (the capstone
-        # job's own limits); its Roles holds the split, the groups and the rank check.
+        # job's own limits); its Roles holds the split, the groups and the rank check. Wrapped with
+        # the validation added it is right on every check run alone: the guard refuses it.
         body="""\
 if n_trainers < 1 or n_trainers >= world_size:
     raise ValueError(f"{n_trainers} trainers do not fit a world of {world_size} ranks with a generator")
@@ -644,7 +645,8 @@ return {"role": role, "index": members.index(rank), "trainer_group": roles.train
         attr="generation_time_s",
         params="shares, prompt_steps, a_s, b_s, train_steps_per_s",
         # (08.7) for one linear engine that holds every answer of the rank at once (its sequences
-        # P + L_i steps long); the training time, the max and the slot use around it.
+        # P + L_i steps long); the training time, the max and the slot use around it. Its linear path
+        # is exactly the tail (a_s * steps + b_s * tokens), so only the guard refuses it.
         body="""\
 if not shares or any(n < 1 for share in shares for n in share):
     raise ValueError(f"need at least one rank and answers of >= 1 token, got {shares}")

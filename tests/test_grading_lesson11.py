@@ -5,13 +5,15 @@ with the library (`course_lib.capstone.roles`, `.ledger`, lesson 08's
 `course_lib.layout.model.generation_time_s` for the colocated decoding, `capstone.plan.rank_share`
 for the fixed share), with the statements' worked examples and with hand-made cases; the
 sharing oracle gives each trainer its work in core time; each known slip shows on the checks'
-cases; bad submissions get a report, never a crash; one planted bug per exercise is caught end
-to end through `course grade`.
+cases; bad submissions get a report, never a crash; an answer that hands the work to the
+library (the job's `Roles`, lesson 08's engine model) is refused by the runner-wide guard; one
+planted bug per exercise is caught end to end through `course grade`.
 """
 
 from __future__ import annotations
 
 import itertools
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +26,9 @@ from mutants.l11_capstone import MUTANTS
 from course_lib.capstone.ledger import Generated, SampleLedger, audit
 from course_lib.capstone.plan import rank_share
 from course_lib.capstone.roles import Roles
-from course_lib.course.grading.checks import run_exercise
+from course_lib.course.grading.checks import run_check, run_exercise
+from course_lib.course.grading.guard import GUARD_DESCRIPTION
+from course_lib.course.grading.lessons import get_exercise
 from course_lib.course.grading.lessons import l11_capstone as l11
 from course_lib.layout.model import generation_time_s
 
@@ -419,6 +423,119 @@ def test_an_infinite_loop_times_out():
             pass
 
     gh.assert_infinite_loop_times_out(l11.COLOCATED_SYNC_UPDATE, forever)
+
+
+# ---------------------------------------------------------------------------------------
+# The library's answers are refused (the runner-wide guard; the checks alone would pass them)
+# ---------------------------------------------------------------------------------------
+
+LIBRARY_ANSWERS = textwrap.dedent(
+    """
+    import importlib
+
+    import course_lib.layout.model as engine
+    from course_lib.capstone.roles import Roles, assign_roles as job_roles
+
+
+    def _roles_answer(roles, rank):
+        role = roles.role(rank)
+        members = roles.trainers if role == "trainer" else roles.generators
+        return {"role": role, "index": members.index(rank), "trainer_group": roles.trainers,
+                "sync_group": roles.sync_ranks}
+
+
+    def _checked(rank, world_size, n_trainers):
+        if n_trainers < 1 or n_trainers >= world_size or not 0 <= rank < world_size:
+            raise ValueError("an impossible layout")
+
+
+    def roles_wrapper(rank, world_size, n_trainers):
+        _checked(rank, world_size, n_trainers)
+        return _roles_answer(Roles(world_size, n_trainers), rank)
+
+
+    def roles_by_computed_import(rank, world_size, n_trainers):
+        _checked(rank, world_size, n_trainers)
+        module = importlib.import_module("course_lib.capstone." + "roles")
+        return _roles_answer(getattr(module, "Ro" + "les")(world_size, n_trainers), rank)
+
+
+    def job_assign_roles(rank, world_size, n_trainers):
+        _checked(rank, world_size, n_trainers)
+        return _roles_answer(job_roles(world_size, n_trainers, n_trainers), rank)
+
+
+    def _colocated(decode):
+        def colocated_sync_update(shares, prompt_steps, a_s, b_s, train_steps_per_s):
+            if not shares or any(n < 1 for share in shares for n in share):
+                raise ValueError("need a rank and answers of >= 1 token")
+            if prompt_steps < 0 or a_s < 0 or b_s < 0 or train_steps_per_s <= 0:
+                raise ValueError("bad rates")
+            decode_s, train_s, live, held = [], [], 0, 0
+            for share in shares:
+                steps = [prompt_steps + n for n in share]
+                decode_s.append(decode(steps, a_s, b_s) if steps else 0.0)
+                train_s.append(sum(steps) / train_steps_per_s)
+                live, held = live + sum(steps), held + len(steps) * max(steps, default=0)
+            update_s = max(d + t for d, t in zip(decode_s, train_s))
+            return {"update_s": update_s, "decode_s": decode_s, "train_s": train_s,
+                    "slot_use": live / held if held else 1.0}
+        return colocated_sync_update
+
+
+    def _by_schedule(steps, a_s, b_s):
+        start, end = engine.engine_schedule(steps, len(steps))
+        return sum(a_s + b_s * int(((start <= t) & (t < end)).sum()) for t in range(int(end.max())))
+
+
+    def _by_latency(steps, a_s, b_s):
+        return sum(engine.decode_latency_s(sum(s > t for s in steps), a_s, b_s) for t in range(max(steps)))
+
+
+    generation_time = _colocated(lambda steps, a_s, b_s: engine.generation_time_s(steps, 1, len(steps), a_s, b_s))
+    finish_times = _colocated(
+        lambda steps, a_s, b_s: float(engine.engine_finish_times_s(steps, len(steps), a_s, b_s).max())
+    )
+    schedule = _colocated(_by_schedule)
+    latency = _colocated(_by_latency)
+    """
+)
+
+#: (exercise, submission, the library piece the refusal names first, whether the checks alone pass it)
+LIBRARY_SUBMISSIONS = (
+    ("assign_roles", "roles_wrapper", "course_lib.capstone.roles.Roles", True),
+    ("assign_roles", "roles_by_computed_import", "course_lib.capstone.roles", True),  # the module, named in a string
+    ("assign_roles", "job_assign_roles", "course_lib.capstone.roles.assign_roles", False),  # >= 3 ranks, >= 2 trainers
+    ("colocated_sync_update", "generation_time", "course_lib.layout.model.generation_time_s", True),
+    ("colocated_sync_update", "finish_times", "course_lib.layout.model.engine_finish_times_s", True),
+    ("colocated_sync_update", "schedule", "course_lib.layout.model.engine_schedule", True),
+    ("colocated_sync_update", "latency", "course_lib.layout.model.decode_latency_s", True),
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "form", "used", "right"), LIBRARY_SUBMISSIONS, ids=[f"{n}-{f}" for n, f, _, _ in LIBRARY_SUBMISSIONS]
+)
+def test_an_answer_that_hands_the_work_to_the_library_is_refused(name, form, used, right):
+    """The review's two routes (the job's Roles wrapped with the validation added; lesson 08's
+    generation_time_s, whose linear path is exactly the tail) and the other pieces of the engine
+    model that compute the same decode time: each right on every check run alone, each refused
+    by the runner-wide guard with the exercise's advice."""
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(LIBRARY_ANSWERS, "<learner>", "exec"), namespace)
+    fn, exercise = namespace[form], get_exercise(LESSON, name)
+    assert all(run_check(check, fn).passed for check in exercise.checks) == right
+    outcome = run_exercise(exercise, fn)
+    assert not outcome.passed and outcome.results[0].description == GUARD_DESCRIPTION, outcome.results
+    assert f"{name} uses {used}" in outcome.message and "the library's own implementation" in outcome.message
+    assert exercise.advice and exercise.advice in outcome.message
+
+
+def test_no_lesson_11_exercise_allows_course_lib_code():
+    """Nothing is allowed, so every course_lib route (the ledger, rank_share, join_attempt too) is
+    refused; each exercise says what to write it from instead."""
+    for exercise in l11.EXERCISES:
+        assert exercise.allowed == () and exercise.advice, exercise.name
 
 
 # ---------------------------------------------------------------------------------------

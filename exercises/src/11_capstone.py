@@ -84,7 +84,7 @@ from course_lib import check
 # and missing validation are named in the message.
 #
 # (At full size: `course_lib.capstone.roles.assign_roles`, which also routes each group to
-# a trainer.)
+# a trainer. Handing the work to it or to its `Roles` is refused: write the rule yourself.)
 
 
 # %% tags=["exercise"]
@@ -170,7 +170,8 @@ check("11_capstone", "assign_roles", assign_roles)
 # missing validation are named in the message.
 #
 # (At full size: `course_lib.capstone.plan.colocated_sync_rate`, section 8's prediction for this
-# arm, with lesson 08's `course_lib.layout.model.generation_time_s` for the tail.)
+# arm, with lesson 08's `course_lib.layout.model.generation_time_s` for the tail. Calling these,
+# or any other piece of lesson 08's engine model, is refused: sum the steps yourself.)
 
 
 # %% tags=["exercise"]
@@ -270,7 +271,8 @@ check("11_capstone", "colocated_sync_update", colocated_sync_update)
 # earlier attempt's late groups counted as leftover, and totals in groups instead of
 # samples are named in the message.
 #
-# (At full size: `course_lib.capstone.ledger`: `SampleLedger.resume` and `audit`.)
+# (At full size: `course_lib.capstone.ledger`: `SampleLedger.resume` and `audit`. Handing the
+# work to the ledger is refused: classify the lines yourself.)
 
 
 # %% tags=["exercise"]

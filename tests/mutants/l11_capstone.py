@@ -43,6 +43,20 @@ MUTANTS: list[Mutant] = [
     Mutant(
         AR, "no_generator_check", "if n_trainers >= world_size:", "if n_trainers > world_size:", "no generator left"
     ),
+    # the job's Roles wrapped, the validation kept: right on every check but for the guard
+    Mutant(
+        AR,
+        "wraps_library_roles",
+        "    if rank < n_trainers:\n",
+        "    from course_lib.capstone.roles import Roles\n\n"
+        "    roles = Roles(world_size, n_trainers)\n"
+        "    role = roles.role(rank)\n"
+        '    members = roles.trainers if role == "trainer" else roles.generators\n'
+        '    return {"role": role, "index": members.index(rank), "trainer_group": roles.trainers, '
+        '"sync_group": roles.sync_ranks}\n'
+        "    if rank < n_trainers:\n",
+        "assign_roles uses course_lib.capstone.roles",  # .Roles, or the module it is imported from
+    ),
     # colocated_sync_update: the tail (longest, shrinking live count), the prompt steps, the max, the pooled use
     Mutant(
         CS,
@@ -82,6 +96,24 @@ MUTANTS: list[Mutant] = [
         "        live += sum(steps)\n        held += len(steps) * longest\n",
         "        if steps:\n            live += sum(steps) / (len(steps) * longest)\n            held += 1\n",
         "averaged over the ranks",
+    ),
+    # lesson 08's engine model for the tail (its linear path is exactly a_s * steps + b_s * tokens)
+    Mutant(
+        CS,
+        "library_generation_time",
+        DECODE,
+        "from course_lib.layout.model import generation_time_s\n\n"
+        "        decode_s.append(generation_time_s(steps, 1, max(len(steps), 1), a_s, b_s) if steps else 0.0)",
+        "colocated_sync_update uses course_lib.layout.model",
+    ),
+    Mutant(
+        CS,
+        "library_engine_finish_times",
+        DECODE,
+        "import course_lib.layout.model as engine\n\n"
+        "        decode_s.append(float(max(engine.engine_finish_times_s(steps, max(len(steps), 1), a_s, b_s), "
+        "default=0.0)))",
+        "colocated_sync_update uses course_lib.layout.model",
     ),
     Mutant(
         CS,

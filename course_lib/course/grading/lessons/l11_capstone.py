@@ -49,6 +49,17 @@ truth of the simulated launch (which start each process belongs to), not by a re
 implementation (``reference_join_step``, written as a table of phases, is for the tests).
 Each oracle takes keyword switches that compute a known slip, so a wrong answer that matches
 one is named.
+
+No exercise allows any course_lib code (``Exercise.allowed`` is empty), so the runner-wide guard
+(:mod:`course_lib.course.grading.guard`) refuses, before any check and again at run time, a
+submission that hands the work to the library, however it reaches it: for assign_roles the job's
+``course_lib.capstone.roles.Roles`` and ``assign_roles`` (a wrapper around ``Roles`` with the
+validation added would otherwise pass every check); for colocated_sync_update lesson 08's
+``course_lib.layout.model.generation_time_s`` (its linear path is ``a_s * steps + b_s * tokens``,
+exactly the tail), ``engine_finish_times_s``, ``engine_schedule``, ``decode_latency_s`` and
+``course_lib.capstone.plan.colocated_sync_rate``; for restart_accounting ``course_lib.capstone.ledger``;
+for trainers_finish ``capstone.plan.rank_share`` (only the fixed share, not the answer); for
+join_step ``capstone.context.join_attempt``. ``advice`` says what to write each one from instead.
 """
 
 from __future__ import annotations
@@ -253,6 +264,7 @@ ASSIGN_ROLES = Exercise(
     points=10,
     title="a rank's role, its index within the role and the process groups' members",
     checks=(_ar_known, _ar_oracle, _ar_properties, _ar_bad),
+    advice="with one comparison (rank < n_trainers) and the two groups built from range, not with the job's Roles",
     hints=(
         "Check the three impossible cases first; then one comparison, rank < n_trainers, decides the role.",
         "A generator's index is its distance from the first generator: rank - n_trainers.",
@@ -504,6 +516,8 @@ COLOCATED_SYNC_UPDATE = Exercise(
     points=15,
     title="a colocated synchronous update: the slowest rank's decode (with its tail) and training, and the slot use",
     checks=(_cs_worked, _cs_known, _cs_oracle, _cs_bad),
+    advice="summing each rank's decode steps (a_s a step, b_s a live answer-step) in plain arithmetic, not with "
+    "lesson 08's engine model",
     hints=(
         "Work rank by rank. Answer i is live for P + L_i steps, the rank decodes until the longest is done, and "
         "at each step the cost is a_s plus b_s for every answer still live at that step.",
@@ -745,6 +759,7 @@ RESTART_ACCOUNTING = Exercise(
     points=20,
     title="restart accounting: which generated groups are consumed, discarded or left over after restores",
     checks=(_ra_known, _ra_oracle, _ra_audit),
+    advice="by classifying each line against the attempts' resume steps, not with the job's SampleLedger",
     hints=(
         "each update u of the final run counts once, done by one attempt: of the attempts that could have "
         "done it (those that resumed at or before u), which one's work survived the restarts that followed?",
@@ -952,6 +967,7 @@ TRAINERS_FINISH = Exercise(
     points=15,
     title="processor sharing: when each trainer finishes once the trainers that wait give their cores away",
     checks=(_tf_worked, _tf_known, _tf_oracle, _tf_bad),
+    advice="by stepping from one finish to the next with the share min(1, cores / R) in plain arithmetic",
     hints=(
         "Between two finishes nothing changes: the same processes are runnable and each gets the same share, "
         "min(1, cores / R). So the next event is the trainer with the least work left.",
