@@ -45,9 +45,7 @@ from course_lib import current_scale, describe, pick, show_source
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
 WORK = Path(tempfile.mkdtemp(prefix="lesson11-"))  # the runs of this lesson write here
-# every multi-process run below gives up with its own error before the notebook's cell
-# limit (300 s under nbval, 1800 s under `course run`) would kill the kernel with none
-DEADLINE_S = pick(cpu=240, full=1500)  # below course run's 1800 s cell limit at full scale
+DEADLINE_S = pick(cpu=240, full=1500)  # every run below gives up with its own error after this
 # every run of this lesson is pinned to 2 cores, whatever the machine: 4 ranks share them, half a core each, so what
 # the lesson says of its timings holds on a laptop and on a 64-core server alike
 CORES = 2
@@ -57,7 +55,7 @@ CORES = 2
 #
 # ```
 #   torchrun agent(s) ── start the ranks, restart all of them if one dies; c10d store
-#        ├── rank 0  TRAINER 0 ── checkpoint every 40 updates (lesson 10)
+#        ├── rank 0  TRAINER 0 ── checkpoint every few updates (lesson 10)
 #        │     │ grads ▲      └── weights: lesson 09's engine, broadcast to the generators
 #        ├── rank 1  TRAINER 1 (all-reduce on the trainer group)
 #        ├── rank 2  GENERATOR ┐ SlotSampler (lesson 07): continuous batching,
@@ -131,7 +129,7 @@ CORES = 2
 #                  one decoding step; hand every complete group over (store, ledger)
 # trainer r:   for u in step .. n_updates - 1:
 #                  wait for my groups of u; loss (11.1); backward; all-reduce grads; Adam
-#                  trainer 0: announce u + 1, send it, consumed = (u + 1) B; checkpoint every 40
+#                  trainer 0: announce u + 1, send it, consumed = (u + 1) B; checkpoint
 #              evaluate; barrier; rank 0 audits the ledger (11.6)
 # ```
 
@@ -253,13 +251,15 @@ print(f"synchronous RL (max_lag 0) on the chosen split, same model (08.9), each 
 
 # %% [markdown]
 # **Takeaway:** with $B = 4$ prompts per batch the choice is narrow: 3 trainers consume
-# like 2 (the update waits for the one with 2 groups). Section 8 tests the choice.
+# like 2 (the update waits for the one with 2 groups), and the best rows can come out
+# within a fraction of a percent, where the calibration's noise decides. Section 8 tests
+# the choice.
 
 # %% [markdown]
 # ## 2. Learning: what the policy learned
 #
 # The **batch reward** is the mean reward of the 32 answers an update trained on (noisy: 4
-# prompts). The **evaluation reward** is the policy's reward on 512 fixed prompts drawn as
+# prompts). The **evaluation reward** is the policy's reward on fixed prompts drawn as
 # training prompts are, at the start (after the warm start) and at the end. The task has a
 # few hundred distinct problems, so this measures learning, not generalisation.
 
@@ -291,8 +291,6 @@ plt.show()
 se = np.sqrt(2 * held_start * (1 - held_start) / int(evals["prompts"][0]))
 print(f"evaluation reward: {held_start:.3f} at the start -> {held_end:.3f} at the end ({held_end - held_start:+.3f}; "
       f"one standard error of the difference about {se:.3f}); updates took {t_upd[-1] - t_upd[0]:.0f} s of the run")
-print(f"batch reward, mean of the first and the last {WINDOW} updates: {r_upd[:WINDOW].mean():.3f} -> "
-      f"{r_upd[-WINDOW:].mean():.3f}")
 
 # %%
 low, high = pick(cpu=(0.2, 0.5), full=(0.3, 0.95))  # the warm start's reward: a 2-layer TinyLM, or a 4-layer one
@@ -332,20 +330,23 @@ for (name, r0, r1, l0, l1, correct), c in zip(learned, rep.by_class("end")):
     print(f"{name:>8} {c['prompts']:>8} {r0:>9.2f} -> {r1:<8.2f} {l0:>13.1f} -> {l1:<11.1f} {correct:>8.1f}")
 
 # %%
-assert all(r1 > r0 for _, r0, r1, *_ in learned[:2]), learned  # quotients 1 and 2-3
-assert all(abs(l1 - c) < abs(l0 - c) for *_, l0, l1, c in learned[:2]), learned
-print("on quotients 1 and 2-3 the reward rose and the answers ended closer to a correct answer's length")
+# quotients 1 and 2-3 (a class already solved, as quotient 1 can be after a longer warm start, has nowhere to go)
+assert all(r1 > r0 or r0 > 0.9 for _, r0, r1, *_ in learned[:2]), learned
+assert all(abs(l1 - c) < abs(l0 - c) or abs(l0 - c) < 0.3 for *_, l0, l1, c in learned[:2]), learned
+assert learned[-1][4] < learned[-1][3] < learned[-1][5], learned  # 16-64: shorter still, away from correct
+print("on quotients 1 and 2-3 the reward rose and the answers ended closer to a correct answer's length; "
+      "on 16-64 they got shorter")
 
 # %% [markdown]
 # **Takeaway:** the policy learned to stop where a correct answer stops on the problems it
 # could already sometimes solve: on quotients 1 and 2-3 the reward rose and the answers moved
-# toward the correct length. Problems with a quotient of 8 or more almost never earn a
-# reward in 8 samples, so their groups have zero advantage (11.1) and nothing is learned
-# there; on quotients 16 and up the answers still get shorter, away from the correct length,
-# pulled along by what the short problems teach. Over three seeds of this run and of a
-# colocated synchronous one (`bench/capstone_learning.py`), quotients 1-3 gain 0.15-0.30 in
-# every seed; on 4-7 the gains (+0.04 and +0.10, standard error 0.04 each) are too close to
-# the seeds' noise to call.
+# toward the correct length. Problems with a quotient of 8 or more seldom earn a reward
+# (about 4% of answers on 8-15, none on 16-64), so most of their groups have zero advantage
+# (11.1), and their reward did not move; on 16 and up the answers still get shorter, away
+# from the correct length, pulled along by what the short problems teach. Over three seeds
+# (`bench/capstone_learning.py`: this pipeline with 2 generators of 32 slots, and
+# sync-colocated on 4 ranks), quotients 1-3 gained +0.12 to +0.35 in every seed; on 4-7 the
+# gains (+0.04 and +0.10, standard error 0.04 each) are too close to the seeds' noise to call.
 
 # %% [markdown]
 # ## 3. Throughput: measured against lesson 08's prediction
@@ -599,14 +600,14 @@ for r in range(n_t, 4):
 assert int(send.sum()) == cfg.n_updates and (s["nbytes"] == nbytes).all()
 bw_send = nbytes / np.median(s["transfer"][send])
 if TWO_CORES:  # on shared cores a broadcast waits for every member to be scheduled: latency, not bandwidth
-    assert bw_send < 5e8, bw_send  # gloo moved large tensors at 1.2-2 GB/s in lesson 09's benchmark
+    assert 3e7 < bw_send < 3e8, bw_send  # gloo moved large tensors at 1.2-2 GB/s in lesson 09's benchmark
     assert (in_flight > 0).any()  # how often depends on the layout: generators at the window's bound swap idle
 print(f"all {cfg.n_updates} versions reached every generator" + (
-    "; below 0.5 GB/s; some swaps with answers in flight" if TWO_CORES else ""))
+    "; 0.03-0.3 GB/s; some swaps with answers in flight" if TWO_CORES else ""))
 
 # %% [markdown]
-# **Takeaway:** a weight update here is a few milliseconds for half a megabyte, about a
-# hundred MB/s (11.5), far below what gloo reaches on large tensors: a broadcast starts when
+# **Takeaway:** a weight update here is a few milliseconds for half a megabyte, about 0.1
+# GB/s (11.5), far below what gloo reaches on large tensors: a broadcast starts when
 # its last member joins, after its decoding step. With a 1T-parameter model the bandwidth
 # term of (09.1) dominates, which checkpoint-engine's buckets and double buffer are built for.
 
@@ -615,20 +616,20 @@ print(f"all {cfg.n_updates} versions reached every generator" + (
 #
 # A second, shorter run on the same layout, launched as two hosts would launch it: **two
 # torchrun agents** meeting through a c10d rendezvous, ranks 0-1 under the first, 2-3 under
-# the second. Rank 3, a generator, `SIGKILL`s itself as it receives the weights of update 30,
-# with answers in flight; checkpoints every 20 updates. Both agents should restart their
+# the second. Rank 3, a generator, `SIGKILL`s itself as it receives the weights of update 30;
+# checkpoints every 20 updates. Both agents should restart their
 # ranks (the first agent's fail their next collective) and meet again; rank 0 restores the
 # newest checkpoint (step 20) and shares it with trainer 1; the dead attempt's groups with
 # $k \ge sB$ are **discarded** and drawn again with the same prompts. The ranks agree on
 # their attempt through the store: torchrun's restart counter is per agent, and an agent
 # counts a restart only when its own ranks failed, not when it restarts for a new member
-# (the restart line below prints rank 0's agent's count, 0 or 1).
+# (the line below prints rank 0's agent's).
 #
 # The audit (`ledger.audit`) holds three records against each other: the generators' lines
 # (each group's answers, token count and token digest), the identities the trainers gathered
 # every update, and what entered each trainer's loss (rows, tokens under the mask, their
-# digest). `tests/test_capstone.py` plants a group consumed twice, an answer lost, altered or
-# masked out, a dead attempt's group trained on, and sees the audit fail each time.
+# digest). It reads every rank's logs from the run directory: across hosts, that needs a
+# shared filesystem.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -692,8 +693,8 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# **Takeaway:** a dead rank costs a restart of every rank (the time above: Python processes
-# importing torch, the rendezvous, the restore) plus the updates since the last checkpoint.
+# **Takeaway:** a dead rank costs a restart of every rank (the seconds above) plus the
+# updates since the last checkpoint.
 # The audit found nothing lost or double-counted. Why restart *every* rank for one dead
 # generator? A collective with a dead member cannot finish. Systems that keep inference engines out
 # of the training job's collectives replace one engine instead (lesson 10, section 7; lesson
@@ -708,8 +709,8 @@ plt.show()
 #
 # - **async**: the pipeline as above, on section 1's layout;
 # - **sync-colocated**: synchronous RL as verl runs it by default, the baseline of verl's
-#   and AReaL's speedups: one rank per core (the other two ranks idle) samples its share of
-#   the batch with the current weights, then trains on it (no weight transfer);
+#   and AReaL's speedups: one rank per core (per GPU on a GPU host; any other rank idle)
+#   samples its share of the batch with the current weights, then trains on it;
 # - **sync**: `max_lag 0` on section 1's split, its generators with slots for their share of
 #   a batch: generators wait while trainers train, and the other way round;
 # - **runner-up**: the pipeline on the model's best layout with the other number of trainers;
@@ -730,9 +731,10 @@ from course_lib.capstone.launch import run_arms
 # the runner-up arm: the model's best layout with the other number of trainers (the split is what the choice decides)
 runner_up = max((k for k in table if k[0] != plan["n_trainers"]), key=table.get)
 B_G = cfg.batch_sequences  # answers per batch
+SC = max(2, min(4, rates.units))  # sync-colocated: one rank per compute unit (the 2 cores here, or a GPU each)
 LABELS = {  # each arm's name and what the job runs (NAME@TxS: T trainers, S slots)
     "async": "async",
-    "sync-colocated": f"sync-colocated@{CORES}x{B_G // CORES}",  # one rank per core samples, then trains; 2 idle
+    "sync-colocated": f"sync-colocated@{SC}x{B_G // SC}",  # each of its ranks samples, then trains; the rest idle
     "sync": f"sync@{n_t}x{B_G // (4 - n_t)}",  # the split's generators, slots for their share of a batch
     "runner-up": f"async@{runner_up[0]}x{runner_up[1]}",
 }
@@ -808,23 +810,23 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The learning curves are for reading, not a claim: 30 updates of a 4-prompt batch reward
-# are within their noise (section 2 compares learning over seeds). This comparison is about
-# throughput.
+# The learning curves are not a comparison: every arm draws the same prompts in the same
+# order, so the curves rise and fall together with the prompts, and 30 updates of a
+# 4-prompt batch reward are within their noise (section 2 compares learning over seeds).
 
 # %%
 for name, r in arm_runs:
     assert r.result["audit"]["ok"] and r.result["updates"] == COMPARE["n_updates"], name
 assert all(f["max lag"] == 0 for arm in ("sync", "sync-colocated") for f in figs[arm])
 assert all(f["max lag"] <= cfg.max_lag for arm in ARMS if not arm.startswith("sync") for f in figs[arm])
-# the speed-ups the takeaway states, on the median of the per-round ratios (BENCHMARKS.md: the re-executions)
-BANDS = {"async / sync-colocated": (1.1, 1.6), "async / sync": (1.35, 2.1)}
+# the speed-ups the takeaway states (about 1.4-1.5x and 1.7x), on the median of the per-round ratios
+BANDS = {"async / sync-colocated": (1.15, 1.65), "async / sync": (1.4, 2.1)}
 for name, (low, high) in BANDS.items():
     assert low < np.median(pair[name]) < high or not TWO_CORES, (name, pair[name])
 if "async-shm" in ARMS:
     assert med["async-shm"]["send ms"] < 0.2 * med["async"]["send ms"], (med["async-shm"], med["async"])
 print("every ledger exact, every lag within its bound (0 for both synchronous arms)" + (
-      "; async / sync-colocated 1.1-1.6x, async / sync 1.35-2.1x" if TWO_CORES else "")
+      "; async / sync-colocated 1.15-1.65x, async / sync 1.4-2.1x" if TWO_CORES else "")
       + ("; the shared-buffer write under a fifth of the broadcast" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
@@ -894,39 +896,41 @@ if TWO_CORES:  # ratios of arms measured in the same rounds, and the model's, wh
     assert abs(np.log(error_cd["async"])) < abs(np.log(error["async"])), (error_cd, error)
     assert error_cd["async"] > error_cd["sync-colocated"], error_cd  # what is left: the pipeline's waits
     margin = predicted_ups["async"][1] / predicted_ups["runner-up"][1]  # how far ahead the model put its choice
-    assert abs(np.log(np.median(pair["async / runner-up"]))) < np.log(1.35), pair["async / runner-up"]
-    assert np.median(pair["async / runner-up"]) < margin, (pair["async / runner-up"], margin)
-print("the model: the pipeline faster than either baseline, its async/sync ratio within 1.6x; with c and d measured "
-      "closer on the pipeline, and still further off there than on sync-colocated; the runner-up within 1.35x of "
-      "the chosen layout, which led by less than the model said" if TWO_CORES else "")
+    ahead = np.median(pair["async / runner-up"])  # how far ahead the chosen layout ran
+    assert 0.75 < ahead < 1.06 and ahead < margin, (pair["async / runner-up"], margin)
+print("the model: the pipeline faster than either baseline, its async/sync ratio within 1.6x, closer with c and d "
+      "measured; the chosen layout under 6% ahead of the runner-up, and less than the model said"
+      if TWO_CORES else "")
 
 # %% [markdown]
 # **Takeaway.** Against colocated synchronous RL run as verl runs it (a worker per core),
-# the pipeline ran 1.1-1.6x the updates per second; against the split synchronous baseline,
-# 1.35-2.1x (medians of the per-round ratios above, checked against these bands), every
-# token within its lag bound. Sync-colocated pays the **tail**: a batch keeps decoding until
-# its longest answer ends (several times the mean), slots emptying (08.7), while the
-# pipeline refills a freed slot at once. On pinned cores the split baseline's waiting side
-# lends its core to the working side (the model's shares of 1.00), so its extra cost is the
-# hand-offs: groups through the store, the weights broadcast in series.
+# the pipeline ran about 1.4-1.5x the updates per second; against the split synchronous
+# baseline, about 1.7x (medians of the per-round ratios above), every token within its lag
+# bound. Sync-colocated pays the **tail**: a batch keeps decoding until its longest answer
+# ends (several times the mean), slots emptying (08.7), while the pipeline refills a freed
+# slot at once. On pinned cores the split baseline's waiting side lends its core to the
+# working side (the model's shares of 1.00), so its extra cost is the hand-offs: groups
+# through the store, the weights broadcast in series.
 #
-# The published gains are larger: PipelineRL learns about 2x faster (time to a given
-# reward) than a baseline that generates a large batch and takes 32 optimizer steps on it;
-# AReaL reports up to 2.77x and verl's fully-async trainer 1.92-2.66x on 32-128 GPUs, against
-# colocated synchronous runs. Their tails are long too; what holds ours back is the
-# pipeline's trainer, which pays in series what section 3 measured.
+# The published gains are larger and measured otherwise: PipelineRL learns about 2x faster
+# (time to a given reward) than a baseline that generates a large batch and takes 32
+# optimizer steps on it; verl's fully-async trainer reports 1.92-2.66x on 32-128 GPUs and
+# AReaL up to 2.77x, against colocated synchronous runs, with answers thousands of tokens
+# long and partial rollouts. verl's streaming mode alone (no staleness), the closest to this
+# run, reports about 1.6x. Lesson 08's model misses the verl figures too (it predicts less):
+# their split trainers run faster per GPU than the colocated ones it is calibrated on.
 #
 # **The model's account.** It overstates the pipeline's gain. Fed what section 3 measured
 # ($c$ from trainer 0's compute and the collectives' own cost, $d$ each arm's send), it comes
 # closer and still overstates it: it leaves out waiting, trainer 0's for the other trainer
 # and for groups, which four ranks on two cores cause and one rank per core does not. Its
-# choice of layout is not confirmed: the runner-up ran as fast or faster. With 3 trainers
-# and $B = 4$, two trainers train one group and wait for the third's two, and while they
-# wait the busy ranks get more than the model's fixed half core (exercise 4).
+# choice of layout is not confirmed: the runner-up ran about as fast or faster. With 3
+# trainers and $B = 4$, two trainers train one group and wait for the third's two, and while
+# they wait the busy ranks get more than the model's fixed half core (exercise 4).
 #
 # **The shared buffer** writes the weights in a fraction of a millisecond where the
-# broadcast takes several; taking the difference off the update would give the gain printed
-# below, about what async-shm / async shows above, a gain as small as the rounds' scatter.
+# broadcast takes several; taking the difference off the update gives about the gain the
+# async-shm arm measured above (checked below), a gain as small as the rounds' scatter.
 # Its heart, a write into the idle slot and the generators' parameters re-pointed at it:
 
 # %%
@@ -942,9 +946,12 @@ saved_ms = med["async"]["send ms"] - med.get("async-shm", med["async"])["send ms
 if "async-shm" not in ARMS:
     print("no shared-buffer arm on this host (a GPU host: see the comparison's first cell)")
 else:
+    send_gain = update_ms / (update_ms - saved_ms)
     print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['async']['send ms']:.1f} ms; the "
           f"shared-buffer write {med['async-shm']['send ms']:.2f} ms: taking the difference off the update would "
-          f"give {update_ms / (update_ms - saved_ms):.2f}x")
+          f"give {send_gain:.2f}x; async-shm / async measured {np.median(pair['async-shm / async']):.2f}x")
+    if TWO_CORES:
+        assert abs(np.log(np.median(pair["async-shm / async"]) / send_gain)) < np.log(1.15), (pair, send_gain)
 
 # %% [markdown]
 # ## 9. Where production systems put each part
@@ -962,7 +969,7 @@ else:
 #
 # | term | meaning |
 # |---|---|
-# | rank, role | a process torchrun started; ranks 0 .. T-1 train, the rest generate |
+# | rank, role | a process torchrun started; its role (trainer or generator) follows from its rank |
 # | $\sigma$ | the share of a core the model gives each rank (4 ranks on 2 cores: 0.5) |
 # | updates/s | updates per second of updating (first update's start to the last one's end); every update is one batch of 32 answers |
 # | lag | trainer version minus the version that sampled a token (11.2) |
@@ -972,15 +979,13 @@ else:
 # ## Summary
 #
 # - The policy learned to end its answers closer to the right length on the problems it
-#   could sometimes solve (quotients 1-3); long problems almost never earn a reward in 8
-#   samples and teach nothing.
+#   could sometimes solve (quotients 1-3); on long problems, which seldom earn a reward,
+#   nothing moved.
 # - The model's prediction misses by what it leaves out: the all-reduces and the weight send
 #   in series (fed back, they bring it closer) and the waits of ranks sharing cores (they
-#   remain); its choice of layout is not confirmed against the
-#   runner-up, which ran as fast or faster.
-# - The pipeline ran 1.1-1.6x the updates per second of colocated synchronous RL and
-#   1.35-2.1x those of split synchronous RL, with no token past its lag bound; its own
-#   trainer's costs in series hold the gain back.
+#   remain); its choice of layout is not confirmed: the runner-up ran about as fast.
+# - The pipeline ran about 1.4-1.5x the updates per second of colocated synchronous RL and
+#   about 1.7x those of split synchronous RL, with no token past its lag bound.
 # - A generator killed under one of two agents cost a restart of every rank and the updates
 #   since the last checkpoint; the ledger balanced down to the tokens in each loss.
 #
@@ -988,7 +993,7 @@ else:
 # learning rate of 1e-4, arms of 100 updates, still pinned to 2 cores. With fewer GPUs than
 # ranks the job runs on the CPUs (it says so): on a one-GPU host, put every rank on the GPU
 # with `--colocated` (CUDA IPC; it ran on an H200, `BENCHMARKS.md`). With a GPU per rank
-# `--backend auto` picks NCCL, a path that has never run. The timing claims of sections 3-8
+# `--backend auto` picks NCCL, not yet run on GPUs. The timing claims of sections 3-8
 # are asserted only at the cpu scale on two pinned cores (elsewhere printed).
 #
 # **References.** Piché et al., *PipelineRL*, arXiv 2509.19128 (2025). AReaL, arXiv

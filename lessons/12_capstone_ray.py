@@ -408,12 +408,12 @@ plt.show()
 assert during >= 1
 at_bound = hist[-2:].sum() / hist.sum()
 print("updates finished while the generator restarted: at least one (the controller did not stop)")
-print("takeaway (right): " + ("most consumed tokens are at lag 3 or 4: the generators ran ahead until admission (12.1) "
-      "held them, so the trainers set the pipeline's pace" if at_bound > 0.5 else "most consumed tokens are at lag 2 "
-      "or less: admission (12.1) rarely held the generators back"))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+print("takeaway (right): " + ("most consumed tokens are at lag 3 or 4: the generators ran ahead until admission (12.1) "
+      "held them, so the trainers set the pipeline's pace" if at_bound > 0.5 else "most consumed tokens are at lag 2 "
+      "or less: admission (12.1) rarely held the generators back"))
 pre = [m for m in pipe["metrics"] if m["time"] <= kill["at_s"]]
 pipe_pre_rate = len(pre) / (pre[-1]["time"] - pipe["metrics"][0]["started"])
 print(f"updates/s before the kill: {pipe_pre_rate:.1f}; while the generator was down "
