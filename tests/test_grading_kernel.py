@@ -218,7 +218,10 @@ def test_infinite_loop_that_swallows_timeouts_hits_the_cell_limit(tmp_path, caps
     # 5 s of cell time leaves room for the grading cell's imports on a loaded machine
     g = grade(tmp_path, capsys, path, args=["--cell-timeout", "5", "--total-timeout", "30", "--check-timeout", "1"])
     message = g.exercise()["message"]
-    assert "ran past the 5 s cell time limit during check" in message, message
+    # The check's 1 s timeout is an exception raised inside the loop: the loop swallows it when it lands inside the
+    # try, and then the cell limit stops it; when it lands between two iterations (outside the try) it ends the
+    # check. Both are a clear message and no points; which one happens is a race.
+    assert "ran past the 5 s cell time limit during check" in message or "did not finish within 1 s" in message, message
     assert g.exercise()["score"] == 0
 
 
