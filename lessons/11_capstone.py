@@ -73,12 +73,12 @@ CORES = 2
 # ## Key equations
 #
 # **Data-parallel loss.** Update $u$ consumes groups $k = uB \dots (u+1)B-1$; trainer $r$
-# takes its shard $S_r$. Each shard's loss divides by the token count $N_{tok}$ of the
-# *whole* batch, so the all-reduced sum of the shards' gradients is exactly lesson 07's
-# gradient (07.2) on the whole batch:
+# takes its shard $S_r$. Each shard's loss is a sum over its tokens; one all-reduce sums the
+# shards' gradients and their token counts, and dividing by the batch's $N_{tok}$ gives
+# exactly lesson 07's gradient (07.2) on the whole batch:
 #
-# $$L_r = -\frac{1}{N_{tok}} \sum_{(i,t) \in S_r} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_u(y_{it}\mid x, y_{i,<t}),
-#   \qquad \nabla L = \sum_{r=1}^{N_t} \nabla L_r \qquad (11.1)$$
+# $$L_r = -\sum_{(i,t) \in S_r} \mathrm{sg}[w_{it}]\, A_i\, \log\pi_u(y_{it}\mid x, y_{i,<t}),
+#   \qquad \nabla L = \frac{1}{N_{tok}} \sum_{r=1}^{N_t} \nabla L_r, \quad N_{tok} = \sum_r |S_r| \qquad (11.1)$$
 #
 # with $w_{it}$ the per-token importance weight truncated at $c = 2$ (07.1) and $A_i$ the
 # group-relative advantage (07.3). A group whose 8 answers all score alike (all 0, or all 1)
@@ -128,7 +128,8 @@ CORES = 2
 #                  refill free slots while k < consumed + (max_lag + 1) B            (11.2)
 #                  one decoding step; hand every complete group over (store, ledger)
 # trainer r:   for u in step .. n_updates - 1:
-#                  wait for my groups of u; loss (11.1); backward; all-reduce grads; Adam
+#                  wait for my groups of u; loss (11.1); backward
+#                  one all-reduce: grads, token count, statistics; grads / N_tok; Adam
 #                  trainer 0: announce u + 1, send it, consumed = (u + 1) B; checkpoint
 #              evaluate; barrier; rank 0 audits the ledger (11.6)
 # ```
@@ -154,7 +155,7 @@ from course_lib.capstone.trainer import Trainer
 
 show_source(Trainer.run)
 show_source(Trainer.publish)  # the order behind (11.2): announce, send, then raise `consumed`
-show_source(Trainer._all_reduce_grads)  # (11.1): the shards' gradients summed, one flat message
+show_source(Trainer._all_reduce_grads)  # (11.1): gradients, token counts and statistics summed in one message
 show_source(Generator.refill)
 
 # %% [markdown]
@@ -330,25 +331,31 @@ for (name, r0, r1, l0, l1, correct), c in zip(learned, rep.by_class("end")):
     print(f"{name:>8} {c['prompts']:>8} {r0:>9.2f} -> {r1:<8.2f} {l0:>13.1f} -> {l1:<11.1f} {correct:>8.1f}")
 
 # %%
-# quotients 1 and 2-3 (a class already solved, as quotient 1 can be after a longer warm start, has nowhere to go)
-assert all(r1 > r0 or r0 > 0.9 for _, r0, r1, *_ in learned[:2]), learned
-assert all(abs(l1 - c) < abs(l0 - c) or abs(l0 - c) < 0.3 for *_, l0, l1, c in learned[:2]), learned
-assert learned[-1][4] < learned[-1][3] < learned[-1][5], learned  # 16-64: shorter still, away from correct
-print("on quotients 1 and 2-3 the reward rose and the answers ended closer to a correct answer's length; "
-      "on 16-64 they got shorter")
+(_, r0_1, r1_1, *_), (_, r0_23, r1_23, l0_23, l1_23, c_23) = learned[:2]
+n_23 = rep.by_class("end")[1]["prompts"]
+se_23 = np.sqrt(2 * r0_23 * (1 - r0_23) / n_23)  # as above, for the class
+if current_scale() == "cpu":  # the 2-layer TinyLM's warm start; a 4-layer one starts elsewhere (printed, not asserted)
+    prompts = [c["prompts"] for c in rep.by_class("end")]
+    assert np.dot(prompts, [x[4] for x in learned]) < np.dot(prompts, [x[3] for x in learned]), learned  # shorter
+    assert r1_23 - r0_23 > 2 * se_23 and r1_1 - r0_1 < r1_23 - r0_23, learned  # 2-3 gained, more than quotient 1
+    assert abs(l1_23 - c_23) < abs(l0_23 - c_23), learned  # ... toward a correct answer's length
+    assert learned[-1][4] < learned[-1][3] < learned[-1][5], learned  # 16-64: shorter, away from correct
+if current_scale() == "cpu":
+    print("shorter answers over all classes; on quotients 2-3 the reward rose by more than two standard errors, more "
+          "than on quotient 1, the answers nearer a correct answer's length; on 16-64 further from it")
 
 # %% [markdown]
-# **Takeaway:** the policy learned to answer shorter, in every class. That pays where it
+# **Takeaway:** the policy learned to answer shorter, most where answers were long. That pays where it
 # could already sometimes solve the problem: on quotients 2-3 the reward rose clearly and the
-# answers reached the correct length; quotient 1, above 0.8 from the start, moved less.
+# answers came near the correct length; quotient 1, above 0.8 from the start, moved less.
 # Problems with a quotient of 8 or more seldom earn a reward (a few percent of answers on
 # 8-15, none on 16-64), so most of their groups have zero advantage (11.1) and their reward
 # did not move, while their answers shortened past or away from the correct length. Over
 # three seeds (`bench/capstone_learning.py`: this pipeline, and sync-colocated on 4 ranks),
 # quotients 1-3 gained +0.12 to +0.35 in every seed; on 4-7 the gains (+0.04 and +0.10,
 # standard error 0.04 each) are too close to the seeds' noise to call. An asynchronous run is
-# not deterministic (which answer lands at which lag depends on timing), so one run's gains
-# scatter around those.
+# not deterministic (timing decides each answer's lag), so one run's gains scatter around
+# those.
 
 # %% [markdown]
 # ## 3. Throughput: measured against lesson 08's prediction
@@ -360,21 +367,8 @@ print("on quotients 1 and 2-3 the reward rose and the answers ended closer to a 
 # NBVAL_IGNORE_OUTPUT
 ph = rep.phases
 u = rep.updates
-lo = float(np.min(u["started"]))  # start of the first update
-hi = float(np.max(u["t"]))  # end of the last
+lo, hi = rep.updating_window()  # the first update's start, the last one's end
 span_s = hi - lo
-
-
-def phase_seconds(rank: int) -> dict[str, float]:
-    """Seconds rank spent in each phase between the first update's start and the last update's end."""
-    mine = ph["rank"] == rank
-    out: dict[str, float] = {}
-    for name, a, b in zip(ph["phase"][mine], ph["start"][mine], ph["end"][mine]):
-        overlap = max(0.0, min(b, hi) - max(a, lo))
-        out[name] = out.get(name, 0.0) + overlap
-    return out
-
-
 n_t = plan["n_trainers"]
 measured = rep.tokens_per_s
 predicted = plan["predicted_tokens_per_s"]
@@ -391,7 +385,7 @@ print(f"updates/s: predicted {1 / p_cal.step_s:.1f} (calibration's answers), {1 
 print(f"  length drift: {p_run.step_s / p_cal.step_s:.2f}x the predicted step; model / measured with this run's "
       f"answers (the system error): {1 / p_run.step_s / ups:.2f}")
 print(f"\nseconds per update, by phase, in the {span_s:.1f} s of updating (11.4):")
-rows = {r: phase_seconds(r) for r in range(4)}
+rows = {r: rep.phase_seconds(r) for r in range(4)}
 names = ("wait", "train", "allreduce", "sync", "checkpoint", "decode")
 print(f"{'rank':>6} {'role':<10}" + "".join(f"{n + ' ms':>14}" for n in names) + f"{'covered':>9}")
 for r, secs in rows.items():
@@ -403,19 +397,12 @@ c_run = steps_per_update * share0 / (rows[0]["train"] / cfg.n_updates)
 c_model = rates.train_steps_per_s * rates.cpu_share
 print(f"\ntrainer 0's compute (the train phase) ran at {c_run:,.0f} sequence steps/s; the model assumed "
       f"c1 x sigma = {c_model:,.0f} ({c_model / c_run:.1f}x)")
-# The trainers run the same all-reduces in the same order, so the k-th span of each is one collective. The last
-# trainer to arrive waits least: the shortest of the k-th spans is the collective's own cost, the rest of trainer
-# 0's span its wait for another trainer.
-reduce_spans = [ph["end"][m] - ph["start"][m] for m in ((ph["rank"] == r) & (ph["phase"] == "allreduce") for r in range(n_t))]
-n_reduce = min(len(x) for x in reduce_spans)
-own = np.min([x[:n_reduce] for x in reduce_spans], axis=0)
-in_window = (ph["start"][(ph["rank"] == 0) & (ph["phase"] == "allreduce")][:n_reduce] >= lo)
 reduce_ms = 1e3 * rows[0]["allreduce"] / cfg.n_updates
-own_ms = 1e3 * float(own[in_window].sum()) / cfg.n_updates
+own_ms = 1e3 * rep.allreduce_own_seconds(n_t) / cfg.n_updates  # the shortest of the trainers' spans of a collective
 c_real = steps_per_update * share0 / (rows[0]["train"] / cfg.n_updates + own_ms / 1e3)
 send_s = float(np.median(rep.syncs["total"][rep.syncs["side"] == "send"]))
-print(f"trainer 0's all-reduces, {100 * rows[0]['allreduce'] / span_s:.0f}% of its time (the model: 0): "
-      f"{reduce_ms:.1f} ms per update, of which {own_ms:.1f} ms the collectives themselves and "
+print(f"trainer 0's all-reduce (one per update), {100 * rows[0]['allreduce'] / span_s:.0f}% of its time (the model: "
+      f"0): {reduce_ms:.1f} ms per update, of which {own_ms:.1f} ms the collective itself and "
       f"{reduce_ms - own_ms:.1f} ms waiting for the other trainer; compute and collectives together ran at "
       f"{c_real:,.0f} sequence steps/s ({c_model / c_real:.1f}x below the model)")
 decoding = ", ".join(f"{100 * rows[r].get('decode', 0.0) / span_s:.0f}%" for r in range(n_t, 4))
@@ -437,11 +424,11 @@ assert 0.9 < covered0 < 1.02, covered0
 # the regime this lesson's timing claims describe: the cpu scale's TinyLM, 4 ranks on 2 pinned cores
 TWO_CORES = current_scale() == "cpu" and rates.device == "cpu" and rates.cpu_share == 0.5
 if TWO_CORES:
-    assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.25 * span_s, rows[0]
+    assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.1 * span_s, rows[0]
     assert c_model > 1.3 * c_real and 0 < own_ms < reduce_ms, (c_model, c_real, own_ms, reduce_ms)
     assert rows[0]["wait"] < 0.3 * span_s, rows[0]
     assert all(rows[r]["allreduce"] > rows[0]["allreduce"] for r in range(1, n_t)), rows
-print("trainer 0's phases cover its time" + ("; all-reduces over 25% of it, sending over 5%, waiting for data "
+print("trainer 0's phases cover its time" + ("; the all-reduce over 10% of it, sending over 5%, waiting for data "
       "under 30%; compute and collectives over 1.3x below c1 x sigma" if TWO_CORES else ""))
 
 # %% [markdown]
@@ -454,11 +441,13 @@ print("trainer 0's phases cover its time" + ("; all-reduces over 25% of it, send
 #   **all-reduces**, the **weight send**, and a train phase slower than the calibration (the
 #   run adds Adam, chunking and bookkeeping).
 #
-# An all-reduce span holds the collective and the wait for the other trainer. The last
-# trainer to arrive waits least, so the shortest span of each collective is its own cost.
-# Even that is large for half a megabyte: each collective needs both trainers scheduled on
+# An update has one all-reduce: the gradients, with the token count and statistics in the
+# same message (a collective this small costs mostly latency, which a second message would
+# pay again). Its span holds the collective and the wait for the other trainer; the last
+# to arrive waits least, so the shortest span of each collective is its own cost. Even that
+# is large for half a megabyte: it needs both trainers scheduled on
 # cores they share with the generators; on GPUs with a fast link it would be a small share.
-# Trainer 0 seldom waits for a group: the trainers are slower than the model assumed, so
+# Trainer 0 waits little for groups: the trainers are slower than the model assumed, so
 # the model may name another bound than the run shows. Section 8 feeds these costs back.
 
 # %% [markdown]
@@ -624,9 +613,8 @@ print(f"all {cfg.n_updates} versions reached every generator" + (
 # meet again; rank 0 restores the
 # newest checkpoint (step 20) and shares it with trainer 1; the dead attempt's groups with
 # $k \ge sB$ are **discarded** and drawn again with the same prompts. The ranks agree on
-# their attempt through the store: torchrun's restart counter is per agent, and an agent
-# counts a restart only when its own ranks failed, not when it restarts for a new member
-# (the line below prints rank 0's agent's).
+# their attempt through the store: torchrun's restart counter is per agent and counts only
+# its own ranks' failures.
 #
 # The audit (`ledger.audit`) holds three records against each other: the generators' lines
 # (each group's answers, token count and token digest), the identities the trainers gathered
@@ -722,7 +710,8 @@ plt.show()
 #
 # One torchrun launch runs them in turn (`run_arms`), each a fresh run with its own ledger,
 # in interleaved rounds (each starting with another arm), so a change in the machine's load
-# hits every arm alike; ratios are taken per round, then their median.
+# hits every arm alike. Each round has its own seed (warm start, prompts, sampling), shared
+# by its arms; ratios are taken per round, then their median.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -748,7 +737,7 @@ if not torch.cuda.is_available():
 ARMS = tuple(LABELS)
 ROUNDS = 3
 COMPARE = dict(n_updates=pick(cpu=30, full=100), eval_prompts=pick(cpu=32, full=256), calibrate=False,
-               n_trainers=plan["n_trainers"], n_slots=plan["n_slots"])
+               n_trainers=plan["n_trainers"], n_slots=plan["n_slots"], round_seeds=True)  # round r: seed + r
 order = [ARMS[(i + r) % len(ARMS)] for r in range(ROUNDS) for i in range(len(ARMS))]  # each round starts elsewhere
 runs = run_arms(WORK / "arms", [LABELS[a] for a in order], deadline_s=DEADLINE_S, echo=None, cores=CORES, **COMPARE)
 arm_runs = [(name, r) for name, (_, r) in zip(order, runs)]
@@ -760,9 +749,13 @@ def arm_figures(report) -> dict[str, float]:
     u, s = report.updates, report.syncs
     send = s["side"] == "send"
     send_ms = 1e3 * float(np.median(s["total"][send])) if send.any() else 0.0  # sync-colocated sends nothing
+    lo, hi = report.updating_window()
+    per_update = {k: 1e3 * v / len(u["update"]) for k, v in report.phase_seconds(0).items()}  # trainer 0, ms
     return {"updates/s": report.updates_per_s, "samples/s": report.samples_per_s,
             "answer tokens/s": report.tokens_per_s, "answer length": float(u["tokens"].sum() / u["samples"].sum()),
-            "send ms": send_ms, "max lag": int(np.nanmax(u["lag_max"]))}
+            "send ms": send_ms, "max lag": int(np.nanmax(u["lag_max"])),
+            "slot use": report.batch_slot_use(cfg.groups_per_batch),
+            **{f"{k} ms": per_update.get(k, 0.0) for k in ("wait", "decode", "train", "allreduce", "sync")}}
 
 
 figs = {arm: [arm_figures(r) for name, r in arm_runs if name == arm] for arm in ARMS}
@@ -787,62 +780,56 @@ print()
 for name, values in pair.items():
     rate = "" if "tokens" in name else ", updates/s"
     print(f"{name}{rate}, per round: " + ", ".join(f"{v:.2f}" for v in values) + f"; median {np.median(values):.2f}")
+phase_cols = ("wait ms", "decode ms", "train ms", "allreduce ms", "sync ms")
+print(f"\ntrainer 0's milliseconds per update (medians):\n{'arm':<14}" + "".join(f"{c:>13}" for c in phase_cols))
+for arm in ARMS:
+    print(f"{arm:<14}" + "".join(f"{np.median([f[c] for f in figs[arm]]):>13.1f}" for c in phase_cols))
+for arm in ("sync-colocated", "sync"):
+    print(f"{arm}: a batch's answers filled {100 * np.median([f['slot use'] for f in figs[arm]]):.0f}% of the slots "
+          "while it decoded (mean answer / longest); the rest is the tail")
 
 # %%
-fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [2, 1]})
+fig, ax_r = plt.subplots(figsize=(6, 3.6))
 ARM_COLOURS = {"async": "tab:blue", "sync-colocated": "black", "sync": "tab:gray", "runner-up": "tab:green",
                "async-shm": "tab:orange"}
-labelled: set[str] = set()
-for name, r in arm_runs:
-    u = r.updates
-    ax_l.plot(u["t"] - np.min(u["started"]), smoothed(u["reward"], 10), color=ARM_COLOURS[name], alpha=0.8,
-              label=None if name in labelled else name)
-    labelled.add(name)
-ax_l.set_xlabel("seconds since the arm's first update")
-ax_l.set_ylabel("batch reward (10-update trailing mean)")
-ax_l.set_title(f"Learning against time, {ROUNDS} rounds per arm ({COMPARE['n_updates']} updates each)")
-ax_l.legend(fontsize=8)
 for i, arm in enumerate(ARMS):
     vals = [f["updates/s"] for f in figs[arm]]
     ax_r.bar(i, np.median(vals), color=ARM_COLOURS[arm], alpha=0.6)
     ax_r.plot([i] * len(vals), vals, "k.", ms=6)
 ax_r.set_xticks(range(len(ARMS)), ARMS, fontsize=8)
 ax_r.set_ylabel("updates per second (bar: median; dots: rounds)")
-ax_r.set_title("Throughput per arm")
+ax_r.set_title(f"Throughput per arm, {ROUNDS} rounds of {COMPARE['n_updates']} updates")
 fig.tight_layout()
 plt.show()
-
-# %% [markdown]
-# The learning curves are not a comparison: every arm draws the same prompts in the same
-# order, so the curves move together with the prompts (section 2 compares learning).
 
 # %%
 for name, r in arm_runs:
     assert r.result["audit"]["ok"] and r.result["updates"] == COMPARE["n_updates"], name
 assert all(f["max lag"] == 0 for arm in ("sync", "sync-colocated") for f in figs[arm])
 assert all(f["max lag"] <= cfg.max_lag for arm in ARMS if not arm.startswith("sync") for f in figs[arm])
-# the speed-ups the takeaway states (about 1.2-1.5x and 1.6-1.8x), on the median of the per-round ratios
+# the speed-ups the takeaway states (about 1.2-1.5x and 1.6-1.9x), on the median of the per-round ratios
 BANDS = {"async / sync-colocated": (1.15, 1.65), "async / sync": (1.4, 2.1)}
 for name, (low, high) in BANDS.items():
     assert low < np.median(pair[name]) < high or not TWO_CORES, (name, pair[name])
 if "async-shm" in ARMS:
     assert med["async-shm"]["send ms"] < 0.2 * med["async"]["send ms"], (med["async-shm"], med["async"])
-print("every ledger exact, every lag within its bound (0 for both synchronous arms)" + (
+assert np.median([f["slot use"] for f in figs["sync-colocated"]]) < 0.5  # the tail: most slot-steps empty
+print("every ledger exact, every lag within its bound (0 for both synchronous arms); a synchronous batch's answers "
+      "filled under half of its slots" + (
       "; async / sync-colocated 1.15-1.65x, async / sync 1.4-2.1x" if TWO_CORES else "")
       + ("; the shared-buffer write under a fifth of the broadcast" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
 # **What the model says for each arm**, with section 1's calibration, each arm's answer
-# lengths and its share of the cores; the last prediction takes $c$ from the run's real
-# updates (section 3).
+# lengths and its share of the cores; the second prediction takes $c$ from the run's real
+# updates (section 3) and $d$ from the arm's own weight send.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 # c from section 3's real updates (trainer 0's compute and the collectives' own cost, not its waits), and d: the
 # arm's own median send (the shared-buffer write for async-shm; nothing for sync-colocated)
 rates_run = replace(rates, train_steps_per_s=c_real / rates.cpu_share)
-print(f"{'arm':<14} {'share (gen, train)':>19} {'predicted, calibration lengths':>31} "
-      f"{'predicted, arm lengths':>23} {'... and c, d measured':>22} {'measured':>9} {'length drift':>13} "
+print(f"{'arm':<14} {'share (gen, train)':>19} {'predicted':>10} {'... c, d measured':>18} {'measured':>9} "
       f"{'model/measured':>15}")
 
 
@@ -858,46 +845,44 @@ for arm in ARMS:
     lengths = tuple(int(x) for r in (rr for nn, rr in arm_runs if nn == arm) for x in r.answer_lengths())
     if arm == "sync-colocated":  # one rank per core decodes, then trains: a whole core each in each phase
         ranks = arm_layout(arm)[0]
-        p_cal = 1 / colocated_sync_rate(rates, cfg, ranks).step_s
         p_arm = 1 / colocated_sync_rate(rates, cfg, ranks, answer_tokens=lengths).step_s
         p_run = 1 / colocated_sync_rate(rates_run, cfg, ranks, answer_tokens=lengths).step_s
         gen_share = train_share = rates.share(ranks)
     else:
         trainers, slots, lag = arm_layout(arm)
         spec_arm = spec_for(rates, cfg, 4, trainers, slots, max_lag=lag)  # slots beyond the timed: not asked
-        p_cal = 1 / answer_rate(rates, cfg, 4, trainers, slots, max_lag=lag).step_s
         p_arm = 1 / answer_rate(rates, cfg, 4, trainers, slots, max_lag=lag, answer_tokens=lengths).step_s
         p_run = 1 / answer_rate(rates_run, cfg, 4, trainers, slots, max_lag=lag, answer_tokens=lengths,
                                 weight_sync_s=med[arm]["send ms"] / 1e3).step_s
         gen_share = rates.decode_step_s[slots] / spec_arm.a_s
         train_share = spec_arm.train_tokens_per_s_per_gpu / rates.train_steps_per_s / (
             trainer_capacity(trainers, cfg.groups_per_batch) / trainers)
-    predicted_ups[arm], calibrated_ups[arm] = (p_cal, p_arm), p_run
+    predicted_ups[arm], calibrated_ups[arm] = p_arm, p_run
     m = med[arm]["updates/s"]
-    print(f"{arm:<14} {f'{gen_share:.2f}, {train_share:.2f}':>19} {p_cal:>31.1f} {p_arm:>23.1f} {p_run:>22.1f} "
-          f"{m:>9.1f} {p_cal / p_arm:>12.2f}x {p_arm / m:>12.2f}x")
-ratio_model = predicted_ups["async"][1] / predicted_ups["sync"][1]
+    print(f"{arm:<14} {f'{gen_share:.2f}, {train_share:.2f}':>19} {p_arm:>10.1f} {p_run:>18.1f} {m:>9.1f} "
+          f"{p_arm / m:>14.2f}x")
+ratio_model = predicted_ups["async"] / predicted_ups["sync"]
 ratio_measured = float(np.median(pair["async / sync"]))
-ratio_colocated_model = predicted_ups["async"][1] / predicted_ups["sync-colocated"][1]
+ratio_colocated_model = predicted_ups["async"] / predicted_ups["sync-colocated"]
 ratio_colocated = float(np.median(pair["async / sync-colocated"]))
 ratio_colocated_run = calibrated_ups["async"] / calibrated_ups["sync-colocated"]
 print(f"\nasync / sync-colocated in updates/s: measured (median per round) {ratio_colocated:.2f}; the model "
       f"{ratio_colocated_model:.2f}, and {ratio_colocated_run:.2f} with c and d measured")
 print(f"async / sync in updates/s: measured (median per round) {ratio_measured:.2f}; the model {ratio_model:.2f}")
 print(f"the model ranked section 1's layout above the runner-up ({runner_up[0]} trainers x {runner_up[1]} slots) by "
-      f"{predicted_ups['async'][1] / predicted_ups['runner-up'][1]:.2f}x; measured (median per round) "
+      f"{predicted_ups['async'] / predicted_ups['runner-up']:.2f}x; measured (median per round) "
       f"{np.median(pair['async / runner-up']):.2f}x")
 
 # %%
 if TWO_CORES:  # ratios of arms measured in the same rounds, and the model's, which the load does not move
     assert abs(np.log(ratio_model / ratio_measured)) < np.log(1.6), (ratio_model, ratio_measured)
     assert ratio_colocated_model > 1 and ratio_colocated_run > 1  # the direction, against the colocated baseline
-    error = {arm: predicted_ups[arm][1] / med[arm]["updates/s"] for arm in ARMS}  # with each arm's lengths
+    error = {arm: predicted_ups[arm] / med[arm]["updates/s"] for arm in ARMS}  # with each arm's lengths
     error_cd = {arm: calibrated_ups[arm] / med[arm]["updates/s"] for arm in ARMS}  # ... and c, d measured
     assert error["async"] > 1.25 * error["sync-colocated"], error  # the costs (11.3) leaves out are the pipeline's
     assert abs(np.log(error_cd["async"])) < abs(np.log(error["async"])), (error_cd, error)
     assert error_cd["async"] > error_cd["sync-colocated"], error_cd  # what is left: the pipeline's waits
-    margin = predicted_ups["async"][1] / predicted_ups["runner-up"][1]  # how far ahead the model put its choice
+    margin = predicted_ups["async"] / predicted_ups["runner-up"]  # how far ahead the model put its choice
     ahead = np.median(pair["async / runner-up"])  # how far ahead the chosen layout ran
     assert 0.75 < ahead < 1.06 and ahead < margin, (pair["async / runner-up"], margin)
 print("the model: the pipeline faster than either baseline, its async/sync ratio within 1.6x, closer with c and d "
@@ -906,11 +891,12 @@ print("the model: the pipeline faster than either baseline, its async/sync ratio
 
 # %% [markdown]
 # **Takeaway.** Against colocated synchronous RL run as verl runs it (a worker per core),
-# the pipeline ran about 1.2-1.5x the updates per second (the median round above: 1.46);
-# against the split synchronous baseline, about 1.6-1.8x, every token within its lag
+# the pipeline ran about 1.2-1.5x the updates per second (the median round above: 1.50);
+# against the split synchronous baseline, about 1.6-1.9x, every token within its lag
 # bound. Sync-colocated pays the **tail**: a batch keeps decoding until its longest answer
-# ends (several times the mean), slots emptying (08.7), while the pipeline refills a freed
-# slot at once (ours pays no weight reshard, which verl's colocated mode does). On pinned
+# ends, slots emptying (08.7; its answers filled about a third of the slots, above), while
+# the pipeline refills a freed slot at once (ours pays no weight reshard, which verl's
+# colocated mode does). On pinned
 # cores the split baseline's waiting side lends its core to the
 # working side (the model's shares of 1.00), so its extra cost is the hand-offs: groups
 # through the store, the weights broadcast in series.
@@ -924,10 +910,11 @@ print("the model: the pipeline faster than either baseline, its async/sync ratio
 # their split trainers run faster per GPU than the colocated ones it is calibrated on.
 #
 # **The model's account.** It overstates the pipeline's gain. Fed what section 3 measured
-# ($c$ from trainer 0's compute and the collectives' own cost, $d$ each arm's send), it comes
-# closer and still overstates it: it leaves out waiting, trainer 0's for the other trainer
-# and for groups, which four ranks on two cores cause and one rank per core does not. Its
-# choice of layout is not confirmed: the runner-up ran about as fast or faster. With 3
+# ($c$ from trainer 0's compute and the collective's own cost, $d$ each arm's send), it comes
+# closer on the pipeline, but the ratio hardly moves: it leaves out waiting, trainer 0's for
+# the other trainer and for groups, which four ranks on two cores cause and one rank per
+# core does not. Its choice of layout is not confirmed: the runner-up ran about as fast or
+# faster. With 3
 # trainers and $B = 4$, two trainers train one group and wait for the third's two, and while
 # they wait the busy ranks get more than the model's fixed half core (exercise 4).
 #
@@ -988,7 +975,7 @@ else:
 #   in series (fed back, they bring it closer) and the waits of ranks sharing cores (they
 #   remain); its choice of layout is not confirmed: the runner-up ran about as fast.
 # - The pipeline ran about 1.2-1.5x the updates per second of colocated synchronous RL and
-#   about 1.6-1.8x those of split synchronous RL, with no token past its lag bound. Over
+#   about 1.6-1.9x those of split synchronous RL, with no token past its lag bound. Over
 #   three seeds both reached the same reward in 240 updates: the pipeline got there sooner.
 # - A generator killed under one of two agents cost a restart of every rank and the updates
 #   since the last checkpoint; the ledger balanced down to the tokens in each loss.

@@ -521,6 +521,13 @@ def test_arm_labels_parse_to_a_regime_and_an_optional_layout():
     assert (arm.arm(0).colocated_sync, arm.arm(0).max_lag, arm.arm(0).colocated) == (True, 0, False)
     assert (arm.arm(1).colocated, arm.arm(1).max_lag) == (True, 4)
     assert (arm.arm(2).n_trainers, arm.arm(2).n_slots, arm.arm(2).run_dir) == (3, 16, "r/02-async-3x16")
+    assert {arm.arm(i).seed for i in range(3)} == {0}  # every arm from the launch's seed
+
+
+def test_round_seeds_give_each_round_its_own_seed_shared_by_its_arms():
+    rounds = CapstoneConfig(run_dir="r", seed=7, arms="async,sync,sync,async,async,sync", round_seeds=True)
+    assert [rounds.arm(i).seed for i in range(6)] == [7, 7, 8, 8, 9, 9]
+    assert not rounds.arm(0).round_seeds and rounds.arm(5).run_dir == "r/05-sync"
 
 
 def test_colocated_sync_needs_a_group_per_rank_and_max_lag_0(tmp_path):
@@ -580,3 +587,32 @@ def test_a_pinned_job_runs_on_its_cores_and_calibrates_for_them(tmp_path):
     _check_run(rep, 4)
     rates = rep.layout["rates"]
     assert rates["units"] == 1 and rates["cpu_share"] == 0.25
+
+
+def test_report_phases_allreduce_split_and_slot_use_from_synthetic_lines(tmp_path):
+    from course_lib.capstone.report import CapstoneReport
+
+    def phase(rank, name, a, b):
+        return {"kind": "phase", "rank": rank, "role": "trainer", "attempt": 0, "phase": name, "start": a, "end": b,
+                "t": b}  # fmt: skip
+
+    def gen(rank, k, lengths):
+        return {"kind": "generated", "rank": rank, "attempt": 0, "k": k, "samples": len(lengths), "lengths": lengths,
+                "t": 0.0}  # fmt: skip
+
+    lines = [
+        {"kind": "update", "attempt": 0, "update": 0, "started": 10.0, "t": 12.0},
+        {"kind": "update", "attempt": 0, "update": 1, "started": 12.0, "t": 14.0},
+        phase(0, "allreduce", 9.0, 9.5),  # before the first update: not counted
+        phase(0, "train", 10.0, 11.0), phase(0, "allreduce", 11.0, 11.8), phase(0, "allreduce", 13.0, 13.3),
+        phase(1, "allreduce", 8.0, 9.5), phase(1, "allreduce", 11.5, 11.8), phase(1, "allreduce", 12.5, 13.3),
+        phase(0, "sync", 13.5, 15.0),  # half of it after the last update's end
+        gen(2, 0, [1, 3]), gen(2, 1, [2, 2]),  # update 0 of rank 2: 8 tokens in 4 answers x longest 3
+        gen(3, 2, [4, 4]), gen(2, 2, [1]),  # update 1 (k // 2): rank 3's 8 in 2 x 4; rank 2's 1 in 1 x 1
+    ]  # fmt: skip
+    rep = CapstoneReport(tmp_path, lines)
+    assert rep.updating_window() == (10.0, 14.0)
+    assert rep.phase_seconds(0) == pytest.approx({"train": 1.0, "allreduce": 1.1, "sync": 0.5})
+    # k-th spans: (0.5, 1.5) before the window; (0.8, 0.3) -> 0.3; (0.3, 0.8) -> 0.3
+    assert rep.allreduce_own_seconds(2) == pytest.approx(0.6)
+    assert rep.batch_slot_use(2) == pytest.approx((8 + 8 + 1) / (4 * 3 + 2 * 4 + 1 * 1))

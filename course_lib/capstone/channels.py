@@ -9,7 +9,7 @@ the weights and goes on decoding with its KV cache kept (the in-flight update of
   :class:`~course_lib.weight_sync.endpoints.Receiver` (bucketed, pipelined, checksummed,
   all-or-nothing) on the *sync group* (trainer 0 + generators, ``torch.distributed.new_group``):
   the other trainers take no part in the transfer, but they do wait for it: trainer 0 sends
-  before its next update, so they sit in that update's first all-reduce meanwhile (lesson
+  before its next update, so they sit in that update's all-reduce meanwhile (lesson
   11, sections 3 and 5: the other trainers' all-reduce time exceeds trainer 0's by about
   the send).
 * :class:`SharedBufferChannel`: colocated mode (:mod:`course_lib.capstone.colocated`): no

@@ -112,6 +112,11 @@ class CapstoneConfig:
         "split), 'sync-colocated' (--colocated-sync); NAME@TxS pins T trainers and S slots; comma-separated, e.g. "
         "async,sync-colocated,async,sync-colocated (interleaved rounds)",
     )
+    round_seeds: bool = _f(
+        False,
+        "with --arms: the r-th run of an arm label (its round r) uses seed + r, so rounds replicate the whole run "
+        "(warm start, prompts, sampling) and every arm of a round shares its seed",
+    )
 
     def __post_init__(self) -> None:
         problems = []
@@ -186,6 +191,7 @@ class CapstoneConfig:
         """The config of arm ``index`` of ``--arms``: its own run directory ``run_dir/NN-ARM``."""
         label = self.arm_list[index]
         name, layout = parse_arm(label)
+        round_ = self.arm_list[:index].count(label)  # earlier runs of this label
         # without @TxS an arm keeps the launch's layout; sync-colocated then trains on every rank
         n_trainers, n_slots = (
             layout if layout else (0, 0) if name == "sync-colocated" else (self.n_trainers, self.n_slots)
@@ -199,6 +205,8 @@ class CapstoneConfig:
             colocated_sync=name == "sync-colocated",
             n_trainers=n_trainers,
             n_slots=n_slots,
+            seed=self.seed + round_ if self.round_seeds else self.seed,
+            round_seeds=False,
         )
 
     @property

@@ -99,7 +99,8 @@ class CapstoneReport:
     def updates(self) -> Table:
         """Trainer 0's ``update`` lines: attempt, update, started, t (logged, after the weight send),
         reward, tokens, samples, lag_mean, lag_max, ess, clipped, loss, time_wait, time_train
-        (forward, backward, Adam), time_allreduce (the update's three all-reduces)."""
+        (forward, backward, Adam), time_allreduce (the update's all-reduce: gradients, token count and
+        statistics in one message)."""
         cols = ("attempt", "update", "started", "t", "reward", "tokens", "samples", "lag_mean", "lag_max", "ess")
         return table(self._of("update"), (*cols, "clipped", "loss", "time_wait", "time_train", "time_allreduce"))
 
@@ -145,6 +146,50 @@ class CapstoneReport:
     def samples_per_s(self) -> float:
         """Answers trained on per second of updating (every update is exactly one batch of them)."""
         return self._rate("samples")
+
+    def updating_window(self) -> tuple[float, float]:
+        """(start of the first update, end of the last): the seconds the rates count."""
+        u = self.updates
+        return float(np.min(u["started"])), float(np.max(u["t"]))
+
+    def phase_seconds(self, rank: int) -> dict[str, float]:
+        """Seconds ``rank`` spent in each phase inside :meth:`updating_window`."""
+        lo, hi = self.updating_window()
+        p = self.phases
+        mine = p["rank"] == rank
+        out: dict[str, float] = {}
+        for name, a, b in zip(p["phase"][mine], p["start"][mine], p["end"][mine]):
+            out[str(name)] = out.get(str(name), 0.0) + max(0.0, min(float(b), hi) - max(float(a), lo))
+        return out
+
+    def allreduce_own_seconds(self, n_trainers: int) -> float:
+        """Of trainer 0's all-reduce time inside :meth:`updating_window`, the collectives' own cost.
+
+        The trainers run the same all-reduces in the same order, so the k-th ``allreduce`` span of
+        every trainer is one collective; the last trainer to arrive waits least, so the shortest
+        k-th span is the collective itself, and the rest of trainer 0's span its wait for another."""
+        lo, _ = self.updating_window()
+        p = self.phases
+        spans = []
+        for r in range(n_trainers):
+            sel = (p["rank"] == r) & (p["phase"] == "allreduce")
+            spans.append((p["start"][sel], p["end"][sel] - p["start"][sel]))
+        n = min(len(d) for _, d in spans)
+        own = np.min([d[:n] for _, d in spans], axis=0)
+        return float(own[spans[0][0][:n] >= lo].sum())
+
+    def batch_slot_use(self, groups_per_batch: int) -> float:
+        """Synchronous runs: the share of a batch's decoding steps its answers fill. A rank's answers
+        of one update decode together until the longest ends, so each (rank, update) batch holds
+        ``answers x longest`` slot-steps, of which its answer tokens fill ``sum of lengths``; the
+        tail (08.7) is the rest. Returns the tokens over the slot-steps, over every batch."""
+        batches: dict[tuple[int, int, int], list[int]] = {}
+        for x in self._of("generated"):
+            key = (int(x["attempt"]), int(x["rank"]), int(x["k"]) // groups_per_batch)
+            batches.setdefault(key, []).extend(int(n) for n in x.get("lengths", []))
+        filled = sum(sum(v) for v in batches.values())
+        held = sum(len(v) * max(v) for v in batches.values() if v)
+        return filled / held if held else float("nan")
 
     @property
     def phases(self) -> Table:

@@ -3,18 +3,21 @@
 Every trainer holds the same model and Adam state. Update ``u``::
 
     wait for my groups of u (store keys g/{k}, k = uB .. (u+1)B-1 routed to me)     phase "wait"
-    n = all_reduce(my answer tokens)                    the batch's size                phase "allreduce"
-    loss_t = sum over my tokens of (07.2)'s terms / n;  backward                      phase "train"
-    grads = all_reduce(grads, SUM)                      (sum_t loss_t = (07.2) on the whole batch)  "allreduce"
+    loss_t = sum over my tokens of (07.2)'s terms;  backward                          phase "train"
+    [grads, n, stats] = all_reduce([my grads, my answer tokens, my reward, lag
+        histogram, sum w, sum w^2, group identities ...], SUM): one message          phase "allreduce"
+    grads /= n   (n: the whole batch's tokens, so grads = (07.2)'s gradient on the whole batch)
     Adam step (identical on every trainer: identical gradients, identical state)      "train"
-    stats = all_reduce(reward, tokens, lag histogram, sum w, sum w^2, ...)            "allreduce"
     trainer 0: announce u+1, send the weights (lesson 09's engine), consumed = (u+1)B    phase "sync"
     trainer 0: every checkpoint_every updates, a checkpoint (lesson 10's atomic commit)  phase "checkpoint"
 
-The per-shard loss divides by the *global* token count, so the all-reduced sum of the
-trainers' gradients is exactly the gradient of (07.2) over the whole batch (tested against
-the single-process loss): an explicit all-reduce rather than DDP, which would average and
-needs one forward per step (the trainer runs one forward per chunk of similar lengths).
+Each shard's loss is a sum over its tokens; the all-reduced sum of the trainers' gradients,
+divided by the *global* token count that travels in the same message, is exactly the gradient
+of (07.2) over the whole batch (tested against the single-process loss). One collective per
+update: at half a megabyte its cost is mostly latency, which a second and third message (the
+token count first, the statistics after) would pay again. An explicit all-reduce rather than
+DDP, which would average and needs one forward per step (the trainer runs one forward per
+chunk of similar lengths).
 
 **Checkpoint** (trainer 0, :func:`~course_lib.checkpoint.torch_state.save_torch_state`, atomic):
 model weights, Adam moments and step counts, the update count, the sample ledger, the layout,
@@ -180,11 +183,15 @@ class Trainer:
         self._spans.append(("allreduce", t0, time.time()))
         return out
 
-    def _all_reduce_grads(self) -> None:
-        """One all-reduce of every gradient, flattened (one message, as DDP's buckets)."""
+    def _all_reduce_grads(self, stats: list[float]) -> list[float]:
+        """One all-reduce of every gradient, flattened, with ``stats`` appended (one message, as
+        DDP's buckets): ``stats[0]`` is this shard's token count, by which the summed gradients are
+        then divided (each shard's loss is a sum: (11.1)). Returns the summed ``stats``, exact
+        while every value is an integer below 2**24 or a float sum (float32, as the gradients)."""
         params = [p for p in self.state.model.parameters()]
+        extra = torch.tensor(stats, dtype=torch.float32, device=params[0].device)
         flat = torch.cat(
-            [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in params]
+            [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in params] + [extra]
         )
         if flat.is_cuda:  # the backward pass is asynchronous: let it finish before the all-reduce's clock starts
             torch.cuda.synchronize(flat.device)
@@ -193,11 +200,13 @@ class Trainer:
         if flat.is_cuda:
             torch.cuda.synchronize(flat.device)
         self._spans.append(("allreduce", t0, time.time()))
+        summed = flat[flat.numel() - len(stats) :].double().tolist()
         offset = 0
         for p in params:
             n = p.numel()
-            p.grad = flat[offset : offset + n].view_as(p).clone()
+            p.grad = flat[offset : offset + n].view_as(p) / summed[0]  # the whole batch's tokens: (07.2)'s mean
             offset += n
+        return summed
 
     def evaluate(self, when: str) -> float:
         """Evaluation reward on ``eval_prompts`` fixed prompts (drawn as the training prompts are: the
@@ -276,13 +285,10 @@ class Trainer:
         batch = pad_groups(groups)
         mask = batch["mask"]
         lag = token_lags(u, batch["versions"].numpy(), mask.numpy())[mask.numpy()]
-        (n_tokens,) = self._sum([float(mask.sum())])
-        loss, log_ratio = shard_loss(model, batch, int(n_tokens), cfg.clip_c, cfg.train_chunk)
+        loss, log_ratio = shard_loss(model, batch, 1, cfg.clip_c, cfg.train_chunk)  # a sum: / n after the all-reduce
         opt.zero_grad()
         loss.backward()
-        self._all_reduce_grads()
-        opt.step()
-        w = torch.exp(log_ratio.double().clamp(max=50.0))
+        w = torch.exp(log_ratio.double().clamp(max=20.0))  # w, w^2 summed in float32 (the one message): finite
         bins = cfg.max_lag + 2  # 0 .. max_lag, and one bin for "more" (never filled if the bound holds)
         hist = np.bincount(np.minimum(lag, bins - 1), minlength=bins)
         # the groups' own identities (generation attempt, k, answers), from every trainer: the ledger's record
@@ -295,6 +301,7 @@ class Trainer:
         for i, g in enumerate(groups):
             ids[self.index, i] = (g["attempt"] + 1, g["k"] + 1, len(g["answers"]))  # 0 = no group
         local = [
+            float(mask.sum()),  # first: the summed gradients are divided by it
             float(batch["rewards"].sum()),
             float(batch["rewards"].size),
             float(w.sum()),
@@ -307,7 +314,8 @@ class Trainer:
         ]
         # what entered this shard's loss, group by group, read back from the padded batch: the ledger's content check
         self.metrics.log("trained", update=u, groups=loss_rows(groups, batch))
-        r_sum, n_seq, w_sum, w2_sum, clipped, loss_sum, lag_sum, *rest = self._sum(local)
+        n_tokens, r_sum, n_seq, w_sum, w2_sum, clipped, loss_sum, lag_sum, *rest = self._all_reduce_grads(local)
+        opt.step()
         hist_all = [int(h) for h in rest[:bins]]
         consumed = [(int(a) - 1, int(k) - 1, int(n)) for a, k, n in np.reshape(rest[bins:], (-1, 3)) if a > 0]
         return {
@@ -319,7 +327,7 @@ class Trainer:
             "consumed": consumed,
             "ess": w_sum**2 / (n_tokens * w2_sum),
             "clipped": clipped / n_tokens,
-            "loss": loss_sum,
+            "loss": loss_sum / n_tokens,
             "lag_mean": lag_sum / n_tokens,
             "lag_max": max(i for i, h in enumerate(hist_all) if h),
             "lag_hist": hist_all,
