@@ -104,8 +104,7 @@ CORES = 2
 # waits for the batch's longest answer ($L_{max}$ decoding steps of $l(B_w)$ each, $B_w$ the
 # slots then busy) and the weight sync $d$, spread over the $k_{max}$ updates of the window:
 # $t_{step} \ge (L_{max}\, l(B_w) + d)/k_{max}$ (08.14). The table in section 1 says which.
-# The plan takes $d = 0$ (no send can be timed before the run); section 8 feeds the
-# measured one back.
+# The plan takes $d = 0$; section 8 feeds the measured one back.
 #
 # **What an update costs, measured.** Trainer 0 does everything in series:
 #
@@ -145,6 +144,7 @@ CORES = 2
 # | (11.2) backpressure | `staleness.may_start_group` in `capstone.generator.Generator.refill` |
 # | weights to the generators | `capstone.channels.BroadcastChannel` (lesson 09), `capstone.colocated.SharedBuffer` |
 # | (11.6) the ledger and its audit | `capstone.ledger.SampleLedger`, `audit` |
+# | (11.4) phases; (11.5) sends | `CapstoneReport.phase_seconds`, `allreduce_own_seconds`; `.syncs` |
 # | logs read back | `capstone.report.load`, `CapstoneReport` |
 #
 # The trainers' loop, and a generator's refill of its free slots:
@@ -216,45 +216,23 @@ print(f"the run finished its {cfg.n_updates} updates in one attempt, on 4 ranks 
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.capstone.plan import (
-    answer_rate,
-    colocated_sync_rate,
-    rates_from_plan,
-    spec_for,
-    trainer_capacity,
-    trainer_choices,
-)
+from course_lib.capstone.plan import answer_rate, format_layout_rows, layout_rows, predict_arm, rates_from_plan
 
 rates = rates_from_plan(plan)
-answer = np.asarray(rates.answer_tokens, dtype=np.float64)
-to_answer = answer.sum() / (answer + 3).sum()  # sequence steps -> answer tokens: L / (L + P) of (11.3)
+answer = np.asarray(rates.answer_tokens)
 print(f"calibration: share of a core sigma = {rates.cpu_share:.2f} per rank ({rates.units} cores, 4 ranks); "
       f"trainer c1 = {rates.train_steps_per_s:,.0f} sequence steps/s; policy's answers: mean {answer.mean():.1f} "
       f"tokens, longest {int(answer.max())}")
-print(f"{'trainers':>8} {'generators':>10} {'slots':>5} {'l1(S) ms':>8} {'production':>11} {'consumption':>12} "
-      f"{'predicted answer tokens/s':>26} {'updates/s':>10}  bound")
-table = {}
-for trainers in trainer_choices(cfg, 4):
-    for slots in sorted(rates.decode_step_s):
-        spec = spec_for(rates, cfg, 4, trainers, slots)  # a_s = l1(S) / sigma, c = c1 * sigma (x B/ceil(B/T) / T)
-        prod = (4 - trainers) * slots / spec.a_s * to_answer
-        cons = trainers * spec.train_tokens_per_s_per_gpu * to_answer
-        p = answer_rate(rates, cfg, 4, trainers, slots)
-        table[(trainers, slots)] = p.tokens_per_s
-        bound = ("the straggler wait (08.14)" if p.wait_binds else "the admission window (08.11)" if p.cap_binds
-                 else "consumption" if cons <= prod else "production")
-        mark = "   <- chosen" if (trainers, slots) == (plan["n_trainers"], plan["n_slots"]) else ""
-        print(f"{trainers:>8} {4 - trainers:>10} {slots:>5} {1e3 * rates.decode_step_s[slots]:>8.2f} {prod:>11,.0f} "
-              f"{cons:>12,.0f} {p.tokens_per_s:>26,.0f} {1 / p.step_s:>10.1f}  {bound}{mark}")
+rows_l = layout_rows(rates, cfg, 4)  # (11.3) for every split and slot count: production, consumption, the bound
+print(format_layout_rows(rows_l, 4, chosen=(plan["n_trainers"], plan["n_slots"])))
+table = {(r.trainers, r.slots): r.tokens_per_s for r in rows_l}
 sync_pred = plan["predicted_sync_tokens_per_s"]
 print(f"synchronous RL (max_lag 0) on the chosen split, same model (08.9), each side alone on the cores: "
       f"{sync_pred:,.0f} answer tokens/s")
 
 # %% [markdown]
 # **Takeaway:** with $B = 4$ prompts per batch the choice is narrow: 3 trainers consume
-# like 2 (the update waits for the one with 2 groups), and the best rows can come out
-# within a fraction of a percent, where the calibration's noise decides. Section 8 tests
-# the choice.
+# like 2, and the best rows can come out within a few percent, where the calibration's noise decides. Section 8 tests the choice.
 
 # %% [markdown]
 # ## 2. Learning: what the policy learned
@@ -308,46 +286,29 @@ print("the evaluation reward rose by more than two standard errors from the warm
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.lm.task import QUOTIENT_CLASSES, CountdownTask
-
-TASK = CountdownTask()
-
-
-def class_table(report) -> list[tuple[str, float, float, float, float, float]]:
-    """(class, reward at start, at end, answer tokens at start, at end, a correct answer's tokens) per class."""
-    rows = []
-    for (lo, hi), a, b in zip(QUOTIENT_CLASSES, report.by_class("start"), report.by_class("end")):
-        q = np.arange(lo, hi + 1)
-        p = TASK.quotient_probs[lo - 1 : hi]  # the task's power law over quotients, within the class
-        correct = float((p * (q + 1)).sum() / p.sum())
-        name = f"{lo}" if lo == hi else f"{lo}-{hi}"
-        rows.append((name, a["reward"], b["reward"], a["answer_tokens"], b["answer_tokens"], correct))
-    return rows
-
-
-learned = class_table(rep)
+learned = rep.class_table()  # per class: reward and answer tokens (start, end), a correct answer's tokens
 print(f"{'quotient':>8} {'prompts':>8} {'reward start -> end':>20} {'answer tokens start -> end':>27} {'correct':>8}")
-for (name, r0, r1, l0, l1, correct), c in zip(learned, rep.by_class("end")):
-    print(f"{name:>8} {c['prompts']:>8} {r0:>9.2f} -> {r1:<8.2f} {l0:>13.1f} -> {l1:<11.1f} {correct:>8.1f}")
+for c in learned:
+    (r0, r1), (l0, l1) = c["reward"], c["answer_tokens"]
+    print(f"{c['name']:>8} {c['prompts']:>8} {r0:>9.2f} -> {r1:<8.2f} {l0:>13.1f} -> {l1:<11.1f} {c['correct']:>8.1f}")
 
 # %%
-(_, r0_1, r1_1, *_), (_, r0_23, r1_23, l0_23, l1_23, c_23) = learned[:2]
-n_23 = rep.by_class("end")[1]["prompts"]
-se_23 = np.sqrt(2 * r0_23 * (1 - r0_23) / n_23)  # as above, for the class
+q1, q23, *_, q16 = learned
+gain = {c["name"]: c["reward"][1] - c["reward"][0] for c in learned}
+shorter = {c["name"]: c["answer_tokens"][0] - c["answer_tokens"][1] for c in learned}
+se_23 = np.sqrt(2 * q23["reward"][0] * (1 - q23["reward"][0]) / q23["prompts"])  # as above, for the class
 if current_scale() == "cpu":  # the 2-layer TinyLM's warm start; a 4-layer one starts elsewhere (printed, not asserted)
-    prompts = [c["prompts"] for c in rep.by_class("end")]
-    assert np.dot(prompts, [x[4] for x in learned]) < np.dot(prompts, [x[3] for x in learned]), learned  # shorter
-    assert r1_23 - r0_23 > 2 * se_23 and r1_1 - r0_1 < r1_23 - r0_23, learned  # 2-3 gained, more than quotient 1
-    assert abs(l1_23 - c_23) < abs(l0_23 - c_23), learned  # ... toward a correct answer's length
-    assert learned[-1][4] < learned[-1][3] < learned[-1][5], learned  # 16-64: shorter, away from correct
-if current_scale() == "cpu":
-    print("shorter answers over all classes; on quotients 2-3 the reward rose by more than two standard errors, more "
-          "than on quotient 1, the answers nearer a correct answer's length; on 16-64 further from it")
+    assert gain["2-3"] > 2 * se_23 and gain["1"] < gain["2-3"], gain  # 2-3 gained, more than quotient 1
+    assert abs(q23["answer_tokens"][1] - q23["correct"]) < abs(q23["answer_tokens"][0] - q23["correct"]), q23
+    assert min(shorter["8-15"], shorter["16-64"]) > max(shorter["1"], shorter["2-3"], 0), shorter  # long: most
+    assert q16["answer_tokens"][1] < q16["answer_tokens"][0] < q16["correct"], q16  # 16-64: away from correct
+    print("quotients 2-3 gained more than two standard errors, more than quotient 1, nearer a correct answer's "
+          "length; answers shortened most on 8-64, on 16-64 away from a correct one")
 
 # %% [markdown]
 # **Takeaway:** the policy learned to answer shorter, most where answers were long. That pays where it
 # could already sometimes solve the problem: on quotients 2-3 the reward rose clearly and the
-# answers came near the correct length; quotient 1, above 0.8 from the start, moved less.
+# answers came near the correct length; quotient 1, above 0.8 from the start, did not gain.
 # Problems with a quotient of 8 or more seldom earn a reward (a few percent of answers on
 # 8-15, none on 16-64), so most of their groups have zero advantage (11.1) and their reward
 # did not move, while their answers shortened past or away from the correct length. Over
@@ -370,8 +331,6 @@ u = rep.updates
 lo, hi = rep.updating_window()  # the first update's start, the last one's end
 span_s = hi - lo
 n_t = plan["n_trainers"]
-measured = rep.tokens_per_s
-predicted = plan["predicted_tokens_per_s"]
 tokens_per_update = float(np.mean(u["tokens"]))
 steps_per_update = tokens_per_update + 3 * float(np.mean(u["samples"]))
 run_lengths = tuple(int(x) for x in rep.answer_lengths())
@@ -400,7 +359,6 @@ print(f"\ntrainer 0's compute (the train phase) ran at {c_run:,.0f} sequence ste
 reduce_ms = 1e3 * rows[0]["allreduce"] / cfg.n_updates
 own_ms = 1e3 * rep.allreduce_own_seconds(n_t) / cfg.n_updates  # the shortest of the trainers' spans of a collective
 c_real = steps_per_update * share0 / (rows[0]["train"] / cfg.n_updates + own_ms / 1e3)
-send_s = float(np.median(rep.syncs["total"][rep.syncs["side"] == "send"]))
 print(f"trainer 0's all-reduce (one per update), {100 * rows[0]['allreduce'] / span_s:.0f}% of its time (the model: "
       f"0): {reduce_ms:.1f} ms per update, of which {own_ms:.1f} ms the collective itself and "
       f"{reduce_ms - own_ms:.1f} ms waiting for the other trainer; compute and collectives together ran at "
@@ -410,10 +368,8 @@ receiving = ", ".join(f"{100 * rows[r].get('sync', 0.0) / span_s:.0f}%" for r in
 print(f"trainer 0 spent {100 * rows[0]['sync'] / span_s:.0f}% of the time sending weights (the model: 0), "
       f"{100 * rows[0]['wait'] / span_s:.0f}% waiting for groups; the generators decoded {decoding} of it "
       f"and received weights {receiving}")
-chosen = spec_for(rates, cfg, 4, n_t, plan["n_slots"])
-model_bound = ("the straggler wait (08.14)" if p_run.wait_binds else "the admission window (08.11)" if p_run.cap_binds
-               else "consumption (the trainers)" if n_t * chosen.train_tokens_per_s_per_gpu <= (4 - n_t) * plan[
-                   "n_slots"] / chosen.a_s else "production (the generators)")
+model_bound = next(r.bound for r in layout_rows(replace(rates, answer_tokens=run_lengths), cfg, 4)
+                   if (r.trainers, r.slots) == (n_t, plan["n_slots"]))  # with this run's answers
 run_bound = "the trainers" if rows[0]["wait"] < 0.3 * span_s else "the generators"
 print(f"the model said the run is bounded by {model_bound}; trainer 0 waited for groups "
       f"{100 * rows[0]['wait'] / span_s:.0f}% of the time, so the run was bounded by {run_bound}")
@@ -438,17 +394,19 @@ print("trainer 0's phases cover its time" + ("; the all-reduce over 10% of it, s
 #   model's error.
 # - **The system error** (the model with the run's answers over the measurement). Trainer 0
 #   does everything in series (11.4), and the phase table shows what (11.3) leaves out: the
-#   **all-reduces**, the **weight send**, and a train phase slower than the calibration (the
+#   **all-reduce**, the **weight send**, and a train phase slower than the calibration (the
 #   run adds Adam, chunking and bookkeeping).
 #
 # An update has one all-reduce: the gradients, with the token count and statistics in the
 # same message (a collective this small costs mostly latency, which a second message would
 # pay again). Its span holds the collective and the wait for the other trainer; the last
 # to arrive waits least, so the shortest span of each collective is its own cost. Even that
-# is large for half a megabyte: it needs both trainers scheduled on
-# cores they share with the generators; on GPUs with a fast link it would be a small share.
-# Trainer 0 waits little for groups: the trainers are slower than the model assumed, so
-# the model may name another bound than the run shows. Section 8 feeds these costs back.
+# is large for half a megabyte: it needs both trainers scheduled on cores they share with
+# the generators. The send sits on trainer 0's path, and trainer 1 waits it out in its
+# all-reduce (its larger share above); production systems take it off the path (a sender
+# thread, checkpoint-engine's pipelined buckets). Trainer 0 waits little for groups: the
+# trainers are slower than the model assumed, so the model may name another bound than the
+# run shows. Section 8 feeds these costs back.
 
 # %% [markdown]
 # ## 4. The lag of every consumed token
@@ -502,33 +460,11 @@ print(f"every consumed token lagged at most {cfg.max_lag} updates (11.2); ESS/N 
 # Every rank's logged spans: the whole run, then one second from its middle:
 
 # %%
-PHASE_COLOURS = {
-    "warm_start": "tab:brown", "calibrate": "tab:pink", "eval": "tab:olive", "decode": "tab:green",
-    "train": "tab:blue", "allreduce": "tab:red", "wait": "lightgray", "sync": "tab:orange",
-    "checkpoint": "tab:purple",
-}  # fmt: skip
-
-
-def gantt_ranks(ax, report, window: tuple[float, float], n_trainers: int) -> None:
-    """One row per rank: a bar per logged phase inside ``window`` (seconds since the run's first line)."""
-    p, t0 = report.phases, report.t0
-    a, b = window
-    for name, colour in PHASE_COLOURS.items():
-        for r in range(4):
-            sel = (p["rank"] == r) & (p["phase"] == name) & (p["end"] - t0 > a) & (p["start"] - t0 < b)
-            bars = [(s - t0, e - s) for s, e in zip(p["start"][sel], p["end"][sel])]
-            ax.broken_barh(bars, (r - 0.38, 0.76), color=colour, label=name if r == 0 or name == "decode" else None)
-    ax.set_yticks(range(4), [f"rank {r} ({'trainer' if r < n_trainers else 'generator'})" for r in range(4)])
-    ax.set_xlim(a, b)
-    ax.invert_yaxis()
-    ax.set_xlabel("wall-clock time since the run's first log line (s)")
-
-
 fig, axes = plt.subplots(2, 1, figsize=(11, 6.5))
-gantt_ranks(axes[0], rep, (float(np.min(ph["start"]) - rep.t0), float(np.max(ph["end"]) - rep.t0)), n_t)
+rep.gantt(axes[0], (float(np.min(ph["start"]) - rep.t0), float(np.max(ph["end"]) - rep.t0)), n_t)  # a row per rank
 axes[0].set_title("The whole run: warm start and calibration (rank 0), evaluations, updates, checkpoints")
 mid = 0.5 * (lo + hi) - rep.t0
-gantt_ranks(axes[1], rep, (mid, mid + 1.0), n_t)
+rep.gantt(axes[1], (mid, mid + 1.0), n_t)
 axes[1].set_title("One second in the middle: white is idle (waiting at the backpressure bound, or descheduled)")
 handles, labels = axes[0].get_legend_handles_labels()
 unique = dict(zip(labels, handles))
@@ -597,7 +533,7 @@ print(f"all {cfg.n_updates} versions reached every generator" + (
     "; 0.03-0.3 GB/s; some swaps with answers in flight" if TWO_CORES else ""))
 
 # %% [markdown]
-# **Takeaway:** a weight update here is a few milliseconds for half a megabyte, about 0.1
+# **Takeaway:** a weight update here is a few milliseconds for half a megabyte, under 0.3
 # GB/s (11.5), far below what gloo reaches on large tensors: a broadcast starts when
 # its last member joins, after its decoding step. With a 1T-parameter model the bandwidth
 # term of (09.1) dominates, which checkpoint-engine's buckets and double buffer are built for.
@@ -608,13 +544,16 @@ print(f"all {cfg.n_updates} versions reached every generator" + (
 # A second, shorter run on the same layout, launched as two hosts would launch it: **two
 # torchrun agents** meeting through a c10d rendezvous, ranks 0-1 under the first, 2-3 under
 # the second. Rank 3, a generator, `SIGKILL`s itself as it receives the weights of update 30;
-# checkpoints every 20 updates. Both agents should restart their
-# ranks (the first for the membership change, or because its ranks failed a collective) and
-# meet again; rank 0 restores the
-# newest checkpoint (step 20) and shares it with trainer 1; the dead attempt's groups with
-# $k \ge sB$ are **discarded** and drawn again with the same prompts. The ranks agree on
-# their attempt through the store: torchrun's restart counter is per agent and counts only
-# its own ranks' failures.
+# checkpoints every 20 updates. Both agents restart their ranks (the first for the
+# membership change, or because its ranks failed a collective) and meet again; rank 0
+# restores the newest checkpoint (step 20) and shares it with trainer 1; the dead attempt's
+# groups with $k \ge sB$ are **discarded** and drawn again with the same prompts.
+#
+# **Which attempt is this?** torchrun's restart counter is per agent and counts only its own
+# ranks' failures, so the ranks agree through the store: rank 0 takes the next number from
+# a counter there, each other rank posts a fresh key of its own and waits for rank 0's
+# welcome on it; a welcome left by a dead attempt's rank 0 is refused, since its number is
+# no longer the newest (exercise 5 builds this join).
 #
 # The audit (`ledger.audit`) holds three records against each other: the generators' lines
 # (each group's answers, token count and token digest), the identities the trainers gathered
@@ -696,7 +635,7 @@ plt.show()
 # %% [markdown]
 # ## 8. Asynchronous and synchronous RL, measured side by side
 #
-# Five **arms** of the same script, from the same seed and warm start:
+# Five **arms** of the same script:
 #
 # - **async**: the pipeline as above, on section 1's layout;
 # - **sync-colocated**: synchronous RL as verl runs it by default, the baseline of verl's
@@ -709,7 +648,7 @@ plt.show()
 #   broadcast (left out on a GPU host, where it needs another backend).
 #
 # One torchrun launch runs them in turn (`run_arms`), each a fresh run with its own ledger,
-# in interleaved rounds (each starting with another arm), so a change in the machine's load
+# in interleaved rounds (each starting with another arm), so a change of the machine's load
 # hits every arm alike. Each round has its own seed (warm start, prompts, sampling), shared
 # by its arms; ratios are taken per round, then their median.
 
@@ -744,22 +683,9 @@ arm_runs = [(name, r) for name, (_, r) in zip(order, runs)]
 print(f"{len(arm_runs)} runs of {COMPARE['n_updates']} updates: " + ", ".join(f"{a} = {LABELS[a]}" for a in ARMS))
 
 
-def arm_figures(report) -> dict[str, float]:
-    """The rates and costs of one arm's run (seconds of updating: its first update's start to its last's end)."""
-    u, s = report.updates, report.syncs
-    send = s["side"] == "send"
-    send_ms = 1e3 * float(np.median(s["total"][send])) if send.any() else 0.0  # sync-colocated sends nothing
-    lo, hi = report.updating_window()
-    per_update = {k: 1e3 * v / len(u["update"]) for k, v in report.phase_seconds(0).items()}  # trainer 0, ms
-    return {"updates/s": report.updates_per_s, "samples/s": report.samples_per_s,
-            "answer tokens/s": report.tokens_per_s, "answer length": float(u["tokens"].sum() / u["samples"].sum()),
-            "send ms": send_ms, "max lag": int(np.nanmax(u["lag_max"])),
-            "slot use": report.batch_slot_use(cfg.groups_per_batch),
-            **{f"{k} ms": per_update.get(k, 0.0) for k in ("wait", "decode", "train", "allreduce", "sync")}}
-
-
-figs = {arm: [arm_figures(r) for name, r in arm_runs if name == arm] for arm in ARMS}
-columns = ("updates/s", "samples/s", "answer tokens/s", "answer length", "send ms", "max lag")
+# each run: rates, send, lags, slot use, trainer 0 ms per update by phase (seconds of updating, as in section 3)
+figs = {arm: [r.arm_figures(cfg.groups_per_batch) for name, r in arm_runs if name == arm] for arm in ARMS}
+columns = ("updates/s", "samples/s", "answer tokens/s", "answer length", "send ms", "max lag", "mean lag")
 med = {arm: {c: float(np.median([f[c] for f in figs[arm]])) for c in columns} for arm in ARMS}
 print(f"\nmedians of {ROUNDS} rounds:\n{'arm':<14}" + "".join(f"{c:>16}" for c in columns))
 for arm in ARMS:
@@ -807,8 +733,9 @@ for name, r in arm_runs:
     assert r.result["audit"]["ok"] and r.result["updates"] == COMPARE["n_updates"], name
 assert all(f["max lag"] == 0 for arm in ("sync", "sync-colocated") for f in figs[arm])
 assert all(f["max lag"] <= cfg.max_lag for arm in ARMS if not arm.startswith("sync") for f in figs[arm])
-# the speed-ups the takeaway states (about 1.2-1.5x and 1.6-1.9x), on the median of the per-round ratios
-BANDS = {"async / sync-colocated": (1.15, 1.65), "async / sync": (1.4, 2.1)}
+# the pipeline ahead of both baselines by more than the rounds' noise (a round's ratio moves by a third on a shared
+# machine): on the median of the per-round ratios, under bounds no run of this size reaches
+BANDS = {"async / sync-colocated": (1.15, 2.0), "async / sync": (1.3, 2.6)}
 for name, (low, high) in BANDS.items():
     assert low < np.median(pair[name]) < high or not TWO_CORES, (name, pair[name])
 if "async-shm" in ARMS:
@@ -816,7 +743,7 @@ if "async-shm" in ARMS:
 assert np.median([f["slot use"] for f in figs["sync-colocated"]]) < 0.5  # the tail: most slot-steps empty
 print("every ledger exact, every lag within its bound (0 for both synchronous arms); a synchronous batch's answers "
       "filled under half of its slots" + (
-      "; async / sync-colocated 1.15-1.65x, async / sync 1.4-2.1x" if TWO_CORES else "")
+      "; the pipeline over 1.15x sync-colocated and over 1.3x sync" if TWO_CORES else "")
       + ("; the shared-buffer write under a fifth of the broadcast" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
@@ -830,37 +757,19 @@ print("every ledger exact, every lag within its bound (0 for both synchronous ar
 # arm's own median send (the shared-buffer write for async-shm; nothing for sync-colocated)
 rates_run = replace(rates, train_steps_per_s=c_real / rates.cpu_share)
 print(f"{'arm':<14} {'share (gen, train)':>19} {'predicted':>10} {'... c, d measured':>18} {'measured':>9} "
-      f"{'model/measured':>15}")
-
-
-def arm_layout(arm: str) -> tuple[int, int, int]:
-    """(trainers, slots, max_lag) arm ran with."""
-    name, layout = parse_arm(LABELS[arm])
-    trainers, slots = layout or (n_t, plan["n_slots"])
-    return trainers, slots, 0 if name.startswith("sync") else cfg.max_lag
+      f"{'model/measured':>15} {'mean lag: model, measured':>26}")
 
 
 predicted_ups, calibrated_ups = {}, {}
 for arm in ARMS:
-    lengths = tuple(int(x) for r in (rr for nn, rr in arm_runs if nn == arm) for x in r.answer_lengths())
-    if arm == "sync-colocated":  # one rank per core decodes, then trains: a whole core each in each phase
-        ranks = arm_layout(arm)[0]
-        p_arm = 1 / colocated_sync_rate(rates, cfg, ranks, answer_tokens=lengths).step_s
-        p_run = 1 / colocated_sync_rate(rates_run, cfg, ranks, answer_tokens=lengths).step_s
-        gen_share = train_share = rates.share(ranks)
-    else:
-        trainers, slots, lag = arm_layout(arm)
-        spec_arm = spec_for(rates, cfg, 4, trainers, slots, max_lag=lag)  # slots beyond the timed: not asked
-        p_arm = 1 / answer_rate(rates, cfg, 4, trainers, slots, max_lag=lag, answer_tokens=lengths).step_s
-        p_run = 1 / answer_rate(rates_run, cfg, 4, trainers, slots, max_lag=lag, answer_tokens=lengths,
-                                weight_sync_s=med[arm]["send ms"] / 1e3).step_s
-        gen_share = rates.decode_step_s[slots] / spec_arm.a_s
-        train_share = spec_arm.train_tokens_per_s_per_gpu / rates.train_steps_per_s / (
-            trainer_capacity(trainers, cfg.groups_per_batch) / trainers)
-    predicted_ups[arm], calibrated_ups[arm] = p_arm, p_run
-    m = med[arm]["updates/s"]
-    print(f"{arm:<14} {f'{gen_share:.2f}, {train_share:.2f}':>19} {p_arm:>10.1f} {p_run:>18.1f} {m:>9.1f} "
-          f"{p_arm / m:>14.2f}x")
+    name, layout = parse_arm(LABELS[arm])
+    lengths = tuple(int(x) for nn, r in arm_runs if nn == arm for x in r.answer_lengths())
+    p = predict_arm(rates, cfg, 4, name, *(layout or (n_t, plan["n_slots"])), lengths, rates_run,
+                    weight_sync_s=med[arm]["send ms"] / 1e3)
+    predicted_ups[arm], calibrated_ups[arm], m = p.updates_per_s, p.updates_per_s_measured_cd, med[arm]["updates/s"]
+    print(f"{arm:<14} {f'{p.gen_share:.2f}, {p.train_share:.2f}':>19} {p.updates_per_s:>10.1f} "
+          f"{p.updates_per_s_measured_cd:>18.1f} {m:>9.1f} {p.updates_per_s / m:>14.2f}x "
+          f"{p.mean_lag:>19.1f}, {med[arm]['mean lag']:.1f}")
 ratio_model = predicted_ups["async"] / predicted_ups["sync"]
 ratio_measured = float(np.median(pair["async / sync"]))
 ratio_colocated_model = predicted_ups["async"] / predicted_ups["sync-colocated"]
@@ -876,51 +785,51 @@ print(f"the model ranked section 1's layout above the runner-up ({runner_up[0]} 
 # %%
 if TWO_CORES:  # ratios of arms measured in the same rounds, and the model's, which the load does not move
     assert abs(np.log(ratio_model / ratio_measured)) < np.log(1.6), (ratio_model, ratio_measured)
-    assert ratio_colocated_model > 1 and ratio_colocated_run > 1  # the direction, against the colocated baseline
+    assert ratio_colocated_run > ratio_colocated > 1, (ratio_colocated_run, ratio_colocated)  # still overstated
     error = {arm: predicted_ups[arm] / med[arm]["updates/s"] for arm in ARMS}  # with each arm's lengths
     error_cd = {arm: calibrated_ups[arm] / med[arm]["updates/s"] for arm in ARMS}  # ... and c, d measured
     assert error["async"] > 1.25 * error["sync-colocated"], error  # the costs (11.3) leaves out are the pipeline's
     assert abs(np.log(error_cd["async"])) < abs(np.log(error["async"])), (error_cd, error)
     assert error_cd["async"] > error_cd["sync-colocated"], error_cd  # what is left: the pipeline's waits
-    margin = predicted_ups["async"] / predicted_ups["runner-up"]  # how far ahead the model put its choice
     ahead = np.median(pair["async / runner-up"])  # how far ahead the chosen layout ran
-    assert 0.75 < ahead < 1.06 and ahead < margin, (pair["async / runner-up"], margin)
+    assert 0.7 < ahead < 1.15, pair["async / runner-up"]  # not clearly ahead: within the rounds' noise
 print("the model: the pipeline faster than either baseline, its async/sync ratio within 1.6x, closer with c and d "
-      "measured; the chosen layout under 6% ahead of the runner-up, and less than the model said"
+      "measured and still above the measured gain; the chosen layout not clearly ahead of the runner-up"
       if TWO_CORES else "")
 
 # %% [markdown]
 # **Takeaway.** Against colocated synchronous RL run as verl runs it (a worker per core),
-# the pipeline ran about 1.2-1.5x the updates per second (the median round above: 1.50);
-# against the split synchronous baseline, about 1.6-1.9x, every token within its lag
-# bound. Sync-colocated pays the **tail**: a batch keeps decoding until its longest answer
-# ends, slots emptying (08.7; its answers filled about a third of the slots, above), while
+# the pipeline ran about 1.4x the updates per second (the median round above; a round's
+# ratio moves by a third on this shared machine); against the split synchronous baseline,
+# about 1.6x, every token within its lag bound. Sync-colocated pays the **tail**: a batch
+# keeps decoding until its longest answer ends, slots emptying (08.7; its answers filled
+# under 40% of the slot-steps, above), while
 # the pipeline refills a freed slot at once (ours pays no weight reshard, which verl's
-# colocated mode does). On pinned
-# cores the split baseline's waiting side lends its core to the
-# working side (the model's shares of 1.00), so its extra cost is the hand-offs: groups
-# through the store, the weights broadcast in series.
+# colocated mode does). On pinned cores the split baseline's waiting side lends its core to
+# the working side (the model's shares of 1.00), so its extra cost is the hand-offs: groups
+# through the store, the broadcast in series.
 #
-# The published gains are larger and measured otherwise: PipelineRL learns about 2x faster
-# (time to a given reward) than a baseline that generates a large batch and takes 32
-# optimizer steps on it; verl's fully-async trainer reports 1.92-2.66x on 32-128 GPUs and
-# AReaL up to 2.77x, against colocated synchronous runs, with answers thousands of tokens
-# long and partial rollouts. verl's streaming mode alone (no staleness), the closest to this
-# run, reports about 1.6x. Lesson 08's model misses the verl figures too (it predicts less):
-# their split trainers run faster per GPU than the colocated ones it is calibrated on.
+# The published gains are larger and measured otherwise: PipelineRL about 2x in time to a
+# given reward, against a baseline taking 32 optimizer steps per generated batch; verl's
+# fully-async trainer 1.92-2.66x on 32-128 GPUs and AReaL up to 2.77x against colocated
+# synchronous runs, with answers thousands of tokens long. PipelineRL's own analytic model
+# allows about 1.57x (appendix A.4), under lesson 08's 2.2x; for verl, lesson 08's model
+# predicts less than reported (their split trainers run faster per GPU than the colocated
+# ones it is calibrated on).
 #
 # **The model's account.** It overstates the pipeline's gain. Fed what section 3 measured
 # ($c$ from trainer 0's compute and the collective's own cost, $d$ each arm's send), it comes
-# closer on the pipeline, but the ratio hardly moves: it leaves out waiting, trainer 0's for
-# the other trainer and for groups, which four ranks on two cores cause and one rank per
-# core does not. Its choice of layout is not confirmed: the runner-up ran about as fast or
-# faster. With 3
-# trainers and $B = 4$, two trainers train one group and wait for the third's two, and while
-# they wait the busy ranks get more than the model's fixed half core (exercise 4).
+# closer on the pipeline and still overstates the gain: it counts the baseline's straggler
+# (the rank with the longest answers sets the update) but none of the pipeline's waits,
+# trainer 0's for the other trainer and for groups; it also puts the pipeline's lag at the
+# bound, above the arms' (whose 30 updates include the pipeline's fill). Its choice of layout
+# was wrong here: the runner-up ran faster (the median round above). With 3 trainers and
+# $B = 4$, two trainers train one group and wait for the third's two, and while they wait the
+# busy ranks get more than the model's fixed half core (exercise 4).
 #
 # **The shared buffer** writes the weights in a fraction of a millisecond where the
-# broadcast takes several; taking the difference off the update gives about the gain the
-# async-shm arm measured above (checked below), a gain as small as the rounds' scatter.
+# broadcast takes several; taking the difference off the update would give a gain of a
+# fraction, no larger than the rounds' scatter: the async-shm arm shows no clear direction.
 # Its heart, a write into the idle slot and the generators' parameters re-pointed at it:
 
 # %%
@@ -940,19 +849,6 @@ else:
     print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['async']['send ms']:.1f} ms; the "
           f"shared-buffer write {med['async-shm']['send ms']:.2f} ms: taking the difference off the update would "
           f"give {send_gain:.2f}x; async-shm / async measured {np.median(pair['async-shm / async']):.2f}x")
-    if TWO_CORES:
-        assert abs(np.log(np.median(pair["async-shm / async"]) / send_gain)) < np.log(1.15), (pair, send_gain)
-
-# %% [markdown]
-# ## 9. Where production systems put each part
-#
-# | part of this run | here | production counterpart |
-# |---|---|---|
-# | in-flight weight updates, KV cache kept | generator ranks, `SlotSampler` | **PipelineRL** (arXiv 2509.19128) keeps in-flight requests and their KV cache; vLLM `pause_generation` ("keep"); NeMo-RL `in_flight_weight_updates`; AReaL recomputes the cache, SkyRL keeps it |
-# | staleness bound | `max_lag` = 4 (0: synchronous) | PipelineRL `max_lag`; AReaL `max_head_offpolicyness`; verl `staleness_threshold`; prime-rl `max_async_level` |
-# | weight update | lesson 09's engine, 0.25 MiB buckets | **checkpoint-engine**: buckets, a double buffer, broadcast or P2P; Qwen3-235B on 8xH800 in 6.22 s; about 20 s for Kimi-K2 across thousands of GPUs |
-# | synchronous baseline | sync-colocated | verl's default: one engine and trainer time-sliced on the same GPUs |
-
 
 # %% [markdown]
 # ## Glossary
@@ -965,27 +861,28 @@ else:
 # | lag | trainer version minus the version that sampled a token (11.2) |
 # | $\beta_{eff}$ | the model's bytes over the median transfer time (11.5) |
 # | consumed, discarded, left over | samples trained on; made by a dead attempt after the checkpoint resumed from; never trained on at the end (11.6) |
+# | arm | one configuration of the same script in section 8: async, sync-colocated, sync, runner-up (the model's best layout with the other number of trainers), async-shm |
+# | tail, slot use | a synchronous batch decodes until its longest answer ends; slot use is the share of its slot-steps holding an answer (08.7) |
 #
 # ## Summary
 #
-# - The policy learned to answer shorter; that raised the reward on the short problems it
-#   could sometimes solve (quotients 2-3 most); on long problems, which seldom earn a
-#   reward, nothing moved.
+# - The policy learned to answer shorter; that raised the reward on quotients 2-3, which
+#   it could sometimes solve; quotient 1 (near its ceiling) and the long problems, which
+#   seldom earn a reward, did not move.
 # - The model's prediction misses by what it leaves out: the all-reduces and the weight send
 #   in series (fed back, they bring it closer) and the waits of ranks sharing cores (they
-#   remain); its choice of layout is not confirmed: the runner-up ran about as fast.
-# - The pipeline ran about 1.2-1.5x the updates per second of colocated synchronous RL and
-#   about 1.6-1.9x those of split synchronous RL, with no token past its lag bound. Over
-#   three seeds both reached the same reward in 240 updates: the pipeline got there sooner.
+#   remain); its choice of layout was wrong here: the runner-up ran faster.
+# - The pipeline ran about 1.4x the updates per second of colocated synchronous RL and
+#   about 1.6x those of split synchronous RL, with no token past its lag bound.
 # - A generator killed under one of two agents cost a restart of every rank and the updates
 #   since the last checkpoint; the ledger balanced down to the tokens in each loss.
 #
 # **Full scale.** `COURSE_SCALE=full`: 2000 updates of a 4-layer, 256-wide TinyLM at a
 # learning rate of 1e-4, arms of 100 updates, still pinned to 2 cores. With fewer GPUs than
-# ranks the job runs on the CPUs (it says so); `--colocated` puts every rank on one GPU
-# (CUDA IPC), and with a GPU per rank `--backend auto` picks NCCL: neither has run on GPUs
-# yet. The timing claims of sections 3-8 are asserted only at the cpu scale on two pinned
-# cores (elsewhere printed).
+# ranks the job runs on the CPUs (it says so): on a one-GPU host the full scale is a CPU
+# run unless `--colocated` puts every rank on the GPU (CUDA IPC; run on one H200 on earlier
+# code, `BENCHMARKS.md`). With a GPU per rank `--backend auto` picks NCCL, never run yet.
+# Sections 3-8 check their timing claims at the cpu scale on two pinned cores only.
 #
 # **References.** Piché et al., *PipelineRL*, arXiv 2509.19128 (2025). AReaL, arXiv
 # 2505.24298. verl documentation (fully-async trainer, checkpoint-engine). MoonshotAI

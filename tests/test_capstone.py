@@ -615,4 +615,6 @@ def test_report_phases_allreduce_split_and_slot_use_from_synthetic_lines(tmp_pat
     assert rep.phase_seconds(0) == pytest.approx({"train": 1.0, "allreduce": 1.1, "sync": 0.5})
     # k-th spans: (0.5, 1.5) before the window; (0.8, 0.3) -> 0.3; (0.3, 0.8) -> 0.3
     assert rep.allreduce_own_seconds(2) == pytest.approx(0.6)
-    assert rep.batch_slot_use(2) == pytest.approx((8 + 8 + 1) / (4 * 3 + 2 * 4 + 1 * 1))
+    assert rep.batch_slot_use(2, prompt_steps=0) == pytest.approx((8 + 8 + 1) / (4 * 3 + 2 * 4 + 1 * 1))
+    # with 3 prompt steps per answer, as exercise 2's slot use: (n P + sum L) / (n (P + longest)) pooled
+    assert rep.batch_slot_use(2, prompt_steps=3) == pytest.approx((20 + 14 + 4) / (24 + 14 + 4))

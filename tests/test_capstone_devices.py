@@ -279,6 +279,16 @@ def _trainer_update(device: torch.device) -> dict:
         groups.append(
             {"k": k, "attempt": 0, "rank": 2, "start_version": 0, "prompt": [1, 10, 7, 2], "answers": answers}
         )
+    # the reference: (07.2) on the whole batch, its loss divided by the batch's tokens before the backward pass
+    import copy
+
+    from course_lib.capstone.trainer import shard_loss
+    from course_lib.pipeline.loss import pad_groups
+
+    ref = copy.deepcopy(model)
+    batch = pad_groups(groups)
+    ref_loss, _ = shard_loss(ref, batch, int(batch["mask"].sum()), cfg.clip_c, cfg.train_chunk)
+    ref_loss.backward()
     store = dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
@@ -287,6 +297,11 @@ def _trainer_update(device: torch.device) -> dict:
         trainer = Trainer(cfg, Roles(3, 1), 0, 0, state, None, metrics, dist.group.WORLD, None, device)  # type: ignore[arg-type]
         m = trainer.update(0, groups, state.optimizer)
         metrics.close()
+        # one message carried the summed gradients and the token count: divided after, the same gradient
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert p.grad is not None and q.grad is not None
+            assert torch.allclose(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-7)
+        assert m["tokens"] == 24 and m["loss"] == pytest.approx(float(ref_loss), rel=1e-5)
     finally:
         dist.destroy_process_group()
     (line,) = [x for x in read_lines(metrics_path(run_dir, 0)) if x["kind"] == "trained"]
@@ -316,3 +331,39 @@ def test_calibration_records_where_and_how_it_was_timed():
     assert rates.device == "cpu" and rates.local_ranks == 4 and rates.colocated is False
     assert rates.cpu_share == pytest.approx(min(1.0, rates.units / 4))
     assert set(rates.decode_step_s) == {16} and 16 in SLOT_CHOICES
+
+
+def test_layout_rows_hold_the_chosen_layout_as_their_fastest_and_say_what_binds():
+    from course_lib.capstone.plan import format_layout_rows, layout_rows
+
+    cfg = CapstoneConfig(run_dir="x")
+    rates = _rates(units=2, local_ranks=4)
+    rows = layout_rows(rates, cfg, 4)
+    assert [(r.trainers, r.slots) for r in rows] == [(t, s) for t in trainer_choices(cfg, 4) for s in (16, 32, 64)]
+    plan = choose_layout(rates, cfg, 4)
+    best = max(rows, key=lambda r: r.tokens_per_s)
+    assert (best.trainers, best.slots) == (plan.n_trainers, plan.n_slots)
+    assert best.tokens_per_s == pytest.approx(plan.predicted_tokens_per_s)
+    for r in rows:
+        assert r.tokens_per_s <= min(r.production, r.consumption) * (1 + 1e-9)  # no bound beats either side alone
+        assert r.bound in ("production", "consumption", "the admission window (08.11)", "the straggler wait (08.14)")
+    text = format_layout_rows(rows, 4, chosen=(best.trainers, best.slots))
+    assert text.count("<- chosen") == 1 and len(text.splitlines()) == len(rows) + 1
+
+
+def test_predict_arm_matches_the_plan_s_own_predictions_per_regime():
+    from course_lib.capstone.plan import colocated_sync_rate, predict_arm
+
+    cfg = CapstoneConfig(run_dir="x")
+    rates = _rates(units=2, local_ranks=4)
+    slower = replace(rates, train_steps_per_s=rates.train_steps_per_s / 2)
+    answers = (5,) * 32
+    colo = predict_arm(rates, cfg, 4, "sync-colocated", 2, 16, answers, slower)
+    assert colo.updates_per_s == pytest.approx(1 / colocated_sync_rate(rates, cfg, 2, answer_tokens=answers).step_s)
+    assert colo.updates_per_s_measured_cd < colo.updates_per_s and colo.mean_lag == 0.0
+    trainer_bound = replace(rates, train_steps_per_s=rates.train_steps_per_s / 50)  # c measured far below c1
+    pipe = predict_arm(rates, cfg, 4, "async", 2, 16, answers, trainer_bound, weight_sync_s=0.01)
+    assert pipe.updates_per_s == pytest.approx(1 / answer_rate(rates, cfg, 4, 2, 16, answer_tokens=answers).step_s)
+    assert pipe.updates_per_s_measured_cd < pipe.updates_per_s and 0 < pipe.mean_lag <= cfg.max_lag
+    sync = predict_arm(rates, cfg, 4, "sync", 2, 16, answers, rates)
+    assert sync.mean_lag == 0.0 and sync.gen_share == pytest.approx(1.0)  # the trainers' cores lent while they wait

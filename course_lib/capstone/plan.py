@@ -378,3 +378,111 @@ def rates_from_plan(plan: dict[str, Any]) -> Rates:
 def given_layout(cfg: CapstoneConfig, world_size: int) -> Plan:
     """Without calibration: ``cfg.n_trainers`` (default 2) and ``cfg.n_slots`` (default 32)."""
     return Plan(world_size=world_size, n_trainers=cfg.n_trainers or 2, n_slots=cfg.n_slots or 32)
+
+
+@dataclass(frozen=True)
+class LayoutRow:
+    """One candidate layout of :func:`layout_rows`: rates in answer tokens/s."""
+
+    trainers: int
+    slots: int
+    decode_step_s: float  # l1(S): one decoding step of ``slots`` slots, a rank alone
+    production: float  # the generators alone: (W - T) S sigma / l1(S)
+    consumption: float  # the trainers alone: T c1 sigma (B / ceil(B / T) / T each)
+    tokens_per_s: float  # lesson 08's prediction (11.3), every bound applied
+    updates_per_s: float
+    bound: (
+        str  # what limits it: "production", "consumption", "the admission window (08.11)", "the straggler wait (08.14)"
+    )
+
+
+def layout_rows(rates: Rates, cfg: CapstoneConfig, world_size: int) -> list[LayoutRow]:
+    """Every split and timed slot count with lesson 08's prediction: the table :func:`choose_layout`
+    keeps the fastest row of (trainers from :func:`trainer_choices`, slots ascending)."""
+    answers = np.asarray(rates.answer_tokens, dtype=np.float64)
+    to_answer = float(answers.sum() / sequence_steps(rates.answer_tokens).sum())  # sequence steps -> answer tokens
+    rows = []
+    for trainers in trainer_choices(cfg, world_size):
+        for slots in sorted(rates.decode_step_s):
+            spec = spec_for(rates, cfg, world_size, trainers, slots)
+            production = (world_size - trainers) * slots / spec.a_s * to_answer
+            consumption = trainers * spec.train_tokens_per_s_per_gpu * to_answer
+            p = answer_rate(rates, cfg, world_size, trainers, slots)
+            bound = (
+                "the straggler wait (08.14)" if p.wait_binds
+                else "the admission window (08.11)" if p.cap_binds
+                else "consumption" if consumption <= production
+                else "production"
+            )  # fmt: skip
+            rows.append(
+                LayoutRow(
+                    trainers, slots, rates.decode_step_s[slots], production, consumption, p.tokens_per_s,
+                    1 / p.step_s, bound,
+                )
+            )  # fmt: skip
+    return rows
+
+
+def format_layout_rows(rows: list[LayoutRow], world_size: int, chosen: tuple[int, int] | None = None) -> str:
+    """:func:`layout_rows` as a text table, the ``chosen`` (trainers, slots) row marked."""
+    head = (
+        f"{'trainers':>8} {'generators':>10} {'slots':>5} {'l1(S) ms':>8} {'production':>11} {'consumption':>12} "
+        f"{'predicted answer tokens/s':>26} {'updates/s':>10}  bound"
+    )
+    lines = [head]
+    for r in rows:
+        mark = "   <- chosen" if (r.trainers, r.slots) == chosen else ""
+        lines.append(
+            f"{r.trainers:>8} {world_size - r.trainers:>10} {r.slots:>5} {1e3 * r.decode_step_s:>8.2f} "
+            f"{r.production:>11,.0f} {r.consumption:>12,.0f} {r.tokens_per_s:>26,.0f} {r.updates_per_s:>10.1f}  "
+            f"{r.bound}{mark}"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ArmPrediction:
+    """Lesson 08's prediction for one arm of lesson 11's comparison (:func:`predict_arm`)."""
+
+    gen_share: float  # the share of a core (or GPU) a generator gets while it decodes
+    train_share: float  # ... a trainer while it trains (per trainer, its part of the batch counted)
+    updates_per_s: float  # with the calibration's rates and the arm's answer lengths
+    updates_per_s_measured_cd: float  # ... and c, d taken from the run (``rates_run``, ``weight_sync_s``)
+    mean_lag: float  # (08.12) with c, d measured; 0 for synchronous arms
+
+
+def predict_arm(
+    rates: Rates,
+    cfg: CapstoneConfig,
+    world_size: int,
+    name: str,
+    n_trainers: int,
+    n_slots: int,
+    answer_tokens: tuple[int, ...],
+    rates_run: Rates,
+    weight_sync_s: float = 0.0,
+) -> ArmPrediction:
+    """What the model says of an arm (:data:`~.config.ARMS` ``name``) that ran with ``n_trainers``
+    and ``n_slots`` (for ``sync-colocated``: ``n_trainers`` ranks each sample, then train) and
+    produced ``answer_tokens``; ``rates_run`` are ``rates`` with the trainer rate a run measured,
+    ``weight_sync_s`` the arm's median send (lesson 08's ``d``)."""
+    if name == "sync-colocated":  # one rank per unit decodes, then trains: no send, no lag
+        p_arm = colocated_sync_rate(rates, cfg, n_trainers, answer_tokens=answer_tokens)
+        p_run = colocated_sync_rate(rates_run, cfg, n_trainers, answer_tokens=answer_tokens)
+        share = rates.share(min(n_trainers, rates.local_ranks))
+        return ArmPrediction(share, share, 1 / p_arm.step_s, 1 / p_run.step_s, 0.0)
+    lag = 0 if name.startswith("sync") else cfg.max_lag
+    spec = spec_for(rates, cfg, world_size, n_trainers, n_slots, max_lag=lag)
+    p_arm = answer_rate(rates, cfg, world_size, n_trainers, n_slots, max_lag=lag, answer_tokens=answer_tokens)
+    p_run = answer_rate(
+        rates_run, cfg, world_size, n_trainers, n_slots, max_lag=lag, answer_tokens=answer_tokens,
+        weight_sync_s=weight_sync_s,
+    )  # fmt: skip
+    per_trainer = trainer_capacity(n_trainers, cfg.groups_per_batch) / n_trainers
+    return ArmPrediction(
+        rates.decode_step_s[n_slots] / spec.a_s,
+        spec.train_tokens_per_s_per_gpu / rates.train_steps_per_s / per_trainer,
+        1 / p_arm.step_s,
+        1 / p_run.step_s,
+        float(p_run.mean_lag_steps),
+    )

@@ -30,9 +30,15 @@ from numpy.typing import NDArray
 
 from course_lib.capstone.ledger import Generated, Trained
 from course_lib.capstone.metrics import METRICS_DIR, read_lines
+from course_lib.layout.calibrate import PREFILL_STEPS
 
 Table = dict[str, NDArray[Any]]
 RESULT = "result.json"
+PHASE_COLOURS = {
+    "warm_start": "tab:brown", "calibrate": "tab:pink", "eval": "tab:olive", "decode": "tab:green",
+    "train": "tab:blue", "allreduce": "tab:red", "wait": "lightgray", "sync": "tab:orange",
+    "checkpoint": "tab:purple",
+}  # fmt: skip
 
 
 def table(rows: Iterable[dict[str, Any]], columns: Iterable[str]) -> Table:
@@ -178,17 +184,18 @@ class CapstoneReport:
         own = np.min([d[:n] for _, d in spans], axis=0)
         return float(own[spans[0][0][:n] >= lo].sum())
 
-    def batch_slot_use(self, groups_per_batch: int) -> float:
-        """Synchronous runs: the share of a batch's decoding steps its answers fill. A rank's answers
-        of one update decode together until the longest ends, so each (rank, update) batch holds
-        ``answers x longest`` slot-steps, of which its answer tokens fill ``sum of lengths``; the
-        tail (08.7) is the rest. Returns the tokens over the slot-steps, over every batch."""
+    def batch_slot_use(self, groups_per_batch: int, prompt_steps: int = PREFILL_STEPS) -> float:
+        """Synchronous runs: the share of a batch's slot-steps its answers fill. A rank's answers of
+        one update decode together until the longest ends, each holding its slot for the prompt's
+        steps and its answer's tokens, so each (rank, update) batch of ``n`` answers holds
+        ``n (P + longest)`` slot-steps, of which it fills ``n P + sum of lengths`` (the slot use of
+        (08.7)); the tail is the rest. Returns the filled over the held, over every batch."""
         batches: dict[tuple[int, int, int], list[int]] = {}
         for x in self._of("generated"):
             key = (int(x["attempt"]), int(x["rank"]), int(x["k"]) // groups_per_batch)
             batches.setdefault(key, []).extend(int(n) for n in x.get("lengths", []))
-        filled = sum(sum(v) for v in batches.values())
-        held = sum(len(v) * max(v) for v in batches.values() if v)
+        filled = sum(len(v) * prompt_steps + sum(v) for v in batches.values())
+        held = sum(len(v) * (prompt_steps + max(v)) for v in batches.values() if v)
         return filled / held if held else float("nan")
 
     @property
@@ -261,6 +268,65 @@ class CapstoneReport:
         class without prompts); empty if that evaluation is missing."""
         rows = [x for x in self._of("eval") if x.get("when") == when and "by_class" in x]
         return list(rows[-1]["by_class"]) if rows else []
+
+    def class_table(self) -> list[dict[str, Any]]:
+        """Per quotient class: ``name``, ``prompts``, ``reward`` and ``answer_tokens`` at the start
+        and the end (``(start, end)`` pairs), and ``correct``: the mean length of a correct answer
+        (``q`` numbers and ``<eos>``, weighted by the task's power law over the class's quotients)."""
+        from course_lib.lm.task import QUOTIENT_CLASSES, CountdownTask
+
+        probs = CountdownTask().quotient_probs
+        rows = []
+        for (lo, hi), a, b in zip(QUOTIENT_CLASSES, self.by_class("start"), self.by_class("end")):
+            q = np.arange(lo, hi + 1)
+            p = probs[lo - 1 : hi]
+            rows.append(
+                {
+                    "name": f"{lo}" if lo == hi else f"{lo}-{hi}",
+                    "prompts": int(b["prompts"]),
+                    "reward": (a["reward"], b["reward"]),
+                    "answer_tokens": (a["answer_tokens"], b["answer_tokens"]),
+                    "correct": float((p * (q + 1)).sum() / p.sum()),
+                }
+            )
+        return rows
+
+    def arm_figures(self, groups_per_batch: int) -> dict[str, float]:
+        """One run's rates and costs, for lesson 11's comparison of arms: updates/s, samples/s,
+        answer tokens/s, answer length, trainer 0's median ``send ms``, max and mean lag (per
+        consumed token), ``slot use`` (:meth:`batch_slot_use`, synchronous runs) and trainer 0's
+        milliseconds per update in each phase (``wait ms``, ``decode ms``, ...)."""
+        u, s = self.updates, self.syncs
+        send = s["side"] == "send" if len(s.get("side", [])) else np.zeros(0, dtype=bool)
+        per_update = {k: 1e3 * v / len(u["update"]) for k, v in self.phase_seconds(0).items()}
+        return {
+            "updates/s": self.updates_per_s,
+            "samples/s": self.samples_per_s,
+            "answer tokens/s": self.tokens_per_s,
+            "answer length": float(u["tokens"].sum() / u["samples"].sum()),
+            "send ms": 1e3 * float(np.median(s["total"][send])) if send.any() else 0.0,
+            "max lag": int(np.nanmax(u["lag_max"])),
+            "mean lag": float((u["lag_mean"] * u["tokens"]).sum() / u["tokens"].sum()),
+            "slot use": self.batch_slot_use(groups_per_batch),
+            **{f"{k} ms": per_update.get(k, 0.0) for k in ("wait", "decode", "train", "allreduce", "sync")},
+        }
+
+    def gantt(self, ax: Any, window: tuple[float, float], n_trainers: int, ranks: int = 4) -> None:
+        """One row per rank on matplotlib ``ax``: a bar per logged phase inside ``window`` (seconds
+        since :attr:`t0`), coloured by :data:`PHASE_COLOURS`."""
+        p, t0 = self.phases, self.t0
+        a, b = window
+        for name, colour in PHASE_COLOURS.items():
+            for r in range(ranks):
+                sel = (p["rank"] == r) & (p["phase"] == name) & (p["end"] - t0 > a) & (p["start"] - t0 < b)
+                bars = [(s - t0, e - s) for s, e in zip(p["start"][sel], p["end"][sel])]
+                ax.broken_barh(bars, (r - 0.38, 0.76), color=colour, label=name if r == 0 or name == "decode" else None)
+        ax.set_yticks(
+            range(ranks), [f"rank {r} ({'trainer' if r < n_trainers else 'generator'})" for r in range(ranks)]
+        )
+        ax.set_xlim(a, b)
+        ax.invert_yaxis()
+        ax.set_xlabel("wall-clock time since the run's first log line (s)")
 
     def summary(self) -> str:
         """A few lines: learning, throughput, lag, weight sync, restarts, the ledger's audit."""
