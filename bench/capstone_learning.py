@@ -4,7 +4,7 @@ both arms, every rank pinned to 2 cores.
 
 Not part of ``bench/run.py`` (it takes about a minute per seed); run it by hand::
 
-    python bench/capstone_learning.py OUT_DIR                       # the defaults, seeds 0 1 2
+    python bench/capstone_learning.py OUT_DIR                       # the defaults, seeds 0-4
     python bench/capstone_learning.py OUT_DIR --lr 1e-3 --warm-steps 30   # the old defaults
 
 It prints, per arm and seed, the evaluation reward and the mean answer length at the start
@@ -28,11 +28,12 @@ def main() -> None:
     defaults = CapstoneConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--updates", type=int, default=defaults.n_updates)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--warm-steps", type=int, default=defaults.warm_steps)
-    parser.add_argument("--arms", nargs="+", default=["async", "sync-colocated"])  # sync-colocated: on all 4 ranks
+    # sync-colocated as lesson 11 runs it: one rank per core (2 x 16 answers), the other two ranks idle
+    parser.add_argument("--arms", nargs="+", default=["async", "sync-colocated@2x16"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
