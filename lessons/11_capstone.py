@@ -206,8 +206,6 @@ cfg = CapstoneConfig()
 assert rep.result["updates"] == cfg.n_updates and rep.result["attempts"] == 1, rep.result
 assert plan["world_size"] == 4 and 2 <= plan["n_trainers"] < 4, plan
 assert plan["n_slots"] in SLOT_CHOICES and plan["predicted_tokens_per_s"] > 0, plan
-print(f"the run finished its {cfg.n_updates} updates in one attempt, on 4 ranks split by lesson 08's model "
-      "(at least 2 trainers, at least 1 generator)")
 
 # %% [markdown]
 # **The layout the model chose.** Rank 0 timed a decoding step of 16, 32 and 64 slots and
@@ -232,7 +230,7 @@ print(f"synchronous RL (max_lag 0) on the chosen split, same model (08.9), each 
 
 # %% [markdown]
 # **Takeaway:** with $B = 4$ prompts per batch the choice is narrow: 3 trainers consume
-# like 2, and the best rows come out close (here 7% apart), where the calibration's noise
+# like 2, and the best rows come out close (here 3% apart), where the calibration's noise
 # can decide. Section 8 tests the choice.
 
 # %% [markdown]
@@ -275,9 +273,8 @@ print(f"evaluation reward: {held_start:.3f} at the start -> {held_end:.3f} at th
 # %%
 low, high = pick(cpu=(0.2, 0.5), full=(0.3, 0.95))  # the warm start's reward: a 2-layer TinyLM, or a 4-layer one
 assert low < held_start < high, held_start
-assert held_end - held_start > 2 * se, (held_start, held_end, se)
+assert held_end - held_start > se, (held_start, held_end, se)  # one run; the seeds (below) carry the claim
 assert rep.result["audit"]["ok"], rep.result["audit"]
-print("the evaluation reward rose by more than two standard errors from the warm start; the run's ledger is exact")
 
 # %% [markdown]
 # **What was learned.** A quotient-$q$ problem's answer is $q$ numbers and `<eos>`, and
@@ -299,12 +296,10 @@ gain = {c["name"]: c["reward"][1] - c["reward"][0] for c in learned}
 shorter = {c["name"]: c["answer_tokens"][0] - c["answer_tokens"][1] for c in learned}
 se_23 = np.sqrt(2 * q23["reward"][0] * (1 - q23["reward"][0]) / q23["prompts"])  # as above, for the class
 if current_scale() == "cpu":  # the 2-layer TinyLM's warm start; a 4-layer one starts elsewhere (printed, not asserted)
-    assert gain["2-3"] > 2 * se_23 and gain["1"] < gain["2-3"], gain  # 2-3 gained, more than quotient 1
+    assert gain["2-3"] > se_23, (gain, se_23)  # 2-3 gained (over seeds: every seed, section's takeaway)
     assert abs(q23["answer_tokens"][1] - q23["correct"]) < abs(q23["answer_tokens"][0] - q23["correct"]), q23
-    assert min(shorter["8-15"], shorter["16-64"]) > max(shorter["1"], shorter["2-3"], 0), shorter  # long: most
+    assert shorter["16-64"] > max(shorter["1"], shorter["2-3"], 0), shorter  # shortened most where answers are long
     assert q16["answer_tokens"][1] < q16["answer_tokens"][0] < q16["correct"], q16  # 16-64: away from correct
-    print("quotients 2-3 gained more than two standard errors, more than quotient 1, nearer a correct answer's "
-          "length; answers shortened most on 8-64, on 16-64 away from a correct one")
 
 # %% [markdown]
 # **Takeaway:** the policy learned to answer shorter, most where answers were long. That
@@ -313,11 +308,11 @@ if current_scale() == "cpu":  # the 2-layer TinyLM's warm start; a 4-layer one s
 # 2-3 (+0.16 to +0.32) in every seed; on 4-7, +0.05 (standard error 0.03): not separated
 # from zero. Problems with a quotient of 8 or more seldom earn a reward, so most of their
 # groups have zero advantage (11.1) and their reward did not move, while their answers
-# shortened past or away from the correct length. The run above is one draw of seed 0, the
-# seed with the smallest quotient-1 gain: an asynchronous run is not deterministic (timing
-# decides each answer's lag), and here quotient 1 did not gain. Per update the pipeline
-# learned as synchronous RL does: their final rewards differ by -0.03 (standard error 0.02),
-# not separated.
+# shortened past or away from the correct length. The run above is one draw of seed 0: an
+# asynchronous run is not deterministic (timing decides each answer's lag), and this draw
+# gained more than the seeds did (+0.14 on quotient 1, +0.41 on 2-3). Per update, the pipeline
+# and synchronous RL are not separated (final rewards -0.03, standard error 0.02), though
+# only the synchronous arm gained on 4-7.
 
 # %% [markdown]
 # ## 3. Throughput: measured against lesson 08's prediction
@@ -382,11 +377,9 @@ assert 0.9 < covered0 < 1.02, covered0
 TWO_CORES = current_scale() == "cpu" and rates.device == "cpu" and rates.cpu_share == 0.5
 if TWO_CORES:
     assert rows[0]["sync"] > 0.05 * span_s and rows[0]["allreduce"] > 0.1 * span_s, rows[0]
-    assert c_model > 1.3 * c_real and 0 < own_ms < reduce_ms, (c_model, c_real, own_ms, reduce_ms)
-    assert rows[0]["wait"] < 0.3 * span_s, rows[0]
+    assert c_model > 1.15 * c_real and 0 < own_ms < reduce_ms, (c_model, c_real, own_ms, reduce_ms)
+    assert rows[0]["wait"] < 0.35 * span_s, rows[0]
     assert all(rows[r]["allreduce"] > rows[0]["allreduce"] for r in range(1, n_t)), rows
-print("trainer 0's phases cover its time" + ("; the all-reduce over 10% of it, sending over 5%, waiting for data "
-      "under 30%; compute and collectives over 1.3x below c1 x sigma" if TWO_CORES else ""))
 
 # %% [markdown]
 # **Reading the error.** Two things separate prediction from measurement:
@@ -396,7 +389,8 @@ print("trainer 0's phases cover its time" + ("; the all-reduce over 10% of it, s
 # - **The system error** (the model with the run's answers over the measurement). Trainer 0
 #   does everything in series (11.4), and the phase table shows what (11.3) leaves out: the
 #   **all-reduce**, the **weight send**, and a train phase slower than the calibration (the
-#   run adds Adam, chunking and bookkeeping).
+#   run adds Adam, chunking and bookkeeping; the calibration keeps its fastest of three
+#   timings).
 #
 # An update has one all-reduce: the gradients, with the token count and statistics in the
 # same message (a collective this small costs mostly latency, which a second message would
@@ -444,8 +438,6 @@ if TWO_CORES:  # trainer-bound: most answers wait in the window
     assert hist[cfg.max_lag - 1 :].sum() > hist.sum() / 2
     assert float((lags[:-1] * hist[:-1]).sum() / hist.sum()) > plan["predicted_mean_lag"]
 assert np.nanmean(u["ess"]) > 0.95
-print(f"every consumed token lagged at most {cfg.max_lag} updates (11.2); ESS/N above 0.95"
-      + (f"; most tokens lagged {cfg.max_lag - 1} or {cfg.max_lag}, the mean above the model's" if TWO_CORES else ""))
 
 # %% [markdown]
 # **Takeaway:** the bound holds on every token, across processes, and the distribution piles
@@ -530,8 +522,6 @@ bw_send = nbytes / np.median(s["transfer"][send])
 if TWO_CORES:  # on shared cores a broadcast waits for every member to be scheduled: latency, not bandwidth
     assert 3e7 < bw_send < 3e8, bw_send  # gloo moved large tensors at 1.2-2 GB/s in lesson 09's benchmark
     assert (in_flight > 0).any()  # how often depends on the layout: generators at the window's bound swap idle
-print(f"all {cfg.n_updates} versions reached every generator" + (
-    "; 0.03-0.3 GB/s; some swaps with answers in flight" if TWO_CORES else ""))
 
 # %% [markdown]
 # **Takeaway:** a weight update here takes about 10 ms (p90 under 20) for half a megabyte,
@@ -591,8 +581,6 @@ assert audit["ok"] and audit["discarded_groups"] == restart["discarded_groups"] 
 assert audit["generated_samples"] == audit["consumed_samples"] + audit["discarded_samples"] + audit["leftover_samples"]
 assert audit["consumed_samples"] == KILL["n_updates"] * cfg.batch_sequences and audit["consumed_twice"] == 0
 assert not live_children()
-print(f"attempt 1 resumed from step {restart['resumed_step']} and finished; every sample consumed once; (11.6) "
-      "balances; no process left")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -606,8 +594,6 @@ print(f"\nfrom the kill to the restarted attempt's first log line: {starts[1] - 
 
 # %%
 assert first_new > kill_t > starts[0] and 0 < redone <= KILL["kill_at_update"] + 1 - restart["resumed_step"]
-print("the restarted attempt began after the kill and trained again from the checkpoint; only the updates "
-      "after that checkpoint were done twice")
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.3))
@@ -740,10 +726,6 @@ for name, (low, high) in BANDS.items():
 if "async-shm" in ARMS:
     assert med["async-shm"]["send ms"] < 0.2 * med["async"]["send ms"], (med["async-shm"], med["async"])
 assert np.median([f["slot use"] for f in figs["sync-colocated"]]) < 0.5  # the tail: most slot-steps empty
-print("every ledger exact, every lag within its bound (0 for both synchronous arms); a synchronous batch's answers "
-      "filled under half of its slots" + (
-      "; the pipeline over 1.15x sync-colocated and over 1.3x sync" if TWO_CORES else "")
-      + ("; the shared-buffer write under a fifth of the broadcast" if "async-shm" in ARMS else ""))
 
 # %% [markdown]
 # **What the model says for each arm**, with section 1's calibration, each arm's answer
@@ -792,63 +774,43 @@ if TWO_CORES:  # ratios of arms measured in the same rounds, and the model's, wh
     assert error_cd["async"] > error_cd["sync-colocated"], error_cd  # what is left: the pipeline's waits
     ahead = np.median(pair["async / runner-up"])  # how far ahead the chosen layout ran
     assert 0.7 < ahead < 1.15, pair["async / runner-up"]  # not clearly ahead: within the rounds' noise
-print("the model: the pipeline faster than either baseline, its async/sync ratio within 1.6x, closer with c and d "
-      "measured and still above the measured gain; the chosen layout not clearly ahead of the runner-up"
-      if TWO_CORES else "")
 
 # %% [markdown]
 # **Takeaway.** Against colocated synchronous RL run as verl runs it (a worker per core),
-# the pipeline ran about 1.4x the updates per second (the median round above; a round's
-# ratio moves by a third on this shared machine); against the split synchronous baseline,
-# about 1.6x, every token within its lag bound. Sync-colocated pays the **tail**: a batch
-# keeps decoding until its longest answer ends, slots emptying (08.7; its answers filled
-# under 40% of the slot-steps, above), while
-# the pipeline refills a freed slot at once (ours pays no weight reshard, which verl's
-# colocated mode does). On pinned cores the split baseline's waiting side lends its core to
-# the working side (the model's shares of 1.00), so its extra cost is the hand-offs: groups
-# through the store, the broadcast in series.
+# the pipeline ran about 1.4x the updates per second (the median round above; on this
+# shared machine a round's ratio can move by half); against the split synchronous baseline,
+# about 1.7x, every token within its lag bound. Sync-colocated pays the **tail**:
+# a batch keeps decoding until its longest answer ends, slots emptying (08.7; its answers
+# filled under 40% of the slot-steps, above), while the pipeline refills a freed slot at
+# once (ours pays no weight reshard, which verl's colocated mode does). On pinned cores the
+# split baseline's waiting side lends its core to the working side (the model's shares of
+# 1.00), so its extra cost is the hand-offs: groups through the store, the broadcast in
+# series. This headline is throughput; section 2 compared the learning per update.
 #
 # The published gains are larger and measured otherwise: PipelineRL about 2x in time to a
-# given reward, against a baseline taking 32 optimizer steps per generated batch; verl's
+# given reward, against a baseline taking 32 optimizer steps per generated batch (its own
+# analytic model allows up to 1.57x on its 128-GPU cluster, appendix A.4); verl's
 # fully-async trainer 1.92-2.66x on 32-128 GPUs and AReaL up to 2.77x against colocated
-# synchronous runs, with answers thousands of tokens long. PipelineRL's own analytic model
-# allows about 1.57x (appendix A.4), under the model's 2.2x here; for verl, lesson 08's model
-# predicts less than reported (their split trainers run faster per GPU than the colocated
-# ones it is calibrated on).
+# synchronous runs, with answers thousands of tokens long.
 #
 # **The model's account.** It overstates the pipeline's gain. Fed what section 3 measured
-# ($c$ from trainer 0's compute and the collective's own cost, $d$ each arm's send), it comes
-# closer on the pipeline and still overstates the gain: it counts the baseline's straggler
-# (the rank with the longest answers sets the update) but none of the pipeline's waits,
-# trainer 0's for the other trainer and for groups; on the broadcast arms it also puts the
-# lag at the bound, above the measured (30 updates include the pipeline's fill). Its choice
-# of layout was not confirmed: it was not ahead of the runner-up (0.87 in the median round
-# above), and fed the arms' own answer lengths the model ranks the two within a few percent
-# (1.03x). With 3 trainers and
-# $B = 4$, two trainers train one group and wait for the third's two, and while they wait the
-# busy ranks get more than the model's fixed half core (exercise 4).
+# ($c$ and $d$), it comes closer on the pipeline but not on the ratio: it counts the
+# baseline's straggler (the rank with the longest answers sets the update) but none of the
+# pipeline's waits (section 3). It chose the slower layout: the runner-up ran faster in
+# every round above, and with the arms' own answer lengths the model ranks the two about
+# even. With 3 trainers and $B = 4$, two trainers
+# train one group and wait for the third's two, and while they wait the busy ranks get more
+# than the model's fixed half core (exercise 4).
 #
 # **The shared buffer** writes the weights in a fraction of a millisecond where the
-# broadcast takes several; taking the difference off the update would give a gain of a
-# fraction, no larger than the rounds' scatter: the async-shm arm shows no clear direction.
-# Its heart, a write into the idle slot, at which the generators then re-point their parameters:
+# broadcast takes several (send ms above); its gain is within the rounds' scatter. Its
+# heart, a write into the idle slot, at which the generators then re-point their
+# parameters:
 
 # %%
 from course_lib.capstone.colocated import SharedBuffer
 
 show_source(SharedBuffer.publish)
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-update_ms = 1e3 / med["async"]["updates/s"]
-saved_ms = med["async"]["send ms"] - med.get("async-shm", med["async"])["send ms"]
-if "async-shm" not in ARMS:
-    print("no shared-buffer arm on this host (a GPU host: see the comparison's first cell)")
-else:
-    send_gain = update_ms / (update_ms - saved_ms)
-    print(f"async update {update_ms:.0f} ms, of which trainer 0's broadcast {med['async']['send ms']:.1f} ms; the "
-          f"shared-buffer write {med['async-shm']['send ms']:.2f} ms: taking the difference off the update would "
-          f"give {send_gain:.2f}x; async-shm / async measured {np.median(pair['async-shm / async']):.2f}x")
 
 # %% [markdown]
 # ## Glossary
@@ -868,12 +830,12 @@ else:
 #
 # - The policy learned to answer shorter; over five seeds that raised the reward on
 #   quotients 1-3 in every seed, not on the long problems, which seldom earn a reward; per
-#   update, as much as synchronous RL.
+#   update, not separated from synchronous RL (which alone gained on 4-7).
 # - The model's prediction misses by what it leaves out: the all-reduce and the weight send
 #   in series (fed back, they bring the pipeline's prediction closer, not the ratio) and the
-#   pipeline's waits (they remain); its choice of layout was not confirmed.
+#   pipeline's waits (they remain); it chose the slower of its two best layouts.
 # - The pipeline ran about 1.4x the updates per second of colocated synchronous RL and
-#   about 1.6x those of split synchronous RL, with no token past its lag bound.
+#   about 1.7x those of split synchronous RL, with no token past its lag bound.
 # - A generator killed under one of two agents cost a restart of every rank and the updates
 #   since the last checkpoint; the ledger balanced down to the tokens in each loss.
 #
@@ -882,7 +844,9 @@ else:
 # ranks the job runs on the CPUs (it says so): on a one-GPU host the full scale is a CPU
 # run unless `--colocated` puts every rank on the GPU (CUDA IPC; run on one H200 on earlier
 # code, `BENCHMARKS.md`). With a GPU per rank `--backend auto` picks NCCL, never run yet.
-# Sections 3-8 check their timing claims at the cpu scale on two pinned cores only.
+# Sections 3-8 check their timing claims at the cpu scale on two pinned cores only. Across
+# hosts the checkpoints and logs need a shared filesystem, and the timelines synchronised
+# clocks.
 #
 # **References.** Piché et al., *PipelineRL*, arXiv 2509.19128 (2025). AReaL, arXiv
 # 2505.24298. verl documentation (fully-async trainer, checkpoint-engine). MoonshotAI

@@ -367,3 +367,21 @@ def test_predict_arm_matches_the_plan_s_own_predictions_per_regime():
     assert pipe.updates_per_s_measured_cd < pipe.updates_per_s and 0 < pipe.mean_lag <= cfg.max_lag
     sync = predict_arm(rates, cfg, 4, "sync", 2, 16, answers, rates)
     assert sync.mean_lag == 0.0 and sync.gen_share == pytest.approx(1.0)  # the trainers' cores lent while they wait
+
+
+@pytest.mark.parametrize(
+    ("agents", "nproc", "visible", "colocated", "expected"),
+    [
+        (1, 4, ["0", "1", "2", "3"], False, [None]),  # one agent: its ranks' LOCAL_RANKs are distinct already
+        (2, 2, [], False, [None, None]),  # no GPU: nothing to split
+        (2, 2, ["0", "1"], False, ["", ""]),  # 2 GPUs for 4 ranks: every rank on the CPUs, one backend
+        (2, 2, ["0", "1", "2", "3"], False, ["0,1", "2,3"]),  # a GPU per rank: a slice per agent
+        (2, 2, ["4", "5", "6", "7", "0"], False, ["4,5", "6,7"]),  # the GPUs the parent was given, in its order
+        (2, 4, [str(g) for g in range(8)], False, ["0,1,2,3", "4,5,6,7"]),
+        (2, 2, ["0", "1"], True, [None, None]),  # --colocated: every rank on GPU 0 by design
+    ],
+)
+def test_two_agents_on_one_host_never_share_a_gpu(agents, nproc, visible, colocated, expected):
+    from course_lib.capstone.launch import agent_gpus
+
+    assert agent_gpus(agents, nproc, visible, colocated) == expected

@@ -241,6 +241,32 @@ def run_arms(
     return [(name, load(config.arm(i).run_dir)) for i, name in enumerate(config.arm_list)]
 
 
+def agent_gpus(agents: int, nproc_per_node: int, visible: list[str], colocated: bool) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` for each of ``agents`` torchrun agents started on this one host
+    (``None``: leave the environment as it is), given the GPUs this process sees (``visible``).
+
+    Each agent numbers its ranks' ``LOCAL_RANK`` from 0, so two agents on one host would put
+    their first ranks on the same GPU, which NCCL refuses. So: one agent, or ``--colocated``
+    (every rank on GPU 0 by design): unchanged; a GPU per rank for every agent: each agent its
+    own slice; fewer: no GPU for any agent, every rank on the CPUs (one backend for the world,
+    as :func:`~course_lib.capstone.job.resolve_backend` needs)."""
+    if agents == 1 or colocated or not visible:
+        return [None] * agents
+    if len(visible) >= agents * nproc_per_node:
+        return [",".join(visible[a * nproc_per_node : (a + 1) * nproc_per_node]) for a in range(agents)]
+    return [""] * agents
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this process sees, as ``CUDA_VISIBLE_DEVICES`` names them (or their indices)."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:
+        return [g for g in named.split(",") if g.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
 def _launch(
     config: CapstoneConfig,
     nproc_per_node: int,
@@ -266,17 +292,18 @@ def _launch(
         for _ in range(agents)
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    gpus = agent_gpus(agents, nproc_per_node, _visible_gpus() if agents > 1 else [], config.colocated)
     procs: list[subprocess.Popen[bytes]] = []
     with open(path / "torchrun.log", "a") as log:
         try:
-            for cmd in commands:
+            for cmd, visible in zip(commands, gpus):
                 procs.append(
                     subprocess.Popen(
                         cmd,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
-                        env=env,
+                        env=env if visible is None else dict(env, CUDA_VISIBLE_DEVICES=visible),
                         preexec_fn=None if pin is None else lambda: os.sched_setaffinity(0, pin),
                     )
                 )
