@@ -37,7 +37,7 @@
 # | 1. `assign_roles`: a rank's role and its process groups | 10 | ★☆☆ | 10 min |
 # | 2. `colocated_sync_update`: what a colocated synchronous update costs, the tail | 15 | ★★☆ | 20 min |
 # | 3. `restart_accounting`: which samples count after a restore | 20 | ★★☆ | 25 min |
-# | 4. `trainers_finish`: sharing cores, why the runner-up ran faster than the model said | 15 | ★★★ | 25 min |
+# | 4. `trainers_finish`: sharing cores, one reason the runner-up ran faster than the model said | 15 | ★★★ | 25 min |
 # | 5. `join_step`: agreeing on the attempt after a restart | 20 | ★★★ | 35 min |
 
 # %%
@@ -323,7 +323,7 @@ print("samples:", out["samples"])
 check("11_capstone", "restart_accounting", restart_accounting)
 
 # %% [markdown]
-# ## Exercise 4 · Sharing cores: why the runner-up ran faster than the model said (★★★, 25 min, 15 points)
+# ## Exercise 4 · Sharing cores: one reason the runner-up ran faster than the model said (★★★, 25 min, 15 points)
 #
 # Section 8 runs the four ranks pinned to 2 cores, and the model (11.3) gives every rank a
 # fixed share of a core, $\sigma$ = cores / ranks = 0.5, the whole time. With $B = 4$ groups an
