@@ -162,10 +162,12 @@ KILL_AT = pick(cpu=60, full=130)  # a generator is killed at this update (not a 
 #     if batch u is complete and no update runs: submit update u to both trainers
 #     ready = ray.wait(every future in flight, num_returns=1)
 #     decoding call returned   -> record its groups (ledger: generator, incarnation)
-#     decoding call raised      -> the generator died: its unreturned groups are lost,
-#                                  queued first; ask Ray when its new incarnation is ready
+#     decoding call raised      -> ActorDiedError: gone for good; ActorUnavailableError:
+#                                  restarting or cut off. Either way its unreturned groups
+#                                  are lost, queued first; unless gone, ask it to rejoin
+#                                  under a new epoch (its old calls are then declined)
 #     weight transfer finished  -> v_g = that version for that generator
-#     new incarnation ready     -> rebuild the sync group; send it the current version
+#     rejoin answered           -> rebuild the sync group; send it the current version
 #     update finished           -> u += 1; start the sync of version u
 # audit (12.3); held-out evaluation
 # ```
@@ -331,20 +333,24 @@ print("sync_split: every token at lag 0, the audit exact")
 # In `pipeline` the trainers share bundle 0 and the generators bundle 1. The controller
 # keeps both generators decoding, admits groups under (12.1), submits update $u$ when its
 # batch is complete, and sends every new version to the generators while they decode. At
-# update KILL_AT it `SIGKILL`s generator 1 by its pid, mid-decode: Ray restarts it
-# (`max_restarts=1`); the controller learns of the death when the decoding call raises (a
-# generator killed with no call in flight is found by its next call, which fails, or which
-# Ray hands to the new process and that process declines), re-requests that generator's unreturned groups (exercise 3), keeps the survivor and the
-# trainers going, and gives the new incarnation the current weights when it is ready (if the
+# update KILL_AT it kills generator 1 through Ray (`ray.kill`), mid-decode, and Ray restarts
+# it (`max_restarts=1`). The controller reads Ray's errors as Ray documents them:
+# `ActorDiedError` is a death with no restart left (the generator is dropped for the rest of
+# the run), `ActorUnavailableError` a restart, or a live actor cut off for a moment. It cannot
+# tell those two apart, so it **fences**: the generator's unreturned groups are re-requested
+# (exercise 3), and `rejoin` gives it a new epoch; a new process holds nothing, a live one
+# drops what it held, and any call carrying the old epoch is declined (a generator killed with
+# no call in flight is found by its next call). The survivor and the trainers go on, and the
+# new incarnation gets the current weights when it is ready (if the
 # last update comes first, the controller waits for it after the run, bounded by a timeout,
 # and gives it the final weights: the report then says when it was back). On the generator's
-# side: how a new process declines a call meant for the old one, and a weight update
-# arriving mid-decode (only the copy into the model takes the lock):
+# side: the fence, and a weight update arriving mid-decode (only the copy into the model
+# takes the lock):
 
 # %%
 from course_lib.capstone_ray.workers import GeneratorWorker
 
-show_source(GeneratorWorker._restarted)
+show_source(GeneratorWorker.rejoin)
 show_source(GeneratorWorker.receive_weights)
 
 # %%
@@ -377,11 +383,8 @@ print(f"no token lagged more than 4 updates; {audit['consumed_samples']} samples
 # down (asserted below: at least one). How fast they went meanwhile moves with the load, so
 # it is printed, not asserted: the survivor decodes alone, the new process shares the cores
 # while it imports torch (it pins itself only once started), and the lost groups come first
-# in the next batches. A single controller must never block its loop: an earlier version of
-# this one slept 20 ms after each "unavailable" answer of the restarting actor, and the
-# update rate fell about fourfold for the whole restart; it now schedules the next question
-# and goes on with the loop. The timeline, and the rates before the kill and while the
-# generator was down:
+# in the next batches. The timeline, and the rates before the kill and while the generator
+# was down:
 
 # %%
 t_upd = np.array([m["time"] for m in pipe["metrics"]])
@@ -390,7 +393,7 @@ down_until = min(t_kill + kill["restart_ready_s"], t_upd[-1])  # it may be back 
 during = int(((t_upd > t_kill) & (t_upd <= down_until)).sum())
 fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
 ax[0].plot(t_upd, np.arange(1, len(t_upd) + 1), lw=1.5, label="updates done")
-for dt, name, c in ((0, "SIGKILL", "red"), (kill["restart_ready_s"], "new incarnation ready", "green"),
+for dt, name, c in ((0, "killed (ray.kill)", "red"), (kill["restart_ready_s"], "new incarnation ready", "green"),
                     (kill["first_group_s"], "its first group", "purple")):
     if np.isfinite(dt):  # a new incarnation back after the last update returns no group
         ax[0].axvline(t_kill + dt, color=c, ls="--", lw=1, label=name)
@@ -467,8 +470,8 @@ print("every layout's measured rate is within a factor of 2 of (12.2) (a coarse 
 # Two ways to move trainer 0's weights into both generators, as the controller sees them
 # (submit to both generators loaded): lesson 09's engine (bucketed, pipelined,
 # checksummed, all-or-nothing) over a gloo group that spans the trainer and generator
-# **actors** (a `StandaloneGroup`: a process group built from a key prefix in a TCP store the
-# controller hosts, outside each actor's default group, so the trainers keep their own
+# **actors** (a `StandaloneGroup`: a process group built from a key prefix in a TCP store that
+# trainer 0 serves on its node's address, outside each actor's default group, so the trainers keep their own
 # group and this one can be rebuilt when a generator restarts; vLLM's
 # `StatelessProcessGroup`, OpenRLHF and NeMo-RL do the same); and Ray's object store (the
 # trainer returns a numpy array, Ray puts it in shared memory once, each generator maps it
@@ -611,15 +614,15 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # |---|---|---|
 # | where the algorithm lives | in every rank's copy of the script | in one driver process (here, this notebook's kernel) |
 # | changing the layout | new launch arguments, a new role map | a different `bundles_for`; the loop stays |
-# | a generator dies | every rank restarts; the job resumes from its checkpoint and redoes the updates since | that actor restarts (once: `max_restarts=1`; a second death of the same generator ends the run); no update redone; its in-flight groups asked for again |
+# | a generator dies | every rank restarts; the job resumes from its checkpoint and redoes the updates since | that actor restarts (once: `max_restarts=1`; a second death, with no restart left, drops it: the others finish the run); no update redone; its in-flight groups asked for again |
 # | a trainer dies, or the driver | the same restart from the checkpoint | not handled here: the run fails (the trainer group would need a rebuild and a checkpoint restore, as lesson 11 does); the driver is a single point of failure |
 # | what you must write | a checkpoint and a resume path | a controller that knows every piece of work in flight (the ledger), and still a checkpoint for the rest |
 # | per-step overhead | none beyond the collectives | one process's calls, futures and waits |
 #
-# **What this run does not show.** It runs on one host, on CPUs with gloo: the trainers'
-# group and the weight-sync store listen on 127.0.0.1, so actors on a second node could not
-# join them, and there is no GPU path (no `num_gpus`, no NCCL); on GPUs both would change,
-# as lesson 11's NCCL path does. The death is seen within tens of milliseconds (section 4) because the cluster is
+# **What this run does not show.** It runs on one host, on CPUs with gloo. Every rendezvous
+# is served by trainer 0 on its own node's address, and `start_ray(address=...)` joins a
+# running cluster, so the same code runs on two nodes (tested with two Ray nodes on one
+# machine); there is no GPU path (no `num_gpus`, no NCCL). The death is seen within tens of milliseconds (section 4) because the cluster is
 # started with Ray's `timeout_ms_task_wait_for_death_info` set to 0 (a system setting; with
 # Ray's default of 1000 ms we measured detections of 0.7-1.9 s), and because the controller that
 # killed the generator is the one waiting on it. The kill lands between two weight
@@ -671,7 +674,7 @@ print("Ray is shut down and no process it started is left")
 #   it (11.2); bound `max_lag`.
 # - **lost groups**: groups admitted to the killed generator and not returned; their
 #   samples were never seen, so they are generated again (12.3).
-# - **detect / ready / first group**: from the `SIGKILL` to the decoding call raising, to the
+# - **detect / ready / first group**: from the kill to the decoding call raising, to the
 #   new incarnation answering, to its first returned group (none when the last update came
 #   first).
 

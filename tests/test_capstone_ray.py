@@ -156,7 +156,6 @@ def test_two_trainer_actors_sum_to_the_single_process_gradient(ray_session):
     from course_lib.capstone_ray.workers import TrainerWorker
     from course_lib.lm.model import TinyLM, sequence_logprobs
     from course_lib.pipeline.loss import group_token_advantages, pad_groups, pipeline_loss
-    from course_lib.runtime.processes import free_port
     from course_lib.runtime.weights import flat_parameters
 
     cfg = RayRunConfig(train_chunk=3)
@@ -175,8 +174,8 @@ def test_two_trainer_actors_sum_to_the_single_process_gradient(ray_session):
     trainers = [T.options(num_cpus=0.5).remote(cfg, r, None) for r in range(2)]
     try:
         ray.get([t.load.remote(flat) for t in trainers], timeout=120)
-        port = free_port()
-        ray.get([t.join_trainer_group.remote(port, 2) for t in trainers], timeout=60)
+        at = ray.get(trainers[0].open_store.remote(), timeout=60)  # trainer 0 serves the rendezvous
+        ray.get([t.join_trainer_group.remote(*at, 2) for t in trainers], timeout=60)
         got = ray.get([t.gradient.remote(groups[r::2]) for r, t in enumerate(trainers)], timeout=60)
     finally:
         for t in trainers:
@@ -221,13 +220,59 @@ def test_a_killed_generator_loses_groups_that_another_incarnation_regenerates_an
     audit_exact(rep)  # every sample of the 60 updates once, none of the dead incarnation's
     assert kill["u"] >= 10 and kill["lost_groups"] > 0
     assert audit["lost_groups"] == kill["lost_groups"] and audit["lost_groups_regenerated"]
-    assert kill["new_pid"] != kill["old_pid"]
+    assert kill["new_pid"] != kill["old_pid"] and kill["same_process"] is False and not kill["final"]
     assert 0 < kill["detect_s"] < kill["restart_ready_s"] <= kill["rejoined_s"] < cfg.timeout_s
     assert rep["generators"][1]["incarnation"] == 1 and rep["generators"][0]["incarnation"] == 0
     assert rep["sync_group_builds"] >= 3  # everyone, the survivors, everyone again
     assert any(m["started"] > kill["at_s"] for m in rep["metrics"])  # the controller carried on
     assert rep["lag_max"] <= rep["lag_bound"]
     assert isinstance(rep["captured_stdout"], str)
+
+
+def test_a_generator_cut_off_for_a_moment_is_fenced_with_a_new_epoch_not_replaced(ray_session):
+    """``fault="unavailable"``: the reply of generator 1's decoding call is lost, as a passing network
+    error loses it (Ray raises ``ActorUnavailableError``, "may be available later"). The controller
+    cannot know which of its groups finished, so it counts them all lost and asks for them again;
+    the same process, given a new epoch, drops what it held: nothing is doubled, nothing restarts.
+    Before, any ``RayActorError`` was a death and this ended the run on an incarnation assert."""
+    cfg = RayRunConfig(layout="pipeline", n_updates=40, kill_at=10, fault="unavailable", **SHORT)
+    rep = run(cfg)
+    kill, audit = rep["kill"], rep["audit"]
+    audit_exact(rep)  # the groups it held and dropped were generated again, each consumed once
+    assert kill["same_process"] is True and kill["new_pid"] == kill["old_pid"] and not kill["final"]
+    assert kill["lost_groups"] > 0 and audit["lost_groups"] == kill["lost_groups"] and audit["lost_groups_regenerated"]
+    assert rep["generators"][1]["incarnation"] == 1 and rep["gone"] == []
+    assert rep["rejoins"] == [{"g": 1, "epoch": 1, "same_process": True}]
+    assert kill["first_group_s"] < cfg.timeout_s  # it decoded on under its new epoch
+
+
+def test_a_generator_with_no_restart_left_is_gone_and_the_survivor_finishes_the_run(ray_session):
+    """``fault="kill_final"``: ``ray.kill(no_restart=True)``; Ray raises ``ActorDiedError`` (dead for
+    good). The controller stops probing it, never admits to it again, and the run ends on generator 0."""
+    cfg = RayRunConfig(layout="pipeline", n_updates=40, kill_at=10, fault="kill_final", **SHORT)
+    rep = run(cfg)
+    kill, audit = rep["kill"], rep["audit"]
+    audit_exact(rep)
+    assert kill["final"] and rep["gone"] == [1] and rep["rejoins"] == []
+    assert kill["lost_groups"] > 0 and audit["lost_groups_regenerated"]
+    assert not np.isfinite(kill["restart_ready_s"])
+    assert any(m["started"] > kill["at_s"] for m in rep["metrics"])  # the survivor carried the run
+    assert "unavailable" in rep["generators"][1] and rep["generators"][0]["incarnation"] == 0
+
+
+def test_a_generator_killed_during_a_weight_transfer_costs_a_timeout_not_a_hang_or_a_sample(ray_session):
+    """Killed while trainer 0 sends it weights (engine sync): the transfer may break (the survivors
+    wait out the group's timeout, ``sync_timeout_s``), the group is rebuilt without it and again with
+    its new process; every sample is still consumed exactly once."""
+    cfg = RayRunConfig(layout="pipeline", n_updates=40, kill_at=10, kill_during_sync=True, sync_timeout_s=2.0, **SHORT)
+    t0 = time.perf_counter()
+    rep = run(cfg)
+    kill = rep["kill"]
+    audit_exact(rep)
+    assert kill["during_sync"] and kill["new_pid"] != kill["old_pid"] and kill["lost_groups"] > 0
+    assert kill["restart_ready_s"] <= kill["rejoined_s"] < cfg.timeout_s
+    assert rep["sync_group_builds"] >= 3 and rep["generators"][1]["incarnation"] == 1
+    assert time.perf_counter() - t0 < cfg.deadline_s / 4  # no hang: a broken transfer costs sync_timeout_s
 
 
 @pytest.mark.parametrize("sync", ["engine", "object_store"])
@@ -260,6 +305,12 @@ def test_the_kill_is_refused_where_it_cannot_run():
         dataclasses.replace(RayRunConfig(), sync="gloo")
     with pytest.raises(ValueError, match="give kill_at"):
         RayRunConfig(layout="pipeline", kill_idle=True)
+    with pytest.raises(ValueError, match="give kill_at"):
+        RayRunConfig(layout="pipeline", fault="kill_final")
+    with pytest.raises(ValueError, match="fault="):
+        RayRunConfig(layout="pipeline", kill_at=3, fault="boom")
+    with pytest.raises(ValueError, match="reply"):
+        RayRunConfig(layout="pipeline", kill_at=3, fault="unavailable", kill_idle=True)
 
 
 # ---- weight sync: engine vs object store ---------------------------------------------------------

@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=5, help="syncbench: timed updates per size")
     p.add_argument("--sizes", default="2x64,4x256", help="syncbench: n_layers x d_model, comma-separated")
     p.add_argument("--ray-timeout-s", type=float, default=60.0, help="the most Ray's start may take")
+    p.add_argument(
+        "--address", default=None, help="join a running Ray cluster (its GCS address) instead of starting one"
+    )
     p.add_argument("--full", action="store_true", help="print whole reports (per-update metrics included)")
     p.add_argument("--allow-network", action="store_true", help="run outside a loopback-only namespace")
     return p
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad arguments: {exc}", file=sys.stderr)
         return 2
     fails = 0
-    t_start = cluster.start_ray(timeout_s=args.ray_timeout_s, death_info_ms=base.death_info_ms)
+    t_start = cluster.start_ray(timeout_s=args.ray_timeout_s, death_info_ms=base.death_info_ms, address=args.address)
     try:
         if args.cmd == "syncbench":
             from course_lib.capstone_ray.syncbench import compare

@@ -1,4 +1,4 @@
-"""Start and stop a one-machine Ray cluster, bounded, quiet and checked.
+"""Start (or join) and stop a Ray cluster, bounded, quiet and checked.
 
 * :func:`start_ray`: ``ray.init`` with bounded resources (CPUs, object store), no dashboard,
   Ray's death-report wait set (``death_info_ms``), quiet output, and a bounded wait. The bound is
@@ -74,8 +74,10 @@ def start_ray(
     death_info_ms: int = 0,
     object_store_mb: int = 256,
     temp_dir: str | None = None,
+    address: str | None = None,
 ) -> float:
-    """Start a local Ray cluster in this process; returns the seconds it took.
+    """Start a local Ray cluster in this process, or join a running one (``address``); returns the
+    seconds it took.
 
     Args:
         num_cpus: CPUs Ray may hand out (placement-group bundles are carved from them).
@@ -86,6 +88,10 @@ def start_ray(
             ``ActorUnavailableError``, a ``RayActorError``).
         object_store_mb: the shared-memory object store (Ray's default is 30 % of RAM).
         temp_dir: Ray's session directory root (logs, sockets); ``None``: Ray's default, /tmp/ray.
+        address: a running cluster's GCS address (``"10.0.0.5:6379"``, or ``"auto"`` on one of its
+            nodes): this process joins it as the driver, and the cluster's own resources, object
+            store and death-report wait apply (``num_cpus``, ``object_store_mb``, ``death_info_ms``
+            and ``temp_dir`` are the cluster's business then, set where it was started).
 
     The bound is a timer that raises ``TimeoutError`` in the main thread every 0.25 s from
     ``timeout_s`` on. Ray catches exceptions in some start-up steps (measured: its dashboard
@@ -131,17 +137,18 @@ def start_ray(
             # goes on, so the timer fires again every 0.25 s until the error gets out
             signal.setitimer(signal.ITIMER_REAL, float(timeout_s), 0.25)
             kwargs: dict[str, Any] = {}
-            if temp_dir is not None:
-                kwargs["_temp_dir"] = os.path.abspath(temp_dir)
-            ray.init(
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-                object_store_memory=int(object_store_mb) * 1024**2,
-                _system_config={"timeout_ms_task_wait_for_death_info": int(death_info_ms)},
-                **kwargs,
-            )
+            if address is not None:  # join: the cluster's resources and settings are its own
+                kwargs["address"] = address
+            else:
+                kwargs |= {
+                    "num_cpus": num_cpus,
+                    "include_dashboard": False,
+                    "object_store_memory": int(object_store_mb) * 1024**2,
+                    "_system_config": {"timeout_ms_task_wait_for_death_info": int(death_info_ms)},
+                }
+                if temp_dir is not None:
+                    kwargs["_temp_dir"] = os.path.abspath(temp_dir)
+            ray.init(log_to_driver=False, logging_level=logging.ERROR, **kwargs)
             signal.setitimer(signal.ITIMER_REAL, 0)
             if fired:  # it returned, but only after a TimeoutError was raised (and swallowed) in it
                 raise TimeoutError(f"ray.init returned after timeout_s={timeout_s} s")

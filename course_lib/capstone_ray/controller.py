@@ -2,7 +2,7 @@
 
 ::
 
-    controller (driver; hosts the TCPStore of the weight-sync groups on 127.0.0.1)
+    controller (driver; may run on any node: every rendezvous is served by trainer 0, on its node's address)
       placement group: bundles_for(layout) -> one-core bundles, PACK
         sync_colocated: bundle r = trainer r (0.5 CPU) + its generators (0.5)  generate, hand over, train, sync
         sync_split:     bundle 0 = the trainers, bundle 1 = the generators       the same steps, lag 0
@@ -40,7 +40,6 @@ import dataclasses
 import io
 import math
 import os
-import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -55,6 +54,11 @@ from course_lib.capstone_ray.workers import GeneratorWorker, TrainerWorker
 
 #: Weight-sync paths: lesson 09's engine on a gloo group, or Ray's object store.
 SYNCS: tuple[str, ...] = ("engine", "object_store")
+#: What ``kill_at`` does to generator 1: ``kill`` (``ray.kill``; Ray restarts it), ``kill_final``
+#: (``ray.kill(no_restart=True)``: gone for the rest of the run, Ray raises ``ActorDiedError``) or
+#: ``unavailable`` (the reply of its decoding call is dropped, as a passing network error drops it:
+#: Ray raises ``ActorUnavailableError`` and the process lives on)
+FAULTS: tuple[str, ...] = ("kill", "kill_final", "unavailable")
 #: how long the controller waits before asking a restarting generator again (it answers
 #: "unavailable" at once while Ray starts its new process); the loop goes on meanwhile
 REPROBE_S = 0.02
@@ -67,10 +71,11 @@ class RayRunConfig:
 
     ``layout``: lesson 08's name (``sync_colocated``, ``sync_split``, ``pipeline``); ``max_lag`` is
     the pipeline's bound (the two sync layouts run at lag 0 whatever it says). ``kill_at``: split
-    layouts only: SIGKILL generator 1 (by pid) once this many updates are done, while it decodes,
-    between two weight transfers (or during one: ``kill_during_sync``), or while it has no decoding
-    call in flight (``kill_idle``: held back by the lag bound, or waiting for weights); ``-1``: never. ``death_info_ms`` is Ray's
-    (see :func:`~course_lib.capstone_ray.cluster.start_ray`), kept here for the command line.
+    layouts only: inject ``fault`` (one of :data:`FAULTS`) into generator 1, through Ray, once this
+    many updates are done, while it decodes, between two weight transfers (or during one:
+    ``kill_during_sync``), or while it has no decoding call in flight (``kill_idle``: held back by
+    the lag bound, or waiting for weights); ``-1``: never. ``death_info_ms`` is Ray's (see
+    :func:`~course_lib.capstone_ray.cluster.start_ray`), kept here for the command line.
     """
 
     layout: str = "pipeline"
@@ -95,6 +100,7 @@ class RayRunConfig:
     kill_at: int = -1
     kill_during_sync: bool = False
     kill_idle: bool = False  # kill generator 1 while no decoding call of its is in flight
+    fault: str = "kill"  # what kill_at does: see FAULTS
     pin: bool = True  # actors pin themselves to the core of their bundle
     chunk_steps: int = 24  # most decoding steps per generator call
     bucket_mb: float = 0.25
@@ -131,8 +137,14 @@ class RayRunConfig:
                 raise ValueError("kill_at: generator 1 is killed, so n_generators must be at least 2")
             if self.kill_at >= self.n_updates:
                 raise ValueError(f"kill_at={self.kill_at} must be below n_updates={self.n_updates}")
-        elif self.kill_idle or self.kill_during_sync:
-            raise ValueError("kill_idle / kill_during_sync say when to kill: give kill_at too")
+            if self.fault == "unavailable" and (self.kill_idle or self.kill_during_sync):
+                raise ValueError(
+                    "fault='unavailable' drops a decoding call's reply: not with kill_idle or kill_during_sync"
+                )
+        elif self.kill_idle or self.kill_during_sync or self.fault != "kill":
+            raise ValueError("kill_idle / kill_during_sync / fault say when and how to kill: give kill_at too")
+        if self.fault not in FAULTS:
+            raise ValueError(f"fault={self.fault!r} is not one of {', '.join(FAULTS)}")
 
     @property
     def lag_bound(self) -> int:
@@ -154,22 +166,6 @@ class RayRunConfig:
         )
 
 
-def _store(port_tries: int = 5) -> tuple[Any, int]:
-    """A TCPStore master on a free port of 127.0.0.1 (retried: a port found free may be taken before it binds)."""
-    import torch.distributed as dist
-
-    from course_lib.runtime.processes import free_port
-
-    for attempt in range(port_tries):
-        port = free_port()
-        try:
-            return dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False), port
-        except (RuntimeError, OSError):
-            if attempt == port_tries - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
 class Controller:
     """One run: :meth:`go` places the actors, warm-starts, runs the layout's loop, evaluates, audits."""
 
@@ -179,7 +175,6 @@ class Controller:
         self.trainers: list[Any] = []
         self.gens: list[Any] = []
         self.pg: Any = None
-        self.store: Any = None
         self.metrics: list[dict[str, Any]] = []
         self.ledger = Ledger()
         self.sync_times: list[float] = []
@@ -195,6 +190,8 @@ class Controller:
         self.sync_members: list[int] = []
         self.actors: list[dict[str, Any]] = []
         self.gen_info: list[dict[str, Any]] = []
+        self.gone: set[int] = set()  # generators Ray will not restart (ActorDiedError)
+        self.rejoins: list[dict[str, Any]] = []  # every probe answered: generator, epoch, the same process?
         self.t0 = self.deadline = 0.0
 
     # ---- setup ----
@@ -234,24 +231,21 @@ class Controller:
         self.warm_start()
         init = ray.put(self.init_flat)
         ray.get([t.load.remote(init) for t in self.trainers], timeout=cfg.timeout_s * 4)
-        self.gen_info = ray.get(
-            [g.ready.options(concurrency_group="control").remote() for g in self.gens], timeout=cfg.timeout_s * 4
-        )
+        self.gen_info = ray.get([g.rejoin.remote(0) for g in self.gens], timeout=cfg.timeout_s * 4)  # epoch 0
         self.t["actors_start_s"] = time.perf_counter() - t0 - self.t["warm_start_s"]
         self.t["actors_and_warm_start_s"] = time.perf_counter() - t0
         self.actors = ray.get(
             [a.where.options(concurrency_group="control").remote() for a in self.trainers + self.gens],
             timeout=cfg.timeout_s,
         )
-        from course_lib.runtime.processes import free_port
-
         t0 = time.perf_counter()
-        port = free_port()
-        ray.get([t.join_trainer_group.remote(port, len(self.trainers)) for t in self.trainers], timeout=cfg.timeout_s)
+        # the rendezvous lives in trainer 0, on its node's address (the driver may be on another node)
+        self.store_at = ray.get(self.trainers[0].open_store.remote(), timeout=cfg.timeout_s)
+        n = len(self.trainers)
+        ray.get([t.join_trainer_group.remote(*self.store_at, n) for t in self.trainers], timeout=cfg.timeout_s)
         self.t["trainer_group_s"] = time.perf_counter() - t0
         self.epoch = -1
         if cfg.sync == "engine":
-            self.store, self.store_port = _store()
             t0 = time.perf_counter()
             self.build_sync_group()
             self.t["sync_group_s"] = time.perf_counter() - t0
@@ -263,9 +257,10 @@ class Controller:
         members = list(range(len(self.gens))) if members is None else sorted(members)
         self.epoch += 1
         world = 1 + len(members)
-        futs = [self.trainers[0].join_sync.remote(self.store_port, self.epoch, world)]
+        host, port = self.store_at
+        futs = [self.trainers[0].join_sync.remote(host, port, self.epoch, world)]
         futs += [
-            self.gens[g].join_sync.options(concurrency_group="sync").remote(self.store_port, self.epoch, world, r + 1)
+            self.gens[g].join_sync.options(concurrency_group="sync").remote(host, port, self.epoch, world, r + 1)
             for r, g in enumerate(members)
         ]
         ray.get(futs, timeout=self.cfg.timeout_s)
@@ -419,7 +414,7 @@ class Controller:
         the lag bound (:func:`admit`), trains when a batch is complete, syncs after every update,
         and carries on through a generator's death (:func:`on_generator_death`)."""
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
+        from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
         cfg, B = self.cfg, self.cfg.groups_per_batch
         n_gen = len(self.gens)
@@ -437,7 +432,8 @@ class Controller:
         done: dict[int, dict[str, Any]] = {}
         u = 0
         train: list[Any] = []
-        down: set[int] = set()
+        down: set[int] = set()  # generators whose death (or cut-off) was seen and who have not answered since
+        gone = self.gone  # ... and those of them Ray will not restart (ActorDiedError)
         reprobe: dict[int, float] = {}  # a restarting generator -> when to ask it again
         room = math.ceil(cfg.n_slots / cfg.group_size) + (1 if cfg.lag_bound > 0 else 0)  # keep slots fed
         self.t0 = time.perf_counter()
@@ -456,9 +452,19 @@ class Controller:
             for g, f in zip(live, recv):
                 pending_recv[f] = (g, version)
 
-        def died(g: int) -> None:
-            """A call on g failed (or its new incarnation declined it): its admitted, unreturned groups
-            are lost and asked for again; it is probed until its new incarnation answers."""
+        def died(g: int, final: bool = False) -> None:
+            """A call on g failed (or a new process declined it): its admitted, unreturned groups are
+            lost and asked for again. ``final`` (Ray raised ``ActorDiedError``: no restart left): g is
+            gone for the rest of the run. Otherwise it is probed (:meth:`GeneratorWorker.rejoin`, a new
+            epoch) until it answers: a restarted process, or the same one if it was only unavailable."""
+            if final and g not in gone:
+                gone.add(g)
+                reprobe.pop(g, None)
+                if len(gone) == n_gen:
+                    raise RuntimeError(
+                        f"every generator died for good (Ray raised ActorDiedError for {sorted(gone)}): "
+                        "nothing can generate; give the generators more max_restarts"
+                    )
             if g in down:  # already seen: its calls were dropped then
                 return
             death = on_generator_death(g, in_flight_groups, self.ledger.admitted, todo)
@@ -475,12 +481,13 @@ class Controller:
                 del pending_recv[f]
             for f in [f for f, h in chunk.items() if h == g]:
                 del chunk[f]
-            probe(g)
+            if not final:
+                probe(g)
             if self.kill:
                 self.kill.update({"t_detect": time.perf_counter(), "lost_groups": list(death.lost)})
 
         def probe(g: int) -> None:
-            ready_fut[self.gens[g].ready.options(concurrency_group="control").remote()] = g
+            ready_fut[self.gens[g].rejoin.remote(inc[g] + 1)] = g  # the next epoch: old calls are declined
 
         def take(g: int, out: dict[str, Any]) -> None:
             """The groups a decoding call returned."""
@@ -493,12 +500,18 @@ class Controller:
                     self.kill["t_first_group"] = time.perf_counter()
 
         def answered(f: Any) -> bool:
-            """A probe of a restarting generator resolved: True if its new incarnation is back (recorded),
-            False if it answered "unavailable" (asked again after REPROBE_S, without holding up the loop)."""
+            """A probe resolved: True if g answered under its new epoch (a new process, or the same one
+            cut off for a while), False if Ray said "unavailable" (asked again after REPROBE_S, without
+            holding up the loop, until timeout_s has passed since the death) or "died" (final)."""
             g = ready_fut.pop(f)
+            if g in gone:
+                return False
             try:
                 info = ray.get(f)
-            except RayActorError:  # "unavailable: the actor is restarting" (fails fast): ask again soon
+            except ActorDiedError:  # Ray's "dead": no restart left
+                died(g, final=True)
+                return False
+            except RayActorError:  # ActorUnavailableError: restarting, or cut off: ask again soon
                 if time.perf_counter() - down_since[g] > cfg.timeout_s:
                     raise TimeoutError(
                         f"generator {g} was not back within timeout_s={cfg.timeout_s} s of its death"
@@ -506,12 +519,17 @@ class Controller:
                 self.reprobes += 1
                 reprobe[g] = time.perf_counter() + REPROBE_S
                 return False
-            assert info["incarnation"] > inc[g], info
             inc[g], self.gen_info[g] = info["incarnation"], info
             down.discard(g)
-            if self.kill:
+            self.rejoins.append({"g": g, "epoch": info["incarnation"], "same_process": info["was"] is not None})
+            if self.kill and "t_ready" not in self.kill:
                 self.kill.update(
-                    {"t_ready": time.perf_counter(), "new_pid": info["pid"], "new_process_age_s": info["process_age_s"]}
+                    {
+                        "t_ready": time.perf_counter(),
+                        "new_pid": info["pid"],
+                        "new_process_age_s": info["process_age_s"],
+                        "same_process": info["was"] is not None,
+                    }
                 )
             return True
 
@@ -553,7 +571,7 @@ class Controller:
             # training: every trainer on batch u once it is complete
             if not train and all(k in done for k in range(u * B, (u + 1) * B)):
                 train = self.train_step(u, done)
-            # fault injection: SIGKILL generator 1 (by pid) while it decodes, or while it has no call
+            # fault injection into generator 1, through Ray, while it decodes, or while it has no call
             in_sync = bool(pending_send) if cfg.sync == "engine" else bool(pending_recv)
             decoding = 1 in chunk.values()
             if (
@@ -568,27 +586,30 @@ class Controller:
                     "t_kill": time.perf_counter(),
                     "u": u,
                     "idle": cfg.kill_idle,
+                    "fault": cfg.fault,
+                    "during_sync": in_sync,
                 }
-                os.kill(self.kill["pid"], signal.SIGKILL)
+                f1 = next((f for f, h in chunk.items() if h == 1), None)
+                if cfg.fault == "unavailable":  # its reply is lost, as in a passing network error
+                    assert f1 is not None
+                    del chunk[f1]
+                    died(1)  # what Ray's ActorUnavailableError leads to; the process lives on
+                else:
+                    ray.kill(self.gens[1], no_restart=cfg.fault == "kill_final")
                 # idle: nothing of its is awaited; its next call (a transfer, or the next decoding call)
-                # fails, or runs on the new incarnation, which declines it: either way died(1) follows
-                if decoding:
-                    f1 = next(f for f, h in chunk.items() if h == 1)
+                # fails, or runs on the new process, which declines it: either way died(1) follows
+                if f1 is not None and cfg.fault != "unavailable":
                     try:  # its decoding call fails: that is how the controller learns of the death
                         out = ray.get(f1, timeout=cfg.timeout_s)
-                        # measured 1 run in 6: the call had finished before the signal landed; its groups are
-                        # valid. Ask the actor: the dead incarnation cannot answer (or a new one answers)
+                        # the call finished before the kill landed: its groups are valid; the next call
+                        # fails (or is declined) and tells of the death
                         del chunk[f1]
-                        if not out.get("restarted"):
+                        if out.get("restarted"):
+                            died(1)
+                        else:
                             take(1, out)
-                        try:
-                            answer = ray.get(
-                                self.gens[1].ready.options(concurrency_group="control").remote(), timeout=cfg.timeout_s
-                            )
-                            assert answer["incarnation"] > inc[1], "generator 1 survived SIGKILL"
-                        except RayActorError:
-                            pass
-                        died(1)
+                    except ActorDiedError:
+                        died(1, final=True)
                     except RayActorError:
                         died(1)
             # a restarted generator is asked again after a short pause, without holding up the loop
@@ -614,7 +635,10 @@ class Controller:
                 g = chunk.pop(f)
                 try:
                     out = ray.get(f)
-                except RayActorError:
+                except ActorDiedError:  # Ray's "dead": no restart left
+                    died(g, final=True)
+                    continue
+                except RayActorError:  # ActorUnavailableError: restarting, or cut off for a while
                     died(g)
                     continue
                 if out.get("restarted"):  # sent before the death was seen; the new incarnation declined it
@@ -630,6 +654,8 @@ class Controller:
                     else:
                         self.sync_recv.append(answer["total"])
                         delivered[g] = max(delivered[g], v)
+                except ActorDiedError:
+                    died(g, final=True)
                 except RayActorError:
                     died(g)  # it died (between decoding calls, or during one: the first failure tells)
                 except RayTaskError as exc:  # the transfer broke (a member died mid-transfer)
@@ -674,10 +700,12 @@ class Controller:
         # a generator still restarting at the last update: wait for its new incarnation (bounded by
         # timeout_s since its death) and give it the final weights, so every generator ends the run
         # on them and the report says when it was back, however fast the updates went meanwhile
-        while down:
+        while down - gone:
             self._check_deadline(u)
-            if time.perf_counter() - min(down_since[g] for g in down) > 2 * cfg.timeout_s:
-                raise TimeoutError(f"generators {sorted(down)} were not back within 2 x timeout_s of their death")
+            if time.perf_counter() - min(down_since[g] for g in down - gone) > 2 * cfg.timeout_s:
+                raise TimeoutError(
+                    f"generators {sorted(down - gone)} were not back within 2 x timeout_s of their death"
+                )
             for g in [g for g, at in reprobe.items() if at <= time.perf_counter()]:
                 del reprobe[g]
                 probe(g)
@@ -686,7 +714,7 @@ class Controller:
                 time.sleep(wait_s)
                 continue
             ready, _ = ray.wait(list(ready_fut), num_returns=1, timeout=wait_s)
-            if ready and answered(ready[0]) and not down:
+            if ready and answered(ready[0]) and not down - gone:
                 start_sync(u)
                 settle()
 
@@ -725,7 +753,7 @@ class Controller:
         return self.report(eval_start, eval_end, gstats, time.perf_counter() - t_all)
 
     def teardown(self) -> None:
-        """Kill every actor, remove the placement group, close the store."""
+        """Kill every actor (trainer 0's store goes with it), remove the placement group."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
@@ -735,7 +763,6 @@ class Controller:
         if self.pg is not None:
             with contextlib.suppress(Exception):
                 remove_placement_group(self.pg)
-        self.store = None
 
     def report(self, eval_start: float, eval_end: float, gstats: list[Any], wall_s: float) -> dict[str, Any]:
         cfg, m = self.cfg, self.metrics
@@ -761,6 +788,10 @@ class Controller:
                 "old_pid": k["pid"],
                 "new_pid": k.get("new_pid"),
                 "new_process_age_at_ready_s": k.get("new_process_age_s"),
+                "fault": k["fault"],
+                "during_sync": bool(k["during_sync"]),
+                "same_process": k.get("same_process"),
+                "final": 1 in self.gone,
             }
         syncs = self.sync_send if cfg.split else self.sync_times
         return {
@@ -795,6 +826,8 @@ class Controller:
             "kill": kill,
             "decode_calls": self.decode_calls,
             "reprobes": self.reprobes,
+            "rejoins": self.rejoins,
+            "gone": sorted(self.gone),
             "sync_group_builds": len(self.group_builds),
             "sync_errors": self.sync_errors,
             "blocked_s": self.blocked_s,

@@ -43,7 +43,6 @@ def measure(n_layers: int, d_model: int, reps: int = 5, timeout_s: float = 60.0)
     import torch
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from course_lib.capstone_ray.controller import _store
     from course_lib.capstone_ray.placement import pg_strategy
     from course_lib.capstone_ray.workers import GeneratorWorker, TrainerWorker
     from course_lib.lm.model import TinyLM
@@ -54,7 +53,6 @@ def measure(n_layers: int, d_model: int, reps: int = 5, timeout_s: float = 60.0)
     cfg = _config(n_layers, d_model)
     pg = placement_group([{"CPU": 1.0}, {"CPU": 1.0}], strategy="PACK")
     actors: list[Any] = []
-    store = None
     try:
         ray.get(pg.ready(), timeout=timeout_s)
         remote: Any = ray.remote  # its stubs do not know concurrency_groups
@@ -67,10 +65,13 @@ def measure(n_layers: int, d_model: int, reps: int = 5, timeout_s: float = 60.0)
         flat = flat_parameters(TinyLM(cfg.lm())).numpy()
         ray.get(tr.load.remote(flat), timeout=timeout_s)
         ray.get([g.ready.options(concurrency_group="control").remote() for g in gens], timeout=timeout_s)
-        store, port = _store()
+        host, port = ray.get(tr.open_store.remote(), timeout=timeout_s)  # the rendezvous, served by the sender
         ray.get(
-            [tr.join_sync.remote(port, 0, 3)]
-            + [g.join_sync.options(concurrency_group="sync").remote(port, 0, 3, i + 1) for i, g in enumerate(gens)],
+            [tr.join_sync.remote(host, port, 0, 3)]
+            + [
+                g.join_sync.options(concurrency_group="sync").remote(host, port, 0, 3, i + 1)
+                for i, g in enumerate(gens)
+            ],
             timeout=timeout_s,
         )
         res: dict[str, list[float]] = {"engine": [], "engine_send": [], "engine_recv": [], "object_store": []}
@@ -114,7 +115,6 @@ def measure(n_layers: int, d_model: int, reps: int = 5, timeout_s: float = 60.0)
                 ray.kill(a)
         with contextlib.suppress(Exception):
             remove_placement_group(pg)
-        del store
     return {
         "n_layers": n_layers,
         "d_model": d_model,

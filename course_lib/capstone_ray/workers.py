@@ -65,6 +65,7 @@ def where_am_i() -> dict[str, Any]:
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     return {
         "pid": os.getpid(),
+        "node_id": ctx.get_node_id(),
         "placement_group_id": ctx.get_placement_group_id(),
         "bundle": bundle,
         "cpus": share,
@@ -86,10 +87,25 @@ class TrainerWorker:
         torch.manual_seed(cfg.seed)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.sender: Any = None
+        self.store: Any = None
         self.version = 0
 
     def pid(self) -> int:
         return os.getpid()
+
+    def open_store(self) -> tuple[str, int]:
+        """Trainer 0: the run's rendezvous, a TCPStore served by this process on its own node's address,
+        on a port the OS picks as it binds (no port chosen elsewhere and bound later). The trainers'
+        group and every weight-sync group meet there. Returns (address, port)."""
+        import datetime
+
+        import ray
+        import torch.distributed as dist
+
+        host = ray.util.get_node_ip_address()
+        timeout = datetime.timedelta(seconds=self.cfg.timeout_s)
+        self.store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        return host, int(self.store.port)
 
     def where(self) -> dict[str, Any]:
         """See :func:`where_am_i`."""
@@ -103,30 +119,29 @@ class TrainerWorker:
 
         load_flat_parameters(self.model, torch.from_numpy(np.array(flat)))
 
-    def join_trainer_group(self, port: int, world: int) -> float:
-        """Join the trainers' own group (this process's default group, on 127.0.0.1:``port``)."""
+    def join_trainer_group(self, host: str, port: int, world: int) -> float:
+        """Join the trainers' own group (this process's default group) at trainer 0's store ``host:port``."""
         import datetime
 
         import torch.distributed as dist
 
         t0 = time.perf_counter()
+        timeout = datetime.timedelta(seconds=self.cfg.timeout_s)
+        store = self.store or dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
         dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=self.rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=self.cfg.timeout_s),
+            "gloo", store=dist.PrefixStore("trainers", store), rank=self.rank, world_size=world, timeout=timeout
         )
         return time.perf_counter() - t0
 
-    def join_sync(self, port: int, epoch: int, world: int) -> float:
-        """Trainer 0: be rank 0 (the sender) of sync group ``epoch`` (lesson 09's engine, handshake included)."""
+    def join_sync(self, host: str, port: int, epoch: int, world: int) -> float:
+        """Trainer 0: be rank 0 (the sender) of sync group ``epoch`` (lesson 09's engine, handshake included),
+        on the store this process serves (:meth:`open_store`)."""
         from course_lib.capstone.channels import BroadcastChannel
         from course_lib.runtime.groups import StandaloneGroup
         from course_lib.weight_sync.config import SyncConfig
 
         t0 = time.perf_counter()
-        group = StandaloneGroup("127.0.0.1", port, f"sync/{epoch}", 0, world, self.cfg.sync_timeout_s)
+        group = StandaloneGroup(host, port, f"sync/{epoch}", 0, world, self.cfg.sync_timeout_s, store=self.store)
         config = SyncConfig(method="pipelined", bucket_mb=self.cfg.bucket_mb)
         self.sender = BroadcastChannel(cast(Any, group), True, self.model, config)  # comm.py takes a StandaloneGroup
         return time.perf_counter() - t0
@@ -247,15 +262,15 @@ class GeneratorWorker:
         from course_lib.lm.task import EOS, CountdownTask
 
         self.cfg, self.index = cfg, index
+        # the epoch the controller gave this process (:meth:`rejoin`); None: a new process, told nothing yet
+        self.incarnation: int | None = None
         with warnings.catch_warnings():  # Ray 2.60's own property trips its actor_id deprecation warning
             warnings.simplefilter("ignore", DeprecationWarning)
-            self.incarnation = int(
-                ray.get_runtime_context().was_current_actor_reconstructed
-            )  # 0, then 1 after a restart
+            self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.model = TinyLM(cfg.lm())
         self.task = CountdownTask()
-        gen = generator_for(self.model, cfg.seed * 1_000_003 + index * 1009 + self.incarnation * 7919)
-        self.sampler = SlotSampler(self.model, cfg.n_slots, EOS, gen, version=-1)
+        self._generator_for = generator_for
+        self.sampler = SlotSampler(self.model, cfg.n_slots, EOS, self._rng(0), version=-1)
         self.lock = threading.Lock()
         self.queue: deque[int] = deque()  # admitted groups not started yet
         self.groups: dict[int, dict[str, Any]] = {}
@@ -267,39 +282,65 @@ class GeneratorWorker:
         self.swaps_in_flight = 0
         self._torch = torch
 
+    def _rng(self, epoch: int) -> Any:
+        return self._generator_for(self.model, self.cfg.seed * 1_000_003 + self.index * 1009 + epoch * 7919)
+
     # -- control (own concurrency group: answers while a decode call runs) --
     def ready(self) -> dict[str, Any]:
-        """pid, incarnation (0, then 1 after a restart), index, and how old this process is."""
+        """pid, incarnation (the controller's epoch; None before :meth:`rejoin`), index, process age."""
         import psutil
 
         return {
             "pid": os.getpid(),
             "incarnation": self.incarnation,
             "index": self.index,
+            "reconstructed": self.reconstructed,
             "process_age_s": time.time() - psutil.Process().create_time(),
         }
+
+    # -- fencing (default group: runs after any decoding call of the controller's still running) --
+    def rejoin(self, epoch: int) -> dict[str, Any]:
+        """Take ``epoch`` from the controller: calls meant for any other are declined from now on.
+
+        A new process (Ray restarted the actor) holds nothing. A live one was cut off (a call to it
+        raised ``ActorUnavailableError``, "may be available later"), so the controller has already
+        asked for its groups again: it drops every group it holds, queued or half decoded, before
+        answering. Either way the controller's ledger stays exact. ``was``: the epoch it held
+        (None: a new process)."""
+        with self.lock:
+            was = self.incarnation
+            if was is not None:  # the same process: forget the groups the controller counts as lost
+                self.queue.clear()
+                self.groups.clear()
+                self.owner.clear()
+                self.sampler.active[:] = False
+                self.issuing, self.next_j = -1, 0
+            self.incarnation = epoch
+            self.sampler.generator = self._rng(epoch)
+        return self.ready() | {"was": was}
 
     def where(self) -> dict[str, Any]:
         """See :func:`where_am_i`."""
         return where_am_i() | {"role": "generator", "index": self.index}
 
     # -- weights (sync group thread) --
-    def join_sync(self, port: int, epoch: int, world: int, rank: int) -> float:
-        """Be rank ``rank`` (a receiver) of sync group ``epoch``."""
+    def join_sync(self, host: str, port: int, epoch: int, world: int, rank: int) -> float:
+        """Be rank ``rank`` (a receiver) of sync group ``epoch``, at trainer 0's store ``host:port``."""
         from course_lib.capstone.channels import BroadcastChannel
         from course_lib.runtime.groups import StandaloneGroup
         from course_lib.weight_sync.config import SyncConfig
 
         t0 = time.perf_counter()
-        group = StandaloneGroup("127.0.0.1", port, f"sync/{epoch}", rank, world, self.cfg.sync_timeout_s)
+        group = StandaloneGroup(host, port, f"sync/{epoch}", rank, world, self.cfg.sync_timeout_s)
         config = SyncConfig(method="pipelined", bucket_mb=self.cfg.bucket_mb)
         self.receiver = BroadcastChannel(cast(Any, group), False, self.model, config)
         return time.perf_counter() - t0
 
     def _restarted(self, incarnation: int | None) -> dict[str, Any] | None:
-        """The answer to a call meant for an earlier incarnation of this actor. A call sent while
-        Ray restarts an actor waits for the new process and runs there: that process holds no
-        group, no sync group and no weights, so it declines, and the controller learns of the death."""
+        """The answer to a call meant for another incarnation of this actor. A call sent while
+        Ray restarts an actor runs on the new process: that process holds no group, no sync group
+        and no weights (and no epoch until :meth:`rejoin`), so it declines, and the controller
+        learns of the death. A process fenced by :meth:`rejoin` declines its old epoch's calls too."""
         if incarnation is None or incarnation == self.incarnation:
             return None
         return {"restarted": 1, "incarnation": self.incarnation, "expected": incarnation}
