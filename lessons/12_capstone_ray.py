@@ -14,20 +14,15 @@
 # # 12 · Capstone, part 2: the same run on Ray, one controller driving placed actors
 #
 # Lesson 11 ran the asynchronous RL system **SPMD**: `torchrun` starts identical processes,
-# each reads its rank and takes a role, and the algorithm lives in every rank's copy of one
-# script (the way `torchrun`-launched training jobs run). Most open LLM-RL frameworks run
-# it the other way round: a **single controller**, one ordinary Python program, drives
-# groups of **Ray actors**, each a process with a role, placed on the cluster with
-# **placement groups**. verl (the HybridFlow paper), OpenRLHF, NeMo-RL, SkyRL and slime are
-# built like this; it is the orchestration you meet first when you open their code.
+# each takes a role from its rank, and the algorithm lives in every rank's copy of one
+# script. Most open LLM-RL frameworks (verl, OpenRLHF, NeMo-RL, SkyRL, slime) run it the
+# other way round: a **single controller**, one ordinary Python program, drives **Ray
+# actors**, each a process with a role, placed on the cluster with **placement groups**.
 #
-# This lesson runs lesson 11's task, model, sampler and loss as Ray actors, from this
-# notebook: two trainers that form their own `torch.distributed` gloo group inside the
-# actors, two generators with lesson 07's KV-cache sampler and in-flight weight updates,
-# and one controller loop that reads like the algorithm: generate, score, train, sync. The
-# two ways to place them are lesson 08's layouts made concrete: **colocated** (trainer and
-# generator share each core and take turns) and **split** (each side has its own core and
-# the pipeline runs).
+# This lesson runs lesson 11's task, model, sampler and loss as Ray actors driven from this
+# notebook: two trainers with their own gloo group, two generators with lesson 07's sampler
+# and in-flight weight updates, placed in lesson 08's layouts: **colocated** (trainer and
+# generator share each core and take turns) and **split** (each side has its own core).
 #
 # **Learning goals**
 # 1. Start and stop a Ray cluster from a notebook, bounded, quiet, on loopback only, and
@@ -40,8 +35,9 @@
 # 4. Move weights from a trainer actor to generator actors two ways: lesson 09's engine over
 #    a process group that spans actors, and Ray's object store; measure both for two model
 #    sizes and say which regime each number speaks for.
-# 5. Kill a generator actor mid-run: Ray restarts it, the controller carries on with the
-#    current weights, and the samples' identities prove none was lost or counted twice.
+# 5. Read Ray's failures as Ray documents them, kill a generator actor mid-run, and see its
+#    new process back at work while the samples' identities prove none was lost or counted
+#    twice.
 # 6. Set the Ray run beside lesson 11's torchrun run on the same task and machine, and
 #    state the SPMD vs single-controller trade-off from the measurements.
 #
@@ -60,18 +56,20 @@ import course_lib
 from course_lib import current_scale, pick, show_source
 
 print(f"course_lib {course_lib.__version__} | scale: {current_scale()}")
-N_UPDATES = pick(cpu=120, full=240)  # updates of the pipeline run (the one that must learn)
+N_UPDATES = pick(cpu=160, full=240)  # updates of the pipeline run (the one that must learn)
 N_UPDATES_SYNC = pick(cpu=60, full=120)  # the two synchronous runs measure rates and phases
-KILL_AT = pick(cpu=60, full=130)  # a generator is killed at this update (not a checkpoint step of torchrun's 40)
+KILL_AT = pick(cpu=5, full=10)  # a generator is killed at this update: early, so its new process works before the end
+CHECKPOINT_EVERY = 40  # both orchestrations commit trainer 0's state this often (lesson 11's cadence)
 
 # %% [markdown]
 # ## The system
 #
 # ```
-#   this notebook = THE CONTROLLER (one Python process; holds the weight-sync groups' store)
+#   this notebook = THE CONTROLLER (one Python process, on any node of the cluster)
 #     │  placement group: bundles of one core each; actors placed into named bundles
 #     │
-#     ├── TrainerWorker 0 ─┐ own gloo group (init_process_group inside the actors):
+#     ├── TrainerWorker 0 ─┐ own gloo group (init_process_group inside the actors), met at
+#     │                    │ a TCP store trainer 0 serves on its node's address:
 #     ├── TrainerWorker 1 ─┘ all-reduce of the token count and the flat gradient (11.1)
 #     │        │ weights: lesson 09's engine on a standalone gloo group {trainer 0, generators}
 #     │        │          or ray.put / ray.get through the object store
@@ -94,26 +92,20 @@ KILL_AT = pick(cpu=60, full=130)  # a generator is killed at this update (not a 
 # because that is where every microsecond counts. That is exactly what runs below: the
 # controller dispatches, the trainer group all-reduces on its own.
 #
-# **On this machine and on yours.** Ray takes the machine's interface address as its node
-# address and listens on all interfaces, even when told `127.0.0.1` (GOTCHAS). This
-# course's tests and CI therefore run every Ray process inside a network namespace with
-# only loopback up (`python -m course_lib.runtime.netns -- ...`), where Ray binds
-# 127.0.0.1; `course build 12` executed this notebook there. On a laptop, Ray listens on
-# your network interface: Ray 2.60 turns token authentication on by default, so another
-# host cannot submit work without the session's token, and a host firewall (or, on Linux,
-# `unshare -rn`) isolates it fully. The cell below says which case you are in. The course
-# depends on Ray core only: RLlib (`ray[rllib]`) pins gymnasium 1.2.2, against the 1.4.0
-# every other lesson uses, and this lesson needs none of it.
+# **On this machine and on yours.** Ray listens on every interface, even when told
+# `127.0.0.1`, so this notebook was executed inside a network namespace with only loopback up
+# (`python -m course_lib.runtime.netns -- ...`). On a laptop, Ray 2.60's token
+# authentication keeps other hosts from submitting work. The cell below says which case you
+# are in.
 
 # %% [markdown]
 # ## Key equations
 #
 # **Admission with each generator's own version.** Update $u$ consumes groups
-# $uB \dots (u+1)B-1$. Lesson 07's backpressure rule lets a group start only if it will be
-# consumed at most $k_{max}$ updates after the weights it starts with. Under torchrun every
-# generator read one announced version from the store; here the controller knows, per
-# generator $g$, the newest version $v_g$ whose transfer to $g$ has **completed** (its
-# future resolved), and admits group $k$ to $g$ only if
+# $uB \dots (u+1)B-1$, and lesson 07's backpressure lets a group start only if it will be
+# consumed at most $k_{max}$ updates after its weights. The controller knows, per generator
+# $g$, the newest version $v_g$ whose transfer to $g$ has **completed**, and admits group $k$
+# to $g$ only if
 #
 # $$k < (v_g + k_{max} + 1)\,B \qquad (12.1)$$
 #
@@ -131,16 +123,12 @@ KILL_AT = pick(cpu=60, full=130)  # a generator is killed at this update (not a 
 #   2\,t_t + t_s \lesssim t_{pipeline} \lesssim \max(2\,t_g,\ 2\,t_t + t_s) \qquad (12.2)$$
 #
 # Colocated runs the phases in series with both cores (08.8); `sync_split` runs them in
-# series too, each on its own side's one core, so half the machine idles (08.9); the
-# pipeline overlaps the two sides (08.10), so an update takes as long as the slower side,
-# the trainers' side carrying the weight send after every update ($t_s$, the sync term $d$
-# of (08.10)).
-# Which side that is, (12.2) cannot say from these phases: $t_g$ is the time until the
-# batch's **last** answer is done (the straggler, 08.7), while a pipelined generator keeps
-# decoding other groups meanwhile, so $2t_g$ overstates its side. If the generators are
-# faster in steady state, they run ahead until the admission window (08.11) holds them, the
-# trainers set the pace, and the update takes about $2t_t + t_s$ (plus what the controller adds).
-# The lag histogram below says which happened.
+# series on one core per side, so half the machine idles (08.9); the pipeline overlaps the
+# sides (08.10), the trainers' side carrying the weight send ($t_s$). Which side is slower
+# (12.2) cannot say: $t_g$ waits for the batch's **last** answer (08.7), while a pipelined
+# generator decodes other groups meanwhile, so $2t_g$ overstates its side. If the generators
+# run ahead until admission holds them, the trainers set the pace: about $2t_t + t_s$ plus
+# what the controller adds. The lag histogram below says which happened.
 #
 # **The audit.** A sample is $(k, j)$: answer $j$ of group $k$; group $k$'s prompt depends only
 # on the seed and $k$. With $U$ updates of $B$ groups of $G$ answers, the trainers'
@@ -149,8 +137,7 @@ KILL_AT = pick(cpu=60, full=130)  # a generator is killed at this update (not a 
 # $$\{(k, j)\}_{consumed} = \{0, \dots, UB - 1\} \times \{0, \dots, G - 1\}, \text{ each once} \qquad (12.3)$$
 #
 # and every group lost with a killed generator returned later by a **different**
-# incarnation. A lost group keeps its $k$ (same prompt), so generating it again cannot
-# count a sample twice.
+# incarnation; a lost group keeps its $k$ (same prompt).
 #
 # **Pseudocode** (the controller, pipeline layout)
 # ```
@@ -191,11 +178,8 @@ KILL_AT = pick(cpu=60, full=130)  # a generator is killed at this update (not a 
 # %% [markdown]
 # ## 1. Start Ray, bounded and on loopback
 #
-# `start_ray` calls `ray.init` in the main thread with a limit (`SIGALRM`; `ray.init` in a
-# helper thread kills Ray's own processes a minute later, GOTCHAS), with 2 CPUs, no
-# dashboard, a 256 MiB object store, a temporary directory of its own, and the output that
-# would otherwise flood a notebook turned down. It raises an error that names what failed
-# if Ray cannot start in time.
+# `start_ray` calls `ray.init` with a time limit, 2 CPUs, no dashboard, a 256 MiB object
+# store and quiet output; if Ray cannot start in time, the error names what failed.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -237,26 +221,20 @@ for name in LAYOUTS:
           f"{p.trainer_cpus:>16.2f} {p.generator_cpus:>18.2f} {str(p.load()):>19}")
 
 # %% [markdown]
-# Two things this table does not do by itself. Ray's `num_cpus` is **bookkeeping**: it keeps
-# a bundle from being oversubscribed, but pins no process to any core. Without pinning,
-# colocated and split are the same schedule on two cores; so every actor pins itself to the
-# core numbered by its bundle (`os.sched_setaffinity`) and runs torch on one thread. And
-# `sync_split` and `pipeline` share their bundles: they differ in the controller's loop
-# (`max_lag` 0 or 4), not in placement. Exercise 1 builds this table.
+# Ray's `num_cpus` is **bookkeeping**: it keeps a bundle from being oversubscribed but pins
+# no process to a core, so every actor pins itself to the core numbered by its bundle and
+# runs torch on one thread. `sync_split` and `pipeline` share their bundles: they differ in
+# the loop (`max_lag` 0 or 4), not in placement. Exercise 1 builds this table.
 
 # %% [markdown]
 # ## 3. The colocated layout: generate, hand over, train, sync
 #
 # In `sync_colocated` each bundle holds trainer $r$ and generator $r$. Every update the
-# controller asks both generators for the batch's groups and waits for all of them; the
-# generators free their KV caches and the trainers take the cores (the **hand-over**); the
-# trainers update; the weights go
-# back; repeat. On GPUs the hand-over moves memory and costs seconds: OpenRLHF's and
-# NeMo-RL's colocated modes put the inference engine to sleep (its weights and KV cache
-# freed) and wake the trainer, and verl goes further, fusing trainer and generator into one
-# process that reshards its weights in place (HybridFlow's 3D-HybridEngine). Here, on CPUs,
-# it frees a KV cache and drops gradients, so what the hand-over phase measures is mostly two
-# rounds of Ray calls. The loop, as the controller runs it:
+# controller waits for the batch's groups, the generators free their KV caches and the
+# trainers take the cores (the **hand-over**), the trainers update, the weights go back. On
+# GPUs the hand-over costs seconds: OpenRLHF and NeMo-RL put the inference engine to sleep
+# and wake the trainer; verl fuses both into one process that reshards its weights in place
+# (HybridFlow's 3D-HybridEngine). Here it is mostly two rounds of Ray calls. The loop:
 
 # %%
 from course_lib.capstone_ray.controller import Controller, RayRunConfig, run
@@ -307,9 +285,8 @@ print(f"every token at lag 0 (synchronous); the audit is exact: {colo['audit']['
       "consumed once; the four phases, timed back to back, add up to the update's time within 40%")
 
 # %% [markdown]
-# The phases are timed back to back around the loop's calls, so their sum is the update
-# time by construction (up to the loop's bookkeeping): that is (12.2)'s left term measured,
-# not tested. What (12.2) predicts is the other two layouts, from these four numbers.
+# The phases are timed back to back, so their sum is the update time by construction; what
+# (12.2) predicts is the other two layouts, from these four numbers.
 #
 # **The same placement, lag 0: `sync_split`.** Trainers on one core, generators on the
 # other, and the controller waiting for each side in turn: the run the layout model calls
@@ -328,7 +305,7 @@ assert ssplit["lag_max"] == 0 and ssplit["audit"]["ok"]
 print("sync_split: every token at lag 0, the audit exact")
 
 # %% [markdown]
-# ## 4. The split layout: the pipeline, with a generator killed halfway
+# ## 4. The split layout: the pipeline, with a generator killed and restarted
 #
 # In `pipeline` the trainers share bundle 0 and the generators bundle 1. The controller
 # keeps both generators decoding, admits groups under (12.1), submits update $u$ when its
@@ -339,33 +316,35 @@ print("sync_split: every token at lag 0, the audit exact")
 # the run), `ActorUnavailableError` a restart, or a live actor cut off for a moment. It cannot
 # tell those two apart, so it **fences**: the generator's unreturned groups are re-requested
 # (exercise 3), and `rejoin` gives it a new epoch; a new process holds nothing, a live one
-# drops what it held, and any call carrying the old epoch is declined (a generator killed with
-# no call in flight is found by its next call). The survivor and the trainers go on, and the
-# new incarnation gets the current weights when it is ready (if the
-# last update comes first, the controller waits for it after the run, bounded by a timeout,
-# and gives it the final weights: the report then says when it was back). On the generator's
-# side: the fence, and a weight update arriving mid-decode (only the copy into the model
-# takes the lock):
+# drops what it held, and any call carrying the old epoch is declined. The survivor and the
+# trainers go on; the new incarnation gets the current weights when it is ready. The loop,
+# how it reads Ray's answers, and on the generator's side the fence and a weight update
+# arriving mid-decode (only the copy into the model takes the lock):
 
 # %%
+from course_lib.capstone_ray.split_loop import outcome
 from course_lib.capstone_ray.workers import GeneratorWorker
 
+show_source(Controller.run_split)
+show_source(outcome)
 show_source(GeneratorWorker.rejoin)
 show_source(GeneratorWorker.receive_weights)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 load0 = os.getloadavg()[0]
-pipe = run(RayRunConfig(layout="pipeline", n_updates=N_UPDATES, max_lag=4, kill_at=KILL_AT))
+pipe = run(RayRunConfig(layout="pipeline", n_updates=N_UPDATES, max_lag=4, kill_at=KILL_AT,
+                        checkpoint_every=CHECKPOINT_EVERY))
 kill = pipe["kill"]
+new_groups = [r for r in pipe["returns"] if r[1] == 1 and r[2] > 0]  # (time, generator, epoch, group) from the ledger
 print(f"pipeline, {N_UPDATES} updates, max_lag 4: {pipe['updates_per_s']:.1f} updates/s, "
       f"{pipe['samples_per_s']:.0f} samples/s (load {load0:.1f}); controller {pipe['controller_overhead_ms_per_update']:.1f} ms/update")
 print(f"held-out reward (512 prompts): {pipe['eval_start']:.3f} after the warm start -> {pipe['eval_end']:.3f}")
-first_group = (f"returned its first group after {kill['first_group_s']:.1f} s" if np.isfinite(kill["first_group_s"])
-               else "returned no group: the last update came first, and it got the final weights after it")
 print(f"kill at update {kill['u']}: the call raised after {1e3 * kill['detect_s']:.0f} ms; the new incarnation "
-      f"(pid {kill['new_pid']} for {kill['old_pid']}) was ready after {kill['restart_ready_s']:.1f} s and {first_group}; "
+      f"(pid {kill['new_pid']} for {kill['old_pid']}) was ready after {kill['restart_ready_s']:.1f} s, returned its "
+      f"first group after {kill['first_group_s']:.1f} s and {len(new_groups)} groups before the last update; "
       f"groups lost in flight: {kill['lost_groups']}")
+print(f"every batch passed through this process by value: {pipe['driver_kb_per_update']:.0f} kB per update")
 
 # %%
 assert not pipe["fails"], pipe["fails"]  # lag bound, exact audit, learned, a group lost
@@ -374,17 +353,16 @@ assert pipe["lag_max"] <= 4 and audit["ok"] and audit["lost_groups"] >= 1 and au
 assert pipe["eval_end"] > pipe["eval_start"] + 0.03
 assert kill["new_pid"] != kill["old_pid"] and kill["detect_s"] < 2.0
 assert kill["detect_s"] < kill["restart_ready_s"] <= kill["rejoined_s"] < 30  # back, and on the current weights
+assert len(new_groups) >= 1 and kill["first_group_s"] < pipe["metrics"][-1]["time"] - kill["at_s"]  # and it worked
 print(f"no token lagged more than 4 updates; {audit['consumed_samples']} samples consumed, each exactly once; "
-      "every group lost in flight was generated again by another incarnation; held-out reward rose by more than "
-      "0.03 over the warm start")
+      "every group lost in flight was generated again by another incarnation; the new process returned groups "
+      "before the run ended; held-out reward rose by more than 0.03 over the warm start")
 
 # %% [markdown]
 # **What the controller carried on with.** Updates kept finishing while generator 1 was
-# down (asserted below: at least one). How fast they went meanwhile moves with the load, so
-# it is printed, not asserted: the survivor decodes alone, the new process shares the cores
-# while it imports torch (it pins itself only once started), and the lost groups come first
-# in the next batches. The timeline, and the rates before the kill and while the generator
-# was down:
+# down; how fast moves with the load (the survivor decodes alone, the new process shares the
+# cores while it imports torch, the lost groups come first), so it is printed, not asserted.
+# The groups each process returned, from the ledger:
 
 # %%
 t_upd = np.array([m["time"] for m in pipe["metrics"]])
@@ -392,14 +370,15 @@ t_kill = kill["at_s"]
 down_until = min(t_kill + kill["restart_ready_s"], t_upd[-1])  # it may be back only after the last update
 during = int(((t_upd > t_kill) & (t_upd <= down_until)).sum())
 fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
-ax[0].plot(t_upd, np.arange(1, len(t_upd) + 1), lw=1.5, label="updates done")
-for dt, name, c in ((0, "killed (ray.kill)", "red"), (kill["restart_ready_s"], "new incarnation ready", "green"),
-                    (kill["first_group_s"], "its first group", "purple")):
-    if np.isfinite(dt):  # a new incarnation back after the last update returns no group
-        ax[0].axvline(t_kill + dt, color=c, ls="--", lw=1, label=name)
+for (g, old), c, name in (((0, False), "C0", "generator 0"), ((1, False), "C3", "generator 1, first process"),
+                          ((1, True), "C2", "generator 1, new process")):
+    t_ret = [r[0] for r in pipe["returns"] if r[1] == g and (r[2] > 0) == old]
+    ax[0].step(t_ret, np.arange(1, len(t_ret) + 1), where="post", color=c, label=name)
+for dt, name, c in ((0, "killed (ray.kill)", "red"), (kill["restart_ready_s"], "new incarnation ready", "green")):
+    ax[0].axvline(t_kill + dt, color=c, ls="--", lw=1, label=name)
 ax[0].set_xlabel("seconds since the controller's loop began")
-ax[0].set_ylabel("updates done")
-ax[0].set_title("pipeline: a generator killed and restarted")
+ax[0].set_ylabel("groups returned (cumulative)")
+ax[0].set_title("pipeline: a generator killed, restarted, back at work")
 ax[0].legend(fontsize=8)
 hist = np.sum([np.pad(m["lag_hist"], (0, 5 - len(m["lag_hist"]))) for m in pipe["metrics"]], axis=0)
 ax[1].bar(range(5), hist / hist.sum())
@@ -417,52 +396,48 @@ print("updates finished while the generator restarted: at least one (the control
 print("takeaway (right): " + ("most consumed tokens are at lag 3 or 4: the generators ran ahead until admission (12.1) "
       "held them, so the trainers set the pipeline's pace" if at_bound > 0.5 else "most consumed tokens are at lag 2 "
       "or less: admission (12.1) rarely held the generators back"))
-pre = [m for m in pipe["metrics"] if m["time"] <= kill["at_s"]]
-pipe_pre_rate = len(pre) / (pre[-1]["time"] - pipe["metrics"][0]["started"])
-print(f"updates/s before the kill: {pipe_pre_rate:.1f}; while the generator was down "
-      f"({down_until - t_kill:.1f} s of it before the last update): {during / (down_until - t_kill):.1f}")
+up = [(pipe["metrics"][0]["started"], t_kill), (t_kill + kill["first_group_s"], t_upd[-1])]  # both generators up
+pipe_up_rate = sum(int(((t_upd > a) & (t_upd <= b)).sum()) for a, b in up) / sum(b - a for a, b in up)
+print(f"updates/s with both generators up: {pipe_up_rate:.1f}; while generator 1 was down "
+      f"({down_until - t_kill:.1f} s): {during / (down_until - t_kill):.1f}")
 
 # %% [markdown]
 # **Three layouts against (12.2).** The colocated run's four phases, with both cores each,
 # predict the other two layouts, where each side has one core. The pipeline is compared by
-# its rate **before** the kill (after it, one generator is down for a few seconds):
+# its rate while both generators were up (before the kill, and from the new process's first
+# group on):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 t_g, t_h, t_t, t_s = (ph[f"phase_{k}"] for k in ("generate", "handover", "train", "sync"))
 pred_ms = {"sync_colocated": t_g + t_h + t_t + t_s, "sync_split": 2 * t_g + 2 * t_t + t_s,
            "pipeline": max(2 * t_g, 2 * t_t + t_s)}  # the pipeline's slower end; its faster end is 2 t_t + t_s
-measured = {"sync_colocated": colo["updates_per_s"], "sync_split": ssplit["updates_per_s"], "pipeline": pipe_pre_rate}
+measured = {"sync_colocated": colo["updates_per_s"], "sync_split": ssplit["updates_per_s"], "pipeline": pipe_up_rate}
 print(f"{'updates/s':>15} {'predicted (12.2)':>17} {'measured':>9} {'measured / predicted':>21}")
 for name, ms in pred_ms.items():
     print(f"{name:>15} {1e3 / ms:>17.1f} {measured[name]:>9.1f} {measured[name] * ms / 1e3:>21.2f}")
 t_trainer_side = 2 * t_t + t_s
-print(f"{'pipeline, trainer-bound':>15} {1e3 / t_trainer_side:>17.1f} {pipe_pre_rate:>9.1f} "
-      f"{pipe_pre_rate * t_trainer_side / 1e3:>21.2f}")
-print(f"pipeline / sync_split, measured: {pipe_pre_rate / ssplit['updates_per_s']:.2f}")
+print(f"{'pipeline, trainer-bound':>15} {1e3 / t_trainer_side:>17.1f} {pipe_up_rate:>9.1f} "
+      f"{pipe_up_rate * t_trainer_side / 1e3:>21.2f}")
+print(f"pipeline / sync_split, measured: {pipe_up_rate / ssplit['updates_per_s']:.2f}")
 
 # %%
 for name, ms in pred_ms.items():
     assert 0.5 < measured[name] * ms / 1e3 < 2.0, (name, measured[name], 1e3 / ms)
-assert pipe_pre_rate > 1.2 * ssplit["updates_per_s"]
-assert pipe_pre_rate < 1.5 * 1e3 / t_trainer_side  # no faster than the trainers' side allows (50% for load drift)
+assert pipe_up_rate > 1.2 * ssplit["updates_per_s"]
+assert pipe_up_rate < 1.5 * 1e3 / t_trainer_side  # no faster than the trainers' side allows (50% for load drift)
 print("every layout's measured rate is within a factor of 2 of (12.2) (a coarse check: loaded runs minutes apart "
       "drift by more than the model's terms); the pipeline is no faster than its trainers' side allows; on the same "
       "placement it ran more than 1.2x sync_split")
 
 # %% [markdown]
-# **Reading it.** The asynchrony is the clearest effect: on the **same** bundles, the
-# pipeline overlaps the two sides that `sync_split` runs in turn, as (08.9) against (08.10)
-# says. The lag histogram above says the generators ran ahead, so the trainers set the
-# pipeline's pace; yet the pipeline ran below the trainer-bound end of (12.2), $2t_t + t_s$,
-# and the table says whether it fell inside the band at all. What (12.2) leaves out is in
-# series with the training: the controller's round trips (an update starts only when the
-# controller has seen its batch complete and its weights sent; its own time per update is
-# printed in section 4), on cores the five processes share. Colocated against pipeline is
-# not decided by one run on a shared machine: in `BENCHMARKS.md`'s interleaved rounds ("The
-# capstone on Ray", driven from a plain Python process rather than a notebook kernel) the
-# pipeline ran faster than colocated in every round, by 1.2x to 1.7x. Runs one after the
-# other move with the load, so the checks above are the ones that hold loaded.
+# **Reading it.** On the **same** bundles the pipeline overlaps the two sides that
+# `sync_split` runs in turn, (08.10) against (08.9). Its generators ran ahead (the lag
+# histogram), so the trainers set its pace, and the right row to hold it against is the
+# trainer-bound one, $2t_t + t_s$. What (12.2) leaves out is in series with training: the
+# controller's own time per update (section 4) and five processes sharing two cores. One run
+# does not rank colocated against pipeline; in `BENCHMARKS.md`'s interleaved rounds the
+# pipeline ran 1.3x to 1.6x colocated.
 
 # %% [markdown]
 # ## 5. Weight sync: lesson 09's engine over actors, or the object store
@@ -497,39 +472,33 @@ assert big["engine_ms"] > small["engine_ms"] and big["object_store_ms"] > small[
 print("both paths delivered bit-exact weights at both sizes, and both took longer for the larger model")
 
 # %% [markdown]
-# **Which regime these numbers speak for.** All four processes are on one host: the object
-# store is shared memory, mapped without a copy, while the gloo engine pushes every byte
-# through TCP on loopback, bucketed and pipelined. For the small model both are a few Ray
-# calls of latency. At 13 MB which one is faster changes from run to run (the ratio column;
-# a notebook kernel on loaded cores drives this run). `BENCHMARKS.md` ("The capstone on
-# Ray") has three interleaved rounds at three sizes, driven from a plain process: there the
-# object store was ahead by about 15% at 13 MB and by about a third at 100 MB, as the shared
-# memory against loopback TCP suggests. Across hosts, Ray's object
-# manager moves the bytes between nodes; and on GPUs the object store needs a copy from
-# the device to host memory and back, while NCCL broadcasts GPU to GPU over NVLink or
-# InfiniBand. That is why verl, OpenRLHF and NeMo-RL move weights with NCCL (or CUDA IPC
-# when colocated) and use Ray only to tell the actors **when**. Ray's own answer, Ray Direct
-# Transport (alpha in Ray 2.60: `@ray.method(tensor_transport="nccl")`, or `"gloo"`, over a
-# collective group made with `ray.experimental.collective.create_collective_group`), keeps a
-# returned `torch.Tensor` on its device and sends it actor to actor when a task takes the
-# reference; it is not used here.
+# **Which regime these numbers speak for.** On one host the object store is shared memory,
+# mapped without a copy, while the gloo engine pushes every byte through loopback TCP; for
+# the small model both are a few Ray calls of latency, and at 13 MB one run does not rank
+# them (`BENCHMARKS.md` has interleaved rounds at three sizes). On GPUs the object store
+# needs a copy through host memory while NCCL broadcasts GPU to GPU, which is why verl,
+# OpenRLHF and NeMo-RL move weights with NCCL (or CUDA IPC when colocated) and use Ray only
+# to say **when**. Ray Direct Transport (alpha in Ray 2.60,
+# `@ray.method(tensor_transport="nccl")`) sends a returned tensor actor to actor; it is not
+# used here.
 
 # %% [markdown]
 # ## 6. Side by side with the torchrun run
 #
-# Lesson 11's job, launched by `torchrun` with the Ray run's sizes (2 trainer and 2
-# generator ranks of 16 slots, the same model, learning rate, seed and warm start, 4 prompts
-# x 8 answers per update, `max_lag` 4, 512 held-out prompts, gloo on CPUs), on the same
-# machine right after the Ray runs, and with the same fault: a generator killed at update
-# KILL_AT. torchrun restarts **every** rank and the job resumes from its newest checkpoint
-# (every 40 updates).
+# Lesson 11's job under `torchrun` with the Ray run's sizes, model, seed, warm start and
+# held-out prompts, on the same machine, with the same fault: a generator killed at update
+# KILL_AT. Both commit trainer 0's state every 40 updates. torchrun restarts **every** rank
+# and the job resumes from its newest checkpoint (before the first: from the warm start).
+# That is lesson 11's design, whose generators are ranks of the trainers' job; an SPMD system
+# that runs its generators as a job of their own, as PipelineRL does, restarts only them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from course_lib.capstone_ray.report import run_torchrun_same_task
 
 load0 = os.getloadavg()[0]
-tr = run_torchrun_same_task(seed=0, n_updates=N_UPDATES, max_lag=4, like=RayRunConfig(), kill_at=KILL_AT)
+tr = run_torchrun_same_task(seed=0, n_updates=N_UPDATES, max_lag=4, like=RayRunConfig(), kill_at=KILL_AT,
+                            checkpoint_every=CHECKPOINT_EVERY)
 rs = tr["restart"]
 
 
@@ -551,7 +520,7 @@ for key, label, fmt in (("eval_start", "held-out reward, start", ".3f"), ("eval_
     print(f"{label:>44} {format(pipe[key], fmt):>13} {format(tr[key], fmt):>9}")
 print(f"{'longest pause between two updates (s)':>44} {ray_pause:>13.1f} {tr_pause:>9.1f}")
 print(f"{'updates done twice':>44} {ray_redone:>13d} {rs['updates_redone']:>9d}")
-print(f"{'samples generated and thrown away':>44} {pipe['audit']['lost_samples']:>13d} {rs['discarded_samples']:>9d}")
+print(f"{'samples to generate again':>44} {pipe['audit']['lost_samples']:>13d} {rs['discarded_samples']:>9d}")
 print(f"(load {load0:.1f}; torchrun resumed from checkpoint step {rs['resumed_step']}, "
       f"{rs['kill_to_first_update_s']:.1f} s after the kill; Ray's new incarnation was ready "
       f"{kill['restart_ready_s']:.1f} s after it, while the survivor went on)")
@@ -559,7 +528,7 @@ print(f"(load {load0:.1f}; torchrun resumed from checkpoint step {rs['resumed_st
 # %%
 assert tr["lag_max"] <= 4 and tr["eval_end"] > tr["eval_start"] + 0.03
 assert abs(tr["eval_start"] - pipe["eval_start"]) < 1e-9  # the same warm start, the same 512 prompts
-assert rs["audit_ok"] and rs["resumed_step"] == (KILL_AT // 40) * 40 and rs["updates_redone"] > 0 and ray_redone == 0
+assert rs["audit_ok"] and rs["resumed_step"] == (KILL_AT // CHECKPOINT_EVERY) * CHECKPOINT_EVERY and rs["updates_redone"] > 0 and ray_redone == 0
 assert rs["discarded_samples"] > pipe["audit"]["lost_samples"] and tr_pause > ray_pause
 print("both runs start from the same held-out reward, both learn and keep the lag bound, both audits are exact; "
       "the torchrun job paused longer, redid updates after its checkpoint and threw away more generated samples "
@@ -595,20 +564,16 @@ print("takeaway: both reach a held-out reward above their common start; the torc
       "whole job restarted and repeats the updates after its checkpoint")
 
 # %% [markdown]
-# **The trade-off, from these numbers.** Both rates in the table run from the first update
-# to the last, so they include each run's kill and restart; the torchrun job's own
-# `updates_per_s` (lesson 11's report) leaves its restart out and counts redone updates, so
-# it is not used here. The longest pause sees stops, not slowdowns: while its generator
-# restarted, the Ray run went on at the rate section 4 prints, which the first-to-last rate
-# includes. Without a kill, in `BENCHMARKS.md`'s interleaved rounds, neither the Ray pipeline
-# nor the torchrun job was ahead in every round (their medians within 5%). Three things move the
-# comparison at this size: the controller's own time per update (sections 3-4: several
-# milliseconds, on one process, here a notebook kernel; it also counts the waits for group
-# rebuilds), the Ray actors pinned to a core per role while torchrun's four ranks float over
-# both cores, and the load of the minute. What does not move with the load is what a
-# failure costs in work: torchrun stops every rank (4 processes here) and redoes the updates
-# since its checkpoint; Ray restarts one actor and regenerates only the groups that actor held.
-# # What the single controller buys and costs:
+# **The trade-off, from these numbers.** Both rates run from the first update to the last,
+# kill and restart included. The rate itself moves with the controller's own time per update,
+# the Ray actors' pinning (torchrun's ranks float over both cores) and the load of the
+# minute. What does not move with the load is what a failure costs in work: torchrun restarts
+# all four ranks and redoes the updates since its checkpoint (half an interval, 20 updates,
+# on average for a kill at a random moment); Ray restarts one actor and regenerates only the
+# groups it held (the table's last row: Ray's admitted to the dead process, torchrun's
+# generated after its checkpoint).
+#
+# **What the single controller buys and costs:**
 #
 # | | torchrun, SPMD (lesson 11) | Ray, single controller (this lesson) |
 # |---|---|---|
@@ -617,18 +582,16 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # | a generator dies | every rank restarts; the job resumes from its checkpoint and redoes the updates since | that actor restarts (once: `max_restarts=1`; a second death, with no restart left, drops it: the others finish the run); no update redone; its in-flight groups asked for again |
 # | a trainer dies, or the driver | the same restart from the checkpoint | not handled here: the run fails (the trainer group would need a rebuild and a checkpoint restore, as lesson 11 does); the driver is a single point of failure |
 # | what you must write | a checkpoint and a resume path | a controller that knows every piece of work in flight (the ledger), and still a checkpoint for the rest |
-# | per-step overhead | none beyond the collectives | one process's calls, futures and waits |
+# | per-step overhead | none beyond the collectives | one process's calls, futures and waits, and every rollout through it by value (section 4 prints the bytes; verl's TransferQueue hands them between workers instead) |
 #
-# **What this run does not show.** It runs on one host, on CPUs with gloo. Every rendezvous
-# is served by trainer 0 on its own node's address, and `start_ray(address=...)` joins a
-# running cluster, so the same code runs on two nodes (tested with two Ray nodes on one
-# machine); there is no GPU path (no `num_gpus`, no NCCL). The death is seen within tens of milliseconds (section 4) because the cluster is
-# started with Ray's `timeout_ms_task_wait_for_death_info` set to 0 (a system setting; with
-# Ray's default of 1000 ms we measured detections of 0.7-1.9 s), and because the controller that
-# killed the generator is the one waiting on it. The kill lands between two weight
-# transfers: a member dying **during** an engine transfer costs the survivors the sync
-# group's timeout (5 s here), because gloo cannot abort a pending receive; the object-store
-# path has no such coupling.
+# **What this run does not show.** It runs on one host, on CPUs with gloo; there is no GPU
+# path (no `num_gpus`, no NCCL). Every rendezvous is served by trainer 0 on its node's
+# address and `start_ray(address=...)` joins a running cluster, so the same code runs on
+# two nodes (tested with two Ray nodes here). The death is seen within
+# milliseconds because the cluster sets Ray's `timeout_ms_task_wait_for_death_info` to 0
+# (Ray's default, 1000 ms, gave 0.7-1.9 s here). A member dying **during** an engine
+# transfer costs the survivors the sync group's timeout (measured: a 5 s pause in the updates,
+# about a torchrun restart): gloo cannot abort a pending receive.
 
 # %% [markdown]
 # ## 7. Where production systems put each part
@@ -662,36 +625,30 @@ print("Ray is shut down and no process it started is left")
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
 #
-# - **updates/s**: updates finished per second, from the first update's start to the last
-#   one's end (lesson 11's definition); **samples/s** is that times 32 answers per update.
-# - **controller's own time per update**: the controller loop's wall time minus the time it
-#   spent blocked in `ray.wait` or `ray.get`, divided by the updates: what the single
-#   controller costs.
-# - **phase** (colocated): generate (both generators until the batch is complete), hand-over
-#   (caches freed and gradients dropped between the phases), train (both trainers, including
-#   the all-reduce), sync (weights to both generators).
-# - **lag of a token**: the update that consumed it minus the weight version that generated
-#   it (11.2); bound `max_lag`.
-# - **lost groups**: groups admitted to the killed generator and not returned; their
-#   samples were never seen, so they are generated again (12.3).
-# - **detect / ready / first group**: from the kill to the decoding call raising, to the
-#   new incarnation answering, to its first returned group (none when the last update came
-#   first).
+# - **updates/s**: updates per second from the first update's start to the last one's end
+#   (lesson 11's); **samples/s** is that times 32 answers.
+# - **controller's own time per update**: the loop's wall time minus its time blocked in
+#   `ray.wait` or `ray.get`, per update.
+# - **phase** (colocated): generate, hand-over (caches freed, gradients dropped), train
+#   (all-reduce included), sync.
+# - **lag of a token**: the consuming update minus the generating weight version (11.2).
+# - **lost groups**: admitted to the killed generator and not returned; generated again (12.3).
+# - **detect / ready / first group**: from the kill to the call raising, to the new
+#   incarnation answering, to its first returned group.
 
 # %% [markdown]
 # ## Summary
 #
-# - One controller drove four placed actors from this notebook; the trainers all-reduced
-#   inside their own group, and the weights reached the generators over a group spanning
-#   actors or through the object store.
-# - The layouts of lesson 08 are placement-group bundles plus pinning; (12.2), built from the
-#   colocated run's phases, predicts the other two within a factor of 2, and on the same
-#   bundles the pipeline ran faster than `sync_split` by overlapping the two sides.
-# - (12.1) kept every token within 4 updates of the weights that trained on it, checked by
-#   the trainers on every token.
-# - A killed generator cost no update and a few groups of decoding (section 4 prints the
-#   update rate while its new process started); the audit (12.3) found every sample consumed
-#   exactly once.
+# - One controller drove four placed actors; the trainers all-reduced inside their own
+#   group, and weights reached the generators over a group spanning actors or the object store.
+# - Lesson 08's layouts are placement-group bundles plus pinning; (12.2), from the colocated
+#   phases, predicts the other two within a factor of 2, and on the same bundles the
+#   pipeline ran faster than `sync_split` by overlapping the two sides.
+# - (12.1) kept every token within 4 updates of the weights that trained on it.
+# - Ray's `ActorDiedError` is final and `ActorUnavailableError` may pass; the controller
+#   fences on the second. A killed generator cost no update and a few groups of decoding,
+#   its new process returned groups before the end, and the audit (12.3) found every sample
+#   consumed exactly once.
 # - Beside lesson 11's torchrun job with the same fault, what does not move with the load is
 #   what a failure costs in work: one actor restarted and a few groups regenerated, against every rank
 #   restarted and the updates since the checkpoint redone. The price is a driver that tracks

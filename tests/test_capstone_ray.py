@@ -201,8 +201,9 @@ def test_a_sync_layout_places_every_actor_where_bundles_for_says_and_runs_at_lag
 
 def test_the_pipeline_learns_within_its_lag_bound_and_every_sample_is_consumed_once(ray_session):
     """Lesson 11's learning test on Ray: 120 updates, 512 held-out prompts; measured gains +0.07 to +0.11."""
-    rep = run(RayRunConfig(layout="pipeline", n_updates=120))
+    rep = run(RayRunConfig(layout="pipeline", n_updates=120, checkpoint_every=40))
     placed_where_planned(rep)
+    assert len(rep["checkpoint_ms"]) == 3 and min(rep["checkpoint_ms"]) > 0  # trainer 0 at 40, 80, 120
     audit_exact(rep)
     assert 1 <= rep["lag_max"] <= rep["lag_bound"] == 4  # asynchronous, and within the bound
     assert rep["eval_end"] > rep["eval_start"] + 0.03, (rep["eval_start"], rep["eval_end"])
@@ -309,6 +310,8 @@ def test_the_kill_is_refused_where_it_cannot_run():
         RayRunConfig(layout="pipeline", fault="kill_final")
     with pytest.raises(ValueError, match="fault="):
         RayRunConfig(layout="pipeline", kill_at=3, fault="boom")
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        RayRunConfig(checkpoint_every=-1)
     with pytest.raises(ValueError, match="reply"):
         RayRunConfig(layout="pipeline", kill_at=3, fault="unavailable", kill_idle=True)
 

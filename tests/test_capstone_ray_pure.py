@@ -449,3 +449,35 @@ def test_the_audit_names_a_sample_counted_twice_or_missing():
         k, g, i = run.ledger.lost[0]
         stale = dataclasses.replace(run.ledger, returned={**run.ledger.returned, k: (g, i)})
         assert not stale.audit(run.total, 2)["lost_groups_regenerated"]
+
+
+def test_outcome_reads_rays_errors_as_ray_documents_them():
+    """``ActorDiedError`` (no restart left) is final, any other ``RayActorError`` (that is
+    ``ActorUnavailableError``: restarting, or cut off) and a call declined by a new process are a
+    death that may pass, a method's own exception is a broken transfer, and a wait past its bound
+    is let out as a ``TimeoutError``. Ray's real exception classes, raised by a stand-in ``ray.get``."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayTaskError
+
+    from course_lib.capstone_ray.split_loop import outcome
+
+    class StandIn:
+        def __init__(self, result: Any) -> None:
+            self.result = result
+            self.timeouts: list[float | None] = []
+
+        def get(self, f: Any, timeout: float | None = None) -> Any:
+            self.timeouts.append(timeout)
+            if isinstance(self.result, BaseException):
+                raise self.result
+            return self.result
+
+    assert outcome(StandIn({"groups": [3]}), 1) == ("ok", {"groups": [3]})
+    assert outcome(StandIn(ActorDiedError()), 1) == ("gone", None)
+    assert outcome(StandIn(ActorUnavailableError("restarting", None)), 1) == ("down", None)
+    assert outcome(StandIn({"restarted": 1, "incarnation": 2, "expected": 1}), 1) == ("down", None)
+    kind, why = outcome(StandIn(RayTaskError("receive_weights", "tb", TimeoutError("gloo timed out"))), 1)
+    assert kind == "broken" and why
+    ray = StandIn(GetTimeoutError("not yet"))
+    with pytest.raises(TimeoutError):
+        outcome(ray, 1, timeout=2.5)
+    assert ray.timeouts == [2.5]

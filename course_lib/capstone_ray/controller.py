@@ -13,7 +13,8 @@
 * :func:`run`: one run in an already started Ray (:func:`course_lib.capstone_ray.cluster.start_ray`);
   returns the report (see :meth:`Controller.go`), with :func:`check_run`'s verdicts and whatever Ray
   printed meanwhile (captured, not shown).
-* The split loop (``sync_split``, ``pipeline``) is one ``ray.wait(num_returns=1)`` over decode calls,
+* The split loop (``sync_split``, ``pipeline``; :class:`~.split_loop.SplitLoop`, which also reads
+  Ray's failures) is one ``ray.wait(num_returns=1)`` over decode calls,
   transfers, the train step and restart probes. Its three decisions are the pure functions of
   :mod:`.placement` (:func:`~.placement.bundles_for`: where every actor goes), :mod:`.admission`
   (:func:`~.admission.admit`: which groups each idle generator starts, under the lag bound, with
@@ -38,18 +39,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import math
 import os
+import pickle
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from course_lib.capstone_ray.admission import admit
-from course_lib.capstone_ray.ledger import Ledger, on_generator_death
+from course_lib.capstone_ray.ledger import Ledger
 from course_lib.capstone_ray.placement import LAYOUTS, bundles_for, pg_strategy
+from course_lib.capstone_ray.split_loop import SplitLoop
 from course_lib.capstone_ray.workers import GeneratorWorker, TrainerWorker
 
 #: Weight-sync paths: lesson 09's engine on a gloo group, or Ray's object store.
@@ -59,9 +59,6 @@ SYNCS: tuple[str, ...] = ("engine", "object_store")
 #: ``unavailable`` (the reply of its decoding call is dropped, as a passing network error drops it:
 #: Ray raises ``ActorUnavailableError`` and the process lives on)
 FAULTS: tuple[str, ...] = ("kill", "kill_final", "unavailable")
-#: how long the controller waits before asking a restarting generator again (it answers
-#: "unavailable" at once while Ray starts its new process); the loop goes on meanwhile
-REPROBE_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -101,6 +98,7 @@ class RayRunConfig:
     kill_during_sync: bool = False
     kill_idle: bool = False  # kill generator 1 while no decoding call of its is in flight
     fault: str = "kill"  # what kill_at does: see FAULTS
+    checkpoint_every: int = 0  # trainer 0 commits its state every this many updates (lesson 11's cadence: 40); 0: never
     pin: bool = True  # actors pin themselves to the core of their bundle
     chunk_steps: int = 24  # most decoding steps per generator call
     bucket_mb: float = 0.25
@@ -127,6 +125,8 @@ class RayRunConfig:
                 f"groups_per_batch={self.groups_per_batch} must be a multiple of n_trainers={self.n_trainers} "
                 "(every trainer takes the same number of groups)"
             )
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every={self.checkpoint_every}: give a number of updates, or 0 for none")
         for name in ("timeout_s", "sync_timeout_s", "deadline_s", "bucket_mb"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
@@ -192,7 +192,11 @@ class Controller:
         self.gen_info: list[dict[str, Any]] = []
         self.gone: set[int] = set()  # generators Ray will not restart (ActorDiedError)
         self.rejoins: list[dict[str, Any]] = []  # every probe answered: generator, epoch, the same process?
+        self.returns: list[tuple[float, int, int, int]] = []  # (seconds since t0, generator, epoch, group)
+        self.checkpoints: list[Any] = []  # trainer 0's checkpoint calls
+        self.driver_bytes: list[int] = []  # per update: the batch's bytes passing through the driver
         self.t0 = self.deadline = 0.0
+        self.checkpoint_s: list[float] = []
 
     # ---- setup ----
     def place(self) -> None:
@@ -323,10 +327,10 @@ class Controller:
         self.train_started[u] = time.perf_counter() - self.t0
         ks = list(range(u * B, (u + 1) * B))
         share = len(ks) // len(self.trainers)
-        return [
-            t.update.remote(u, [groups.pop(k) for k in ks[i * share : (i + 1) * share]])
-            for i, t in enumerate(self.trainers)
-        ]
+        shares = [[groups.pop(k) for k in ks[i * share : (i + 1) * share]] for i in range(len(self.trainers))]
+        # the rollouts pass through this process by value: received from the generators, sent on (counted once)
+        self.driver_bytes.append(sum(len(pickle.dumps(x, protocol=5)) for x in shares))
+        return [t.update.remote(u, x) for t, x in zip(self.trainers, shares)]
 
     def record(self, u: int, results: list[dict[str, Any]], t_end: float) -> None:
         n_tok = sum(r["tokens"] for r in results)
@@ -350,6 +354,13 @@ class Controller:
         )
         for r in results:
             self.ledger.consumed += [(int(k), int(j)) for k, j in r["ids"]]
+
+    def maybe_checkpoint(self, done: int) -> None:
+        """After ``done`` updates, every ``checkpoint_every``: trainer 0 commits its state once the weights
+        are on their way, before its next update (in series with training, as lesson 11's trainer 0)."""
+        every = self.cfg.checkpoint_every
+        if every and done % every == 0:
+            self.checkpoints.append(self.trainers[0].checkpoint.remote(done))
 
     def _check_deadline(self, u: int) -> None:
         if time.perf_counter() > self.deadline:
@@ -407,316 +418,26 @@ class Controller:
                 }
             )
             self.sync_times.append(tf - te)
+            self.maybe_checkpoint(u + 1)
         self.t["run_s"] = time.perf_counter() - self.t0
 
     def run_split(self) -> None:
         """sync_split / pipeline: generators decode continuously; the controller admits groups under
-        the lag bound (:func:`admit`), trains when a batch is complete, syncs after every update,
-        and carries on through a generator's death (:func:`on_generator_death`)."""
-        import ray
-        from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
-
-        cfg, B = self.cfg, self.cfg.groups_per_batch
-        n_gen = len(self.gens)
-        total_groups = cfg.n_updates * B
-        delivered = [-1] * n_gen  # the newest version each generator has loaded (its receive resolved)
-        pending_recv: dict[Any, tuple[int, int]] = {}  # future -> (generator, version)
-        pending_send: list[Any] = []
-        chunk: dict[Any, int] = {}  # decoding future -> generator
-        ready_fut: dict[Any, int] = {}  # a restarted generator's ready() -> generator
-        down_since: dict[int, float] = {}  # a dead generator -> when its death was seen
-        in_flight_groups: list[set[int]] = [set() for _ in range(n_gen)]  # admitted to g, not returned
-        inc = [info["incarnation"] for info in self.gen_info]
-        todo: deque[int] = deque()  # re-requested groups (lost with a killed generator) go first
-        next_k = 0
-        done: dict[int, dict[str, Any]] = {}
-        u = 0
-        train: list[Any] = []
-        down: set[int] = set()  # generators whose death (or cut-off) was seen and who have not answered since
-        gone = self.gone  # ... and those of them Ray will not restart (ActorDiedError)
-        reprobe: dict[int, float] = {}  # a restarting generator -> when to ask it again
-        room = math.ceil(cfg.n_slots / cfg.group_size) + (1 if cfg.lag_bound > 0 else 0)  # keep slots fed
+        the lag bound, trains when a batch is complete, syncs after every update, and carries on
+        through a generator's failure (:class:`~.split_loop.SplitLoop`)."""
+        loop = SplitLoop(self)
         self.t0 = time.perf_counter()
-        deferred: list[int] = []  # a transfer waiting for the ones in flight (a group must be rebuilt first)
-
-        def start_sync(version: int) -> None:
-            live = [g for g in range(n_gen) if g not in down]
-            if cfg.sync == "engine" and live != self.sync_members and (pending_send or pending_recv):
-                deferred[:] = [version]  # rebuild once the transfers in flight have ended (or timed out)
-                return
-            deferred.clear()
-            send, recv = self.sync_futures(version, live)
-            if self.kill and "t_ready" in self.kill and "t_rejoined" not in self.kill and 1 in live:
-                self.kill["t_rejoined"] = time.perf_counter()  # the restarted generator's first transfer began
-            pending_send.extend(send if cfg.sync == "engine" else [])
-            for g, f in zip(live, recv):
-                pending_recv[f] = (g, version)
-
-        def died(g: int, final: bool = False) -> None:
-            """A call on g failed (or a new process declined it): its admitted, unreturned groups are
-            lost and asked for again. ``final`` (Ray raised ``ActorDiedError``: no restart left): g is
-            gone for the rest of the run. Otherwise it is probed (:meth:`GeneratorWorker.rejoin`, a new
-            epoch) until it answers: a restarted process, or the same one if it was only unavailable."""
-            if final and g not in gone:
-                gone.add(g)
-                reprobe.pop(g, None)
-                if len(gone) == n_gen:
-                    raise RuntimeError(
-                        f"every generator died for good (Ray raised ActorDiedError for {sorted(gone)}): "
-                        "nothing can generate; give the generators more max_restarts"
-                    )
-            if g in down:  # already seen: its calls were dropped then
-                return
-            death = on_generator_death(g, in_flight_groups, self.ledger.admitted, todo)
-            for k in death.lost:
-                self.ledger.admitted.pop(k)
-            self.ledger.lost.extend(death.lost_entries)
-            todo.clear()
-            todo.extend(death.todo)
-            in_flight_groups[g].clear()
-            down.add(g)
-            down_since[g] = time.perf_counter()
-            delivered[g] = -1
-            for f in [f for f, (h, _) in pending_recv.items() if h == g]:
-                del pending_recv[f]
-            for f in [f for f, h in chunk.items() if h == g]:
-                del chunk[f]
-            if not final:
-                probe(g)
-            if self.kill:
-                self.kill.update({"t_detect": time.perf_counter(), "lost_groups": list(death.lost)})
-
-        def probe(g: int) -> None:
-            ready_fut[self.gens[g].rejoin.remote(inc[g] + 1)] = g  # the next epoch: old calls are declined
-
-        def take(g: int, out: dict[str, Any]) -> None:
-            """The groups a decoding call returned."""
-            self.decode_calls += 1
-            for grp in out["groups"]:
-                self._returned(grp)
-                in_flight_groups[g].discard(grp["k"])
-                done[grp["k"]] = grp
-                if self.kill and g == 1 and grp["incarnation"] > 0 and "t_first_group" not in self.kill:
-                    self.kill["t_first_group"] = time.perf_counter()
-
-        def answered(f: Any) -> bool:
-            """A probe resolved: True if g answered under its new epoch (a new process, or the same one
-            cut off for a while), False if Ray said "unavailable" (asked again after REPROBE_S, without
-            holding up the loop, until timeout_s has passed since the death) or "died" (final)."""
-            g = ready_fut.pop(f)
-            if g in gone:
-                return False
-            try:
-                info = ray.get(f)
-            except ActorDiedError:  # Ray's "dead": no restart left
-                died(g, final=True)
-                return False
-            except RayActorError:  # ActorUnavailableError: restarting, or cut off: ask again soon
-                if time.perf_counter() - down_since[g] > cfg.timeout_s:
-                    raise TimeoutError(
-                        f"generator {g} was not back within timeout_s={cfg.timeout_s} s of its death"
-                    ) from None
-                self.reprobes += 1
-                reprobe[g] = time.perf_counter() + REPROBE_S
-                return False
-            inc[g], self.gen_info[g] = info["incarnation"], info
-            down.discard(g)
-            self.rejoins.append({"g": g, "epoch": info["incarnation"], "same_process": info["was"] is not None})
-            if self.kill and "t_ready" not in self.kill:
-                self.kill.update(
-                    {
-                        "t_ready": time.perf_counter(),
-                        "new_pid": info["pid"],
-                        "new_process_age_s": info["process_age_s"],
-                        "same_process": info["was"] is not None,
-                    }
-                )
-            return True
-
-        def settle() -> None:
-            """Wait for the transfers in flight; one broken by a death is recorded, not raised."""
-            for f in pending_send + list(pending_recv):
-                try:
-                    ray.get(f, timeout=cfg.timeout_s)
-                except (RayActorError, RayTaskError) as exc:
-                    self.sync_errors.append(f"at the end: {str(exc).splitlines()[-1][:160]}")
-            pending_send.clear()
-            pending_recv.clear()
-
-        start_sync(0)
-        while u < cfg.n_updates:
-            self._check_deadline(u)
-            # admission: deal the next groups to the idle generators holding the fewest, under the bound
-            busy = set(chunk.values())
-            idle = [g for g in range(n_gen) if g not in busy and g not in down]
-            adm = admit(
-                next_k,
-                todo,
-                delivered,
-                [len(s) for s in in_flight_groups],
-                idle,
-                max_lag=cfg.lag_bound,
-                groups_per_batch=B,
-                room=room,
-                total_groups=total_groups,
-            )
-            next_k = adm.next_k
-            todo = deque(adm.todo)
-            for g, ks in adm.groups.items():
-                for k in ks:
-                    self.ledger.admitted[k] = (g, inc[g])
-                if ks or in_flight_groups[g]:
-                    in_flight_groups[g].update(ks)
-                    chunk[self.gens[g].run.remote(ks, incarnation=inc[g])] = g
-            # training: every trainer on batch u once it is complete
-            if not train and all(k in done for k in range(u * B, (u + 1) * B)):
-                train = self.train_step(u, done)
-            # fault injection into generator 1, through Ray, while it decodes, or while it has no call
-            in_sync = bool(pending_send) if cfg.sync == "engine" else bool(pending_recv)
-            decoding = 1 in chunk.values()
-            if (
-                cfg.kill_at >= 0
-                and u >= cfg.kill_at
-                and not self.kill
-                and 1 not in down
-                and (not decoding if cfg.kill_idle else decoding and in_sync == cfg.kill_during_sync)
-            ):
-                self.kill = {
-                    "pid": self.gen_info[1]["pid"],
-                    "t_kill": time.perf_counter(),
-                    "u": u,
-                    "idle": cfg.kill_idle,
-                    "fault": cfg.fault,
-                    "during_sync": in_sync,
-                }
-                f1 = next((f for f, h in chunk.items() if h == 1), None)
-                if cfg.fault == "unavailable":  # its reply is lost, as in a passing network error
-                    assert f1 is not None
-                    del chunk[f1]
-                    died(1)  # what Ray's ActorUnavailableError leads to; the process lives on
-                else:
-                    ray.kill(self.gens[1], no_restart=cfg.fault == "kill_final")
-                # idle: nothing of its is awaited; its next call (a transfer, or the next decoding call)
-                # fails, or runs on the new process, which declines it: either way died(1) follows
-                if f1 is not None and cfg.fault != "unavailable":
-                    try:  # its decoding call fails: that is how the controller learns of the death
-                        out = ray.get(f1, timeout=cfg.timeout_s)
-                        # the call finished before the kill landed: its groups are valid; the next call
-                        # fails (or is declined) and tells of the death
-                        del chunk[f1]
-                        if out.get("restarted"):
-                            died(1)
-                        else:
-                            take(1, out)
-                    except ActorDiedError:
-                        died(1, final=True)
-                    except RayActorError:
-                        died(1)
-            # a restarted generator is asked again after a short pause, without holding up the loop
-            now = time.perf_counter()
-            for g in [g for g, at in reprobe.items() if at <= now]:
-                del reprobe[g]
-                probe(g)
-            waitable = list(chunk) + list(pending_recv) + pending_send + train + list(ready_fut)
-            wait_s = min([cfg.timeout_s] + [max(at - time.perf_counter(), 0.0) for at in reprobe.values()])
-            t0 = time.perf_counter()
-            if waitable:
-                ready, _ = ray.wait(waitable, num_returns=1, timeout=wait_s)
-            else:  # only a re-probe is due: nothing else can happen before it
-                time.sleep(wait_s)
-                ready = []
-            self.blocked_s += time.perf_counter() - t0
-            if not ready:
-                if reprobe:
-                    continue
-                raise TimeoutError(f"nothing finished for timeout_s={cfg.timeout_s} s at update {u}")
-            f = ready[0]
-            if f in chunk:
-                g = chunk.pop(f)
-                try:
-                    out = ray.get(f)
-                except ActorDiedError:  # Ray's "dead": no restart left
-                    died(g, final=True)
-                    continue
-                except RayActorError:  # ActorUnavailableError: restarting, or cut off for a while
-                    died(g)
-                    continue
-                if out.get("restarted"):  # sent before the death was seen; the new incarnation declined it
-                    died(g)
-                    continue
-                take(g, out)
-            elif f in pending_recv:
-                g, v = pending_recv.pop(f)
-                try:
-                    answer = ray.get(f)
-                    if answer.get("restarted"):
-                        died(g)
-                    else:
-                        self.sync_recv.append(answer["total"])
-                        delivered[g] = max(delivered[g], v)
-                except ActorDiedError:
-                    died(g, final=True)
-                except RayActorError:
-                    died(g)  # it died (between decoding calls, or during one: the first failure tells)
-                except RayTaskError as exc:  # the transfer broke (a member died mid-transfer)
-                    self.sync_errors.append(f"receive v{v} on generator {g}: {str(exc).splitlines()[-1][:160]}")
-                    self.sync_members = []  # rebuild the group before the next transfer
-            elif f in pending_send:
-                pending_send.remove(f)
-                try:
-                    self.sync_send.append(ray.get(f)["total"])
-                except RayTaskError as exc:
-                    self.sync_errors.append(f"send: {str(exc).splitlines()[-1][:160]}")
-                    self.sync_members = []
-            elif f in ready_fut:
-                if answered(f):
-                    start_sync(u)  # it rejoins (engine: a new group epoch) and gets the current weights
-            elif f in train and len(ray.wait(train, num_returns=len(train), timeout=0)[0]) == len(train):
-                results = ray.get(train)
-                train = []
-                self.record(u, results, time.perf_counter())
-                u += 1
-                if u < cfg.n_updates:
-                    start_sync(u)
-            # after any event: a deferred transfer, or a group broken by a death, goes out once the
-            # transfers in flight have ended
-            if (
-                cfg.sync == "engine"
-                and not pending_send
-                and not pending_recv
-                and u < cfg.n_updates
-                and (deferred or not self.sync_members)
-            ):
-                start_sync(u)  # the newest version on a new group (a broken transfer changed no weights)
+        loop.start_sync(0)  # version 0 to every generator
+        while loop.u < self.cfg.n_updates:
+            self._check_deadline(loop.u)
+            loop.admit()  # idle generators get groups, under the lag bound (12.1)
+            loop.maybe_train()  # batch u complete and no update running: update u on every trainer
+            loop.maybe_inject_fault()  # the demo's fault (kill_at)
+            f = loop.wait_one()  # the first call to finish: a decode, a transfer, a probe, the update
+            if f is not None:
+                loop.handle(f)
         self.t["run_s"] = time.perf_counter() - self.t0
-        # drain: groups generated beyond the last update are left over
-        for f in list(chunk):
-            try:
-                for grp in ray.get(f, timeout=cfg.timeout_s).get("groups", []):  # a declined call has none
-                    self._returned(grp)
-            except RayActorError:
-                pass
-        settle()
-        # a generator still restarting at the last update: wait for its new incarnation (bounded by
-        # timeout_s since its death) and give it the final weights, so every generator ends the run
-        # on them and the report says when it was back, however fast the updates went meanwhile
-        while down - gone:
-            self._check_deadline(u)
-            if time.perf_counter() - min(down_since[g] for g in down - gone) > 2 * cfg.timeout_s:
-                raise TimeoutError(
-                    f"generators {sorted(down - gone)} were not back within 2 x timeout_s of their death"
-                )
-            for g in [g for g, at in reprobe.items() if at <= time.perf_counter()]:
-                del reprobe[g]
-                probe(g)
-            wait_s = min([cfg.timeout_s] + [max(at - time.perf_counter(), 0.0) for at in reprobe.values()])
-            if not ready_fut:
-                time.sleep(wait_s)
-                continue
-            ready, _ = ray.wait(list(ready_fut), num_returns=1, timeout=wait_s)
-            if ready and answered(ready[0]) and not down - gone:
-                start_sync(u)
-                settle()
+        loop.drain()
 
     # ---- one run ----
     def go(self) -> dict[str, Any]:
@@ -740,6 +461,9 @@ class Controller:
             t0 = time.perf_counter()
             eval_end = self.evaluate()
             self.t["eval_s"] += time.perf_counter() - t0
+            self.checkpoint_s = [float(x) for x in ray.get(self.checkpoints, timeout=self.cfg.timeout_s)]
+            if self.checkpoints:
+                ray.get(self.trainers[0].drop_checkpoints.remote(), timeout=self.cfg.timeout_s)
             gstats = []
             for g in self.gens:  # a generator still restarting when the run ends answers "unavailable"
                 try:
@@ -827,6 +551,9 @@ class Controller:
             "decode_calls": self.decode_calls,
             "reprobes": self.reprobes,
             "rejoins": self.rejoins,
+            "returns": self.returns,
+            "checkpoint_ms": [x * 1e3 for x in self.checkpoint_s],
+            "driver_kb_per_update": float(np.median(self.driver_bytes)) / 1e3,
             "gone": sorted(self.gone),
             "sync_group_builds": len(self.group_builds),
             "sync_errors": self.sync_errors,

@@ -117,6 +117,7 @@ def run_torchrun_same_task(
     *,
     like: Any = None,
     kill_at: int = -1,
+    checkpoint_every: int = 40,
 ) -> dict[str, Any]:
     """Lesson 11's torchrun job with the Ray runs' sizes (2 trainers + 2 generators x 16 slots, the
     same held-out set of 512 prompts), ``max_lag`` 4 (async) or 0 (sync); no calibration; gloo on
@@ -124,7 +125,7 @@ def run_torchrun_same_task(
     gives the model, learning rate, warm start and batch (default: ``RayRunConfig()``'s), so the two
     runs share their warm start and held-out set at every scale. ``kill_at >= 0``: generator rank 3
     SIGKILLs itself at that update and torchrun restarts the whole job once, from its newest
-    checkpoint (every 40 updates).
+    checkpoint (every ``checkpoint_every`` updates; none yet: from the warm start).
 
     Returns ``updates_per_s``, ``samples_per_s``, ``tokens_per_s``, ``eval_start``, ``eval_end``,
     ``lag_max``, ``wall_s``, ``reward_time``/``reward`` (per update, seconds since its first line),
@@ -139,7 +140,7 @@ def run_torchrun_same_task(
     from course_lib.capstone_ray.controller import RayRunConfig
 
     cfg = like if like is not None else RayRunConfig()
-    kill = {"kill_rank": 3, "kill_at_update": kill_at, "checkpoint_every": 40} if kill_at >= 0 else {}
+    kill = {"kill_rank": 3, "kill_at_update": kill_at} if kill_at >= 0 else {}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
@@ -168,6 +169,7 @@ def run_torchrun_same_task(
             group_size=cfg.group_size,
             groups_per_batch=cfg.groups_per_batch,
             train_chunk=cfg.train_chunk,
+            checkpoint_every=checkpoint_every,
             **kill,
         )
         wall = time.perf_counter() - t0

@@ -88,6 +88,7 @@ class TrainerWorker:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.sender: Any = None
         self.store: Any = None
+        self.ckpt_root: Any = None  # trainer 0's checkpoint directory, on its node (:meth:`checkpoint`)
         self.version = 0
 
     def pid(self) -> int:
@@ -231,6 +232,30 @@ class TrainerWorker:
             "seconds": time.perf_counter() - t0,
             "allreduce_s": t_ar,
         }
+
+    def checkpoint(self, step: int) -> float:
+        """Trainer 0: commit the training state (model, Adam) as lesson 11's trainer does, with lesson
+        10's atomic save, into a directory of this process's node (kept: the last two); returns seconds."""
+        import tempfile
+        from pathlib import Path
+
+        from course_lib.checkpoint.atomic import keep_last
+        from course_lib.checkpoint.torch_state import save_torch_state
+
+        t0 = time.perf_counter()
+        if self.ckpt_root is None:
+            self.ckpt_root = Path(tempfile.mkdtemp(prefix="ray-capstone-ckpt-"))
+        save_torch_state(self.ckpt_root, step, self.model, self.opt, extra={"version": self.version})
+        keep_last(self.ckpt_root, 2)
+        return time.perf_counter() - t0
+
+    def drop_checkpoints(self) -> None:
+        """Remove this process's checkpoint directory (the end of a run)."""
+        import shutil
+
+        if self.ckpt_root is not None:
+            shutil.rmtree(self.ckpt_root, ignore_errors=True)
+            self.ckpt_root = None
 
     def evaluate(self, shard: int, n_shards: int) -> tuple[float, int]:
         """(sum of rewards, count) on this trainer's share of the held-out prompts (lesson 11's measure)."""

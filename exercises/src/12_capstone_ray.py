@@ -423,6 +423,9 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # - a probe **raises** `RayActorError`: the actor is still restarting ("unavailable");
 # - a probe **returns `{"incarnation": j, ...}`**: the new incarnation is up.
 #
+# (Here every death has a restart left. The lesson's controller also reads Ray's
+# `ActorDiedError`, a death with none left, as final, and drops that generator.)
+#
 # Write `on_ready(ref, ray, loop)`: the loop's reaction to `ref`, the call `ray.wait`
 # returned. `ray` stands in for the `ray` module: `ray.get(ref)` and
 # `ray.exceptions.RayActorError`, nothing else (the grader's stand-in refuses a `ray.get` of
@@ -476,8 +479,8 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # recorded in `calls`, `ref` left in `calls` and groups recorded with the wrong generator or
 # incarnation are named in the message. Nothing here starts Ray.
 #
-# (At full size: the `ray.wait` loop of `course_lib.capstone_ray.controller.Controller.run_split`,
-# its `died`, `take` and `answered`, and `GeneratorWorker._restarted`, which declines.)
+# (At full size: `course_lib.capstone_ray.split_loop.SplitLoop.handle` with its `died`, `take`
+# and `answered`, and `GeneratorWorker._restarted`, which declines.)
 
 
 # %% tags=["exercise"]
