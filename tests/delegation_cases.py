@@ -745,12 +745,12 @@ return lib(
     Delegation(
         lesson="12_capstone_ray",
         name="on_ready",
-        module="course_lib.capstone_ray.controller",
-        attr="Controller.run_split",
+        module="course_lib.capstone_ray.split_loop",
+        attr="SplitLoop.handle",
         params="ref, ray, loop",
-        body="return lib(loop)",
+        body="return lib(loop, ref)",
         passes_unguarded=False,
-        why="the reaction to one finished call lives in closures (died, take, answered) inside "
-        "Controller.run_split's ray.wait loop over live Ray actors; no library function reacts to one ref",
+        why="the reaction to one finished call is SplitLoop.handle (with died, take, answered), a method of the "
+        "state of a run over live Ray actors; given the exercise's dict it has none of that state to react with",
     ),
 ]
