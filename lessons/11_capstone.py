@@ -304,14 +304,12 @@ if current_scale() == "cpu":  # the 2-layer TinyLM's warm start; a 4-layer one s
     assert q16["answer_tokens"][1] < q16["correct"] and gain["16-64"] < se_23, q16  # 16-64: short of correct, unlearned
 
 # %% [markdown]
-# **Takeaway:** the policy learned to answer shorter, most where answers were long (by 0.5
-# tokens on quotient 1 and 4.1 on 16-64, the five seeds' mean). That
-# pays where it could already sometimes solve the problem. Over five seeds
-# (`bench/capstone_learning.py`, the 2 x 32 layout) the pipeline gained on quotient 1 (+0.04 to +0.26) and on
+# **Takeaway:** the policy learned to answer shorter, most where answers were long (over
+# five seeds, `bench/capstone_learning.py`, 2 x 32 layout: 0.5 tokens on quotient 1, 4.1 on 16-64). That
+# pays where it could already sometimes solve the problem: the pipeline gained on quotient 1 (+0.04 to +0.26) and on
 # 2-3 (+0.16 to +0.32) in every seed; on 4-7, +0.05 (standard error 0.03): not separated
 # from zero. Problems with a quotient of 8 or more seldom earn a reward, so most of their
-# groups have zero advantage (11.1) and their reward did not rise (8-15 fell by 0.02 over
-# the seeds), while their answers
+# groups have zero advantage (11.1) and their reward did not rise, while their answers
 # shortened past or away from the correct length. The run above is one draw of seed 0: an
 # asynchronous run is not deterministic (timing decides each answer's lag), so its gains
 # scatter around the seeds'. Per update, the pipeline
