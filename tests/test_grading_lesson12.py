@@ -85,6 +85,7 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "on_ready-lets_the_death_out",
         "on_ready-keeps_the_old_incarnation",
         "on_ready-unavailable_probe_dropped",
+        "on_ready-rejoin_with_the_old_epoch",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
@@ -287,9 +288,9 @@ def _oracle_handler(state: l12.LoopRun, what: str) -> None:
         out = state.ray.get(ref)
     except l12.RayActorError:
         out = None
-    if method == "ready":
+    if method == "rejoin":
         if out is None:
-            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, i)
+            loop["calls"][loop["submit"]("rejoin", g, i)] = ("rejoin", g, i)
         else:
             loop["inc"][g] = out["incarnation"]
             loop["down"].discard(g)
@@ -298,20 +299,22 @@ def _oracle_handler(state: l12.LoopRun, what: str) -> None:
         loop["in_flight"][g] -= set(out["groups"])
     else:
         loop["died"](g)
-        loop["calls"][loop["submit"]("ready", g)] = ("ready", g, i)
+        e = loop["inc"][g] + 1
+        loop["calls"][loop["submit"]("rejoin", g, e)] = ("rejoin", g, e)
 
 
 def test_the_loop_simulation_finishes_and_shows_every_outcome():
     solve = solution_function(LESSON, "on_ready")
-    totals = {"kills": 0, "declined": 0, "unavailable": 0}
+    totals = {"kills": 0, "cut_offs": 0, "declined": 0, "unavailable": 0}
     for seed in range(l12.SIM_LOOPS):
         for handler in (_oracle_handler, lambda state, what: l12._or_step(solve, state, what)):
             run = l12.simulate_loop(handler, **l12.loop_config(seed))
             assert run.finished and not run.violation, run.violation
         totals = {k: v + getattr(run, k) for k, v in totals.items()}
-    # generators killed while decoding and while idle (the next call declined), restarts that answer
-    # "unavailable" for a while: every outcome of the statement happens, several times
+    # generators killed while decoding and while idle (the next call declined), live ones cut off while
+    # holding groups, restarts that answer "unavailable" for a while: every outcome happens, several times
     assert totals["kills"] >= 20 and totals["declined"] >= 8 and totals["unavailable"] >= 8, totals
+    assert totals["cut_offs"] >= 8, totals
 
 
 def test_the_known_and_random_loops_agree_with_the_solution():
@@ -330,7 +333,7 @@ def test_the_known_and_random_loops_agree_with_the_solution():
 
 def test_the_stand_in_refuses_a_read_of_another_call():
     ray = l12.StandInRay()
-    ray.ready, ray.result = l12.Ref(1), ("value", {"groups": [3], "incarnation": 0})
+    ray.ready, ray.result = l12.Ref(1), ("value", {"groups": [3], "incarnation": 0})  # a decoding call's answer
     assert ray.get(l12.Ref(1)) == {"groups": [3], "incarnation": 0}
     with pytest.raises(l12._Blocked):
         ray.get(l12.Ref(2))

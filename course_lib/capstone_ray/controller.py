@@ -105,6 +105,7 @@ class RayRunConfig:
     timeout_s: float = 30.0  # every ray.wait / ray.get
     sync_timeout_s: float = 5.0  # the sync group's gloo timeout: what a transfer broken by a dying member costs
     death_info_ms: int = 0
+    restart_timeout_s: float = 60.0  # a generator not back this long after its death is dropped (GPU engines: minutes)
     deadline_s: float = 600.0  # the whole run (actors, warm start, updates, evaluations)
 
     def __post_init__(self) -> None:
@@ -127,7 +128,7 @@ class RayRunConfig:
             )
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every={self.checkpoint_every}: give a number of updates, or 0 for none")
-        for name in ("timeout_s", "sync_timeout_s", "deadline_s", "bucket_mb"):
+        for name in ("timeout_s", "sync_timeout_s", "deadline_s", "bucket_mb", "restart_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
         if self.kill_at >= 0:
@@ -197,6 +198,8 @@ class Controller:
         self.driver_bytes: list[int] = []  # per update: the batch's bytes passing through the driver
         self.t0 = self.deadline = 0.0
         self.checkpoint_s: list[float] = []
+        self.restart_expired: list[int] = []  # generators dropped because their restart outlasted restart_timeout_s
+        self.count_s = 0.0  # time spent counting the driver's bytes (instrumentation, not the controller's cost)
 
     # ---- setup ----
     def place(self) -> None:
@@ -329,7 +332,9 @@ class Controller:
         share = len(ks) // len(self.trainers)
         shares = [[groups.pop(k) for k in ks[i * share : (i + 1) * share]] for i in range(len(self.trainers))]
         # the rollouts pass through this process by value: received from the generators, sent on (counted once)
+        t0 = time.perf_counter()
         self.driver_bytes.append(sum(len(pickle.dumps(x, protocol=5)) for x in shares))
+        self.count_s += time.perf_counter() - t0
         return [t.update.remote(u, x) for t, x in zip(self.trainers, shares)]
 
     def record(self, u: int, results: list[dict[str, Any]], t_end: float) -> None:
@@ -496,7 +501,7 @@ class Controller:
         first = m[0]["started"]
         upd_s = len(m) / (m[-1]["time"] - first)
         # controller overhead: the loop's time not spent blocked in ray.wait / ray.get, per update
-        overhead = (run_s - self.blocked_s) / cfg.n_updates
+        overhead = (run_s - self.blocked_s - self.count_s) / cfg.n_updates
         kill: dict[str, Any] = {}
         if self.kill:
             k = self.kill
@@ -551,6 +556,7 @@ class Controller:
             "decode_calls": self.decode_calls,
             "reprobes": self.reprobes,
             "rejoins": self.rejoins,
+            "restart_expired": self.restart_expired,
             "returns": self.returns,
             "checkpoint_ms": [x * 1e3 for x in self.checkpoint_s],
             "driver_kb_per_update": float(np.median(self.driver_bytes)) / 1e3,

@@ -160,6 +160,7 @@ def run_torchrun_same_task(
             max_lag=max_lag,
             seed=seed,
             backend="gloo",
+            cores=2,  # the two cores the Ray actors pin themselves to (the first two this process may use)
             d_model=cfg.d_model,
             n_layers=cfg.n_layers,
             n_heads=cfg.n_heads,

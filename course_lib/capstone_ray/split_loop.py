@@ -81,6 +81,7 @@ class SplitLoop:
         self.next_k, self.u = 0, 0
         self.done: dict[int, dict[str, Any]] = {}
         self.train: list[Any] = []
+        self.train_left: list[Any] = []  # the update's futures not finished yet (the loop waits on these)
         self.down: set[int] = set()  # seen dead (or cut off) and not answered since
         self.gone = ctl.gone  # ... and of those, the ones Ray will not restart
         self.reprobe: dict[int, float] = {}  # generator -> when to ask it again
@@ -116,6 +117,7 @@ class SplitLoop:
         u, B = self.u, self.B
         if not self.train and all(k in self.done for k in range(u * B, (u + 1) * B)):
             self.train = self.c.train_step(u, self.done)
+            self.train_left = list(self.train)
 
     def wait_one(self) -> Any:
         """``ray.wait`` for the first call to finish (bounded); None if only a re-probe fell due."""
@@ -123,7 +125,7 @@ class SplitLoop:
         for g in [g for g, at in self.reprobe.items() if at <= now]:
             del self.reprobe[g]
             self.probe(g)
-        waitable = list(self.decoding) + list(self.recv) + self.send + self.train + list(self.probes)
+        waitable = list(self.decoding) + list(self.recv) + self.send + self.train_left + list(self.probes)
         wait_s = min([self.cfg.timeout_s] + [max(at - time.perf_counter(), 0.0) for at in self.reprobe.values()])
         t0 = time.perf_counter()
         if waitable:
@@ -169,9 +171,10 @@ class SplitLoop:
         elif f in self.probes:
             if self.answered(f):
                 self.start_sync(self.u)  # it rejoins (engine: a new group epoch) with the current weights
-        elif f in self.train and len(self.ray.wait(self.train, num_returns=len(self.train), timeout=0)[0]) == len(
-            self.train
-        ):
+        elif f in self.train_left:
+            self.train_left.remove(f)  # a finished trainer is not waited on again (no spin on it)
+            if self.train_left:
+                return
             results, self.train = self.ray.get(self.train), []
             self.c.record(self.u, results, time.perf_counter())
             self.u += 1
@@ -240,8 +243,10 @@ class SplitLoop:
             self.died(g, final=True)
             return False
         if kind != "ok":
-            if time.perf_counter() - self.down_since[g] > self.cfg.timeout_s:
-                raise TimeoutError(f"generator {g} was not back within timeout_s={self.cfg.timeout_s} s of its death")
+            if time.perf_counter() - self.down_since[g] > self.cfg.restart_timeout_s:
+                c.restart_expired.append(g)  # not back in its budget: dropped, as a final death
+                self.died(g, final=True)
+                return False
             c.reprobes += 1
             self.reprobe[g] = time.perf_counter() + REPROBE_S
             return False
@@ -343,9 +348,9 @@ class SplitLoop:
         self.settle()
         while self.down - self.gone:
             c._check_deadline(self.u)
-            if time.perf_counter() - min(self.down_since[g] for g in self.down - self.gone) > 2 * cfg.timeout_s:
+            if time.perf_counter() - min(self.down_since[g] for g in self.down - self.gone) > 2 * cfg.restart_timeout_s:
                 raise TimeoutError(
-                    f"generators {sorted(self.down - self.gone)} were not back within 2 x timeout_s of their death"
+                    f"generators {sorted(self.down - self.gone)} were not back within 2 x restart_timeout_s of their death"
                 )
             for g in [g for g, at in self.reprobe.items() if at <= time.perf_counter()]:
                 del self.reprobe[g]

@@ -11,9 +11,9 @@ times, end to end as the controller sees it (submit -> every generator has loade
   shared-memory object store, each generator reads it zero-copy and copies it into its model
   (``sync="object_store"``).
 
-Measured here (2 loaded cores, medians of 10): 0.52 MB: engine 6.5 ms, object store 7.1 ms;
-13.1 MB: 32.4 ms vs 25.3 ms; 101.8 MB: 170 ms vs 93.5 ms. On one host shared memory beats a
-TCP-loopback broadcast from ~13 MB up; across hosts Ray's object manager moves the bytes, and on
+Measured here (BENCHMARKS, 2026-11-30, medians of 3 rounds of 5): 0.5 MB: engine 6.2 ms, object
+store 6.3 ms; 13.1 MB: 19.0 vs 20.2 ms (neither ahead in every round); 101.8 MB: 112.5 vs 92.3 ms.
+On one host shared memory beats a TCP-loopback broadcast only for large models; across hosts Ray's object manager moves the bytes, and on
 GPUs NCCL broadcasts device to device while the object store goes through host memory.
 """
 
@@ -99,16 +99,25 @@ def measure(n_layers: int, d_model: int, reps: int = 5, timeout_s: float = 60.0)
                 res["object_store"].append(t)
                 res["object_store_recv"].append(max(o["total"] for o in outs))
             del ref
-        # what arrived, bit for bit: after the object store (the last path above), then after the engine
+        # what arrived, bit for bit, per path: new weights on the trainer first (ones no earlier transfer
+        # delivered), sent by that path alone, read back from both generators
         exact = True
-        for path in ("object_store", "engine"):
+        for i, path in enumerate(("object_store", "engine")):
+            want = flat + np.float32(i + 1) * np.float32(1e-3)
+            ray.get(tr.load.remote(want), timeout=timeout_s)
+            v += 1
             if path == "engine":
-                v += 1
                 futs = [tr.send_weights.remote(v)]
                 futs += [g.receive_weights.options(concurrency_group="sync").remote(v) for g in gens]
                 ray.get(futs, timeout=timeout_s)
+            else:
+                ref = tr.get_flat.remote()
+                ray.get(
+                    [g.set_weights.options(concurrency_group="sync").remote(ref, v) for g in gens], timeout=timeout_s
+                )
+                del ref
             arrived = ray.get([g.get_flat.options(concurrency_group="sync").remote() for g in gens], timeout=timeout_s)
-            exact = exact and all(np.array_equal(a, flat) for a in arrived)
+            exact = exact and all(np.array_equal(a, want) for a in arrived)
     finally:
         for a in actors:
             with contextlib.suppress(Exception):

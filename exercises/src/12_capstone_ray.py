@@ -409,19 +409,25 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # actor returns an `ObjectRef` at once, it keeps them all, and `ray.wait(refs,
 # num_returns=1)` hands back whichever finished first; the loop reacts to that one and waits
 # again. It must never wait for one particular call: the others keep finishing meanwhile, and
-# a `ray.get` of a call that has not finished blocks the whole loop until it has. What can
-# finish is a decoding call of a generator or, once a generator has died, a **probe** of it
-# (its `ready()` method), and Ray's actor restarts (`max_restarts=1`) give each outcome its
-# meaning:
+# a `ray.get` of a call that has not finished blocks the whole loop until it has.
+#
+# What can finish is a generator's decoding call or, once a generator is down, a **rejoin
+# probe**. Ray's `ActorUnavailableError` (a `RayActorError`) means the actor is restarting
+# **or** was cut off for a moment and is still alive, holding groups; the controller cannot
+# tell which. So it **fences**: it counts the generator's groups in flight as lost (they are
+# asked for again) and asks the actor to `rejoin` under a new **epoch**. Whoever answers, a
+# new process or the live one, holds nothing from then on, and any call carrying another
+# epoch is declined. Each call carries the epoch the controller knows for its generator,
+# `loop["inc"][g]`:
 #
 # - a decoding call **returns its groups** `{"groups": [k, ...], "incarnation": i}`;
-# - a decoding call **raises** `RayActorError`: the generator's process died under it;
-# - a decoding call **returns `{"restarted": 1, "incarnation": j, "expected": i}`**: the process
-#   had died before the call ran; Ray ran the call on the new process, the next incarnation
-#   `j`, which holds nothing of the old one and **declines** a call meant for incarnation `i`.
-#   It is a death too, the only sign of one that happened while the generator was idle;
+# - a decoding call **raises** `RayActorError`: the process died under it, or the actor was
+#   cut off: a death, as far as the controller can know;
+# - a decoding call **returns `{"restarted": 1, "incarnation": j, "expected": i}`**: it ran on
+#   a process holding another epoch (or none yet), which **declines** it: a death too;
 # - a probe **raises** `RayActorError`: the actor is still restarting ("unavailable");
-# - a probe **returns `{"incarnation": j, ...}`**: the new incarnation is up.
+# - a probe **returns `{"incarnation": e, "was": w, ...}`**: the actor now holds epoch `e`
+#   (`w` is None for a new process, the old epoch for a live one that was cut off).
 #
 # (Here every death has a restart left. The lesson's controller also reads Ray's
 # `ActorDiedError`, a death with none left, as final, and drops that generator.)
@@ -431,56 +437,57 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # `ray.exceptions.RayActorError`, nothing else (the grader's stand-in refuses a `ray.get` of
 # any other call). `loop` is the controller's state, a dict:
 #
-# - `"calls"`: every call in flight, `ref -> (method, g, incarnation)`: `("run", g, i)` a decoding
-#   call sent to incarnation `i` of generator `g`; `("ready", g, i)` a probe of generator `g`,
-#   which died in incarnation `i`;
-# - `"inc"`: per generator, the incarnation its calls are sent to (the admission step sends
-#   every decoding call with `loop["inc"][g]`);
+# - `"calls"`: every call in flight, `ref -> (method, g, epoch)`: `("run", g, i)` a decoding
+#   call carrying epoch `i`; `("rejoin", g, e)` a probe asking generator `g` to take epoch `e`;
+# - `"inc"`: per generator, the epoch its calls carry;
 # - `"in_flight"`: per generator, the set of groups admitted to it and not returned;
-# - `"down"`: the generators whose death the loop has seen, until their new incarnation answers;
-# - `"todo"`, `"done"`: the re-requested groups, and `k -> (g, incarnation)` for every group returned;
+# - `"down"`: the generators whose death the loop has seen, until they answer a probe;
+# - `"todo"`, `"done"`: the re-requested groups, and `k -> (g, epoch)` for every group returned;
 # - `"died"`: `died(g)`, the bookkeeping of a death (exercise 3's: the lost groups to the front
 #   of `todo`, `in_flight[g]` emptied, `g` added to `down`);
-# - `"submit"`: `submit("ready", g)` sends a probe of generator `g` and returns its ref.
+# - `"submit"`: `submit("rejoin", g, e)` sends the probe and returns its ref.
 #
 # The reaction: take `ref`'s record out of `calls` (the loop must not wait on it again) and
 # read its outcome. Returned groups: record each in `done` as `(g, i)`, the generator and the
-# incarnation the call was sent to, and take it out of `in_flight[g]`. A death (raised or
-# declined): call `died(g)` once, and send a probe, recording its ref in `calls` as
-# `("ready", g, i)`. A probe that raised: send another probe (recorded the same way) and
-# return: the loop goes on with everything else while the actor restarts. A probe that
-# answered: from now on `g`'s calls carry its new incarnation (`inc[g]`), and `g` is no longer
-# down (the loop then sends it the current weights: not your part).
+# epoch the call carried, and take it out of `in_flight[g]`. A death (raised or declined):
+# call `died(g)` once, and send a probe asking for the **next** epoch, `loop["inc"][g] + 1`,
+# recording its ref in `calls` as `("rejoin", g, e)`. A probe that raised: send another with
+# the same epoch (recorded the same way) and return: the loop goes on with everything else
+# while the actor restarts. A probe that answered: from now on `g`'s calls carry epoch `e`
+# (`inc[g]`), and `g` is no longer down (the loop then sends it the current weights: not
+# your part).
 #
 # ```
-# generator 0, incarnation 0: decoding 4, 6        ref 1 = ("run", 0, 0)
-# generator 1, incarnation 1: decoding 5, 7        ref 2 = ("run", 1, 1)
-# generator 2: died in incarnation 0, restarting   ref 3 = ("ready", 2, 0), down = {2}
+# generator 0, epoch 0: decoding 4, 6        ref 1 = ("run", 0, 0)
+# generator 1, epoch 1: decoding 5, 7        ref 2 = ("run", 1, 1)
+# generator 2: died in epoch 0, restarting   ref 3 = ("rejoin", 2, 1), down = {2}
 # todo = [3], done = {0: (0, 0), 1: (1, 1), 2: (0, 0)}
 #
 # ray.wait returns   its outcome                           the loop after on_ready
 # ref 1              {"groups": [4, 6], "incarnation": 0}  done[4] = done[6] = (0, 0); in_flight[0] = {}
 # ref 2              raises RayActorError                  died(1): todo = [5, 7, 3], down = {1, 2};
-#                                                          a probe ("ready", 1, 1) in calls
-# ref 2              {"restarted": 1, "incarnation": 2, ...}   the same: a death
-# ref 3              raises RayActorError                  a new probe ("ready", 2, 0) in calls
-# ref 3              {"incarnation": 1, "pid": 4242}       inc[2] = 1; down = {}
+#                                                          a probe ("rejoin", 1, 2) in calls
+# ref 2              {"restarted": 1, "incarnation": None, ...}   the same: a death
+# ref 3              raises RayActorError                  a new probe ("rejoin", 2, 1) in calls
+# ref 3              {"incarnation": 1, "was": None}       inc[2] = 1; down = {}
+# ref 3              {"incarnation": 1, "was": 0}          the same (the live process, cut off, now fenced)
 # ```
 #
-# **How it is graded:** the five rows above; random controller states (2 to 4 generators,
-# some restarting, re-requests waiting) against an oracle that reads the new state off a
-# table of the five outcomes; simulated runs around your `on_ready`, with a stand-in for Ray
-# (calls finishing in any order, generators SIGKILLed while decoding and while idle, restarts
-# answering "unavailable" for a while), in which every group must come back exactly once,
-# from the incarnation it was sent to, and every generator must come back. A `ray.get` of
-# another call than `ref` (waiting for a probe, say) or a `ray.wait`, an exception let out of
-# `ray.get`, a declined call taken for a normal return, a death without `died` or without a
-# probe, an "unavailable" probe not sent again, the new incarnation not recorded, a probe not
-# recorded in `calls`, `ref` left in `calls` and groups recorded with the wrong generator or
-# incarnation are named in the message. Nothing here starts Ray.
+# **How it is graded:** the six rows above; random controller states (2 to 4 generators,
+# some down, re-requests waiting) against an oracle that reads the new state off a table of
+# the outcomes; simulated runs around your `on_ready`, with a stand-in for Ray (calls
+# finishing in any order, generators killed while decoding and while idle, live generators
+# cut off while they hold groups, restarts answering "unavailable" for a while), in which
+# every group must come back exactly once, from the epoch it was sent with, and every
+# generator must come back. A `ray.get` of another call than `ref` (waiting for a probe, say)
+# or a `ray.wait`, an exception let out of `ray.get`, a declined call taken for a normal
+# return, a death without `died` or without a probe, a probe for the old epoch, an
+# "unavailable" probe not sent again, the new epoch not recorded, a probe not recorded in
+# `calls`, `ref` left in `calls` and groups recorded with the wrong generator or epoch are
+# named in the message. Nothing here starts Ray.
 #
 # (At full size: `course_lib.capstone_ray.split_loop.SplitLoop.handle` with its `died`, `take`
-# and `answered`, and `GeneratorWorker._restarted`, which declines.)
+# and `answered`, and `GeneratorWorker.rejoin`, which fences.)
 
 
 # %% tags=["exercise"]
@@ -491,25 +498,26 @@ def on_ready(ref, ray, loop):
         ref: the finished call's ObjectRef (a key of ``loop["calls"]``).
         ray: ``ray.get`` (of ``ref`` only) and ``ray.exceptions.RayActorError``.
         loop: the controller's state: ``calls``, ``inc``, ``in_flight``, ``down``, ``todo``, ``done``,
-            and the functions ``died(g)`` and ``submit("ready", g)``.
+            and the functions ``died(g)`` and ``submit("rejoin", g, epoch)``.
     """
     ### BEGIN SOLUTION
-    method, g, inc = loop["calls"].pop(ref)
+    method, g, epoch = loop["calls"].pop(ref)
     try:
         out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block
     except ray.exceptions.RayActorError:
-        out = None  # the process died under a decoding call, or the actor is still restarting
+        out = None  # dead, restarting, or cut off: the controller cannot tell which
     if method == "run":
-        if out is None or out.get("restarted"):  # raised, or declined by the new incarnation: a death
+        if out is None or out.get("restarted"):  # raised, or declined: a death
             loop["died"](g)
-            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)
+            new = loop["inc"][g] + 1  # a new epoch: whoever answers holds nothing, old calls are declined
+            loop["calls"][loop["submit"]("rejoin", g, new)] = ("rejoin", g, new)
             return
         for k in out["groups"]:
-            loop["done"][k] = (g, inc)
+            loop["done"][k] = (g, epoch)
             loop["in_flight"][g].discard(k)
-    elif out is None:  # unavailable: ask again later, through ray.wait
-        loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)
-    else:  # the new incarnation answered: later calls carry its number
+    elif out is None:  # unavailable: ask again later (the same epoch), through ray.wait
+        loop["calls"][loop["submit"]("rejoin", g, epoch)] = ("rejoin", g, epoch)
+    else:  # it answered under the new epoch: later calls carry it
         loop["inc"][g] = out["incarnation"]
         loop["down"].discard(g)
     ### END SOLUTION
@@ -541,7 +549,7 @@ demo = {
     "down": set(),
     "todo": [],
     "done": {},
-    "submit": lambda method, g: f"probe-{next(probes)}",
+    "submit": lambda method, g, epoch: f"probe-{next(probes)}",
 }
 
 
@@ -557,7 +565,7 @@ ray_demo = StandIn(
         "run-a": {"groups": [0, 2], "incarnation": 0},
         "run-b": StandIn.exceptions.RayActorError("The actor died unexpectedly"),
         "probe-1": StandIn.exceptions.RayActorError("The actor is temporarily unavailable"),
-        "probe-2": {"incarnation": 1, "pid": 4242},
+        "probe-2": {"incarnation": 1, "was": None, "pid": 4242},
     }
 )
 for ref in ("run-a", "run-b", "probe-1", "probe-2"):

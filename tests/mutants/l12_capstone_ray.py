@@ -29,21 +29,22 @@ FEWEST = "    while live:\n        g = min(live, key=lambda h: (holding[h] + len
 ROUND_ROBIN = "    turn = 0\n    while live:\n        g = live[turn % len(live)]  # in turn\n        turn += 1"
 LOST = "lost = tuple(sorted(in_flight[g]))"
 DEATH = (
-    '        if out is None or out.get("restarted"):  # raised, or declined by the new incarnation: a death\n'
+    '        if out is None or out.get("restarted"):  # raised, or declined: a death\n'
     '            loop["died"](g)\n'
-    '            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)\n'
+    '            new = loop["inc"][g] + 1  # a new epoch: whoever answers holds nothing, old calls are declined\n'
+    '            loop["calls"][loop["submit"]("rejoin", g, new)] = ("rejoin", g, new)\n'
     "            return\n"
     '        for k in out["groups"]:\n'
 )
 REPROBE = (
-    "    elif out is None:  # unavailable: ask again later, through ray.wait\n"
-    '        loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)\n'
+    "    elif out is None:  # unavailable: ask again later (the same epoch), through ray.wait\n"
+    '        loop["calls"][loop["submit"]("rejoin", g, epoch)] = ("rejoin", g, epoch)\n'
 )
 GET = (
     "    try:\n"
     "        out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block\n"
     "    except ray.exceptions.RayActorError:\n"
-    "        out = None  # the process died under a decoding call, or the actor is still restarting\n"
+    "        out = None  # dead, restarting, or cut off: the controller cannot tell which\n"
 )
 LEDGER_CHECK = "if owner is None or owner[0] != g:"
 
@@ -170,9 +171,9 @@ MUTANTS: list[Mutant] = [
     Mutant(
         OR,
         "waits_for_the_probe",
-        '            loop["calls"][loop["submit"]("ready", g)] = ("ready", g, inc)\n            return\n',
-        '            probe = loop["submit"]("ready", g)\n'
-        '            loop["calls"][probe] = ("ready", g, inc)\n'
+        '            loop["calls"][loop["submit"]("rejoin", g, new)] = ("rejoin", g, new)\n            return\n',
+        '            probe = loop["submit"]("rejoin", g, new)\n'
+        '            loop["calls"][probe] = ("rejoin", g, new)\n'
         "            try:\n"
         "                ray.get(probe)  # wait until the new incarnation answers\n"
         "            except ray.exceptions.RayActorError:\n"
@@ -186,19 +187,27 @@ MUTANTS: list[Mutant] = [
         "declined_call_taken_as_a_return",
         DEATH,
         DEATH.replace(' or out.get("restarted")', "").replace('out["groups"]', 'out.get("groups", [])'),
-        "was declined by the generator's new incarnation",
+        "was declined by a process holding another epoch",
     ),
     # wrong mechanism (issue 45): the failed call's exception is let out of the loop
     Mutant(OR, "lets_the_death_out", GET, "    out = ray.get(ref)\n", "let RayActorError out"),
     # wrong mechanism (issue 45): the new incarnation's number never reaches the calls
     Mutant(OR, "keeps_the_old_incarnation", '        loop["inc"][g] = out["incarnation"]\n', "", "must carry"),
     Mutant(OR, "unavailable_probe_dropped", REPROBE, "    elif out is None:\n        pass\n", "still restarting"),
+    # wrong mechanism: the probe asks for the epoch the generator already had (no fence)
+    Mutant(
+        OR,
+        "rejoin_with_the_old_epoch",
+        '            new = loop["inc"][g] + 1',
+        '            new = loop["inc"][g]',
+        "new epoch",
+    ),
     Mutant(OR, "ref_left_in_calls", 'loop["calls"].pop(ref)', 'loop["calls"][ref]', "still in loop['calls']"),
     Mutant(
         OR,
         "probe_not_recorded",
         REPROBE,
-        '    elif out is None:\n        loop["submit"]("ready", g)\n',
+        '    elif out is None:\n        loop["submit"]("rejoin", g, epoch)\n',
         "did not put it in loop['calls']",
     ),
 ]

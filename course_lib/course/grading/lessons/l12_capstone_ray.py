@@ -21,10 +21,12 @@ What each exercise teaches, and how its checks see that mechanism (not only its 
 * on_generator_death: mechanism: exactly the groups in flight on the dead generator are lost, go to
   the front of the queue, and keep the incarnation they were admitted to; observed on ledgers taken
   at every kill of simulated runs, and by running those runs with the learner's function.
-* on_ready: mechanism: read only the call ray.wait returned; a raised call or one declined by a new
-  incarnation is a death (died + a probe); an unavailable probe is sent again, never waited for; the
-  probe's answer sets the incarnation later calls carry; observed through a stand-in for Ray that
-  refuses a get of any other call, and in simulated runs with kills while decoding and while idle.
+* on_ready: mechanism: read only the call ray.wait returned; a raised call or one declined by a
+  process holding another epoch is a death (died + a rejoin probe for the next epoch); an unavailable
+  probe is sent again for the same epoch, never waited for; the probe's answer sets the epoch later
+  calls carry; observed through a stand-in for Ray that refuses a get of any other call, and in
+  simulated runs with kills while decoding and while idle and live generators cut off while holding
+  groups (fenced by the rejoin).
 
 The checks never call ``course_lib.capstone_ray``: they compare with the oracles below, each
 written a different way from the statement's rule. The placement oracle fills the bundles
@@ -1255,8 +1257,8 @@ OR = "on_ready"
 
 
 class RayActorError(Exception):
-    """What the stand-in's ``get`` raises for a call whose actor process died or is restarting
-    (Ray's ``ray.exceptions.RayActorError``)."""
+    """What the stand-in's ``get`` raises for a call whose actor process died, is restarting, or was
+    cut off (Ray's ``ray.exceptions.RayActorError``: its ``ActorUnavailableError``)."""
 
 
 class _Blocked(Exception):
@@ -1300,7 +1302,8 @@ class StandInRay:
         raise _Blocked("ray.wait is the loop's own call")
 
 
-#: a call as the controller records it: (method, generator, incarnation)
+#: a call as the controller records it: (method, generator, epoch): the epoch a decoding call
+#: carries, or the one a rejoin probe asks for
 CallInfo = tuple[str, int, int]
 
 
@@ -1338,9 +1341,18 @@ class LoopRun:
     loop: dict[str, Any]
     ray: StandInRay
     refs: dict[int, Ref]
-    submitted: list[tuple[Ref, str, int]] = field(default_factory=list)
+    submitted: list[tuple[Ref, str, int, int]] = field(default_factory=list)
     deaths: list[int] = field(default_factory=list)
     next_ref: int = 1000
+
+
+def _check_submit(method: Any, g: Any, epoch: Any, n_gen: int) -> None:
+    """The handler submits rejoin probes only: ``submit("rejoin", g, epoch)``."""
+    if method != "rejoin" or as_int(g) is None or not 0 <= g < n_gen or as_int(epoch) is None:
+        raise ValueError(
+            f"submit({method!r}, {g!r}, {epoch!r}): the handler submits rejoin probes only, "
+            "submit('rejoin', g, epoch), with the epoch the generator is asked to take"
+        )
 
 
 def _loop_of(case: LoopCase) -> LoopRun:
@@ -1359,12 +1371,11 @@ def _loop_of(case: LoopCase) -> LoopRun:
         refs=refs,
     )
 
-    def submit(method: str, g: int) -> Ref:
-        if method != "ready" or as_int(g) is None or not 0 <= g < len(run.loop["inc"]):
-            raise ValueError(f"submit({method!r}, {g!r}): the handler submits probes only, ('ready', g)")
+    def submit(method: str, g: int, epoch: int | None = None) -> Ref:
+        _check_submit(method, g, epoch, len(run.loop["inc"]))
         run.next_ref += 1
         ref = Ref(run.next_ref)
-        run.submitted.append((ref, method, int(g)))
+        run.submitted.append((ref, method, int(g), int(epoch)))  # type: ignore[arg-type]
         return ref
 
     def died(g: int) -> None:
@@ -1394,7 +1405,7 @@ def _state(loop: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def naive_on_ready(case: LoopCase) -> dict[str, Any]:
-    """The state after the finished call, read off a table of the five outcomes."""
+    """The state after the finished call, read off a table of the outcomes."""
     method, g, i = case.info()
     kind, value = case.result
     calls = [info for n, info in case.calls if n != case.ready]
@@ -1406,14 +1417,14 @@ def naive_on_ready(case: LoopCase) -> dict[str, Any]:
         todo = sorted(in_flight[g]) + todo
         in_flight[g] = set()
         down.add(g)
-        calls.append(("ready", g, i))
+        calls.append(("rejoin", g, inc[g] + 1))  # a new epoch
     elif method == "run":  # its groups are back
         for k in value["groups"]:
             done[k] = (g, i)
             in_flight[g].discard(k)
-    elif kind == "error":  # still restarting: another probe
-        calls.append(("ready", g, i))
-    else:  # the new incarnation answered
+    elif kind == "error":  # still restarting: another probe, the same epoch
+        calls.append(("rejoin", g, i))
+    else:  # it answered under the new epoch
         inc[g] = value["incarnation"]
         down.discard(g)
     return {
@@ -1457,11 +1468,11 @@ def _or_step(fn: Callable[..., Any], run: LoopRun, what: str) -> None:
             f"{what}: on_ready called ray.get on {other}, not on the call ray.wait returned: it may not have "
             "finished, and ray.get would block the whole loop; record it in loop['calls'] and return"
         )
-    missing = [ref for ref, _, _ in run.submitted if ref not in run.loop["calls"]]
+    missing = [ref for ref, _, _, _ in run.submitted if ref not in run.loop["calls"]]
     if missing:
         fail(
-            f"{what}: on_ready submitted {missing[0]!r} but did not put it in loop['calls'] (as ('ready', g, i)): "
-            "the loop waits only on the calls it knows"
+            f"{what}: on_ready submitted {missing[0]!r} but did not put it in loop['calls'] (as ('rejoin', g, "
+            "epoch)): the loop waits only on the calls it knows"
         )
 
 
@@ -1470,37 +1481,43 @@ def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], death
     method, g, i = case.info()
     kind, value = case.result
     died = method == "run" and (kind == "error" or bool(value.get("restarted")))
-    if ("run" if method == "run" else "ready", g, i) in got["calls"] and got["calls"].count((method, g, i)) > want[
-        "calls"
-    ].count((method, g, i)):
+    if (method, g, i) in got["calls"] and got["calls"].count((method, g, i)) > want["calls"].count((method, g, i)):
         return "the finished call is still in loop['calls']: pop it, or the loop would wait on it again"
     if died and g not in deaths:
-        how = "raised RayActorError" if kind == "error" else "was declined by the generator's new incarnation"
+        how = "raised RayActorError" if kind == "error" else "was declined by a process holding another epoch"
         return (
             f"generator {g} died (its decoding call {how}) but loop['died']({g}) was not called: its groups in "
             "flight would never come back"
         )
     if not died and deaths:
         return f"loop['died']({deaths[0]}) was called, but nothing died: the call answered normally"
-    if died and ("ready", g, i) not in got["calls"]:
+    e = case.inc[g] + 1
+    if died and ("rejoin", g, e) not in got["calls"]:
+        old = [c for c in got["calls"] if c[:2] == ("rejoin", g)]
+        if old:
+            return (
+                f"after generator {g}'s death, ask it to rejoin under a new epoch, loop['inc'][{g}] + 1 = {e}, not "
+                f"{old[0][2]}: a live generator that was only cut off would keep its epoch, and calls meant for the "
+                "old one would not be declined"
+            )
         return (
-            f"after generator {g}'s death, probe it: submit ('ready', {g}) and record the ref in loop['calls'] as "
-            f"('ready', {g}, {i}); its answer says when the new incarnation is up"
+            f"after generator {g}'s death, probe it: submit('rejoin', {g}, {e}) and record the ref in loop['calls'] "
+            f"as ('rejoin', {g}, {e}); its answer says when it holds the new epoch"
         )
-    if method == "ready" and kind == "error" and ("ready", g, i) not in got["calls"]:
+    if method == "rejoin" and kind == "error" and ("rejoin", g, i) not in got["calls"]:
         return (
             f"generator {g} is still restarting (its probe raised RayActorError: unavailable): send another probe "
-            "and return, the loop must not wait here"
+            f"for the same epoch {i} and return, the loop must not wait here"
         )
-    if method == "ready" and kind == "value":
+    if method == "rejoin" and kind == "value":
         j = value["incarnation"]
         if got["inc"][g] != j:
             return (
-                f"generator {g}'s new incarnation {j} answered: its calls must carry {j} from now on "
+                f"generator {g} answered under epoch {j}: its calls must carry {j} from now on "
                 f"(loop['inc'][{g}] = {j}), or it declines every one"
             )
         if g in got["down"]:
-            return f"generator {g} is back (incarnation {j} answered): remove it from loop['down']"
+            return f"generator {g} is back (it answered under epoch {j}): remove it from loop['down']"
     if method == "run" and not died:
         ks = value["groups"]
         wrong = [k for k in ks if got["done"].get(k) != (g, i)]
@@ -1508,7 +1525,7 @@ def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], death
             k = wrong[0]
             return (
                 f"group {k} came back but loop['done'][{k}] = {short_repr(got['done'].get(k))}; expected ({g}, {i}), "
-                "the generator and the incarnation the call was sent to"
+                "the generator and the epoch the call carried"
             )
         if set(ks) & set(got["in_flight"][g]):
             return f"the groups that came back are still in loop['in_flight'][{g}]: remove them"
@@ -1530,11 +1547,11 @@ def _or_compare(fn: Callable[..., Any], case: LoopCase) -> None:
 
 
 def worked_loop(ready: int, result: tuple[str, Any]) -> LoopCase:
-    """The statement's loop: generator 0 (incarnation 0) decoding 4 and 6, generator 1
-    (incarnation 1) decoding 5 and 7, generator 2 restarting after its death in incarnation 0,
+    """The statement's loop: generator 0 (epoch 0) decoding 4 and 6, generator 1 (epoch 1)
+    decoding 5 and 7, generator 2 down after its death in epoch 0 and asked to rejoin as 1,
     group 3 re-requested, groups 0-2 returned."""
     return LoopCase(
-        calls=((1, ("run", 0, 0)), (2, ("run", 1, 1)), (3, ("ready", 2, 0))),
+        calls=((1, ("run", 0, 0)), (2, ("run", 1, 1)), (3, ("rejoin", 2, 1))),
         inc=(0, 1, 0),
         in_flight=((4, 6), (5, 7), ()),
         down=(2,),
@@ -1548,9 +1565,10 @@ def worked_loop(ready: int, result: tuple[str, Any]) -> LoopCase:
 KNOWN_LOOPS: tuple[LoopCase, ...] = (
     worked_loop(1, ("value", {"groups": [4, 6], "incarnation": 0})),  # groups back
     worked_loop(2, ("error", "the actor died")),  # killed while decoding
-    worked_loop(2, ("value", {"restarted": 1, "incarnation": 2, "expected": 1})),  # declined by the new process
+    worked_loop(2, ("value", {"restarted": 1, "incarnation": None, "expected": 1})),  # declined by a new process
     worked_loop(3, ("error", "unavailable: the actor is restarting")),  # still restarting
-    worked_loop(3, ("value", {"incarnation": 1, "pid": 4242})),  # the new incarnation is up
+    worked_loop(3, ("value", {"incarnation": 1, "was": None, "pid": 4242})),  # a new process holds epoch 1
+    worked_loop(3, ("value", {"incarnation": 1, "was": 0, "pid": 17})),  # the live process, cut off, fenced
 )
 
 
@@ -1567,7 +1585,7 @@ def _random_loop(rng: random.Random) -> LoopCase:
     for g in range(n_gen):
         if rng.random() < 0.3:
             down.append(g)
-            calls.append((len(calls) + 1, ("ready", g, inc[g])))
+            calls.append((len(calls) + 1, ("rejoin", g, inc[g] + 1)))
             flights.append(())
         else:
             ks = tuple(next(k) for _ in range(rng.randint(1, 3)))
@@ -1580,21 +1598,28 @@ def _random_loop(rng: random.Random) -> LoopCase:
             [
                 ("value", {"groups": list(flights[g]), "incarnation": i}),
                 ("error", "the actor died"),
-                ("value", {"restarted": 1, "incarnation": i + 1, "expected": i}),
+                ("value", {"restarted": 1, "incarnation": rng.choice([None, i + 1]), "expected": i}),
             ]
         )
     else:
-        result = rng.choice([("error", "unavailable: the actor is restarting"), ("value", {"incarnation": i + 1})])
+        result = rng.choice(
+            [
+                ("error", "unavailable: the actor is restarting"),
+                ("value", {"incarnation": i, "was": rng.choice([None, i - 1])}),
+            ]
+        )
     return LoopCase(tuple(calls), tuple(inc), tuple(flights), tuple(down), todo, tuple(done.items()), ready, result)
 
 
 @dataclass(eq=False)
 class _Actor:
-    """A generator actor as Ray runs it: its process (incarnation), alive or restarting."""
+    """A generator actor as Ray runs it: alive or restarting, the epoch its process holds (None: a
+    new process, told nothing yet), and the groups it still holds after a reply of its was lost."""
 
-    inc: int = 0
+    epoch: int | None = 0
     alive: bool = True
     restart_in: int = 0  # events until the new process is up
+    held: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -1604,6 +1629,7 @@ class ControllerRun:
     violation: str = ""
     finished: bool = False
     kills: int = 0
+    cut_offs: int = 0
     declined: int = 0
     unavailable: int = 0
     events: int = 0
@@ -1618,17 +1644,21 @@ def simulate_loop(
     room: int = 2,
     kills: int = 2,
     kill_p: float = 0.1,
+    cut_offs: int = 1,
     max_events: int = 1500,
 ) -> ControllerRun:
     """The controller's loop around the handler, with a stand-in for Ray.
 
     Each turn: admission deals ``room`` groups (re-requests first) to every generator that is not
     down and has no decoding call, and submits its call, carrying ``loop["inc"][g]``; then either a
-    generator is SIGKILLed (while decoding, or idle: then its next call waits for the new process,
-    which declines it), or one finished call is handed to the handler, as ``ray.wait`` would. A
-    decoding call on a killed process raises; a probe of a restarting actor raises ("unavailable")
-    until its new process is up. Checked after each call: every group comes back once, from the
-    incarnation it was sent to; at the end, every group is back and no generator is left down."""
+    generator is killed (while decoding, or idle: then its next call runs on the new process, which
+    holds no epoch and declines it), or a live generator is cut off (its decoding call raises while
+    it lives on, holding the call's groups: it returns them with its next accepted call unless a
+    rejoin fences it first), or one finished call is handed to the handler, as ``ray.wait`` would.
+    A rejoin probe of a restarting actor raises ("unavailable") until its new process is up; a live
+    actor answering one takes the epoch asked for and drops what it holds. Checked after each call:
+    every group comes back once, from the epoch it was sent with; at the end, every group is back
+    and no generator is left down."""
     rng = random.Random(seed)
     actors = [_Actor() for _ in range(n_gen)]
     stats = ControllerRun()
@@ -1645,9 +1675,10 @@ def simulate_loop(
         refs={},
     )
     loop = state.loop
-    target: dict[Ref, int | None] = {}  # a decoding call -> the process (incarnation) it runs on; None: the next
     groups_of: dict[Ref, tuple[int, ...]] = {}
-    broken: set[Ref] = set()  # decoding calls whose process was killed under them
+    failed: set[Ref] = set()  # decoding calls that raise: their process was killed, or their reply lost
+    on_process: dict[Ref, tuple[int, int]] = {}  # a decoding call -> (generator, process count) it was sent to
+    process = [0] * n_gen
     next_k = 0
     returned: dict[int, tuple[int, int]] = {}
 
@@ -1655,11 +1686,10 @@ def simulate_loop(
         state.next_ref += 1
         return Ref(state.next_ref)
 
-    def submit(method: str, g: int) -> Ref:
-        if method != "ready" or as_int(g) is None or not 0 <= g < n_gen:
-            raise ValueError(f"submit({method!r}, {g!r}): the handler submits probes only, ('ready', g)")
+    def submit(method: str, g: int, epoch: int | None = None) -> Ref:
+        _check_submit(method, g, epoch, n_gen)
         ref = new_ref()
-        state.submitted.append((ref, method, int(g)))
+        state.submitted.append((ref, method, int(g), int(epoch)))  # type: ignore[arg-type]
         return ref
 
     def died(g: int) -> None:
@@ -1674,11 +1704,9 @@ def simulate_loop(
         for h, a in enumerate(actors):  # restarts progress with time
             if not a.alive:
                 a.restart_in -= 1
-                if a.restart_in <= 0:  # the new process runs the calls that waited for it
-                    a.alive, a.inc = True, a.inc + 1
-                    for ref, t in target.items():
-                        if t is None and loop["calls"].get(ref, ("", -1, 0))[1] == h:
-                            target[ref] = a.inc
+                if a.restart_in <= 0:  # a new process: no epoch, nothing held
+                    a.alive, a.epoch, a.held = True, None, set()
+                    process[h] += 1
         busy = {info[1] for info in loop["calls"].values() if info[0] == "run"}
         for g in range(n_gen):
             if g in loop["down"] or g in busy or rng.random() < 0.6:  # idle a while (weights on their way)
@@ -1695,41 +1723,58 @@ def simulate_loop(
                 loop["calls"][ref] = ("run", g, loop["inc"][g])
                 loop["in_flight"][g].update(ks)
                 groups_of[ref] = tuple(ks)
-                target[ref] = actors[g].inc if actors[g].alive else None
+                on_process[ref] = (g, process[g] if actors[g].alive else process[g] + 1)
         if len(returned) == total and not loop["down"] and not loop["calls"]:
             stats.finished = True
             return stats
         alive = [g for g in range(n_gen) if actors[g].alive]
+        decoding = {
+            ref: info[1]
+            for ref, info in loop["calls"].items()
+            if info[0] == "run"
+            and ref not in failed
+            and actors[info[1]].alive
+            and on_process[ref][1] == process[info[1]]
+        }
         if stats.kills < kills and alive and rng.random() < kill_p:
             busy = {info[1] for info in loop["calls"].values() if info[0] == "run"}
             idle = [g for g in alive if g not in busy]
             g = rng.choice(idle if idle and rng.random() < 0.8 else alive)  # idle: its next call is declined
             actors[g].alive, actors[g].restart_in = False, rng.randint(3, 10)
             stats.kills += 1
-            for ref, t in target.items():
-                if t == actors[g].inc and loop["calls"].get(ref, ("", -1, 0))[1] == g:
-                    broken.add(ref)
+            failed.update(ref for ref, h in decoding.items() if h == g)
             continue
-        finished = []
-        for ref, (method, _, _) in loop["calls"].items():
-            if method == "ready" or ref in broken or target.get(ref) is not None:
-                finished.append(ref)
+        if stats.cut_offs < cut_offs and decoding and rng.random() < kill_p:
+            ref = rng.choice(sorted(decoding, key=lambda r: r.n))  # its reply is lost; the actor lives on
+            g = decoding[ref]
+            actors[g].held |= set(groups_of[ref])
+            failed.add(ref)
+            stats.cut_offs += 1
+            continue
+        finished = [
+            ref
+            for ref, (method, g, _) in loop["calls"].items()
+            if method == "rejoin" or ref in failed or actors[g].alive
+        ]
         if not finished:
             continue  # a call waits for a restart: time passes
         ref = rng.choice(finished)
         method, g, i = loop["calls"][ref]
-        if method == "run" and ref in broken:
-            result: tuple[str, Any] = ("error", "the actor died")
-        elif method == "run" and target[ref] != i:
-            result = ("value", {"restarted": 1, "incarnation": target[ref], "expected": i})
+        a = actors[g]
+        if method == "run" and ref in failed:
+            result: tuple[str, Any] = ("error", "the actor died, or is unavailable")
+        elif method == "run" and a.epoch != i:
+            result = ("value", {"restarted": 1, "incarnation": a.epoch, "expected": i})
             stats.declined += 1
         elif method == "run":
-            result = ("value", {"groups": list(groups_of[ref]), "incarnation": i})
-        elif not actors[g].alive:
+            result = ("value", {"groups": sorted(set(groups_of[ref]) | a.held), "incarnation": i})
+            a.held = set()
+        elif not a.alive:
             result = ("error", "unavailable: the actor is restarting")
             stats.unavailable += 1
         else:
-            result = ("value", {"incarnation": actors[g].inc})
+            result = ("value", {"incarnation": i, "was": a.epoch})
+            a.epoch, a.held = i, set()  # fenced: whatever it held is dropped
         state.ray.ready, state.ray.result, state.ray.misused = ref, result, ""
         state.submitted.clear()
         state.deaths.clear()
@@ -1765,7 +1810,7 @@ def simulate_loop(
             if who != (g, i):
                 stats.violation = (
                     f"{what}: group {k} was recorded as {short_repr(who)}; expected ({g}, {i}), the generator and "
-                    "the incarnation the call was sent to"
+                    "the epoch the call carried"
                 )
                 return stats
             returned[k] = who
@@ -1782,13 +1827,13 @@ def simulate_loop(
 def _stuck_reason(loop: Mapping[str, Any], actors: list[_Actor]) -> str:
     """Why a simulated run never finished, read off the loop's state."""
     for g, a in enumerate(actors):
-        if a.alive and loop["inc"][g] != a.inc:
+        if a.alive and a.epoch is not None and loop["inc"][g] != a.epoch:
             return (
-                f"generator {g} runs incarnation {a.inc} but its calls still carry {loop['inc'][g]}, so it declines "
-                "them: record the incarnation the probe answers with"
+                f"generator {g} holds epoch {a.epoch} but its calls still carry {loop['inc'][g]}, so it declines "
+                "them: record the epoch the probe answers with"
             )
-        if g in loop["down"] and not any(info[:2] == ("ready", g) for info in loop["calls"].values()):
-            return f"generator {g} is down with no probe in flight: probe it until its new incarnation answers"
+        if g in loop["down"] and not any(info[:2] == ("rejoin", g) for info in loop["calls"].values()):
+            return f"generator {g} is down with no probe in flight: probe it until it answers under a new epoch"
     return "see the calls in flight"
 
 
@@ -1797,13 +1842,15 @@ SIM_LOOPS = 10
 
 
 def loop_config(seed: int) -> dict[str, Any]:
-    """The simulated run of ``seed``: 2-3 generators, 2-4 kills, 1-2 groups per call."""
-    return dict(seed=seed, n_gen=2 + seed % 2, kills=2 + seed % 3, kill_p=0.15, room=1 + seed % 2)
+    """The simulated run of ``seed``: 2-3 generators, 2-4 kills, 1-2 cut-offs, 1-2 groups per call."""
+    return dict(
+        seed=seed, n_gen=2 + seed % 2, kills=2 + seed % 3, cut_offs=1 + seed % 2, kill_p=0.15, room=1 + seed % 2
+    )
 
 
 @check_case(
-    "each kind of finished call: groups back, a decoding call that raised, one declined by the new incarnation, a "
-    "probe answered 'unavailable', the new incarnation up"
+    "each kind of finished call: groups back, a decoding call that raised, one declined, a probe answered "
+    "'unavailable', a new process and a live one cut off answering under the new epoch"
 )
 def _or_known(fn: Callable[..., Any]) -> None:
     for case in KNOWN_LOOPS:
@@ -1818,8 +1865,9 @@ def _or_oracle(fn: Callable[..., Any]) -> None:
 
 
 @check_case(
-    "simulated runs with a stand-in for Ray (kills while decoding and while idle, slow restarts): every group back "
-    "once, from the incarnation it was sent to, every generator back, nothing blocks",
+    "simulated runs with a stand-in for Ray (kills while decoding and while idle, live generators cut off while "
+    "holding groups, slow restarts): every group back once, from the epoch it was sent with, every generator back, "
+    "nothing blocks",
     time_limit=20.0,
 )
 def _or_simulation(fn: Callable[..., Any]) -> None:
@@ -1835,20 +1883,20 @@ def _or_simulation(fn: Callable[..., Any]) -> None:
 ON_READY = Exercise(
     name=OR,
     points=20,
-    title="the controller's loop: react to the one finished call, deaths and restarts included, without blocking",
+    title="the controller's loop: react to the one finished call, deaths, cut-offs and restarts included, fenced by "
+    "epochs, without blocking",
     checks=(_or_known, _or_oracle, _or_simulation),
     advice="from ray.get of the one finished call and the loop's own dict",
     hints=(
         "Take the finished call's record out of `loop['calls']` first: it says what the call was (decoding or a "
-        "probe), to which generator and which incarnation. Then read its outcome with `ray.get` on that call only, "
-        "inside a `try` that catches `ray.exceptions.RayActorError`.",
-        "A decoding call has three outcomes: groups (each is done, by the call's generator and incarnation, and no "
-        "longer in flight), an exception, or an answer with `restarted` in it. The last two are the same news, a "
-        "death: the controller's `died` does the bookkeeping, and a probe goes out.",
-        "A probe has two outcomes. An exception means the actor is still restarting: another probe goes out, "
-        "recorded in `loop['calls']` like the first (with the incarnation that died), and the handler returns. An "
-        "answer carries the new incarnation, which every later call to that generator must carry; the generator is "
-        "no longer down.",
+        "probe), to which generator and which epoch. Then read its outcome with `ray.get` on that call only, inside "
+        "a `try` that catches `ray.exceptions.RayActorError`.",
+        "A decoding call has three outcomes: groups (each is done, by the call's generator and epoch, and no longer in "
+        "flight), an exception, or an answer with `restarted` in it. The last two are the same news, a death: the "
+        "controller's `died` does the bookkeeping, and a rejoin probe goes out for the next epoch.",
+        "A probe has two outcomes. An exception means the actor is still restarting: another probe for the same "
+        "epoch goes out, recorded in `loop['calls']` like the first, and the handler returns. An answer means the "
+        "actor now holds that epoch, which every later call to it must carry; it is no longer down.",
     ),
 )
 
