@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,8 @@ from course_lib.capstone_ray.cluster import (
     stop_ray,
 )
 from course_lib.capstone_ray.controller import RayRunConfig, run
-from course_lib.capstone_ray.placement import bundles_for
+from course_lib.capstone_ray.cores import DIR_ENV
+from course_lib.capstone_ray.placement import bundles_for, pg_strategy
 
 pytestmark = pytest.mark.ray
 
@@ -48,12 +50,19 @@ SHORT = {"warm_steps": 5, "eval_prompts": 32}
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[str]:
     temp_dir = tempfile.mkdtemp(prefix="ray")  # short: Ray's unix sockets live under it (107-byte limit)
+    # a core registry of its own (Ray's processes inherit it): another run on this machine does not move the cores
+    saved = os.environ.get(DIR_ENV)
+    os.environ[DIR_ENV] = os.path.join(temp_dir, "cores")
     try:
         start_ray(temp_dir=temp_dir)
         yield temp_dir
         stop_ray()  # raises if a process Ray started outlived the shutdown
         assert not ray_descendants()
     finally:
+        if saved is None:
+            os.environ.pop(DIR_ENV, None)
+        else:
+            os.environ[DIR_ENV] = saved
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -74,7 +83,9 @@ def placed_where_planned(rep: dict[str, Any]) -> None:
         )
         assert a["bundle"] == bundle, a
         assert a["cpus"] == pytest.approx(share), a
-        assert a["cores"] == [cores[bundle % len(cores)]], a
+        assert a["cores"] == [cores[bundle % len(cores)]] == [a["pinned_core"]], a
+        assert (a["device"], a["backend"], a["gpu_ids"]) == ("cpu", "gloo", []), a  # no GPU: CPUs and gloo
+    assert rep["devices"]["reserve_gpus"] is False
 
 
 def audit_exact(rep: dict[str, Any]) -> None:
@@ -183,6 +194,34 @@ def test_two_trainer_actors_sum_to_the_single_process_gradient(ray_session):
     assert np.linalg.norm(want) > 0
     for g in got:
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
+
+
+def test_bundle_0_of_two_placement_groups_pins_to_two_cores(ray_session):
+    """Two placement groups of one bundle each (two runs on one node): each bundle-0 actor claims a
+    core on the node, so they pin to different cores (numbered by the bundle alone, both took core 0)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from course_lib.capstone_ray.workers import TrainerWorker
+
+    cfg = RayRunConfig()
+    T = ray.remote(TrainerWorker)
+    pgs = [placement_group([{"CPU": 1.0}]) for _ in range(2)]
+    actors = []
+    try:
+        ray.get([pg.ready() for pg in pgs], timeout=60)
+        actors = [T.options(num_cpus=1.0, scheduling_strategy=pg_strategy(pg, 0)).remote(cfg, 0, 0) for pg in pgs]
+        where = ray.get([a.where.remote() for a in actors], timeout=120)
+        claims = sorted(p.name for p in (Path(os.environ[DIR_ENV])).glob("*.json"))
+    finally:
+        for a in actors:
+            ray.kill(a)
+        for pg in pgs:
+            remove_placement_group(pg)
+    assert len({w["placement_group_id"] for w in where}) == 2
+    assert [w["cores"] for w in where] == [[w["pinned_core"]] for w in where]
+    assert sorted(w["pinned_core"] for w in where) == sorted(os.sched_getaffinity(0))[:2]
+    assert claims == sorted(f"{w['pid']}.json" for w in where)  # each process's claim, in the registry
 
 
 # ---- runs ------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Modules (importing the package imports none of them; none imports Ray at module level):
 
 * :mod:`.placement`: ``bundles_for(layout)``: lesson 08's layouts (``sync_colocated``,
-  ``sync_split``, ``pipeline``) as placement-group bundles and per-actor CPU shares.
+  ``sync_split``, ``pipeline``) as placement-group bundles and per-actor CPU (and GPU) shares;
+  ``plan_devices``: CPUs and gloo, or a GPU per bundle and NCCL.
+* :mod:`.cores`: the node-local core claim each pinned actor makes (``choose_core``, ``claim_core``).
 * :mod:`.admission`: ``admit(...)``: which groups each idle generator starts now, under the lag bound.
 * :mod:`.ledger`: ``Ledger`` (sample identities and the audit), ``on_generator_death``.
 * :mod:`.cluster`: ``start_ray``/``stop_ray`` (bounded, quiet, nothing left), ``loopback_only``,

@@ -75,6 +75,7 @@ def start_ray(
     object_store_mb: int = 256,
     temp_dir: str | None = None,
     address: str | None = None,
+    num_gpus: int | None = None,
 ) -> float:
     """Start a local Ray cluster in this process, or join a running one (``address``); returns the
     seconds it took.
@@ -92,6 +93,9 @@ def start_ray(
             nodes): this process joins it as the driver, and the cluster's own resources, object
             store and death-report wait apply (``num_cpus``, ``object_store_mb``, ``death_info_ms``
             and ``temp_dir`` are the cluster's business then, set where it was started).
+        num_gpus: GPUs Ray may hand out; ``None``: the GPUs Ray detects (none on a machine without).
+            Ray believes the number given: on a machine without GPUs, ``num_gpus=2`` declares two
+            that are not there (tests: placement groups and ``ray.get_gpu_ids()`` with GPU bundles).
 
     The bound is a timer that raises ``TimeoutError`` in the main thread every 0.25 s from
     ``timeout_s`` on. Ray catches exceptions in some start-up steps (measured: its dashboard
@@ -146,6 +150,8 @@ def start_ray(
                     "object_store_memory": int(object_store_mb) * 1024**2,
                     "_system_config": {"timeout_ms_task_wait_for_death_info": int(death_info_ms)},
                 }
+                if num_gpus is not None:
+                    kwargs["num_gpus"] = int(num_gpus)
                 if temp_dir is not None:
                     kwargs["_temp_dir"] = os.path.abspath(temp_dir)
             ray.init(log_to_driver=False, logging_level=logging.ERROR, **kwargs)

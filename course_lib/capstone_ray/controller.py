@@ -3,7 +3,7 @@
 ::
 
     controller (driver; may run on any node: every rendezvous is served by trainer 0, on its node's address)
-      placement group: bundles_for(layout) -> one-core bundles, PACK
+      placement group: bundles_for(layout) -> one-core bundles (+ one GPU each: plan_devices), PACK
         sync_colocated: bundle r = trainer r (0.5 CPU) + its generators (0.5)  generate, hand over, train, sync
         sync_split:     bundle 0 = the trainers, bundle 1 = the generators       the same steps, lag 0
         pipeline:       the same bundles; generators decode continuously, weights arrive in flight
@@ -47,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from course_lib.capstone_ray.cores import node_local_index
 from course_lib.capstone_ray.ledger import Ledger
-from course_lib.capstone_ray.placement import LAYOUTS, bundles_for, pg_strategy
+from course_lib.capstone_ray.placement import DEVICES, LAYOUTS, DevicePlan, bundles_for, pg_strategy, plan_devices
 from course_lib.capstone_ray.split_loop import SplitLoop
 from course_lib.capstone_ray.workers import GeneratorWorker, TrainerWorker
 
@@ -99,7 +100,8 @@ class RayRunConfig:
     kill_idle: bool = False  # kill generator 1 while no decoding call of its is in flight
     fault: str = "kill"  # what kill_at does: see FAULTS
     checkpoint_every: int = 0  # trainer 0 commits its state every this many updates (lesson 11's cadence: 40); 0: never
-    pin: bool = True  # actors pin themselves to the core of their bundle
+    pin: bool = True  # actors pin themselves to a core their bundle claims on its node (capstone_ray.cores)
+    device: str = "auto"  # auto, cpu, cuda: GPUs in the bundles and NCCL for the trainers (placement.plan_devices)
     chunk_steps: int = 24  # most decoding steps per generator call
     bucket_mb: float = 0.25
     timeout_s: float = 30.0  # every ray.wait / ray.get
@@ -111,6 +113,8 @@ class RayRunConfig:
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout={self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r} is not one of {', '.join(DEVICES)}")
         if self.sync not in SYNCS:
             raise ValueError(f"sync={self.sync!r} is not one of {', '.join(SYNCS)}")
         bundles_for(self.layout, self.n_trainers, self.n_generators)  # raises on a bad combination
@@ -209,30 +213,36 @@ class Controller:
         from ray.util.placement_group import placement_group
 
         cfg = self.cfg
-        self.placement = bundles_for(cfg.layout, cfg.n_trainers, cfg.n_generators)
+        self.devices = self.plan_devices()
+        self.placement = bundles_for(
+            cfg.layout, cfg.n_trainers, cfg.n_generators, gpus_per_bundle=1.0 if self.devices.reserve_gpus else 0.0
+        )
         p = self.placement
         t0 = time.perf_counter()
         self.pg = placement_group([dict(b) for b in p.bundles], strategy=p.strategy)
         ray.get(self.pg.ready(), timeout=cfg.timeout_s)
         self.t["placement_group_s"] = time.perf_counter() - t0
+        # each bundle's index among this group's bundles on its node: the core it prefers there (cores.py)
+        local = node_local_index(ray.util.placement_group_table(self.pg)["bundles_to_node_id"])
         # concurrency groups must be given to ray.remote, not .options() (Ray raises there)
         remote: Any = ray.remote  # its stubs do not know concurrency_groups
         T = remote(concurrency_groups={"control": 1})(TrainerWorker)
         G = remote(concurrency_groups={"sync": 1, "control": 1})(GeneratorWorker)
         t0 = time.perf_counter()
         self.trainers = [
-            T.options(num_cpus=p.trainer_cpus, scheduling_strategy=pg_strategy(self.pg, b)).remote(
-                cfg, r, b if cfg.pin else None
-            )
+            T.options(
+                num_cpus=p.trainer_cpus, num_gpus=p.trainer_gpus, scheduling_strategy=pg_strategy(self.pg, b)
+            ).remote(cfg, r, local[b] if cfg.pin else None, self.devices)
             for r, b in enumerate(p.trainer_bundle)
         ]
         self.gens = [
             G.options(
                 num_cpus=p.generator_cpus,
+                num_gpus=p.generator_gpus,
                 scheduling_strategy=pg_strategy(self.pg, b),
                 max_restarts=1,
                 max_task_retries=0,
-            ).remote(cfg, i, b if cfg.pin else None)
+            ).remote(cfg, i, local[b] if cfg.pin else None, self.devices)
             for i, b in enumerate(p.generator_bundle)
         ]
         self.warm_start()
@@ -245,6 +255,9 @@ class Controller:
             [a.where.options(concurrency_group="control").remote() for a in self.trainers + self.gens],
             timeout=cfg.timeout_s,
         )
+        backends = {a["backend"] for a in self.actors if a["role"] == "trainer"}
+        if len(backends) != 1:  # device='auto' and some trainers see a CUDA device, others not
+            raise RuntimeError(f"the trainers decided different backends, {sorted(backends)}: {self.actors}")
         t0 = time.perf_counter()
         # the rendezvous lives in trainer 0, on its node's address (the driver may be on another node)
         self.store_at = ray.get(self.trainers[0].open_store.remote(), timeout=cfg.timeout_s)
@@ -256,6 +269,16 @@ class Controller:
             t0 = time.perf_counter()
             self.build_sync_group()
             self.t["sync_group_s"] = time.perf_counter() - t0
+
+    def plan_devices(self) -> DevicePlan:
+        """:func:`~.placement.plan_devices` for this run on the cluster Ray declares (each actor decides
+        again with the CUDA devices it sees)."""
+        import ray
+
+        cfg = self.cfg
+        p = bundles_for(cfg.layout, cfg.n_trainers, cfg.n_generators)
+        share = len(set(p.trainer_bundle)) < len(p.trainer_bundle)
+        return plan_devices(cfg.device, float(ray.cluster_resources().get("GPU", 0)), len(p.bundles), None, share)
 
     def build_sync_group(self, members: list[int] | None = None) -> None:
         """Trainer 0 = rank 0, the member generators ranks 1.., on a new key prefix (epoch)."""
@@ -526,6 +549,7 @@ class Controller:
         return {
             "config": dataclasses.asdict(cfg),
             "placement": dataclasses.asdict(self.placement),
+            "devices": dataclasses.asdict(self.devices),
             "actors": self.actors,
             "times": self.t,
             "wall_s": wall_s,

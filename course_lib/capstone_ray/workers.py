@@ -16,13 +16,17 @@ module imports without Ray, and a test can run a worker's code in-process. Every
   a lock between two decoding steps: the in-flight update, KV cache kept) and ``control``
   (``ready``/``where`` answer while a decode call runs).
 
-Every actor pins itself to the core numbered by its bundle (Ray's ``num_cpus`` is bookkeeping
-only; without pinning every layout is the same schedule on the machine's cores) and runs one
-torch thread.
+Every actor pins itself to a core its bundle claims on its node (:mod:`.cores`; Ray's ``num_cpus``
+is bookkeeping only; without pinning every layout is the same schedule on the machine's cores) and
+runs one torch thread. Its device is the controller's :class:`~.placement.DevicePlan`, decided
+again with the CUDA devices the actor sees: ``cuda:0`` (its bundle's GPU) or the CPU; the trainers'
+group runs on the plan's backend. The weight-sync group stays gloo (buffers in host memory, copied
+to and from the models on either device).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -34,21 +38,68 @@ import numpy as np
 
 if TYPE_CHECKING:
     from course_lib.capstone_ray.controller import RayRunConfig
+    from course_lib.capstone_ray.placement import DevicePlan
 
 
-def setup_process(core: int | None) -> None:
-    """One torch thread; pinned to core ``core`` (modulo the cores this process may use) if given."""
+def setup_process(core: int | None) -> int | None:
+    """One torch thread; with ``core`` (the bundle's index among its placement group's bundles on
+    this node) pinned to the core :func:`~.cores.claim_core` gives it on this node. Returns that
+    core, or ``None``: not pinned (no ``core`` given, or every core this process may use is held
+    by other placement groups)."""
     import torch
 
     torch.set_num_threads(1)
-    if core is not None and hasattr(os, "sched_setaffinity"):
-        cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cores[core % len(cores)]})
+    if core is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    from course_lib.capstone_ray.cores import claim_core
+
+    group = "none"
+    try:
+        import ray
+
+        if ray.is_initialized():  # the group and the Ray node: two Ray nodes on one host hold different bundles
+            ctx = ray.get_runtime_context()
+            group = f"{ctx.get_placement_group_id() or 'none'}@{ctx.get_node_id()}"
+    except ImportError:
+        pass
+    chosen = claim_core(group, core, sorted(os.sched_getaffinity(0)))
+    if chosen is not None:
+        os.sched_setaffinity(0, {chosen})
+    return chosen
+
+
+def actor_devices(devices: DevicePlan | None) -> tuple[DevicePlan, Any]:
+    """The controller's plan decided again in this process (``None``: CPUs and gloo), and the torch device.
+
+    Raises:
+        ValueError: ``device='cuda'`` and this process sees no CUDA device (:func:`~.placement.plan_devices`).
+    """
+    import torch
+
+    from course_lib.capstone_ray.placement import plan_devices
+
+    plan = plan_devices("cpu", 0, 0) if devices is None else devices.in_actor(torch.cuda.device_count())
+    if plan.device == "cuda":
+        torch.cuda.set_device(0)  # Ray's CUDA_VISIBLE_DEVICES: the bundle's GPU is this process's device 0
+        return plan, torch.device("cuda", 0)
+    return plan, torch.device("cpu")
+
+
+def placed(worker: Any) -> dict[str, Any]:
+    """What a worker decided at its start: the core it pinned itself to (``None``: not pinned), its
+    torch device, the trainers' backend and why (the device plan's reason)."""
+    return {
+        "pinned_core": worker.pinned_core,
+        "device": str(worker.device),
+        "backend": worker.devices.backend,
+        "device_reason": worker.devices.reason,
+    }
 
 
 def where_am_i() -> dict[str, Any]:
     """Where Ray put this actor: pid, placement group, the bundle its CPUs were granted from (read
-    from the raylet's grant, ``CPU_group_<bundle>_<pg>``), its CPU share, and the cores it may run on."""
+    from the raylet's grant, ``CPU_group_<bundle>_<pg>``), its CPU share, the cores it may run on,
+    and the GPUs Ray granted it (``ray.get_gpu_ids()``; empty without GPUs)."""
     import ray
 
     ctx = ray.get_runtime_context()
@@ -70,20 +121,24 @@ def where_am_i() -> dict[str, Any]:
         "bundle": bundle,
         "cpus": share,
         "cores": cores,
+        "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
     }
 
 
 class TrainerWorker:
     """One data-parallel trainer (see the module docstring)."""
 
-    def __init__(self, cfg: RayRunConfig, rank: int, core: int | None) -> None:
-        setup_process(core)
+    def __init__(self, cfg: RayRunConfig, rank: int, core: int | None, devices: DevicePlan | None = None) -> None:
+        self.pinned_core = setup_process(core)
         import torch
 
         from course_lib.lm.model import TinyLM
 
         self.cfg, self.rank = cfg, rank
-        self.model = TinyLM(cfg.lm())
+        self.devices, self.device = actor_devices(devices)
+        # where the trainers' collectives run: the GPU under NCCL, else host memory (gloo)
+        self.comm_device = self.device if self.devices.backend == "nccl" else torch.device("cpu")
+        self.model = TinyLM(cfg.lm()).to(self.device)
         torch.manual_seed(cfg.seed)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.sender: Any = None
@@ -110,7 +165,7 @@ class TrainerWorker:
 
     def where(self) -> dict[str, Any]:
         """See :func:`where_am_i`."""
-        return where_am_i() | {"role": "trainer", "index": self.rank}
+        return where_am_i() | {"role": "trainer", "index": self.rank, **placed(self)}
 
     def load(self, flat: np.ndarray) -> None:
         """The warm-started weights (every trainer the same)."""
@@ -130,7 +185,11 @@ class TrainerWorker:
         timeout = datetime.timedelta(seconds=self.cfg.timeout_s)
         store = self.store or dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
         dist.init_process_group(
-            "gloo", store=dist.PrefixStore("trainers", store), rank=self.rank, world_size=world, timeout=timeout
+            self.devices.backend,
+            store=dist.PrefixStore("trainers", store),
+            rank=self.rank,
+            world_size=world,
+            timeout=timeout,
         )
         return time.perf_counter() - t0
 
@@ -156,7 +215,7 @@ class TrainerWorker:
         """The weights as one float32 numpy array (Ray stores it in the object store: zero-copy reads)."""
         from course_lib.runtime.weights import flat_parameters
 
-        return flat_parameters(self.model).numpy()
+        return flat_parameters(self.model).cpu().numpy()
 
     def _summed_gradient(self, batch: dict[str, Any]) -> tuple[Any, float]:
         """Backward of this shard's part of (07.2), then the token count and the flattened gradient
@@ -167,7 +226,7 @@ class TrainerWorker:
 
         from course_lib.capstone.trainer import shard_loss
 
-        n_tok = torch.tensor([float(batch["mask"].sum())], dtype=torch.float64)
+        n_tok = torch.tensor([float(batch["mask"].sum())], dtype=torch.float64, device=self.comm_device)
         t1 = time.perf_counter()
         dist.all_reduce(n_tok)
         t_ar = time.perf_counter() - t1
@@ -175,13 +234,13 @@ class TrainerWorker:
         self.opt.zero_grad()
         loss.backward()
         params = list(self.model.parameters())
-        flat = torch.cat([p.grad.reshape(-1) for p in params])  # type: ignore[union-attr]
+        flat = torch.cat([p.grad.reshape(-1) for p in params]).to(self.comm_device)  # type: ignore[union-attr]
         t1 = time.perf_counter()
         dist.all_reduce(flat)
         t_ar += time.perf_counter() - t1
         offset = 0
         for p in params:
-            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+            p.grad = flat[offset : offset + p.numel()].view_as(p).to(p.device, copy=True)
             offset += p.numel()
         return log_ratio, t_ar
 
@@ -193,7 +252,8 @@ class TrainerWorker:
         from course_lib.pipeline.loss import pad_groups
 
         self._summed_gradient(pad_groups(groups))
-        return torch.cat([p.grad.reshape(-1) for p in self.model.parameters()]).numpy()  # type: ignore[union-attr]
+        grads = [p.grad.reshape(-1) for p in self.model.parameters()]  # type: ignore[union-attr]
+        return torch.cat(grads).cpu().numpy()
 
     def update(self, u: int, groups: list[dict[str, Any]]) -> dict[str, Any]:
         """One step at version ``u`` on this trainer's ``groups``; returns sums the controller adds up.
@@ -262,7 +322,11 @@ class TrainerWorker:
         from course_lib.capstone.trainer import heldout_reward
         from course_lib.lm.task import CountdownTask
 
-        return heldout_reward(self.model, CountdownTask(), self.cfg.eval_prompts, self.cfg.eval_seed, shard, n_shards)
+        # on a GPU the sampler's new tensors go beside the model (as lesson 11's trainer)
+        with self.device if self.device.type == "cuda" else contextlib.nullcontext():
+            return heldout_reward(
+                self.model, CountdownTask(), self.cfg.eval_prompts, self.cfg.eval_seed, shard, n_shards
+            )
 
     def offload(self) -> float:
         """Colocated: hand the bundle over. On a GPU: optimizer state and grads to host, empty_cache."""
@@ -277,8 +341,8 @@ class TrainerWorker:
 class GeneratorWorker:
     """Lesson 07's SlotSampler in an actor (see the module docstring)."""
 
-    def __init__(self, cfg: RayRunConfig, index: int, core: int | None) -> None:
-        setup_process(core)
+    def __init__(self, cfg: RayRunConfig, index: int, core: int | None, devices: DevicePlan | None = None) -> None:
+        self.pinned_core = setup_process(core)
         import ray
         import torch
 
@@ -292,7 +356,8 @@ class GeneratorWorker:
         with warnings.catch_warnings():  # Ray 2.60's own property trips its actor_id deprecation warning
             warnings.simplefilter("ignore", DeprecationWarning)
             self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
-        self.model = TinyLM(cfg.lm())
+        self.devices, self.device = actor_devices(devices)
+        self.model = TinyLM(cfg.lm()).to(self.device)
         self.task = CountdownTask()
         self._generator_for = generator_for
         self.sampler = SlotSampler(self.model, cfg.n_slots, EOS, self._rng(0), version=-1)
@@ -346,7 +411,7 @@ class GeneratorWorker:
 
     def where(self) -> dict[str, Any]:
         """See :func:`where_am_i`."""
-        return where_am_i() | {"role": "generator", "index": self.index}
+        return where_am_i() | {"role": "generator", "index": self.index, **placed(self)}
 
     # -- weights (sync group thread) --
     def join_sync(self, host: str, port: int, epoch: int, world: int, rank: int) -> float:
@@ -406,7 +471,7 @@ class GeneratorWorker:
         from course_lib.runtime.weights import flat_parameters
 
         with self.lock:
-            return flat_parameters(self.model).numpy().copy()
+            return flat_parameters(self.model).cpu().numpy().copy()
 
     def _changed(self, version: int) -> None:
         if version > self.sampler.version:
