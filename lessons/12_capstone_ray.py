@@ -35,9 +35,8 @@
 # 4. Move weights from a trainer actor to generator actors two ways: lesson 09's engine over
 #    a process group that spans actors, and Ray's object store; measure both for two model
 #    sizes and say which regime each number speaks for.
-# 5. Read Ray's failures as Ray documents them, kill a generator actor mid-run, and see its
-#    new process back at work while the samples' identities prove none was lost or counted
-#    twice.
+# 5. Read Ray's failures as Ray documents them, kill a generator mid-run, and see its new
+#    process back at work while the audit proves no sample lost or counted twice.
 # 6. Set the Ray run beside lesson 11's torchrun run on the same task and machine, and
 #    state the SPMD vs single-controller trade-off from the measurements.
 #
@@ -60,6 +59,7 @@ N_UPDATES = pick(cpu=200, full=300)  # updates of the pipeline run (the one that
 N_UPDATES_SYNC = pick(cpu=40, full=120)  # the two synchronous runs measure rates and phases
 KILL_AT = pick(cpu=45, full=50)  # a generator is killed here: after the first checkpoint (40), early enough for its new process to work
 CHECKPOINT_EVERY = 40  # both orchestrations commit trainer 0's state this often (lesson 11's cadence)
+DEVICE = "cpu"  # (12.2) counts cores, and lesson 11's job runs on CPUs; "auto" would take the cluster's GPUs
 
 # %% [markdown]
 # ## The system
@@ -116,15 +116,16 @@ CHECKPOINT_EVERY = 40  # both orchestrations commit trainer 0's state this often
 #
 # $$t_{sync\_colocated} = t_g + t_h + t_t + t_s, \qquad
 #   t_{sync\_split} \approx 2\,t_g + 2\,t_t + t_s, \qquad
-#   2\,t_t + t_s \lesssim t_{pipeline} \lesssim \max(2\,t_g,\ 2\,t_t + t_s) \qquad (12.2)$$
+#   2\,t_t + t_s + c \lesssim t_{pipeline} \lesssim \max(2\,t_g,\ 2\,t_t + t_s + c) \qquad (12.2)$$
 #
 # Colocated runs the phases in series with both cores (08.8); `sync_split` runs them in
 # series on one core per side, so half the machine idles (08.9); the pipeline overlaps the
-# sides (08.10), the trainers' side carrying the weight send ($t_s$). Which side is slower
+# sides (08.10), the trainers' side carrying the weight send ($t_s$) and the controller's own
+# time per update, $c$ (it must see a batch complete before it submits the update). Which side is slower
 # (12.2) cannot say: $t_g$ waits for the batch's **last** answer (08.7), while a pipelined
 # generator decodes other groups meanwhile, so $2t_g$ overstates its side. If the generators
-# run ahead until admission holds them, the trainers set the pace, about $2t_t + t_s$. The
-# lag histogram below says which happened.
+# run ahead until admission holds them, the trainers set the pace, about $2t_t + t_s + c$.
+# The lag histogram below says which happened.
 #
 # **The audit.** A sample is $(k, j)$: answer $j$ of group $k$; group $k$'s prompt depends only
 # on the seed and $k$. With $U$ updates of $B$ groups of $G$ answers, the trainers'
@@ -159,7 +160,6 @@ CHECKPOINT_EVERY = 40  # both orchestrations commit trainer 0's state this often
 # | equation or step | function in `course_lib` |
 # |---|---|
 # | start and stop Ray, bounded and quiet; what listens where | `capstone_ray.cluster.start_ray`, `stop_ray`, `listening_addresses` |
-# | a loopback-only network namespace for tests and CI | `runtime.netns` (`python -m course_lib.runtime.netns -- CMD`) |
 # | layouts as placement-group bundles (exercise 1) | `capstone_ray.placement.bundles_for` |
 # | the actors | `capstone_ray.workers.TrainerWorker`, `GeneratorWorker` |
 # | (11.1) the trainer group's data-parallel update | `TrainerWorker.update` (lesson 11's `capstone.trainer.shard_loss`) |
@@ -229,14 +229,13 @@ for name in LAYOUTS:
 # In `sync_colocated` each bundle holds trainer $r$ and generator $r$. Every update the
 # controller waits for the batch's groups, the generators free their KV caches and the
 # trainers take the cores (the **hand-over**), the trainers update, the weights go back. On
-# GPUs the hand-over costs seconds: OpenRLHF and NeMo-RL put the inference engine to sleep;
-# verl reshards one process's weights in place (HybridFlow's 3D-HybridEngine). Here it is
-# two rounds of Ray calls. The loop:
+# GPUs the hand-over costs seconds: verl, OpenRLHF and NeMo-RL put the inference engine to
+# sleep (its KV cache and weights freed) and wake the trainer. Here it is two rounds of Ray
+# calls. The loop:
 
 # %%
 from course_lib.capstone_ray.controller import Controller, RayRunConfig, run
 
-show_source(Controller.place)  # the placement group, each actor in its bundle, max_restarts, concurrency groups
 show_source(Controller.run_colocated)
 
 # %% [markdown]
@@ -253,7 +252,7 @@ show_source(TrainerWorker._summed_gradient)
 # %%
 # NBVAL_IGNORE_OUTPUT
 load0 = os.getloadavg()[0]
-colo = run(RayRunConfig(layout="sync_colocated", n_updates=N_UPDATES_SYNC))
+colo = run(RayRunConfig(layout="sync_colocated", n_updates=N_UPDATES_SYNC, device=DEVICE))
 ph = colo["phases_ms_median"]
 print(f"sync_colocated, {N_UPDATES_SYNC} updates: {colo['updates_per_s']:.1f} updates/s, "
       f"{colo['samples_per_s']:.0f} samples/s (load {load0:.1f}); actors started in {colo['times']['actors_start_s']:.1f} s")
@@ -275,11 +274,8 @@ def landed(rep_):
 print(f"{colo['config']['layout']}: {landed(colo)}")
 assert colo["lag_max"] == 0 and colo["lag_bound"] == 0
 assert colo["audit"]["ok"] and colo["audit"]["consumed_samples"] == N_UPDATES_SYNC * 4 * 8
-sum_ph = sum(ph.values())
-step_ms = 1e3 / colo["updates_per_s"]
-assert 0.6 * step_ms < sum_ph < 1.4 * step_ms, (sum_ph, step_ms)
 print(f"every token at lag 0 (synchronous); the audit is exact: {colo['audit']['consumed_samples']} samples, each "
-      "consumed once; the four phases, timed back to back, add up to the update's time within 40%")
+      "consumed once")
 
 # %% [markdown]
 # The phases are timed back to back, so their sum is the update time by construction; what
@@ -292,7 +288,7 @@ print(f"every token at lag 0 (synchronous); the audit is exact: {colo['audit']['
 # %%
 # NBVAL_IGNORE_OUTPUT
 load0 = os.getloadavg()[0]
-ssplit = run(RayRunConfig(layout="sync_split", max_lag=0, n_updates=N_UPDATES_SYNC))
+ssplit = run(RayRunConfig(layout="sync_split", max_lag=0, n_updates=N_UPDATES_SYNC, device=DEVICE))
 print(f"sync_split, {N_UPDATES_SYNC} updates: {ssplit['updates_per_s']:.1f} updates/s (load {load0:.1f}); "
       f"controller {ssplit['controller_overhead_ms_per_update']:.1f} ms/update")
 
@@ -329,7 +325,7 @@ show_source(GeneratorWorker.receive_weights)
 # NBVAL_IGNORE_OUTPUT
 load0 = os.getloadavg()[0]
 pipe = run(RayRunConfig(layout="pipeline", n_updates=N_UPDATES, max_lag=4, kill_at=KILL_AT,
-                        checkpoint_every=CHECKPOINT_EVERY))
+                        checkpoint_every=CHECKPOINT_EVERY, device=DEVICE))
 kill = pipe["kill"]
 new_groups = [r for r in pipe["returns"] if r[1] == 1 and r[2] > 0]  # (time, generator, epoch, group) from the ledger
 print(f"pipeline, {N_UPDATES} updates, max_lag 4: {pipe['updates_per_s']:.1f} updates/s, "
@@ -346,7 +342,7 @@ assert not pipe["fails"], pipe["fails"]  # lag bound, exact audit, learned, a gr
 audit = pipe["audit"]
 assert pipe["lag_max"] <= 4 and audit["ok"] and audit["lost_groups"] >= 1 and audit["lost_groups_regenerated"]
 assert pipe["eval_end"] > pipe["eval_start"] + 0.03
-assert kill["new_pid"] != kill["old_pid"] and kill["detect_s"] < 2.0
+assert kill["new_pid"] != kill["old_pid"] and kill["detect_s"] < 0.5
 assert kill["detect_s"] < kill["restart_ready_s"] <= kill["rejoined_s"] < 30  # back, and on the current weights
 assert len(new_groups) >= 1 and kill["first_group_s"] < pipe["metrics"][-1]["time"] - kill["at_s"]  # and it worked
 print(f"no token lagged more than 4 updates; {audit['consumed_samples']} samples consumed, each exactly once; "
@@ -355,9 +351,10 @@ print(f"no token lagged more than 4 updates; {audit['consumed_samples']} samples
 
 # %% [markdown]
 # **What the controller carried on with.** Updates kept finishing while generator 1 was
-# down; how fast moves with the load (the survivor decodes alone, the new process shares the
-# cores while it imports torch, the lost groups come first), so it is printed, not asserted.
-# The groups each process returned, from the ledger:
+# down. Here the two generators share one core, so the survivor decodes about twice as fast
+# alone and generation barely slows; with one engine per GPU, losing one halves generation
+# until its restart ends (minutes for a real engine). The groups each process returned, from
+# the ledger:
 
 # %%
 t_upd = np.array([m["time"] for m in pipe["metrics"]])
@@ -382,9 +379,9 @@ ax[1].set_ylabel("share of tokens")
 ax[1].set_title("lag of every consumed token (bound 4)")
 plt.tight_layout()
 plt.show()
-assert during >= 1
+assert during >= 10
 at_bound = hist[-2:].sum() / hist.sum()
-print("updates finished while the generator restarted: at least one (the controller did not stop)")
+print("more than 10 updates finished while the generator restarted: the controller did not stop")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -397,41 +394,58 @@ print(f"updates/s with both generators up: {pipe_up_rate:.1f}; while generator 1
       f"({down_until - t_kill:.1f} s): {during / (down_until - t_kill):.1f}")
 
 # %% [markdown]
-# **Two layouts against (12.2).** The colocated run's four phases, with both cores each,
-# predict the other two layouts, where each side has one core (the colocated row itself is
-# the sum of its own phases, so it predicts nothing). The pipeline's prediction is a band:
-# from its slower end, $\max(2t_g, 2t_t + t_s)$, to the trainers' side alone, $2t_t + t_s$.
-# It is compared by its rate while both generators were up (before the kill, and from the
-# new process's first group on):
+# **Three layouts against (12.2), over the same updates.** Rates drift within a run as the
+# answers change, so every layout is measured over updates 0 to 39 (the pipeline's all came
+# before the kill). The colocated run's four phases, with both cores each, predict the other
+# two layouts; the pipeline's prediction is a band from its slower end to the trainers' side
+# alone, $2t_t + t_s + c$, with the pipeline's own controller time $c$:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+W = N_UPDATES_SYNC  # updates 0 .. W-1 in every layout
+
+
+def window(rep_, n=W):
+    """Updates per second over updates 0..n-1 (from the first update's start), and answer tokens per update."""
+    m = rep_["metrics"][:n]
+    return n / (m[-1]["time"] - m[0]["started"]), float(np.mean([x["tokens"] for x in m]))
+
+
 t_g, t_h, t_t, t_s = (ph[f"phase_{k}"] for k in ("generate", "handover", "train", "sync"))
+c_ms = pipe["controller_overhead_ms_per_update"]
 split_ms = 2 * t_g + 2 * t_t + t_s  # (08.9): the sides in turn, one core each
-slow_ms, fast_ms = max(2 * t_g, 2 * t_t + t_s), 2 * t_t + t_s  # (08.10): the pipeline's band
-print(f"{'updates/s':>10} {'predicted (12.2)':>17} {'measured':>9}")
-print(f"{'sync_split':>10} {1e3 / split_ms:>17.1f} {ssplit['updates_per_s']:>9.1f}")
-print(f"{'pipeline':>10} {f'{1e3 / slow_ms:.1f} to {1e3 / fast_ms:.1f}':>17} {pipe_up_rate:>9.1f}")
-print(f"pipeline / sync_split, measured: {pipe_up_rate / ssplit['updates_per_s']:.2f}")
+fast_ms = 2 * t_t + t_s + c_ms  # (08.10): the trainers' side, the controller in series
+slow_ms = max(2 * t_g, fast_ms)
+rate = {name: window(rep_) for name, rep_ in (("sync_colocated", colo), ("sync_split", ssplit), ("pipeline", pipe))}
+hist_w = np.sum([np.pad(m["lag_hist"], (0, 5 - len(m["lag_hist"]))) for m in pipe["metrics"][:W]], axis=0)
+at_bound_w = hist_w[-2:].sum() / hist_w.sum()
+pred = {"sync_colocated": "(its phases)", "sync_split": f"{1e3 / split_ms:.1f}",
+        "pipeline": f"{1e3 / slow_ms:.1f} to {1e3 / fast_ms:.1f}"}
+print(f"updates 0-{W - 1:<6} {'predicted (12.2)':>17} {'measured':>9} {'answer tokens per update':>25}")
+for name, (u_s, tok) in rate.items():
+    print(f"{name:>14} {pred[name]:>17} {u_s:>9.1f} {tok:>25.0f}")
+print(f"pipeline: {at_bound_w:.0%} of these updates' tokens at lag 3-4; controller {c_ms:.1f} ms per update")
 
 # %%
-assert 0.6 < ssplit["updates_per_s"] * split_ms / 1e3 < 1.6, (ssplit["updates_per_s"], 1e3 / split_ms)
-assert 0.7 * 1e3 / slow_ms < pipe_up_rate < 1.4 * 1e3 / fast_ms, (pipe_up_rate, 1e3 / slow_ms, 1e3 / fast_ms)
-assert pipe_up_rate > 1.2 * ssplit["updates_per_s"]
-print("sync_split ran within 40% of its prediction, and the pipeline no further from its band than 30% below the "
-      "slow end or 40% above the fast end (runs minutes apart on shared cores drift that much); on the same "
-      "placement the pipeline ran more than 1.2x sync_split")
+r_split, r_pipe = rate["sync_split"][0], rate["pipeline"][0]
+assert 0.7 < r_split * split_ms / 1e3 < 1.4, (r_split, 1e3 / split_ms)
+assert 0.8 * 1e3 / slow_ms < r_pipe < 1.2 * 1e3 / fast_ms, (r_pipe, 1e3 / slow_ms, 1e3 / fast_ms)
+assert r_pipe > 1.2 * r_split
+print("over the same 40 updates: sync_split within 30% of its prediction, the pipeline within 20% of its band, "
+      "and on the same placement the pipeline ran more than 1.2x sync_split")
 
 # %% [markdown]
 # **Reading it.** On the **same** bundles the pipeline overlaps the two sides that
-# `sync_split` runs in turn, (08.10) against (08.9). Where it lands in its band, the lag
-# histogram says: generators that ran ahead to the bound (most tokens at lag 3-4) mean the
-# trainers set the pace, toward the fast end, $2t_t + t_s$; tokens at low lags mean the
-# generators did, toward the slow end. The band is an estimate, not a ceiling: it doubles
-# phases timed in the colocated run, Ray's round trips included, some of which the pipeline
-# overlaps, and leaves out the controller's own time and five processes sharing two cores. One run
-# does not rank colocated against pipeline; in `BENCHMARKS.md`'s interleaved rounds the
-# pipeline ran 1.3x to 1.6x colocated.
+# `sync_split` runs in turn, (08.10) against (08.9). Where it lands in its band, its lags
+# say: most tokens at lag 3-4 mean the generators ran ahead and the trainers set the pace
+# (the fast end); low lags mean the generators did (the slow end). The fast end counts $c$,
+# the controller's own time per update, in series with training: the single controller's
+# price, which lesson 11's ranks do not pay. The band is an estimate, not a ceiling: it
+# doubles phases timed in the colocated run, Ray's round trips included. On two cores
+# (12.2) puts colocated and the pipeline close together; the table says which was ahead.
+# The last column is what the window cannot equalise: each run draws its own answers, and
+# the pipeline's come from weights up to 4 updates old, so a run with longer answers did
+# more work per update. The prediction uses colocated's lengths.
 
 # %% [markdown]
 # ## 5. Weight sync: lesson 09's engine over actors, or the object store
@@ -465,14 +479,12 @@ print("both paths delivered bit-exact weights at both sizes, and both took longe
 
 # %% [markdown]
 # **Which regime these numbers speak for.** On one host the object store is shared memory,
-# mapped without a copy, while the gloo engine pushes every byte through loopback TCP; for
-# the small model both are a few Ray calls of latency, and at 13 MB one run does not rank
-# them (`BENCHMARKS.md` has interleaved rounds at three sizes). On GPUs the object store
-# needs a copy through host memory while NCCL broadcasts GPU to GPU, which is why verl,
-# OpenRLHF and NeMo-RL move weights with NCCL (or CUDA IPC when colocated) and use Ray only
-# to say **when**. Ray Direct Transport (alpha in Ray 2.60,
-# `@ray.method(tensor_transport="nccl")`) sends a returned tensor actor to actor; it is not
-# used here.
+# while the gloo engine pushes every byte through loopback TCP; at these sizes both are a
+# few Ray calls of latency and one run does not rank them (`BENCHMARKS.md` has interleaved
+# rounds at three sizes). On GPUs the object store needs a copy through host memory while
+# NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF and NeMo-RL move weights with NCCL
+# (or CUDA IPC when colocated) and use Ray only to say **when**; Ray Direct Transport (alpha
+# in Ray 2.60) sends a returned tensor actor to actor.
 
 # %% [markdown]
 # ## 6. Side by side with the torchrun run
@@ -482,38 +494,35 @@ print("both paths delivered bit-exact weights at both sizes, and both took longe
 # KILL_AT. Both commit trainer 0's state every 40 updates. torchrun restarts **every** rank
 # and the job resumes from its newest checkpoint (before the first: from the warm start).
 # That is lesson 11's design, whose generators are ranks of the trainers' job; an SPMD system
-# that runs its generators as a job of their own, as PipelineRL does, restarts only them.
+# that runs its generators as a job of their own restarts only them.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from course_lib.capstone_ray.report import run_torchrun_same_task
 
 load0 = os.getloadavg()[0]
-tr = run_torchrun_same_task(seed=0, n_updates=N_UPDATES, max_lag=4, like=RayRunConfig(), kill_at=KILL_AT,
+tr = run_torchrun_same_task(seed=0, n_updates=N_UPDATES, max_lag=4, like=RayRunConfig(device=DEVICE), kill_at=KILL_AT,
                             checkpoint_every=CHECKPOINT_EVERY)
 rs = tr["restart"]
 
 
-def span_rate(times, n=None, skip_longest_pause=False):
-    """Updates per second from the first update's end to the last one's, pauses and restarts included
-    (or with the longest pause between two updates left out: the rate outside the restart)."""
+def span_rate(times, n):
+    """Updates per second from the first update's end to the n-th one's (pauses and restarts included);
+    ``times``: the end of every logged update, in time order."""
     t = np.sort(np.asarray(times, dtype=float))
-    n = len(t) if n is None else n
-    gaps = np.diff(t)
-    if skip_longest_pause:
-        return (n - 2) / (t[-1] - t[0] - gaps.max())
-    return (n - 1) / (t[-1] - t[0])
+    return (n - 1) / (t[n - 1] - t[0])
 
 
 t_ray_u = [m["time"] for m in pipe["metrics"]]
 t_tr_u = tr["reward_time"]  # every logged update of both attempts, redone ones included
-ray_rate, tr_rate = span_rate(t_ray_u), span_rate(t_tr_u, n=N_UPDATES)
-tr_steady = span_rate(t_tr_u, n=N_UPDATES, skip_longest_pause=True)  # Ray's: pipe_up_rate (section 4)
+# first to last: redone updates are work done twice, so the rate counts N_UPDATES, over every second spent
+ray_rate, tr_rate = span_rate(t_ray_u, N_UPDATES), (N_UPDATES - 1) / (max(t_tr_u) - min(t_tr_u))
+ray_before, tr_before = span_rate(t_ray_u, KILL_AT), span_rate(t_tr_u, KILL_AT)  # updates 0 .. KILL_AT-1, undisturbed
 ray_pause, tr_pause = float(np.diff(np.sort(t_ray_u)).max()), float(np.diff(np.sort(t_tr_u)).max())
 ray_redone = len(pipe["metrics"]) - len({m["u"] for m in pipe["metrics"]})
 print(f"{'':>44} {'Ray pipeline':>13} {'torchrun':>9}")
 print(f"{'updates/s, first to last update (pauses in)':>44} {ray_rate:>13.1f} {tr_rate:>9.1f}")
-print(f"{'updates/s outside the restart':>44} {pipe_up_rate:>13.1f} {tr_steady:>9.1f}")
+print(f"{f'updates/s before the kill (updates 0-{KILL_AT - 1})':>44} {ray_before:>13.1f} {tr_before:>9.1f}")
 for key, label, fmt in (("eval_start", "held-out reward, start", ".3f"), ("eval_end", "held-out reward, end", ".3f"),
                         ("lag_max", "largest lag", "d")):
     print(f"{label:>44} {format(pipe[key], fmt):>13} {format(tr[key], fmt):>9}")
@@ -563,15 +572,17 @@ print("takeaway: both reach a held-out reward above their common start; the torc
       "whole job restarted and repeats the updates after its checkpoint")
 
 # %% [markdown]
-# **The trade-off, from these numbers.** The first rate includes the kill and restart; the
-# second is the rate outside it (Ray: both generators up; torchrun: its restart's pause left
-# out). Both move with the load of the minute; undisturbed, in `BENCHMARKS.md`'s interleaved
-# rounds on the same two cores, their medians are within 1% of each other. What does not move is what a failure costs in work: torchrun
-# restarts all four ranks and redoes the updates since its checkpoint (20 on average for a
-# kill at a random moment); Ray restarts one actor and regenerates only the groups it held
-# (the last row). `BENCHMARKS.md` repeats the fault at
-# four random moments of a 120-update run: torchrun paused 5.0-8.1 s and redid 18-35
-# updates; Ray paused at most 0.23 s, redid none and regenerated 24 samples each time.
+# **The trade-off, from these numbers.** Both learn: over three seeds (`BENCHMARKS.md`, 120
+# updates) each gained 0.07-0.14 in held-out reward. The first rate includes the kill and
+# restart; the second is the same updates before the kill, undisturbed; both move with the
+# load of the minute, and in `BENCHMARKS.md`'s interleaved rounds neither orchestration is
+# ahead in every round. What does not move
+# is what a failure costs in work: torchrun restarts all four ranks and redoes the updates
+# since its checkpoint (20 on average for a kill at a random moment); Ray restarts one actor
+# and regenerates only the groups it held (the last row). The pause row flatters Ray on this
+# machine: its survivor took the dead generator's core. At four random moments of a 120-update
+# run (`BENCHMARKS.md`) torchrun paused 4.7-7.4 s and redid 18-35 updates; Ray paused at most
+# 0.27 s, redid none and regenerated 8-24 samples.
 #
 # **What the single controller buys and costs:**
 #
@@ -586,15 +597,14 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 #
 # **What this run does not show.** It runs on one host, on CPUs with gloo. With GPUs,
 # `device="auto"` adds one to every bundle and puts the trainers' group on NCCL where each
-# trainer has its own (tested only with GPUs Ray declares but the machine lacks). Trainer 0
-# serves every rendezvous on its node and `start_ray(address=...)` joins a running cluster
-# (tested with two Ray nodes on one host). The death is seen within milliseconds because
+# trainer has its own (not run on a GPU here). Trainer 0 serves every rendezvous on its node
+# and `start_ray(address=...)` joins a running cluster. The death is seen within milliseconds because
 # Ray's `timeout_ms_task_wait_for_death_info` is set to 0 (default: up to 1 s). A member
 # dying **during** an engine transfer costs the survivors the sync group's timeout,
 # `sync_timeout_s` (5 s here; `BENCHMARKS.md` measured 4.9 s pauses): gloo cannot abort a
-# pending receive. Under NCCL the collective hangs until the watchdog's timeout, then torch
-# aborts the communicator and, by default, the process, so production systems give the
-# weight-sync group a short timeout and rebuild it.
+# pending receive. Under NCCL the collective hangs until the watchdog's timeout, then torch's
+# default (`TORCH_NCCL_ASYNC_ERROR_HANDLING=3`) takes the process down, so production systems
+# give the weight-sync group a short timeout and a rebuild path.
 
 # %% [markdown]
 # ## 7. Where production systems put each part
@@ -628,8 +638,9 @@ print("Ray is shut down and no process it started is left")
 # ## Glossary of the metrics in this lesson
 #
 # - **updates/s** (sections 3 and 4): updates per second from the first update's start to
-#   the last one's end (lesson 11's); **samples/s** is that times 32 answers. Section 6
-#   counts from the first update's **end**, so both orchestrations are timed alike.
+#   the last one's end (lesson 11's); **samples/s** is that times 32 answers. The (12.2)
+#   table counts updates 0-39 only; section 6 counts from the first update's **end**, the
+#   same way for both orchestrations.
 # - **controller's own time per update**: the loop's wall time minus its time blocked in
 #   `ray.wait` or `ray.get`, per update.
 # - **phase** (colocated): generate, hand-over (caches freed, gradients dropped), train
@@ -640,20 +651,19 @@ print("Ray is shut down and no process it started is left")
 # %% [markdown]
 # ## Summary
 #
-# - One controller drove four placed actors; the trainers all-reduced inside their own
-#   group, and weights reached the generators over a group spanning actors or the object store.
-# - Lesson 08's layouts are placement-group bundles plus pinning; (12.2), from the colocated
-#   phases, predicted `sync_split` within 40% and put the pipeline near its band (the lag histogram
-#   says which end); on the same bundles the pipeline ran faster than `sync_split` by overlapping the two sides.
+# - One controller drove four placed actors; the trainers all-reduced in their own group;
+#   weights went over a group spanning actors or the object store.
+# - Lesson 08's layouts are placement-group bundles plus pinning; over the same 40 updates
+#   (12.2) predicted `sync_split` within 30% and the pipeline within 20% of its band, whose
+#   fast end carries the controller's own time.
 # - (12.1) kept every token within 4 updates of the weights that trained on it.
 # - Ray's `ActorDiedError` is final and `ActorUnavailableError` may pass; the controller
 #   fences on the second. A killed generator cost no update and a few groups of decoding,
 #   its new process returned groups before the end, and the audit (12.3) found every sample
 #   consumed exactly once.
-# - Beside lesson 11's torchrun job with the same fault, what does not move with the load is
-#   what a failure costs in work: one actor restarted and a few groups regenerated, against every rank
-#   restarted and the updates since the checkpoint redone. The price is a driver that tracks
-#   every piece of work in flight, and is itself a single point of failure.
+# - Beside lesson 11's torchrun job, a failure cost one actor's restart and a few groups,
+#   against every rank restarted and the updates since the checkpoint redone. The price is a
+#   driver that tracks all work in flight and is itself a single point of failure.
 #
 # **Exercises:** `exercises/12_capstone_ray.ipynb`: the bundles for a layout (1), one
 # admission step of the controller (2), what a generator's death costs and what is asked

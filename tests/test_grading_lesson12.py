@@ -86,6 +86,9 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "on_ready-keeps_the_old_incarnation",
         "on_ready-unavailable_probe_dropped",
         "on_ready-rejoin_with_the_old_epoch",
+        "on_ready-catches_everything_as_a_death",
+        "on_ready-final_death_reprobed",
+        "on_ready-final_death_without_died",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
@@ -286,6 +289,12 @@ def _oracle_handler(state: l12.LoopRun, what: str) -> None:
     method, g, i = loop["calls"].pop(ref)
     try:
         out = state.ray.get(ref)
+    except l12.ActorDiedError:
+        if g not in loop["down"]:
+            loop["died"](g)
+        loop["down"].discard(g)
+        loop["gone"].add(g)
+        return
     except l12.RayActorError:
         out = None
     if method == "rejoin":
@@ -305,7 +314,8 @@ def _oracle_handler(state: l12.LoopRun, what: str) -> None:
 
 def test_the_loop_simulation_finishes_and_shows_every_outcome():
     solve = solution_function(LESSON, "on_ready")
-    totals = {"kills": 0, "cut_offs": 0, "declined": 0, "unavailable": 0}
+    totals = {"kills": 0, "cut_offs": 0, "declined": 0, "unavailable": 0, "final_kills": 0}
+    totals |= {"gone_calls": 0, "gone_probes": 0}
     for seed in range(l12.SIM_LOOPS):
         for handler in (_oracle_handler, lambda state, what: l12._or_step(solve, state, what)):
             run = l12.simulate_loop(handler, **l12.loop_config(seed))
@@ -315,6 +325,44 @@ def test_the_loop_simulation_finishes_and_shows_every_outcome():
     # holding groups, restarts that answer "unavailable" for a while: every outcome happens, several times
     assert totals["kills"] >= 20 and totals["declined"] >= 8 and totals["unavailable"] >= 8, totals
     assert totals["cut_offs"] >= 8, totals
+    # generators dead for good, seen through a decoding call and through a probe; the runs finish without them
+    assert totals["final_kills"] == 6 and totals["gone_calls"] >= 2 and totals["gone_probes"] >= 2, totals
+
+
+def test_the_simulated_runs_alone_name_a_final_death_mistake():
+    """The planted bugs of the final death fail the simulated runs too, by name (not only the fixed rows)."""
+    from conftest import mutant_function
+
+    for name, fragment in (
+        ("final_death_reprobed", "after ActorDiedError: Ray will not restart it"),
+        ("final_death_without_died", "but loop['died']"),
+        ("final_death_left_down", "still in loop['down']"),
+    ):
+        bug = mutant_function(LESSON, next(m for m in MUTANTS if m.name == name))
+
+        def handler(state: l12.LoopRun, what: str, bug: Callable[..., Any] = bug) -> None:
+            l12._or_step(bug, state, what)
+
+        runs = [l12.simulate_loop(handler, **l12.loop_config(seed)) for seed in range(l12.SIM_LOOPS)]
+        assert any(fragment in r.violation for r in runs), (name, [r.violation for r in runs])
+
+
+def test_the_stand_ins_exceptions_are_rays():
+    """ActorDiedError is a RayActorError, RayTaskError is not, as in Ray."""
+    ray_exceptions = pytest.importorskip("ray.exceptions")
+    for name in ("RayActorError", "ActorDiedError", "RayTaskError"):
+        assert hasattr(ray_exceptions, name)
+    for ours, theirs in (
+        (l12.ActorDiedError, ray_exceptions.ActorDiedError),
+        (l12.RayTaskError, ray_exceptions.RayTaskError),
+    ):
+        assert issubclass(ours, l12.RayActorError) == issubclass(theirs, ray_exceptions.RayActorError)
+    ray = l12.StandInRay()
+    ray.ready = l12.Ref(1)
+    for kind, error in (("error", l12.RayActorError), ("died", l12.ActorDiedError), ("task", l12.RayTaskError)):
+        ray.result = (kind, "why")
+        with pytest.raises(error):
+            ray.get(l12.Ref(1))
 
 
 def test_the_known_and_random_loops_agree_with_the_solution():
@@ -324,11 +372,16 @@ def test_the_known_and_random_loops_agree_with_the_solution():
     kinds = set()
     for case in cases:
         run = l12._loop_of(case)
-        l12._or_step(solve, run, case.text())
+        method, g, _ = case.info()
+        kinds.add((method, case.result[0], "restarted" in str(case.result[1]), g in case.down))
+        if l12._or_step(solve, run, case.text()):  # a RayTaskError, let out
+            assert case.result[0] == "task"
+            continue
         assert l12._state(run.loop) == l12.naive_on_ready(case)
-        method, _, _ = case.info()
-        kinds.add((method, case.result[0], "restarted" in str(case.result[1])))
-    assert len(kinds) == 5, kinds
+        assert len(run.deaths) == l12._deaths_due(case)
+    # groups, raised, declined, gone (decoding); unavailable, answered, gone (probe); RayTaskError from both
+    assert len(kinds) == 9, kinds
+    assert any(case.gone for case in cases)
 
 
 def test_the_stand_in_refuses_a_read_of_another_call():

@@ -269,6 +269,7 @@ class Controller:
             t0 = time.perf_counter()
             self.build_sync_group()
             self.t["sync_group_s"] = time.perf_counter() - t0
+        self.blocked_s = 0.0  # the controller's overhead counts the loop's waits only
 
     def plan_devices(self) -> DevicePlan:
         """:func:`~.placement.plan_devices` for this run on the cluster Ray declares (each actor decides
@@ -282,8 +283,6 @@ class Controller:
 
     def build_sync_group(self, members: list[int] | None = None) -> None:
         """Trainer 0 = rank 0, the member generators ranks 1.., on a new key prefix (epoch)."""
-        import ray
-
         members = list(range(len(self.gens))) if members is None else sorted(members)
         self.epoch += 1
         world = 1 + len(members)
@@ -293,7 +292,9 @@ class Controller:
             self.gens[g].join_sync.options(concurrency_group="sync").remote(host, port, self.epoch, world, r + 1)
             for r, g in enumerate(members)
         ]
-        ray.get(futs, timeout=self.cfg.timeout_s)
+        # blocking: trainer 0 joins after the update it is running (its default concurrency group), so
+        # the controller waits that long; counted as blocked time, bounded like every other wait
+        self._get(futs)
         self.sync_members = members
         self.group_builds.append(self.epoch)
 

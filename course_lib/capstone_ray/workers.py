@@ -329,7 +329,8 @@ class TrainerWorker:
             )
 
     def offload(self) -> float:
-        """Colocated: hand the bundle over. On a GPU: optimizer state and grads to host, empty_cache."""
+        """Colocated: hand the bundle over: the gradients dropped. (A GPU system would also move the
+        optimizer state to host memory and empty the allocator's cache; this one does not.)"""
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         return time.perf_counter() - t0

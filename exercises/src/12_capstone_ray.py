@@ -67,10 +67,11 @@ from course_lib.capstone_ray.placement import Placement
 # `sync_split` and `pipeline` are placed alike; they differ in the controller's schedule (in
 # `sync_split` one side waits while the other works, in `pipeline` both work at once under
 # the lag bound). Ray's `num_cpus` is bookkeeping only: it keeps a bundle from being
-# over-subscribed but pins nothing, so each actor also pins itself to the core numbered by
-# its bundle. That is why the shares in a bundle must add up to **exactly** its one CPU: less
-# leaves part of the reserved bundle unclaimed, so a later actor of this placement group
-# could be scheduled into it, onto a core already pinned; more and the actors would never fit.
+# over-subscribed but pins nothing, so each actor also pins itself to a core its bundle claims
+# on its node (another placement group there gets other cores). That is why the shares in a
+# bundle must add up to **exactly** its one CPU: less leaves part of the reserved bundle
+# unclaimed, so a later actor of this placement group could be scheduled into it, onto a core
+# already pinned; more and the actors would never fit.
 #
 # Write `bundles_for(layout, n_trainers=2, n_generators=2)` returning a `Placement` (the
 # dataclass imported above) with `layout`, and as tuples:
@@ -427,21 +428,23 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 #   a process holding another epoch (or none yet), which **declines** it: a death too;
 # - a probe **raises** `RayActorError`: the actor is still restarting ("unavailable");
 # - a probe **returns `{"incarnation": e, "was": w, ...}`**: the actor now holds epoch `e`
-#   (`w` is None for a new process, the old epoch for a live one that was cut off).
-#
-# (Here every death has a restart left. The lesson's controller also reads Ray's
-# `ActorDiedError`, a death with none left, as final, and drops that generator.)
+#   (`w` is None for a new process, the old epoch for a live one that was cut off);
+# - a decoding call or a probe **raises `ActorDiedError`** (a `RayActorError`): the actor died
+#   with no restart left, and Ray will never restart it: a **final** death;
+# - any call **raises `RayTaskError`** (not a `RayActorError`): the method itself raised in a
+#   live actor. No process died and no epoch changed: not a death, and not the loop's to fix.
 #
 # Write `on_ready(ref, ray, loop)`: the loop's reaction to `ref`, the call `ray.wait`
-# returned. `ray` stands in for the `ray` module: `ray.get(ref)` and
-# `ray.exceptions.RayActorError`, nothing else (the grader's stand-in refuses a `ray.get` of
-# any other call). `loop` is the controller's state, a dict:
+# returned. `ray` stands in for the `ray` module: `ray.get(ref)` and `ray.exceptions`'
+# `RayActorError`, `ActorDiedError` and `RayTaskError`, nothing else (the grader's stand-in
+# refuses a `ray.get` of any other call). `loop` is the controller's state, a dict:
 #
 # - `"calls"`: every call in flight, `ref -> (method, g, epoch)`: `("run", g, i)` a decoding
 #   call carrying epoch `i`; `("rejoin", g, e)` a probe asking generator `g` to take epoch `e`;
 # - `"inc"`: per generator, the epoch its calls carry;
 # - `"in_flight"`: per generator, the set of groups admitted to it and not returned;
 # - `"down"`: the generators whose death the loop has seen, until they answer a probe;
+# - `"gone"`: the generators Ray will not restart (the loop deals them nothing more);
 # - `"todo"`, `"done"`: the re-requested groups, and `k -> (g, epoch)` for every group returned;
 # - `"died"`: `died(g)`, the bookkeeping of a death (exercise 3's: the lost groups to the front
 #   of `todo`, `in_flight[g]` emptied, `g` added to `down`);
@@ -455,7 +458,10 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # the same epoch (recorded the same way) and return: the loop goes on with everything else
 # while the actor restarts. A probe that answered: from now on `g`'s calls carry epoch `e`
 # (`inc[g]`), and `g` is no longer down (the loop then sends it the current weights: not
-# your part).
+# your part). `ActorDiedError`, from either kind of call: call `died(g)` if `g` is not down
+# yet (its groups are lost as in any death), add `g` to `gone`, take it out of `down`, and
+# send **no** probe, now or later: it would raise `ActorDiedError` again, for ever. A
+# `RayTaskError`: let it out of `on_ready` (catch `RayActorError`, not `Exception`).
 #
 # ```
 # generator 0, epoch 0: decoding 4, 6        ref 1 = ("run", 0, 0)
@@ -471,17 +477,23 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # ref 3              raises RayActorError                  a new probe ("rejoin", 2, 1) in calls
 # ref 3              {"incarnation": 1, "was": None}       inc[2] = 1; down = {}
 # ref 3              {"incarnation": 1, "was": 0}          the same (the live process, cut off, now fenced)
+# ref 2              raises ActorDiedError                 died(1): todo = [5, 7, 3]; gone = {1},
+#                                                          down = {2}; no probe
+# ref 3              raises ActorDiedError                 gone = {2}, down = {}; no probe, no died(2)
+# ref 2 or 3         raises RayTaskError                   on_ready lets it out
 # ```
 #
-# **How it is graded:** the six rows above; random controller states (2 to 4 generators,
-# some down, re-requests waiting) against an oracle that reads the new state off a table of
-# the outcomes; simulated runs around your `on_ready`, with a stand-in for Ray (calls
-# finishing in any order, generators killed while decoding and while idle, live generators
-# cut off while they hold groups, restarts answering "unavailable" for a while), in which
-# every group must come back exactly once, from the epoch it was sent with, and every
-# generator must come back. A `ray.get` of another call than `ref` (waiting for a probe, say)
-# or a `ray.wait`, an exception let out of `ray.get`, a declined call taken for a normal
-# return, a death without `died` or without a probe, a probe for the old epoch, an
+# **How it is graded:** the rows above (`RayTaskError` from both kinds of call); random
+# controller states (2 to 4 generators, some down, some gone, re-requests waiting) against an
+# oracle that reads the new state off a table of the outcomes; simulated runs around your
+# `on_ready`, with a stand-in for Ray (calls finishing in any order, generators killed while
+# decoding and while idle, some for good, live generators cut off while they hold groups,
+# restarts answering "unavailable" for a while), in which every group must come back exactly
+# once, from the epoch it was sent with, and every generator not gone must come back. A
+# `ray.get` of another call than `ref` (waiting for a probe, say) or a `ray.wait`, a
+# `RayActorError` let out of `ray.get`, a `RayTaskError` swallowed (`except Exception`), a
+# declined call taken for a normal return, a death without `died` or without a probe, a
+# final death re-probed, not in `gone` or still `down`, a probe for the old epoch, an
 # "unavailable" probe not sent again, the new epoch not recorded, a probe not recorded in
 # `calls`, `ref` left in `calls` and groups recorded with the wrong generator or epoch are
 # named in the message. Nothing here starts Ray.
@@ -496,16 +508,27 @@ def on_ready(ref, ray, loop):
 
     Args:
         ref: the finished call's ObjectRef (a key of ``loop["calls"]``).
-        ray: ``ray.get`` (of ``ref`` only) and ``ray.exceptions.RayActorError``.
-        loop: the controller's state: ``calls``, ``inc``, ``in_flight``, ``down``, ``todo``, ``done``,
-            and the functions ``died(g)`` and ``submit("rejoin", g, epoch)``.
+        ray: ``ray.get`` (of ``ref`` only) and ``ray.exceptions``' ``RayActorError``,
+            ``ActorDiedError`` and ``RayTaskError``.
+        loop: the controller's state: ``calls``, ``inc``, ``in_flight``, ``down``, ``gone``, ``todo``,
+            ``done``, and the functions ``died(g)`` and ``submit("rejoin", g, epoch)``.
+
+    Raises:
+        RayTaskError: the call's method raised in a live actor (let out, not handled).
     """
     ### BEGIN SOLUTION
     method, g, epoch = loop["calls"].pop(ref)
     try:
         out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block
+    except ray.exceptions.ActorDiedError:  # dead for good: Ray will not restart it
+        if g not in loop["down"]:
+            loop["died"](g)  # its groups are lost as in any death
+        loop["gone"].add(g)
+        loop["down"].discard(g)  # it will never answer a probe: none is sent
+        return
     except ray.exceptions.RayActorError:
         out = None  # dead, restarting, or cut off: the controller cannot tell which
+    # a RayTaskError (the method raised in a live actor) is not a death: it goes out of here
     if method == "run":
         if out is None or out.get("restarted"):  # raised, or declined: a death
             loop["died"](g)
@@ -531,6 +554,12 @@ class StandIn:
         class RayActorError(Exception):
             pass
 
+        class ActorDiedError(RayActorError):
+            pass
+
+        class RayTaskError(Exception):
+            pass
+
     def __init__(self, outcomes):
         self.outcomes = outcomes
 
@@ -543,10 +572,11 @@ class StandIn:
 
 probes = itertools.count(1)
 demo = {
-    "calls": {"run-a": ("run", 0, 0), "run-b": ("run", 1, 0)},
-    "inc": [0, 0],
-    "in_flight": [{0, 2}, {1, 3}],
+    "calls": {"run-a": ("run", 0, 0), "run-b": ("run", 1, 0), "run-c": ("run", 2, 0)},
+    "inc": [0, 0, 0],
+    "in_flight": [{0, 2}, {1, 3}, {4}],
     "down": set(),
+    "gone": set(),
     "todo": [],
     "done": {},
     "submit": lambda method, g, epoch: f"probe-{next(probes)}",
@@ -566,12 +596,14 @@ ray_demo = StandIn(
         "run-b": StandIn.exceptions.RayActorError("The actor died unexpectedly"),
         "probe-1": StandIn.exceptions.RayActorError("The actor is temporarily unavailable"),
         "probe-2": {"incarnation": 1, "was": None, "pid": 4242},
+        "run-c": StandIn.exceptions.ActorDiedError("The actor died: no restart left"),
     }
 )
-for ref in ("run-a", "run-b", "probe-1", "probe-2"):
+for ref in ("run-a", "run-b", "probe-1", "probe-2", "run-c"):
     on_ready(ref, ray_demo, demo)
-    print(f"after {ref:8s} calls={demo['calls']} todo={demo['todo']} down={demo['down']} inc={demo['inc']}")
-print("done:", demo["done"])
+    print(f"after {ref:8s} calls={demo['calls']} todo={demo['todo']} down={demo['down']} gone={demo['gone']}")
+print("done:", demo["done"], "inc:", demo["inc"])
+assert demo["gone"] == {2} and not demo["calls"], "generator 2 died for good: gone, and never probed"
 
 # %% tags=["exercise-check"]
 check("12_capstone_ray", "on_ready", on_ready)

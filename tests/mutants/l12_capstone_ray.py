@@ -40,11 +40,17 @@ REPROBE = (
     "    elif out is None:  # unavailable: ask again later (the same epoch), through ray.wait\n"
     '        loop["calls"][loop["submit"]("rejoin", g, epoch)] = ("rejoin", g, epoch)\n'
 )
-GET = (
-    "    try:\n"
-    "        out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block\n"
+CATCH = (
     "    except ray.exceptions.RayActorError:\n"
     "        out = None  # dead, restarting, or cut off: the controller cannot tell which\n"
+)
+FINAL = (
+    "    except ray.exceptions.ActorDiedError:  # dead for good: Ray will not restart it\n"
+    '        if g not in loop["down"]:\n'
+    '            loop["died"](g)  # its groups are lost as in any death\n'
+    '        loop["gone"].add(g)\n'
+    '        loop["down"].discard(g)  # it will never answer a probe: none is sent\n'
+    "        return\n"
 )
 LEDGER_CHECK = "if owner is None or owner[0] != g:"
 
@@ -190,7 +196,7 @@ MUTANTS: list[Mutant] = [
         "was declined by a process holding another epoch",
     ),
     # wrong mechanism (issue 45): the failed call's exception is let out of the loop
-    Mutant(OR, "lets_the_death_out", GET, "    out = ray.get(ref)\n", "let RayActorError out"),
+    Mutant(OR, "lets_the_death_out", CATCH, "", "let RayActorError out"),
     # wrong mechanism (issue 45): the new incarnation's number never reaches the calls
     Mutant(OR, "keeps_the_old_incarnation", '        loop["inc"][g] = out["incarnation"]\n', "", "must carry"),
     Mutant(OR, "unavailable_probe_dropped", REPROBE, "    elif out is None:\n        pass\n", "still restarting"),
@@ -209,5 +215,42 @@ MUTANTS: list[Mutant] = [
         REPROBE,
         '    elif out is None:\n        loop["submit"]("rejoin", g, epoch)\n',
         "did not put it in loop['calls']",
+    ),
+    # the final death (Ray's ActorDiedError, no restart left) and a method that raised (RayTaskError)
+    # wrong mechanism: every exception of ray.get read as a death, RayTaskError included
+    Mutant(
+        OR,
+        "catches_everything_as_a_death",
+        CATCH,
+        CATCH.replace("ray.exceptions.RayActorError", "Exception"),
+        "swallowed a RayTaskError",
+    ),
+    # wrong mechanism: ActorDiedError read as any RayActorError: the dead actor probed for ever
+    Mutant(
+        OR, "final_death_reprobed", FINAL, "", "re-probed generator 1 after ActorDiedError: Ray will not restart it"
+    ),
+    Mutant(
+        OR,
+        "final_death_without_died",
+        FINAL,
+        FINAL.replace(
+            '        if g not in loop["down"]:\n            loop["died"](g)  # its groups are lost as in any death\n',
+            "",
+        ),
+        "died for good (its decoding call raised ActorDiedError) but loop['died'](1) was not called",
+    ),
+    Mutant(
+        OR,
+        "final_death_left_down",
+        '        loop["down"].discard(g)  # it will never answer a probe: none is sent\n',
+        "",
+        "still in loop['down']",
+    ),
+    Mutant(
+        OR,
+        "final_death_of_a_down_generator_died_again",
+        '        if g not in loop["down"]:\n            loop["died"](g)',
+        '        if True:\n            loop["died"](g)',
+        "was called again after generator 2's probe raised ActorDiedError",
     ),
 ]
