@@ -11,9 +11,10 @@ times, end to end as the controller sees it (submit -> every generator has loade
   shared-memory object store, each generator reads it zero-copy and copies it into its model
   (``sync="object_store"``).
 
-Measured here (BENCHMARKS, 2026-11-30, medians of 3 rounds of 5): 0.5 MB: engine 6.2 ms, object
-store 6.3 ms; 13.1 MB: 19.0 vs 20.2 ms (neither ahead in every round); 101.8 MB: 112.5 vs 92.3 ms.
-On one host shared memory beats a TCP-loopback broadcast only for large models; across hosts Ray's object manager moves the bytes, and on
+Measured here (BENCHMARKS, 2026-12-01, medians of 3 rounds of 5): 0.5 MB: engine 6.7 ms, object
+store 6.6 ms; 13.1 MB: 26.9 vs 18.8 ms; 101.8 MB: 171.7 vs 97.0 ms (the object store faster in every
+round from 13 MB). On one host shared memory beats a TCP-loopback broadcast once the bytes dominate;
+across hosts Ray's object manager moves the bytes, and on
 GPUs NCCL broadcasts device to device while the object store goes through host memory.
 """
 

@@ -448,7 +448,9 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # - `"todo"`, `"done"`: the re-requested groups, and `k -> (g, epoch)` for every group returned;
 # - `"died"`: `died(g)`, the bookkeeping of a death (exercise 3's: the lost groups to the front
 #   of `todo`, `in_flight[g]` emptied, `g` added to `down`);
-# - `"submit"`: `submit("rejoin", g, e)` sends the probe and returns its ref.
+# - `"submit"`: `submit("rejoin", g, e)` sends the probe and returns its ref (the loop's
+#   `submit` spaces a generator's repeated probes by a few milliseconds, as `SplitLoop` does,
+#   so asking again at once does not spin: not your part).
 #
 # The reaction: take `ref`'s record out of `calls` (the loop must not wait on it again) and
 # read its outcome. Returned groups: record each in `done` as `(g, i)`, the generator and the
