@@ -287,13 +287,16 @@ def test_a_generator_cut_off_for_a_moment_is_fenced_with_a_new_epoch_not_replace
 
 
 def test_a_generator_with_no_restart_left_is_gone_and_the_survivor_finishes_the_run(ray_session):
-    """``fault="kill_final"``: ``ray.kill(no_restart=True)``; Ray raises ``ActorDiedError`` (dead for
-    good). The controller stops probing it, never admits to it again, and the run ends on generator 0."""
+    """``fault="kill_final"``: ``ray.kill(no_restart=True)``. The call that sees the death is a death like
+    any other (groups asked for again, a probe); the probe, sent after it, raises ``ActorDiedError``
+    (dead for good): the controller stops probing it, never admits to it again, and the run ends on
+    generator 0."""
     cfg = RayRunConfig(layout="pipeline", n_updates=40, kill_at=10, fault="kill_final", **SHORT)
     rep = run(cfg)
     kill, audit = rep["kill"], rep["audit"]
     audit_exact(rep)
     assert kill["final"] and rep["gone"] == [1] and rep["rejoins"] == []
+    assert rep["restart_expired"] == []  # gone because its probe raised ActorDiedError, not by the restart budget
     assert kill["lost_groups"] > 0 and audit["lost_groups_regenerated"]
     assert not np.isfinite(kill["restart_ready_s"])
     assert any(m["started"] > kill["at_s"] for m in rep["metrics"])  # the survivor carried the run

@@ -452,10 +452,11 @@ def test_the_audit_names_a_sample_counted_twice_or_missing():
 
 
 def test_outcome_reads_rays_errors_as_ray_documents_them():
-    """``ActorDiedError`` (no restart left) is final, any other ``RayActorError`` (that is
-    ``ActorUnavailableError``: restarting, or cut off) and a call declined by a new process are a
-    death that may pass, a method's own exception is a broken transfer, and a wait past its bound
-    is let out as a ``TimeoutError``. Ray's real exception classes, raised by a stand-in ``ray.get``."""
+    """``ActorDiedError`` is "died" (a death for a decoding call or a transfer; only for a probe, sent
+    after the death, no restart left), any other ``RayActorError`` (that is ``ActorUnavailableError``:
+    restarting, or cut off) and a call declined by a new process are "down", a method's own exception
+    is a broken transfer, and a wait past its bound is let out as a ``TimeoutError``. Ray's real
+    exception classes, raised by a stand-in ``ray.get``."""
     from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayTaskError
 
     from course_lib.capstone_ray.split_loop import outcome
@@ -472,7 +473,7 @@ def test_outcome_reads_rays_errors_as_ray_documents_them():
             return self.result
 
     assert outcome(StandIn({"groups": [3]}), 1) == ("ok", {"groups": [3]})
-    assert outcome(StandIn(ActorDiedError()), 1) == ("gone", None)
+    assert outcome(StandIn(ActorDiedError()), 1) == ("died", None)
     assert outcome(StandIn(ActorUnavailableError("restarting", None)), 1) == ("down", None)
     assert outcome(StandIn({"restarted": 1, "incarnation": 2, "expected": 1}), 1) == ("down", None)
     kind, why = outcome(StandIn(RayTaskError("receive_weights", "tb", TimeoutError("gloo timed out"))), 1)

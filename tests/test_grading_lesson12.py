@@ -89,6 +89,7 @@ def test_the_briefs_slips_are_among_the_planted_bugs():
         "on_ready-catches_everything_as_a_death",
         "on_ready-final_death_reprobed",
         "on_ready-final_death_without_died",
+        "on_ready-decoding_call_died_taken_as_final",
     }
     gh.assert_slips_planted(MUTANTS, slips, NAMES)
 
@@ -290,11 +291,11 @@ def _oracle_handler(state: l12.LoopRun, what: str) -> None:
     try:
         out = state.ray.get(ref)
     except l12.ActorDiedError:
-        if g not in loop["down"]:
-            loop["died"](g)
-        loop["down"].discard(g)
-        loop["gone"].add(g)
-        return
+        if method == "rejoin":  # Ray's record of the actor: dead, no restart left
+            loop["down"].discard(g)
+            loop["gone"].add(g)
+            return
+        out = None  # a decoding call: a death like any other
     except l12.RayActorError:
         out = None
     if method == "rejoin":
@@ -323,20 +324,23 @@ def test_the_loop_simulation_finishes_and_shows_every_outcome():
         totals = {k: v + getattr(run, k) for k, v in totals.items()}
     # generators killed while decoding and while idle (the next call declined), live ones cut off while
     # holding groups, restarts that answer "unavailable" for a while: every outcome happens, several times
-    assert totals["kills"] >= 20 and totals["declined"] >= 8 and totals["unavailable"] >= 8, totals
+    assert totals["kills"] >= 20 and totals["declined"] >= 6 and totals["unavailable"] >= 8, totals
     assert totals["cut_offs"] >= 8, totals
-    # generators dead for good, seen through a decoding call and through a probe; the runs finish without them
+    # generators dead for good: a decoding call raises ActorDiedError (a death, a probe), then the probe (gone);
+    # the runs finish without them
     assert totals["final_kills"] == 6 and totals["gone_calls"] >= 2 and totals["gone_probes"] >= 2, totals
 
 
 def test_the_simulated_runs_alone_name_a_final_death_mistake():
-    """The planted bugs of the final death fail the simulated runs too, by name (not only the fixed rows)."""
+    """The planted bugs of ActorDiedError fail the simulated runs too, by name (not only the fixed rows)."""
     from conftest import mutant_function
 
     for name, fragment in (
-        ("final_death_reprobed", "after ActorDiedError: Ray will not restart it"),
-        ("final_death_without_died", "but loop['died']"),
+        ("final_death_reprobed", "after its probe raised ActorDiedError"),
+        ("decoding_call_died_taken_as_final", "decoding call raised ActorDiedError and it was taken as gone"),
+        ("final_death_without_died", "decoding call raised ActorDiedError and it was taken as gone"),
         ("final_death_left_down", "still in loop['down']"),
+        ("final_death_not_gone", "not in loop['gone']"),
     ):
         bug = mutant_function(LESSON, next(m for m in MUTANTS if m.name == name))
 
@@ -379,7 +383,7 @@ def test_the_known_and_random_loops_agree_with_the_solution():
             continue
         assert l12._state(run.loop) == l12.naive_on_ready(case)
         assert len(run.deaths) == l12._deaths_due(case)
-    # groups, raised, declined, gone (decoding); unavailable, answered, gone (probe); RayTaskError from both
+    # groups, raised, declined, ActorDiedError (decoding); unavailable, answered, gone (probe); RayTaskError from both
     assert len(kinds) == 9, kinds
     assert any(case.gone for case in cases)
 

@@ -7,17 +7,22 @@ transfers, probes, the update running) and reacts to whichever call finished fir
 :func:`~.ledger.on_generator_death` (which groups a dead generator loses, in which order they
 are asked for again) and :func:`outcome` (what Ray's answer to a call means).
 
-Ray's failures, as Ray documents them (measured with Ray 2.60: an in-flight call on a
-restartable actor raises ``ActorUnavailableError``, on one with no restart left
-``ActorDiedError``):
+Ray's failures, as Ray documents them:
 
-* ``ActorDiedError``: dead for good. The generator is dropped for the rest of the run.
-* ``ActorUnavailableError``: restarting, or a live actor cut off for a while; the controller
-  cannot tell which, so it **fences**: the generator's unreturned groups are asked for again and
+* Any ``RayActorError`` of a decoding call or a weight transfer (``ActorDiedError``: the actor
+  died under the call, or the call went to a dead actor; ``ActorUnavailableError``: restarting,
+  or a live actor cut off for a while), or a declined call (``{"restarted": 1}``: it ran on a
+  new process): a death, whether Ray will restart the actor or not. The controller **fences**:
+  the generator's unreturned groups are asked for again and
   :meth:`~.workers.GeneratorWorker.rejoin` gives it a new epoch (a new process holds nothing; a
-  live one drops what it held; calls carrying the old epoch are declined). Asked again every
-  ``REPROBE_S`` until it answers, for at most ``timeout_s``.
-* A declined call (``{"restarted": 1}``): the call ran on a new process: a death.
+  live one drops what it held; calls carrying the old epoch are declined).
+* The probe (the ``rejoin`` call) says what follows. It is sent after the death, so it meets the
+  actor's state as the GCS holds it, whatever ``timeout_ms_task_wait_for_death_info`` is: an
+  in-flight call may raise ``ActorDiedError`` for an actor Ray restarts, a probe does not
+  (``max_task_retries=0``). ``ActorDiedError``: DEAD, no restart left: the generator is
+  **gone**, out of ``down``, never probed again; the others finish the run. Any other
+  ``RayActorError`` (RESTARTING): asked again every ``REPROBE_S`` until it answers, for at most
+  ``restart_timeout_s`` (then dropped as gone).
 * ``RayTaskError`` of a transfer: a member died mid-transfer; the sync group is rebuilt.
 """
 
@@ -40,17 +45,18 @@ REPROBE_S = 0.02
 
 
 def outcome(ray: Any, f: Any, timeout: float | None = None) -> tuple[str, Any]:
-    """What a call's answer means: ``("ok", value)``, ``("gone", None)`` (Ray's ``ActorDiedError``:
-    no restart left), ``("down", None)`` (any other ``RayActorError``, that is
-    ``ActorUnavailableError``, or a call declined by a new process) or ``("broken", message)`` (the
-    method raised: a transfer broken by a member that died). ``timeout``: for a call that may not
-    have finished (Ray's ``GetTimeoutError``, a ``TimeoutError``, is let out)."""
+    """What a call's answer means: ``("ok", value)``, ``("died", None)`` (Ray's ``ActorDiedError``:
+    a death for a decoding call or a transfer; for a probe, sent after the death, no restart left),
+    ``("down", None)`` (any other ``RayActorError``, that is ``ActorUnavailableError``, or a call
+    declined by a new process) or ``("broken", message)`` (the method raised: a transfer broken by a
+    member that died). ``timeout``: for a call that may not have finished (Ray's
+    ``GetTimeoutError``, a ``TimeoutError``, is let out)."""
     from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
     try:
         value = ray.get(f, timeout=timeout)
     except ActorDiedError:
-        return "gone", None
+        return "died", None
     except RayActorError:
         return "down", None
     except RayTaskError as exc:
@@ -82,8 +88,8 @@ class SplitLoop:
         self.done: dict[int, dict[str, Any]] = {}
         self.train: list[Any] = []
         self.train_left: list[Any] = []  # the update's futures not finished yet (the loop waits on these)
-        self.down: set[int] = set()  # seen dead (or cut off) and not answered since
-        self.gone = ctl.gone  # ... and of those, the ones Ray will not restart
+        self.down: set[int] = set()  # seen dead (or cut off), probed, and not answered since
+        self.gone = ctl.gone  # the ones Ray will not restart (a probe raised ActorDiedError): not down
         self.reprobe: dict[int, float] = {}  # generator -> when to ask it again
         self.deferred: list[int] = []  # a transfer waiting for those in flight (a group must be rebuilt)
         self.room = math.ceil(cfg.n_slots / cfg.group_size) + (1 if cfg.lag_bound > 0 else 0)
@@ -92,7 +98,7 @@ class SplitLoop:
     def admit(self) -> None:
         """Deal the next groups to the idle generators holding the fewest, under the lag bound (12.1)."""
         busy = set(self.decoding.values())
-        idle = [g for g in range(self.n_gen) if g not in busy and g not in self.down]
+        idle = [g for g in range(self.n_gen) if g not in busy and g not in self.down and g not in self.gone]
         adm = admit(
             self.next_k,
             self.todo,
@@ -145,8 +151,8 @@ class SplitLoop:
             kind, out = outcome(self.ray, f)
             if kind == "ok":
                 self.take(g, out)
-            else:  # "down", "gone": it died under the call, was cut off, or a new process declined it
-                self.died(g, final=kind == "gone")
+            else:  # "down", "died": it died under the call, was cut off, or a new process declined it
+                self.died(g)  # ActorDiedError too: only the probe tells whether Ray restarts it
         elif f in self.recv:
             g, v = self.recv.pop(f)
             kind, out = outcome(self.ray, f)
@@ -157,7 +163,7 @@ class SplitLoop:
                 self.c.sync_errors.append(f"receive v{v} on generator {g}: {out}")
                 self.c.sync_members = []
             else:
-                self.died(g, final=kind == "gone")
+                self.died(g)
         elif f in self.send:
             self.send.remove(f)
             kind, out = outcome(self.ray, f)
@@ -196,19 +202,12 @@ class SplitLoop:
             if c.kill and g == 1 and grp["incarnation"] > 0 and "t_first_group" not in c.kill:
                 c.kill["t_first_group"] = time.perf_counter()
 
-    def died(self, g: int, final: bool = False) -> None:
-        """g's unreturned groups are lost and asked for again (first). ``final``: gone for the run;
-        otherwise probed (:meth:`~.workers.GeneratorWorker.rejoin`, a new epoch) until it answers."""
+    def died(self, g: int) -> None:
+        """A death (whatever Ray raised): g's unreturned groups are lost and asked for again (first),
+        and g is probed (:meth:`~.workers.GeneratorWorker.rejoin`, a new epoch); the probe's answer
+        says whether it comes back (:meth:`answered`)."""
         c = self.c
-        if final and g not in self.gone:
-            self.gone.add(g)
-            self.reprobe.pop(g, None)
-            if len(self.gone) == self.n_gen:
-                raise RuntimeError(
-                    f"every generator died for good (Ray raised ActorDiedError for {sorted(self.gone)}): "
-                    "nothing can generate; give the generators more max_restarts"
-                )
-        if g in self.down:  # already seen: its calls were dropped then
+        if g in self.down or g in self.gone:  # already seen: its calls were dropped then
             return
         death = on_generator_death(g, self.held, c.ledger.admitted, self.todo)
         for k in death.lost:
@@ -223,10 +222,21 @@ class SplitLoop:
             del self.recv[f]
         for f in [f for f, h in self.decoding.items() if h == g]:
             del self.decoding[f]
-        if not final:
-            self.probe(g)
+        self.probe(g)
         if c.kill:
             c.kill.update({"t_detect": time.perf_counter(), "lost_groups": list(death.lost)})
+
+    def drop(self, g: int) -> None:
+        """g is gone for the run (a probe raised ActorDiedError, or its restart outlasted
+        restart_timeout_s): out of ``down``, never probed again; its groups went back at its death."""
+        self.gone.add(g)
+        self.down.discard(g)
+        self.reprobe.pop(g, None)
+        if len(self.gone) == self.n_gen:
+            raise RuntimeError(
+                f"every generator died for good (Ray raised ActorDiedError for {sorted(self.gone)}): "
+                "nothing can generate; give the generators more max_restarts"
+            )
 
     def probe(self, g: int) -> None:
         self.probes[self.c.gens[g].rejoin.remote(self.inc[g] + 1)] = g  # the next epoch: old calls declined
@@ -234,18 +244,19 @@ class SplitLoop:
     def answered(self, f: Any) -> bool:
         """A probe resolved: True if g answered under its new epoch (a new process, or the same one cut
         off for a while); False if Ray said "unavailable" (asked again after REPROBE_S, for at most
-        timeout_s since the death) or "died" (final)."""
+        restart_timeout_s since the death) or "died": sent after the death, the probe meets the state
+        the GCS holds (DEAD: no restart left), so g is gone (:meth:`drop`)."""
         g, c = self.probes.pop(f), self.c
         if g in self.gone:
             return False
         kind, info = outcome(self.ray, f)
-        if kind == "gone":
-            self.died(g, final=True)
+        if kind == "died":
+            self.drop(g)
             return False
         if kind != "ok":
             if time.perf_counter() - self.down_since[g] > self.cfg.restart_timeout_s:
                 c.restart_expired.append(g)  # not back in its budget: dropped, as a final death
-                self.died(g, final=True)
+                self.drop(g)
                 return False
             c.reprobes += 1
             self.reprobe[g] = time.perf_counter() + REPROBE_S
@@ -267,7 +278,7 @@ class SplitLoop:
     def start_sync(self, version: int) -> None:
         """Send ``version`` to every live generator (engine: after a needed rebuild, once the
         transfers in flight have ended)."""
-        c, live = self.c, [g for g in range(self.n_gen) if g not in self.down]
+        c, live = self.c, [g for g in range(self.n_gen) if g not in self.down and g not in self.gone]
         if self.cfg.sync == "engine" and live != c.sync_members and (self.send or self.recv):
             self.deferred[:] = [version]
             return
@@ -329,7 +340,7 @@ class SplitLoop:
             if kind == "ok":
                 self.take(1, out)
             else:
-                self.died(1, final=kind == "gone")
+                self.died(1)  # kill_final too: the probe that follows says it is gone
 
     # ---- the end ----
     def drain(self) -> None:
@@ -346,11 +357,11 @@ class SplitLoop:
             except RayActorError:
                 pass
         self.settle()
-        while self.down - self.gone:
+        while self.down:
             c._check_deadline(self.u)
-            if time.perf_counter() - min(self.down_since[g] for g in self.down - self.gone) > 2 * cfg.restart_timeout_s:
+            if time.perf_counter() - min(self.down_since[g] for g in self.down) > 2 * cfg.restart_timeout_s:
                 raise TimeoutError(
-                    f"generators {sorted(self.down - self.gone)} were not back within 2 x restart_timeout_s of their death"
+                    f"generators {sorted(self.down)} were not back within 2 x restart_timeout_s of their death"
                 )
             for g in [g for g, at in self.reprobe.items() if at <= time.perf_counter()]:
                 del self.reprobe[g]
@@ -360,7 +371,7 @@ class SplitLoop:
                 time.sleep(wait_s)
                 continue
             ready, _ = ray.wait(list(self.probes), num_returns=1, timeout=wait_s)
-            if ready and self.answered(ready[0]) and not self.down - self.gone:
+            if ready and self.answered(ready[0]) and not self.down:
                 self.start_sync(self.u)
                 self.settle()
 

@@ -429,8 +429,10 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # - a probe **raises** `RayActorError`: the actor is still restarting ("unavailable");
 # - a probe **returns `{"incarnation": e, "was": w, ...}`**: the actor now holds epoch `e`
 #   (`w` is None for a new process, the old epoch for a live one that was cut off);
-# - a decoding call or a probe **raises `ActorDiedError`** (a `RayActorError`): the actor died
-#   with no restart left, and Ray will never restart it: a **final** death;
+# - a decoding call **raises `ActorDiedError`** (a `RayActorError`): the actor died under it;
+#   whether Ray will restart it, this error does not say: a death, as above;
+# - a probe **raises `ActorDiedError`**: sent after the death, it meets the actor's state as
+#   Ray's control store holds it: dead, no restart left. The generator is **gone**;
 # - any call **raises `RayTaskError`** (not a `RayActorError`): the method itself raised in a
 #   live actor. No process died and no epoch changed: not a death, and not the loop's to fix.
 #
@@ -456,14 +458,15 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # read its outcome. Returned groups: record each in `done` as `(g, i)`, the generator and the
 # epoch the call carried, and take it out of `in_flight[g]`. A death (raised or declined):
 # call `died(g)` once, and send a probe asking for the **next** epoch, `loop["inc"][g] + 1`,
-# recording its ref in `calls` as `("rejoin", g, e)`. A probe that raised: send another with
-# the same epoch (recorded the same way) and return: the loop goes on with everything else
-# while the actor restarts. A probe that answered: from now on `g`'s calls carry epoch `e`
+# recording its ref in `calls` as `("rejoin", g, e)`; `ActorDiedError` from a decoding call
+# is such a death. A probe that raised another `RayActorError`: send another probe with the
+# same epoch (recorded the same way) and return: the loop goes on with everything else while
+# the actor restarts. A probe that answered: from now on `g`'s calls carry epoch `e`
 # (`inc[g]`), and `g` is no longer down (the loop then sends it the current weights: not
-# your part). `ActorDiedError`, from either kind of call: call `died(g)` if `g` is not down
-# yet (its groups are lost as in any death), add `g` to `gone`, take it out of `down`, and
-# send **no** probe, now or later: it would raise `ActorDiedError` again, for ever. A
-# `RayTaskError`: let it out of `on_ready` (catch `RayActorError`, not `Exception`).
+# your part). A probe that raised `ActorDiedError`: add `g` to `gone`, take it out of `down`
+# (its `died` came at its death), and send **no** probe, now or later: each would raise
+# `ActorDiedError` again. A `RayTaskError`: let it out of `on_ready` (catch `RayActorError`,
+# not `Exception`).
 #
 # ```
 # generator 0, epoch 0: decoding 4, 6        ref 1 = ("run", 0, 0)
@@ -479,8 +482,7 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # ref 3              raises RayActorError                  a new probe ("rejoin", 2, 1) in calls
 # ref 3              {"incarnation": 1, "was": None}       inc[2] = 1; down = {}
 # ref 3              {"incarnation": 1, "was": 0}          the same (the live process, cut off, now fenced)
-# ref 2              raises ActorDiedError                 died(1): todo = [5, 7, 3]; gone = {1},
-#                                                          down = {2}; no probe
+# ref 2              raises ActorDiedError                 the same as RayActorError: a death, a probe
 # ref 3              raises ActorDiedError                 gone = {2}, down = {}; no probe, no died(2)
 # ref 2 or 3         raises RayTaskError                   on_ready lets it out
 # ```
@@ -495,10 +497,11 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # `ray.get` of another call than `ref` (waiting for a probe, say) or a `ray.wait`, a
 # `RayActorError` let out of `ray.get`, a `RayTaskError` swallowed (`except Exception`), a
 # declined call taken for a normal return, a death without `died` or without a probe, a
-# final death re-probed, not in `gone` or still `down`, a probe for the old epoch, an
-# "unavailable" probe not sent again, the new epoch not recorded, a probe not recorded in
-# `calls`, `ref` left in `calls` and groups recorded with the wrong generator or epoch are
-# named in the message. Nothing here starts Ray.
+# decoding call's `ActorDiedError` taken as final, a probe's re-probed, a gone generator not
+# in `gone` or still `down`, a probe for the old epoch, an "unavailable" probe not sent
+# again, the new epoch not recorded, a probe not recorded in `calls`, `ref` left in `calls`
+# and groups recorded with the wrong generator or epoch are named in the message. Nothing
+# here starts Ray.
 #
 # (At full size: `course_lib.capstone_ray.split_loop.SplitLoop.handle` with its `died`, `take`
 # and `answered`, and `GeneratorWorker.rejoin`, which fences.)
@@ -522,12 +525,12 @@ def on_ready(ref, ray, loop):
     method, g, epoch = loop["calls"].pop(ref)
     try:
         out = ray.get(ref)  # ray.wait returned it: it has finished, this does not block
-    except ray.exceptions.ActorDiedError:  # dead for good: Ray will not restart it
-        if g not in loop["down"]:
-            loop["died"](g)  # its groups are lost as in any death
-        loop["gone"].add(g)
-        loop["down"].discard(g)  # it will never answer a probe: none is sent
-        return
+    except ray.exceptions.ActorDiedError:
+        if method == "rejoin":  # sent after the death, it meets Ray's record: dead, no restart left
+            loop["gone"].add(g)
+            loop["down"].discard(g)  # it will never answer a probe: none is sent
+            return
+        out = None  # a decoding call: a death like any other; its probe will tell
     except ray.exceptions.RayActorError:
         out = None  # dead, restarting, or cut off: the controller cannot tell which
     # a RayTaskError (the method raised in a live actor) is not a death: it goes out of here
@@ -598,14 +601,16 @@ ray_demo = StandIn(
         "run-b": StandIn.exceptions.RayActorError("The actor died unexpectedly"),
         "probe-1": StandIn.exceptions.RayActorError("The actor is temporarily unavailable"),
         "probe-2": {"incarnation": 1, "was": None, "pid": 4242},
-        "run-c": StandIn.exceptions.ActorDiedError("The actor died: no restart left"),
+        "run-c": StandIn.exceptions.ActorDiedError("The actor died unexpectedly"),
+        "probe-3": StandIn.exceptions.ActorDiedError("The actor died: no restart left"),
     }
 )
-for ref in ("run-a", "run-b", "probe-1", "probe-2", "run-c"):
+for ref in ("run-a", "run-b", "probe-1", "probe-2", "run-c", "probe-3"):
     on_ready(ref, ray_demo, demo)
     print(f"after {ref:8s} calls={demo['calls']} todo={demo['todo']} down={demo['down']} gone={demo['gone']}")
 print("done:", demo["done"], "inc:", demo["inc"])
-assert demo["gone"] == {2} and not demo["calls"], "generator 2 died for good: gone, and never probed"
+assert demo["todo"] == [4, 1, 3] and demo["gone"] == {2} and not demo["down"], "generator 2: a death, then gone"
+assert not demo["calls"], "generator 2's probe raised ActorDiedError: never probed again"
 
 # %% tags=["exercise-check"]
 check("12_capstone_ray", "on_ready", on_ready)

@@ -45,6 +45,15 @@ CATCH = (
     "        out = None  # dead, restarting, or cut off: the controller cannot tell which\n"
 )
 FINAL = (
+    "    except ray.exceptions.ActorDiedError:\n"
+    '        if method == "rejoin":  # sent after the death, it meets Ray\'s record: dead, no restart left\n'
+    '            loop["gone"].add(g)\n'
+    '            loop["down"].discard(g)  # it will never answer a probe: none is sent\n'
+    "            return\n"
+    "        out = None  # a decoding call: a death like any other; its probe will tell\n"
+)
+#: the rule before: ActorDiedError final from either kind of call (died if not down yet, gone, no probe)
+FINAL_FROM_ANY_CALL = (
     "    except ray.exceptions.ActorDiedError:  # dead for good: Ray will not restart it\n"
     '        if g not in loop["down"]:\n'
     '            loop["died"](g)  # its groups are lost as in any death\n'
@@ -216,7 +225,8 @@ MUTANTS: list[Mutant] = [
         '    elif out is None:\n        loop["submit"]("rejoin", g, epoch)\n',
         "did not put it in loop['calls']",
     ),
-    # the final death (Ray's ActorDiedError, no restart left) and a method that raised (RayTaskError)
+    # ActorDiedError (a death from a decoding call; from a probe, no restart left) and a method that raised
+    # (RayTaskError)
     # wrong mechanism: every exception of ray.get read as a death, RayTaskError included
     Mutant(
         OR,
@@ -225,32 +235,50 @@ MUTANTS: list[Mutant] = [
         CATCH.replace("ray.exceptions.RayActorError", "Exception"),
         "swallowed a RayTaskError",
     ),
-    # wrong mechanism: ActorDiedError read as any RayActorError: the dead actor probed for ever
+    # wrong mechanism: a probe's ActorDiedError read as any RayActorError: the dead actor probed for ever
     Mutant(
-        OR, "final_death_reprobed", FINAL, "", "re-probed generator 1 after ActorDiedError: Ray will not restart it"
+        OR,
+        "final_death_reprobed",
+        FINAL,
+        "",
+        "re-probed generator 2 after its probe raised ActorDiedError",
     ),
+    # wrong mechanism (the rule before): a decoding call's ActorDiedError taken as final, with no probe,
+    # though the call that sees a death cannot tell whether Ray restarts the actor
+    Mutant(
+        OR,
+        "decoding_call_died_taken_as_final",
+        FINAL,
+        FINAL_FROM_ANY_CALL,
+        "decoding call raised ActorDiedError and it was taken as gone",
+    ),
+    # ... and the same without even the death's bookkeeping: gone at once, its groups never asked for again
     Mutant(
         OR,
         "final_death_without_died",
-        FINAL,
-        FINAL.replace(
-            '        if g not in loop["down"]:\n            loop["died"](g)  # its groups are lost as in any death\n',
-            "",
-        ),
-        "died for good (its decoding call raised ActorDiedError) but loop['died'](1) was not called",
+        '        if method == "rejoin":  # sent after',
+        "        if True:  # sent after",
+        "decoding call raised ActorDiedError and it was taken as gone",
     ),
     Mutant(
         OR,
         "final_death_left_down",
-        '        loop["down"].discard(g)  # it will never answer a probe: none is sent\n',
+        '            loop["down"].discard(g)  # it will never answer a probe: none is sent\n',
         "",
         "still in loop['down']",
     ),
     Mutant(
         OR,
+        "final_death_not_gone",
+        '            loop["gone"].add(g)\n            loop["down"].discard(g)',
+        '            loop["down"].discard(g)',
+        "not in loop['gone']",
+    ),
+    Mutant(
+        OR,
         "final_death_of_a_down_generator_died_again",
-        '        if g not in loop["down"]:\n            loop["died"](g)',
-        '        if True:\n            loop["died"](g)',
+        '            loop["gone"].add(g)\n',
+        '            loop["died"](g)\n            loop["gone"].add(g)\n',
         "was called again after generator 2's probe raised ActorDiedError",
     ),
 ]

@@ -24,8 +24,9 @@ What each exercise teaches, and how its checks see that mechanism (not only its 
 * on_ready: mechanism: read only the call ray.wait returned; a raised call or one declined by a
   process holding another epoch is a death (died + a rejoin probe for the next epoch); an unavailable
   probe is sent again for the same epoch, never waited for; the probe's answer sets the epoch later
-  calls carry; ActorDiedError (no restart left) is a final death: died once, gone, never probed;
-  RayTaskError (the method raised) is let out; observed through a stand-in for Ray that refuses a get
+  calls carry; ActorDiedError from a decoding call is a death like any other, from a probe (sent
+  after the death: Ray's record of the actor, no restart left) it makes the generator gone: out of
+  down, never probed again, no second died; RayTaskError (the method raised) is let out; observed through a stand-in for Ray that refuses a get
   of any other call, and in simulated runs with kills while decoding and while idle (some for good)
   and live generators cut off while holding groups (fenced by the rejoin).
 
@@ -41,8 +42,9 @@ once, and that every lost group is generated again by another incarnation. The o
 keyword switches that compute known slips, so a wrong answer that matches one is named.
 
 The loop's oracle reads the new state off a table of the outcomes a finished call can have
-(groups, raised, declined, unavailable, back, gone for good; a RayTaskError is let out), and a
-simulation of the loop (admission, kills, final kills, restarts, calls declined by a new process)
+(groups, raised, declined, unavailable, back, a probe's ActorDiedError: gone; a RayTaskError is let
+out), and a simulation of the loop (admission, kills, final kills seen by a decoding call and then
+its probe, restarts, calls declined by a new process)
 drives the learner's handler through them.
 
 The result types (``Placement``, ``Admission``, ``Death``) are the learner's to use (each
@@ -1265,7 +1267,8 @@ class RayActorError(Exception):
 
 class ActorDiedError(RayActorError):
     """What the stand-in's ``get`` raises for a call to an actor that died with no restart left (Ray's
-    ``ray.exceptions.ActorDiedError``, a ``RayActorError``): Ray will not restart it."""
+    ``ray.exceptions.ActorDiedError``, a ``RayActorError``). From a decoding call, a death like any
+    other; from a probe, sent after the death: Ray will not restart it."""
 
 
 class RayTaskError(Exception):
@@ -1274,8 +1277,8 @@ class RayTaskError(Exception):
 
 
 #: the stand-in's exception for each kind of failed result: ("error", message) is a RayActorError
-#: (Ray's ActorUnavailableError: restarting, or cut off), ("died", ...) an ActorDiedError (no restart
-#: left), ("task", ...) a RayTaskError (the method raised)
+#: (Ray's ActorUnavailableError: restarting, or cut off), ("died", ...) an ActorDiedError (dead; no
+#: restart left when a probe raises it), ("task", ...) a RayTaskError (the method raised)
 RAISED: dict[str, type[Exception]] = {"error": RayActorError, "died": ActorDiedError, "task": RayTaskError}
 
 
@@ -1342,7 +1345,7 @@ class LoopCase:
     done: tuple[tuple[int, tuple[int, int]], ...]
     ready: int  # the ref number ray.wait returned
     result: tuple[str, Any]  # ("value", v), or (kind, message) with kind in RAISED
-    gone: tuple[int, ...] = ()  # generators Ray will not restart (ActorDiedError seen)
+    gone: tuple[int, ...] = ()  # generators Ray will not restart (a probe raised ActorDiedError)
 
     def info(self) -> CallInfo:
         return dict(self.calls)[self.ready]
@@ -1440,13 +1443,10 @@ def naive_on_ready(case: LoopCase) -> dict[str, Any]:
     in_flight = [set(ks) for ks in case.in_flight]
     done = dict(case.done)
     declined = kind == "value" and method == "run" and bool(value.get("restarted"))
-    if kind == "died":  # dead for good, under a decoding call or a probe: no probe
-        if g not in down:  # its death not seen yet: its groups are asked for again
-            todo = sorted(in_flight[g]) + todo
-            in_flight[g] = set()
+    if method == "rejoin" and kind == "died":  # sent after the death: no restart left; no probe
         down.discard(g)
         gone.add(g)
-    elif method == "run" and (kind == "error" or declined):  # the generator died
+    elif method == "run" and (kind in ("error", "died") or declined):  # the generator died
         todo = sorted(in_flight[g]) + todo
         in_flight[g] = set()
         down.add(g)
@@ -1492,10 +1492,16 @@ def _or_step(fn: Callable[..., Any], run: LoopRun, what: str) -> bool:
                 "RayTaskError itself out (catch only ray.exceptions.RayActorError), so the run stops with the "
                 "method's own error"
             )
+        elif isinstance(exc.error, ActorDiedError) and info is not None and info[0] == "rejoin":
+            fail(
+                f"{what}: on_ready let ActorDiedError out of a probe: the generator is dead for good (no restart "
+                "left) and the run goes on without it; catch ray.exceptions.ActorDiedError (before RayActorError, "
+                "its parent)"
+            )
         elif isinstance(exc.error, ActorDiedError):
             fail(
-                f"{what}: on_ready let ActorDiedError out: the generator died for good (no restart left) and the run "
-                "goes on without it; catch ray.exceptions.ActorDiedError (before RayActorError, its parent)"
+                f"{what}: on_ready let ActorDiedError out of a decoding call: a death like any other (died, a probe "
+                "for the next epoch); catch ray.exceptions.RayActorError, its parent"
             )
         elif isinstance(exc.error, RayActorError):
             fail(
@@ -1532,47 +1538,49 @@ def _or_step(fn: Callable[..., Any], run: LoopRun, what: str) -> bool:
     return let_out
 
 
-def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], deaths: list[int]) -> str:
-    """Why the state after the learner's handler differs from the oracle's, in the learner's terms."""
+def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], deaths: list[int], stale: bool) -> str:
+    """Why the state after the learner's handler differs from the oracle's, in the learner's terms
+    (``stale``: the finished call's ref is still in ``loop['calls']``)."""
     method, g, i = case.info()
     kind, value = case.result
     declined = kind == "value" and bool(value.get("restarted"))
-    died = method == "run" and (kind == "error" or declined)
-    if (method, g, i) in got["calls"] and got["calls"].count((method, g, i)) > want["calls"].count((method, g, i)):
+    died = method == "run" and (kind in ("error", "died") or declined)
+    if stale:
         return "the finished call is still in loop['calls']: pop it, or the loop would wait on it again"
     which = "decoding call" if method == "run" else "probe"
-    if kind == "died":
-        if g not in case.down and g not in deaths:
-            return (
-                f"generator {g} died for good (its {which} raised ActorDiedError) but loop['died']({g}) was not "
-                "called: its groups in flight would never come back"
-            )
-        if g in case.down and deaths:
+    if method == "rejoin" and kind == "died":
+        if deaths:
             return (
                 f"loop['died']({deaths[0]}) was called again after generator {g}'s probe raised ActorDiedError: "
                 "its death was seen when it went down; only mark it gone"
             )
         if any(c[:2] == ("rejoin", g) for c in got["calls"]):
             return (
-                f"re-probed generator {g} after ActorDiedError: Ray will not restart it (no restart left), every "
-                "probe would raise it again; add it to loop['gone'], out of loop['down'], and send no probe"
+                f"re-probed generator {g} after its probe raised ActorDiedError: sent after the death, a probe gets "
+                "Ray's record: dead, no restart left. Into loop['gone'], out of loop['down'], no probe"
             )
         if g not in got["gone"]:
             return (
-                f"generator {g} died for good (its {which} raised ActorDiedError) but is not in loop['gone']: the "
+                f"generator {g}'s probe raised ActorDiedError (no restart left) but it is not in loop['gone']: the "
                 "loop would deal it groups again"
             )
         if g in got["down"]:
             return (
-                f"generator {g} is gone (ActorDiedError) but still in loop['down']: it will never answer a probe, "
-                "and the run would wait for it; take it out"
+                f"generator {g} is gone (its probe raised ActorDiedError) but still in loop['down']: it will never "
+                "answer a probe, and the run would wait for it; take it out"
             )
         return _first_difference(got, want)
     if set(got["gone"]) - set(want["gone"]):
         h = sorted(set(got["gone"]) - set(want["gone"]))[0]
+        if method == "run" and kind == "died" and h == g:
+            return (
+                f"generator {g}'s decoding call raised ActorDiedError and it was taken as gone: that call saw a "
+                "death, not whether Ray restarts it; died and a probe, as any death: only the probe's ActorDiedError "
+                "means gone"
+            )
         return (
-            f"generator {h} was added to loop['gone'], but only an ActorDiedError says Ray will not restart it; "
-            f"this {which} {'raised RayActorError (restarting, or cut off)' if kind == 'error' else 'answered'}"
+            f"generator {h} was added to loop['gone'], but only a probe that raises ActorDiedError says Ray will "
+            f"not restart it; this {which} {'answered' if kind == 'value' else 'raised ' + RAISED[kind].__name__}"
         )
     for h in case.gone:
         if any(c[:2] == ("rejoin", h) for c in got["calls"]):
@@ -1581,7 +1589,7 @@ def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], death
                 "send it nothing more"
             )
     if died and g not in deaths:
-        how = "raised RayActorError" if kind == "error" else "was declined by a process holding another epoch"
+        how = f"raised {RAISED[kind].__name__}" if kind in RAISED else "was declined by a process holding another epoch"
         return (
             f"generator {g} died (its decoding call {how}) but loop['died']({g}) was not called: its groups in "
             "flight would never come back"
@@ -1605,6 +1613,7 @@ def _or_explain(case: LoopCase, got: dict[str, Any], want: dict[str, Any], death
         return (
             f"after generator {g}'s death, probe it: submit('rejoin', {g}, {e}) and record the ref in loop['calls'] "
             f"as ('rejoin', {g}, {e}); its answer says when it holds the new epoch"
+            + (" (or, raising ActorDiedError, that Ray will not restart it)" if kind == "died" else "")
         )
     if method == "rejoin" and kind == "error" and ("rejoin", g, i) not in got["calls"]:
         return (
@@ -1650,16 +1659,15 @@ def _or_compare(fn: Callable[..., Any], case: LoopCase) -> None:
     if got != want or len(run.deaths) != _deaths_due(case):
         if len(run.deaths) > 1:
             fail(f"{what}: loop['died'] was called {len(run.deaths)} times for one death")
-        fail(f"{what}: {_or_explain(case, got, want, run.deaths)}")
+        fail(f"{what}: {_or_explain(case, got, want, run.deaths, run.ray.ready in run.loop['calls'])}")
 
 
 def _deaths_due(case: LoopCase) -> int:
-    """How many times the handler must call ``died``: once for a death the loop had not seen."""
-    method, g, _ = case.info()
+    """How many times the handler must call ``died``: once for a decoding call's death (raised, declined), never
+    for a probe (its generator's death was seen when it went down)."""
+    method = case.info()[0]
     kind, value = case.result
-    if kind == "died":
-        return int(g not in case.down)
-    return int(method == "run" and (kind == "error" or (kind == "value" and bool(value.get("restarted")))))
+    return int(method == "run" and (kind in ("error", "died") or (kind == "value" and bool(value.get("restarted")))))
 
 
 def worked_loop(ready: int, result: tuple[str, Any]) -> LoopCase:
@@ -1685,8 +1693,8 @@ KNOWN_LOOPS: tuple[LoopCase, ...] = (
     worked_loop(3, ("error", "unavailable: the actor is restarting")),  # still restarting
     worked_loop(3, ("value", {"incarnation": 1, "was": None, "pid": 4242})),  # a new process holds epoch 1
     worked_loop(3, ("value", {"incarnation": 1, "was": 0, "pid": 17})),  # the live process, cut off, fenced
-    worked_loop(2, ("died", "the actor died: no restart left")),  # killed for good while decoding: gone
-    worked_loop(3, ("died", "the actor died: no restart left")),  # its restart failed for good: gone
+    worked_loop(2, ("died", "the actor died unexpectedly")),  # killed while decoding: a death, a probe
+    worked_loop(3, ("died", "the actor died: no restart left")),  # its probe: no restart left: gone
     worked_loop(2, ("task", "ValueError: the method raised")),  # the method raised in a live actor: let out
     worked_loop(3, ("task", "ValueError: the method raised")),  # ... in a probe as well
 )
@@ -1744,8 +1752,9 @@ def _random_loop(rng: random.Random) -> LoopCase:
 @dataclass(eq=False)
 class _Actor:
     """A generator actor as Ray runs it: alive, restarting or dead for good (``final``: no restart
-    left, every call raises ActorDiedError), the epoch its process holds (None: a new process, told
-    nothing yet), and the groups it still holds after a reply of its was lost."""
+    left, every call raises ActorDiedError: its decoding call, then its probe), the epoch its process
+    holds (None: a new process, told nothing yet), and the groups it still holds after a reply of its
+    was lost."""
 
     epoch: int | None = 0
     alive: bool = True
@@ -1795,9 +1804,10 @@ def simulate_loop(
     A rejoin probe of a restarting actor raises ("unavailable") until its new process is up; a live
     actor answering one takes the epoch asked for and drops what it holds. ``final_kills`` generators
     (never the last one) die with no restart left (``final_while_restarting``: one already restarting,
-    so its probe raises): every call to it raises ActorDiedError from then on. Checked after each
-    call: every group comes back once, from the epoch it was sent with; at the end, every group is
-    back and no generator is left down (the gone ones out of it, never probed again)."""
+    so its probe raises): every call to it raises ActorDiedError from then on, a decoding call (a death:
+    died, a probe) and then the probe (gone). Checked after each call: every group comes back once,
+    from the epoch it was sent with; at the end, every group is back and no generator is left down
+    (the gone ones out of it, never probed again)."""
     rng = random.Random(seed)
     actors = [_Actor() for _ in range(n_gen)]
     stats = ControllerRun()
@@ -1951,7 +1961,7 @@ def simulate_loop(
             return stats
         got, want = _state(loop), naive_on_ready(case)
         if got != want or len(state.deaths) != _deaths_due(case):
-            stats.violation = f"{what}: {_or_explain(case, got, want, state.deaths)}"
+            stats.violation = f"{what}: {_or_explain(case, got, want, state.deaths, ref in loop['calls'])}"
             return stats
         for k, who in loop["done"].items():
             if done_before.get(k) == who:
@@ -1983,7 +1993,10 @@ def _stuck_reason(loop: Mapping[str, Any], actors: list[_Actor]) -> str:
     """Why a simulated run never finished, read off the loop's state."""
     for g, a in enumerate(actors):
         if a.final and g in loop["down"]:
-            return f"generator {g} died for good (ActorDiedError) but is still in loop['down']: take it out"
+            return (
+                f"generator {g} died for good (its probe raised ActorDiedError) but is still in loop['down']: "
+                "take it out, into loop['gone']"
+            )
         if a.alive and a.epoch is not None and loop["inc"][g] != a.epoch:
             return (
                 f"generator {g} holds epoch {a.epoch} but its calls still carry {loop['inc'][g]}, so it declines "
@@ -2015,8 +2028,8 @@ def loop_config(seed: int) -> dict[str, Any]:
 
 @check_case(
     "each kind of finished call: groups back, a decoding call that raised, one declined, a probe answered "
-    "'unavailable', a new process and a live one cut off answering under the new epoch, ActorDiedError (no restart "
-    "left) from a decoding call and from a probe, RayTaskError (the method raised)"
+    "'unavailable', a new process and a live one cut off answering under the new epoch, ActorDiedError from a "
+    "decoding call (a death) and from a probe (no restart left: gone), RayTaskError (the method raised)"
 )
 def _or_known(fn: Callable[..., Any]) -> None:
     for case in KNOWN_LOOPS:
@@ -2034,7 +2047,8 @@ def _or_oracle(fn: Callable[..., Any]) -> None:
 
 
 @check_case(
-    "simulated runs with a stand-in for Ray (kills while decoding and while idle, some with no restart left, live "
+    "simulated runs with a stand-in for Ray (kills while decoding and while idle, some with no restart left: a "
+    "death, then the probe raises ActorDiedError, live "
     "generators cut off while holding groups, slow restarts): every group back once, from the epoch it was sent "
     "with, every generator not gone back, a gone one never probed again, nothing blocks",
     time_limit=20.0,
@@ -2062,13 +2076,14 @@ ON_READY = Exercise(
         "a `try` that catches `ray.exceptions.ActorDiedError` first, then `ray.exceptions.RayActorError` (its "
         "parent: `except` clauses are tried in order), and nothing else, so that a `RayTaskError` goes out.",
         "A decoding call has three outcomes: groups (each is done, by the call's generator and epoch, and no longer in "
-        "flight), an exception, or an answer with `restarted` in it. The last two are the same news, a death: the "
-        "controller's `died` does the bookkeeping, and a rejoin probe goes out for the next epoch.",
-        "A probe has two outcomes. An exception means the actor is still restarting: another probe for the same "
-        "epoch goes out, recorded in `loop['calls']` like the first, and the handler returns. An answer means the "
-        "actor now holds that epoch, which every later call to it must carry; it is no longer down. "
-        "`ActorDiedError`, from either kind of call, is final: `died` if the generator is not down yet, then into "
-        "`gone`, out of `down`, and no probe.",
+        "flight), an exception (`ActorDiedError` included), or an answer with `restarted` in it. The last two are "
+        "the same news, a death: the controller's `died` does the bookkeeping, and a rejoin probe goes out for the "
+        "next epoch.",
+        "A probe has three outcomes. `ActorDiedError`: sent after the death, the probe meets Ray's record of the "
+        "actor, dead with no restart left: into `gone`, out of `down`, no probe and no second `died`. Another "
+        "exception means the actor is still restarting: another probe for the same epoch goes out, recorded in "
+        "`loop['calls']` like the first, and the handler returns. An answer means the actor now holds that epoch, "
+        "which every later call to it must carry; it is no longer down.",
     ),
 )
 
