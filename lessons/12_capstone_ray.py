@@ -227,7 +227,7 @@ for name in LAYOUTS:
 # controller waits for the batch's groups, the generators free their KV caches and the
 # trainers take the cores (the **hand-over**), the trainers update, the weights go back. On
 # GPUs the hand-over costs seconds: verl, OpenRLHF and NeMo-RL put the inference engine to
-# sleep (its KV cache and weights freed) and wake the trainer. Here it is two rounds of Ray
+# sleep (its KV cache freed, its weights offloaded or dropped) and wake the trainer. Here it is two rounds of Ray
 # calls. The loop:
 
 # %%
@@ -447,8 +447,9 @@ print(f"over the same {W} updates, sync_split and the pipeline each ran within 1
 # %% [markdown]
 # **Reading it.** On the **same** bundles the pipeline overlaps the two sides that
 # `sync_split` runs in turn, (08.10) against (08.9): the last assert is the test of overlap.
-# Its lags say which side was slower (most tokens at lag 3-4: the generators ran ahead, the
-# trainers set the pace). The controller's own time is in series with training, inside the
+# Its lags say which side was slower. Its rate sat below the trainers' side's
+# prediction: two trainers and their all-reduce share one core with the driver and Ray's own
+# processes, which (12.2) does not count. The controller's own time is in series with training, inside the
 # timed phases: the single controller's price, about 10% of this toy's 50 ms update and
 # nothing beside an LLM-RL step of tens of seconds.
 
@@ -489,7 +490,7 @@ print("both paths delivered bit-exact weights at both sizes, and both took longe
 # object store was faster in every round at 13 and 100 MB, though one run may rank them the
 # other way at 13 MB. On GPUs the object store needs a copy through host memory while
 # NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF and NeMo-RL move weights with NCCL
-# (or CUDA IPC when colocated) and use Ray only to say **when**; Ray Direct Transport (alpha
+# (or, colocated, CUDA IPC or an in-process reshard) and use Ray only to say **when**; Ray Direct Transport (alpha
 # in Ray 2.60) sends a returned tensor actor to actor.
 
 # %% [markdown]
@@ -623,11 +624,11 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # | controller loop in the notebook | `RayPPOTrainer.fit` (HybridFlow's single controller) | the PPO trainer driving Ray actor groups | `grpo_train` in the driver |
 # | placement groups per layout | `ResourcePoolManager`: colocated "hybrid engine" or split pools | `--colocate_all_models` or separate pools | cluster `RayVirtualCluster`, colocated or not |
 # | trainer worker group with its own process group | `RayWorkerGroup` of FSDP/Megatron workers (SPMD inside) | DeepSpeed actor group | `Policy` worker group (DTensor/Megatron) |
-# | weight sync over a group spanning actors | NCCL / checkpoint-engine; CUDA IPC when colocated | NCCL broadcast to vLLM engines | NCCL (non-colocated) or CUDA IPC (colocated) |
+# | weight sync over a group spanning actors | NCCL / checkpoint-engine; an in-process reshard when colocated (hybrid engine) | NCCL broadcast to vLLM engines | NCCL (non-colocated) or CUDA IPC (colocated) |
 # | max lag, admission | `staleness_threshold` (fully-async) | async training option | `max_trajectory_age_steps` |
 #
-# Names as in the projects' code at the time of writing; what carries over is the shape:
-# placement is a parameter of the driver, the heavy collectives stay inside each worker group.
+# What carries over is the shape: placement is a parameter of the driver, the heavy
+# collectives stay inside each worker group.
 
 # %% [markdown]
 # ## 8. Nothing left behind
