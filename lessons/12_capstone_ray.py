@@ -661,7 +661,7 @@ print("Ray is shut down and no process it started is left")
 # - Lesson 08's layouts are placement-group bundles plus pinning; over the same first
 #   updates each rate lay between (12.2)'s predictions at colocated's answer lengths and at
 #   its own, and the pipeline ran well ahead of `sync_split` on the same bundles.
-# - (12.1) kept every token within 4 updates of the update that consumed it.
+# - (12.1) kept every token's weights within 4 updates of the update using it.
 # - A dead or unreachable generator is fenced and probed; only a probe that raises
 #   `ActorDiedError` means no restart is left. A killed generator cost no update and a few groups of decoding,
 #   its new process returned groups before the end, and the audit (12.3) found every sample
