@@ -25,6 +25,7 @@ from run import Result
 
 ROUNDS = 3
 N_UPDATES = 120
+WINDOW = 40  # (12.2) over updates 0-39, as lesson 12 checks it
 SIZES = ((2, 64), (4, 256), (8, 512))
 
 
@@ -33,9 +34,9 @@ def measure() -> dict[str, Any]:
     from course_lib.capstone_ray import syncbench
     from course_lib.capstone_ray.cluster import start_ray, stop_ray
     from course_lib.capstone_ray.controller import RayRunConfig, run
-    from course_lib.capstone_ray.report import run_torchrun_same_task
+    from course_lib.capstone_ray.report import layout_check, run_torchrun_same_task
 
-    out: dict[str, Any] = {"arms": {}, "sync": {}, "loads": []}
+    out: dict[str, Any] = {"arms": {}, "sync": {}, "loads": [], "check": []}
     start_ray(num_cpus=2)
     try:
         for r in range(ROUNDS):
@@ -53,14 +54,23 @@ def measure() -> dict[str, Any]:
                     seed=r, n_updates=N_UPDATES
                 ),
             }
+            reports = {}
             for name, fn in arms.items():
                 out["loads"].append(os.getloadavg()[0])
-                rep = fn()
+                rep = reports[name] = fn()
                 out["arms"].setdefault(name, []).append(
                     {k: rep.get(k) for k in ("updates_per_s", "samples_per_s", "controller_overhead_ms_per_update",
                                              "lag_max", "eval_start", "eval_end")}
                     | {"audit_ok": rep["audit"]["ok"] if "audit" in rep else None}
                 )  # fmt: skip
+            c = layout_check(reports["Ray sync_colocated"], reports["Ray sync_split (max_lag 0)"],
+                             reports["Ray pipeline (max_lag 4)"], WINDOW)  # fmt: skip
+            out["check"].append(
+                {"split": c["ratio"]["sync_split"], "same_tokens": c["same_tokens"], "at_bound": c["pipeline_at_bound"],
+                 "idle": c["window"]["pipeline"]["waiting"], "tokens": c["window"]["pipeline"]["tokens"]
+                 / c["window"]["sync_colocated"]["tokens"],
+                 "pipe_train": c["window"]["pipeline"]["updates_per_s"] * c["predicted_ms"]["pipeline"]["train"] / 1e3}
+            )  # fmt: skip
             for row in syncbench.compare(sizes=SIZES, reps=5):
                 out["sync"].setdefault(f"{row['n_layers']} x {row['d_model']}", []).append(row)
     finally:
@@ -90,6 +100,17 @@ def run() -> Result:
             ", ".join(f"{x['eval_start']:.3f}->{x['eval_end']:.3f}" for x in reps),
             "exact" if all(x["audit_ok"] for x in reps if x["audit_ok"] is not None) else "FAILED",
         ])  # fmt: skip
+    chk = data["check"]
+    rows.append([
+        f"(12.2) over updates 0-{WINDOW - 1}: measured rate / predicted, sync_split | pipeline's trainers' side",
+        _cell([x["split"] for x in chk], ".2f"),
+        _cell([x["pipe_train"] for x in chk], ".2f"),
+        "-", "-",
+        "pipeline: tokens at lag 3-4 " + ", ".join(f"{x['at_bound']:.0%}" for x in chk) + "; trainers idle "
+        + ", ".join(f"{x['idle']:.0%}" for x in chk) + "; answer tokens / colocated's "
+        + ", ".join(f"{x['tokens']:.2f}" for x in chk),
+        "sync_split = colocated's tokens" if all(x["same_tokens"] for x in chk) else "tokens DIFFER",
+    ])  # fmt: skip
     for size, reps in data["sync"].items():
         rows.append([
             f"weight sync {size} ({reps[0]['mbytes']:.1f} MB): engine / object store, ms",

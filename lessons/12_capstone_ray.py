@@ -25,20 +25,19 @@
 # generator share each core and take turns) and **split** (each side has its own core).
 #
 # **Learning goals**
-# 1. Start Ray from a notebook, or join a running cluster by its address, and see where
-#    its processes listen.
-# 2. Express lesson 08's layouts as placement-group bundles, and check where every actor
-#    landed.
+# 1. Start Ray from a notebook, or join a running cluster, and see where its processes
+#    listen.
+# 2. Express lesson 08's layouts as placement-group bundles, check where every actor
+#    landed, and test lesson 08's layout model on them.
 # 3. Write a single-controller loop with futures (`ray.wait`): admission under the lag
-#    bound with each generator's own weight version, training when a batch is complete,
-#    weight sync after every update; and measure what the controller itself costs.
-# 4. Move weights from a trainer actor to generator actors two ways: lesson 09's engine over
-#    a process group that spans actors, and Ray's object store; measure both for two model
-#    sizes and say which regime each number speaks for.
+#    bound, training when a batch is complete, weight sync after every update; measure
+#    what the controller itself costs.
+# 4. Move weights to generator actors two ways, lesson 09's engine over a group spanning
+#    actors and Ray's object store, and say which regime each number speaks for.
 # 5. Read Ray's failures as Ray documents them, kill a generator mid-run, and see its new
 #    process back at work while the audit proves no sample lost or counted twice.
-# 6. Set the Ray run beside lesson 11's torchrun run on the same task and machine, and
-#    state the SPMD vs single-controller trade-off from the measurements.
+# 6. Set the run beside lesson 11's torchrun job on the same task and machine, and state
+#    the SPMD vs single-controller trade-off from the measurements.
 #
 # Builds on lesson 07 (sampler, in-flight updates, truncated-IS loss, backpressure), 08 (the
 # layouts), 09 (the weight-update engine), 10 (faults) and 11 (the same system under
@@ -113,14 +112,12 @@ DEVICE = "cpu"  # (12.2) counts cores, and lesson 11's job runs on CPUs; "auto" 
 #   t_{sync\_split} \approx 2\,t_g + 2\,t_t + t_s, \qquad
 #   2\,t_t + t_s \lesssim t_{pipeline} \lesssim \max(2\,t_g,\ 2\,t_t + t_s) \qquad (12.2)$$
 #
-# Colocated runs the phases in series with both cores (08.8); `sync_split` runs them in
-# series on one core per side, so half the machine idles (08.9); the pipeline overlaps the
-# sides (08.10), the trainers' side carrying the weight send ($t_s$). The phases are timed by
-# the controller, so they include its own time per update. Which side is slower
-# (12.2) cannot say: $t_g$ waits for the batch's **last** answer (08.7), while a pipelined
-# generator decodes other groups meanwhile, so $2t_g$ overstates its side. If the generators
-# run ahead until admission holds them, the trainers set the pace, about $2t_t + t_s$.
-# The lag histogram below says which happened.
+# Colocated runs the phases in series with both cores (08.8); `sync_split` in series on one
+# core per side, half the machine idle (08.9); the pipeline overlaps the sides (08.10), the
+# trainers' side carrying the weight send ($t_s$). The phases, timed by the controller,
+# include its own time. $2t_g$ overstates the generators' side: $t_g$ waits for the batch's
+# **last** answer (08.7), while a pipelined generator decodes other groups meanwhile. Which
+# side sets the pace, the run's lags and the trainers' idle time say.
 #
 # **The audit.** A sample is $(k, j)$: answer $j$ of group $k$; group $k$'s prompt depends only
 # on the seed and $k$. With $U$ updates of $B$ groups of $G$ answers, the trainers'
@@ -275,12 +272,14 @@ print(f"every token at lag 0 (synchronous); the audit is exact: {colo['audit']['
       "consumed once")
 
 # %% [markdown]
-# The phases are timed back to back, so they add up to each update's time; what
-# (12.2) predicts is the other two layouts, from these four numbers.
+# The phases are timed back to back, so they add up to each update's time; from them
+# (12.2) predicts the other two layouts.
 #
 # **The same placement, lag 0: `sync_split`.** Trainers on one core, generators on the
 # other, and the controller waiting for each side in turn: the run the layout model calls
-# the worst of both (08.9).
+# the worst of both (08.9). Answer $j$ of group $k$ draws its tokens from $(seed, k, j)$
+# alone (a counter-based draw, `SlotSampler.start(..., key=)`), so at lag 0 this run samples
+# exactly colocated's answers, wherever and whenever each is decoded.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -292,7 +291,10 @@ print(f"sync_split, {N_UPDATES_SYNC} updates: {ssplit['updates_per_s']:.1f} upda
 # %%
 print(f"{ssplit['config']['layout']}: {landed(ssplit)}")
 assert ssplit["lag_max"] == 0 and ssplit["audit"]["ok"]
-print("sync_split: every token at lag 0, the audit exact")
+assert [m["tokens"] for m in ssplit["metrics"]] == [m["tokens"] for m in colo["metrics"]]
+assert abs(ssplit["eval_end"] - colo["eval_end"]) < 1e-9
+print("sync_split: every token at lag 0, the audit exact; every update trained on as many answer tokens as "
+      "colocated's, and the held-out reward ended the same: the same answers, the same weights, another layout")
 
 # %% [markdown]
 # ## 4. The split layout: the pipeline, with a generator killed and restarted
@@ -300,16 +302,15 @@ print("sync_split: every token at lag 0, the audit exact")
 # In `pipeline` the trainers share bundle 0 and the generators bundle 1. The controller
 # keeps both generators decoding under (12.1), trains when a batch is complete, and sends
 # every new version while they decode. At update KILL_AT it kills generator 1 mid-decode
-# (`ray.kill(..., no_restart=False)`) and Ray restarts it (`max_restarts=1`). A call in flight
-# raises `ActorDiedError` (the process died) or `ActorUnavailableError` (it may come back: a
-# restart, or a live actor cut off for a moment). Whether Ray will restart it, a call
-# submitted afterwards tells: it raises `ActorDiedError` again only when no restart is left
-# (the generator is then dropped). A restart and a cut-off look alike, so the controller
-# **fences**: the generator's unreturned groups are
-# re-requested (exercise 3) and `rejoin` gives it a new epoch; a live process drops what it
-# held, and any call carrying the old epoch is declined. The survivor and the trainers go on.
-# The loop, and on the generator's side the fence and a weight update arriving mid-decode
-# (only the copy into the model takes the lock):
+# (`ray.kill(..., no_restart=False)`) and Ray restarts it (`max_restarts=1`). A call in
+# flight raises `ActorDiedError` (the process died) or `ActorUnavailableError` (a restart,
+# or a live actor cut off for a moment); a call submitted afterwards raises `ActorDiedError`
+# only when no restart is left (the generator is then dropped). A restart and a cut-off look
+# alike, so the controller **fences**: the generator's unreturned groups are re-requested
+# (exercise 3) and `rejoin` gives it a new epoch; a live process drops what it held, and
+# any call carrying the old epoch is declined. The loop, and on the generator's side the
+# fence and a weight update arriving mid-decode (only the copy into the model takes the
+# lock):
 
 # %%
 from course_lib.capstone_ray.workers import GeneratorWorker
@@ -391,67 +392,59 @@ print(f"updates/s with both generators up: {pipe_up_rate:.1f}; while generator 1
       f"({down_until - t_kill:.1f} s): {during / (down_until - t_kill):.1f}")
 
 # %% [markdown]
-# **Three layouts against (12.2), over the same updates.** Rates drift within a run as the
-# answers change, so every layout is measured over its first $W$ updates, the pipeline's all
-# before the kill. The colocated run's four phases, with both cores each, predict the other
-# two layouts (the pipeline's as a band, from its slower end to the trainers' side alone).
-# One thing the window cannot equalise is the answers: each run draws its own, and the
-# pipeline's come from weights up to 4 updates old. Generation and training take longer for
-# longer answers, but less than in proportion (every call has fixed costs), so each layout
-# gets two predictions: at colocated's answer lengths, and scaled to its own.
+# **Three layouts against (12.2), over the same updates.** Every layout is measured over
+# its first $W$ updates (the pipeline's all before the kill), and the colocated run's four
+# phases predict the other two. `sync_split` sampled exactly colocated's answers (asserted
+# above); the pipeline's lagged weights write other answers, of another length, so its
+# prediction scales generation and training by its answer tokens over colocated's.
+# `predict_layouts` is (12.2) in code:
+
+# %%
+from course_lib.capstone_ray.report import layout_check, predict_layouts
+
+show_source(predict_layouts)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 W = min(N_UPDATES_SYNC, KILL_AT - 5)  # updates 0 .. W-1 in every layout, all before the kill
-
-
-def window(rep_, n=W):
-    """Updates per second over updates 0..n-1 (from the first update's start), and answer tokens per update."""
-    m = rep_["metrics"][:n]
-    return n / (m[-1]["time"] - m[0]["started"]), float(np.mean([x["tokens"] for x in m]))
-
-
-def predict(layout, k=1.0):
-    """(12.2) in updates/s, generation and training scaled by k (answer length over colocated's): (low, high)."""
-    gen, train = 2 * t_g * k, 2 * t_t * k
-    if layout == "sync_split":  # (08.9): the sides in turn, one core each
-        return (1e3 / (gen + train + t_s),) * 2
-    return 1e3 / max(gen, train + t_s), 1e3 / (train + t_s)  # (08.10): the slower side .. the trainers' side
-
-
-t_g, t_h, t_t, t_s = (ph[f"phase_{k}"] for k in ("generate", "handover", "train", "sync"))
-rate = {name: window(rep_) for name, rep_ in (("sync_colocated", colo), ("sync_split", ssplit), ("pipeline", pipe))}
-tok_colo = rate["sync_colocated"][1]
-hist_w = np.sum([np.pad(m["lag_hist"], (0, 5 - len(m["lag_hist"]))) for m in pipe["metrics"][:W]], axis=0)
-fmt = lambda lo, hi: f"{lo:.1f}" if abs(hi - lo) < 0.05 else f"{lo:.1f} to {hi:.1f}"  # noqa: E731
-print(f"updates 0-{W - 1:<6} {'answer tokens':>14} {'(12.2) at colocated':>20} {'(12.2) scaled':>14} {'measured':>9}")
-bracket = {}
-for name, (u_s, tok) in rate.items():
-    if name == "sync_colocated":
-        print(f"{name:>14} {tok:>14.0f} {'(its phases)':>20} {'':>14} {u_s:>9.1f}")
-        continue
-    at_colo, scaled = predict(name), predict(name, tok / tok_colo)
-    bracket[name] = (min(scaled + at_colo), max(scaled + at_colo))
-    print(f"{name:>14} {tok:>14.0f} {fmt(*at_colo):>20} {fmt(*scaled):>14} {u_s:>9.1f}")
-print(f"pipeline: {hist_w[-2:].sum() / hist_w.sum():.0%} of these updates' tokens at lag 3-4; pipeline / colocated "
-      f"{rate['pipeline'][0] / rate['sync_colocated'][0]:.2f} in updates/s; controller "
-      f"{pipe['controller_overhead_ms_per_update']:.1f} ms per update")
+chk = layout_check(colo, ssplit, pipe, W)  # each layout's window, its prediction, the pipeline's lags
+w, pr = chk["window"], chk["predicted_ms"]
+phases = " + ".join(f"{ph[f'phase_{k}']:.0f}" for k in ("generate", "handover", "train", "sync"))
+rows = (("sync_colocated", f"phases {phases}", f"{1e3 / w['sync_colocated']['updates_per_s']:.0f}"),
+        ("sync_split", f"train {pr['sync_split']['train']:.0f} + the rest {pr['sync_split']['other']:.0f}",
+         f"train {w['sync_split']['train_ms']:.0f} + the rest {w['sync_split']['between_ms']:.0f}"),
+        ("pipeline", f"trainers {pr['pipeline']['train']:.0f}, generators {pr['pipeline']['other']:.0f}",
+         f"{1e3 / w['pipeline']['updates_per_s']:.0f}: trainers idle {w['pipeline']['waiting']:.0%} of it"))
+print(f"{f'updates 0-{W - 1}':<14} {'answer tokens':>14} {'updates/s':>10}   {'ms per update, (12.2)':<32} ms per update, measured")
+for name, predicted, measured in rows:
+    print(f"{name:<14} {w[name]['tokens']:>14.0f} {w[name]['updates_per_s']:>10.1f}   {predicted:<32} {measured}")
+r_split = w["sync_split"]["updates_per_s"] * pr["sync_split"]["update"] / 1e3
+r_pipe = w["pipeline"]["updates_per_s"] * pr["pipeline"]["train"] / 1e3
+print(f"measured rate / (12.2)'s: sync_split {r_split:.2f}, pipeline {r_pipe:.2f} (its trainers' side); pipeline: "
+      f"{chk['pipeline_at_bound']:.0%} of tokens at lag 3-4, {w['pipeline']['updates_per_s'] / w['sync_split']['updates_per_s']:.2f}x "
+      "sync_split's rate")
 
 # %%
-for name, (lo, hi) in bracket.items():
-    assert 0.85 * lo < rate[name][0] < 1.15 * hi, (name, rate[name][0], lo, hi)
-assert rate["pipeline"][0] > 1.2 * rate["sync_split"][0]
-print(f"over the same {W} updates, sync_split and the pipeline each ran within 15% of the range between their two "
-      "predictions; on the same placement the pipeline ran more than 1.2x sync_split: it overlapped the two sides")
+assert chk["pipeline_at_bound"] > 0.5 and w["pipeline"]["waiting"] < 0.25, chk
+assert 0.7 < r_split < 1.45 and 0.7 < r_pipe < 1.45, (r_split, r_pipe)
+assert w["pipeline"]["updates_per_s"] > 1.2 * w["sync_split"]["updates_per_s"]
+print("the pipeline's trainers set its pace: idle less than a quarter of the time, most tokens at lag 3-4; sync_split "
+      "and the pipeline's trainers' side each ran within 1.45x of (12.2); on the same placement the pipeline ran more "
+      "than 1.2x sync_split: it overlapped the two sides")
 
 # %% [markdown]
-# **Reading it.** On the **same** bundles the pipeline overlaps the two sides that
-# `sync_split` runs in turn, (08.10) against (08.9): the last assert is the test of overlap.
-# Its lags say which side was slower. Its rate sat below the trainers' side's
-# prediction: two trainers and their all-reduce share one core with the driver and Ray's own
-# processes, which (12.2) does not count. The controller's own time is in series with training, inside the
-# timed phases: the single controller's price, about 10% of this toy's 50 ms update and
-# nothing beside an LLM-RL step of tens of seconds.
+# **Reading it.** `sync_split` differs from colocated by the layout alone: the same
+# answers, the same weights. Each of its sides took less than twice its two-core time
+# (every call has costs that halving the cores does not double, and the idle side's core
+# runs the driver and Ray's processes meanwhile), so it beat (12.2) by the printed ratio.
+# For the pipeline, (12.2)'s maximum names the generators' side, but $2t_g$ counts the wait
+# for a batch's last answer, time a pipelined generator spends on other groups. The run
+# settles it: its trainers were hardly ever idle and most tokens sat at lag 3-4, so the
+# generators ran ahead until admission (12.1) held them, and the trainers' side set the
+# pace, close to its prediction. On the same bundles the pipeline ran well ahead of
+# `sync_split`: overlap, (08.10) against (08.9). The controller's own time is in series
+# with training, inside the timed phases: the single controller's price, about 10% of this
+# toy's 50 ms update and nothing beside an LLM-RL step of tens of seconds.
 
 # %% [markdown]
 # ## 5. Weight sync: lesson 09's engine over actors, or the object store
@@ -486,9 +479,9 @@ print("both paths delivered bit-exact weights at both sizes, and both took longe
 # %% [markdown]
 # **Which regime these numbers speak for.** On one host the object store is shared memory,
 # while the gloo engine pushes every byte through loopback TCP and checksums every bucket.
-# At 0.5 MB both are a few Ray calls of latency; in `BENCHMARKS.md`'s interleaved rounds the
-# object store was faster in every round at 13 and 100 MB, though one run may rank them the
-# other way at 13 MB. On GPUs the object store needs a copy through host memory while
+# At 0.5 MB both are a few Ray calls of latency; at 13 MB they are a few milliseconds apart
+# and trade places between runs; at 100 MB (`BENCHMARKS.md`) the object store took about
+# 0.6x the engine's time in every round. On GPUs the object store needs a copy through host memory while
 # NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF and NeMo-RL move weights with NCCL
 # (or, colocated, CUDA IPC or an in-process reshard) and use Ray only to say **when**; Ray Direct Transport (alpha
 # in Ray 2.60) sends a returned tensor actor to actor.
@@ -581,18 +574,15 @@ print("takeaway: both reach a held-out reward above their common start; the torc
       "whole job restarted and repeats the updates after its checkpoint")
 
 # %% [markdown]
-# **The trade-off, from these numbers.** Both learn: over three seeds (`BENCHMARKS.md`, 120
-# updates) each gained 0.07-0.14 in held-out reward. The first rate includes the kill and
-# restart; the second is the same updates before the kill, undisturbed, where Ray carries
-# its controller's time in series with every update and its driver and daemons on the same
-# two cores. Both move with the load of the minute; in `BENCHMARKS.md`'s interleaved rounds
-# neither orchestration was ahead in every round. What does not move
-# is what a failure costs in work: torchrun restarts all four ranks and redoes the updates
-# since its checkpoint (half an interval, 20, on average for a kill after the first); Ray
-# restarts one actor and regenerates only the groups it held (the last row). The pause row
-# flatters Ray on this machine: its survivor took the dead generator's share of the core. At four random moments of a 120-update
-# run (`BENCHMARKS.md`) torchrun paused 4.7-7.4 s and redid 18-35 updates; Ray paused at most
-# 0.27 s, redid none and regenerated 8-24 samples.
+# **The trade-off, from these numbers.** Both learn (over three seeds in `BENCHMARKS.md`,
+# each gained 0.07-0.14 in held-out reward). The rates move with the load of the minute:
+# in `BENCHMARKS.md`'s interleaved rounds neither orchestration was ahead in every round.
+# What does not move is a failure's cost in work: torchrun restarts all four ranks and
+# redoes the updates since its checkpoint (20 on average, half an interval); Ray restarts
+# one actor and regenerates only the groups it held. At four random moments of a
+# 120-update run (`BENCHMARKS.md`) torchrun paused 4.7-7.4 s and redid 18-35 updates; Ray
+# paused at most 0.27 s (flattered here: the survivor took the dead generator's share of
+# the core), redid none and regenerated 8-24 samples.
 #
 # **What the single controller buys and costs:**
 #
@@ -605,16 +595,13 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # | what you must write | a checkpoint and a resume path | a controller that knows every piece of work in flight (the ledger), and still a checkpoint for the rest |
 # | per-step overhead | none beyond the collectives | one process's calls, futures and waits, and every rollout through it by value (section 4 prints the bytes; verl's TransferQueue hands them between workers instead) |
 #
-# **What this run does not show.** It runs on one host, on CPUs with gloo. With GPUs,
-# `device="auto"` adds one to every bundle and puts the trainers' group on NCCL where each
-# trainer has its own (not run on a GPU here). Trainer 0 serves every rendezvous on its node
-# and `start_ray(address=...)` joins a running cluster. The death is seen within milliseconds because
-# Ray's `timeout_ms_task_wait_for_death_info` is set to 0 (default: up to 1 s). A member
-# dying **during** an engine transfer costs the survivors the sync group's timeout,
-# `sync_timeout_s` (5 s here; `BENCHMARKS.md` measured 4.9 s pauses): gloo cannot abort a
-# pending receive. Under NCCL the collective hangs until the watchdog's timeout, then torch's
-# default (`TORCH_NCCL_ASYNC_ERROR_HANDLING=3`) takes the process down, so production systems
-# give the weight-sync group a short timeout and a rebuild path.
+# **What this run does not show.** One host, CPUs, gloo (with GPUs, `device="auto"` puts a
+# GPU in every bundle and the trainers' group on NCCL; not run here). The death is seen
+# within milliseconds because this cluster sets `timeout_ms_task_wait_for_death_info` to 0
+# (Ray's default: up to 1 s). A member dying **during** an engine transfer costs the
+# survivors the sync group's timeout (5 s here; gloo cannot abort a pending receive); under
+# NCCL the watchdog takes the process down, so production systems give the weight-sync
+# group a short timeout and a rebuild path.
 
 # %% [markdown]
 # ## 7. Where production systems put each part
@@ -642,14 +629,15 @@ print("Ray is shut down and no process it started is left")
 # %% [markdown]
 # ## Glossary of the metrics in this lesson
 #
-# - **updates/s** (sections 3 and 4): updates per second from the first update's start to
-#   the last one's end (lesson 11's); **samples/s** is that times 32 answers. The (12.2)
-#   table counts the first $W$ updates; section 6 counts from the first update's **end**, the
-#   same way for both orchestrations.
-# - **controller's own time per update**: the loop's wall time minus its time blocked in
-#   `ray.wait` or `ray.get`, per update.
+# - **updates/s**: updates per second from the first update's start to the last one's end
+#   (section 6: from the first update's end, for both orchestrations); **samples/s** is that
+#   times 32 answers.
+# - **controller's own time per update**: the loop's wall time outside `ray.wait` and
+#   `ray.get`, per update.
 # - **phase** (colocated): generate, hand-over (caches freed, gradients dropped), train
 #   (all-reduce included), sync.
+# - **trainers' side, the rest, idle** (12.2): from submitting an update to its end; from its
+#   end to the next one's start; the share of the window with no update running.
 # - **detect / ready / first group**: from the kill to the call raising, to the new
 #   incarnation answering, to its first returned group.
 
@@ -658,16 +646,16 @@ print("Ray is shut down and no process it started is left")
 #
 # - One controller drove four placed actors; the trainers all-reduced in their own group;
 #   weights went over a group spanning actors or the object store.
-# - Lesson 08's layouts are placement-group bundles plus pinning; over the same first
-#   updates each rate lay between (12.2)'s predictions at colocated's answer lengths and at
-#   its own, and the pipeline ran well ahead of `sync_split` on the same bundles.
+# - Lesson 08's layouts are placement-group bundles plus pinning. Keyed sampling made
+#   `sync_split` train on colocated's very answers, so (12.2) was tested on the layout
+#   alone; the pipeline's trainers set its pace, and it ran well ahead of `sync_split` on
+#   the same bundles.
 # - (12.1) kept every token's weights within 4 updates of the update using it.
 # - A dead or unreachable generator is fenced and probed; only a probe that raises
-#   `ActorDiedError` means no restart is left. A killed generator cost no update and a few groups of decoding,
-#   its new process returned groups before the end, and the audit (12.3) found every sample
-#   consumed exactly once.
+#   `ActorDiedError` means no restart is left. A killed generator cost no update and a few
+#   groups; its new process returned groups before the end; the audit (12.3) was exact.
 # - Beside lesson 11's torchrun job, a failure cost one actor's restart and a few groups,
-#   against every rank restarted and the updates since the checkpoint redone. The price is a
+#   against every rank restarted and the updates since the checkpoint redone. The price: a
 #   driver that tracks all work in flight and is itself a single point of failure.
 #
 # **Exercises:** `exercises/12_capstone_ray.ipynb`: the bundles for a layout (1), one

@@ -28,6 +28,7 @@ import pytest
 from course_lib.capstone_ray.admission import Admission, admit
 from course_lib.capstone_ray.ledger import Death, Ledger, on_generator_death
 from course_lib.capstone_ray.placement import LAYOUTS, Placement, bundles_for
+from course_lib.capstone_ray.report import layout_check, predict_layouts, window
 
 # ---------------------------------------------------------------------------------------
 # bundles_for
@@ -482,3 +483,42 @@ def test_outcome_reads_rays_errors_as_ray_documents_them():
     with pytest.raises(TimeoutError):
         outcome(ray, 1, timeout=2.5)
     assert ray.timeouts == [2.5]
+
+
+def _report(rows: list[tuple[float, float, int]], lag_hist: list[int] | None = None, bound: int = 0) -> dict[str, Any]:
+    """A run report's metrics from (started, ended, tokens) per update."""
+    hist = lag_hist or [1]
+    metrics = [{"started": a, "time": b, "tokens": n, "lag_hist": hist} for a, b, n in rows]
+    return {"metrics": metrics, "lag_bound": bound}
+
+
+def test_the_window_splits_each_update_into_the_trainers_side_and_the_rest():
+    rep = _report([(0.0, 0.02, 100), (0.05, 0.07, 200), (0.10, 0.12, 300)])
+    w = window(rep, 3)
+    assert math.isclose(w["updates_per_s"], 3 / 0.12) and w["tokens"] == 200
+    assert math.isclose(w["train_ms"], 20.0) and math.isclose(w["between_ms"], 30.0)
+    assert math.isclose(w["waiting"], 0.06 / 0.12)
+    with pytest.raises(ValueError, match="logged 3"):
+        window(rep, 4)
+
+
+def test_the_layout_predictions_follow_12_2_and_scale_with_the_answers():
+    ph = {"phase_generate": 30.0, "phase_handover": 5.0, "phase_train": 15.0, "phase_sync": 6.0}
+    p = predict_layouts(ph)
+    assert p["sync_split"] == {"train": 30.0, "other": 66.0, "update": 96.0}
+    assert p["pipeline"] == {"train": 36.0, "other": 60.0, "update": 60.0}
+    q = predict_layouts(ph, tokens_ratio=2.0)
+    assert q["pipeline"]["train"] == 66.0 and q["sync_split"]["update"] == 186.0  # the sync is not scaled
+
+
+def test_the_layout_check_compares_each_layout_with_its_own_prediction():
+    ph = {"phase_generate": 30.0, "phase_handover": 5.0, "phase_train": 15.0, "phase_sync": 6.0}
+    colo = _report([(0.056 * i + 0.035, 0.056 * (i + 1), 100) for i in range(4)]) | {"phases_ms_median": ph}
+    split = _report([(0.096 * i + 0.066, 0.096 * (i + 1), 100) for i in range(4)])
+    pipe = _report([(0.036 * i, 0.036 * (i + 1), 100) for i in range(4)], lag_hist=[1, 0, 1, 2, 4], bound=4)
+    c = layout_check(colo, split, pipe, 4)
+    assert c["same_tokens"] and math.isclose(c["pipeline_at_bound"], 0.75)
+    assert math.isclose(c["ratio"]["sync_split"], 4 / (3 * 0.096 + 0.030) * 0.096)  # from the first start
+    assert math.isclose(c["window"]["pipeline"]["updates_per_s"] * c["predicted_ms"]["pipeline"]["train"] / 1e3, 1.0)
+    assert c["window"]["pipeline"]["waiting"] == 0.0
+    assert not layout_check(colo, _report([(0, 1, 100), (1, 2, 100), (2, 3, 100), (3, 4, 99)]), pipe, 4)["same_tokens"]

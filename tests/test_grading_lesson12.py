@@ -448,6 +448,15 @@ _Placement: Any = Placement
 _Admission: Any = Admission
 _Death: Any = Death
 
+
+def _sleeps_then_solves(ref, ray, loop):
+    """The solution with a pause before it: passes every state check, and would stall a real loop."""
+    import time
+
+    time.sleep(0.01)
+    return _solved("on_ready")(ref, ray, loop)
+
+
 BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
     "bundles_for": [
         (lambda layout, n_trainers=2, n_generators=2: None, "forget to `return` the Placement"),
@@ -490,6 +499,7 @@ BAD: dict[str, list[tuple[Callable[..., Any], str]]] = {
         (lambda ref, ray, loop: ray.wait(list(loop["calls"])), "called ray.wait"),
         (lambda ref, ray, loop: [ray.get(r) for r in list(loop["calls"])], "not on the call ray.wait returned"),
         (lambda ref, ray, loop: loop["calls"].pop(ref) and loop["nothing"], "raised KeyError"),
+        (_sleeps_then_solves, "called time.sleep"),
     ],
 }
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from course_lib.lm import CountdownTask, LMConfig, SlotSampler, TaskConfig, TinyLM, sequence_logprobs
+from course_lib.lm.sampler import keyed_uniforms, sample_key
 from course_lib.lm.task import EOS, PROMPT_LEN, Problem, num, teacher_forcing_batch, warm_start
 from course_lib.runtime.weights import flat_parameters
 
@@ -72,6 +73,45 @@ def test_slots_at_different_positions_do_not_interfere():
         alone.pos += 1
         busy.pos[0] += 1
         busy.pos[1] += 1
+
+
+def test_a_keyed_sequence_draws_the_same_answer_in_any_slot_beside_anything():
+    """(seed, group, answer) keys: the answer depends on its key, prompt and weights only."""
+    m = model(3)
+    problems = TASK.sample(np.random.default_rng(1), 5)
+    keys = [sample_key(7, k, 0) for k in range(5)]
+
+    def run(order: list[int], n_slots: int, noise: int) -> dict[int, list[int]]:
+        sampler = SlotSampler(m, n_slots, EOS, torch.Generator().manual_seed(noise))
+        todo, owner, out = list(order), {}, {}
+        sampler.start(n_slots - 1, Problem(30, 1).prompt)  # an unkeyed neighbour from the shared generator
+        while todo or sampler.n_active:
+            for slot in sampler.free_slots():
+                if todo:
+                    i = todo.pop()
+                    owner[slot] = i
+                    sampler.start(slot, problems[i].prompt, key=keys[i])
+            for slot in sampler.step():
+                if slot in owner:
+                    out[owner.pop(slot)] = sampler.result(slot)["tokens"].tolist()
+        return out
+
+    a, b = run([0, 1, 2, 3, 4], 3, noise=0), run([4, 2, 0, 3, 1], 6, noise=1)
+    assert a == b
+    assert len({tuple(v[PROMPT_LEN:]) for v in a.values()}) > 1  # different keys, different answers
+
+
+def test_keyed_draws_follow_the_probabilities():
+    probs = torch.tensor([[0.1, 0.6, 0.3]]).repeat(20_000, 1)
+    sampler = SlotSampler(model(0), 1, EOS)
+    sampler.keys = np.array([sample_key(1, i) for i in range(20_000)], dtype=np.int64)
+    sampler.pos = torch.zeros(20_000, dtype=torch.long)
+    freq = np.bincount(sampler._keyed_sample(probs, np.arange(20_000)).numpy(), minlength=3) / 20_000
+    assert np.allclose(freq, [0.1, 0.6, 0.3], atol=0.015), freq
+    u = keyed_uniforms(np.array([5, 5, 6], dtype=np.int64), np.array([1, 2, 1]))
+    assert len(set(u.tolist())) == 3 and ((u >= 0) & (u < 1)).all()
+    with pytest.raises(ValueError, match="sample_key"):
+        sampler.start(0, [1], key=-3)
 
 
 def test_in_flight_swap_keeps_the_cache_and_stamps_later_tokens_with_the_new_version():

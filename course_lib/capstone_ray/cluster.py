@@ -209,6 +209,11 @@ def _shutdown(deadline_s: float) -> list[tuple[int, str]]:
 def stop_ray(deadline_s: float = 15.0) -> float:
     """``ray.shutdown()``, then wait until no process Ray started is left; returns the seconds it took.
 
+    After :func:`start_ray` joined a running cluster (``address=``) this only disconnects the driver:
+    the cluster's processes are not this process's children, and its actors (this run's, with their
+    placement groups, ended by :func:`~course_lib.capstone_ray.controller.run`) are the cluster's to
+    keep.
+
     Raises:
         RuntimeError: a process Ray started was still alive ``deadline_s`` after the shutdown (it
             was killed by pid; the message names it).

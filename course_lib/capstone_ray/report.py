@@ -109,6 +109,67 @@ def heldout_vs_time(rep: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([0.0, end]), np.asarray([rep["eval_start"], rep["eval_end"]], dtype=float)
 
 
+def window(rep: Mapping[str, Any], n: int) -> dict[str, float]:
+    """Updates ``0 .. n-1`` of one run: ``updates_per_s`` (from the first update's start to the n-th one's
+    end), ``tokens`` (answer tokens per update, mean), ``train_ms`` (median time from submitting an update to
+    its end: the trainers' side), ``between_ms`` (median time from one update's end to the next one's start:
+    the rest of the loop) and ``waiting`` (share of the window with no update running)."""
+    m = rep["metrics"][:n]
+    if len(m) < n or n < 2:
+        raise ValueError(f"the window needs {n} (at least 2) updates; the run logged {len(rep['metrics'])}")
+    span = m[-1]["time"] - m[0]["started"]
+    gaps = [m[i + 1]["started"] - m[i]["time"] for i in range(n - 1)]
+    return {
+        "updates_per_s": n / span,
+        "tokens": float(np.mean([x["tokens"] for x in m])),
+        "train_ms": 1e3 * float(np.median([x["time"] - x["started"] for x in m])),
+        "between_ms": 1e3 * float(np.median(gaps)),
+        "waiting": max(0.0, float(sum(gaps))) / span,
+    }
+
+
+def predict_layouts(phases_ms: Mapping[str, float], tokens_ratio: float = 1.0) -> dict[str, dict[str, float]]:
+    """(12.2) from the colocated run's median phases (both cores per phase), in ms per update, for the
+    split placement (one core per side: generation and training take twice as long). ``tokens_ratio``
+    scales generation and training (a layout's answer tokens over colocated's; in proportion, an upper
+    estimate: every call has fixed costs).
+
+    ``sync_split``: the sides in turn (08.9): ``train`` = 2 t_t, ``other`` = 2 t_g + t_s.
+    ``pipeline``: the sides overlapped (08.10): ``train`` = the trainers' side 2 t_t + t_s, ``other`` = the
+    generators' side 2 t_g (an upper estimate: t_g waits for a batch's last answer, a pipelined generator
+    decodes other groups meanwhile); ``update`` = the slower side.
+    """
+    t_g, t_t, t_s = (phases_ms[f"phase_{k}"] for k in ("generate", "train", "sync"))
+    gen, train = 2 * t_g * tokens_ratio, 2 * t_t * tokens_ratio
+    return {
+        "sync_split": {"train": train, "other": gen + t_s, "update": train + gen + t_s},
+        "pipeline": {"train": train + t_s, "other": gen, "update": max(train + t_s, gen)},
+    }
+
+
+def layout_check(
+    colocated: Mapping[str, Any], sync_split: Mapping[str, Any], pipeline: Mapping[str, Any], n: int
+) -> dict[str, Any]:
+    """(12.2) against the runs over updates ``0 .. n-1``: each layout's :func:`window`, its prediction at
+    its own answer lengths (:func:`predict_layouts`), and for the pipeline the share of tokens at lag
+    ``bound - 1`` or ``bound`` (the generators held by admission) over the window."""
+    w = {name: window(rep, n) for name, rep in (("sync_colocated", colocated), ("sync_split", sync_split),
+                                                 ("pipeline", pipeline))}  # fmt: skip
+    tok0 = w["sync_colocated"]["tokens"]
+    pred = {name: predict_layouts(colocated["phases_ms_median"], w[name]["tokens"] / tok0)[name]
+            for name in ("sync_split", "pipeline")}  # fmt: skip
+    width = pipeline["lag_bound"] + 1
+    hist = np.sum([np.pad(m["lag_hist"], (0, width - len(m["lag_hist"]))) for m in pipeline["metrics"][:n]], axis=0)
+    return {
+        "window": w,
+        "predicted_ms": pred,
+        "ratio": {name: w[name]["updates_per_s"] * pred[name]["update"] / 1e3 for name in pred},
+        "same_tokens": [m["tokens"] for m in colocated["metrics"][:n]]
+        == [m["tokens"] for m in sync_split["metrics"][:n]],
+        "pipeline_at_bound": float(hist[-2:].sum() / hist.sum()),
+    }
+
+
 def run_torchrun_same_task(
     seed: int = 0,
     n_updates: int = 120,

@@ -483,6 +483,7 @@ class GeneratorWorker:
     # -- decoding (default group) --
     def _refill(self) -> None:
         from course_lib.capstone.generator import problem_for
+        from course_lib.lm.sampler import sample_key
 
         for slot in self.sampler.free_slots():
             if self.next_j == 0 or self.next_j == self.cfg.group_size:
@@ -495,7 +496,9 @@ class GeneratorWorker:
                     "answers": [],
                 }
                 self.issuing, self.next_j = k, 0
-            self.sampler.start(slot, self.groups[self.issuing]["problem"].prompt)
+            # answer j of group k draws from (seed, k, j) alone: the same answers in every layout at lag 0
+            key = sample_key(self.cfg.seed, self.issuing, self.next_j)
+            self.sampler.start(slot, self.groups[self.issuing]["problem"].prompt, key=key)
             self.owner[slot] = (self.issuing, self.next_j)
             self.next_j += 1
 

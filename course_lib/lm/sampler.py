@@ -15,6 +15,12 @@ Between two steps, :meth:`load_weights` may replace the model's weights:
   pass of the new weights (what a fresh start would have computed, at the price of a
   prefill of every token in flight).
 
+A sequence started with a ``key`` (:meth:`SlotSampler.start`) draws its token at position ``t``
+from a uniform that depends only on ``(key, t)`` (a counter-based draw, inverse CDF): the same
+key, prompt and weights give the same answer in any slot, beside any other sequences, in any
+process. Two runs that differ only in where and when sequences are decoded then sample the
+same answers; without a key, the sampler's ``generator`` draws.
+
 For every sampled token the sampler records the behaviour log-probability
 ``log mu(y_t | y_<t)`` under the weights (and cache) that sampled it, and the version of
 those weights (eq. 07.1 needs both).
@@ -22,11 +28,40 @@ those weights (eq. 07.1 needs both).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
 from course_lib.lm.model import TinyLM
 from course_lib.runtime.weights import load_flat_parameters
+
+_MASK64 = (1 << 64) - 1
+
+
+def sample_key(*parts: int) -> int:
+    """A sequence's sampling key from integers (seed, group, answer, ...), in [0, 2**63)."""
+    h = 0x9E3779B97F4A7C15
+    for x in parts:
+        h = _splitmix64((h ^ (int(x) & _MASK64)) & _MASK64)
+    return h >> 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def keyed_uniforms(keys: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """One uniform in [0, 1) per (key, position), the same on every machine (splitmix64 of both)."""
+    with np.errstate(over="ignore"):
+        x = keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + positions.astype(np.uint64)
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def generator_for(model: TinyLM, seed: int) -> torch.Generator:
@@ -68,6 +103,7 @@ class SlotSampler:
         self.pos = torch.zeros(n_slots, dtype=torch.long, device=device)
         self.prompt_len = torch.ones(n_slots, dtype=torch.long, device=device)
         self.active = torch.zeros(n_slots, dtype=torch.bool, device=device)
+        self.keys = np.full(n_slots, -1, dtype=np.int64)  # -1: the slot draws from ``generator``
         self.cache = model.new_cache(n_slots)
         self.swaps = 0
 
@@ -78,8 +114,11 @@ class SlotSampler:
     def n_active(self) -> int:
         return int(self.active.sum())
 
-    def start(self, slot: int, prompt: list[int]) -> None:
-        """Put a new sequence with ``prompt`` (at least one token) into the free ``slot``."""
+    def start(self, slot: int, prompt: list[int], key: int | None = None) -> None:
+        """Put a new sequence with ``prompt`` (at least one token) into the free ``slot``; with a
+        ``key`` in [0, 2**63) (:func:`sample_key`) its tokens are drawn from that key alone."""
+        if key is not None and not 0 <= key < 2**63:
+            raise ValueError(f"a sampling key must be in [0, 2**63), got {key}: make it with sample_key(...)")
         if self.active[slot]:
             raise ValueError(f"slot {slot} is still decoding; start a sequence only in a free slot")
         if not 1 <= len(prompt) < self.model.cfg.max_len:
@@ -90,6 +129,7 @@ class SlotSampler:
         self.versions[slot] = -1
         self.pos[slot] = 0
         self.prompt_len[slot] = len(prompt)
+        self.keys[slot] = -1 if key is None else key
         self.active[slot] = True
 
     @torch.no_grad()
@@ -102,7 +142,15 @@ class SlotSampler:
         rows = torch.arange(self.n_slots, device=self.device)
         logits = self.model.step(self.tokens[rows, self.pos], self.pos, self.cache)
         logp_all = F.log_softmax(logits, dim=-1)
-        sample = torch.multinomial(logp_all.exp(), 1, generator=self.generator).squeeze(1)
+        probs = logp_all.exp()
+        keyed = self.keys >= 0
+        if keyed.all():
+            sample = self._keyed_sample(probs, np.arange(self.n_slots))
+        else:
+            sample = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+            if keyed.any():
+                rows_k = np.flatnonzero(keyed)
+                sample[torch.as_tensor(rows_k, device=self.device)] = self._keyed_sample(probs, rows_k)
         nxt = self.pos + 1
         sampling = self.active & (nxt >= self.prompt_len)
         r = rows[sampling]
@@ -113,6 +161,14 @@ class SlotSampler:
         done = sampling & ((sample == self.eos) | (nxt >= self.model.cfg.max_len - 1))
         self.active &= ~done
         return [int(i) for i in torch.nonzero(done).flatten()]
+
+    def _keyed_sample(self, probs: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """Inverse-CDF draws for ``rows``, each from the uniform of its key and next position."""
+        nxt = (self.pos[torch.as_tensor(rows, device=self.device)] + 1).cpu().numpy()
+        u = torch.as_tensor(keyed_uniforms(self.keys[rows], nxt), dtype=torch.float64, device=self.device)
+        cdf = probs[torch.as_tensor(rows, device=self.device)].double().cumsum(-1)
+        idx = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
+        return idx.clamp_(max=probs.shape[-1] - 1)
 
     def result(self, slot: int) -> dict[str, torch.Tensor]:
         """The finished sequence of ``slot``, on the CPU: ``tokens`` (prompt + answer), and for

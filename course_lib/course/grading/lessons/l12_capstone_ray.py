@@ -59,6 +59,7 @@ import dataclasses
 import itertools
 import math
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -1479,6 +1480,13 @@ def _or_step(fn: Callable[..., Any], run: LoopRun, what: str) -> bool:
     info = run.loop["calls"].get(ref)
     kind, value = run.ray.result
     let_out = False
+
+    def no_sleep(*args: Any, **kwargs: Any) -> None:  # the handler runs inside the loop: a pause stops it
+        run.ray.misused = run.ray.misused or "sleep"
+        raise _Blocked("time.sleep inside on_ready blocks the loop")
+
+    real_sleep = time.sleep
+    time.sleep = no_sleep
     try:
         call(fn, ref, run.ray, run.loop)
     except LearnerError as exc:
@@ -1515,6 +1523,13 @@ def _or_step(fn: Callable[..., Any], run: LoopRun, what: str) -> bool:
             )
         else:
             raise
+    finally:
+        time.sleep = real_sleep
+    if run.ray.misused == "sleep":
+        fail(
+            f"{what}: on_ready called time.sleep: the handler runs inside the loop, so a pause stops every other "
+            "generator's results from being seen; submit the probe now (submit spaces repeated probes) and return"
+        )
     if run.ray.misused == "wait":
         fail(f"{what}: on_ready called ray.wait: waiting is the loop's job; the handler reacts to the one call given")
     if run.ray.misused:
