@@ -69,7 +69,7 @@ def measure() -> dict[str, Any]:
                 {"split": c["ratio"]["sync_split"], "same_tokens": c["same_tokens"], "at_bound": c["pipeline_at_bound"],
                  "idle": c["window"]["pipeline"]["waiting"], "tokens": c["window"]["pipeline"]["tokens"]
                  / c["window"]["sync_colocated"]["tokens"],
-                 "pipe_train": c["window"]["pipeline"]["updates_per_s"] * c["predicted_ms"]["pipeline"]["train"] / 1e3}
+                 "pipe_train": c["ratio"]["pipeline"]}
             )  # fmt: skip
             for row in syncbench.compare(sizes=SIZES, reps=5):
                 out["sync"].setdefault(f"{row['n_layers']} x {row['d_model']}", []).append(row)

@@ -28,7 +28,7 @@ import pytest
 from course_lib.capstone_ray.admission import Admission, admit
 from course_lib.capstone_ray.ledger import Death, Ledger, on_generator_death
 from course_lib.capstone_ray.placement import LAYOUTS, Placement, bundles_for
-from course_lib.capstone_ray.report import layout_check, predict_layouts, window
+from course_lib.capstone_ray.report import layout_check, phase_costs, predict_layouts, window
 
 # ---------------------------------------------------------------------------------------
 # bundles_for
@@ -502,18 +502,30 @@ def test_the_window_splits_each_update_into_the_trainers_side_and_the_rest():
         window(rep, 4)
 
 
-def test_the_layout_predictions_follow_12_2_and_scale_with_the_answers():
-    ph = {"phase_generate": 30.0, "phase_handover": 5.0, "phase_train": 15.0, "phase_sync": 6.0}
-    p = predict_layouts(ph)
+def test_the_layout_predictions_follow_12_2_and_move_with_the_answers():
+    costs = {k: {"median_ms": v, "per_token_ms": c, "tokens": 100.0}
+             for k, v, c in (("generate", 30.0, 0.2), ("handover", 5.0, 0.0), ("train", 15.0, 0.05), ("sync", 6.0, 0.0))}  # fmt: skip
+    p = predict_layouts(costs, 100.0)
     assert p["sync_split"] == {"train": 30.0, "other": 66.0, "update": 96.0}
     assert p["pipeline"] == {"train": 36.0, "other": 60.0, "update": 60.0}
-    q = predict_layouts(ph, tokens_ratio=2.0)
-    assert q["pipeline"]["train"] == 66.0 and q["sync_split"]["update"] == 186.0  # the sync is not scaled
+    q = predict_layouts(costs, 200.0)  # 100 tokens more: generation +20 ms, training +5 ms, each x2 on one core
+    assert math.isclose(q["pipeline"]["train"], 46.0) and math.isclose(q["sync_split"]["update"], 146.0)
+
+
+def test_phase_costs_fit_generation_and_training_per_token_only():
+    rows = [{"tokens": n, "phase_generate": (10 + 0.2 * n) / 1e3, "phase_train": (15 + 0.05 * n) / 1e3,
+             "phase_handover": (5 + 0.1 * n) / 1e3, "phase_sync": 0.006} for n in (100, 150, 200, 250)]  # fmt: skip
+    c = phase_costs({"metrics": rows}, 4)
+    assert math.isclose(c["generate"]["per_token_ms"], 0.2) and math.isclose(c["train"]["per_token_ms"], 0.05)
+    assert c["handover"]["per_token_ms"] == 0.0 and c["sync"]["per_token_ms"] == 0.0  # they move no answer
+    assert math.isclose(c["train"]["median_ms"], 15 + 0.05 * 175) and c["train"]["tokens"] == 175.0
 
 
 def test_the_layout_check_compares_each_layout_with_its_own_prediction():
     ph = {"phase_generate": 30.0, "phase_handover": 5.0, "phase_train": 15.0, "phase_sync": 6.0}
-    colo = _report([(0.056 * i + 0.035, 0.056 * (i + 1), 100) for i in range(4)]) | {"phases_ms_median": ph}
+    colo = _report([(0.056 * i + 0.035, 0.056 * (i + 1), 100) for i in range(4)])
+    for m in colo["metrics"]:
+        m |= {k: v / 1e3 for k, v in ph.items()}
     split = _report([(0.096 * i + 0.066, 0.096 * (i + 1), 100) for i in range(4)])
     pipe = _report([(0.036 * i, 0.036 * (i + 1), 100) for i in range(4)], lag_hist=[1, 0, 1, 2, 4], bound=4)
     c = layout_check(colo, split, pipe, 4)

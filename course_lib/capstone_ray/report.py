@@ -128,42 +128,61 @@ def window(rep: Mapping[str, Any], n: int) -> dict[str, float]:
     }
 
 
-def predict_layouts(phases_ms: Mapping[str, float], tokens_ratio: float = 1.0) -> dict[str, dict[str, float]]:
-    """(12.2) from the colocated run's median phases (both cores per phase), in ms per update, for the
-    split placement (one core per side: generation and training take twice as long). ``tokens_ratio``
-    scales generation and training (a layout's answer tokens over colocated's; in proportion, an upper
-    estimate: every call has fixed costs).
+def phase_costs(rep: Mapping[str, Any], n: int) -> dict[str, dict[str, float]]:
+    """Each colocated phase over updates ``0 .. n-1`` as its median (ms) and, for generation and training,
+    its cost per answer token (ms, the slope of a least-squares line through every update's (tokens,
+    phase); hand-over and sync move no answer: 0): ``{phase: {"median_ms", "per_token_ms", "tokens"}}``."""
+    m = rep["metrics"][:n]
+    tok = np.array([x["tokens"] for x in m], dtype=float)
+    out = {}
+    for k in ("generate", "handover", "train", "sync"):
+        ms = 1e3 * np.array([x[f"phase_{k}"] for x in m], dtype=float)
+        fit = k in ("generate", "train") and np.ptp(tok) > 0
+        slope = float(np.polyfit(tok, ms, 1)[0]) if fit else 0.0
+        out[k] = {"median_ms": float(np.median(ms)), "per_token_ms": slope, "tokens": float(tok.mean())}
+    return out
+
+
+def predict_layouts(costs: Mapping[str, Mapping[str, float]], tokens: float) -> dict[str, dict[str, float]]:
+    """(12.2) in ms per update for the split placement, at ``tokens`` answer tokens per update, from the
+    colocated run's :func:`phase_costs` (both cores per phase): each phase's median moved by its cost per
+    token times the difference in tokens, and generation and training twice as long on one core.
 
     ``sync_split``: the sides in turn (08.9): ``train`` = 2 t_t, ``other`` = 2 t_g + t_s.
     ``pipeline``: the sides overlapped (08.10): ``train`` = the trainers' side 2 t_t + t_s, ``other`` = the
     generators' side 2 t_g (an upper estimate: t_g waits for a batch's last answer, a pipelined generator
     decodes other groups meanwhile); ``update`` = the slower side.
     """
-    t_g, t_t, t_s = (phases_ms[f"phase_{k}"] for k in ("generate", "train", "sync"))
-    gen, train = 2 * t_g * tokens_ratio, 2 * t_t * tokens_ratio
+    t_g, t_t, t_s = (costs[k]["median_ms"] + costs[k]["per_token_ms"] * (tokens - costs[k]["tokens"])
+                     for k in ("generate", "train", "sync"))  # fmt: skip
     return {
-        "sync_split": {"train": train, "other": gen + t_s, "update": train + gen + t_s},
-        "pipeline": {"train": train + t_s, "other": gen, "update": max(train + t_s, gen)},
+        "sync_split": {"train": 2 * t_t, "other": 2 * t_g + t_s, "update": 2 * t_t + 2 * t_g + t_s},
+        "pipeline": {"train": 2 * t_t + t_s, "other": 2 * t_g, "update": max(2 * t_t + t_s, 2 * t_g)},
     }
 
 
 def layout_check(
     colocated: Mapping[str, Any], sync_split: Mapping[str, Any], pipeline: Mapping[str, Any], n: int
 ) -> dict[str, Any]:
-    """(12.2) against the runs over updates ``0 .. n-1``: each layout's :func:`window`, its prediction at
-    its own answer lengths (:func:`predict_layouts`), and for the pipeline the share of tokens at lag
-    ``bound - 1`` or ``bound`` (the generators held by admission) over the window."""
+    """(12.2) against the runs over updates ``0 .. n-1``: each layout's :func:`window`, the colocated
+    phases' :func:`phase_costs`, each layout's prediction at its own answer tokens
+    (:func:`predict_layouts`), measured over predicted rate (``ratio``: for the pipeline against its
+    trainers' side), whether sync_split trained on colocated's tokens update by update, and the share of
+    the pipeline's tokens at lag ``bound - 1`` or ``bound`` (the generators held by admission)."""
     w = {name: window(rep, n) for name, rep in (("sync_colocated", colocated), ("sync_split", sync_split),
                                                  ("pipeline", pipeline))}  # fmt: skip
-    tok0 = w["sync_colocated"]["tokens"]
-    pred = {name: predict_layouts(colocated["phases_ms_median"], w[name]["tokens"] / tok0)[name]
-            for name in ("sync_split", "pipeline")}  # fmt: skip
+    costs = phase_costs(colocated, n)
+    pred = {name: predict_layouts(costs, w[name]["tokens"])[name] for name in ("sync_split", "pipeline")}
     width = pipeline["lag_bound"] + 1
     hist = np.sum([np.pad(m["lag_hist"], (0, width - len(m["lag_hist"]))) for m in pipeline["metrics"][:n]], axis=0)
     return {
         "window": w,
+        "costs": costs,
         "predicted_ms": pred,
-        "ratio": {name: w[name]["updates_per_s"] * pred[name]["update"] / 1e3 for name in pred},
+        "ratio": {
+            "sync_split": w["sync_split"]["updates_per_s"] * pred["sync_split"]["update"] / 1e3,
+            "pipeline": w["pipeline"]["updates_per_s"] * pred["pipeline"]["train"] / 1e3,
+        },
         "same_tokens": [m["tokens"] for m in colocated["metrics"][:n]]
         == [m["tokens"] for m in sync_split["metrics"][:n]],
         "pipeline_at_bound": float(hist[-2:].sum() / hist.sum()),
