@@ -25,8 +25,7 @@
 # generator share each core and take turns) and **split** (each side has its own core).
 #
 # **Learning goals**
-# 1. Start Ray from a notebook, or join a running cluster, and see where its processes
-#    listen.
+# 1. Start Ray from a notebook, or join a running cluster.
 # 2. Express lesson 08's layouts as placement-group bundles, check where every actor
 #    landed, and test lesson 08's layout model on them.
 # 3. Write a single-controller loop with futures (`ray.wait`): admission under the lag
@@ -173,7 +172,7 @@ DEVICE = "cpu"  # (12.2) counts cores, and lesson 11's job runs on CPUs; "auto" 
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_lib.capstone_ray.cluster import listening_addresses, loopback_only, start_ray, stop_ray
+from course_lib.capstone_ray.cluster import death_info_wait_s, listening_addresses, loopback_only, start_ray, stop_ray
 
 load_before = os.getloadavg()[0]
 t_start = start_ray(num_cpus=2)
@@ -302,20 +301,19 @@ print("sync_split: every token at lag 0, the audit exact; every update trained o
 # In `pipeline` the trainers share bundle 0 and the generators bundle 1. The controller
 # keeps both generators decoding under (12.1), trains when a batch is complete, and sends
 # every new version while they decode. At update KILL_AT it kills generator 1 mid-decode
-# (`ray.kill(..., no_restart=False)`) and Ray restarts it (`max_restarts=1`). A call in
-# flight raises `ActorDiedError` (the process died) or `ActorUnavailableError` (a restart,
-# or a live actor cut off for a moment); a call submitted afterwards raises `ActorDiedError`
-# only when no restart is left (the generator is then dropped). A restart and a cut-off look
-# alike, so the controller **fences**: the generator's unreturned groups are re-requested
-# (exercise 3) and `rejoin` gives it a new epoch; a live process drops what it held, and
-# any call carrying the old epoch is declined. The loop, and on the generator's side the
-# fence and a weight update arriving mid-decode (only the copy into the model takes the
-# lock):
+# (`ray.kill(..., no_restart=False)`) and Ray restarts it (`max_restarts=1`). A restart and
+# a live actor cut off for a moment look alike to the caller, so the controller **fences**
+# (the pseudocode's failure rows): the generator's unreturned groups are re-requested
+# (exercise 3) and `rejoin` gives it a new epoch. The loop, the one `ray.wait` it turns
+# on, and on the generator's side the fence and a weight update arriving mid-decode (only
+# the copy into the model takes the lock):
 
 # %%
+from course_lib.capstone_ray.split_loop import SplitLoop
 from course_lib.capstone_ray.workers import GeneratorWorker
 
 show_source(Controller.run_split)
+show_source(SplitLoop.wait_one)
 show_source(GeneratorWorker.rejoin)
 show_source(GeneratorWorker.receive_weights)
 
@@ -340,7 +338,7 @@ assert not pipe["fails"], pipe["fails"]  # lag bound, exact audit, learned, a gr
 audit = pipe["audit"]
 assert pipe["lag_max"] <= 4 and audit["ok"] and audit["lost_groups"] >= 1 and audit["lost_groups_regenerated"]
 assert pipe["eval_end"] > pipe["eval_start"] + 0.03
-assert kill["new_pid"] != kill["old_pid"] and kill["detect_s"] < 0.5
+assert kill["new_pid"] != kill["old_pid"] and kill["detect_s"] < 0.5 + death_info_wait_s()  # this cluster's wait: 0
 assert kill["detect_s"] < kill["restart_ready_s"] <= kill["rejoined_s"] < 30  # back, and on the current weights
 assert len(new_groups) >= 1 and kill["first_group_s"] < pipe["metrics"][-1]["time"] - kill["at_s"]  # and it worked
 print(f"no token lagged more than 4 updates; {audit['consumed_samples']} samples consumed, each exactly once; "
@@ -424,38 +422,42 @@ for name, predicted, measured in rows:
 r_split, r_pipe = chk["ratio"]["sync_split"], chk["ratio"]["pipeline"]  # measured rate / predicted
 ss = w["sync_split"]
 overlap = (ss["train_ms"] + ss["between_ms"]) / max(ss["train_ms"], ss["between_ms"])  # sync_split's sides overlapped
-print(f"measured rate / (12.2)'s: sync_split {r_split:.2f}, pipeline {r_pipe:.2f} (its trainers' side); pipeline: "
-      f"{chk['pipeline_at_bound']:.0%} of tokens at lag 3-4")
+print(f"measured rate / (12.2)'s: sync_split {r_split:.2f}, pipeline {r_pipe:.2f} (against its trainers' side, the "
+      f"band's fast end); pipeline: {chk['pipeline_at_bound']:.0%} of these updates' tokens at lag 3-4")
 print(f"pipeline / sync_split: {w['pipeline']['updates_per_s'] / ss['updates_per_s']:.2f}x (overlapping sync_split's "
       f"two sides alone: at most {overlap:.2f}x); pipeline / colocated: "
       f"{w['pipeline']['updates_per_s'] / w['sync_colocated']['updates_per_s']:.2f}x")
 
 # %%
 assert chk["pipeline_at_bound"] > 0.5 and w["pipeline"]["waiting"] < 0.3, chk
-assert 0.9 < r_split < 1.5 and 0.7 < r_pipe < 1.1, (r_split, r_pipe)
+assert 0.9 < r_split < 1.5 and 0.7 < r_pipe < 1.3, (r_split, r_pipe)
 assert w["pipeline"]["updates_per_s"] > 1.2 * w["sync_split"]["updates_per_s"]
 print("the pipeline's trainers set its pace: idle less than 30% of the time, most tokens at lag 3-4; sync_split ran "
-      "within 0.9-1.5x of (12.2)'s rate, the pipeline within 0.7-1.1x of its trainers' side; on the same placement "
+      "within 0.9-1.5x of (12.2)'s rate, the pipeline within 0.7-1.3x of its trainers' side; on the same placement "
       "the pipeline ran more than 1.2x sync_split")
 
 # %% [markdown]
 # **Reading it.** `sync_split` differs from colocated by the layout alone: the same
-# answers, the same weights. It ran at or above (12.2)'s rate here and in every run at this
-# code (1.00-1.23x, `BENCHMARKS.md`): a side on one core took less than twice its two-core
-# time, because every call has costs that halving the cores does not double, and the idle
-# side's core runs the driver and Ray's processes meanwhile. Colocated's line says where
-# the time goes at this size: training is mostly a fixed cost per call, generation grows
-# with every token. For the pipeline, (12.2)'s maximum names the generators' side, which
-# $2t_g$ overstates; the run settles it: its trainers were seldom idle and most tokens sat
-# at lag 3-4, so the generators ran ahead until admission (12.1) held them, and the
-# trainers' side set the pace, at 0.80-1.03x its prediction over the runs at this code
-# (mostly below: with both cores busy, the driver and Ray's processes take their share
-# from the trainers).
-# Two things put the pipeline ahead of `sync_split` on the same bundles: overlap (08.10
-# against 08.9), worth at most the printed bound, and generators that never wait for a
-# batch's last answer (08.7). Against colocated, the layout one would otherwise ship, it
-# ran 1.05-1.45x in `BENCHMARKS.md`'s rounds. The controller's own time, in series with
-# training, was about 10% of this toy's 50 ms update.
+# answers, the same weights. A side on one core took less than twice its two-core time
+# (every call has costs that halving the cores does not double, and the idle side's core
+# runs the driver and Ray's processes meanwhile), so over every run at this code it ran
+# 1.00-1.23x (12.2)'s rate (`BENCHMARKS.md`, the lesson's runs included). Colocated's line
+# says where the time goes: training is mostly a fixed cost per call, generation grows with
+# every token.
+#
+# For the pipeline, (12.2)'s band runs from the trainers' side to the generators', and its
+# maximum names the generators. The run says otherwise: its trainers were idle a few percent
+# of the window and most of the window's tokens sat at lag 3-4, so the generators ran ahead
+# until admission (12.1) held them. They kept up within the trainers' measured time, well
+# under $2t_g$: that figure counts the wait for a batch's last answer (08.7), which a
+# pipelined generator spends on other groups. The pace is the band's fast end, the
+# trainers' side, which the pipeline reached at 0.80-1.03x over every run at this code
+# (mostly below: with both cores busy, the driver and Ray's processes take their share from
+# the trainers). Overlap (08.10 against 08.9) explains the lead over `sync_split` up to the
+# printed bound; the rest is the tail wait the pipeline never pays. Colocated's hand-over
+# here is 5 ms, where GPU systems pay seconds to put an engine to sleep and wake the
+# trainer, so the ratio to colocated does not transfer; verl's fully-async recipe reports
+# 2.35-2.67x over its synchronous runs on 128 GPUs, with long-tailed answers this toy lacks.
 
 # %% [markdown]
 # ## 5. Weight sync: lesson 09's engine over actors, or the object store
@@ -489,14 +491,13 @@ print("both paths delivered bit-exact weights at both sizes, and both took longe
 
 # %% [markdown]
 # **Which regime these numbers speak for.** On one host the object store is shared memory,
-# while the gloo engine pushes every byte through loopback TCP and checksums every bucket
-# (work the object store skips).
-# At 0.5 MB both are a few Ray calls of latency; at 13 MB they are a few milliseconds apart
-# and trade places between runs; at 100 MB (`BENCHMARKS.md`) the object store took
-# 0.7-0.9x the engine's time in every round. On GPUs the object store needs a copy through host memory while
-# NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF and NeMo-RL move weights with NCCL
-# (or, colocated, CUDA IPC or an in-process reshard) and use Ray only to say **when**; Ray Direct Transport (alpha
-# in Ray 2.60) sends a returned tensor actor to actor.
+# while the engine pushes every byte through loopback TCP and checksums every bucket (work
+# the object store skips). At 0.5 MB both are a few Ray calls; at 13 MB they are a few
+# milliseconds apart and trade places between runs; at 100 MB the object store took
+# 0.7-0.9x the engine's time in every `BENCHMARKS.md` round. On GPUs the object store needs
+# a copy through host memory while NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF
+# and NeMo-RL move weights with NCCL (colocated: CUDA IPC or an in-process reshard) and use
+# Ray only to say **when**.
 
 # %% [markdown]
 # ## 6. Side by side with the torchrun run
@@ -586,7 +587,7 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 
 # %% [markdown]
 # **The trade-off, from these numbers.** Both learn (over three seeds in `BENCHMARKS.md`,
-# each gained 0.06-0.14 in held-out reward). Undisturbed (the second row) the two are close
+# 120 updates without a kill, each gained 0.07-0.14 in held-out reward). Undisturbed (the second row) the two are close
 # and move with the load of the minute: torchrun was ahead in two of `BENCHMARKS.md`'s
 # three rounds (Ray at 0.93x, 1.16x and 0.93x its rate). Ray carries a controller in series
 # with every update and a driver and daemons on the same two cores; torchrun has neither. Against lesson 11's design, whose generators are ranks of

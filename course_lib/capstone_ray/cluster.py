@@ -68,6 +68,17 @@ def ray_descendants() -> list[Any]:
     return out
 
 
+#: the death-report wait (s) in the cluster this process started or joined (see :func:`death_info_wait_s`)
+_death_info_s = 1.0
+
+
+def death_info_wait_s() -> float:
+    """The longest a call to a killed actor waits for the death report before it raises, in the cluster
+    this process started (``death_info_ms``) or joined (Ray's default, 1 s, unless the cluster's own
+    start set another): what a check of the detection time may allow for."""
+    return _death_info_s
+
+
 def start_ray(
     num_cpus: int = 2,
     timeout_s: float = 60,
@@ -156,6 +167,8 @@ def start_ray(
                     kwargs["_temp_dir"] = os.path.abspath(temp_dir)
             ray.init(log_to_driver=False, logging_level=logging.ERROR, **kwargs)
             signal.setitimer(signal.ITIMER_REAL, 0)
+            global _death_info_s
+            _death_info_s = int(death_info_ms) / 1e3 if address is None else 1.0
             if fired:  # it returned, but only after a TimeoutError was raised (and swallowed) in it
                 raise TimeoutError(f"ray.init returned after timeout_s={timeout_s} s")
         except BaseException as exc:
