@@ -502,9 +502,6 @@ check("12_capstone_ray", "on_generator_death", on_generator_death)
 # again, the new epoch not recorded, a probe not recorded in `calls`, `ref` left in `calls`
 # and groups recorded with the wrong generator or epoch are named in the message. Nothing
 # here starts Ray.
-#
-# (At full size: `course_lib.capstone_ray.split_loop.SplitLoop.handle` with its `died`, `take`
-# and `answered`, and `GeneratorWorker.rejoin`, which fences.)
 
 
 # %% tags=["exercise"]
