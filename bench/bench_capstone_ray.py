@@ -69,7 +69,8 @@ def measure() -> dict[str, Any]:
                 {"split": c["ratio"]["sync_split"], "same_tokens": c["same_tokens"], "at_bound": c["pipeline_at_bound"],
                  "idle": c["window"]["pipeline"]["waiting"], "tokens": c["window"]["pipeline"]["tokens"]
                  / c["window"]["sync_colocated"]["tokens"],
-                 "pipe_train": c["ratio"]["pipeline"]}
+                 "pipe_train": c["ratio"]["pipeline"], "occ_split": c["occupancy"]["sync_split"],
+                 "occ_pipe": c["occupancy"]["pipeline"]}
             )  # fmt: skip
             for row in syncbench.compare(sizes=SIZES, reps=5):
                 out["sync"].setdefault(f"{row['n_layers']} x {row['d_model']}", []).append(row)
@@ -102,12 +103,14 @@ def run() -> Result:
         ])  # fmt: skip
     chk = data["check"]
     rows.append([
-        f"(12.2) over updates 0-{WINDOW - 1}: measured rate / predicted, sync_split | pipeline's trainers' side",
+        f"(12.2) over updates 0-{WINDOW - 1}: measured rate / predicted, sync_split | pipeline (slower side, "
+        "generators at its slot occupancy)",
         _cell([x["split"] for x in chk], ".2f"),
         _cell([x["pipe_train"] for x in chk], ".2f"),
         "-", "-",
         "pipeline: tokens at lag 3-4 " + ", ".join(f"{x['at_bound']:.0%}" for x in chk) + "; trainers idle "
-        + ", ".join(f"{x['idle']:.0%}" for x in chk) + "; answer tokens / colocated's "
+        + ", ".join(f"{x['idle']:.0%}" for x in chk) + "; slots busy, sync_split | pipeline "
+        + ", ".join(f"{x['occ_split']:.0%} | {x['occ_pipe']:.0%}" for x in chk) + "; answer tokens / colocated's "
         + ", ".join(f"{x['tokens']:.2f}" for x in chk),
         "sync_split = colocated's tokens" if all(x["same_tokens"] for x in chk) else "tokens DIFFER",
     ])  # fmt: skip

@@ -28,7 +28,7 @@ import pytest
 from course_lib.capstone_ray.admission import Admission, admit
 from course_lib.capstone_ray.ledger import Death, Ledger, on_generator_death
 from course_lib.capstone_ray.placement import LAYOUTS, Placement, bundles_for
-from course_lib.capstone_ray.report import layout_check, phase_costs, predict_layouts, window
+from course_lib.capstone_ray.report import layout_check, occupancy, phase_costs, predict_layouts, window
 
 # ---------------------------------------------------------------------------------------
 # bundles_for
@@ -534,3 +534,26 @@ def test_the_layout_check_compares_each_layout_with_its_own_prediction():
     assert math.isclose(c["window"]["pipeline"]["updates_per_s"] * c["predicted_ms"]["pipeline"]["train"] / 1e3, 1.0)
     assert c["window"]["pipeline"]["waiting"] == 0.0
     assert not layout_check(colo, _report([(0, 1, 100), (1, 2, 100), (2, 3, 100), (3, 4, 99)]), pipe, 4)["same_tokens"]
+
+
+def test_occupancy_weights_generators_by_steps_and_moves_the_pipelines_generators_side():
+    gens = [{"steps": 100, "occupancy": 0.4}, {"steps": 300, "occupancy": 0.8}, {"unavailable": "ActorDiedError"}]
+    assert math.isclose(occupancy({"generators": gens}), (40 + 240) / 400)
+    assert occupancy({"generators": []}) is None
+    window = {
+        "config": {"n_slots": 4},
+        "metrics": [{"gen_steps": 10, "gen_slot_steps": 20}, {"gen_steps": 30, "gen_slot_steps": 90}],
+    }
+    assert occupancy(window, 1) == 0.5 and occupancy(window, 2) == 0.75  # from the start to the end of update n-1
+    ph = {"phase_generate": 30.0, "phase_handover": 5.0, "phase_train": 15.0, "phase_sync": 6.0}
+    colo = _report([(0.056 * i + 0.035, 0.056 * (i + 1), 100) for i in range(4)])
+    for m in colo["metrics"]:
+        m |= {k: v / 1e3 for k, v in ph.items()}
+    colo["generators"] = [{"steps": 10, "occupancy": 0.4}]
+    split = _report([(0.096 * i + 0.066, 0.096 * (i + 1), 100) for i in range(4)])
+    pipe = _report([(0.04 * i, 0.04 * (i + 1), 100) for i in range(4)], lag_hist=[0, 0, 0, 1, 1], bound=4)
+    pipe["generators"] = [{"steps": 10, "occupancy": 0.6}]
+    c = layout_check(colo, split, pipe, 4)
+    p = c["predicted_ms"]["pipeline"]
+    assert math.isclose(p["other_at_occupancy"], 60.0 * 0.4 / 0.6) and p["update_at_occupancy"] == 40.0
+    assert math.isclose(c["ratio"]["pipeline"], 1.0)  # 25 updates/s against max(36, 40) ms

@@ -42,6 +42,7 @@ import io
 import os
 import pickle
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,6 +192,7 @@ class Controller:
         self.reprobes = 0  # "are you back?" calls a restarting generator answered "unavailable"
         self.sync_errors: list[str] = []
         self.train_started: dict[int, float] = {}
+        self.gen_steps = self.gen_slot_steps = 0  # decoding steps and busy slots over them, all generators
         self.group_builds: list[int] = []
         self.sync_members: list[int] = []
         self.actors: list[dict[str, Any]] = []
@@ -378,6 +380,8 @@ class Controller:
                 "lag_hist": hist.tolist(),
                 "ess": w * w / (n_tok * w2),
                 "train_s": max(r["seconds"] for r in results),
+                "gen_steps": self.gen_steps,  # running totals: a window's slot occupancy
+                "gen_slot_steps": self.gen_slot_steps,
                 "allreduce_s": max(r["allreduce_s"] for r in results),
             }
         )
@@ -403,6 +407,11 @@ class Controller:
         self.blocked_s += time.perf_counter() - t0
         return out
 
+    def count_steps(self, out: Mapping[str, Any]) -> None:
+        """A decoding call's steps and busy slots, summed (each update's record keeps the running totals)."""
+        self.gen_steps += int(out.get("steps", 0))
+        self.gen_slot_steps += int(out.get("slot_steps", 0))
+
     def _returned(self, grp: dict[str, Any]) -> None:
         self.ledger.returned_by(grp["k"], (grp["gen"], grp["incarnation"]))
 
@@ -424,6 +433,7 @@ class Controller:
                 futs.append(g.run.remote(mine, until_done=True))
             groups = {}
             for out in self._get(futs):
+                self.count_steps(out)
                 for grp in out["groups"]:
                     self._returned(grp)
                     groups[grp["k"]] = grp

@@ -128,6 +128,20 @@ def window(rep: Mapping[str, Any], n: int) -> dict[str, float]:
     }
 
 
+def occupancy(rep: Mapping[str, Any], n: int | None = None) -> float | None:
+    """The share of the generators' slots busy over their decoding steps: a step costs the same however
+    many slots are busy, so 1/occupancy is the price of waiting for a batch's last answers. With ``n``:
+    from the run's start to the end of update ``n - 1`` (the running totals each update records);
+    without: over the whole run, every generator that reported, weighted by its steps."""
+    m = rep.get("metrics", [])
+    if n is not None and len(m) >= n and m[n - 1].get("gen_steps"):
+        return m[n - 1]["gen_slot_steps"] / (m[n - 1]["gen_steps"] * rep["config"]["n_slots"])
+    gens = [g for g in rep.get("generators", []) if g.get("steps")]
+    if not gens:
+        return None
+    return sum(g["occupancy"] * g["steps"] for g in gens) / sum(g["steps"] for g in gens)
+
+
 def phase_costs(rep: Mapping[str, Any], n: int) -> dict[str, dict[str, float]]:
     """Each colocated phase over updates ``0 .. n-1`` as its median (ms) and, for generation and training,
     its cost per answer token (ms, the slope of a least-squares line through every update's (tokens,
@@ -166,13 +180,19 @@ def layout_check(
 ) -> dict[str, Any]:
     """(12.2) against the runs over updates ``0 .. n-1``: each layout's :func:`window`, the colocated
     phases' :func:`phase_costs`, each layout's prediction at its own answer tokens
-    (:func:`predict_layouts`), measured over predicted rate (``ratio``: for the pipeline against its
-    trainers' side), whether sync_split trained on colocated's tokens update by update, and the share of
+    (:func:`predict_layouts`; for the pipeline also its generators' side at its own slot
+    :func:`occupancy`), measured over predicted rate (``ratio``: for the pipeline against the slower side
+    at its occupancy when the runs report it), whether sync_split trained on colocated's tokens update by update, and the share of
     the pipeline's tokens at lag ``bound - 1`` or ``bound`` (the generators held by admission)."""
     w = {name: window(rep, n) for name, rep in (("sync_colocated", colocated), ("sync_split", sync_split),
                                                  ("pipeline", pipeline))}  # fmt: skip
     costs = phase_costs(colocated, n)
     pred = {name: predict_layouts(costs, w[name]["tokens"])[name] for name in ("sync_split", "pipeline")}
+    occ = {"sync_colocated": occupancy(colocated, n), "sync_split": occupancy(sync_split, n),
+           "pipeline": occupancy(pipeline, n)}  # fmt: skip
+    if occ["sync_colocated"] and occ["pipeline"]:  # the generators' side at the pipeline's own occupancy
+        gen = pred["pipeline"]["other"] * occ["sync_colocated"] / occ["pipeline"]
+        pred["pipeline"] |= {"other_at_occupancy": gen, "update_at_occupancy": max(pred["pipeline"]["train"], gen)}
     width = pipeline["lag_bound"] + 1
     hist = np.sum([np.pad(m["lag_hist"], (0, width - len(m["lag_hist"]))) for m in pipeline["metrics"][:n]], axis=0)
     return {
@@ -181,8 +201,11 @@ def layout_check(
         "predicted_ms": pred,
         "ratio": {
             "sync_split": w["sync_split"]["updates_per_s"] * pred["sync_split"]["update"] / 1e3,
-            "pipeline": w["pipeline"]["updates_per_s"] * pred["pipeline"]["train"] / 1e3,
+            "pipeline": w["pipeline"]["updates_per_s"]
+            * pred["pipeline"].get("update_at_occupancy", pred["pipeline"]["update"])
+            / 1e3,
         },
+        "occupancy": occ,
         "same_tokens": [m["tokens"] for m in colocated["metrics"][:n]]
         == [m["tokens"] for m in sync_split["metrics"][:n]],
         "pipeline_at_bound": float(hist[-2:].sum() / hist.sum()),

@@ -194,6 +194,7 @@ class SplitLoop:
         """The groups a decoding call returned."""
         c = self.c
         c.decode_calls += 1
+        c.count_steps(out)
         for grp in out["groups"]:
             c.returns.append((time.perf_counter() - c.t0, g, grp["incarnation"], grp["k"]))
             c._returned(grp)

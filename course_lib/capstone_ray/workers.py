@@ -370,6 +370,8 @@ class GeneratorWorker:
         self.receiver: Any = None
         self.tokens = 0
         self.busy_s = 0.0
+        self.steps = 0  # decoding steps taken, and busy slots summed over them (occupancy)
+        self.slot_steps = 0
         self.swaps_in_flight = 0
         self._torch = torch
 
@@ -540,15 +542,18 @@ class GeneratorWorker:
         assert self.sampler.version >= 0, "no weights yet"
         self.queue.extend(admit)
         done: list[dict[str, Any]] = []
-        steps = 0
+        steps, slot_steps0 = 0, self.slot_steps
         t0 = time.perf_counter()
         while until_done or steps < self.cfg.chunk_steps:
             self._refill()
-            if self.sampler.n_active == 0:
+            active = self.sampler.n_active
+            if active == 0:
                 break
             with self.lock:
                 finished = self.sampler.step()
             steps += 1
+            self.steps += 1
+            self.slot_steps += active  # a step costs the same however many slots are busy
             for slot in finished:
                 g = self._finish(slot)
                 if g is not None:
@@ -559,6 +564,7 @@ class GeneratorWorker:
         return {
             "groups": done,
             "steps": steps,
+            "slot_steps": self.slot_steps - slot_steps0,
             "seconds": time.perf_counter() - t0,
             "active": self.sampler.n_active,
             "queued": len(self.queue),
@@ -583,6 +589,8 @@ class GeneratorWorker:
         return {
             "tokens": self.tokens,
             "busy_s": self.busy_s,
+            "steps": self.steps,
+            "occupancy": self.slot_steps / (self.steps * self.cfg.n_slots) if self.steps else None,
             "swaps": self.sampler.swaps,
             "swaps_in_flight": self.swaps_in_flight,
             "incarnation": self.incarnation,
