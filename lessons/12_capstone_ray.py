@@ -448,20 +448,21 @@ print("the pipeline's trainers were idle less than 30% of the time, most tokens 
 # answers, the same weights. Colocated's line says where the time goes: training is mostly a fixed cost per call,
 # generation grows with every token.
 #
-# The occupancy line explains the pipeline. A decoding step costs the same however many
-# slots are busy, and in the lock-step layouts many steps run for a batch's last answers
-# (08.7), so fewer than half the slots are busy on average. The pipeline refills freed
-# slots with the next groups: its generators need fewer steps for the same tokens, and their
-# side, $2t_g$, shrinks by the ratio of occupancies to near the trainers'. The sides nearly
-# balance: the trainers were seldom idle and most tokens sat at lag 3-4 (the generators
-# ahead until admission (12.1) held them). Both split layouts came within the printed ratios
-# of (12.2) (`BENCHMARKS.md`: 1.05-1.27x for `sync_split`, 0.86-1.17x for the pipeline);
-# `sync_split` beats it because a side on one core took less than twice its two-core time
-# (per-call costs do not double, and the idle side's core also runs the driver). The pipeline's lead over `sync_split` has two measured parts: overlap (at most the
-# printed bound) and the occupancy gain. Colocated's hand-over here is 5 ms, where GPU systems pay seconds to put
-# an engine to sleep and wake the trainer, so the ratio to colocated does not transfer;
-# verl's fully-async recipe reports 2.35-2.67x on 128 GPUs, with long-tailed answers and
-# partial rollouts this toy lacks.
+# For the pipeline, (12.2) as written misses: its slower side, $2t_g$, is far above the
+# measured time per update, which sits near or below even the trainers' side. The occupancy
+# line explains the miss after the fact. In the lock-step layouts
+# many decoding steps run for a batch's last answers (08.7), so fewer than half the slots are
+# busy on average; the pipeline refills freed slots with the next groups, so its generators
+# need fewer steps for the same tokens (a batched step costs about the same however many
+# slots are busy). Rescaled by the measured occupancies,
+# their side comes down to near the trainers'. The sides then nearly balance, as the run
+# shows: the trainers were seldom idle and most tokens sat at lag 3-4 (the generators ahead
+# until admission (12.1) held them). `sync_split` beat (12.2): a side on one core took less
+# than twice its two-core time (per-call costs do not double). The pipeline's lead over `sync_split` has two measured parts:
+# overlap (at most the printed bound) and the occupancy gain. Colocated's hand-over here is
+# 5 ms, where GPU systems pay seconds to put an engine to sleep and wake the trainer, so the
+# ratio to colocated does not transfer; verl's fully-async recipe reports 2.35-2.67x on 128
+# GPUs, with long-tailed answers and partial rollouts this toy lacks.
 
 # %% [markdown]
 # ## 5. Weight sync: lesson 09's engine over actors, or the object store
@@ -498,7 +499,7 @@ print("both paths delivered bit-exact weights at every size; at 100 MB the objec
 # while the engine pushes every byte through loopback TCP and checksums every bucket (work
 # the object store skips). At 0.5 MB both are a few Ray calls; at 13 MB they are a few
 # milliseconds apart and trade places between runs; at 100 MB the copy dominates and the
-# object store is faster (0.5-0.9x the engine's time in every `BENCHMARKS.md` round). On GPUs the object store needs
+# object store is faster (the engine took 1.1-1.9x its time in every `BENCHMARKS.md` round). On GPUs the object store needs
 # a copy through host memory while NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF
 # and NeMo-RL move weights with NCCL (colocated: CUDA IPC or an in-process reshard) and use
 # Ray only to say **when**.
@@ -590,16 +591,17 @@ print("takeaway: both reach a held-out reward above their common start; the torc
       "whole job restarted and repeats the updates after its checkpoint")
 
 # %% [markdown]
-# **The trade-off, from these numbers.** Both learn (over three seeds in `BENCHMARKS.md`,
-# 120 updates without a kill, each gained 0.076-0.101 in held-out reward). Undisturbed (the second row) neither
-# led in every `BENCHMARKS.md` round. Ray carries its
+# **The trade-off, from these numbers.** Both learn. Over three 120-update seeds in
+# `BENCHMARKS.md` the torchrun job gained more held-out reward than the Ray pipeline in
+# each (0.094-0.101 against 0.076-0.088): per update, lagged weights learned less; one run
+# does not separate them, and updates/s is not reward per second. Undisturbed (the second row) neither led in every `BENCHMARKS.md` round. Ray carries its
 # controller's printed milliseconds in series with every update and a driver and daemons
 # on the same two cores; torchrun has neither. Against lesson 11's design, whose generators are ranks of
 # the trainers' job, a failure costs torchrun all four ranks and the updates since its
 # checkpoint (20 on average, half an interval); Ray restarts one actor and regenerates only
-# the groups it held. Its new process took as long as torchrun's whole job to start, or
-# longer (both import torch on the same loaded cores); what differs is that nothing waited
-# for it. At four random moments of a 120-update run (`BENCHMARKS.md`) torchrun paused 4.8-7.5 s
+# the groups it held. Its new process took seconds to start, like torchrun's whole job (both
+# import torch on loaded cores); what differs is that nothing waited for it. Killed at four
+# other moments of a 120-update run (`BENCHMARKS.md`, updates 34-98), torchrun paused 4.8-7.5 s
 # and redid 18-35 updates; Ray paused at most 0.25 s (flattered here: the survivor took the
 # dead generator's share of the core), redid none and regenerated 8-24 samples.
 #
@@ -618,8 +620,7 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # GPU in every bundle and the trainers' group on NCCL; not run here). Deaths are seen in
 # milliseconds because this cluster sets `timeout_ms_task_wait_for_death_info` to 0 (Ray's
 # default: up to 1 s). A death **during** an engine transfer costs the survivors the sync
-# group's timeout (5 s; gloo cannot abort a pending receive); NCCL's watchdog would take
-# the process down: give the weight-sync group a short timeout and a rebuild path.
+# group's timeout (5 s; gloo cannot abort a pending receive).
 
 # %% [markdown]
 # ## 7. Where production systems put each part
@@ -648,8 +649,7 @@ print("Ray is shut down and no process it started is left")
 # ## Glossary of the metrics in this lesson
 #
 # - **updates/s**: updates per second from the first update's start to the last one's end
-#   (section 6: from the first update's end, for both orchestrations); **samples/s** is that
-#   times 32 answers.
+#   (section 6: from its end); **samples/s** is that times 32 answers.
 # - **controller's own time per update**: the loop's wall time outside `ray.wait` and
 #   `ray.get`, per update.
 # - **phase** (colocated): generate, hand-over (caches freed, gradients dropped), train
