@@ -32,12 +32,11 @@
 #    bound, training when a batch is complete, weight sync after every update; measure
 #    what the controller itself costs.
 # 4. Move weights to generator actors two ways, lesson 09's engine over a group spanning
-#    actors and Ray's object store, at three model sizes, and say which regime each number
-#    speaks for.
+#    actors and Ray's object store, and say which regime each number speaks for.
 # 5. Read Ray's failures as Ray documents them, kill a generator mid-run, and see its new
 #    process back at work while the audit proves no sample lost or counted twice.
 # 6. Set the run beside lesson 11's torchrun job on the same task and machine, and state
-#    the SPMD vs single-controller trade-off from the measurements.
+#    the trade-off from the measurements.
 #
 # Builds on lesson 07 (sampler, in-flight updates, truncated-IS loss, backpressure), 08 (the
 # layouts), 09 (the weight-update engine), 10 (faults) and 11 (the same system under
@@ -459,9 +458,9 @@ print("the pipeline's trainers were idle less than 30% of the time, most tokens 
 # shows: the trainers were seldom idle and most tokens sat at lag 3-4 (the generators ahead
 # until admission (12.1) held them). `sync_split` beat (12.2): a side on one core took less
 # than twice its two-core time (per-call costs do not double). The pipeline's lead over `sync_split` has two measured parts:
-# overlap (at most the printed bound) and the occupancy gain. Colocated's hand-over here is
-# 5 ms, where GPU systems pay seconds to put an engine to sleep and wake the trainer, so the
-# ratio to colocated does not transfer; verl's fully-async recipe reports 2.35-2.67x on 128
+# overlap (at most the printed bound) and the occupancy gain. Colocated's 5 ms hand-over
+# takes seconds on GPUs (an engine put to sleep, the trainer woken), so the ratio to
+# colocated does not transfer; verl's fully-async recipe reports 2.35-2.67x on 128
 # GPUs, with long-tailed answers and partial rollouts this toy lacks.
 
 # %% [markdown]
@@ -502,7 +501,8 @@ print("both paths delivered bit-exact weights at every size; at 100 MB the objec
 # object store is faster (the engine took 1.1-1.9x its time in every `BENCHMARKS.md` round). On GPUs the object store needs
 # a copy through host memory while NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF
 # and NeMo-RL move weights with NCCL (colocated: CUDA IPC or an in-process reshard) and use
-# Ray only to say **when**.
+# Ray only to say **when** (Ray Direct Transport, alpha in Ray 2.60, sends GPU tensors
+# between actors over NCCL).
 
 # %% [markdown]
 # ## 6. Side by side with the torchrun run
@@ -593,8 +593,8 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # %% [markdown]
 # **The trade-off, from these numbers.** Both learn. Over three 120-update seeds in
 # `BENCHMARKS.md` the torchrun job gained more held-out reward than the Ray pipeline in
-# each (0.094-0.101 against 0.076-0.088): per update, lagged weights learned less; one run
-# does not separate them, and updates/s is not reward per second. Undisturbed (the second row) neither led in every `BENCHMARKS.md` round. Ray carries its
+# each (0.094-0.101 against 0.076-0.088); this longer run shows the opposite order, so what
+# they learn is not separated here, and updates/s is not reward per second. Undisturbed (the second row) neither led in every `BENCHMARKS.md` round. Ray carries its
 # controller's printed milliseconds in series with every update and a driver and daemons
 # on the same two cores; torchrun has neither. Against lesson 11's design, whose generators are ranks of
 # the trainers' job, a failure costs torchrun all four ranks and the updates since its
@@ -616,11 +616,10 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # | what you must write | a checkpoint and a resume path | a controller that knows every piece of work in flight (the ledger), and still a checkpoint for the rest |
 # | per-step overhead | none beyond the collectives | one process's calls, futures and waits, and every rollout through it by value (section 4 prints the bytes; verl's TransferQueue hands them between workers instead) |
 #
-# **What this run does not show.** One host, CPUs, gloo (with GPUs, `device="auto"` puts a
-# GPU in every bundle and the trainers' group on NCCL; not run here). Deaths are seen in
-# milliseconds because this cluster sets `timeout_ms_task_wait_for_death_info` to 0 (Ray's
-# default: up to 1 s). A death **during** an engine transfer costs the survivors the sync
-# group's timeout (5 s; gloo cannot abort a pending receive).
+# **What this run does not show.** One host, CPUs, gloo (`device="auto"` puts a GPU in
+# every bundle and the trainers' group on NCCL; never run on a GPU). Deaths are seen in
+# milliseconds: this cluster sets `timeout_ms_task_wait_for_death_info` to 0 (default 1 s). A death during an engine transfer costs the survivors the sync
+# group's 5 s timeout (`BENCHMARKS.md`'s fault table).
 
 # %% [markdown]
 # ## 7. Where production systems put each part
@@ -665,8 +664,8 @@ print("Ray is shut down and no process it started is left")
 #
 # - One controller drove four placed actors in lesson 08's layouts (bundles plus pinning).
 #   Keyed sampling made `sync_split` train on colocated's very answers, so (12.2) was tested
-#   on the layout alone; the pipeline's generators, refilling freed slots, kept up with its
-#   trainers.
+#   on the layout alone; for the pipeline it missed, and slot occupancy explained the miss
+#   after the fact.
 # - (12.1) kept every token's weights within 4 updates of the update using it.
 # - A dead or unreachable generator is fenced and probed; only a probe that raises
 #   `ActorDiedError` means no restart is left. A killed generator cost no update and a few
