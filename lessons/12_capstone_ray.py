@@ -271,8 +271,8 @@ print(f"every token at lag 0 (synchronous); the audit is exact: {colo['audit']['
       "consumed once")
 
 # %% [markdown]
-# The phases are timed back to back, so they add up to each update's time; from them
-# (12.2) predicts the other two layouts.
+# The phases are timed back to back, so they add up to each update's time; (12.2) turns
+# them into the other two layouts' times.
 #
 # **The same placement, lag 0: `sync_split`.** Trainers on one core, generators on the
 # other, and the controller waiting for each side in turn: the run the layout model calls
@@ -389,8 +389,8 @@ print(f"updates/s with both generators up: {pipe_up_rate:.1f}; while generator 1
 
 # %% [markdown]
 # **Three layouts against (12.2), over the same updates.** Every layout is measured over
-# its first $W$ updates (the pipeline's all before the kill), and the colocated run's four
-# phases predict the other two. `sync_split` sampled exactly colocated's answers (asserted
+# its first $W$ updates (the pipeline's all before the kill), against what (12.2) makes of
+# colocated's phases. `sync_split` sampled exactly colocated's answers (asserted
 # above); the pipeline's lagged weights write other answers, of another length. Colocated's
 # answers vary from update to update, so a line through its (tokens, phase) pairs gives
 # generation and training a cost per answer token, and (12.2) is evaluated at each layout's
@@ -456,8 +456,9 @@ print("the pipeline's trainers were idle less than 30% of the time, most tokens 
 # slots are busy). Rescaled by the measured occupancies,
 # their side comes down to near the trainers'. The sides then nearly balance, as the run
 # shows: the trainers were seldom idle and most tokens sat at lag 3-4 (the generators ahead
-# until admission (12.1) held them). `sync_split` beat (12.2): a side on one core took less
-# than twice its two-core time (per-call costs do not double). The pipeline's lead over `sync_split` has two measured parts:
+# until admission (12.1) held them). (12.2) misses both split layouts in one direction,
+# through one assumption: a side on one core took less than twice its two-core time
+# (see `sync_split`'s train time: per-call costs do not double). The pipeline's lead over `sync_split` has two measured parts:
 # overlap (at most the printed bound) and the occupancy gain. Colocated's 5 ms hand-over
 # takes seconds on GPUs (an engine put to sleep, the trainer woken), so the ratio to
 # colocated does not transfer; verl's fully-async recipe reports 2.35-2.67x on 128
@@ -501,8 +502,8 @@ print("both paths delivered bit-exact weights at every size; at 100 MB the objec
 # object store is faster (the engine took 1.1-1.9x its time in every `BENCHMARKS.md` round). On GPUs the object store needs
 # a copy through host memory while NCCL broadcasts GPU to GPU, which is why verl, OpenRLHF
 # and NeMo-RL move weights with NCCL (colocated: CUDA IPC or an in-process reshard) and use
-# Ray only to say **when** (Ray Direct Transport, alpha in Ray 2.60, sends GPU tensors
-# between actors over NCCL).
+# Ray only to say **when** (Ray Direct Transport, alpha in 2.60, moves GPU tensors
+# over NCCL).
 
 # %% [markdown]
 # ## 6. Side by side with the torchrun run
@@ -596,9 +597,8 @@ print("takeaway: both reach a held-out reward above their common start; the torc
 # each (0.094-0.101 against 0.076-0.088); this longer run shows the opposite order, so what
 # they learn is not separated here, and updates/s is not reward per second. Undisturbed (the second row) neither led in every `BENCHMARKS.md` round. Ray carries its
 # controller's printed milliseconds in series with every update and a driver and daemons
-# on the same two cores; torchrun has neither. Against lesson 11's design, whose generators are ranks of
-# the trainers' job, a failure costs torchrun all four ranks and the updates since its
-# checkpoint (20 on average, half an interval); Ray restarts one actor and regenerates only
+# on the same two cores; torchrun has neither. In lesson 11's all-in-one job (generators as ranks) a
+# failure costs all four ranks and the updates since the checkpoint (20 on average); Ray restarts one actor and regenerates only
 # the groups it held. Its new process took seconds to start, like torchrun's whole job (both
 # import torch on loaded cores); what differs is that nothing waited for it. Killed at four
 # other moments of a 120-update run (`BENCHMARKS.md`, updates 34-98), torchrun paused 4.8-7.5 s
