@@ -456,7 +456,7 @@ print("the pipeline's trainers were idle less than 30% of the time, most tokens 
 # slots are busy). Rescaled by the measured occupancies,
 # their side comes down to near the trainers'. The sides then nearly balance, as the run
 # shows: the trainers were seldom idle and most tokens sat at lag 3-4 (the generators ahead
-# until admission (12.1) held them). (12.2) underrates `sync_split` (1.00-1.27x over every
+# until admission (12.1) held them). (12.2) underrates `sync_split` (1.05-1.27x over every
 # recorded run) through one assumption: a side on one core took less than twice its
 # two-core time (see its train time: per-call costs do not double). The pipeline's lead over `sync_split` has two measured parts:
 # overlap (at most the printed bound) and the occupancy gain. Colocated's 5 ms hand-over
